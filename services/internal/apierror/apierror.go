@@ -1,0 +1,113 @@
+// Package apierror builds and reads the gRPC errors every V0M3 service
+// returns: a status code, a message a person can act on, and a
+// google.rpc.ErrorInfo with a stable reason (and, for bad arguments, a
+// google.rpc.BadRequest naming the field).
+package apierror
+
+import (
+	"errors"
+	"maps"
+	"slices"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Domain is the ErrorInfo domain of every V0M3 error.
+const Domain = "v0m3.dev"
+
+// New returns a status error with an ErrorInfo carrying reason and
+// metadata. Metadata values must be safe to show: never secrets.
+func New(code codes.Code, reason, msg string, metadata map[string]string) error {
+	st := status.New(code, msg)
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: metadata}
+	if d, err := st.WithDetails(info); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// FieldViolation describes one bad field.
+type FieldViolation struct {
+	Field       string
+	Description string
+}
+
+// InvalidArgument returns INVALID_ARGUMENT with an ErrorInfo and a
+// BadRequest listing the offending fields.
+func InvalidArgument(reason, msg string, violations ...FieldViolation) error {
+	st := status.New(codes.InvalidArgument, msg)
+	br := &errdetails.BadRequest{}
+	for _, v := range violations {
+		br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description})
+	}
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: Domain}, br); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// Info returns the ErrorInfo of err, or nil.
+func Info(err error) *errdetails.ErrorInfo {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info
+		}
+	}
+	return nil
+}
+
+// Reason returns the ErrorInfo reason of err, or "".
+func Reason(err error) string {
+	if info := Info(err); info != nil {
+		return info.GetReason()
+	}
+	return ""
+}
+
+// Fields returns the field names of err's BadRequest violations, sorted.
+func Fields(err error) []string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	set := map[string]bool{}
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				set[v.GetField()] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// Code returns the gRPC code of err (codes.Unknown for non-status errors,
+// codes.OK for nil).
+func Code(err error) codes.Code { return status.Code(err) }
+
+// Is reports whether err has the given code and reason.
+func Is(err error, code codes.Code, reason string) bool {
+	return err != nil && status.Code(err) == code && Reason(err) == reason
+}
+
+// Propagate returns a status error unchanged (so a downstream service's code
+// and details reach the caller) and wraps anything else as INTERNAL.
+func Propagate(err error, msg string) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return se.GRPCStatus().Err()
+	}
+	return status.Errorf(codes.Internal, "%s: %v", msg, err)
+}

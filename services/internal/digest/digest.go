@@ -1,0 +1,208 @@
+// Package digest computes the SHA-256 digests that identify schemas,
+// descriptions, arguments and content across V0M3. JSON values are digested
+// in their RFC 8785 (JCS) canonical form, so the same value always has the
+// same digest whatever key order or number spelling a server used.
+package digest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Prefix starts every digest string.
+const Prefix = "sha256:"
+
+// Bytes returns "sha256:" + hex of b.
+func Bytes(b []byte) string {
+	s := sha256.Sum256(b)
+	return Prefix + hex.EncodeToString(s[:])
+}
+
+// JSON returns the digest of the canonical form of any JSON-marshalable
+// value. A nil value digests as JSON null.
+func JSON(v any) (string, error) {
+	c, err := CanonicalValue(v)
+	if err != nil {
+		return "", err
+	}
+	return Bytes(c), nil
+}
+
+// Struct returns the digest of a protobuf Struct, or "" when s is nil (an
+// absent schema has no digest).
+func Struct(s *structpb.Struct) (string, error) {
+	if s == nil {
+		return "", nil
+	}
+	return JSON(s.AsMap())
+}
+
+// String returns the digest of s encoded as a JSON string.
+func String(s string) string {
+	var buf bytes.Buffer
+	writeString(&buf, s)
+	return Bytes(buf.Bytes())
+}
+
+// CanonicalValue marshals v to JSON and returns its canonical form.
+func CanonicalValue(v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("digest: marshal: %w", err)
+	}
+	return Canonical(raw)
+}
+
+// Canonical returns the RFC 8785 canonical form of a JSON text.
+func Canonical(raw []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("digest: parse JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("digest: trailing data after JSON value")
+	}
+	var buf bytes.Buffer
+	if err := write(&buf, v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func write(buf *bytes.Buffer, v any) error {
+	switch x := v.(type) {
+	case nil:
+		buf.WriteString("null")
+	case bool:
+		buf.WriteString(strconv.FormatBool(x))
+	case json.Number:
+		f, err := strconv.ParseFloat(string(x), 64)
+		if err != nil {
+			return fmt.Errorf("digest: number %s: %w", x, err)
+		}
+		s, err := formatNumber(f)
+		if err != nil {
+			return err
+		}
+		buf.WriteString(s)
+	case string:
+		writeString(buf, x)
+	case []any:
+		buf.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := write(buf, e); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		// RFC 8785 §3.2.3: sort by UTF-16 code units.
+		slices.SortFunc(keys, func(a, b string) int {
+			return slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
+		})
+		buf.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeString(buf, k)
+			buf.WriteByte(':')
+			if err := write(buf, x[k]); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte('}')
+	default:
+		return fmt.Errorf("digest: unexpected JSON type %T", v)
+	}
+	return nil
+}
+
+// formatNumber serializes f as ECMAScript's Number.prototype.toString does
+// (RFC 8785 §3.2.2.3).
+func formatNumber(f float64) (string, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "", fmt.Errorf("digest: %v is not valid JSON", f)
+	}
+	if f == 0 {
+		return "0", nil
+	}
+	sign := ""
+	if f < 0 {
+		sign, f = "-", -f
+	}
+	// Shortest round-tripping digits and decimal exponent.
+	e := strconv.FormatFloat(f, 'e', -1, 64) // d.ddde±xx
+	mant, expStr, _ := strings.Cut(e, "e")
+	digits := strings.Replace(mant, ".", "", 1)
+	exp, _ := strconv.Atoi(expStr)
+	k, n := len(digits), exp+1
+	var s string
+	switch {
+	case k <= n && n <= 21:
+		s = digits + strings.Repeat("0", n-k)
+	case 0 < n && n <= 21:
+		s = digits[:n] + "." + digits[n:]
+	case -6 < n && n <= 0:
+		s = "0." + strings.Repeat("0", -n) + digits
+	default:
+		m := digits[:1]
+		if k > 1 {
+			m += "." + digits[1:]
+		}
+		es := strconv.Itoa(n - 1)
+		if n-1 >= 0 {
+			es = "+" + es
+		}
+		s = m + "e" + es
+	}
+	return sign + s, nil
+}
+
+func writeString(buf *bytes.Buffer, s string) {
+	buf.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			buf.WriteString(`\"`)
+		case '\\':
+			buf.WriteString(`\\`)
+		case '\b':
+			buf.WriteString(`\b`)
+		case '\f':
+			buf.WriteString(`\f`)
+		case '\n':
+			buf.WriteString(`\n`)
+		case '\r':
+			buf.WriteString(`\r`)
+		case '\t':
+			buf.WriteString(`\t`)
+		default:
+			if r < 0x20 {
+				fmt.Fprintf(buf, `\u%04x`, r)
+			} else {
+				buf.WriteRune(r)
+			}
+		}
+	}
+	buf.WriteByte('"')
+}
