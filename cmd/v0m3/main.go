@@ -1,13 +1,130 @@
-// Command v0m3 is the single V0M3 Boundary binary: each service, the
-// all-in-one dev mode, the fixture MCP server and CLI verbs.
+// Command v0m3 is the single V0M3 Boundary binary.
+//
+//	v0m3 registry|policy|evidence|adapter|orchestrator   serve one service
+//	v0m3 dev                                             all five in one process
+//	v0m3 demo                                            the first experiment, end to end
+//	v0m3 fixture-server                                  the synthetic "V0M3 Sources" MCP server
+//
+// Every flag has an environment variable (V0M3_<FLAG>, upper case, dashes
+// as underscores), so the same binary runs from a shell or a Deployment.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 )
 
+const usage = `v0m3 — a governed boundary between AI tasks and MCP servers
+
+Usage:
+  v0m3 <command> [flags]
+
+Services (each serves gRPC with grpc.health.v1 and reflection):
+  registry        connections, config revisions, discovery snapshots, capabilities, mappings
+  policy          Cedar authorization, eligibility, budgets, handles
+  evidence        source observations and revisions, claim links, traces, receipts
+  adapter         MCP transports (stdio, streamable HTTP), discovery, bounded execution
+  orchestrator    the product-facing API: tasks, catalogues, requests, approvals
+
+Together:
+  dev             run all five services in one process, over real gRPC on loopback
+  demo            run the seed's first experiment end to end and print each stage
+
+Fixtures:
+  fixture-server  the synthetic "V0M3 Sources" MCP server (stdio or streamable HTTP)
+
+Run 'v0m3 <command> -h' for a command's flags.
+`
+
 func main() {
-	fmt.Fprintln(os.Stderr, "v0m3: under construction")
-	os.Exit(2)
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintln(os.Stderr, "v0m3:", err)
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "v0m3:", err)
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{"a command is required"}
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "registry", "policy", "evidence", "adapter", "orchestrator":
+		return runService(ctx, cmd, rest, stderr)
+	case "dev":
+		return runDev(ctx, rest, stdout, stderr)
+	case "demo":
+		return runDemo(ctx, rest, stdout, stderr)
+	case "fixture-server":
+		return runFixture(ctx, rest, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageError{fmt.Sprintf("unknown command %q", cmd)}
+	}
+}
+
+// newFlags returns a flag set whose defaults come from V0M3_* environment
+// variables once parse is called.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("v0m3 "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parse applies environment defaults, then the command line.
+func parse(fs *flag.FlagSet, args []string) error {
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		key := "V0M3_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(key); ok {
+			if err := f.Value.Set(v); err != nil && envErr == nil {
+				envErr = usageError{fmt.Sprintf("%s=%q: %v", key, v, err)}
+			}
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected arguments: %v", fs.Args())}
+	}
+	return nil
+}
+
+// newLogger returns a JSON slog logger at the given level.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Sprintf("log level %q: want debug, info, warn or error", level)}
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"context"
+	"io"
+
+	"github.com/v0m3/v0m3/services/internal/fixture"
+)
+
+// runFixture serves the synthetic "V0M3 Sources" MCP server.
+func runFixture(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlags("fixture-server", stderr)
+	transport := fs.String("transport", "stdio", "stdio or http (streamable HTTP at /mcp)")
+	addr := fs.String("addr", "127.0.0.1:0", "listen address for --transport http")
+	var opts fixture.Options
+	fs.StringVar(&opts.Schema, "schema", "v1", "search tool schema: v1 {query} or v2 {text, filters}")
+	fs.StringVar(&opts.Description, "description", "default", "search tool description: default or private")
+	fs.IntVar(&opts.NotesRevision, "notes-revision", 1, "revision of the notes library (2 changes one qualification)")
+	fs.StringVar(&opts.CallLog, "call-log", "", "append one JSON line per request received to this file")
+	fs.BoolVar(&opts.Hostile, "hostile", false, "add tools that misbehave (flood, many, binary, slow, crash) for adapter tests")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *transport != "stdio" && *transport != "http" {
+		return usageError{"--transport must be stdio or http"}
+	}
+	return fixture.Run(ctx, opts, *transport, *addr)
+}

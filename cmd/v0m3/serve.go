@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/v0m3/v0m3/services/internal/suite"
+)
+
+// defaultPorts are the loopback ports `v0m3 dev` and the single-service
+// commands listen on by default; the README's grpcurl examples use them.
+var defaultPorts = map[string]int{
+	suite.Orchestrator: 7400,
+	suite.Registry:     7401,
+	suite.Policy:       7402,
+	suite.Evidence:     7403,
+	suite.Adapter:      7404,
+}
+
+func defaultAddr(name string) string {
+	return "127.0.0.1:" + strconv.Itoa(defaultPorts[name])
+}
+
+// runService serves one service until ctx ends.
+func runService(ctx context.Context, name string, args []string, stderr io.Writer) error {
+	fs := newFlags(name, stderr)
+	listen := fs.String("listen", defaultAddr(name), "address to serve gRPC on")
+	dataDir := fs.String("data-dir", "./.v0m3-data", "directory for the embedded store")
+	policyFile := fs.String("policy-file", "", "Cedar policy file (policy service; empty = built-in default)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	peers := map[string]*string{}
+	for _, p := range suite.Names {
+		if p != name {
+			peers[p] = fs.String(p+"-addr", defaultAddr(p), "address of the "+p+" service")
+		}
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	cfg := suite.Config{
+		DataDir:    *dataDir,
+		Services:   []string{name},
+		Listen:     map[string]string{name: *listen},
+		Peers:      map[string]string{},
+		PolicyFile: *policyFile,
+		Log:        log,
+	}
+	for p, addr := range peers {
+		cfg.Peers[p] = *addr
+	}
+	s, err := suite.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	<-ctx.Done()
+	s.Close()
+	return s.Err()
+}
+
+// runDev serves all five services in one process until ctx ends.
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("dev", stderr)
+	dataDir := fs.String("data-dir", "./.v0m3-data", "directory for the embedded stores")
+	host := fs.String("host", "127.0.0.1", "host to listen on")
+	policyFile := fs.String("policy-file", "", "Cedar policy file (empty = built-in default)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	listen := map[string]string{}
+	for name, port := range defaultPorts {
+		listen[name] = fmt.Sprintf("%s:%d", *host, port)
+	}
+	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Listen: listen, PolicyFile: *policyFile, Log: log})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	fmt.Fprintf(stdout, "v0m3 dev: data in %s\n", *dataDir)
+	for _, name := range suite.Names {
+		fmt.Fprintf(stdout, "  %-13s %s\n", name, s.Addr[name])
+	}
+	fmt.Fprintln(stdout, "serving until interrupted (Ctrl-C)")
+	<-ctx.Done()
+	s.Close()
+	return s.Err()
+}

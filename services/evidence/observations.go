@@ -1,0 +1,120 @@
+package evidence
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/ids"
+)
+
+// contentDigestPattern is the one spelling of a content digest. Lower-case
+// hex only: the same content must always compare equal, or one content
+// would become two revisions.
+var contentDigestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// RecordObservation stores a source observation. The same connection and
+// URI with a new content digest becomes a new source revision; the same
+// digest joins the existing one. Passages are stored as given (the
+// orchestrator supplies them); none given means none stored.
+func (s *Server) RecordObservation(ctx context.Context, req *evidencev1.RecordObservationRequest) (*evidencev1.SourceObservation, error) {
+	in := req.GetObservation()
+	if vs := validateObservation(in); len(vs) > 0 {
+		return nil, apierror.InvalidArgument("OBSERVATION_INVALID", "the observation is incomplete or malformed; see the field violations", vs...)
+	}
+	obs := &evidencev1.SourceObservation{}
+	*obs = evidencev1.SourceObservation{} // fresh message; copy fields explicitly below
+	obs = cloneObservation(in)
+	// Output-only fields are assigned here whatever the caller sent.
+	obs.Id = ids.New("obs")
+	obs.RevisionId, obs.RevisionNumber = "", 0
+	if obs.RetrieveTime == nil {
+		obs.RetrieveTime = s.timestamp()
+	}
+	out, err := s.st.RecordObservation(ctx, obs, ids.New("rev"))
+	if err != nil {
+		return nil, s.storeError(ctx, err, "record observation", "", "", nil)
+	}
+	s.log.InfoContext(ctx, "observation recorded",
+		"observation_id", out.GetId(), "task_id", out.GetTaskId(), "connection_id", out.GetConnectionId(),
+		"revision_id", out.GetRevisionId(), "revision_number", out.GetRevisionNumber())
+	return out, nil
+}
+
+func validateObservation(o *evidencev1.SourceObservation) []apierror.FieldViolation {
+	if o == nil {
+		return []apierror.FieldViolation{{Field: "observation", Description: "required"}}
+	}
+	vs := required(nil,
+		[2]string{"observation.connection_id", o.GetConnectionId()},
+		[2]string{"observation.resource_uri", o.GetResourceUri()},
+		[2]string{"observation.content_digest", o.GetContentDigest()},
+		[2]string{"observation.media_type", o.GetMediaType()},
+		[2]string{"observation.request_id", o.GetRequestId()},
+	)
+	if d := o.GetContentDigest(); d != "" && !contentDigestPattern.MatchString(d) {
+		vs = append(vs, apierror.FieldViolation{Field: "observation.content_digest", Description: `must be "sha256:" followed by 64 lower-case hex digits`})
+	}
+	if o.GetSizeBytes() < 0 {
+		vs = append(vs, apierror.FieldViolation{Field: "observation.size_bytes", Description: "must not be negative"})
+	}
+	if t := o.GetRetrieveTime(); t != nil && t.CheckValid() != nil {
+		vs = append(vs, apierror.FieldViolation{Field: "observation.retrieve_time", Description: "not a valid timestamp"})
+	}
+	// A claim names its passage by id, so ids must be present and distinct
+	// within the observation or a link could not say which text it cites.
+	seen := map[string]bool{}
+	for i, p := range o.GetPassages() {
+		field := fmt.Sprintf("observation.passages[%d].passage_id", i)
+		switch id := p.GetPassageId(); {
+		case id == "":
+			vs = append(vs, apierror.FieldViolation{Field: field, Description: "required"})
+		case seen[id]:
+			vs = append(vs, apierror.FieldViolation{Field: field, Description: "duplicate passage id within the observation"})
+		default:
+			seen[id] = true
+		}
+	}
+	return vs
+}
+
+// GetObservation returns one observation.
+func (s *Server) GetObservation(ctx context.Context, req *evidencev1.GetObservationRequest) (*evidencev1.SourceObservation, error) {
+	if req.GetId() == "" {
+		return nil, apierror.InvalidArgument("REQUEST_INVALID", "an observation id is required", apierror.FieldViolation{Field: "id", Description: "required"})
+	}
+	obs, err := s.st.GetObservation(ctx, req.GetId())
+	if err != nil {
+		return nil, s.storeError(ctx, err, "get observation", "OBSERVATION_UNKNOWN",
+			"no observation has this id; it may have been recorded under another", map[string]string{"observation_id": req.GetId()})
+	}
+	return obs, nil
+}
+
+// ListObservations returns a task's observations, oldest first. A task with
+// none gets an empty list.
+func (s *Server) ListObservations(ctx context.Context, req *evidencev1.ListObservationsRequest) (*evidencev1.ListObservationsResponse, error) {
+	if req.GetTaskId() == "" {
+		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a task id is required", apierror.FieldViolation{Field: "task_id", Description: "required"})
+	}
+	list, err := s.st.ListObservations(ctx, req.GetTaskId())
+	if err != nil {
+		return nil, s.storeError(ctx, err, "list observations", "", "", nil)
+	}
+	return &evidencev1.ListObservationsResponse{Observations: list}, nil
+}
+
+// ListRevisions returns the revisions of one source, oldest first. A source
+// never observed gets an empty list.
+func (s *Server) ListRevisions(ctx context.Context, req *evidencev1.ListRevisionsRequest) (*evidencev1.ListRevisionsResponse, error) {
+	if vs := required(nil, [2]string{"connection_id", req.GetConnectionId()}, [2]string{"resource_uri", req.GetResourceUri()}); len(vs) > 0 {
+		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a source is named by its connection id and resource URI", vs...)
+	}
+	list, err := s.st.ListRevisions(ctx, req.GetConnectionId(), req.GetResourceUri())
+	if err != nil {
+		return nil, s.storeError(ctx, err, "list revisions", "", "", nil)
+	}
+	return &evidencev1.ListRevisionsResponse{Revisions: list}, nil
+}

@@ -1,0 +1,68 @@
+package evidence
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// Server implements evidencev1.EvidenceServiceServer over a Store. It is the
+// single writer of evidence state.
+type Server struct {
+	evidencev1.UnimplementedEvidenceServiceServer
+
+	st  Store
+	log *slog.Logger
+	now func() time.Time
+}
+
+// NewServer returns an evidence server persisting to st and logging to log.
+func NewServer(st Store, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{st: st, log: log, now: time.Now}
+}
+
+// WithClock replaces the server's clock (for tests) and returns the server.
+func (s *Server) WithClock(now func() time.Time) *Server {
+	s.now = now
+	return s
+}
+
+func (s *Server) timestamp() *timestamppb.Timestamp { return timestamppb.New(s.now().UTC()) }
+
+// storeError turns a store failure into the error a client sees: NOT_FOUND
+// with reason when the record is missing, the context's own status when the
+// call was cancelled, INTERNAL otherwise. The internal cause is logged, not
+// returned, so storage details never reach a client.
+func (s *Server) storeError(ctx context.Context, err error, op, notFoundReason, notFoundMsg string, md map[string]string) error {
+	switch {
+	case notFoundReason != "" && errors.Is(err, store.ErrNotFound):
+		return apierror.New(codes.NotFound, notFoundReason, notFoundMsg, md)
+	case errors.Is(err, context.Canceled):
+		return apierror.New(codes.Canceled, "CANCELLED", "the call was cancelled", nil)
+	case errors.Is(err, context.DeadlineExceeded):
+		return apierror.New(codes.DeadlineExceeded, "DEADLINE_EXCEEDED", "the call ran out of time", nil)
+	}
+	s.log.ErrorContext(ctx, "store failure", "op", op, "err", err)
+	return apierror.New(codes.Internal, "STORE_FAILURE", "the evidence store failed; retry later", nil)
+}
+
+// required appends a violation for each empty field.
+func required(vs []apierror.FieldViolation, fields ...[2]string) []apierror.FieldViolation {
+	for _, f := range fields {
+		if f[1] == "" {
+			vs = append(vs, apierror.FieldViolation{Field: f[0], Description: "required"})
+		}
+	}
+	return vs
+}

@@ -1,0 +1,296 @@
+package evidence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// Buckets. Keys that group records (a source, a task) start with a digest of
+// the group's identity rather than the raw strings: remote URIs and task ids
+// may hold any character, and a fixed-width prefix can never collide with a
+// longer identity that happens to share its first characters.
+const (
+	bucketObservations     = "observations"      // observation id → SourceObservation
+	bucketTaskObservations = "task_observations" // task scope/seq → observation id
+	bucketRevisions        = "revisions"         // source scope/number → SourceRevision
+	bucketClaimLinks       = "claim_links"       // link id → ClaimLink
+	bucketTrace            = "trace"             // task scope/sequence → TraceEvent
+	bucketTraceSequence    = "trace_sequence"    // task scope → last sequence
+	bucketReceipts         = "receipts"          // idempotency key → Receipt
+)
+
+type boltStore struct {
+	db *store.DB
+}
+
+// NewBoltStore returns the embedded-file Store backed by db.
+func NewBoltStore(db *store.DB) Store { return &boltStore{db: db} }
+
+// scope returns the key prefix for a group identified by parts.
+func scope(parts ...string) (string, error) {
+	d, err := digest.JSON(parts)
+	if err != nil {
+		return "", fmt.Errorf("evidence: scope key: %w", err)
+	}
+	return d + "/", nil
+}
+
+func (b *boltStore) RecordObservation(ctx context.Context, obs *evidencev1.SourceObservation, newRevisionID string) (*evidencev1.SourceObservation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	src, err := scope(obs.GetConnectionId(), obs.GetResourceUri())
+	if err != nil {
+		return nil, err
+	}
+	out := proto.CloneOf(obs)
+	err = b.db.Update(func(tx *store.Tx) error {
+		var joined *evidencev1.SourceRevision
+		var count int32
+		err := store.List(tx, bucketRevisions, src, newRevision, func(_ string, r *evidencev1.SourceRevision) error {
+			count++
+			if r.GetContentDigest() == obs.GetContentDigest() {
+				joined = r
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if joined == nil {
+			joined = &evidencev1.SourceRevision{
+				Id:                 newRevisionID,
+				ConnectionId:       obs.GetConnectionId(),
+				ResourceUri:        obs.GetResourceUri(),
+				Number:             count + 1,
+				ContentDigest:      obs.GetContentDigest(),
+				FirstObservationId: obs.GetId(),
+				FirstSeenTime:      obs.GetRetrieveTime(),
+			}
+			if err := tx.Create(bucketRevisions, src+store.SeqKey(int64(joined.Number)), joined); err != nil {
+				return fmt.Errorf("create revision: %w", err)
+			}
+		}
+		out.RevisionId = joined.GetId()
+		out.RevisionNumber = joined.GetNumber()
+		if err := tx.Create(bucketObservations, out.GetId(), out); err != nil {
+			return fmt.Errorf("create observation: %w", err)
+		}
+		if out.GetTaskId() == "" {
+			return nil
+		}
+		task, err := scope(out.GetTaskId())
+		if err != nil {
+			return err
+		}
+		seq, err := tx.NextSequence(bucketTaskObservations)
+		if err != nil {
+			return err
+		}
+		return tx.Put(bucketTaskObservations, task+store.SeqKey(seq), wrapperspb.String(out.GetId()))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence: record observation: %w", err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) GetObservation(ctx context.Context, id string) (*evidencev1.SourceObservation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	obs := &evidencev1.SourceObservation{}
+	if err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketObservations, id, obs) }); err != nil {
+		return nil, fmt.Errorf("evidence: get observation: %w", err)
+	}
+	return obs, nil
+}
+
+func (b *boltStore) ListObservations(ctx context.Context, taskID string) ([]*evidencev1.SourceObservation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	task, err := scope(taskID)
+	if err != nil {
+		return nil, err
+	}
+	var out []*evidencev1.SourceObservation
+	err = b.db.View(func(tx *store.Tx) error {
+		return store.List(tx, bucketTaskObservations, task, wrapperspb.String, func(_ string, id *wrapperspb.StringValue) error {
+			obs := &evidencev1.SourceObservation{}
+			if err := tx.Get(bucketObservations, id.GetValue(), obs); err != nil {
+				return fmt.Errorf("indexed observation %s: %w", id.GetValue(), err)
+			}
+			out = append(out, obs)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence: list observations: %w", err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) ListRevisions(ctx context.Context, connectionID, resourceURI string) ([]*evidencev1.SourceRevision, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	src, err := scope(connectionID, resourceURI)
+	if err != nil {
+		return nil, err
+	}
+	var out []*evidencev1.SourceRevision
+	err = b.db.View(func(tx *store.Tx) error {
+		return store.List(tx, bucketRevisions, src, newRevision, func(_ string, r *evidencev1.SourceRevision) error {
+			out = append(out, r)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence: list revisions: %w", err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) CreateClaimLink(ctx context.Context, link *evidencev1.ClaimLink) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := b.db.Update(func(tx *store.Tx) error { return tx.Create(bucketClaimLinks, link.GetId(), link) }); err != nil {
+		return fmt.Errorf("evidence: create claim link: %w", err)
+	}
+	return nil
+}
+
+func (b *boltStore) AppendTrace(ctx context.Context, ev *evidencev1.TraceEvent) (*evidencev1.TraceEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	task, err := scope(ev.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	out := proto.CloneOf(ev)
+	err = b.db.Update(func(tx *store.Tx) error {
+		last := &wrapperspb.Int64Value{}
+		if err := tx.Get(bucketTraceSequence, task, last); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		out.Sequence = last.GetValue() + 1
+		if err := tx.Put(bucketTraceSequence, task, wrapperspb.Int64(out.Sequence)); err != nil {
+			return err
+		}
+		return tx.Create(bucketTrace, task+store.SeqKey(out.Sequence), out)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence: append trace: %w", err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) ListTrace(ctx context.Context, taskID string) ([]*evidencev1.TraceEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	task, err := scope(taskID)
+	if err != nil {
+		return nil, err
+	}
+	var out []*evidencev1.TraceEvent
+	err = b.db.View(func(tx *store.Tx) error {
+		return store.List(tx, bucketTrace, task, newTraceEvent, func(_ string, ev *evidencev1.TraceEvent) error {
+			out = append(out, ev)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence: list trace: %w", err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) RewriteTrace(ctx context.Context, cutoff time.Time, rewrite func(*evidencev1.TraceEvent) bool) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	changed := 0
+	err := b.db.Update(func(tx *store.Tx) error {
+		// Collect first, write after: bbolt cursors are not stable across
+		// writes to the bucket they walk.
+		pending := map[string]*evidencev1.TraceEvent{}
+		err := store.List(tx, bucketTrace, "", newTraceEvent, func(key string, ev *evidencev1.TraceEvent) error {
+			if !ev.GetTime().AsTime().Before(cutoff) {
+				return nil
+			}
+			id, task, seq := ev.GetId(), ev.GetTaskId(), ev.GetSequence()
+			if !rewrite(ev) {
+				return nil
+			}
+			ev.Id, ev.TaskId, ev.Sequence = id, task, seq
+			pending[key] = ev
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for key, ev := range pending {
+			if err := tx.Put(bucketTrace, key, ev); err != nil {
+				return err
+			}
+		}
+		changed = len(pending)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("evidence: rewrite trace: %w", err)
+	}
+	return changed, nil
+}
+
+func (b *boltStore) CreateReceipt(ctx context.Context, r *evidencev1.Receipt) (*evidencev1.Receipt, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	stored := proto.CloneOf(r)
+	created := false
+	err := b.db.Update(func(tx *store.Tx) error {
+		err := tx.Create(bucketReceipts, r.GetIdempotencyKey(), r)
+		switch {
+		case err == nil:
+			created = true
+			return nil
+		case errors.Is(err, store.ErrExists):
+			stored = &evidencev1.Receipt{}
+			return tx.Get(bucketReceipts, r.GetIdempotencyKey(), stored)
+		default:
+			return err
+		}
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("evidence: create receipt: %w", err)
+	}
+	return stored, created, nil
+}
+
+func (b *boltStore) GetReceipt(ctx context.Context, idempotencyKey string) (*evidencev1.Receipt, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := &evidencev1.Receipt{}
+	if err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketReceipts, idempotencyKey, r) }); err != nil {
+		return nil, fmt.Errorf("evidence: get receipt: %w", err)
+	}
+	return r, nil
+}
+
+func newRevision() *evidencev1.SourceRevision { return &evidencev1.SourceRevision{} }
+func newTraceEvent() *evidencev1.TraceEvent   { return &evidencev1.TraceEvent{} }

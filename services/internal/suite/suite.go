@@ -1,0 +1,287 @@
+// Package suite wires the five V0M3 services together. `v0m3 dev`, the demo
+// and the end-to-end tests all use it, so the wiring exists once: each
+// service gets its own embedded store file and its own gRPC listener, and
+// every service reaches the others over real gRPC, never in-process calls.
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/adapter"
+	"github.com/v0m3/v0m3/services/evidence"
+	"github.com/v0m3/v0m3/services/internal/serve"
+	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/orchestrator"
+	"github.com/v0m3/v0m3/services/policy"
+	"github.com/v0m3/v0m3/services/registry"
+)
+
+// Service names, in start order (dependencies first).
+const (
+	Registry     = "registry"
+	Policy       = "policy"
+	Evidence     = "evidence"
+	Adapter      = "adapter"
+	Orchestrator = "orchestrator"
+)
+
+// Names lists every service in start order.
+var Names = []string{Registry, Policy, Evidence, Adapter, Orchestrator}
+
+// dependencies lists the services each service calls.
+var dependencies = map[string][]string{
+	Policy:       {Registry},
+	Adapter:      {Registry, Policy, Evidence},
+	Orchestrator: {Registry, Policy, Adapter, Evidence},
+}
+
+// Config configures a suite.
+type Config struct {
+	// DataDir holds one embedded store file per service. Required.
+	DataDir string
+	// Services lists the services to run in this process; empty runs all.
+	Services []string
+	// Listen maps a service name to its listen address; a missing entry
+	// listens on an ephemeral loopback port.
+	Listen map[string]string
+	// Peers maps a service that does not run here to its address.
+	Peers map[string]string
+	// PolicyFile is a Cedar policy file; "" uses the built-in default.
+	PolicyFile string
+	// Log receives structured logs; nil discards them.
+	Log *slog.Logger
+}
+
+// Clients holds a gRPC client for every service.
+type Clients struct {
+	Registry     registryv1.RegistryServiceClient
+	Policy       policyv1.PolicyServiceClient
+	Evidence     evidencev1.EvidenceServiceClient
+	Adapter      adapterv1.AdapterServiceClient
+	Orchestrator orchestratorv1.OrchestratorServiceClient
+}
+
+// Suite is the running set of services.
+type Suite struct {
+	// Addr maps a service name to the address it serves on.
+	Addr map[string]string
+	// Clients reach each service over gRPC.
+	Clients
+
+	conns   []*grpc.ClientConn
+	dbs     []*store.DB
+	closers []func()
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	errMu   sync.Mutex
+	err     error
+}
+
+// Start opens the stores, listens, and serves every service. Close stops
+// them and releases the stores.
+func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("suite: data dir is required")
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s = &Suite{Addr: map[string]string{}, cancel: cancel}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+
+	run := cfg.Services
+	if len(run) == 0 {
+		run = Names
+	}
+	for _, name := range run {
+		if !slices.Contains(Names, name) {
+			return nil, fmt.Errorf("suite: unknown service %q (want one of %v)", name, Names)
+		}
+	}
+	// Listen first so every client can be created before any server runs.
+	lis := map[string]net.Listener{}
+	for _, name := range run {
+		addr := cfg.Listen[name]
+		if addr == "" {
+			addr = "127.0.0.1:0"
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("suite: listen %s on %s: %w", name, addr, err)
+		}
+		lis[name] = l
+		s.Addr[name] = l.Addr().String()
+		s.closers = append(s.closers, func() { _ = l.Close() })
+	}
+	dial := func(name string) (*grpc.ClientConn, error) {
+		c, err := serve.Dial(s.Addr[name])
+		if err != nil {
+			return nil, err
+		}
+		s.conns = append(s.conns, c)
+		return c, nil
+	}
+	for name, addr := range cfg.Peers {
+		if _, here := s.Addr[name]; !here && addr != "" {
+			s.Addr[name] = addr
+		}
+	}
+	conns := map[string]*grpc.ClientConn{}
+	for _, name := range Names {
+		if s.Addr[name] == "" {
+			continue // not needed unless a service here depends on it; checked below
+		}
+		c, err := dial(name)
+		if err != nil {
+			return nil, err
+		}
+		conns[name] = c
+	}
+	// A client exists only for a service with an address.
+	if c := conns[Registry]; c != nil {
+		s.Registry = registryv1.NewRegistryServiceClient(c)
+	}
+	if c := conns[Policy]; c != nil {
+		s.Policy = policyv1.NewPolicyServiceClient(c)
+	}
+	if c := conns[Evidence]; c != nil {
+		s.Evidence = evidencev1.NewEvidenceServiceClient(c)
+	}
+	if c := conns[Adapter]; c != nil {
+		s.Adapter = adapterv1.NewAdapterServiceClient(c)
+	}
+	if c := conns[Orchestrator]; c != nil {
+		s.Orchestrator = orchestratorv1.NewOrchestratorServiceClient(c)
+	}
+	open := func(name string) (*store.DB, error) {
+		db, err := store.Open(filepath.Join(cfg.DataDir, name+".db"))
+		if err != nil {
+			return nil, err
+		}
+		s.dbs = append(s.dbs, db)
+		return db, nil
+	}
+
+	for _, name := range Names {
+		if !slices.Contains(run, name) {
+			continue
+		}
+		for _, dep := range dependencies[name] {
+			if s.Addr[dep] == "" {
+				return nil, fmt.Errorf("suite: %s needs the %s service: give its address (flag --%s-addr or env V0M3_%s_ADDR)", name, dep, dep, strings.ToUpper(dep))
+			}
+		}
+		srv := serve.New(name, log.With("service", name))
+		switch name {
+		case Registry:
+			db, err := open(name)
+			if err != nil {
+				return nil, err
+			}
+			registryv1.RegisterRegistryServiceServer(srv.GRPC, registry.NewServer(registry.NewBoltStore(db), log.With("service", name)))
+		case Policy:
+			db, err := open(name)
+			if err != nil {
+				return nil, err
+			}
+			p, err := policy.NewServer(policy.NewBoltStore(db), policy.Deps{Registry: s.Registry, PolicyFile: cfg.PolicyFile}, log.With("service", name))
+			if err != nil {
+				return nil, err
+			}
+			s.closers = append(s.closers, p.Close)
+			policyv1.RegisterPolicyServiceServer(srv.GRPC, p)
+		case Evidence:
+			db, err := open(name)
+			if err != nil {
+				return nil, err
+			}
+			evidencev1.RegisterEvidenceServiceServer(srv.GRPC, evidence.NewServer(evidence.NewBoltStore(db), log.With("service", name)))
+		case Adapter:
+			a := adapter.NewServer(adapter.Deps{
+				Registry: s.Registry, Policy: s.Policy, Evidence: s.Evidence,
+				WorkDir: filepath.Join(cfg.DataDir, "work"),
+			}, log.With("service", name))
+			s.closers = append(s.closers, func() { _ = a.Close() })
+			adapterv1.RegisterAdapterServiceServer(srv.GRPC, a)
+		case Orchestrator:
+			db, err := open(name)
+			if err != nil {
+				return nil, err
+			}
+			o := orchestrator.NewServer(orchestrator.NewBoltStore(db), orchestrator.Deps{
+				Registry: s.Registry, Policy: s.Policy, Adapter: s.Adapter, Evidence: s.Evidence,
+			}, log.With("service", name))
+			s.closers = append(s.closers, o.Close)
+			orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
+		}
+		l := lis[name]
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := srv.Serve(ctx, l); err != nil {
+				s.setErr(err)
+			}
+		}()
+	}
+	return s, nil
+}
+
+func (s *Suite) setErr(err error) {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// Err returns the first serving error, if any.
+func (s *Suite) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+// Wait blocks until every server has stopped.
+func (s *Suite) Wait() { s.wg.Wait() }
+
+// Close stops every server, closes clients and stores. It is safe to call
+// more than once.
+func (s *Suite) Close() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+	s.conns = nil
+	for _, db := range s.dbs {
+		_ = db.Close()
+	}
+	s.dbs = nil
+}
