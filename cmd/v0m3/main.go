@@ -45,7 +45,7 @@ Run 'v0m3 <command> -h' for a command's flags.
 `
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil && !errors.Is(err, errHelp) {
 		var ue usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintln(os.Stderr, "v0m3:", err)
@@ -55,6 +55,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// errHelp means -h was given: the usage was printed, exit 0.
+var errHelp = errors.New("help requested")
 
 type usageError struct{ msg string }
 
@@ -110,7 +113,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil
+			return errHelp
 		}
 		return usageError{err.Error()}
 	}

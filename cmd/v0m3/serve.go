@@ -69,6 +69,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlags("dev", stderr)
 	dataDir := fs.String("data-dir", "./.v0m3-data", "directory for the embedded stores")
 	host := fs.String("host", "127.0.0.1", "host to listen on")
+	portBase := fs.Int("port-base", 7400, "orchestrator port; registry, policy, evidence, adapter follow (+1..+4); 0 = ephemeral ports")
 	policyFile := fs.String("policy-file", "", "Cedar policy file (empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
@@ -80,7 +81,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	listen := map[string]string{}
 	for name, port := range defaultPorts {
-		listen[name] = fmt.Sprintf("%s:%d", *host, port)
+		if *portBase == 0 {
+			listen[name] = *host + ":0"
+		} else {
+			listen[name] = fmt.Sprintf("%s:%d", *host, port-defaultPorts[suite.Orchestrator]+*portBase)
+		}
 	}
 	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Listen: listen, PolicyFile: *policyFile, Log: log})
 	if err != nil {

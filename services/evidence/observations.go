@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 
+	"google.golang.org/protobuf/proto"
+
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/ids"
@@ -24,9 +26,7 @@ func (s *Server) RecordObservation(ctx context.Context, req *evidencev1.RecordOb
 	if vs := validateObservation(in); len(vs) > 0 {
 		return nil, apierror.InvalidArgument("OBSERVATION_INVALID", "the observation is incomplete or malformed; see the field violations", vs...)
 	}
-	obs := &evidencev1.SourceObservation{}
-	*obs = evidencev1.SourceObservation{} // fresh message; copy fields explicitly below
-	obs = cloneObservation(in)
+	obs := proto.CloneOf(in)
 	// Output-only fields are assigned here whatever the caller sent.
 	obs.Id = ids.New("obs")
 	obs.RevisionId, obs.RevisionNumber = "", 0

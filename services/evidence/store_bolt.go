@@ -125,7 +125,7 @@ func (b *boltStore) ListObservations(ctx context.Context, taskID string) ([]*evi
 	}
 	var out []*evidencev1.SourceObservation
 	err = b.db.View(func(tx *store.Tx) error {
-		return store.List(tx, bucketTaskObservations, task, wrapperspb.String, func(_ string, id *wrapperspb.StringValue) error {
+		return store.List(tx, bucketTaskObservations, task, newStringValue, func(_ string, id *wrapperspb.StringValue) error {
 			obs := &evidencev1.SourceObservation{}
 			if err := tx.Get(bucketObservations, id.GetValue(), obs); err != nil {
 				return fmt.Errorf("indexed observation %s: %w", id.GetValue(), err)
@@ -294,3 +294,4 @@ func (b *boltStore) GetReceipt(ctx context.Context, idempotencyKey string) (*evi
 
 func newRevision() *evidencev1.SourceRevision { return &evidencev1.SourceRevision{} }
 func newTraceEvent() *evidencev1.TraceEvent   { return &evidencev1.TraceEvent{} }
+func newStringValue() *wrapperspb.StringValue { return &wrapperspb.StringValue{} }

@@ -1,0 +1,76 @@
+package evidence
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/proto"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/ids"
+)
+
+// AppendTrace appends one event, of either layer, to a task's trace. The
+// event gets an id and the task's next sequence number; its time defaults
+// to now. Protocol arguments whose names look secret are stored as
+// "[redacted]" whatever the caller sent.
+func (s *Server) AppendTrace(ctx context.Context, req *evidencev1.AppendTraceRequest) (*evidencev1.TraceEvent, error) {
+	in := req.GetEvent()
+	if vs := validateTraceEvent(in); len(vs) > 0 {
+		return nil, apierror.InvalidArgument("TRACE_EVENT_INVALID", "the trace event is incomplete or malformed; see the field violations", vs...)
+	}
+	ev := proto.CloneOf(in)
+	ev.Id, ev.Sequence = ids.New("evt"), 0
+	if ev.Time == nil {
+		ev.Time = s.timestamp()
+	}
+	if p := ev.GetProtocol(); p != nil {
+		redactStruct(p.GetSafeArguments())
+	}
+	out, err := s.st.AppendTrace(ctx, ev)
+	if err != nil {
+		return nil, s.storeError(ctx, err, "append trace", "", "", nil)
+	}
+	s.log.DebugContext(ctx, "trace appended", "task_id", out.GetTaskId(), "event_id", out.GetId(),
+		"sequence", out.GetSequence(), "layer", layerName(out))
+	return out, nil
+}
+
+func validateTraceEvent(ev *evidencev1.TraceEvent) []apierror.FieldViolation {
+	if ev == nil {
+		return []apierror.FieldViolation{{Field: "event", Description: "required"}}
+	}
+	vs := required(nil, [2]string{"event.task_id", ev.GetTaskId()})
+	// A oneof holds at most one layer; a set-but-nil layer (possible for
+	// in-process callers) counts as none.
+	switch {
+	case ev.GetProtocol() == nil && ev.GetProduct() == nil:
+		vs = append(vs, apierror.FieldViolation{Field: "event.layer", Description: "exactly one of protocol or product is required"})
+	case ev.GetProduct() != nil && ev.GetProduct().GetKind() == evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_UNSPECIFIED:
+		vs = append(vs, apierror.FieldViolation{Field: "event.product.kind", Description: "required"})
+	}
+	if t := ev.GetTime(); t != nil && t.CheckValid() != nil {
+		vs = append(vs, apierror.FieldViolation{Field: "event.time", Description: "not a valid timestamp"})
+	}
+	return vs
+}
+
+func layerName(ev *evidencev1.TraceEvent) string {
+	if ev.GetProtocol() != nil {
+		return "protocol"
+	}
+	return "product"
+}
+
+// GetTrace returns a task's trace, both layers, in sequence order. A task
+// with no events gets an empty trace.
+func (s *Server) GetTrace(ctx context.Context, req *evidencev1.GetTraceRequest) (*evidencev1.Trace, error) {
+	if req.GetTaskId() == "" {
+		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a task id is required", apierror.FieldViolation{Field: "task_id", Description: "required"})
+	}
+	events, err := s.st.ListTrace(ctx, req.GetTaskId())
+	if err != nil {
+		return nil, s.storeError(ctx, err, "get trace", "", "", nil)
+	}
+	return &evidencev1.Trace{TaskId: req.GetTaskId(), Events: events}, nil
+}

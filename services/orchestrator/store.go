@@ -1,0 +1,53 @@
+package orchestrator
+
+import (
+	"context"
+
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+)
+
+// Store is the orchestrator's persistence contract: tasks, their offered
+// catalogues, candidate requests with their attempts, and per-task events.
+// Every method is atomic on its own; the read-modify-write methods run fn
+// inside one transaction so concurrent callers never lose an update.
+// Missing records fail with an error wrapping store.ErrNotFound.
+type Store interface {
+	// CreateTask stores a new task; a task with the same id fails with
+	// store.ErrExists.
+	CreateTask(ctx context.Context, t *orchestratorv1.Task) error
+	// GetTask returns one task.
+	GetTask(ctx context.Context, id string) (*orchestratorv1.Task, error)
+	// UpdateTask applies fn to the stored task and saves the result in one
+	// transaction. An error from fn aborts the update and is returned.
+	UpdateTask(ctx context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error)
+	// ListTasks returns every task in the given state (every task when
+	// state is unspecified), in no particular order.
+	ListTasks(ctx context.Context, state orchestratorv1.TaskState) ([]*orchestratorv1.Task, error)
+
+	// PutCatalogue records the catalogue offered to a task.
+	PutCatalogue(ctx context.Context, c *orchestratorv1.OfferedCatalogue) error
+	// GetCatalogue returns the catalogue offered to a task.
+	GetCatalogue(ctx context.Context, taskID string) (*orchestratorv1.OfferedCatalogue, error)
+
+	// CreateRequest stores r unless a request with the same task id and
+	// provider call id exists, in which case it returns that one and
+	// created is false. This is what makes resubmission idempotent.
+	CreateRequest(ctx context.Context, r *orchestratorv1.ToolRequest) (got *orchestratorv1.ToolRequest, created bool, err error)
+	// GetRequest returns one request.
+	GetRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error)
+	// UpdateRequest applies fn to the stored request and saves the result in
+	// one transaction. An error from fn aborts the update and is returned.
+	UpdateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error)
+	// SaveAttempt inserts or updates (by attempt id) one attempt of a
+	// request. The persisted stage never moves backwards.
+	SaveAttempt(ctx context.Context, requestID string, a *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error)
+	// ListRequests returns a task's requests, oldest first.
+	ListRequests(ctx context.Context, taskID string) ([]*orchestratorv1.ToolRequest, error)
+
+	// AppendEvent assigns e the task's next sequence number (starting at 1)
+	// and stores it.
+	AppendEvent(ctx context.Context, e *orchestratorv1.TaskEvent) (*orchestratorv1.TaskEvent, error)
+	// ListEvents returns a task's events with a sequence greater than after,
+	// in order.
+	ListEvents(ctx context.Context, taskID string, after int64) ([]*orchestratorv1.TaskEvent, error)
+}

@@ -1,0 +1,247 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// Buckets of the embedded store.
+const (
+	bucketTasks        = "tasks"         // task id -> Task
+	bucketCatalogues   = "catalogues"    // task id -> OfferedCatalogue
+	bucketRequests     = "requests"      // request id -> ToolRequest
+	bucketRequestKeys  = "request_keys"  // task id NUL provider call id -> request id
+	bucketTaskRequests = "task_requests" // task id "/" seq -> request id (creation order)
+	bucketEventSeq     = "event_seq"     // task id -> last event sequence
+	bucketEvents       = "events"        // task id "/" seq -> TaskEvent
+)
+
+type boltStore struct {
+	db *store.DB
+}
+
+// NewBoltStore returns the Store backed by the embedded bbolt file.
+func NewBoltStore(db *store.DB) Store { return &boltStore{db: db} }
+
+func requestKey(taskID, providerCallID string) string { return taskID + "\x00" + providerCallID }
+
+func (b *boltStore) CreateTask(_ context.Context, t *orchestratorv1.Task) error {
+	return b.db.Update(func(tx *store.Tx) error {
+		if err := tx.Create(bucketTasks, t.GetId(), t); err != nil {
+			return fmt.Errorf("create task %s: %w", t.GetId(), err)
+		}
+		return nil
+	})
+}
+
+func (b *boltStore) GetTask(_ context.Context, id string) (*orchestratorv1.Task, error) {
+	t := &orchestratorv1.Task{}
+	if err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketTasks, id, t) }); err != nil {
+		return nil, fmt.Errorf("get task %s: %w", id, err)
+	}
+	return t, nil
+}
+
+func (b *boltStore) UpdateTask(_ context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error) {
+	var out *orchestratorv1.Task
+	err := b.db.Update(func(tx *store.Tx) error {
+		t := &orchestratorv1.Task{}
+		if err := tx.Get(bucketTasks, id, t); err != nil {
+			return fmt.Errorf("get task %s: %w", id, err)
+		}
+		if err := fn(t); err != nil {
+			return err
+		}
+		out = t
+		return tx.Put(bucketTasks, id, t)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (b *boltStore) ListTasks(_ context.Context, state orchestratorv1.TaskState) ([]*orchestratorv1.Task, error) {
+	var out []*orchestratorv1.Task
+	err := b.db.View(func(tx *store.Tx) error {
+		return store.List(tx, bucketTasks, "", func() *orchestratorv1.Task { return &orchestratorv1.Task{} },
+			func(_ string, t *orchestratorv1.Task) error {
+				if state == orchestratorv1.TaskState_TASK_STATE_UNSPECIFIED || t.GetState() == state {
+					out = append(out, t)
+				}
+				return nil
+			})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) PutCatalogue(_ context.Context, c *orchestratorv1.OfferedCatalogue) error {
+	if err := b.db.Update(func(tx *store.Tx) error { return tx.Put(bucketCatalogues, c.GetTaskId(), c) }); err != nil {
+		return fmt.Errorf("put catalogue %s: %w", c.GetTaskId(), err)
+	}
+	return nil
+}
+
+func (b *boltStore) GetCatalogue(_ context.Context, taskID string) (*orchestratorv1.OfferedCatalogue, error) {
+	c := &orchestratorv1.OfferedCatalogue{}
+	if err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketCatalogues, taskID, c) }); err != nil {
+		return nil, fmt.Errorf("get catalogue %s: %w", taskID, err)
+	}
+	return c, nil
+}
+
+func (b *boltStore) CreateRequest(_ context.Context, r *orchestratorv1.ToolRequest) (*orchestratorv1.ToolRequest, bool, error) {
+	var (
+		out     *orchestratorv1.ToolRequest
+		created bool
+	)
+	err := b.db.Update(func(tx *store.Tx) error {
+		key := requestKey(r.GetTaskId(), r.GetProviderCallId())
+		existing := &wrapperspb.StringValue{}
+		switch err := tx.Get(bucketRequestKeys, key, existing); {
+		case err == nil:
+			got := &orchestratorv1.ToolRequest{}
+			if err := tx.Get(bucketRequests, existing.GetValue(), got); err != nil {
+				return fmt.Errorf("get request %s: %w", existing.GetValue(), err)
+			}
+			out = got
+			return nil
+		case !errors.Is(err, store.ErrNotFound):
+			return err
+		}
+		if err := tx.Create(bucketRequests, r.GetId(), r); err != nil {
+			return fmt.Errorf("create request %s: %w", r.GetId(), err)
+		}
+		if err := tx.Put(bucketRequestKeys, key, wrapperspb.String(r.GetId())); err != nil {
+			return err
+		}
+		n, err := tx.NextSequence(bucketTaskRequests)
+		if err != nil {
+			return err
+		}
+		if err := tx.Put(bucketTaskRequests, r.GetTaskId()+"/"+store.SeqKey(n), wrapperspb.String(r.GetId())); err != nil {
+			return err
+		}
+		out, created = proto.CloneOf(r), true
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return out, created, nil
+}
+
+func (b *boltStore) GetRequest(_ context.Context, id string) (*orchestratorv1.ToolRequest, error) {
+	r := &orchestratorv1.ToolRequest{}
+	if err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketRequests, id, r) }); err != nil {
+		return nil, fmt.Errorf("get request %s: %w", id, err)
+	}
+	return r, nil
+}
+
+func (b *boltStore) UpdateRequest(_ context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error) {
+	var out *orchestratorv1.ToolRequest
+	err := b.db.Update(func(tx *store.Tx) error {
+		r := &orchestratorv1.ToolRequest{}
+		if err := tx.Get(bucketRequests, id, r); err != nil {
+			return fmt.Errorf("get request %s: %w", id, err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+		out = r
+		return tx.Put(bucketRequests, id, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (b *boltStore) SaveAttempt(ctx context.Context, requestID string, a *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error) {
+	return b.UpdateRequest(ctx, requestID, func(r *orchestratorv1.ToolRequest) error {
+		mergeAttempt(r, a)
+		return nil
+	})
+}
+
+// mergeAttempt inserts a into r or replaces the attempt with the same id,
+// keeping the furthest stage ever persisted.
+func mergeAttempt(r *orchestratorv1.ToolRequest, a *orchestratorv1.Attempt) {
+	a = proto.CloneOf(a)
+	for i, old := range r.Attempts {
+		if old.GetId() == a.GetId() {
+			if old.GetStage() > a.GetStage() {
+				a.Stage = old.GetStage()
+			}
+			r.Attempts[i] = a
+			return
+		}
+	}
+	r.Attempts = append(r.Attempts, a)
+}
+
+func (b *boltStore) ListRequests(_ context.Context, taskID string) ([]*orchestratorv1.ToolRequest, error) {
+	var out []*orchestratorv1.ToolRequest
+	err := b.db.View(func(tx *store.Tx) error {
+		return store.List(tx, bucketTaskRequests, taskID+"/", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
+			func(_ string, id *wrapperspb.StringValue) error {
+				r := &orchestratorv1.ToolRequest{}
+				if err := tx.Get(bucketRequests, id.GetValue(), r); err != nil {
+					return fmt.Errorf("get request %s: %w", id.GetValue(), err)
+				}
+				out = append(out, r)
+				return nil
+			})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list requests of %s: %w", taskID, err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) AppendEvent(_ context.Context, e *orchestratorv1.TaskEvent) (*orchestratorv1.TaskEvent, error) {
+	e = proto.CloneOf(e)
+	err := b.db.Update(func(tx *store.Tx) error {
+		last := &wrapperspb.Int64Value{}
+		if err := tx.Get(bucketEventSeq, e.GetTaskId(), last); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		e.Sequence = last.GetValue() + 1
+		if err := tx.Put(bucketEventSeq, e.GetTaskId(), wrapperspb.Int64(e.Sequence)); err != nil {
+			return err
+		}
+		return tx.Put(bucketEvents, e.GetTaskId()+"/"+store.SeqKey(e.Sequence), e)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("append event to %s: %w", e.GetTaskId(), err)
+	}
+	return e, nil
+}
+
+func (b *boltStore) ListEvents(_ context.Context, taskID string, after int64) ([]*orchestratorv1.TaskEvent, error) {
+	var out []*orchestratorv1.TaskEvent
+	err := b.db.View(func(tx *store.Tx) error {
+		return store.List(tx, bucketEvents, taskID+"/", func() *orchestratorv1.TaskEvent { return &orchestratorv1.TaskEvent{} },
+			func(_ string, e *orchestratorv1.TaskEvent) error {
+				if e.GetSequence() > after {
+					out = append(out, e)
+				}
+				return nil
+			})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list events of %s: %w", taskID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,124 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+)
+
+// Store is the policy service's persistence contract. Every implementation
+// must make Charge atomic (both budgets and the idempotency record change
+// together or not at all) and CreateHandle create-if-absent.
+type Store interface {
+	// CreateHandle stores a handle binding under key, failing with
+	// store.ErrExists if the key is taken.
+	CreateHandle(ctx context.Context, key string, b *policyv1.HandleBinding) error
+	// GetHandle returns the binding stored under key, or store.ErrNotFound.
+	GetHandle(ctx context.Context, key string) (*policyv1.HandleBinding, error)
+	// DeleteExpiredHandles deletes bindings that expired before t and
+	// returns how many it deleted.
+	DeleteExpiredHandles(ctx context.Context, before time.Time) (int, error)
+
+	// Charge applies op atomically; see ChargeOp. It returns a
+	// *BudgetExceededError (and charges nothing) when a limit would be
+	// exceeded, and ErrIdempotencyConflict when op.Key was already used for
+	// a different charge.
+	Charge(ctx context.Context, op ChargeOp) (ChargeResult, error)
+
+	// PutHealth records the latest health of a connection.
+	PutHealth(ctx context.Context, h *policyv1.ConnectionHealth) error
+	// GetHealth returns the latest health of a connection, or
+	// store.ErrNotFound when none was ever reported.
+	GetHealth(ctx context.Context, connectionID string) (*policyv1.ConnectionHealth, error)
+}
+
+// ChargeOp is one atomic charge against a task's and a requester's budget.
+type ChargeOp struct {
+	// Key is the idempotency key, already scoped to the task. A second
+	// charge with the same key and the same amounts charges nothing and
+	// returns the current budgets.
+	Key string
+	// Task is the task budget's scope and maxima, used to create the budget
+	// on first charge and to fill maxima recorded as 0.
+	Task *policyv1.Budget
+	// Requester is the requester budget's scope and maxima, likewise.
+	Requester *policyv1.Budget
+	// Request holds the amounts charged.
+	Request *policyv1.ChargeRequest
+}
+
+// ChargeResult is the budgets after a charge.
+type ChargeResult struct {
+	// Task is the task's budget.
+	Task *policyv1.Budget
+	// Requester is the requester's budget.
+	Requester *policyv1.Budget
+	// Replayed is true when the idempotency key had already been charged.
+	Replayed bool
+}
+
+// ErrIdempotencyConflict means an idempotency key was reused for a charge
+// with different amounts.
+var ErrIdempotencyConflict = errors.New("policy: idempotency key already used for a different charge")
+
+// BudgetExceededError names the budget and dimension a charge would exceed.
+type BudgetExceededError struct {
+	// Scope is "task/<id>" or "requester/<id>".
+	Scope string
+	// Dimension is "calls", "response_bytes" or "cost_micros".
+	Dimension string
+	// Limit is the maximum.
+	Limit int64
+	// Used is what was used before the refused charge.
+	Used int64
+	// Requested is what the refused charge asked for.
+	Requested int64
+}
+
+// Error implements error.
+func (e *BudgetExceededError) Error() string {
+	return fmt.Sprintf("budget %s exceeded: %s used %d of %d, charge of %d refused", e.Scope, e.Dimension, e.Used, e.Limit, e.Requested)
+}
+
+// applyCharge checks every limit of every budget first and only then adds
+// the amounts, so a refused charge changes nothing. Budgets whose maxima are
+// 0 take the maxima of their template. Implementations of Store call it
+// inside their transaction.
+func applyCharge(req *policyv1.ChargeRequest, budgets ...*policyv1.Budget) error {
+	type dim struct {
+		name      string
+		max, used *int64
+		amount    int64
+	}
+	dims := func(b *policyv1.Budget) []dim {
+		return []dim{
+			{"calls", &b.MaxCalls, &b.UsedCalls, req.GetCalls()},
+			{"response_bytes", &b.MaxResponseBytes, &b.UsedResponseBytes, req.GetResponseBytes()},
+			{"cost_micros", &b.MaxCostMicros, &b.UsedCostMicros, req.GetCostMicros()},
+		}
+	}
+	for _, b := range budgets {
+		for _, d := range dims(b) {
+			// Written as a subtraction so huge amounts cannot overflow.
+			if d.amount > *d.max-*d.used {
+				return &BudgetExceededError{Scope: b.GetScope(), Dimension: d.name, Limit: *d.max, Used: *d.used, Requested: d.amount}
+			}
+		}
+	}
+	for _, b := range budgets {
+		for _, d := range dims(b) {
+			*d.used += d.amount
+		}
+	}
+	return nil
+}
+
+// sameCharge reports whether two charge requests ask for the same thing.
+func sameCharge(a, b *policyv1.ChargeRequest) bool {
+	return a.GetTaskId() == b.GetTaskId() && a.GetRequester() == b.GetRequester() &&
+		a.GetCalls() == b.GetCalls() && a.GetResponseBytes() == b.GetResponseBytes() &&
+		a.GetCostMicros() == b.GetCostMicros()
+}

@@ -1,0 +1,162 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// Buckets of the embedded store.
+const (
+	bucketHandles = "handles"
+	bucketBudgets = "budgets"
+	bucketCharges = "charges"
+	bucketHealth  = "health"
+)
+
+// boltStore is the embedded-file Store.
+type boltStore struct {
+	db *store.DB
+}
+
+// NewBoltStore returns a Store on an embedded bbolt database.
+func NewBoltStore(db *store.DB) Store { return &boltStore{db: db} }
+
+func (b *boltStore) CreateHandle(ctx context.Context, key string, h *policyv1.HandleBinding) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return b.db.Update(func(tx *store.Tx) error { return tx.Create(bucketHandles, key, h) })
+}
+
+func (b *boltStore) GetHandle(ctx context.Context, key string) (*policyv1.HandleBinding, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	h := &policyv1.HandleBinding{}
+	if err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketHandles, key, h) }); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (b *boltStore) DeleteExpiredHandles(ctx context.Context, before time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := b.db.Update(func(tx *store.Tx) error {
+		var expired []string
+		err := store.List(tx, bucketHandles, "", func() *policyv1.HandleBinding { return &policyv1.HandleBinding{} },
+			func(key string, h *policyv1.HandleBinding) error {
+				if h.GetExpireTime().AsTime().Before(before) {
+					expired = append(expired, key)
+				}
+				return nil
+			})
+		if err != nil {
+			return err
+		}
+		// Deleting while a cursor walks the bucket skips keys, so delete
+		// after the walk.
+		for _, k := range expired {
+			if err := tx.Delete(bucketHandles, k); err != nil {
+				return err
+			}
+		}
+		n = len(expired)
+		return nil
+	})
+	return n, err
+}
+
+func (b *boltStore) Charge(ctx context.Context, op ChargeOp) (ChargeResult, error) {
+	if err := ctx.Err(); err != nil {
+		return ChargeResult{}, err
+	}
+	var res ChargeResult
+	err := b.db.Update(func(tx *store.Tx) error {
+		task, err := loadBudget(tx, op.Task)
+		if err != nil {
+			return err
+		}
+		requester, err := loadBudget(tx, op.Requester)
+		if err != nil {
+			return err
+		}
+		prev := &policyv1.ChargeRequest{}
+		switch err := tx.Get(bucketCharges, op.Key, prev); {
+		case err == nil:
+			if !sameCharge(prev, op.Request) {
+				return ErrIdempotencyConflict
+			}
+			res = ChargeResult{Task: task, Requester: requester, Replayed: true}
+			return nil
+		case !errors.Is(err, store.ErrNotFound):
+			return err
+		}
+		if err := applyCharge(op.Request, task, requester); err != nil {
+			return err
+		}
+		if err := tx.Put(bucketBudgets, task.GetScope(), task); err != nil {
+			return err
+		}
+		if err := tx.Put(bucketBudgets, requester.GetScope(), requester); err != nil {
+			return err
+		}
+		if err := tx.Put(bucketCharges, op.Key, op.Request); err != nil {
+			return err
+		}
+		res = ChargeResult{Task: task, Requester: requester}
+		return nil
+	})
+	if err != nil {
+		return ChargeResult{}, err
+	}
+	return res, nil
+}
+
+// loadBudget reads a budget, or starts it from the template.
+func loadBudget(tx *store.Tx, tmpl *policyv1.Budget) (*policyv1.Budget, error) {
+	b := &policyv1.Budget{}
+	switch err := tx.Get(bucketBudgets, tmpl.GetScope(), b); {
+	case errors.Is(err, store.ErrNotFound):
+		b = proto.Clone(tmpl).(*policyv1.Budget)
+		b.UsedCalls, b.UsedResponseBytes, b.UsedCostMicros = 0, 0, 0
+	case err != nil:
+		return nil, err
+	}
+	if b.MaxCalls == 0 {
+		b.MaxCalls = tmpl.GetMaxCalls()
+	}
+	if b.MaxResponseBytes == 0 {
+		b.MaxResponseBytes = tmpl.GetMaxResponseBytes()
+	}
+	if b.MaxCostMicros == 0 {
+		b.MaxCostMicros = tmpl.GetMaxCostMicros()
+	}
+	return b, nil
+}
+
+func (b *boltStore) PutHealth(ctx context.Context, h *policyv1.ConnectionHealth) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return b.db.Update(func(tx *store.Tx) error { return tx.Put(bucketHealth, h.GetConnectionId(), h) })
+}
+
+func (b *boltStore) GetHealth(ctx context.Context, connectionID string) (*policyv1.ConnectionHealth, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	h := &policyv1.ConnectionHealth{}
+	if err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketHealth, connectionID, h) }); err != nil {
+		return nil, err
+	}
+	return h, nil
+}

@@ -1,0 +1,129 @@
+// Package registry is the V0M3 registry service: the single writer of
+// connections, their configuration revisions, discovery snapshots,
+// capabilities, mappings and review states, and of the events that describe
+// every change.
+//
+// Connecting a server registers nothing. A capability becomes usable only
+// through a reviewed, active mapping, and a mapping stops being usable the
+// moment what it was reviewed against (configuration, input schema or
+// description) changes.
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// Server implements registryv1.RegistryServiceServer on a Store.
+type Server struct {
+	registryv1.UnimplementedRegistryServiceServer
+
+	st  Store
+	log *slog.Logger
+	now func() time.Time
+
+	// changed is closed (and replaced) after every committed change, so
+	// WatchEvents streams wake without polling. Changes committed by another
+	// process sharing the store are picked up by the poll fallback.
+	mu      sync.Mutex
+	changed chan struct{}
+}
+
+// NewServer returns a registry server on st.
+func NewServer(st Store, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{st: st, log: log, now: time.Now, changed: make(chan struct{})}
+}
+
+// timestamp returns the current time as a proto timestamp.
+func (s *Server) timestamp() *timestamppb.Timestamp { return timestamppb.New(s.now()) }
+
+// changes returns a channel closed at the next committed change.
+func (s *Server) changes() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// notify wakes every watcher.
+func (s *Server) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// event builds an event stamped now; the store assigns its sequence.
+func (s *Server) event(t registryv1.RegistryEventType, connID, mappingID, snapshotID, detail string) *registryv1.RegistryEvent {
+	return &registryv1.RegistryEvent{
+		Type:         t,
+		ConnectionId: connID,
+		MappingId:    mappingID,
+		SnapshotId:   snapshotID,
+		Detail:       detail,
+		Time:         s.timestamp(),
+	}
+}
+
+// updateConnection runs fn on one connection in a store transaction and
+// translates the outcome into an API error. A missing connection is
+// NOT_FOUND CONNECTION_UNKNOWN.
+func (s *Server) updateConnection(ctx context.Context, id string, fn func(*ConnectionUpdate) error) error {
+	err := s.st.UpdateConnection(ctx, id, fn)
+	if err != nil {
+		return s.storeError(ctx, err, "update connection", func() error { return connectionUnknown(id) })
+	}
+	s.notify()
+	return nil
+}
+
+// storeError turns a store failure into what a client sees: status errors
+// built by the server pass through unchanged, ErrNotFound becomes
+// notFound(), cancellations keep their code, anything else is logged and
+// reported as INTERNAL without detail.
+func (s *Server) storeError(ctx context.Context, err error, op string, notFound func() error) error {
+	var se interface{ GRPCStatus() *status.Status }
+	switch {
+	case errors.As(err, &se):
+		return se.GRPCStatus().Err()
+	case errors.Is(err, store.ErrNotFound) && notFound != nil:
+		return notFound()
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request canceled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	}
+	s.log.ErrorContext(ctx, "registry store failure", "op", op, "error", err)
+	return apierror.New(codes.Internal, "STORE_FAILURE", fmt.Sprintf("%s failed in the registry store; retry later", op), nil)
+}
+
+func connectionUnknown(id string) error {
+	return apierror.New(codes.NotFound, "CONNECTION_UNKNOWN",
+		fmt.Sprintf("connection %q does not exist", id), map[string]string{"connection_id": id})
+}
+
+func connectionRetired(c *registryv1.Connection) error {
+	return apierror.New(codes.FailedPrecondition, "CONNECTION_RETIRED",
+		fmt.Sprintf("connection %s was retired at %s; it is kept for history and cannot change or be used",
+			c.GetId(), c.GetRetireTime().AsTime().Format(time.RFC3339)),
+		map[string]string{"connection_id": c.GetId()})
+}
+
+func required(field, description string) error {
+	return apierror.InvalidArgument("FIELD_REQUIRED", field+" is required",
+		apierror.FieldViolation{Field: field, Description: description})
+}

@@ -1,0 +1,89 @@
+package registry
+
+import (
+	"context"
+
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+)
+
+// Store is the registry's persistence contract. Every state change that
+// touches several records (a connection, its config revisions, snapshots,
+// mapping revisions and the events describing them) is committed by one
+// call, atomically: a crash or a concurrent writer never leaves half of it.
+//
+// Lookups of absent records return an error wrapping store.ErrNotFound.
+// Errors returned by an update function are returned unchanged (so gRPC
+// status errors built by the server reach the caller as they are).
+type Store interface {
+	// CreateConnection stores a new connection with its first config
+	// revision and appends ev. It fails with store.ErrExists if the id is
+	// taken.
+	CreateConnection(ctx context.Context, c *registryv1.Connection, rev *registryv1.ConfigRevision, ev *registryv1.RegistryEvent) error
+	// UpdateConnection loads one connection and everything that depends on
+	// it into a ConnectionUpdate, calls fn, and commits what fn left in it,
+	// all in one transaction. If fn returns an error nothing is written.
+	UpdateConnection(ctx context.Context, id string, fn func(*ConnectionUpdate) error) error
+
+	// GetConnection returns one connection.
+	GetConnection(ctx context.Context, id string) (*registryv1.Connection, error)
+	// ListConnections returns every connection, in no particular order.
+	ListConnections(ctx context.Context) ([]*registryv1.Connection, error)
+	// ListConfigRevisions returns a connection's config revisions, oldest
+	// first.
+	ListConfigRevisions(ctx context.Context, connectionID string) ([]*registryv1.ConfigRevision, error)
+
+	// GetSnapshot returns one discovery snapshot.
+	GetSnapshot(ctx context.Context, id string) (*registryv1.DiscoverySnapshot, error)
+	// ListSnapshots returns a connection's snapshots, oldest first.
+	ListSnapshots(ctx context.Context, connectionID string) ([]*registryv1.DiscoverySnapshot, error)
+
+	// GetMapping returns a mapping at its current revision (revision 0) or
+	// at a past revision.
+	GetMapping(ctx context.Context, id string, revision int64) (*registryv1.Mapping, error)
+	// ListMappings returns every mapping at its current revision, in no
+	// particular order.
+	ListMappings(ctx context.Context) ([]*registryv1.Mapping, error)
+
+	// ListEvents returns up to limit events with a sequence greater than
+	// after, in sequence order.
+	ListEvents(ctx context.Context, after int64, limit int) ([]*registryv1.RegistryEvent, error)
+}
+
+// ConnectionUpdate is one connection's state as read inside a store
+// transaction, plus the records the update function wants committed with
+// it. The loaded messages are private copies: fn may change them in place.
+type ConnectionUpdate struct {
+	// Connection is the current record; it is written back as fn leaves it.
+	Connection *registryv1.Connection
+	// Mappings holds the current revision of every mapping on this
+	// connection. They are read-only context: only those listed in
+	// WriteMappings are written.
+	Mappings []*registryv1.Mapping
+	// LatestSnapshot is the connection's latest snapshot, nil if none.
+	LatestSnapshot *registryv1.DiscoverySnapshot
+
+	// Revision, if set, is a new config revision to store. Its number must
+	// not exist yet.
+	Revision *registryv1.ConfigRevision
+	// Snapshot, if set, is a new immutable snapshot to store. Its id must
+	// not exist yet.
+	Snapshot *registryv1.DiscoverySnapshot
+	// WriteMappings are written in order. A mapping whose revision equals
+	// the stored current revision replaces it; revision current+1 (or 1 for
+	// a new id) appends a new revision and makes it current. Any other
+	// revision is a conflict. Earlier revisions stay readable as history.
+	WriteMappings []*registryv1.Mapping
+	// Events are appended in order; the store assigns their sequences.
+	Events []*registryv1.RegistryEvent
+}
+
+// Mapping returns the current revision of the mapping with the given id on
+// this connection, or nil.
+func (u *ConnectionUpdate) Mapping(id string) *registryv1.Mapping {
+	for _, m := range u.Mappings {
+		if m.GetId() == id {
+			return m
+		}
+	}
+	return nil
+}
