@@ -6,7 +6,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/v0m3/v0m3/services/internal/suite"
+	"github.com/v0m3/v0m3/services/suite"
 )
 
 // defaultPorts are the loopback ports `v0m3 dev` and the single-service

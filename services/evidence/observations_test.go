@@ -1,7 +1,9 @@
 package evidence_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -86,12 +88,12 @@ func TestObservationRevisions(t *testing.T) {
 	}
 
 	changed := observation("task_2", conn, uri, "v2: the API moves in June, pending review")
-	changed.RetrieveTime = timestamppb.New(t0.Add(3600e9))
+	changed.RetrieveTime = timestamppb.New(t0.Add(time.Hour))
 	second := record(t, e, changed)
 	if second.GetRevisionNumber() != 2 || second.GetRevisionId() == first.GetRevisionId() {
 		t.Fatalf("new digest: revision %q #%d, want a new revision #2", second.GetRevisionId(), second.GetRevisionNumber())
 	}
-	if !second.GetRetrieveTime().AsTime().Equal(t0.Add(3600e9)) {
+	if !second.GetRetrieveTime().AsTime().Equal(t0.Add(time.Hour)) {
 		t.Errorf("caller's retrieve_time not kept: %v", second.GetRetrieveTime().AsTime())
 	}
 
@@ -115,7 +117,7 @@ func TestObservationRevisions(t *testing.T) {
 		{Id: first.GetRevisionId(), ConnectionId: conn, ResourceUri: uri, Number: 1, ContentDigest: first.GetContentDigest(),
 			FirstObservationId: first.GetId(), FirstSeenTime: timestamppb.New(t0)},
 		{Id: second.GetRevisionId(), ConnectionId: conn, ResourceUri: uri, Number: 2, ContentDigest: second.GetContentDigest(),
-			FirstObservationId: second.GetId(), FirstSeenTime: timestamppb.New(t0.Add(3600e9))},
+			FirstObservationId: second.GetId(), FirstSeenTime: timestamppb.New(t0.Add(time.Hour))},
 	}
 	if len(revs.GetRevisions()) != len(want) {
 		t.Fatalf("ListRevisions = %v, want %v", revs.GetRevisions(), want)
@@ -173,25 +175,23 @@ func TestObservationOutputFieldsAssigned(t *testing.T) {
 func TestObservationReadErrors(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ctx := t.Context()
-
-	_, err := e.client.GetObservation(ctx, &evidencev1.GetObservationRequest{Id: "obs_nope"})
+	_, err := e.client.GetObservation(t.Context(), &evidencev1.GetObservationRequest{Id: "obs_nope"})
 	wantError(t, err, codes.NotFound, "OBSERVATION_UNKNOWN")
 
 	tests := []struct {
 		name   string
-		call   func() error
+		call   func(context.Context) error
 		fields []string
 	}{
-		{"get without id", func() error {
+		{"get without id", func(ctx context.Context) error {
 			_, err := e.client.GetObservation(ctx, &evidencev1.GetObservationRequest{})
 			return err
 		}, []string{"id"}},
-		{"list without task", func() error {
+		{"list without task", func(ctx context.Context) error {
 			_, err := e.client.ListObservations(ctx, &evidencev1.ListObservationsRequest{})
 			return err
 		}, []string{"task_id"}},
-		{"revisions without source", func() error {
+		{"revisions without source", func(ctx context.Context) error {
 			_, err := e.client.ListRevisions(ctx, &evidencev1.ListRevisionsRequest{})
 			return err
 		}, []string{"connection_id", "resource_uri"}},
@@ -199,7 +199,7 @@ func TestObservationReadErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			wantError(t, tc.call(), codes.InvalidArgument, "REQUEST_INVALID", tc.fields...)
+			wantError(t, tc.call(t.Context()), codes.InvalidArgument, "REQUEST_INVALID", tc.fields...)
 		})
 	}
 }

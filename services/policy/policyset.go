@@ -52,8 +52,12 @@ func (e *ParseError) Error() string {
 	return fmt.Sprintf("policy %s: %s", e.File, e.Msg)
 }
 
-// cedarPos matches the position cedar-go puts in its parse and scan errors.
-var cedarPos = regexp.MustCompile(`<input>:(\d+):(\d+)`)
+// cedarPos matches the position cedar-go puts in its parse and scan errors;
+// cedarNoise matches the parts of those messages that repeat the position.
+var (
+	cedarPos   = regexp.MustCompile(`<input>:(\d+):(\d+)`)
+	cedarNoise = regexp.MustCompile(`^(parser error: )?(parse error at )?<input>:\d+:\d+:? ?`)
+)
 
 // compiled is one immutable, parsed policy revision. The server swaps whole
 // revisions atomically, so a decision never sees half of a reload.
@@ -113,6 +117,14 @@ func parseError(name string, err error) *ParseError {
 	if m := cedarPos.FindStringSubmatch(msg); m != nil {
 		pe.Line, _ = strconv.Atoi(m[1])
 		pe.Column, _ = strconv.Atoi(m[2])
+		// "parse error at <input>:3:28 \";\": invalid primary" becomes
+		// "at \";\": invalid primary"; a scanner error keeps its text.
+		if n := cedarNoise.FindStringSubmatchIndex(msg); n != nil && n[1] < len(msg) {
+			pe.Msg = msg[n[1]:]
+			if n[4] >= 0 {
+				pe.Msg = "at " + pe.Msg
+			}
+		}
 	}
 	return pe
 }

@@ -53,9 +53,12 @@ func (s *Server) reloadLocked(ctx context.Context) error {
 		if pe, ok := asParseError(err); ok {
 			attrs = append(attrs, "line", pe.Line, "column", pe.Column)
 		}
-		if cur := s.policy.Load(); cur != nil {
-			attrs = append(attrs, "policy_revision_in_force", cur.revision)
+		cur := s.policy.Load()
+		if cur == nil {
+			s.log.ErrorContext(ctx, "policy refused", attrs...)
+			return err
 		}
+		attrs = append(attrs, "policy_revision_in_force", cur.revision)
 		s.log.ErrorContext(ctx, "policy refused; previous revision stays in force", attrs...)
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/suite"
+	"github.com/v0m3/v0m3/services/suite"
 )
 
 // The fixture library's sources used by the scenario.

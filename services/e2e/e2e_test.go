@@ -1,4 +1,7 @@
-package main
+// Package e2e_test runs the first experiment end to end: the real v0m3
+// binary, the five services over gRPC, and the fixture MCP server as a real
+// subprocess over stdio and streamable HTTP.
+package e2e_test
 
 import (
 	"bufio"
@@ -23,9 +26,9 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/scenario"
+	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/internal/serve"
-	"github.com/v0m3/v0m3/services/internal/suite"
+	"github.com/v0m3/v0m3/services/suite"
 )
 
 // v0m3Bin is the real binary built once for every test here: it is the
@@ -39,7 +42,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	v0m3Bin = filepath.Join(dir, "v0m3")
-	build := exec.Command("go", "build", "-o", v0m3Bin, ".")
+	build := exec.Command("go", "build", "-o", v0m3Bin, "github.com/v0m3/v0m3/cmd/v0m3")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build v0m3:", err)

@@ -1,0 +1,167 @@
+package adapter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/v0m3/v0m3/services/internal/apierror"
+)
+
+// Discovery bounds: a server cannot make discovery unbounded by paging
+// forever or describing itself at length.
+const (
+	discoverTimeout   = 60 * time.Second
+	maxListedItems    = 10000
+	maxDescriptionLen = 16 << 10
+)
+
+// Discover connects to a connection's server, lists every tool and
+// resource, and records what it saw as a registry snapshot. The registry
+// computes the digests.
+func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (*registryv1.DiscoverySnapshot, error) {
+	if req.GetConnectionId() == "" {
+		return nil, apierror.InvalidArgument("CONNECTION_ID_REQUIRED", "connection_id is required",
+			apierror.FieldViolation{Field: "connection_id", Description: "required"})
+	}
+	conn, err := s.connection(ctx, req.GetConnectionId())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, discoverTimeout)
+	defer cancel()
+	retrieved := time.Now()
+	ss, err := s.openSession(ctx, conn, discoveryMessageLimit)
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return nil, err
+		}
+		return nil, s.discoveryFailed(ctx, conn.GetId(), err, ss.m)
+	}
+	defer ss.close()
+	snap, err := describe(ctx, ss)
+	if err != nil {
+		return nil, s.discoveryFailed(ctx, conn.GetId(), err, ss.m)
+	}
+	snap.ConnectionId = conn.GetId()
+	snap.ConfigRevision = conn.GetConfigRevision()
+	snap.RetrieveTime = timestamppb.New(retrieved)
+	s.reportHealth(ctx, conn.GetId(), true, "")
+	rec, err := s.deps.Registry.RecordSnapshot(ctx, &registryv1.RecordSnapshotRequest{Snapshot: snap})
+	if err != nil {
+		return nil, apierror.Propagate(err, "record snapshot")
+	}
+	s.log.Info("discovered", "connection_id", conn.GetId(), "snapshot_id", rec.GetId(),
+		"tools", len(snap.Tools), "resources", len(snap.Resources), "protocol_version", snap.ProtocolVersion)
+	return rec, nil
+}
+
+// discoveryFailed reports the connection degraded and returns the error a
+// caller sees. The cause is logged for operators, never returned: it may
+// hold remote text.
+func (s *Server) discoveryFailed(ctx context.Context, connectionID string, cause error, m *meter) error {
+	if isLimitError(cause, m) {
+		s.log.Warn("discovery response over limit", "connection_id", connectionID, "limit", discoveryMessageLimit)
+		s.reportHealth(ctx, connectionID, false, "discovery response exceeded the adapter's limit")
+		return apierror.New(codes.ResourceExhausted, "DISCOVERY_LIMIT_EXCEEDED",
+			fmt.Sprintf("a discovery message from connection %s exceeded %d bytes", connectionID, discoveryMessageLimit),
+			map[string]string{"connection_id": connectionID})
+	}
+	s.log.Warn("discovery failed", "connection_id", connectionID, "error", cause)
+	s.reportHealth(ctx, connectionID, false, "server unreachable")
+	return apierror.New(codes.Unavailable, "SERVER_UNREACHABLE",
+		fmt.Sprintf("could not discover connection %s: the server could not be reached or broke the session", connectionID),
+		map[string]string{"connection_id": connectionID})
+}
+
+// describe lists a session's tools and resources (all pages) into a
+// snapshot without identity fields.
+func describe(ctx context.Context, ss *session) (*registryv1.DiscoverySnapshot, error) {
+	init := ss.cs.InitializeResult()
+	snap := &registryv1.DiscoverySnapshot{ServerInfo: serverInfo(ss.cs)}
+	var caps *mcp.ServerCapabilities
+	if init != nil {
+		snap.ProtocolVersion = init.ProtocolVersion
+		caps = init.Capabilities
+	}
+	if caps == nil || caps.Tools != nil {
+		for t, err := range ss.cs.Tools(ctx, nil) {
+			if err != nil {
+				return nil, fmt.Errorf("list tools: %w", err)
+			}
+			if len(snap.Tools) == maxListedItems {
+				return nil, fmt.Errorf("list tools: more than %d tools", maxListedItems)
+			}
+			ti := &registryv1.ToolIdentity{
+				Name:        truncate(t.Name, 256),
+				Title:       truncate(t.Title, 256),
+				Description: truncate(t.Description, maxDescriptionLen),
+			}
+			var err error
+			if ti.InputSchema, err = toStruct(t.InputSchema); err != nil {
+				return nil, fmt.Errorf("tool input schema: %w", err)
+			}
+			if ti.OutputSchema, err = toStruct(t.OutputSchema); err != nil {
+				return nil, fmt.Errorf("tool output schema: %w", err)
+			}
+			if t.Annotations != nil {
+				if ti.Annotations, err = toStruct(t.Annotations); err != nil {
+					return nil, fmt.Errorf("tool annotations: %w", err)
+				}
+			}
+			snap.Tools = append(snap.Tools, ti)
+		}
+	}
+	if caps == nil || caps.Resources != nil {
+		for r, err := range ss.cs.Resources(ctx, nil) {
+			if err != nil {
+				return nil, fmt.Errorf("list resources: %w", err)
+			}
+			if len(snap.Resources) == maxListedItems {
+				return nil, fmt.Errorf("list resources: more than %d resources", maxListedItems)
+			}
+			snap.Resources = append(snap.Resources, &registryv1.ResourceIdentity{
+				Uri:         truncate(r.URI, 2048),
+				Name:        truncate(r.Name, 256),
+				Title:       truncate(r.Title, 256),
+				Description: truncate(r.Description, maxDescriptionLen),
+				MimeType:    truncate(r.MIMEType, 256),
+				Size:        r.Size,
+			})
+		}
+	}
+	slices.SortFunc(snap.Tools, func(a, b *registryv1.ToolIdentity) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(snap.Resources, func(a, b *registryv1.ResourceIdentity) int { return strings.Compare(a.Uri, b.Uri) })
+	return snap, nil
+}
+
+// toStruct converts a JSON object value into a Struct; nil and JSON null
+// give nil.
+func toStruct(v any) (*structpb.Struct, error) {
+	if v == nil {
+		return nil, nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("not a JSON object")
+	}
+	if m == nil {
+		return nil, nil
+	}
+	return structpb.NewStruct(m)
+}

@@ -1,0 +1,288 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/v0m3/v0m3/services/internal/apierror"
+)
+
+// Execution bounds.
+const (
+	// maxResponseBytesCap is the largest max_response_bytes a mapping may
+	// ask for: the adapter holds up to about this much per call.
+	maxResponseBytesCap = 64 << 20
+	// defaultExecuteTimeout applies when the caller set no deadline.
+	defaultExecuteTimeout = 60 * time.Second
+	// maxDetailBytes bounds untrusted detail.
+	maxDetailBytes = 512
+	// AttemptMetaKey is the _meta key that carries the attempt id in every
+	// MCP request, as evidence that links the remote call to the attempt.
+	AttemptMetaKey = "dev.v0m3/attempt_id"
+)
+
+// Safe codes of ExecuteResponse.error.
+const (
+	CodeServerUnreachable     = "SERVER_UNREACHABLE"
+	CodeToolError             = "TOOL_ERROR"
+	CodeResponseLimitExceeded = "RESPONSE_LIMIT_EXCEEDED"
+	CodeItemLimitExceeded     = "ITEM_LIMIT_EXCEEDED"
+	CodeMediaTypeNotAllowed   = "MEDIA_TYPE_NOT_ALLOWED"
+	CodeTransportClosed       = "TRANSPORT_CLOSED"
+	CodeDeadlineExceeded      = "DEADLINE_EXCEEDED"
+	CodeCancelled             = "CANCELLED"
+	CodeMalformedResult       = "MALFORMED_RESULT"
+)
+
+// Execute performs one remote call for an already authorized attempt.
+// Request and precondition failures are gRPC errors; from the moment the
+// call is prepared, every outcome is an ExecuteResponse carrying the
+// furthest delivery stage reached.
+func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+	if err := validateExecute(req); err != nil {
+		return nil, err
+	}
+	conn, err := s.connection(ctx, req.GetConnectionId())
+	if err != nil {
+		return nil, err
+	}
+	if conn.GetConfigRevision() != req.GetConfigRevision() {
+		return nil, apierror.New(codes.FailedPrecondition, "CONFIG_REVISION_CHANGED",
+			fmt.Sprintf("connection %s is at config revision %d, the call was authorized against %d; authorize it again",
+				conn.GetId(), conn.GetConfigRevision(), req.GetConfigRevision()),
+			map[string]string{
+				"connection_id":    conn.GetId(),
+				"current_revision": fmt.Sprint(conn.GetConfigRevision()),
+				"request_revision": fmt.Sprint(req.GetConfigRevision()),
+			})
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultExecuteTimeout)
+		defer cancel()
+	}
+	resp := s.execute(ctx, conn, req)
+	s.log.Info("executed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(),
+		"method", resp.GetMethod(), "outcome", outcomeName(resp.GetOutcome()), "stage", resp.GetStage().String(),
+		"safe_code", resp.GetError().GetSafeCode(), "response_bytes", resp.GetResponseBytes())
+	s.trace(ctx, req, resp)
+	return resp, nil
+}
+
+func validateExecute(req *adapterv1.ExecuteRequest) error {
+	var v []apierror.FieldViolation
+	add := func(field, desc string) { v = append(v, apierror.FieldViolation{Field: field, Description: desc}) }
+	if req.GetConnectionId() == "" {
+		add("connection_id", "required")
+	}
+	if req.GetConfigRevision() <= 0 {
+		add("config_revision", "required, > 0")
+	}
+	if req.GetMappingId() == "" {
+		add("mapping_id", "required")
+	}
+	if req.GetMappingRevision() <= 0 {
+		add("mapping_revision", "required, > 0")
+	}
+	if req.GetAttemptId() == "" {
+		add("attempt_id", "required")
+	}
+	switch t := req.GetTarget(); {
+	case t == nil:
+		add("target", "required")
+	default:
+		if t.GetKind() != registryv1.RemoteKind_REMOTE_KIND_TOOL && t.GetKind() != registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
+			add("target.kind", "must be REMOTE_KIND_TOOL or REMOTE_KIND_RESOURCE")
+		}
+		if t.GetName() == "" {
+			add("target.name", "required")
+		}
+		if t.GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE && len(req.GetArguments().GetFields()) > 0 {
+			add("arguments", "must be empty for a resource read")
+		}
+	}
+	switch l := req.GetLimits(); {
+	case l == nil:
+		add("limits", "required")
+	default:
+		if l.GetMaxResponseBytes() <= 0 || l.GetMaxResponseBytes() > maxResponseBytesCap {
+			add("limits.max_response_bytes", fmt.Sprintf("required, within 1..%d", maxResponseBytesCap))
+		}
+		if l.GetMaxItems() <= 0 {
+			add("limits.max_items", "required, > 0")
+		}
+	}
+	if len(v) > 0 {
+		return apierror.InvalidArgument("INVALID_EXECUTE_REQUEST", "the execute request is incomplete or out of range", v...)
+	}
+	return nil
+}
+
+// execute runs the call and builds its response.
+func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *adapterv1.ExecuteRequest) *adapterv1.ExecuteResponse {
+	method := "tools/call"
+	if req.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
+		method = "resources/read"
+	}
+	resp := &adapterv1.ExecuteResponse{Method: method, Stage: adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED}
+	limits := req.GetLimits()
+	ss, err := s.openSession(ctx, conn, limits.GetMaxResponseBytes()+envelopeAllowance)
+	if err != nil {
+		s.log.Warn("execute: connect failed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", err)
+		if ss != nil && isLimitError(err, ss.m) {
+			return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
+		}
+		return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeServerUnreachable, "")
+	}
+	defer ss.close()
+	resp.ServerInfo = serverInfo(ss.cs)
+
+	ss.m.watchRequest(method)
+	before := ss.m.total.Load()
+	meta := mcp.Meta{AttemptMetaKey: req.GetAttemptId()}
+	var (
+		toolRes *mcp.CallToolResult
+		readRes *mcp.ReadResourceResult
+	)
+	if method == "tools/call" {
+		params := &mcp.CallToolParams{Meta: meta, Name: req.GetTarget().GetName()}
+		if a := req.GetArguments(); a != nil {
+			params.Arguments = a.AsMap()
+		} else {
+			params.Arguments = map[string]any{}
+		}
+		toolRes, err = ss.cs.CallTool(ctx, params)
+	} else {
+		readRes, err = ss.cs.ReadResource(ctx, &mcp.ReadResourceParams{Meta: meta, URI: req.GetTarget().GetName()})
+	}
+	observed := time.Now()
+	sent, acked, sendTime := ss.m.state()
+	if sent {
+		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_SENT
+		resp.SendTime = timestamppb.New(sendTime)
+	}
+	if acked {
+		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_ACKNOWLEDGED
+	}
+	resp.ResponseBytes = ss.m.total.Load() - before
+	if err != nil {
+		return s.callFailed(ctx, resp, err, ss.m, sent, limits)
+	}
+	resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED
+	resp.ObserveTime = timestamppb.New(observed)
+
+	var r result
+	if toolRes != nil {
+		if toolRes.IsError {
+			return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeToolError, toolErrorText(toolRes))
+		}
+		r, err = fromToolResult(toolRes, limits)
+	} else {
+		r, err = fromReadResult(readRes, limits)
+	}
+	if err != nil {
+		var ce *contentError
+		if errors.As(err, &ce) {
+			return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, ce.code, ce.detail)
+		}
+		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedResult, "")
+	}
+	resp.Items, resp.StructuredContent, resp.ResponseDigest = r.items, r.structured, r.digest
+	resp.Outcome = adapterv1.Outcome_OUTCOME_OK
+	return resp
+}
+
+// callFailed maps a failed call onto an outcome by the strongest evidence
+// reached: a limit hit, a JSON-RPC error the server sent, or a transport
+// that broke before (unavailable) or after (unknown) the request was sent.
+func (s *Server) callFailed(ctx context.Context, resp *adapterv1.ExecuteResponse, err error, m *meter, sent bool, limits *registryv1.Limits) *adapterv1.ExecuteResponse {
+	if isLimitError(err, m) {
+		return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
+	}
+	var werr *jsonrpc.Error
+	if errors.As(err, &werr) && !localJSONRPCCodes[werr.Code] {
+		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED
+		resp.ObserveTime = timestamppb.Now()
+		outcome := adapterv1.Outcome_OUTCOME_UNKNOWN
+		switch werr.Code {
+		case jsonrpc.CodeInvalidParams, jsonrpc.CodeMethodNotFound, jsonrpc.CodeInvalidRequest:
+			outcome = adapterv1.Outcome_OUTCOME_INVALID_REQUEST
+		}
+		return fail(resp, outcome, fmt.Sprintf("JSONRPC_%d", werr.Code), truncate(werr.Message, maxDetailBytes))
+	}
+	s.log.Warn("execute: call failed", "sent", sent, "error", err)
+	if !sent {
+		return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeServerUnreachable, "")
+	}
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeDeadlineExceeded, "")
+	case errors.Is(ctx.Err(), context.Canceled):
+		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeCancelled, "")
+	}
+	return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeTransportClosed, "")
+}
+
+// localJSONRPCCodes are codes the client library itself produces for a
+// transport that rejected, or a session that is closing: transport
+// evidence, not an answer from the server.
+var localJSONRPCCodes = map[int64]bool{-32003: true, -32004: true, -32005: true}
+
+// limitDetail is an adapter-authored fact about the limit, not remote text.
+func limitDetail(l *registryv1.Limits) string {
+	return fmt.Sprintf("response exceeded max_response_bytes=%d", l.GetMaxResponseBytes())
+}
+
+func fail(resp *adapterv1.ExecuteResponse, o adapterv1.Outcome, code, detail string) *adapterv1.ExecuteResponse {
+	resp.Outcome = o
+	resp.Items, resp.StructuredContent, resp.ResponseDigest = nil, nil, ""
+	resp.Error = &adapterv1.ErrorEvidence{SafeCode: code, UntrustedDetail: detail}
+	return resp
+}
+
+// toolErrorText joins a tool error's text blocks, bounded.
+func toolErrorText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			if b.Len() > 0 {
+				b.WriteString("\n")
+			}
+			b.WriteString(t.Text)
+			if b.Len() > maxDetailBytes {
+				break
+			}
+		}
+	}
+	return truncate(b.String(), maxDetailBytes)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary and drops invalid
+// UTF-8.
+func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "")
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+func outcomeName(o adapterv1.Outcome) string {
+	return strings.ToLower(strings.TrimPrefix(o.String(), "OUTCOME_"))
+}

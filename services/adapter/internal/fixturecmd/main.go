@@ -1,0 +1,34 @@
+// Command fixturecmd runs the "V0M3 Sources" fixture MCP server for the
+// adapter's tests, over stdio or streamable HTTP.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/v0m3/v0m3/services/fixture"
+)
+
+func main() {
+	var (
+		transport   = flag.String("transport", "stdio", `"stdio" or "http"`)
+		addr        = flag.String("addr", "127.0.0.1:0", "listen address for http")
+		schema      = flag.String("schema", "v1", `search schema, "v1" or "v2"`)
+		description = flag.String("description", "default", `search description, "default" or "private"`)
+		revision    = flag.Int("notes-revision", 1, "notes revision, 1 or 2")
+		callLog     = flag.String("call-log", "", "file receiving one JSON line per request")
+		hostile     = flag.Bool("hostile", false, "add the misbehaving test tools")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts := fixture.Options{Schema: *schema, Description: *description, NotesRevision: *revision, CallLog: *callLog, Hostile: *hostile}
+	if err := fixture.Run(ctx, opts, *transport, *addr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,234 @@
+package adapter
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+)
+
+// secretEnv is set in the test process; no local server may see it.
+const secretEnv = "V0M3_TEST_SECRET_TOKEN"
+
+var (
+	fixtureBin string // the built fixture command
+	httpURL    string // a hostile fixture served over streamable HTTP
+)
+
+// TestMain builds the fixture into a binary and starts one HTTP instance.
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "adapter-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	fixtureBin = filepath.Join(dir, "fixture")
+	build := exec.Command("go", "build", "-o", fixtureBin, "github.com/v0m3/v0m3/services/adapter/internal/fixturecmd")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build fixture:", err)
+		return 1
+	}
+	os.Setenv(secretEnv, "hunter2")
+
+	srv := exec.Command(fixtureBin, "--transport", "http", "--addr", "127.0.0.1:0", "--hostile")
+	stderr, err := srv.StderrPipe()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := srv.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "start http fixture:", err)
+		return 1
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if u, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+			httpURL = u
+			break
+		}
+	}
+	if httpURL == "" {
+		fmt.Fprintln(os.Stderr, "http fixture did not report its address")
+		return 1
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	return m.Run()
+}
+
+// fakeRegistry is an in-process registry dependency: connections by id,
+// snapshots recorded as given.
+type fakeRegistry struct {
+	registryv1.UnimplementedRegistryServiceServer
+	mu        sync.Mutex
+	conns     map[string]*registryv1.Connection
+	snapshots []*registryv1.DiscoverySnapshot
+}
+
+func (f *fakeRegistry) GetConnection(_ context.Context, req *registryv1.GetConnectionRequest) (*registryv1.Connection, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.conns[req.GetId()]
+	if !ok {
+		return nil, apierror.New(codes.NotFound, "CONNECTION_NOT_FOUND", "no such connection", nil)
+	}
+	return c, nil
+}
+
+func (f *fakeRegistry) RecordSnapshot(_ context.Context, req *registryv1.RecordSnapshotRequest) (*registryv1.DiscoverySnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := req.GetSnapshot()
+	s.Id = fmt.Sprintf("snap_%d", len(f.snapshots)+1)
+	f.snapshots = append(f.snapshots, s)
+	return s, nil
+}
+
+func (f *fakeRegistry) add(c *registryv1.Connection) *registryv1.Connection {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c.Id == "" {
+		c.Id = fmt.Sprintf("conn_%d", len(f.conns)+1)
+	}
+	if c.ConfigRevision == 0 {
+		c.ConfigRevision = 1
+	}
+	if c.State == registryv1.ConnectionState_CONNECTION_STATE_UNSPECIFIED {
+		c.State = registryv1.ConnectionState_CONNECTION_STATE_ACTIVE
+	}
+	f.conns[c.Id] = c
+	return c
+}
+
+// fakeEvidence records appended trace events.
+type fakeEvidence struct {
+	evidencev1.UnimplementedEvidenceServiceServer
+	mu     sync.Mutex
+	events []*evidencev1.TraceEvent
+}
+
+func (f *fakeEvidence) AppendTrace(_ context.Context, req *evidencev1.AppendTraceRequest) (*evidencev1.TraceEvent, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, req.GetEvent())
+	return req.GetEvent(), nil
+}
+
+// fakePolicy records health reports.
+type fakePolicy struct {
+	policyv1.UnimplementedPolicyServiceServer
+	mu      sync.Mutex
+	reports []*policyv1.ReportConnectionHealthRequest
+}
+
+func (f *fakePolicy) ReportConnectionHealth(_ context.Context, req *policyv1.ReportConnectionHealthRequest) (*policyv1.ConnectionHealth, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reports = append(f.reports, req)
+	return &policyv1.ConnectionHealth{ConnectionId: req.GetConnectionId(), State: req.GetState()}, nil
+}
+
+func (f *fakePolicy) last() *policyv1.ReportConnectionHealthRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reports) == 0 {
+		return nil
+	}
+	return f.reports[len(f.reports)-1]
+}
+
+type env struct {
+	srv      *Server
+	registry *fakeRegistry
+	evidence *fakeEvidence
+	policy   *fakePolicy
+}
+
+// newEnv serves fake dependencies over bufconn and returns an adapter using
+// them.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{registry: &fakeRegistry{conns: map[string]*registryv1.Connection{}}, evidence: &fakeEvidence{}, policy: &fakePolicy{}}
+	lis := bufconn.Listen(1 << 20)
+	g := grpc.NewServer()
+	registryv1.RegisterRegistryServiceServer(g, e.registry)
+	evidencev1.RegisterEvidenceServiceServer(g, e.evidence)
+	policyv1.RegisterPolicyServiceServer(g, e.policy)
+	go func() { _ = g.Serve(lis) }()
+	cc, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = NewServer(Deps{
+		Registry: registryv1.NewRegistryServiceClient(cc),
+		Policy:   policyv1.NewPolicyServiceClient(cc),
+		Evidence: evidencev1.NewEvidenceServiceClient(cc),
+		WorkDir:  t.TempDir(),
+	}, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { _ = e.srv.Close(); _ = cc.Close(); g.Stop() })
+	return e
+}
+
+// stdioConn registers a connection that runs the fixture over stdio.
+func (e *env) stdioConn(args ...string) *registryv1.Connection {
+	return e.registry.add(&registryv1.Connection{DisplayName: "V0M3 Sources (stdio)", Transport: &registryv1.Transport{
+		Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{
+			Command: fixtureBin,
+			Args:    append([]string{"--transport", "stdio"}, args...),
+			Env:     map[string]string{"FIXTURE_MODE": "test"},
+		}},
+	}})
+}
+
+// httpConn registers a connection to a streamable HTTP endpoint.
+func (e *env) httpConn(url string) *registryv1.Connection {
+	return e.registry.add(&registryv1.Connection{DisplayName: "V0M3 Sources (http)", Transport: &registryv1.Transport{
+		Kind: &registryv1.Transport_StreamableHttp{StreamableHttp: &registryv1.StreamableHTTPTransport{Url: url}},
+	}})
+}
+
+// transports runs fn against a hostile fixture over each transport.
+func transports(t *testing.T, fn func(t *testing.T, e *env, conn *registryv1.Connection)) {
+	t.Helper()
+	for _, kind := range []string{"stdio", "http"} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t)
+			conn := e.httpConn(httpURL)
+			if kind == "stdio" {
+				conn = e.stdioConn("--hostile")
+			}
+			fn(t, e, conn)
+		})
+	}
+}
+
+var _ adapterv1.AdapterServiceServer = (*Server)(nil)

@@ -1,0 +1,182 @@
+package adapter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+)
+
+// childPATH is the PATH a local server gets unless its configuration sets
+// one. Nothing else of the adapter's environment reaches it.
+const childPATH = "/usr/local/bin:/usr/bin:/bin"
+
+// stopGrace is how long a local server may take to exit after its stdin
+// closes before it is killed.
+const stopGrace = 2 * time.Second
+
+// stdioDialer starts a connection's local server as a child process and
+// speaks MCP over its stdin/stdout. The child runs in a fresh working
+// directory, with only its configured environment, in its own process
+// group, and is always reaped.
+type stdioDialer struct {
+	spec         *registryv1.StdioTransport
+	workRoot     string
+	connectionID string
+	log          *slog.Logger
+}
+
+func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func(), error) {
+	env := childEnv(d.spec.GetEnv())
+	path, err := lookPath(d.spec.GetCommand(), envValue(env, "PATH"))
+	if err != nil {
+		return nil, nil, err
+	}
+	parent := filepath.Join(d.workRoot, safeName(d.connectionID))
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("create working directory: %w", err)
+	}
+	dir, err := os.MkdirTemp(parent, "run-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("create working directory: %w", err)
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		closeAll(inR, inW)
+		return nil, nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   append([]string{d.spec.GetCommand()}, d.spec.GetArgs()...),
+		Env:    env,
+		Dir:    dir,
+		Stdin:  inR,
+		Stdout: outW,
+		// Stderr stays nil (/dev/null): it is untrusted free text and is
+		// neither buffered nor logged.
+	}
+	setProcAttr(cmd)
+	if err := cmd.Start(); err != nil {
+		closeAll(inR, inW, outR, outW)
+		_ = os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("start %s: %w", filepath.Base(path), err)
+	}
+	// The child holds its own ends now.
+	closeAll(inR, outW)
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t := &mcp.IOTransport{
+		Reader:        &lineLimitReader{r: outR, m: m},
+		Writer:        &watchWriter{w: inW, m: m},
+		MaxLineLength: -1, // lineLimitReader enforces the limit while reading
+	}
+	release := func() {
+		// Closing stdin asks the server to exit; closing stdout makes a
+		// server still writing fail instead of blocking.
+		closeAll(inW, outR)
+		select {
+		case <-exited:
+		case <-time.After(stopGrace):
+			d.log.Warn("local server did not exit after stdin closed; killing it", "connection_id", d.connectionID)
+		}
+		killGroup(cmd)
+		<-exited
+		_ = os.RemoveAll(dir)
+	}
+	return t, release, nil
+}
+
+// childEnv is the child's whole environment: PATH plus the configured,
+// non-secret variables, sorted.
+func childEnv(cfg map[string]string) []string {
+	env := map[string]string{"PATH": childPATH}
+	for k, v := range cfg {
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath resolves command against the child's PATH, not the adapter's.
+func lookPath(command, path string) (string, error) {
+	if command == "" {
+		return "", fmt.Errorf("no command configured")
+	}
+	if strings.Contains(command, "/") {
+		return command, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, command)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("command %q not found in the server's PATH", command)
+}
+
+// safeName maps an id onto a file name.
+func safeName(id string) string {
+	b := []byte(id)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 {
+		return "_"
+	}
+	return string(b)
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
+}
+
+// watchWriter writes outbound messages to the child's stdin and tells the
+// meter once the watched request was written whole.
+type watchWriter struct {
+	w *os.File
+	m *meter
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	if err == nil {
+		w.m.wrote(p)
+	}
+	return n, err
+}
+
+func (w *watchWriter) Close() error { return w.w.Close() }

@@ -1,0 +1,310 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/ids"
+)
+
+// Safe codes the orchestrator itself puts into error evidence.
+const (
+	codeResponseLimitExceeded  = "RESPONSE_LIMIT_EXCEEDED"
+	codeObservationNotRecorded = "OBSERVATION_NOT_RECORDED"
+)
+
+// maxUntrustedDetail bounds untrusted error text kept in a record.
+const maxUntrustedDetail = 512
+
+// execute makes one attempt at a prepared request: it persists the attempt
+// as PREPARED before anything is sent, calls the adapter, persists the
+// stage and outcome the adapter reports, and for a successful retrieval
+// turns every content item with a resource URI into a source observation
+// and quoted excerpts before committing.
+func (s *Server) execute(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, p *prepared) (*orchestratorv1.ToolRequest, error) {
+	att := &orchestratorv1.Attempt{
+		Id:        ids.New("att"),
+		IntentId:  req.GetIntentId(),
+		Number:    int32(len(req.GetAttempts()) + 1),
+		Stage:     adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED,
+		StartTime: s.timestamp(),
+	}
+	remote, err := remoteArguments(p.mapping, p.normalized, p.targets)
+	if err != nil {
+		return s.refuse(ctx, req, p, apierror.New(codes.FailedPrecondition, "MAPPING_UNUSABLE",
+			fmt.Sprintf("mapping %s r%d cannot build remote arguments: %v", p.mapping.GetId(), p.mapping.GetRevision(), err), nil))
+	}
+	req, err = s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		mergeAttempt(r, att)
+		p.record(r)
+		r.UpdateTime = s.timestamp()
+		return nil
+	})
+	if err != nil {
+		// Nothing was sent; the caller may resubmit under a new call id.
+		return nil, s.internal(ctx, "persist the prepared attempt", err)
+	}
+
+	resp, callErr := s.deps.Adapter.Execute(ctx, &adapterv1.ExecuteRequest{
+		ConnectionId:    p.mapping.GetConnectionId(),
+		ConfigRevision:  p.connection.GetConfigRevision(),
+		MappingId:       p.mapping.GetId(),
+		MappingRevision: p.mapping.GetRevision(),
+		Target:          p.mapping.GetTarget(),
+		Arguments:       remote,
+		Limits:          p.mapping.GetLimits(),
+		TaskId:          task.GetId(),
+		AttemptId:       att.GetId(),
+		SnapshotId:      p.mapping.GetSnapshotId(),
+	})
+	if callErr != nil {
+		resp = responseFromCallError(callErr)
+	}
+	outcome := resp.GetOutcome()
+	if outcome == adapterv1.Outcome_OUTCOME_UNKNOWN && p.capability.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
+		// A bounded read has no effect to duplicate: another attempt is
+		// safe, which is what INTERRUPTED means.
+		outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED
+	}
+	if resp.GetStage() > att.GetStage() {
+		att.Stage = resp.GetStage()
+	}
+	att.Outcome = outcome
+	att.Error = resp.GetError()
+	if _, err := s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
+		s.log.ErrorContext(ctx, "persist attempt stage", "request", req.GetId(), "attempt", att.GetId(), "err", err)
+	}
+	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED, Capability: req.GetCapability(),
+		RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(outcome),
+		Detail: fmt.Sprintf("attempt %d via connection %s mapping %s r%d: %s, stage %s, %d bytes, response %s",
+			att.GetNumber(), p.mapping.GetConnectionId(), p.mapping.GetId(), p.mapping.GetRevision(), outcomeName(outcome),
+			stageName(att.GetStage()), resp.GetResponseBytes(), resp.GetResponseDigest()),
+	})
+	if outcome != adapterv1.Outcome_OUTCOME_OK {
+		return s.fail(ctx, req, att)
+	}
+
+	var excerpts []*orchestratorv1.QuotedExcerpt
+	if p.capability.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
+		excerpts, err = s.observe(ctx, task, req, att, p, remote, resp)
+		if err != nil {
+			// The remote call completed but its result did not become
+			// evidence: not committed, and said so.
+			att.Error = &adapterv1.ErrorEvidence{SafeCode: codeObservationNotRecorded}
+			s.log.ErrorContext(ctx, "record observation", "request", req.GetId(), "attempt", att.GetId(), "err", err)
+			return s.fail(ctx, req, att)
+		}
+	}
+
+	att.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED
+	att.EndTime = s.timestamp()
+	out, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		mergeAttempt(r, att)
+		r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
+		r.Outcome = adapterv1.Outcome_OUTCOME_OK
+		r.Excerpts = excerpts
+		r.UpdateTime = s.timestamp()
+		return nil
+	})
+	if err != nil {
+		return nil, s.internal(ctx, "commit the executed request", err)
+	}
+	checkpoint := fmt.Sprintf("last committed: request %s (%s), attempt %s #%d", out.GetId(), out.GetCapability(), att.GetId(), att.GetNumber())
+	if _, err := s.st.UpdateTask(ctx, task.GetId(), func(t *orchestratorv1.Task) error {
+		t.Checkpoint = checkpoint
+		t.UpdateTime = s.timestamp()
+		return nil
+	}); err != nil {
+		s.log.WarnContext(ctx, "update task checkpoint", "task", task.GetId(), "err", err)
+	}
+	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE, Capability: out.GetCapability(),
+		RequestId: out.GetId(), IntentId: out.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(adapterv1.Outcome_OUTCOME_OK),
+		Detail: fmt.Sprintf("committed: %d quoted excerpts", len(excerpts)),
+	})
+	s.emit(ctx, task.GetId(), out.GetId(), "request.executed", fmt.Sprintf("%s committed with %d quoted excerpts", out.GetCapability(), len(excerpts)))
+	s.log.InfoContext(ctx, "request executed", "task", task.GetId(), "request", out.GetId(), "attempt", att.GetId())
+	return out, nil
+}
+
+// fail records a failed attempt. A response that broke the mapping's limits
+// is also an error for the caller; any other failure is reported through
+// the request's state and its attempt's evidence.
+func (s *Server) fail(ctx context.Context, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error) {
+	att.EndTime = s.timestamp()
+	out, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		mergeAttempt(r, att)
+		r.State = orchestratorv1.RequestState_REQUEST_STATE_FAILED
+		r.Outcome = att.GetOutcome()
+		r.UpdateTime = s.timestamp()
+		return nil
+	})
+	if err != nil {
+		return nil, s.internal(ctx, "record the failed request", err)
+	}
+	code := att.GetError().GetSafeCode()
+	// Only the safe code goes into the product trace and events; the
+	// untrusted detail stays on the attempt, displayed, never parsed.
+	detail := fmt.Sprintf("attempt %d failed: %s", att.GetNumber(), outcomeName(att.GetOutcome()))
+	if code != "" {
+		detail += " (" + code + ")"
+	}
+	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE, Capability: req.GetCapability(),
+		RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(att.GetOutcome()),
+		Reason: code, Detail: detail,
+	})
+	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.failed", detail)
+	s.log.InfoContext(ctx, "request failed", "task", req.GetTaskId(), "request", req.GetId(), "attempt", att.GetId(), "outcome", outcomeName(att.GetOutcome()), "code", code)
+	if code == codeResponseLimitExceeded {
+		return nil, apierror.New(codes.ResourceExhausted, codeResponseLimitExceeded,
+			fmt.Sprintf("the response to %s exceeded the mapping's limits; request %s is recorded as failed", req.GetCapability(), req.GetId()),
+			map[string]string{"request_id": req.GetId(), "attempt_id": att.GetId()})
+	}
+	return out, nil
+}
+
+// remoteArguments builds the remote call's arguments from the mapping:
+// reviewed defaults first, then each bound product field (a handle field
+// carries its resolved server-side target, never the token).
+func remoteArguments(m *registryv1.Mapping, normalized map[string]any, targets map[string]string) (*structpb.Struct, error) {
+	remote := map[string]any{}
+	maps.Copy(remote, m.GetDefaults().AsMap())
+	for _, b := range m.GetArgumentMap() {
+		v, ok := normalized[b.GetProductField()]
+		if !ok {
+			continue
+		}
+		if b.GetFromHandle() {
+			t, ok := targets[b.GetProductField()]
+			if !ok {
+				return nil, fmt.Errorf("product field %q is bound from a handle but the capability does not declare it a handle field", b.GetProductField())
+			}
+			v = t
+		}
+		remote[b.GetRemoteField()] = v
+	}
+	return structpb.NewStruct(remote)
+}
+
+// responseFromCallError describes a failed adapter call as an attempt
+// result. Codes that mean the adapter refused before sending map to a
+// definite outcome; anything else may have reached the server, so it is
+// UNKNOWN.
+func responseFromCallError(err error) *adapterv1.ExecuteResponse {
+	st := status.Convert(err)
+	outcome := adapterv1.Outcome_OUTCOME_UNKNOWN
+	switch st.Code() {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound, codes.OutOfRange:
+		outcome = adapterv1.Outcome_OUTCOME_INVALID_REQUEST
+	case codes.PermissionDenied, codes.Unauthenticated:
+		outcome = adapterv1.Outcome_OUTCOME_FORBIDDEN
+	case codes.ResourceExhausted:
+		outcome = adapterv1.Outcome_OUTCOME_RATE_LIMITED
+	}
+	code := apierror.Reason(err)
+	if code == "" {
+		code = "ADAPTER_" + codeName(st.Code())
+	}
+	return &adapterv1.ExecuteResponse{
+		Outcome: outcome,
+		Stage:   adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED,
+		Error:   &adapterv1.ErrorEvidence{SafeCode: code, UntrustedDetail: truncate(st.Message(), maxUntrustedDetail)},
+	}
+}
+
+// observe records one source observation per content item that names a
+// resource URI and returns the quoted excerpts. Items without a URI are not
+// source records: they are noted in the trace as a diagnostic and kept out
+// of evidence and excerpts.
+func (s *Server) observe(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
+	p *prepared, remote *structpb.Struct, resp *adapterv1.ExecuteResponse) ([]*orchestratorv1.QuotedExcerpt, error) {
+	// The remote arguments carry handle targets, which are server-side
+	// values; the digest never leaves the evidence service.
+	requestDigest, err := digest.Struct(remote)
+	if err != nil {
+		return nil, fmt.Errorf("digest remote arguments: %w", err)
+	}
+	retrieved := resp.GetObserveTime()
+	if retrieved == nil {
+		retrieved = s.timestamp()
+	}
+	var excerpts []*orchestratorv1.QuotedExcerpt
+	for _, it := range resp.GetItems() {
+		if it.GetUri() == "" {
+			s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+				Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED, Capability: req.GetCapability(),
+				RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(),
+				Detail: fmt.Sprintf("diagnostic: content item %d (%s) names no resource URI; it is not a source record and was not quoted", it.GetIndex(), it.GetMediaType()),
+			})
+			continue
+		}
+		size := int64(len(it.GetText()))
+		if it.GetText() == "" && it.GetBlobSize() > 0 {
+			size = it.GetBlobSize()
+		}
+		contentDigest := it.GetContentDigest()
+		if contentDigest == "" {
+			contentDigest = digest.Bytes([]byte(it.GetText()))
+		}
+		passages := splitPassages(it.GetText())
+		obs, err := s.deps.Evidence.RecordObservation(ctx, &evidencev1.RecordObservationRequest{Observation: &evidencev1.SourceObservation{
+			ConnectionId:     p.mapping.GetConnectionId(),
+			SnapshotId:       p.mapping.GetSnapshotId(),
+			MappingId:        p.mapping.GetId(),
+			MappingRevision:  p.mapping.GetRevision(),
+			TaskId:           task.GetId(),
+			RequestId:        att.GetId(),
+			RequestDigest:    requestDigest,
+			ResourceUri:      it.GetUri(),
+			ContentDigest:    contentDigest,
+			MediaType:        it.GetMediaType(),
+			SizeBytes:        size,
+			RetrieveTime:     retrieved,
+			RevisionMetadata: it.GetMetadata(),
+			Passages:         passages,
+			ServerName:       resp.GetServerInfo().GetName(),
+			ServerVersion:    resp.GetServerInfo().GetVersion(),
+		}})
+		if err != nil {
+			return nil, fmt.Errorf("record observation of item %d: %w", it.GetIndex(), err)
+		}
+		label := p.labels[it.GetUri()]
+		if label == "" {
+			label = lastSegment(it.GetUri())
+		}
+		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_OBSERVATION_RECORDED, Capability: req.GetCapability(),
+			RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), ObservationId: obs.GetId(),
+			Detail: fmt.Sprintf("source %q revision %d (%s), %d passages", label, obs.GetRevisionNumber(), contentDigest, len(passages)),
+		})
+		recorded := obs.GetPassages()
+		if len(recorded) == 0 {
+			recorded = passages
+		}
+		for _, ps := range recorded {
+			excerpts = append(excerpts, &orchestratorv1.QuotedExcerpt{
+				ObservationId: obs.GetId(),
+				RevisionId:    obs.GetRevisionId(),
+				PassageId:     ps.GetPassageId(),
+				SourceLabel:   label,
+				QuotedText:    ps.GetText(),
+				ContentDigest: contentDigest,
+				MediaType:     it.GetMediaType(),
+			})
+		}
+	}
+	return excerpts, nil
+}

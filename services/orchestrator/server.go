@@ -1,0 +1,342 @@
+// Package orchestrator is the product-facing API of V0M3. It owns tasks,
+// offered catalogues, candidate requests, intents, attempts and approvals,
+// and it is the only caller of the adapter's Execute: calling a remote
+// server is the last step after every product decision, never the
+// definition of one.
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// Deps are the services the orchestrator calls, through their gRPC clients.
+type Deps struct {
+	// Registry answers which capability, mapping and connection are current.
+	Registry registryv1.RegistryServiceClient
+	// Policy decides eligibility, authorization, handles and budgets.
+	Policy policyv1.PolicyServiceClient
+	// Adapter performs the remote call of an authorized attempt.
+	Adapter adapterv1.AdapterServiceClient
+	// Evidence records observations and the product trace.
+	Evidence evidencev1.EvidenceServiceClient
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server implements orchestratorv1.OrchestratorServiceServer.
+type Server struct {
+	orchestratorv1.UnimplementedOrchestratorServiceServer
+
+	st    Store
+	deps  Deps
+	log   *slog.Logger
+	now   func() time.Time
+	notes *notifier
+
+	// ctx ends when Close is called; background work and watch streams
+	// stop with it.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// NewServer returns an orchestrator over st. When deps.Registry is set it
+// also starts a background watch of registry events that marks tasks
+// CONNECTION_UNAVAILABLE when their connection is retired; Close stops it.
+func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	now := deps.Now
+	if now == nil {
+		now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{st: st, deps: deps, log: log, now: now, notes: newNotifier(), ctx: ctx, cancel: cancel}
+	if deps.Registry != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.watchRegistry(ctx)
+		}()
+	}
+	return s
+}
+
+// Close stops background work and ends open WatchTask streams. It is safe
+// to call more than once.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+	})
+}
+
+func (s *Server) timestamp() *timestamppb.Timestamp { return timestamppb.New(s.now()) }
+
+// StartTask plans a task, persists it, compiles its offered catalogue and
+// returns both.
+func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskRequest) (*orchestratorv1.StartTaskResponse, error) {
+	if req.GetRequester().GetId() == "" {
+		return nil, apierror.InvalidArgument("MISSING_FIELD", "requester.id is required",
+			apierror.FieldViolation{Field: "requester.id", Description: "required"})
+	}
+	needed, err := plan(req.GetKind(), req.GetEvidencePresent())
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for i, src := range req.GetSourceScope() {
+		field := fmt.Sprintf("source_scope[%d].uri", i)
+		if src.GetUri() == "" {
+			return nil, apierror.InvalidArgument("MISSING_FIELD", field+" is required",
+				apierror.FieldViolation{Field: field, Description: "required"})
+		}
+		if seen[src.GetUri()] {
+			return nil, apierror.InvalidArgument("DUPLICATE_SOURCE", "source_scope lists the same source twice",
+				apierror.FieldViolation{Field: field, Description: "duplicate source"})
+		}
+		seen[src.GetUri()] = true
+	}
+
+	now := s.timestamp()
+	task := &orchestratorv1.Task{
+		Id:                 ids.New("task"),
+		Requester:          req.GetRequester(),
+		Purpose:            req.GetPurpose(),
+		Kind:               req.GetKind(),
+		SourceScope:        req.GetSourceScope(),
+		EvidencePresent:    req.GetEvidencePresent(),
+		NeededCapabilities: needed,
+		State:              orchestratorv1.TaskState_TASK_STATE_ACTIVE,
+		Checkpoint:         "task started; nothing executed",
+		CreateTime:         now,
+		UpdateTime:         now,
+	}
+	if err := s.st.CreateTask(ctx, task); err != nil {
+		return nil, s.internal(ctx, "persist task", err)
+	}
+	s.log.InfoContext(ctx, "task started", "task", task.GetId(), "kind", task.GetKind().String(), "requester", task.GetRequester().GetId(), "needed", needed)
+	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+		Kind:   evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STARTED,
+		Detail: fmt.Sprintf("task %s (%s) started by %s; plan needs %s", task.GetId(), purposeOf(task.GetKind()), task.GetRequester().GetId(), listOrNone(needed)),
+	})
+	s.emit(ctx, task.GetId(), "", "task.started", "plan needs "+listOrNone(needed))
+
+	cat, err := s.compileCatalogue(ctx, task)
+	if err != nil {
+		// A task that could not be given a catalogue cannot do anything;
+		// stop it visibly rather than leave it active with nothing offered.
+		detail := "catalogue could not be compiled: " + errorMessage(err)
+		if _, uerr := s.setTaskState(ctx, task.GetId(), orchestratorv1.TaskState_TASK_STATE_CANCELLED, detail); uerr != nil {
+			s.log.WarnContext(ctx, "stop task after failed compile", "task", task.GetId(), "err", uerr)
+		}
+		s.emit(ctx, task.GetId(), "", "task.cancelled", detail)
+		return nil, apierror.Propagate(err, "compile catalogue")
+	}
+	if err := s.st.PutCatalogue(ctx, cat); err != nil {
+		return nil, s.internal(ctx, "persist catalogue", err)
+	}
+	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+		Kind:   evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CATALOGUE_OFFERED,
+		Detail: catalogueDetail(cat),
+	})
+	s.emit(ctx, task.GetId(), "", "catalogue.offered", catalogueDetail(cat))
+	return &orchestratorv1.StartTaskResponse{Task: task, Catalogue: cat}, nil
+}
+
+// GetTask returns one task.
+func (s *Server) GetTask(ctx context.Context, req *orchestratorv1.GetTaskRequest) (*orchestratorv1.Task, error) {
+	if req.GetId() == "" {
+		return nil, missing("id")
+	}
+	return s.loadTask(ctx, req.GetId())
+}
+
+// GetCatalogue returns a task's offered catalogue.
+func (s *Server) GetCatalogue(ctx context.Context, req *orchestratorv1.GetCatalogueRequest) (*orchestratorv1.OfferedCatalogue, error) {
+	if req.GetTaskId() == "" {
+		return nil, missing("task_id")
+	}
+	if _, err := s.loadTask(ctx, req.GetTaskId()); err != nil {
+		return nil, err
+	}
+	cat, err := s.st.GetCatalogue(ctx, req.GetTaskId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierror.New(codes.NotFound, "CATALOGUE_UNKNOWN", "task "+req.GetTaskId()+" has no offered catalogue", nil)
+	}
+	if err != nil {
+		return nil, s.internal(ctx, "get catalogue", err)
+	}
+	return cat, nil
+}
+
+// GetRequest returns one candidate request with its attempts.
+func (s *Server) GetRequest(ctx context.Context, req *orchestratorv1.GetRequestRequest) (*orchestratorv1.ToolRequest, error) {
+	if req.GetId() == "" {
+		return nil, missing("id")
+	}
+	return s.loadRequest(ctx, req.GetId())
+}
+
+// ListRequests returns a task's requests, oldest first.
+func (s *Server) ListRequests(ctx context.Context, req *orchestratorv1.ListRequestsRequest) (*orchestratorv1.ListRequestsResponse, error) {
+	if req.GetTaskId() == "" {
+		return nil, missing("task_id")
+	}
+	if _, err := s.loadTask(ctx, req.GetTaskId()); err != nil {
+		return nil, err
+	}
+	rs, err := s.st.ListRequests(ctx, req.GetTaskId())
+	if err != nil {
+		return nil, s.internal(ctx, "list requests", err)
+	}
+	return &orchestratorv1.ListRequestsResponse{Requests: rs}, nil
+}
+
+// CancelTask cancels an active task. Requests waiting for approval are
+// refused with TASK_CANCELLED. Cancelling a cancelled task returns it.
+func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskRequest) (*orchestratorv1.Task, error) {
+	if req.GetId() == "" {
+		return nil, missing("id")
+	}
+	detail := "cancelled"
+	if req.GetReason() != "" {
+		detail = "cancelled: " + req.GetReason()
+	}
+	already := false
+	task, err := s.st.UpdateTask(ctx, req.GetId(), func(t *orchestratorv1.Task) error {
+		switch t.GetState() {
+		case orchestratorv1.TaskState_TASK_STATE_CANCELLED:
+			already = true
+			return nil
+		case orchestratorv1.TaskState_TASK_STATE_ACTIVE:
+		default:
+			return apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
+				fmt.Sprintf("task %s is %s and cannot be cancelled", t.GetId(), stateName(t.GetState())), nil)
+		}
+		t.State = orchestratorv1.TaskState_TASK_STATE_CANCELLED
+		t.Checkpoint = detail + "; " + t.GetCheckpoint()
+		t.UpdateTime = s.timestamp()
+		return nil
+	})
+	if err != nil {
+		return nil, s.taskErr(ctx, req.GetId(), err)
+	}
+	if already {
+		return task, nil
+	}
+	s.refusePending(ctx, task.GetId(), "TASK_CANCELLED", "task "+task.GetId()+" was "+detail)
+	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task " + detail,
+	})
+	s.emit(ctx, task.GetId(), "", "task.cancelled", detail)
+	return task, nil
+}
+
+// refusePending refuses every request of a task that is waiting for a
+// human: the task it belonged to can no longer act on an approval.
+func (s *Server) refusePending(ctx context.Context, taskID, reason, detail string) {
+	rs, err := s.st.ListRequests(ctx, taskID)
+	if err != nil {
+		s.log.WarnContext(ctx, "list requests to refuse", "task", taskID, "err", err)
+		return
+	}
+	for _, r := range rs {
+		if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
+			continue
+		}
+		_, err := s.st.UpdateRequest(ctx, r.GetId(), func(r *orchestratorv1.ToolRequest) error {
+			if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
+				return errStateChanged
+			}
+			r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
+			r.RefusalReason, r.RefusalDetail = reason, detail
+			r.UpdateTime = s.timestamp()
+			return nil
+		})
+		if errors.Is(err, errStateChanged) {
+			continue
+		}
+		if err != nil {
+			s.log.WarnContext(ctx, "refuse pending request", "request", r.GetId(), "err", err)
+			continue
+		}
+		s.trace(ctx, taskID, &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_REFUSED, Capability: r.GetCapability(),
+			RequestId: r.GetId(), IntentId: r.GetIntentId(), Reason: reason, Detail: detail,
+		})
+		s.emit(ctx, taskID, r.GetId(), "request.refused", reason+": "+detail)
+	}
+}
+
+// errStateChanged aborts an update whose precondition no longer holds.
+var errStateChanged = errors.New("state changed concurrently")
+
+func (s *Server) setTaskState(ctx context.Context, id string, state orchestratorv1.TaskState, checkpoint string) (*orchestratorv1.Task, error) {
+	return s.st.UpdateTask(ctx, id, func(t *orchestratorv1.Task) error {
+		t.State = state
+		t.Checkpoint = checkpoint
+		t.UpdateTime = s.timestamp()
+		return nil
+	})
+}
+
+func (s *Server) loadTask(ctx context.Context, id string) (*orchestratorv1.Task, error) {
+	t, err := s.st.GetTask(ctx, id)
+	if err != nil {
+		return nil, s.taskErr(ctx, id, err)
+	}
+	return t, nil
+}
+
+func (s *Server) taskErr(ctx context.Context, id string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return apierror.New(codes.NotFound, "TASK_UNKNOWN", "task "+id+" does not exist", nil)
+	}
+	if apierror.Reason(err) != "" {
+		return err
+	}
+	return s.internal(ctx, "load task", err)
+}
+
+func (s *Server) loadRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error) {
+	r, err := s.st.GetRequest(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierror.New(codes.NotFound, "REQUEST_UNKNOWN", "request "+id+" does not exist", nil)
+	}
+	if err != nil {
+		return nil, s.internal(ctx, "load request", err)
+	}
+	return r, nil
+}
+
+// internal logs a storage failure and returns an INTERNAL error without
+// the underlying detail.
+func (s *Server) internal(ctx context.Context, what string, err error) error {
+	s.log.ErrorContext(ctx, what, "err", err)
+	return apierror.New(codes.Internal, "STORAGE_FAILED", "the orchestrator could not "+what+"; try again", nil)
+}
+
+func missing(field string) error {
+	return apierror.InvalidArgument("MISSING_FIELD", field+" is required",
+		apierror.FieldViolation{Field: field, Description: "required"})
+}

@@ -1,0 +1,312 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// prepared is everything decided about a candidate request before anything
+// is sent: the current capability and mapping, normalized arguments,
+// resolved handle targets and the authorization. It lives only in memory;
+// an approval re-derives it so execution always runs on current state.
+type prepared struct {
+	capability *registryv1.Capability
+	offered    *orchestratorv1.OfferedCapability
+	mapping    *registryv1.Mapping
+	connection *registryv1.Connection
+	normalized map[string]any
+	argsDigest string
+	// targets maps a handle field to its resolved server-side target.
+	targets map[string]string
+	// labels maps a server-side target to the label the model saw.
+	labels map[string]string
+	// authz is the authorization in force; approvalRequired is whether any
+	// decision asked for a person.
+	authz            *policyv1.AuthorizeResponse
+	approvalRequired bool
+}
+
+// SubmitToolRequest records what the model asked for as a candidate
+// request, then validates, authorizes and, when no approval is needed,
+// executes it. The same (task, provider call id) returns the recorded
+// request without acting again.
+func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.SubmitToolRequestRequest) (*orchestratorv1.ToolRequest, error) {
+	for _, f := range []struct{ name, value string }{
+		{"task_id", in.GetTaskId()}, {"provider_call_id", in.GetProviderCallId()}, {"capability", in.GetCapability()},
+	} {
+		if f.value == "" {
+			return nil, missing(f.name)
+		}
+	}
+	task, err := s.loadTask(ctx, in.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	now := s.timestamp()
+	req, created, err := s.st.CreateRequest(ctx, &orchestratorv1.ToolRequest{
+		Id:             ids.New("req"),
+		TaskId:         task.GetId(),
+		ProviderCallId: in.GetProviderCallId(),
+		Capability:     in.GetCapability(),
+		Arguments:      in.GetArguments(),
+		IntentId:       ids.New("int"),
+		State:          orchestratorv1.RequestState_REQUEST_STATE_REQUESTED,
+		CreateTime:     now,
+		UpdateTime:     now,
+	})
+	if err != nil {
+		return nil, s.internal(ctx, "record the candidate request", err)
+	}
+	if !created {
+		return req, nil
+	}
+	// The request is recorded; whatever happens next must be recorded too,
+	// even if the caller stops waiting.
+	ctx = context.WithoutCancel(ctx)
+	s.log.InfoContext(ctx, "request received", "task", task.GetId(), "request", req.GetId(), "intent", req.GetIntentId(), "capability", req.GetCapability())
+	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, Capability: req.GetCapability(),
+		RequestId: req.GetId(), IntentId: req.GetIntentId(),
+		Detail: fmt.Sprintf("candidate request for %s (provider call %s); nothing has acted", req.GetCapability(), req.GetProviderCallId()),
+	})
+	s.emit(ctx, task.GetId(), req.GetId(), "request.received", req.GetCapability())
+
+	p, err := s.prepare(ctx, task, req)
+	if err != nil {
+		return s.refuse(ctx, req, p, err)
+	}
+	if err := s.charge(ctx, task, req); err != nil {
+		return s.refuse(ctx, req, p, err)
+	}
+	if p.approvalRequired {
+		return s.awaitApproval(ctx, req, p)
+	}
+	return s.execute(ctx, task, req, p)
+}
+
+// prepare runs every product decision about a request, in order, and stops
+// at the first that fails. Nothing here sends anything to a remote server:
+// in particular handles are resolved (and so checked against this task)
+// before the adapter is ever called. The returned prepared value holds what
+// was learned so far even on failure, for the record.
+func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest) (*prepared, error) {
+	p := &prepared{targets: map[string]string{}, labels: map[string]string{}}
+	name := req.GetCapability()
+
+	// a. Only an active task may act.
+	if task.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
+		return p, apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
+			fmt.Sprintf("task %s is %s; it accepts no requests", task.GetId(), stateName(task.GetState())),
+			map[string]string{"task_id": task.GetId()})
+	}
+
+	// b. Only what was offered to this task may be requested.
+	cat, err := s.st.GetCatalogue(ctx, task.GetId())
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return p, s.internal(ctx, "load the offered catalogue", err)
+	}
+	p.offered = offeredCapability(cat, name)
+	if p.offered == nil {
+		return p, apierror.New(codes.PermissionDenied, "CAPABILITY_NOT_OFFERED",
+			fmt.Sprintf("capability %s was not offered to task %s; offered: %s", name, task.GetId(), listOrNone(offeredNames(cat))),
+			map[string]string{"task_id": task.GetId(), "capability": name})
+	}
+
+	// c. Arguments must match the product schema the model was shown.
+	p.capability, err = s.deps.Registry.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: name})
+	if err != nil {
+		return p, apierror.Propagate(err, "get capability")
+	}
+	shown, _ := digest.Struct(p.offered.GetInputSchema())
+	current, _ := digest.Struct(p.capability.GetInputSchema())
+	if shown != current {
+		return p, apierror.New(codes.FailedPrecondition, "CAPABILITY_CHANGED",
+			fmt.Sprintf("capability %s changed since it was offered to task %s; start a new task to use the current contract", name, task.GetId()),
+			map[string]string{"capability": name})
+	}
+	p.normalized, err = normalizeArguments(p.offered.GetInputSchema(), req.GetArguments())
+	if err != nil {
+		return p, err
+	}
+	if p.argsDigest, err = digest.JSON(p.normalized); err != nil {
+		return p, fmt.Errorf("digest arguments: %w", err)
+	}
+
+	// d. The mapping offered must still be the reviewed, active one.
+	p.mapping, err = s.deps.Registry.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{
+		Capability: name, MappingId: p.offered.GetMappingId(), Revision: p.offered.GetMappingRevision(),
+	})
+	if err != nil {
+		return p, apierror.Propagate(err, "resolve mapping")
+	}
+	p.connection, err = s.deps.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: p.mapping.GetConnectionId()})
+	if err != nil {
+		return p, apierror.Propagate(err, "get connection")
+	}
+	if p.connection.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
+		return p, apierror.New(codes.FailedPrecondition, "CONNECTION_RETIRED",
+			fmt.Sprintf("connection %s implementing %s is retired", p.connection.GetId(), name),
+			map[string]string{"connection_id": p.connection.GetId()})
+	}
+
+	// e. Handles resolve against this task, requester, capability and
+	// mapping revision, or the request stops here.
+	var decisions []*policyv1.AuthorizeResponse
+	for _, field := range p.capability.GetHandleFields() {
+		v, ok := p.normalized[field]
+		if !ok {
+			continue
+		}
+		token, _ := v.(string)
+		res, err := s.deps.Policy.ResolveHandle(ctx, &policyv1.ResolveHandleRequest{
+			Token: token, TaskId: task.GetId(), Requester: task.GetRequester(), Capability: name,
+			MappingId: p.mapping.GetId(), MappingRevision: p.mapping.GetRevision(),
+			Purpose: purposeOf(task.GetKind()), EffectClass: p.capability.GetEffectClass(),
+		})
+		if err != nil {
+			return p, apierror.Propagate(err, "resolve handle")
+		}
+		b := res.GetBinding()
+		if b.GetTaskId() != task.GetId() || b.GetCapability() != name {
+			// Policy checks this; the orchestrator refuses to be the place
+			// where a mismatch slips through if it ever did not.
+			return p, apierror.New(codes.PermissionDenied, "HANDLE_TASK_MISMATCH",
+				fmt.Sprintf("the handle in %s is not bound to task %s and capability %s", field, task.GetId(), name), nil)
+		}
+		p.targets[field] = b.GetTarget()
+		p.labels[b.GetTarget()] = b.GetLabel()
+		if res.GetAuthorization() != nil {
+			decisions = append(decisions, res.GetAuthorization())
+		}
+	}
+
+	// f. Policy decides on current state.
+	if len(decisions) == 0 {
+		az, err := s.deps.Policy.Authorize(ctx, &policyv1.AuthorizeRequest{
+			Principal: task.GetRequester(), Capability: name, Resource: p.mapping.GetConnectionId(),
+			TaskId: task.GetId(), Purpose: purposeOf(task.GetKind()), EffectClass: p.capability.GetEffectClass(),
+			MappingId: p.mapping.GetId(), MappingRevision: p.mapping.GetRevision(),
+		})
+		if err != nil {
+			return p, apierror.Propagate(err, "authorize")
+		}
+		decisions = append(decisions, az)
+	}
+	p.authz = decisions[0]
+	for _, d := range decisions {
+		if d.GetApprovalRequired() {
+			p.approvalRequired = true
+		}
+		if d.GetDecision() != policyv1.Decision_DECISION_ALLOW {
+			p.authz = d
+		}
+	}
+	allowed := p.authz.GetDecision() == policyv1.Decision_DECISION_ALLOW
+	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_POLICY_DECISION, Capability: name,
+		RequestId: req.GetId(), IntentId: req.GetIntentId(),
+		PolicyDecision: decisionText(p.authz),
+		Detail:         fmt.Sprintf("%s on connection %s via mapping %s r%d; approval required: %t", decisionText(p.authz), p.mapping.GetConnectionId(), p.mapping.GetId(), p.mapping.GetRevision(), p.approvalRequired),
+	})
+	if !allowed {
+		return p, apierror.New(codes.PermissionDenied, "POLICY_DENIED",
+			fmt.Sprintf("policy denied %s for %s in task %s (%s)", name, task.GetRequester().GetId(), task.GetId(), decisionText(p.authz)),
+			map[string]string{"policy_revision": p.authz.GetPolicyRevision()})
+	}
+	return p, nil
+}
+
+// charge charges one call to the task's and requester's budgets. The
+// intent id is the idempotency key, so an approval re-running the checks
+// never charges twice.
+func (s *Server) charge(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest) error {
+	_, err := s.deps.Policy.Charge(ctx, &policyv1.ChargeRequest{
+		TaskId: task.GetId(), Requester: task.GetRequester().GetId(), Calls: 1, IdempotencyKey: req.GetIntentId(),
+	})
+	return apierror.Propagate(err, "charge budget")
+}
+
+// refuse records a request as refused, traces why, and returns the error
+// the caller sees (a downstream service's status passes through unchanged).
+func (s *Server) refuse(ctx context.Context, req *orchestratorv1.ToolRequest, p *prepared, cause error) (*orchestratorv1.ToolRequest, error) {
+	cause = apierror.Propagate(cause, "prepare request")
+	reason := apierror.Reason(cause)
+	if reason == "" {
+		reason = "DEPENDENCY_" + codeName(status.Code(cause))
+	}
+	detail := errorMessage(cause)
+	_, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
+		r.RefusalReason, r.RefusalDetail = reason, detail
+		p.record(r)
+		r.UpdateTime = s.timestamp()
+		return nil
+	})
+	if err != nil {
+		s.log.ErrorContext(ctx, "record refusal", "request", req.GetId(), "err", err)
+	}
+	s.log.InfoContext(ctx, "request refused", "task", req.GetTaskId(), "request", req.GetId(), "capability", req.GetCapability(), "reason", reason)
+	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_REFUSED, Capability: req.GetCapability(),
+		RequestId: req.GetId(), IntentId: req.GetIntentId(), Reason: reason, Detail: detail,
+	})
+	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.refused", reason+": "+detail)
+	return nil, cause
+}
+
+// record copies what is known about the product decision onto a request.
+func (p *prepared) record(r *orchestratorv1.ToolRequest) {
+	if p == nil {
+		return
+	}
+	if p.argsDigest != "" {
+		r.ArgumentsDigest = p.argsDigest
+	}
+	if p.mapping != nil {
+		r.MappingId, r.MappingRevision = p.mapping.GetId(), p.mapping.GetRevision()
+	} else if p.offered != nil {
+		r.MappingId, r.MappingRevision = p.offered.GetMappingId(), p.offered.GetMappingRevision()
+	}
+	if p.authz != nil {
+		r.PolicyRevision = p.authz.GetPolicyRevision()
+	}
+}
+
+func decisionText(az *policyv1.AuthorizeResponse) string {
+	verb := "deny"
+	if az.GetDecision() == policyv1.Decision_DECISION_ALLOW {
+		verb = "allow"
+	}
+	by := "no matching policy"
+	if len(az.GetReasons()) > 0 {
+		by = strings.Join(az.GetReasons(), ", ")
+	}
+	return fmt.Sprintf("%s by %s (policy revision %s)", verb, by, az.GetPolicyRevision())
+}
+
+func codeName(c codes.Code) string {
+	// codes.Code.String gives e.g. "Unavailable" or "DeadlineExceeded";
+	// turn it into UPPER_SNAKE.
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
+}

@@ -1,0 +1,94 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+)
+
+// Charge atomically charges a task's and a requester's budgets. If either
+// would exceed any limit, nothing is charged and the error names the budget
+// and dimension. Charging the same idempotency key again charges nothing
+// and returns the current budgets.
+func (s *Server) Charge(ctx context.Context, req *policyv1.ChargeRequest) (*policyv1.ChargeResponse, error) {
+	var bad []apierror.FieldViolation
+	for _, f := range []struct{ name, v string }{
+		{"task_id", req.GetTaskId()}, {"requester", req.GetRequester()}, {"idempotency_key", req.GetIdempotencyKey()},
+	} {
+		if f.v == "" {
+			bad = append(bad, apierror.FieldViolation{Field: f.name, Description: "required"})
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"calls", req.GetCalls()}, {"response_bytes", req.GetResponseBytes()}, {"cost_micros", req.GetCostMicros()}} {
+		if f.v < 0 {
+			bad = append(bad, apierror.FieldViolation{Field: f.name, Description: "must not be negative"})
+		}
+	}
+	if len(bad) > 0 {
+		return nil, apierror.InvalidArgument("INVALID_CHARGE_REQUEST", "the charge request is invalid", bad...)
+	}
+
+	tl, rl := s.deps.TaskBudget, s.deps.RequesterBudget
+	op := ChargeOp{
+		// Keys are scoped to the task, so two tasks cannot collide.
+		Key: "task/" + req.GetTaskId() + "\x00" + req.GetIdempotencyKey(),
+		Task: &policyv1.Budget{Scope: "task/" + req.GetTaskId(),
+			MaxCalls: tl.Calls, MaxResponseBytes: tl.ResponseBytes, MaxCostMicros: tl.CostMicros},
+		Requester: &policyv1.Budget{Scope: "requester/" + req.GetRequester(),
+			MaxCalls: rl.Calls, MaxResponseBytes: rl.ResponseBytes, MaxCostMicros: rl.CostMicros},
+		Request: req,
+	}
+	res, err := s.store.Charge(ctx, op)
+	var exceeded *BudgetExceededError
+	switch {
+	case errors.As(err, &exceeded):
+		s.log.InfoContext(ctx, "budget exceeded", "task_id", req.GetTaskId(), "requester", req.GetRequester(),
+			"budget", exceeded.Scope, "dimension", exceeded.Dimension, "limit", exceeded.Limit, "used", exceeded.Used,
+			"requested", exceeded.Requested)
+		return nil, budgetExceeded(exceeded)
+	case errors.Is(err, ErrIdempotencyConflict):
+		return nil, apierror.New(codes.FailedPrecondition, "IDEMPOTENCY_KEY_REUSED",
+			"this idempotency key was already used for a different charge; use a new key for a new charge",
+			map[string]string{"task_id": req.GetTaskId()})
+	case err != nil:
+		return nil, apierror.Propagate(fmt.Errorf("charge: %w", err), "policy: charge budgets")
+	}
+	s.log.DebugContext(ctx, "budgets charged", "task_id", req.GetTaskId(), "requester", req.GetRequester(),
+		"replayed", res.Replayed, "task_used_calls", res.Task.GetUsedCalls(), "requester_used_calls", res.Requester.GetUsedCalls())
+	return &policyv1.ChargeResponse{Task: res.Task, Requester: res.Requester}, nil
+}
+
+// budgetExceeded is RESOURCE_EXHAUSTED with an ErrorInfo naming the budget
+// and a google.rpc.QuotaFailure.
+func budgetExceeded(e *BudgetExceededError) error {
+	err := apierror.New(codes.ResourceExhausted, "BUDGET_EXCEEDED",
+		fmt.Sprintf("budget %s would be exceeded: %s used %d of %d, this charge needs %d; nothing was charged",
+			e.Scope, e.Dimension, e.Used, e.Limit, e.Requested),
+		map[string]string{
+			"budget":    e.Scope,
+			"dimension": e.Dimension,
+			"limit":     strconv.FormatInt(e.Limit, 10),
+			"used":      strconv.FormatInt(e.Used, 10),
+			"requested": strconv.FormatInt(e.Requested, 10),
+		})
+	st := status.Convert(err)
+	qf := &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+		Subject:     e.Scope,
+		Description: fmt.Sprintf("%s limit %d reached", e.Dimension, e.Limit),
+	}}}
+	if d, derr := st.WithDetails(qf); derr == nil {
+		return d.Err()
+	}
+	return err
+}

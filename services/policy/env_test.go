@@ -1,0 +1,220 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// clock is a settable test clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// logBuffer collects logs for assertions; safe for concurrent writers.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// options configure a test environment.
+type options struct {
+	policyFile string
+	task       Limits
+	requester  Limits
+}
+
+// env is a policy server on a real bbolt file, served over gRPC (bufconn),
+// talking to a fake registry over gRPC.
+type env struct {
+	t      *testing.T
+	opts   options
+	reg    *fakeRegistry
+	regCli registryv1.RegistryServiceClient
+	clock  *clock
+	logs   *logBuffer
+	dbPath string
+
+	db     *store.DB
+	srv    *Server
+	gsrv   *grpc.Server
+	conn   *grpc.ClientConn
+	client policyv1.PolicyServiceClient
+}
+
+func dialBufconn(t *testing.T, lis *bufconn.Listener) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	return conn
+}
+
+// newEnv starts a fake registry with the standard fixture and a policy
+// server in front of a fresh database.
+func newEnv(t *testing.T, opts options) *env {
+	t.Helper()
+	e := &env{
+		t:      t,
+		opts:   opts,
+		reg:    newFakeRegistry(),
+		clock:  &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)},
+		logs:   &logBuffer{},
+		dbPath: filepath.Join(t.TempDir(), "policy.db"),
+	}
+	standardFixture(e.reg)
+
+	regLis := bufconn.Listen(1 << 20)
+	regSrv := grpc.NewServer()
+	registryv1.RegisterRegistryServiceServer(regSrv, e.reg)
+	go func() { _ = regSrv.Serve(regLis) }()
+	regConn := dialBufconn(t, regLis)
+	e.regCli = registryv1.NewRegistryServiceClient(regConn)
+	t.Cleanup(func() {
+		_ = regConn.Close()
+		regSrv.Stop()
+	})
+
+	if err := e.start(); err != nil {
+		t.Fatalf("start policy server: %v", err)
+	}
+	t.Cleanup(e.stop)
+	return e
+}
+
+// start opens the database and serves a new policy server on it.
+func (e *env) start() error {
+	db, err := store.Open(e.dbPath)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv, err := NewServer(NewBoltStore(db), Deps{
+		Registry:        e.regCli,
+		PolicyFile:      e.opts.policyFile,
+		Now:             e.clock.Now,
+		TaskBudget:      e.opts.task,
+		RequesterBudget: e.opts.requester,
+	}, log)
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	lis := bufconn.Listen(1 << 20)
+	g := grpc.NewServer()
+	policyv1.RegisterPolicyServiceServer(g, srv)
+	go func() { _ = g.Serve(lis) }()
+	e.db, e.srv, e.gsrv = db, srv, g
+	e.conn = dialBufconn(e.t, lis)
+	e.client = policyv1.NewPolicyServiceClient(e.conn)
+	return nil
+}
+
+// stop closes the client, server and database.
+func (e *env) stop() {
+	if e.srv == nil {
+		return
+	}
+	_ = e.conn.Close()
+	e.gsrv.Stop()
+	e.srv.Close()
+	_ = e.db.Close()
+	e.srv = nil
+}
+
+// reopen restarts the policy server on the same database file.
+func (e *env) reopen() {
+	e.t.Helper()
+	e.stop()
+	if err := e.start(); err != nil {
+		e.t.Fatalf("reopen: %v", err)
+	}
+}
+
+// Standard fixture names.
+const (
+	capRetrieve = "retrieve_authorized_source"
+	capPreview  = "render_preview"
+	capDeliver  = "deliver_approved_artifact"
+	capLinks    = "check_links"
+	capSearch   = "search_sources"
+	capArchive  = "fetch_archive"
+	capSummary  = "summarize_remote"
+
+	connOK       = "conn_ok"
+	connDegraded = "conn_degraded"
+	connRetired  = "conn_retired"
+
+	mapRetrieve = "map_retrieve"
+)
+
+// standardFixture registers one capability per eligibility outcome.
+func standardFixture(r *fakeRegistry) {
+	r.addCapability(capRetrieve, registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL)
+	r.addCapability(capPreview, registryv1.EffectClass_EFFECT_CLASS_LOCAL_TRANSFORMATION)
+	r.addCapability(capDeliver, registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT)
+	r.addCapability(capLinks, registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL)
+	r.addCapability(capSearch, registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL)
+	r.addCapability(capArchive, registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL)
+	r.addCapability(capSummary, registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL)
+
+	r.addConnection(connOK, registryv1.ConnectionState_CONNECTION_STATE_ACTIVE)
+	r.addConnection(connDegraded, registryv1.ConnectionState_CONNECTION_STATE_ACTIVE)
+	r.addConnection(connRetired, registryv1.ConnectionState_CONNECTION_STATE_RETIRED)
+
+	active := registryv1.MappingState_MAPPING_STATE_ACTIVE
+	r.putMapping(mapRetrieve, capRetrieve, connOK, 2, active)
+	r.putMapping("map_preview", capPreview, connOK, 1, active)
+	r.putMapping("map_deliver", capDeliver, connOK, 1, active)
+	r.putMapping("map_links", capLinks, connOK, 2, registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED)
+	r.putMapping("map_search", capSearch, connDegraded, 1, active)
+	r.putMapping("map_archive", capArchive, connRetired, 1, active)
+	// summarize_remote has no mapping at all.
+}
+
+func alice() *policyv1.Principal { return &policyv1.Principal{Id: "alice"} }
+func bob() *policyv1.Principal   { return &policyv1.Principal{Id: "bob", Groups: []string{"authors"}} }
+func carol() *policyv1.Principal {
+	return &policyv1.Principal{Id: "carol", Groups: []string{"publishers"}}
+}

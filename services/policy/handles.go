@@ -1,0 +1,175 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// maxLabelBytes bounds a handle label: it goes into model context.
+const maxLabelBytes = 512
+
+// handleKey is the storage key of a token. Tokens are stored only as
+// digests, so reading the database does not yield usable handles.
+func handleKey(token string) string { return digest.Bytes([]byte(token)) }
+
+// tokenPrefix is the only part of a presented token an error may echo.
+func tokenPrefix(token string) string {
+	return fmt.Sprintf("%q…", token[:min(len(token), 6)])
+}
+
+// MintHandle creates an opaque, short-lived handle for one target. The token
+// is random: it carries nothing of the target, which stays server-side.
+func (s *Server) MintHandle(ctx context.Context, req *policyv1.MintHandleRequest) (*policyv1.Handle, error) {
+	var bad []apierror.FieldViolation
+	for _, f := range []struct{ name, v string }{
+		{"task_id", req.GetTaskId()}, {"requester", req.GetRequester()}, {"capability", req.GetCapability()},
+		{"target", req.GetTarget()}, {"mapping_id", req.GetMappingId()},
+	} {
+		if f.v == "" {
+			bad = append(bad, apierror.FieldViolation{Field: f.name, Description: "required"})
+		}
+	}
+	if req.GetMappingRevision() <= 0 {
+		bad = append(bad, apierror.FieldViolation{Field: "mapping_revision", Description: "required, at least 1"})
+	}
+	if len(req.GetLabel()) > maxLabelBytes {
+		bad = append(bad, apierror.FieldViolation{Field: "label", Description: fmt.Sprintf("at most %d bytes", maxLabelBytes)})
+	}
+	ttl := DefaultHandleTTL
+	if req.GetTtl() != nil {
+		if err := req.GetTtl().CheckValid(); err != nil {
+			bad = append(bad, apierror.FieldViolation{Field: "ttl", Description: "not a valid duration"})
+		} else {
+			ttl = req.GetTtl().AsDuration()
+			if ttl <= 0 || ttl > MaxHandleTTL {
+				bad = append(bad, apierror.FieldViolation{Field: "ttl", Description: fmt.Sprintf("must be positive and at most %s", MaxHandleTTL)})
+			}
+		}
+	}
+	if len(bad) > 0 {
+		return nil, apierror.InvalidArgument("INVALID_HANDLE_REQUEST", "the handle request is invalid", bad...)
+	}
+
+	exp := timestamppb.New(s.now().Add(ttl))
+	b := &policyv1.HandleBinding{
+		TaskId:          req.GetTaskId(),
+		Requester:       req.GetRequester(),
+		Capability:      req.GetCapability(),
+		Target:          req.GetTarget(),
+		Label:           req.GetLabel(),
+		MappingId:       req.GetMappingId(),
+		MappingRevision: req.GetMappingRevision(),
+		ExpireTime:      exp,
+	}
+	token := ids.Token("h")
+	if err := s.store.CreateHandle(ctx, handleKey(token), b); err != nil {
+		return nil, apierror.Propagate(fmt.Errorf("store handle: %w", err), "policy: mint handle")
+	}
+	s.log.InfoContext(ctx, "handle minted", "token_prefix", token[:6], "task_id", b.GetTaskId(),
+		"requester", b.GetRequester(), "capability", b.GetCapability(), "mapping_id", b.GetMappingId(),
+		"mapping_revision", b.GetMappingRevision(), "expire_time", exp.AsTime())
+	return &policyv1.Handle{Token: token, Label: b.GetLabel(), ExpireTime: exp}, nil
+}
+
+// ResolveHandle checks a handle against the caller's task, requester,
+// capability, expiry and mapping revision, in that order, then
+// re-authorizes the current state. Every refusal happens before the target
+// leaves this service, and no error names the target.
+func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleRequest) (*policyv1.ResolveHandleResponse, error) {
+	var bad []apierror.FieldViolation
+	for _, f := range []struct{ name, v string }{
+		{"token", req.GetToken()}, {"task_id", req.GetTaskId()}, {"requester.id", req.GetRequester().GetId()},
+		{"capability", req.GetCapability()}, {"mapping_id", req.GetMappingId()},
+	} {
+		if f.v == "" {
+			bad = append(bad, apierror.FieldViolation{Field: f.name, Description: "required"})
+		}
+	}
+	if req.GetMappingRevision() <= 0 {
+		bad = append(bad, apierror.FieldViolation{Field: "mapping_revision", Description: "required, at least 1"})
+	}
+	if len(bad) > 0 {
+		return nil, apierror.InvalidArgument("INVALID_RESOLVE_REQUEST", "the handle resolution request is incomplete", bad...)
+	}
+
+	tok := tokenPrefix(req.GetToken())
+	b, err := s.store.GetHandle(ctx, handleKey(req.GetToken()))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, s.refuse(ctx, req, codes.NotFound, "HANDLE_UNKNOWN", fmt.Sprintf("handle %s is not known", tok))
+	}
+	if err != nil {
+		return nil, apierror.Propagate(fmt.Errorf("read handle: %w", err), "policy: resolve handle")
+	}
+	switch {
+	case b.GetTaskId() != req.GetTaskId():
+		return nil, s.refuse(ctx, req, codes.PermissionDenied, "HANDLE_TASK_MISMATCH",
+			fmt.Sprintf("handle %s belongs to another task", tok))
+	case b.GetRequester() != req.GetRequester().GetId():
+		return nil, s.refuse(ctx, req, codes.PermissionDenied, "HANDLE_REQUESTER_MISMATCH",
+			fmt.Sprintf("handle %s belongs to another requester", tok))
+	case b.GetCapability() != req.GetCapability():
+		return nil, s.refuse(ctx, req, codes.PermissionDenied, "HANDLE_CAPABILITY_MISMATCH",
+			fmt.Sprintf("handle %s was minted for capability %s, not %s", tok, b.GetCapability(), req.GetCapability()))
+	case !s.now().Before(b.GetExpireTime().AsTime()):
+		return nil, s.refuse(ctx, req, codes.FailedPrecondition, "HANDLE_EXPIRED",
+			fmt.Sprintf("handle %s expired at %s; mint a new one", tok, b.GetExpireTime().AsTime().UTC().Format("2006-01-02T15:04:05Z")))
+	case b.GetMappingId() != req.GetMappingId() || b.GetMappingRevision() != req.GetMappingRevision():
+		return nil, s.refuse(ctx, req, codes.FailedPrecondition, "HANDLE_MAPPING_CHANGED",
+			fmt.Sprintf("handle %s is bound to mapping %s revision %d, not %s revision %d; mint a new one",
+				tok, b.GetMappingId(), b.GetMappingRevision(), req.GetMappingId(), req.GetMappingRevision()))
+	}
+
+	// Re-authorize the current state: the registry's current mapping must
+	// still be this revision and active, and policy must still allow it.
+	m, err := s.mapping(ctx, b.GetMappingId(), b.GetCapability())
+	if err != nil {
+		return nil, err
+	}
+	if m.GetRevision() != b.GetMappingRevision() || m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
+		return nil, s.refuse(ctx, req, codes.FailedPrecondition, "HANDLE_MAPPING_CHANGED",
+			fmt.Sprintf("handle %s is bound to mapping %s revision %d, which is now revision %d and %s; mint a new one",
+				tok, m.GetId(), b.GetMappingRevision(), m.GetRevision(), mappingStateName(m.GetState())))
+	}
+	effect, err := s.effectClass(ctx, b.GetCapability(), req.GetEffectClass())
+	if err != nil {
+		return nil, err
+	}
+	authz := s.decide(ctx, query{
+		principal:       req.GetRequester(),
+		capability:      b.GetCapability(),
+		connectionID:    m.GetConnectionId(),
+		target:          b.GetTarget(),
+		taskID:          b.GetTaskId(),
+		purpose:         req.GetPurpose(),
+		effect:          effect,
+		mappingID:       m.GetId(),
+		mappingRevision: m.GetRevision(),
+	})
+	if authz.GetDecision() != policyv1.Decision_DECISION_ALLOW {
+		return nil, apierror.New(codes.PermissionDenied, "POLICY_DENIED",
+			fmt.Sprintf("policy no longer allows capability %s for handle %s", b.GetCapability(), tok),
+			map[string]string{"capability": b.GetCapability(), "policy_revision": authz.GetPolicyRevision()})
+	}
+	s.log.InfoContext(ctx, "handle resolved", "token_prefix", tok, "task_id", b.GetTaskId(),
+		"capability", b.GetCapability(), "mapping_id", m.GetId(), "mapping_revision", m.GetRevision())
+	return &policyv1.ResolveHandleResponse{Binding: b, Authorization: authz}, nil
+}
+
+// refuse logs a handle refusal and returns its error. Neither names the
+// target.
+func (s *Server) refuse(ctx context.Context, req *policyv1.ResolveHandleRequest, code codes.Code, reason, msg string) error {
+	s.log.InfoContext(ctx, "handle refused", "reason", reason, "token_prefix", tokenPrefix(req.GetToken()),
+		"task_id", req.GetTaskId(), "requester", req.GetRequester().GetId(), "capability", req.GetCapability())
+	return apierror.New(code, reason, msg, map[string]string{"capability": req.GetCapability()})
+}

@@ -1,0 +1,415 @@
+package registry
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/ids"
+)
+
+// credentialRefPattern is the shape of a credential reference
+// ("file:/var/run/secrets/...", "env:TOKEN", "secret:ns/name/key"). Requiring
+// a scheme keeps a pasted secret value from being stored as a reference.
+var credentialRefPattern = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:\S+$`)
+
+// CreateConnection records a new local identity for one configured server,
+// at config revision 1 and review state PENDING.
+func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateConnectionRequest) (*registryv1.Connection, error) {
+	var v []apierror.FieldViolation
+	if strings.TrimSpace(req.GetDisplayName()) == "" {
+		v = append(v, apierror.FieldViolation{Field: "display_name", Description: "a friendly name for people is required"})
+	}
+	if strings.TrimSpace(req.GetOwner()) == "" {
+		v = append(v, apierror.FieldViolation{Field: "owner", Description: "the team or person responsible is required"})
+	}
+	v = append(v, validateConfig(req.GetTransport(), req.GetCredentialRef())...)
+	if len(v) > 0 {
+		return nil, invalidConnection(v)
+	}
+
+	now := s.timestamp()
+	c := &registryv1.Connection{
+		Id:                ids.New("conn"),
+		DisplayName:       req.GetDisplayName(),
+		Owner:             req.GetOwner(),
+		ReviewState:       registryv1.ReviewState_REVIEW_STATE_PENDING,
+		State:             registryv1.ConnectionState_CONNECTION_STATE_ACTIVE,
+		ConfigRevision:    1,
+		CreateTime:        now,
+		UpdateTime:        now,
+		Transport:         s.resolveTransport(ctx, req.GetTransport()),
+		ImageDigest:       req.GetImageDigest(),
+		CredentialScope:   req.GetCredentialScope(),
+		CredentialRef:     req.GetCredentialRef(),
+		CredentialVersion: req.GetCredentialVersion(),
+	}
+	d, err := configDigest(c)
+	if err != nil {
+		return nil, invalidConnection([]apierror.FieldViolation{{Field: "transport", Description: err.Error()}})
+	}
+	c.ConfigDigest = d
+	rev := configRevisionOf(c, "created", now)
+	ev := s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_CREATED, c.GetId(), "", "",
+		fmt.Sprintf("connection %q created for owner %q at config revision 1 (%s)", c.GetDisplayName(), c.GetOwner(), transportKind(c.GetTransport())))
+	if err := s.st.CreateConnection(ctx, c, rev, ev); err != nil {
+		return nil, s.storeError(ctx, err, "create connection", nil)
+	}
+	s.notify()
+	s.log.InfoContext(ctx, "connection created", "connection_id", c.GetId(), "transport", transportKind(c.GetTransport()), "config_digest", c.GetConfigDigest())
+	return c, nil
+}
+
+// GetConnection returns one connection, retired or not.
+func (s *Server) GetConnection(ctx context.Context, req *registryv1.GetConnectionRequest) (*registryv1.Connection, error) {
+	if req.GetId() == "" {
+		return nil, required("id", "the connection id, e.g. conn_...")
+	}
+	return s.getConnection(ctx, req.GetId())
+}
+
+func (s *Server) getConnection(ctx context.Context, id string) (*registryv1.Connection, error) {
+	c, err := s.st.GetConnection(ctx, id)
+	if err != nil {
+		return nil, s.storeError(ctx, err, "get connection", func() error { return connectionUnknown(id) })
+	}
+	return c, nil
+}
+
+// ListConnections returns connections, oldest first; retired ones only when
+// asked for.
+func (s *Server) ListConnections(ctx context.Context, req *registryv1.ListConnectionsRequest) (*registryv1.ListConnectionsResponse, error) {
+	all, err := s.st.ListConnections(ctx)
+	if err != nil {
+		return nil, s.storeError(ctx, err, "list connections", nil)
+	}
+	out := slices.DeleteFunc(all, func(c *registryv1.Connection) bool {
+		return !req.GetIncludeRetired() && c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED
+	})
+	slices.SortFunc(out, func(a, b *registryv1.Connection) int {
+		if n := a.GetCreateTime().AsTime().Compare(b.GetCreateTime().AsTime()); n != 0 {
+			return n
+		}
+		return strings.Compare(a.GetId(), b.GetId())
+	})
+	return &registryv1.ListConnectionsResponse{Connections: out}, nil
+}
+
+// UpdateConnection replaces a connection's configuration (when transport is
+// set) and its descriptive fields (display name, owner, sandbox: those that
+// are set). A different configuration digest creates a new config revision
+// and moves every active mapping of the connection to REVIEW_REQUIRED. The
+// update is a compare-and-set on expected_config_revision.
+//
+// Without a transport the configuration is left as it is: only descriptive
+// fields change and no revision is created.
+func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateConnectionRequest) (*registryv1.Connection, error) {
+	var v []apierror.FieldViolation
+	if req.GetId() == "" {
+		v = append(v, apierror.FieldViolation{Field: "id", Description: "the connection id is required"})
+	}
+	if req.GetExpectedConfigRevision() <= 0 {
+		v = append(v, apierror.FieldViolation{Field: "expected_config_revision", Description: "the config revision you read (>= 1) is required"})
+	}
+	if req.GetTransport() != nil {
+		v = append(v, validateConfig(req.GetTransport(), req.GetCredentialRef())...)
+	}
+	if len(v) > 0 {
+		return nil, invalidConnection(v)
+	}
+	// File I/O for the executable digest happens before the transaction.
+	var transport *registryv1.Transport
+	if req.GetTransport() != nil {
+		transport = s.resolveTransport(ctx, req.GetTransport())
+	}
+
+	var out *registryv1.Connection
+	var revised bool
+	err := s.updateConnection(ctx, req.GetId(), func(u *ConnectionUpdate) error {
+		c := u.Connection
+		if c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
+			return connectionRetired(c)
+		}
+		if c.GetConfigRevision() != req.GetExpectedConfigRevision() {
+			return apierror.New(codes.Aborted, "CONFIG_REVISION_CONFLICT",
+				fmt.Sprintf("connection %s is at config revision %d, not %d; read it again and reapply your change",
+					c.GetId(), c.GetConfigRevision(), req.GetExpectedConfigRevision()),
+				map[string]string{"connection_id": c.GetId(), "config_revision": strconv.FormatInt(c.GetConfigRevision(), 10)})
+		}
+		now := s.timestamp()
+		changed := false
+		if n := req.GetDisplayName(); n != "" && n != c.GetDisplayName() {
+			c.DisplayName, changed = n, true
+		}
+		if o := req.GetOwner(); o != "" && o != c.GetOwner() {
+			c.Owner, changed = o, true
+		}
+		if sb := req.GetSandbox(); sb != nil && !proto.Equal(sb, c.GetSandbox()) {
+			c.Sandbox, changed = sb, true
+		}
+		if transport != nil {
+			next := proto.CloneOf(c)
+			next.Transport = transport
+			next.ImageDigest = req.GetImageDigest()
+			next.CredentialScope = req.GetCredentialScope()
+			next.CredentialRef = req.GetCredentialRef()
+			next.CredentialVersion = req.GetCredentialVersion()
+			d, err := configDigest(next)
+			if err != nil {
+				return invalidConnection([]apierror.FieldViolation{{Field: "transport", Description: err.Error()}})
+			}
+			if d != c.GetConfigDigest() {
+				reason := req.GetReason()
+				if reason == "" {
+					reason = "configuration updated"
+				}
+				s.reviseConfig(u, next, d, reason, now)
+				c, changed, revised = u.Connection, true, true
+			}
+		}
+		if changed {
+			c.UpdateTime = now
+		}
+		out = c
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if revised {
+		s.log.InfoContext(ctx, "connection config revised", "connection_id", out.GetId(), "config_revision", out.GetConfigRevision(), "config_digest", out.GetConfigDigest())
+	}
+	return out, nil
+}
+
+// reviseConfig makes next (with digest d) the connection's new config
+// revision and sends every active mapping of the connection back to review:
+// they were reviewed against a configuration that no longer exists.
+func (s *Server) reviseConfig(u *ConnectionUpdate, next *registryv1.Connection, d, reason string, now *timestamppb.Timestamp) {
+	prev := u.Connection.GetConfigRevision()
+	next.ConfigRevision = prev + 1
+	next.ConfigDigest = d
+	u.Connection = next
+	u.Revision = configRevisionOf(next, reason, now)
+	u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONFIG_REVISED, next.GetId(), "", "",
+		fmt.Sprintf("config revision %d (%s) replaced revision %d", next.GetConfigRevision(), reason, prev)))
+	for _, m := range u.Mappings {
+		if m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
+			continue
+		}
+		m.State = registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED
+		m.StateReason = fmt.Sprintf("connection config revision %d (%s) replaced revision %d the mapping was reviewed against",
+			next.GetConfigRevision(), reason, m.GetConfigRevision())
+		u.WriteMappings = append(u.WriteMappings, m)
+		u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED,
+			next.GetId(), m.GetId(), "", m.GetStateReason()))
+	}
+}
+
+// RetireConnection retires a connection and its mappings. Everything that
+// refers to it stays readable. Retiring a retired connection changes nothing.
+func (s *Server) RetireConnection(ctx context.Context, req *registryv1.RetireConnectionRequest) (*registryv1.Connection, error) {
+	if req.GetId() == "" {
+		return nil, required("id", "the connection id to retire")
+	}
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "retired"
+	}
+	var out *registryv1.Connection
+	err := s.updateConnection(ctx, req.GetId(), func(u *ConnectionUpdate) error {
+		c := u.Connection
+		out = c
+		if c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
+			return nil
+		}
+		now := s.timestamp()
+		c.State = registryv1.ConnectionState_CONNECTION_STATE_RETIRED
+		c.RetireTime, c.UpdateTime = now, now
+		u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_RETIRED, c.GetId(), "", "",
+			"connection retired: "+reason))
+		for _, m := range u.Mappings {
+			if m.GetState() == registryv1.MappingState_MAPPING_STATE_RETIRED {
+				continue
+			}
+			m.State = registryv1.MappingState_MAPPING_STATE_RETIRED
+			m.StateReason = "connection retired: " + reason
+			u.WriteMappings = append(u.WriteMappings, m)
+			u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_RETIRED, c.GetId(), m.GetId(), "", m.GetStateReason()))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "connection retired", "connection_id", out.GetId())
+	return out, nil
+}
+
+// ListConfigRevisions returns every configuration revision of a connection,
+// oldest first.
+func (s *Server) ListConfigRevisions(ctx context.Context, req *registryv1.ListConfigRevisionsRequest) (*registryv1.ListConfigRevisionsResponse, error) {
+	if req.GetConnectionId() == "" {
+		return nil, required("connection_id", "the connection whose revisions to list")
+	}
+	if _, err := s.getConnection(ctx, req.GetConnectionId()); err != nil {
+		return nil, err
+	}
+	revs, err := s.st.ListConfigRevisions(ctx, req.GetConnectionId())
+	if err != nil {
+		return nil, s.storeError(ctx, err, "list config revisions", nil)
+	}
+	return &registryv1.ListConfigRevisionsResponse{Revisions: revs}, nil
+}
+
+func invalidConnection(v []apierror.FieldViolation) error {
+	return apierror.InvalidArgument("INVALID_CONNECTION", "invalid connection: "+violationText(v), v...)
+}
+
+// validateConfig checks a transport and credential reference.
+func validateConfig(t *registryv1.Transport, credentialRef string) []apierror.FieldViolation {
+	var v []apierror.FieldViolation
+	switch k := t.GetKind().(type) {
+	case nil:
+		v = append(v, apierror.FieldViolation{Field: "transport", Description: "a transport (stdio, streamable_http or direct) is required"})
+	case *registryv1.Transport_Stdio:
+		if strings.TrimSpace(k.Stdio.GetCommand()) == "" {
+			v = append(v, apierror.FieldViolation{Field: "transport.stdio.command", Description: "the executable path or name is required"})
+		}
+		for name := range k.Stdio.GetEnv() {
+			if name == "" || strings.ContainsAny(name, "=\x00") {
+				v = append(v, apierror.FieldViolation{Field: "transport.stdio.env", Description: fmt.Sprintf("invalid environment variable name %q", name)})
+			}
+		}
+	case *registryv1.Transport_StreamableHttp:
+		if err := checkHTTPURL(k.StreamableHttp.GetUrl()); err != nil {
+			v = append(v, apierror.FieldViolation{Field: "transport.streamable_http.url", Description: err.Error()})
+		}
+	case *registryv1.Transport_Direct:
+		if strings.TrimSpace(k.Direct.GetAdapter()) == "" {
+			v = append(v, apierror.FieldViolation{Field: "transport.direct.adapter", Description: "the direct adapter name is required"})
+		}
+	}
+	if credentialRef != "" && !credentialRefPattern.MatchString(credentialRef) {
+		v = append(v, apierror.FieldViolation{Field: "credential_ref",
+			Description: `must be a reference such as "file:/var/run/secrets/v0m3/token", never a credential value`})
+	}
+	return v
+}
+
+func checkHTTPURL(raw string) error {
+	if raw == "" {
+		return errors.New("an http or https endpoint URL is required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("not a URL: %v", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme must be http or https, not %q", u.Scheme)
+	}
+	if u.Host == "" {
+		return errors.New("the URL has no host")
+	}
+	if u.User != nil {
+		return errors.New("the URL must not carry user information; use credential_ref")
+	}
+	return nil
+}
+
+// resolveTransport returns a copy of t with its output-only fields set by
+// the registry: for stdio, the digest of the executable it resolves to.
+func (s *Server) resolveTransport(ctx context.Context, t *registryv1.Transport) *registryv1.Transport {
+	t = proto.CloneOf(t)
+	if st := t.GetStdio(); st != nil {
+		st.ExecutableDigest = ""
+		d, err := executableDigest(st.GetCommand())
+		if err != nil {
+			// The adapter may run on another host; the digest is evidence
+			// where available, not a precondition.
+			s.log.DebugContext(ctx, "executable digest unavailable", "command", st.GetCommand(), "error", err)
+		}
+		st.ExecutableDigest = d
+	}
+	return t
+}
+
+// executableDigest returns the SHA-256 of the file command resolves to.
+func executableDigest(command string) (string, error) {
+	path, err := exec.LookPath(command)
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", command, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return digest.Prefix + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// configDigest is the digest of a connection's canonical configuration:
+// everything whose change must send its mappings back to review.
+func configDigest(c *registryv1.Connection) (string, error) {
+	t, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(c.GetTransport())
+	if err != nil {
+		return "", fmt.Errorf("encode transport: %w", err)
+	}
+	return digest.JSON(map[string]any{
+		"transport":          json.RawMessage(t),
+		"image_digest":       c.GetImageDigest(),
+		"credential_ref":     c.GetCredentialRef(),
+		"credential_version": c.GetCredentialVersion(),
+		"credential_scope":   c.GetCredentialScope(),
+	})
+}
+
+func configRevisionOf(c *registryv1.Connection, reason string, now *timestamppb.Timestamp) *registryv1.ConfigRevision {
+	return &registryv1.ConfigRevision{
+		ConnectionId:      c.GetId(),
+		Revision:          c.GetConfigRevision(),
+		ConfigDigest:      c.GetConfigDigest(),
+		Transport:         proto.CloneOf(c.GetTransport()),
+		ImageDigest:       c.GetImageDigest(),
+		CredentialScope:   c.GetCredentialScope(),
+		CredentialRef:     c.GetCredentialRef(),
+		CredentialVersion: c.GetCredentialVersion(),
+		Reason:            reason,
+		CreateTime:        now,
+	}
+}
+
+func transportKind(t *registryv1.Transport) string {
+	switch t.GetKind().(type) {
+	case *registryv1.Transport_Stdio:
+		return "stdio"
+	case *registryv1.Transport_StreamableHttp:
+		return "streamable_http"
+	case *registryv1.Transport_Direct:
+		return "direct"
+	}
+	return "none"
+}

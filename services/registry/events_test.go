@@ -1,0 +1,122 @@
+package registry_test
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/registry"
+)
+
+func TestWatchEventsInOrderThenFollows(t *testing.T) {
+	t.Parallel()
+	r := start(t)
+	conn, _, m := activeSetup(t, r.client)
+	tool := searchTool(t)
+	tool.Description = "changed"
+	snap := record(t, r.client, conn, tool)
+
+	want := []struct {
+		typ     registryv1.RegistryEventType
+		mapping string
+	}{
+		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_CREATED, ""},
+		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_SNAPSHOT_RECORDED, ""},
+		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_PROPOSED, m.GetId()},
+		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED, m.GetId()},
+		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_SNAPSHOT_RECORDED, ""},
+		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED, m.GetId()},
+		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_RETIRED, ""},
+		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_RETIRED, m.GetId()},
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stream, err := r.client.WatchEvents(ctx, &registryv1.WatchEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := func(i int) *registryv1.RegistryEvent {
+		t.Helper()
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if ev.GetSequence() != int64(i+1) || ev.GetType() != want[i].typ || ev.GetConnectionId() != conn.GetId() ||
+			ev.GetMappingId() != want[i].mapping || ev.GetTime() == nil {
+			t.Errorf("event %d = %v, want sequence %d type %v", i, ev, i+1, want[i].typ)
+		}
+		return ev
+	}
+	for i := range 6 {
+		ev := recv(i)
+		if i == 5 && ev.GetSnapshotId() != snap.GetId() {
+			t.Errorf("review-required event names snapshot %q, want %q", ev.GetSnapshotId(), snap.GetId())
+		}
+	}
+	// The stream follows changes made after it caught up.
+	if _, err := r.client.RetireConnection(t.Context(), &registryv1.RetireConnectionRequest{Id: conn.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	recv(6)
+	recv(7)
+	cancel()
+	if _, err := stream.Recv(); err == nil {
+		t.Error("stream still open after cancel")
+	}
+
+	// after_sequence skips what the watcher already has.
+	ctx2, cancel2 := context.WithCancel(t.Context())
+	defer cancel2()
+	stream, err = r.client.WatchEvents(ctx2, &registryv1.WatchEventsRequest{AfterSequence: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(6)
+}
+
+func TestStateSurvivesReopen(t *testing.T) {
+	t.Parallel()
+	first := start(t)
+	conn, snap, m := activeSetup(t, first.client)
+	revs, err := first.client.ListConfigRevisions(t.Context(), &registryv1.ListConfigRevisionsRequest{ConnectionId: conn.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.stop()
+
+	second := startAt(t, first.path)
+	ctx := t.Context()
+	if got, err := second.client.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: conn.GetId()}); err != nil || !proto.Equal(got, conn) {
+		t.Errorf("connection after reopen = %v, %v; want %v", got, err, conn)
+	}
+	if got, err := second.client.GetSnapshot(ctx, &registryv1.GetSnapshotRequest{Id: snap.GetId()}); err != nil || !proto.Equal(got, snap) {
+		t.Errorf("snapshot after reopen = %v, %v", got, err)
+	}
+	if got, err := second.client.ListConfigRevisions(ctx, &registryv1.ListConfigRevisionsRequest{ConnectionId: conn.GetId()}); err != nil || !proto.Equal(got, revs) {
+		t.Errorf("config revisions after reopen = %v, %v", got, err)
+	}
+	got, err := second.client.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{Capability: registry.CapabilityRetrieveAuthorizedSource})
+	if err != nil || !proto.Equal(got, m) {
+		t.Errorf("ResolveMapping after reopen = %v, %v; want %v", got, err, m)
+	}
+	// The CAS and the event sequence continue where they were.
+	_, err = second.client.UpdateConnection(ctx, &registryv1.UpdateConnectionRequest{Id: conn.GetId(), ExpectedConfigRevision: 2, DisplayName: "x"})
+	wantErr(t, err, codes.Aborted, "CONFIG_REVISION_CONFLICT")
+	if _, err := second.client.RetireConnection(ctx, &registryv1.RetireConnectionRequest{Id: conn.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := second.client.WatchEvents(wctx, &registryv1.WatchEventsRequest{AfterSequence: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := stream.Recv()
+	if err != nil || ev.GetSequence() != 5 || ev.GetType() != registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_RETIRED {
+		t.Errorf("first event after reopen = %v, %v; want sequence 5 CONNECTION_RETIRED", ev, err)
+	}
+}

@@ -1,0 +1,202 @@
+package registry_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/serve"
+	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/registry"
+)
+
+// running is one registry server on a real bbolt file, reached over an
+// in-memory gRPC connection.
+type running struct {
+	client registryv1.RegistryServiceClient
+	path   string
+	stop   func()
+}
+
+// start serves a registry on a fresh database file in t.TempDir().
+func start(t *testing.T) *running {
+	t.Helper()
+	return startAt(t, filepath.Join(t.TempDir(), "registry.db"))
+}
+
+// startAt serves a registry on the database file at path. stop closes the
+// server and the file; it also runs at cleanup.
+func startAt(t *testing.T, path string) *running {
+	t.Helper()
+	db, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	srv := serve.New("registry", log)
+	registryv1.RegisterRegistryServiceServer(srv.GRPC, registry.NewServer(registry.NewBoltStore(db), log))
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = srv.GRPC.Serve(lis) }()
+	conn, err := grpc.NewClient("passthrough:///registry",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = conn.Close()
+			srv.GRPC.Stop()
+			if err := db.Close(); err != nil {
+				t.Errorf("close db: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &running{client: registryv1.NewRegistryServiceClient(conn), path: path, stop: stop}
+}
+
+func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
+	t.Helper()
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// searchSchema is the fixture search tool's input schema.
+func searchSchema(t *testing.T) *structpb.Struct {
+	return mustStruct(t, map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"query":     map[string]any{"type": "string"},
+			"source_id": map[string]any{"type": "string"},
+		},
+		"required": []any{"query"},
+	})
+}
+
+// structuredSearchSchema is the search schema after the drift from a query
+// string to a structured object.
+func structuredSearchSchema(t *testing.T) *structpb.Struct {
+	return mustStruct(t, map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"query":     map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}},
+			"source_id": map[string]any{"type": "string"},
+		},
+		"required": []any{"query"},
+	})
+}
+
+func searchTool(t *testing.T) *registryv1.ToolIdentity {
+	return &registryv1.ToolIdentity{
+		Name:        "search",
+		Title:       "Search",
+		Description: "Search the synthetic source library.",
+		InputSchema: searchSchema(t),
+	}
+}
+
+func createHTTP(t *testing.T, c registryv1.RegistryServiceClient) *registryv1.Connection {
+	t.Helper()
+	conn, err := c.CreateConnection(t.Context(), &registryv1.CreateConnectionRequest{
+		DisplayName: "V0M3 Sources",
+		Owner:       "platform",
+		Transport: &registryv1.Transport{Kind: &registryv1.Transport_StreamableHttp{
+			StreamableHttp: &registryv1.StreamableHTTPTransport{Url: "http://sources.mcp.svc:8080/mcp"}}},
+		CredentialScope:   "read-only access to the synthetic library",
+		CredentialRef:     "file:/var/run/secrets/v0m3/sources/token",
+		CredentialVersion: "1",
+	})
+	if err != nil {
+		t.Fatalf("CreateConnection: %v", err)
+	}
+	return conn
+}
+
+func record(t *testing.T, c registryv1.RegistryServiceClient, conn *registryv1.Connection, tools ...*registryv1.ToolIdentity) *registryv1.DiscoverySnapshot {
+	t.Helper()
+	snap, err := c.RecordSnapshot(t.Context(), &registryv1.RecordSnapshotRequest{Snapshot: &registryv1.DiscoverySnapshot{
+		ConnectionId:    conn.GetId(),
+		ConfigRevision:  conn.GetConfigRevision(),
+		ServerInfo:      &registryv1.ServerInfo{Name: "V0M3 Sources", Version: "1.0.0"},
+		ProtocolVersion: "2025-06-18",
+		Tools:           tools,
+	}})
+	if err != nil {
+		t.Fatalf("RecordSnapshot: %v", err)
+	}
+	return snap
+}
+
+// proposal is a valid retrieve_authorized_source proposal onto the search
+// tool of snap.
+func proposal(snap *registryv1.DiscoverySnapshot) *registryv1.ProposeMappingRequest {
+	return &registryv1.ProposeMappingRequest{
+		Capability:   registry.CapabilityRetrieveAuthorizedSource,
+		ConnectionId: snap.GetConnectionId(),
+		SnapshotId:   snap.GetId(),
+		Target:       &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "search"},
+		ArgumentMap: []*registryv1.ArgumentBinding{
+			{RemoteField: "query", ProductField: "query"},
+			{RemoteField: "source_id", ProductField: "source", FromHandle: true},
+		},
+		Limits:     &registryv1.Limits{MaxResponseBytes: 65536, MaxItems: 10, AllowedMediaTypes: []string{"text/plain"}},
+		ProposedBy: "integrator",
+	}
+}
+
+func propose(t *testing.T, c registryv1.RegistryServiceClient, req *registryv1.ProposeMappingRequest) *registryv1.Mapping {
+	t.Helper()
+	m, err := c.ProposeMapping(t.Context(), req)
+	if err != nil {
+		t.Fatalf("ProposeMapping: %v", err)
+	}
+	return m
+}
+
+func approve(t *testing.T, c registryv1.RegistryServiceClient, m *registryv1.Mapping) *registryv1.Mapping {
+	t.Helper()
+	out, err := c.ReviewMapping(t.Context(), &registryv1.ReviewMappingRequest{
+		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true, Reviewer: "reviewer", Note: "checked fixtures"})
+	if err != nil {
+		t.Fatalf("ReviewMapping: %v", err)
+	}
+	return out
+}
+
+// activeSetup creates a connection, records a snapshot with the search tool
+// and activates a retrieve_authorized_source mapping onto it.
+func activeSetup(t *testing.T, c registryv1.RegistryServiceClient) (*registryv1.Connection, *registryv1.DiscoverySnapshot, *registryv1.Mapping) {
+	t.Helper()
+	conn := createHTTP(t, c)
+	snap := record(t, c, conn, searchTool(t))
+	m := approve(t, c, propose(t, c, proposal(snap)))
+	conn, err := c.GetConnection(t.Context(), &registryv1.GetConnectionRequest{Id: conn.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, snap, m
+}
+
+// wantErr fails unless err has the code and reason.
+func wantErr(t *testing.T, err error, code codes.Code, reason string) {
+	t.Helper()
+	if !apierror.Is(err, code, reason) {
+		t.Fatalf("error = %v (reason %q), want %v %s", err, apierror.Reason(err), code, reason)
+	}
+}

@@ -1,0 +1,531 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/ids"
+)
+
+// ProposeMapping proposes a binding of a capability onto one remote tool or
+// resource observed in a snapshot of the connection at its current config
+// revision. A new mapping starts at revision 1; a proposal naming
+// mapping_id appends revision n+1 and retires revision n (kept as history).
+// Either way the proposal is PENDING_REVIEW and serves nothing until
+// reviewed.
+func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMappingRequest) (*registryv1.Mapping, error) {
+	if err := validateProposalShape(req); err != nil {
+		return nil, err
+	}
+	cp := capability(req.GetCapability())
+	if cp == nil {
+		return nil, capabilityUnknown(req.GetCapability())
+	}
+	if id := req.GetMappingId(); id != "" {
+		prev, err := s.getMapping(ctx, id, 0)
+		if err != nil {
+			return nil, err
+		}
+		if prev.GetCapability() != req.GetCapability() || prev.GetConnectionId() != req.GetConnectionId() {
+			return nil, apierror.InvalidArgument("MAPPING_MISMATCH",
+				fmt.Sprintf("mapping %s binds %s on connection %s; a revision cannot change its capability or connection, propose a new mapping instead",
+					id, prev.GetCapability(), prev.GetConnectionId()),
+				apierror.FieldViolation{Field: "mapping_id", Description: "must name a mapping of the same capability and connection"})
+		}
+	}
+	snap, err := s.getSnapshot(ctx, req.GetSnapshotId())
+	if err != nil {
+		return nil, err
+	}
+	if snap.GetConnectionId() != req.GetConnectionId() {
+		return nil, apierror.InvalidArgument("SNAPSHOT_CONNECTION_MISMATCH",
+			fmt.Sprintf("snapshot %s was taken from connection %s, not %s", snap.GetId(), snap.GetConnectionId(), req.GetConnectionId()),
+			apierror.FieldViolation{Field: "snapshot_id", Description: "must be a snapshot of connection " + req.GetConnectionId()})
+	}
+	m := &registryv1.Mapping{
+		Capability:         cp.GetName(),
+		CapabilityRevision: cp.GetRevision(),
+		ConnectionId:       req.GetConnectionId(),
+		SnapshotId:         snap.GetId(),
+		Target:             proto.CloneOf(req.GetTarget()),
+		ArgumentMap:        cloneBindings(req.GetArgumentMap()),
+		Defaults:           proto.CloneOf(req.GetDefaults()),
+		Limits:             proto.CloneOf(req.GetLimits()),
+		State:              registryv1.MappingState_MAPPING_STATE_PENDING_REVIEW,
+		ProposedBy:         req.GetProposedBy(),
+	}
+	var tool *registryv1.ToolIdentity
+	switch req.GetTarget().GetKind() {
+	case registryv1.RemoteKind_REMOTE_KIND_TOOL:
+		if tool = findTool(snap, req.GetTarget().GetName()); tool == nil {
+			return nil, targetUnknown("tool", req.GetTarget().GetName(), snap)
+		}
+		m.InputSchemaDigest = tool.GetInputSchemaDigest()
+		m.DescriptionDigest = tool.GetDescriptionDigest()
+		m.RemoteDescription = tool.GetDescription()
+	case registryv1.RemoteKind_REMOTE_KIND_RESOURCE:
+		r := findResource(snap, req.GetTarget().GetName())
+		if r == nil {
+			return nil, targetUnknown("resource", req.GetTarget().GetName(), snap)
+		}
+		m.DescriptionDigest = r.GetDescriptionDigest()
+		m.RemoteDescription = r.GetDescription()
+	}
+	if v := validateBindings(req, cp, tool); len(v) > 0 {
+		return nil, apierror.InvalidArgument("INVALID_MAPPING", "invalid mapping: "+violationText(v), v...)
+	}
+
+	err = s.updateConnection(ctx, req.GetConnectionId(), func(u *ConnectionUpdate) error {
+		c := u.Connection
+		if c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
+			return connectionRetired(c)
+		}
+		if snap.GetConfigRevision() != c.GetConfigRevision() {
+			return snapshotStale(snap, fmt.Sprintf("snapshot %s was taken at config revision %d but connection %s is at revision %d; discover again and propose against the new snapshot",
+				snap.GetId(), snap.GetConfigRevision(), c.GetId(), c.GetConfigRevision()))
+		}
+		if latest := u.LatestSnapshot; latest != nil && latest.GetId() != snap.GetId() {
+			if why := driftReason(m, latest); why != "" {
+				return snapshotStale(snap, fmt.Sprintf("the target changed since snapshot %s: %s; propose against snapshot %s", snap.GetId(), why, latest.GetId()))
+			}
+		}
+		now := s.timestamp()
+		m.ConfigRevision = c.GetConfigRevision()
+		m.CreateTime = now
+		if id := req.GetMappingId(); id != "" {
+			prev := u.Mapping(id)
+			if prev == nil {
+				return mappingUnknown(id, 0)
+			}
+			m.Id, m.Revision = id, prev.GetRevision()+1
+			if prev.GetState() != registryv1.MappingState_MAPPING_STATE_RETIRED {
+				prev.StateReason = fmt.Sprintf("superseded by revision %d proposed by %s (was %s: %s)",
+					m.GetRevision(), req.GetProposedBy(), stateName(prev.GetState()), prev.GetStateReason())
+				prev.State = registryv1.MappingState_MAPPING_STATE_RETIRED
+				u.WriteMappings = append(u.WriteMappings, prev)
+				u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_RETIRED, c.GetId(), id, "",
+					fmt.Sprintf("revision %d %s", prev.GetRevision(), prev.GetStateReason())))
+			}
+		} else {
+			m.Id, m.Revision = ids.New("map"), 1
+		}
+		m.StateReason = "proposed by " + req.GetProposedBy()
+		u.WriteMappings = append(u.WriteMappings, m)
+		u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_PROPOSED, c.GetId(), m.GetId(), snap.GetId(),
+			fmt.Sprintf("revision %d of %s onto %s %q proposed by %s", m.GetRevision(), m.GetCapability(), kindName(m.GetTarget().GetKind()), m.GetTarget().GetName(), m.GetProposedBy())))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "mapping proposed", "mapping_id", m.GetId(), "revision", m.GetRevision(), "capability", m.GetCapability(), "connection_id", m.GetConnectionId())
+	return m, nil
+}
+
+func validateProposalShape(req *registryv1.ProposeMappingRequest) error {
+	var v []apierror.FieldViolation
+	add := func(field, desc string) { v = append(v, apierror.FieldViolation{Field: field, Description: desc}) }
+	if req.GetCapability() == "" {
+		add("capability", "the capability name is required")
+	}
+	if req.GetConnectionId() == "" {
+		add("connection_id", "the connection implementing the capability is required")
+	}
+	if req.GetSnapshotId() == "" {
+		add("snapshot_id", "the snapshot the target was observed in is required")
+	}
+	switch k := req.GetTarget().GetKind(); {
+	case req.GetTarget() == nil:
+		add("target", "the remote tool or resource is required")
+	case k != registryv1.RemoteKind_REMOTE_KIND_TOOL && k != registryv1.RemoteKind_REMOTE_KIND_RESOURCE:
+		add("target.kind", "must be REMOTE_KIND_TOOL or REMOTE_KIND_RESOURCE")
+	}
+	if req.GetTarget() != nil && req.GetTarget().GetName() == "" {
+		add("target.name", "the tool name or resource URI is required")
+	}
+	if req.GetProposedBy() == "" {
+		add("proposed_by", "who proposes the mapping is required")
+	}
+	switch l := req.GetLimits(); {
+	case l == nil:
+		add("limits", "limits are required: max_response_bytes and max_items")
+	default:
+		if l.GetMaxResponseBytes() <= 0 {
+			add("limits.max_response_bytes", "must be > 0")
+		}
+		if l.GetMaxItems() <= 0 {
+			add("limits.max_items", "must be > 0")
+		}
+	}
+	for i, b := range req.GetArgumentMap() {
+		if b.GetRemoteField() == "" {
+			add(fmt.Sprintf("argument_map[%d].remote_field", i), "the remote argument name is required")
+		}
+		if b.GetProductField() == "" {
+			add(fmt.Sprintf("argument_map[%d].product_field", i), "the product field name is required")
+		}
+	}
+	if len(v) > 0 {
+		return apierror.InvalidArgument("INVALID_MAPPING", "invalid mapping: "+violationText(v), v...)
+	}
+	return nil
+}
+
+// validateBindings checks the argument map and defaults against the
+// capability's product schema and, for tools, the remote input schema. A
+// binding to a field that does not exist on either side would fail every
+// call, or worse, pass something unreviewed.
+func validateBindings(req *registryv1.ProposeMappingRequest, cp *registryv1.Capability, tool *registryv1.ToolIdentity) []apierror.FieldViolation {
+	var v []apierror.FieldViolation
+	add := func(field, desc string) { v = append(v, apierror.FieldViolation{Field: field, Description: desc}) }
+	productFields := schemaProperties(cp.GetInputSchema())
+	remoteFields := schemaProperties(tool.GetInputSchema())
+	bound := map[string]bool{}
+	for i, b := range req.GetArgumentMap() {
+		at := fmt.Sprintf("argument_map[%d]", i)
+		rf, pf := b.GetRemoteField(), b.GetProductField()
+		if tool != nil {
+			if _, ok := remoteFields[rf]; !ok {
+				add(at+".remote_field", fmt.Sprintf("remote field %q is not in the input schema of tool %q (fields: %s)", rf, tool.GetName(), fieldList(remoteFields)))
+			}
+		}
+		if bound[rf] {
+			add(at+".remote_field", fmt.Sprintf("remote field %q is bound twice", rf))
+		}
+		bound[rf] = true
+		if _, ok := productFields[pf]; !ok {
+			add(at+".product_field", fmt.Sprintf("product field %q is not in the input schema of capability %s (fields: %s)", pf, cp.GetName(), fieldList(productFields)))
+			continue
+		}
+		isHandle := slices.Contains(cp.GetHandleFields(), pf)
+		switch {
+		case b.GetFromHandle() && !isHandle:
+			add(at+".from_handle", fmt.Sprintf("product field %q is a value, not a handle; handle fields of %s: %s", pf, cp.GetName(), strings.Join(cp.GetHandleFields(), ", ")))
+		case !b.GetFromHandle() && isHandle:
+			add(at+".from_handle", fmt.Sprintf("product field %q carries a handle; set from_handle so the remote receives the handle's resolved target, never the handle itself", pf))
+		}
+	}
+	if tool == nil {
+		return v
+	}
+	defaults := req.GetDefaults().GetFields()
+	for _, k := range slices.Sorted(maps.Keys(defaults)) {
+		if _, ok := remoteFields[k]; !ok {
+			add("defaults."+k, fmt.Sprintf("remote field %q is not in the input schema of tool %q", k, tool.GetName()))
+		}
+		if bound[k] {
+			add("defaults."+k, fmt.Sprintf("remote field %q is both mapped and defaulted", k))
+		}
+	}
+	for _, r := range schemaRequired(tool.GetInputSchema()) {
+		if _, ok := defaults[r]; !bound[r] && !ok {
+			add("argument_map", fmt.Sprintf("remote field %q is required by tool %q but neither mapped nor defaulted", r, tool.GetName()))
+		}
+	}
+	return v
+}
+
+// ReviewMapping approves or rejects the current revision of a mapping.
+// Approval makes it ACTIVE and retires any other active mapping of the same
+// capability on the same connection; it is refused when the evidence
+// reviewed is stale, so a review of yesterday's tool never activates
+// today's.
+func (s *Server) ReviewMapping(ctx context.Context, req *registryv1.ReviewMappingRequest) (*registryv1.Mapping, error) {
+	var v []apierror.FieldViolation
+	if req.GetMappingId() == "" {
+		v = append(v, apierror.FieldViolation{Field: "mapping_id", Description: "the mapping to review is required"})
+	}
+	if req.GetRevision() <= 0 {
+		v = append(v, apierror.FieldViolation{Field: "revision", Description: "the revision you reviewed (>= 1) is required"})
+	}
+	if req.GetReviewer() == "" {
+		v = append(v, apierror.FieldViolation{Field: "reviewer", Description: "who reviews is required"})
+	}
+	if len(v) > 0 {
+		return nil, apierror.InvalidArgument("INVALID_REVIEW", "invalid review: "+violationText(v), v...)
+	}
+	cur, err := s.getMapping(ctx, req.GetMappingId(), 0)
+	if err != nil {
+		return nil, err
+	}
+	var out *registryv1.Mapping
+	err = s.updateConnection(ctx, cur.GetConnectionId(), func(u *ConnectionUpdate) error {
+		m := u.Mapping(req.GetMappingId())
+		if m == nil {
+			return mappingUnknown(req.GetMappingId(), 0)
+		}
+		if m.GetRevision() != req.GetRevision() {
+			return apierror.New(codes.Aborted, "MAPPING_REVISION_CONFLICT",
+				fmt.Sprintf("mapping %s is at revision %d, not %d; review the current revision", m.GetId(), m.GetRevision(), req.GetRevision()),
+				mappingMeta(m))
+		}
+		if m.GetState() != registryv1.MappingState_MAPPING_STATE_PENDING_REVIEW {
+			return apierror.New(codes.FailedPrecondition, "MAPPING_NOT_PENDING_REVIEW",
+				fmt.Sprintf("mapping %s revision %d is %s, only a pending proposal can be reviewed; propose a new revision", m.GetId(), m.GetRevision(), stateName(m.GetState())),
+				mappingMeta(m))
+		}
+		now := s.timestamp()
+		m.ReviewedBy, m.ReviewNote, m.ReviewTime = req.GetReviewer(), req.GetNote(), now
+		if !req.GetApprove() {
+			m.State = registryv1.MappingState_MAPPING_STATE_RETIRED
+			m.StateReason = "rejected by " + req.GetReviewer()
+			u.WriteMappings = append(u.WriteMappings, m)
+			u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_RETIRED, m.GetConnectionId(), m.GetId(), "",
+				fmt.Sprintf("revision %d %s", m.GetRevision(), m.GetStateReason())))
+			out = m
+			return nil
+		}
+		if why := staleness(m, u); why != "" {
+			return apierror.New(codes.FailedPrecondition, "MAPPING_STALE",
+				fmt.Sprintf("mapping %s revision %d cannot be approved: %s; propose a new revision against the latest snapshot", m.GetId(), m.GetRevision(), why),
+				mappingMeta(m))
+		}
+		m.State = registryv1.MappingState_MAPPING_STATE_ACTIVE
+		m.StateReason = "approved by " + req.GetReviewer()
+		u.WriteMappings = append(u.WriteMappings, m)
+		u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED, m.GetConnectionId(), m.GetId(), m.GetSnapshotId(),
+			fmt.Sprintf("revision %d of %s activated by %s", m.GetRevision(), m.GetCapability(), req.GetReviewer())))
+		for _, o := range u.Mappings {
+			if o.GetId() == m.GetId() || o.GetCapability() != m.GetCapability() || o.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
+				continue
+			}
+			o.State = registryv1.MappingState_MAPPING_STATE_RETIRED
+			o.StateReason = fmt.Sprintf("superseded by mapping %s revision %d", m.GetId(), m.GetRevision())
+			u.WriteMappings = append(u.WriteMappings, o)
+			u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_RETIRED, o.GetConnectionId(), o.GetId(), "", o.GetStateReason()))
+		}
+		out = m
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "mapping reviewed", "mapping_id", out.GetId(), "revision", out.GetRevision(), "state", stateName(out.GetState()))
+	return out, nil
+}
+
+// staleness says why a mapping's reviewed evidence no longer describes the
+// connection, or "".
+func staleness(m *registryv1.Mapping, u *ConnectionUpdate) string {
+	c := u.Connection
+	if c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
+		return "connection " + c.GetId() + " is retired"
+	}
+	if m.GetConfigRevision() != c.GetConfigRevision() {
+		return fmt.Sprintf("it was proposed at config revision %d and the connection is at revision %d", m.GetConfigRevision(), c.GetConfigRevision())
+	}
+	if cp := capability(m.GetCapability()); cp == nil || cp.GetRevision() != m.GetCapabilityRevision() {
+		return fmt.Sprintf("capability %s revision %d is no longer current", m.GetCapability(), m.GetCapabilityRevision())
+	}
+	if u.LatestSnapshot == nil {
+		return "the connection has no discovery snapshot"
+	}
+	return driftReason(m, u.LatestSnapshot)
+}
+
+// GetMapping returns one mapping at its current revision, or at a past
+// revision kept as history.
+func (s *Server) GetMapping(ctx context.Context, req *registryv1.GetMappingRequest) (*registryv1.Mapping, error) {
+	if req.GetId() == "" {
+		return nil, required("id", "the mapping id, e.g. map_...")
+	}
+	if req.GetRevision() < 0 {
+		return nil, apierror.InvalidArgument("INVALID_REVISION", "revision must be >= 0 (0 means current)",
+			apierror.FieldViolation{Field: "revision", Description: "must be >= 0"})
+	}
+	return s.getMapping(ctx, req.GetId(), req.GetRevision())
+}
+
+func (s *Server) getMapping(ctx context.Context, id string, revision int64) (*registryv1.Mapping, error) {
+	m, err := s.st.GetMapping(ctx, id, revision)
+	if err != nil {
+		return nil, s.storeError(ctx, err, "get mapping", func() error { return mappingUnknown(id, revision) })
+	}
+	return m, nil
+}
+
+// ListMappings returns mappings at their current revision, filtered by
+// capability, connection and state, sorted by capability then id.
+func (s *Server) ListMappings(ctx context.Context, req *registryv1.ListMappingsRequest) (*registryv1.ListMappingsResponse, error) {
+	all, err := s.st.ListMappings(ctx)
+	if err != nil {
+		return nil, s.storeError(ctx, err, "list mappings", nil)
+	}
+	out := slices.DeleteFunc(all, func(m *registryv1.Mapping) bool {
+		return (req.GetCapability() != "" && m.GetCapability() != req.GetCapability()) ||
+			(req.GetConnectionId() != "" && m.GetConnectionId() != req.GetConnectionId()) ||
+			(req.GetState() != registryv1.MappingState_MAPPING_STATE_UNSPECIFIED && m.GetState() != req.GetState())
+	})
+	slices.SortFunc(out, func(a, b *registryv1.Mapping) int {
+		if n := strings.Compare(a.GetCapability(), b.GetCapability()); n != 0 {
+			return n
+		}
+		return strings.Compare(a.GetId(), b.GetId())
+	})
+	return &registryv1.ListMappingsResponse{Mappings: out}, nil
+}
+
+// ResolveMapping answers "is this still current?": it returns the active
+// mapping for a capability, or checks that a given mapping revision is the
+// active one. Anything else fails with FAILED_PRECONDITION and a reason
+// saying why (MAPPING_REVIEW_REQUIRED, MAPPING_PENDING_REVIEW,
+// MAPPING_RETIRED, MAPPING_SUPERSEDED, MAPPING_NOT_ACTIVE).
+func (s *Server) ResolveMapping(ctx context.Context, req *registryv1.ResolveMappingRequest) (*registryv1.Mapping, error) {
+	if req.GetMappingId() == "" {
+		return s.resolveByCapability(ctx, req)
+	}
+	if req.GetRevision() < 0 {
+		return nil, apierror.InvalidArgument("INVALID_REVISION", "revision must be >= 0",
+			apierror.FieldViolation{Field: "revision", Description: "must be >= 0"})
+	}
+	m, err := s.getMapping(ctx, req.GetMappingId(), 0)
+	if err != nil {
+		return nil, err
+	}
+	if c := req.GetCapability(); c != "" && c != m.GetCapability() {
+		return nil, apierror.InvalidArgument("MAPPING_CAPABILITY_MISMATCH",
+			fmt.Sprintf("mapping %s implements %s, not %s", m.GetId(), m.GetCapability(), c),
+			apierror.FieldViolation{Field: "capability", Description: "must be the mapping's capability " + m.GetCapability()})
+	}
+	if c := req.GetConnectionId(); c != "" && c != m.GetConnectionId() {
+		return nil, apierror.InvalidArgument("MAPPING_CONNECTION_MISMATCH",
+			fmt.Sprintf("mapping %s is on connection %s, not %s", m.GetId(), m.GetConnectionId(), c),
+			apierror.FieldViolation{Field: "connection_id", Description: "must be the mapping's connection " + m.GetConnectionId()})
+	}
+	if r := req.GetRevision(); r != 0 && r != m.GetRevision() {
+		meta := mappingMeta(m)
+		meta["revision"] = strconv.FormatInt(r, 10)
+		meta["current_revision"] = strconv.FormatInt(m.GetRevision(), 10)
+		return nil, apierror.New(codes.FailedPrecondition, "MAPPING_SUPERSEDED",
+			fmt.Sprintf("mapping %s revision %d was superseded by revision %d (%s)", m.GetId(), r, m.GetRevision(), stateName(m.GetState())), meta)
+	}
+	if err := usable(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (s *Server) resolveByCapability(ctx context.Context, req *registryv1.ResolveMappingRequest) (*registryv1.Mapping, error) {
+	if req.GetCapability() == "" {
+		return nil, required("capability", "the capability to resolve, or mapping_id to check one mapping")
+	}
+	if capability(req.GetCapability()) == nil {
+		return nil, capabilityUnknown(req.GetCapability())
+	}
+	list, err := s.ListMappings(ctx, &registryv1.ListMappingsRequest{Capability: req.GetCapability(), ConnectionId: req.GetConnectionId()})
+	if err != nil {
+		return nil, err
+	}
+	var active []*registryv1.Mapping
+	var review *registryv1.Mapping
+	for _, m := range list.GetMappings() {
+		switch m.GetState() {
+		case registryv1.MappingState_MAPPING_STATE_ACTIVE:
+			active = append(active, m)
+		case registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED:
+			review = m
+		}
+	}
+	where := ""
+	if req.GetConnectionId() != "" {
+		where = " on connection " + req.GetConnectionId()
+	}
+	switch {
+	case len(active) == 1:
+		return active[0], nil
+	case len(active) > 1:
+		idsList := make([]string, 0, len(active))
+		for _, m := range active {
+			idsList = append(idsList, m.GetId())
+		}
+		return nil, apierror.New(codes.FailedPrecondition, "MAPPING_AMBIGUOUS",
+			fmt.Sprintf("capability %s has active mappings on several connections (%s); name the connection or the mapping", req.GetCapability(), strings.Join(idsList, ", ")),
+			map[string]string{"capability": req.GetCapability(), "mapping_ids": strings.Join(idsList, ",")})
+	case review != nil:
+		return nil, usable(review)
+	}
+	return nil, apierror.New(codes.FailedPrecondition, "MAPPING_NOT_ACTIVE",
+		fmt.Sprintf("capability %s has no active mapping%s; propose and review one", req.GetCapability(), where),
+		map[string]string{"capability": req.GetCapability(), "connection_id": req.GetConnectionId()})
+}
+
+// usable returns nil for an active mapping and otherwise the error saying
+// why it cannot serve.
+func usable(m *registryv1.Mapping) error {
+	meta := mappingMeta(m)
+	switch m.GetState() {
+	case registryv1.MappingState_MAPPING_STATE_ACTIVE:
+		return nil
+	case registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED:
+		return apierror.New(codes.FailedPrecondition, "MAPPING_REVIEW_REQUIRED",
+			fmt.Sprintf("mapping %s revision %d needs review: %s", m.GetId(), m.GetRevision(), m.GetStateReason()), meta)
+	case registryv1.MappingState_MAPPING_STATE_PENDING_REVIEW:
+		return apierror.New(codes.FailedPrecondition, "MAPPING_PENDING_REVIEW",
+			fmt.Sprintf("mapping %s revision %d is proposed and not yet reviewed", m.GetId(), m.GetRevision()), meta)
+	case registryv1.MappingState_MAPPING_STATE_RETIRED:
+		return apierror.New(codes.FailedPrecondition, "MAPPING_RETIRED",
+			fmt.Sprintf("mapping %s revision %d is retired: %s", m.GetId(), m.GetRevision(), m.GetStateReason()), meta)
+	}
+	return apierror.New(codes.FailedPrecondition, "MAPPING_NOT_ACTIVE",
+		fmt.Sprintf("mapping %s revision %d is not active", m.GetId(), m.GetRevision()), meta)
+}
+
+func mappingMeta(m *registryv1.Mapping) map[string]string {
+	return map[string]string{
+		"mapping_id": m.GetId(),
+		"revision":   strconv.FormatInt(m.GetRevision(), 10),
+		"capability": m.GetCapability(),
+	}
+}
+
+func mappingUnknown(id string, revision int64) error {
+	if revision != 0 {
+		return apierror.New(codes.NotFound, "MAPPING_REVISION_UNKNOWN",
+			fmt.Sprintf("mapping %q has no revision %d", id, revision),
+			map[string]string{"mapping_id": id, "revision": strconv.FormatInt(revision, 10)})
+	}
+	return apierror.New(codes.NotFound, "MAPPING_UNKNOWN", fmt.Sprintf("mapping %q does not exist", id), map[string]string{"mapping_id": id})
+}
+
+func snapshotStale(snap *registryv1.DiscoverySnapshot, msg string) error {
+	return apierror.New(codes.FailedPrecondition, "SNAPSHOT_STALE", msg,
+		map[string]string{"snapshot_id": snap.GetId(), "connection_id": snap.GetConnectionId()})
+}
+
+func targetUnknown(kind, name string, snap *registryv1.DiscoverySnapshot) error {
+	return apierror.InvalidArgument("REMOTE_TARGET_UNKNOWN",
+		fmt.Sprintf("%s %q is not in snapshot %s", kind, name, snap.GetId()),
+		apierror.FieldViolation{Field: "target.name", Description: fmt.Sprintf("must name a %s listed in snapshot %s", kind, snap.GetId())})
+}
+
+func cloneBindings(in []*registryv1.ArgumentBinding) []*registryv1.ArgumentBinding {
+	out := make([]*registryv1.ArgumentBinding, 0, len(in))
+	for _, b := range in {
+		out = append(out, proto.CloneOf(b))
+	}
+	return out
+}
+
+func fieldList[V any](m map[string]V) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	return strings.Join(slices.Sorted(maps.Keys(m)), ", ")
+}
+
+func stateName(s registryv1.MappingState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "MAPPING_STATE_"))
+}
+
+func kindName(k registryv1.RemoteKind) string {
+	return strings.ToLower(strings.TrimPrefix(k.String(), "REMOTE_KIND_"))
+}
