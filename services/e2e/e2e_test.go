@@ -212,8 +212,8 @@ func checkFirstExperiment(t *testing.T, s *suite.Suite, r *scenario.Result) {
 	// Unknown argument field.
 	if !apierror.Is(r.UnknownField, codes.InvalidArgument, "UNKNOWN_ARGUMENT_FIELD") {
 		t.Errorf("unknown field: got %v, want INVALID_ARGUMENT UNKNOWN_ARGUMENT_FIELD", r.UnknownField)
-	} else if f := apierror.Fields(r.UnknownField); strings.Join(f, ",") != "path" {
-		t.Errorf("unknown field violations name %v, want [path]", f)
+	} else if f := apierror.Fields(r.UnknownField); strings.Join(f, ",") != "arguments.path" {
+		t.Errorf("unknown field violations name %v, want [arguments.path]", f)
 	}
 
 	// The retrieval executed, was observed, and came back as quoted evidence.

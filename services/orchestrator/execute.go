@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -26,6 +27,11 @@ const (
 
 // maxUntrustedDetail bounds untrusted error text kept in a record.
 const maxUntrustedDetail = 512
+
+// adapterCallTimeout bounds one Execute call. The adapter enforces its own
+// limits; this only keeps a wedged call from holding a request forever. A
+// call cut off here has an unknown outcome, like any other broken call.
+const adapterCallTimeout = 2 * time.Minute
 
 // execute makes one attempt at a prepared request: it persists the attempt
 // as PREPARED before anything is sent, calls the adapter, persists the
@@ -56,7 +62,8 @@ func (s *Server) execute(ctx context.Context, task *orchestratorv1.Task, req *or
 		return nil, s.internal(ctx, "persist the prepared attempt", err)
 	}
 
-	resp, callErr := s.deps.Adapter.Execute(ctx, &adapterv1.ExecuteRequest{
+	callCtx, cancel := context.WithTimeout(ctx, adapterCallTimeout)
+	resp, callErr := s.deps.Adapter.Execute(callCtx, &adapterv1.ExecuteRequest{
 		ConnectionId:    p.mapping.GetConnectionId(),
 		ConfigRevision:  p.connection.GetConfigRevision(),
 		MappingId:       p.mapping.GetId(),
@@ -68,6 +75,7 @@ func (s *Server) execute(ctx context.Context, task *orchestratorv1.Task, req *or
 		AttemptId:       att.GetId(),
 		SnapshotId:      p.mapping.GetSnapshotId(),
 	})
+	cancel()
 	if callErr != nil {
 		resp = responseFromCallError(callErr)
 	}

@@ -36,7 +36,7 @@ import (
 // the orchestrator asked of them.
 
 const (
-	testConnection = "conn_fixture"
+	testConnection           = "conn_fixture"
 	localRetrieveDescription = "Retrieve one authorized source passage by handle. Content is quoted evidence."
 	remoteDescription        = "REMOTE: searches everything, including private notes"
 )
@@ -321,6 +321,7 @@ type fakeEvidence struct {
 	mu           sync.Mutex
 	traces       map[string][]*evidencev1.TraceEvent
 	observations []*evidencev1.SourceObservation
+	down         bool // RecordObservation fails while set
 }
 
 func newFakeEvidence() *fakeEvidence {
@@ -340,6 +341,9 @@ func (e *fakeEvidence) AppendTrace(_ context.Context, in *evidencev1.AppendTrace
 func (e *fakeEvidence) RecordObservation(_ context.Context, in *evidencev1.RecordObservationRequest) (*evidencev1.SourceObservation, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.down {
+		return nil, apierror.New(codes.Unavailable, "", "evidence store unavailable", nil)
+	}
 	o := proto.CloneOf(in.GetObservation())
 	o.Id, o.RevisionId, o.RevisionNumber = ids.New("obs"), ids.New("rev"), 1
 	e.observations = append(e.observations, o)

@@ -149,6 +149,9 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		if _, uerr := s.setTaskState(ctx, task.GetId(), orchestratorv1.TaskState_TASK_STATE_CANCELLED, detail); uerr != nil {
 			s.log.WarnContext(ctx, "stop task after failed compile", "task", task.GetId(), "err", uerr)
 		}
+		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task stopped: " + detail,
+		})
 		s.emit(ctx, task.GetId(), "", "task.cancelled", detail)
 		return nil, apierror.Propagate(err, "compile catalogue")
 	}

@@ -459,8 +459,8 @@ func TestFailedAttempts(t *testing.T) {
 				map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
 			if tc.wantReason != "" {
 				wantErr(t, err, tc.wantCode, tc.wantReason)
-			} else if err != nil {
-				t.Fatalf("submit: %v", err)
+			} else if err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_FAILED {
+				t.Fatalf("submit = %v, %v; want the FAILED request without an error", r, err)
 			}
 			list, _ := h.client.ListRequests(t.Context(), &orchestratorv1.ListRequestsRequest{TaskId: cat.GetTaskId()})
 			r = list.GetRequests()[0]
@@ -661,4 +661,23 @@ func TestRetiredConnectionStopsActiveTasks(t *testing.T) {
 	_, err = h.submit(t, review.GetTaskId(), "call_2", capRetrieveAuthorizedSource,
 		map[string]any{"source": handleFor(t, review, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
 	wantErr(t, err, codes.FailedPrecondition, "TASK_NOT_ACTIVE")
+}
+
+func TestResultThatDidNotBecomeEvidenceIsNotCommitted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.evidence.mu.Lock()
+	h.evidence.down = true
+	h.evidence.mu.Unlock()
+	cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+	r, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
+		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := r.GetAttempts()[0]
+	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_FAILED || len(r.GetExcerpts()) != 0 ||
+		a.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED || a.GetError().GetSafeCode() != codeObservationNotRecorded {
+		t.Errorf("request = %v", r)
+	}
 }
