@@ -145,6 +145,7 @@ func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateCon
 	var out *registryv1.Connection
 	var revised bool
 	err := s.updateConnection(ctx, req.GetId(), func(u *ConnectionUpdate) error {
+		revised = false
 		c := u.Connection
 		if c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
 			return connectionRetired(c)
@@ -188,6 +189,10 @@ func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateCon
 		}
 		if changed {
 			c.UpdateTime = now
+			if !revised {
+				u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_UPDATED, c.GetId(), "", "",
+					"display name, owner or sandbox updated; no new config revision"))
+			}
 		}
 		out = c
 		return nil

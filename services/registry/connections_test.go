@@ -3,6 +3,7 @@ package registry_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -300,5 +301,39 @@ func TestRetireConnectionKeepsEverythingReadable(t *testing.T) {
 	list, err = r.client.ListConnections(ctx, &registryv1.ListConnectionsRequest{IncludeRetired: true})
 	if err != nil || len(list.GetConnections()) != 1 {
 		t.Errorf("ListConnections with retired = %v, %v", list, err)
+	}
+}
+
+func TestUpdateConnectionCompareAndSetUnderContention(t *testing.T) {
+	t.Parallel()
+	r := start(t)
+	conn := createHTTP(t, r.client)
+	const writers = 8
+	errs := make(chan error, writers)
+	for i := range writers {
+		go func() {
+			_, err := r.client.UpdateConnection(t.Context(), &registryv1.UpdateConnectionRequest{
+				Id: conn.GetId(), ExpectedConfigRevision: 1, Transport: conn.GetTransport(),
+				CredentialRef: conn.GetCredentialRef(), CredentialVersion: fmt.Sprintf("rotated-%d", i)})
+			errs <- err
+		}()
+	}
+	var ok, conflicts int
+	for range writers {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case apierror.Is(err, codes.Aborted, "CONFIG_REVISION_CONFLICT"):
+			conflicts++
+		default:
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	if ok != 1 || conflicts != writers-1 {
+		t.Errorf("%d updates succeeded and %d conflicted; want exactly one winner", ok, conflicts)
+	}
+	revs, err := r.client.ListConfigRevisions(t.Context(), &registryv1.ListConfigRevisionsRequest{ConnectionId: conn.GetId()})
+	if err != nil || len(revs.GetRevisions()) != 2 {
+		t.Errorf("config revisions = %v, %v; want 2", revs, err)
 	}
 }

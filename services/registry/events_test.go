@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -10,6 +11,12 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/registry"
 )
+
+// watchContext bounds a watch so that a missing event fails the test
+// instead of hanging it; it is a guard, not a timing assertion.
+func watchContext(t *testing.T) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(t.Context(), time.Minute)
+}
 
 func TestWatchEventsInOrderThenFollows(t *testing.T) {
 	t.Parallel()
@@ -33,7 +40,7 @@ func TestWatchEventsInOrderThenFollows(t *testing.T) {
 		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_RETIRED, m.GetId()},
 	}
 
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := watchContext(t)
 	defer cancel()
 	stream, err := r.client.WatchEvents(ctx, &registryv1.WatchEventsRequest{})
 	if err != nil {
@@ -69,7 +76,7 @@ func TestWatchEventsInOrderThenFollows(t *testing.T) {
 	}
 
 	// after_sequence skips what the watcher already has.
-	ctx2, cancel2 := context.WithCancel(t.Context())
+	ctx2, cancel2 := watchContext(t)
 	defer cancel2()
 	stream, err = r.client.WatchEvents(ctx2, &registryv1.WatchEventsRequest{AfterSequence: 6})
 	if err != nil {
@@ -109,7 +116,7 @@ func TestStateSurvivesReopen(t *testing.T) {
 	if _, err := second.client.RetireConnection(ctx, &registryv1.RetireConnectionRequest{Id: conn.GetId()}); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := watchContext(t)
 	defer cancel()
 	stream, err := second.client.WatchEvents(wctx, &registryv1.WatchEventsRequest{AfterSequence: 4})
 	if err != nil {

@@ -41,6 +41,7 @@ func (s *Server) RecordSnapshot(ctx context.Context, req *registryv1.RecordSnaps
 
 	var reviews int
 	err = s.updateConnection(ctx, snap.GetConnectionId(), func(u *ConnectionUpdate) error {
+		reviews = 0
 		c := u.Connection
 		if c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
 			return connectionRetired(c)
@@ -235,7 +236,7 @@ func driftReason(m *registryv1.Mapping, snap *registryv1.DiscoverySnapshot) stri
 	default:
 		return fmt.Sprintf("mapping has no valid remote target kind (%v)", m.GetTarget().GetKind())
 	}
-	if true || len(changed) == 0 {
+	if len(changed) == 0 {
 		return ""
 	}
 	return fmt.Sprintf("%s of %q changed in snapshot %s", strings.Join(changed, " and "), name, snap.GetId())

@@ -22,6 +22,9 @@ type Store interface {
 	// UpdateConnection loads one connection and everything that depends on
 	// it into a ConnectionUpdate, calls fn, and commits what fn left in it,
 	// all in one transaction. If fn returns an error nothing is written.
+	// An optimistic implementation may call fn again (on a fresh
+	// ConnectionUpdate) after a conflicting write, so fn must derive
+	// everything from its argument.
 	UpdateConnection(ctx context.Context, id string, fn func(*ConnectionUpdate) error) error
 
 	// GetConnection returns one connection.

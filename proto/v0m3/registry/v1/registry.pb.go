@@ -498,6 +498,8 @@ const (
 	RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED RegistryEventType = 7
 	// Mapping retired.
 	RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_RETIRED RegistryEventType = 8
+	// Display name, owner or recorded sandbox changed (no new revision).
+	RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_UPDATED RegistryEventType = 9
 )
 
 // Enum value maps for RegistryEventType.
@@ -512,6 +514,7 @@ var (
 		6: "REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED",
 		7: "REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED",
 		8: "REGISTRY_EVENT_TYPE_MAPPING_RETIRED",
+		9: "REGISTRY_EVENT_TYPE_CONNECTION_UPDATED",
 	}
 	RegistryEventType_value = map[string]int32{
 		"REGISTRY_EVENT_TYPE_UNSPECIFIED":             0,
@@ -523,6 +526,7 @@ var (
 		"REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED":       6,
 		"REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED": 7,
 		"REGISTRY_EVENT_TYPE_MAPPING_RETIRED":         8,
+		"REGISTRY_EVENT_TYPE_CONNECTION_UPDATED":      9,
 	}
 )
 
@@ -4160,7 +4164,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"RemoteKind\x12\x1b\n" +
 	"\x17REMOTE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10REMOTE_KIND_TOOL\x10\x01\x12\x18\n" +
-	"\x14REMOTE_KIND_RESOURCE\x10\x02*\x92\x03\n" +
+	"\x14REMOTE_KIND_RESOURCE\x10\x02*\xbe\x03\n" +
 	"\x11RegistryEventType\x12#\n" +
 	"\x1fREGISTRY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12*\n" +
 	"&REGISTRY_EVENT_TYPE_CONNECTION_CREATED\x10\x01\x12&\n" +
@@ -4170,7 +4174,8 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"$REGISTRY_EVENT_TYPE_MAPPING_PROPOSED\x10\x05\x12)\n" +
 	"%REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED\x10\x06\x12/\n" +
 	"+REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED\x10\a\x12'\n" +
-	"#REGISTRY_EVENT_TYPE_MAPPING_RETIRED\x10\b2\x97\r\n" +
+	"#REGISTRY_EVENT_TYPE_MAPPING_RETIRED\x10\b\x12*\n" +
+	"&REGISTRY_EVENT_TYPE_CONNECTION_UPDATED\x10\t2\x97\r\n" +
 	"\x0fRegistryService\x12[\n" +
 	"\x10CreateConnection\x12).v0m3.registry.v1.CreateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
 	"\rGetConnection\x12&.v0m3.registry.v1.GetConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12f\n" +
