@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := bin/v0m3
 DATA  ?= $(CURDIR)/.v0m3-data
 
-.PHONY: all build demo run test generate check-generate lint vet fmt-check staticcheck unit clean
+.PHONY: all build demo run test generate envtest check-generate lint vet fmt-check staticcheck unit fuzz third-party-mcp clean
 
 all: build
 
@@ -18,8 +18,14 @@ demo: build ## Run the first experiment end to end on the embedded store.
 run: build ## Serve all five services in one process until interrupted.
 	$(BIN) dev --data-dir "$(DATA)"
 
-generate: ## Regenerate protobuf code with the pinned local plugins.
+generate: ## Regenerate protobuf code, deepcopy functions, CRDs and the operator's RBAC.
 	$(GO) tool buf generate
+	$(GO) tool controller-gen paths=./operator/... object \
+	  crd:crdVersions=v1 output:crd:artifacts:config=charts/v0m3/crds \
+	  rbac:roleName=v0m3-operator output:rbac:artifacts:config=charts/v0m3/templates/operator
+
+envtest: ## Build (once, cached) the kube-apiserver and etcd that the operator's tests start.
+	@bash scripts/envtest.sh >/dev/null
 
 lint: ## buf lint.
 	$(GO) tool buf lint
@@ -40,10 +46,19 @@ fmt-check:
 staticcheck:
 	$(GO) tool staticcheck ./...
 
-unit: ## go test -race for every package.
+FUZZTIME ?= 10s
+fuzz: ## Run each fuzz target for a short fixed time.
+	$(GO) test -run '^$$' -fuzz '^FuzzHandleToken$$' -fuzztime $(FUZZTIME) ./services/policy/
+	$(GO) test -run '^$$' -fuzz '^FuzzNormalizeArguments$$' -fuzztime $(FUZZTIME) ./services/orchestrator/
+	$(GO) test -run '^$$' -fuzz '^FuzzIncomingMessage$$' -fuzztime $(FUZZTIME) ./services/adapter/
+
+third-party-mcp: ## Install the pinned third-party MCP servers the adapter tests run against.
+	bash scripts/third-party-mcp.sh
+
+unit: third-party-mcp ## go test -race for every package.
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-test: lint fmt-check vet staticcheck unit ## Everything CI runs (unit includes the generated-code drift test).
+test: lint fmt-check vet staticcheck unit fuzz ## Everything CI runs (unit includes the generated-code drift test).
 
 clean:
 	rm -rf bin

@@ -16,6 +16,8 @@ func runFixture(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&opts.Schema, "schema", "v1", "search tool schema: v1 {query} or v2 {text, filters}")
 	fs.StringVar(&opts.Description, "description", "default", "search tool description: default or private")
 	fs.IntVar(&opts.NotesRevision, "notes-revision", 1, "revision of the notes library (2 changes one qualification)")
+	fs.StringVar(&opts.ToolName, "tool-name", "search", "name of the search tool (renaming it is drift)")
+	fs.StringVar(&opts.Library, "library", "a", "a, or b: the same notes under incompatible source URIs")
 	fs.StringVar(&opts.CallLog, "call-log", "", "append one JSON line per request received to this file")
 	fs.BoolVar(&opts.Hostile, "hostile", false, "add tools that misbehave (flood, many, binary, slow, crash) for adapter tests")
 	if err := parse(fs, args); err != nil {

@@ -4,6 +4,8 @@
 //	v0m3 dev                                             all five in one process
 //	v0m3 demo                                            the first experiment, end to end
 //	v0m3 fixture-server                                  the synthetic "V0M3 Sources" MCP server
+//	v0m3 operator | bridge | rotation                    Kubernetes operator, stdio bridge, rotation state
+//	v0m3 fixture-renderer                                the synthetic "V0M3 Renderer" MCP server
 //
 // Every flag has an environment variable (V0M3_<FLAG>, upper case, dashes
 // as underscores), so the same binary runs from a shell or a Deployment.
@@ -38,8 +40,14 @@ Together:
   dev             run all five services in one process, over real gRPC on loopback
   demo            run the seed's first experiment end to end and print each stage
 
+Kubernetes:
+  operator        reconcile MCPServer resources into sandboxed pods and registry connections
+  bridge          serve a stdio MCP server over streamable HTTP (runs inside MCPServer pods)
+  rotation        show credential rotation state across MCPServers
+
 Fixtures:
   fixture-server  the synthetic "V0M3 Sources" MCP server (stdio or streamable HTTP)
+  fixture-renderer the synthetic "V0M3 Renderer" MCP server: idempotent preview rendering
 
 Run 'v0m3 <command> -h' for a command's flags.
 `
@@ -80,6 +88,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDemo(ctx, rest, stdout, stderr)
 	case "fixture-server":
 		return runFixture(ctx, rest, stderr)
+	case "operator":
+		return runOperator(ctx, rest, stderr)
+	case "bridge":
+		return runBridge(ctx, rest, stderr)
+	case "rotation":
+		return runRotation(ctx, rest, stdout, stderr)
+	case "fixture-renderer":
+		return runRenderer(ctx, rest, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

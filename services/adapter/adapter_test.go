@@ -13,8 +13,8 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/fixture"
+	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
 func args(t *testing.T, m map[string]any) *structpb.Struct {

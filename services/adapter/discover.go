@@ -3,6 +3,7 @@ package adapter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -44,13 +46,20 @@ func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (
 	retrieved := time.Now()
 	ss, err := s.openSession(ctx, conn, discoveryMessageLimit)
 	if err != nil {
-		if _, ok := status.FromError(err); ok {
+		if err := connectError(conn.GetId(), err); err != nil {
 			return nil, err
 		}
 		return nil, s.discoveryFailed(ctx, conn.GetId(), err, ss.m)
 	}
 	defer ss.close()
-	snap, err := describe(ctx, ss)
+	snap, err := describeStable(ctx, ss)
+	if errors.Is(err, errUnstable) {
+		s.log.Warn("discovery: the server's lists kept changing", "connection_id", conn.GetId(), "listings", maxListings)
+		s.reportHealth(ctx, conn.GetId(), false, "tool or resource list kept changing during discovery")
+		return nil, apierror.New(codes.Unavailable, "DISCOVERY_UNSTABLE",
+			fmt.Sprintf("connection %s described different tools or resources on each of %d listings; no snapshot was recorded. Try again once the server is stable", conn.GetId(), maxListings),
+			map[string]string{"connection_id": conn.GetId()})
+	}
 	if err != nil {
 		return nil, s.discoveryFailed(ctx, conn.GetId(), err, ss.m)
 	}
@@ -65,6 +74,53 @@ func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (
 	s.log.Info("discovered", "connection_id", conn.GetId(), "snapshot_id", rec.GetId(),
 		"tools", len(snap.Tools), "resources", len(snap.Resources), "protocol_version", snap.ProtocolVersion)
 	return rec, nil
+}
+
+// connectError maps the connect failures a caller can act on (gRPC errors
+// from the registry, an unresolvable credential, shutdown) to their
+// errors; any other failure gives nil and is the server's.
+func connectError(connectionID string, err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var ce *credentialError
+	switch {
+	case errors.As(err, &ce):
+		return apierror.New(codes.FailedPrecondition, "CREDENTIAL_UNAVAILABLE",
+			fmt.Sprintf("connection %s: %v; check the credential source is mounted and readable", connectionID, ce),
+			map[string]string{"connection_id": connectionID})
+	case errors.Is(err, errAdapterClosed):
+		return apierror.New(codes.Unavailable, "ADAPTER_SHUTTING_DOWN", "the adapter is shutting down; retry on another instance", nil)
+	}
+	return nil
+}
+
+// maxListings bounds how often discovery lists a server whose lists keep
+// changing.
+const maxListings = 3
+
+var errUnstable = errors.New("lists kept changing")
+
+// describeStable lists until two consecutive listings agree, so a snapshot
+// is one consistent view even when the server changes its lists
+// mid-session (whether or not it sends list_changed notifications). The
+// later of the two agreeing listings is returned.
+func describeStable(ctx context.Context, ss *session) (*registryv1.DiscoverySnapshot, error) {
+	prev, err := describe(ctx, ss)
+	if err != nil {
+		return nil, err
+	}
+	for range maxListings - 1 {
+		next, err := describe(ctx, ss)
+		if err != nil {
+			return nil, err
+		}
+		if proto.Equal(prev, next) {
+			return next, nil
+		}
+		prev = next
+	}
+	return nil, errUnstable
 }
 
 // discoveryFailed reports the connection degraded and returns the error a

@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,6 +43,9 @@ const (
 	CodeDeadlineExceeded      = "DEADLINE_EXCEEDED"
 	CodeCancelled             = "CANCELLED"
 	CodeMalformedResult       = "MALFORMED_RESULT"
+	CodeMalformedMessage      = "MALFORMED_MESSAGE"
+	CodeCredentialUnavailable = "CREDENTIAL_UNAVAILABLE"
+	CodeAdapterShuttingDown   = "ADAPTER_SHUTTING_DOWN"
 )
 
 // Execute performs one remote call for an already authorized attempt.
@@ -139,8 +143,16 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	ss, err := s.openSession(ctx, conn, limits.GetMaxResponseBytes()+envelopeAllowance)
 	if err != nil {
 		s.log.Warn("execute: connect failed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", err)
-		if ss != nil && isLimitError(err, ss.m) {
+		var ce *credentialError
+		switch {
+		case isLimitError(err, ss.m):
 			return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
+		case errors.As(err, &ce):
+			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeCredentialUnavailable, "")
+		case errors.Is(err, errAdapterClosed):
+			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeAdapterShuttingDown, "")
+		case ctx.Err() != nil:
+			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeDeadlineExceeded, "")
 		}
 		return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeServerUnreachable, "")
 	}
@@ -175,6 +187,14 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_ACKNOWLEDGED
 	}
 	resp.ResponseBytes = ss.m.total.Load() - before
+	if n := ss.listChanged.Load(); n > 0 {
+		// A list change during the call changes nothing about it: it was
+		// authorized against the reviewed snapshot and its result is
+		// judged by the mapping's limits. The next discovery records the
+		// new list and the registry sends affected mappings to review.
+		s.log.Warn("server changed its tool or resource list during a call; rediscover the connection",
+			"connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "notifications", n)
+	}
 	if err != nil {
 		return s.callFailed(ctx, resp, err, ss.m, sent, limits)
 	}
@@ -221,6 +241,19 @@ func (s *Server) callFailed(ctx context.Context, resp *adapterv1.ExecuteResponse
 		return fail(resp, outcome, fmt.Sprintf("JSONRPC_%d", werr.Code), truncate(werr.Message, maxDetailBytes))
 	}
 	s.log.Warn("execute: call failed", "sent", sent, "error", err)
+	// A message arrived that is not JSON-RPC, or a response that is not a
+	// result of the method's shape: the server answered something, and
+	// what it did is unknown.
+	var (
+		te *json.UnmarshalTypeError
+		se *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &se):
+		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedMessage, "")
+	case errors.As(err, &te):
+		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedResult, "")
+	}
 	if !sent {
 		return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeServerUnreachable, "")
 	}

@@ -5,13 +5,19 @@ import (
 	"time"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
-	"google.golang.org/grpc/status"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
-// healthTimeout bounds one health check.
-const healthTimeout = 15 * time.Second
+// A health check is up to healthAttempts probes (each a fresh initialize,
+// whose connect is itself retried, and a ping), with backoff between them,
+// all within healthTimeout. Only after every probe failed is the
+// connection reported DEGRADED to policy, which then stops offering it.
+const (
+	healthTimeout  = 15 * time.Second
+	healthAttempts = 2
+)
 
 // Health connects to a connection's server, sends an MCP ping and reports
 // the result to policy. An unreachable server is a result, not an error.
@@ -27,27 +33,49 @@ func (s *Server) Health(ctx context.Context, req *adapterv1.HealthRequest) (*ada
 	resp := &adapterv1.HealthResponse{ConnectionId: conn.GetId()}
 	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
 	defer cancel()
-	ss, err := s.openSession(ctx, conn, discoveryMessageLimit)
-	if err != nil {
-		if _, ok := status.FromError(err); ok {
+	backoff := connectBackoff
+	for attempt := 1; ; attempt++ {
+		ok, detail, latency, err := s.probe(ctx, conn)
+		if err != nil {
 			return nil, err
 		}
+		if ok {
+			resp.Healthy, resp.Detail, resp.LatencyMs = true, detail, latency
+			s.reportHealth(ctx, conn.GetId(), true, detail)
+			return resp, nil
+		}
+		resp.Detail = detail
+		if attempt == healthAttempts || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+	s.log.Warn("health check failed; connection degraded", "connection_id", conn.GetId(), "detail", resp.Detail)
+	s.reportHealth(ctx, conn.GetId(), false, resp.Detail)
+	return resp, nil
+}
+
+// probe runs one initialize + ping on a fresh session. A failure the caller
+// must see (registry, credential, shutdown) is returned as err; a server
+// that did not answer gives ok=false with a safe detail.
+func (s *Server) probe(ctx context.Context, conn *registryv1.Connection) (ok bool, detail string, latencyMs int64, err error) {
+	ss, err := s.openSession(ctx, conn, discoveryMessageLimit)
+	if err != nil {
+		if err := connectError(conn.GetId(), err); err != nil {
+			return false, "", 0, err
+		}
 		s.log.Warn("health check: connect failed", "connection_id", conn.GetId(), "error", err)
-		resp.Detail = "server unreachable"
-		s.reportHealth(ctx, conn.GetId(), false, resp.Detail)
-		return resp, nil
+		return false, "server unreachable", 0, nil
 	}
 	defer ss.close()
 	start := time.Now()
 	if err := ss.cs.Ping(ctx, nil); err != nil {
 		s.log.Warn("health check: ping failed", "connection_id", conn.GetId(), "error", err)
-		resp.Detail = "ping failed"
-		s.reportHealth(ctx, conn.GetId(), false, resp.Detail)
-		return resp, nil
+		return false, "ping failed", 0, nil
 	}
-	resp.Healthy = true
-	resp.LatencyMs = time.Since(start).Milliseconds()
-	resp.Detail = "ping answered"
-	s.reportHealth(ctx, conn.GetId(), true, resp.Detail)
-	return resp, nil
+	return true, "initialize and ping answered", time.Since(start).Milliseconds(), nil
 }

@@ -2,18 +2,12 @@ package adapter
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"os"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-// maxCredentialBytes bounds a credential file.
-const maxCredentialBytes = 16 << 10
 
 // httpDialer reaches a connection's server over MCP streamable HTTP. Every
 // response body is read through the meter's limit.
@@ -24,9 +18,13 @@ type httpDialer struct {
 }
 
 func (d *httpDialer) open(ctx context.Context, m *meter) (mcp.Transport, func(), error) {
-	auth, err := resolveCredential(d.credentialRef)
+	secret, err := readCredential(d.credentialRef)
 	if err != nil {
 		return nil, nil, err
+	}
+	auth := ""
+	if secret != "" {
+		auth = "Bearer " + secret
 	}
 	client := &http.Client{Transport: &meteredTransport{base: d.base, m: m, authorization: auth}}
 	t := &mcp.StreamableClientTransport{
@@ -37,29 +35,6 @@ func (d *httpDialer) open(ctx context.Context, m *meter) (mcp.Transport, func(),
 		MaxEventSize:         -1,   // limitedBody enforces the limit while reading
 	}
 	return t, func() {}, nil
-}
-
-// resolveCredential reads the bearer token a connection's credential_ref
-// names. It runs only at execution time, after policy passed; the value is
-// never logged or returned.
-func resolveCredential(ref string) (string, error) {
-	if ref == "" {
-		return "", nil
-	}
-	path, ok := strings.CutPrefix(ref, "file:")
-	if !ok {
-		return "", fmt.Errorf("unsupported credential reference scheme")
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("credential unavailable")
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxCredentialBytes))
-	if err != nil {
-		return "", fmt.Errorf("credential unavailable")
-	}
-	return "Bearer " + strings.TrimSpace(string(b)), nil
 }
 
 // meteredTransport limits response bodies, adds the credential, and

@@ -105,6 +105,16 @@ func finish(items []*adapterv1.ContentItem, structured *structpb.Struct, l *regi
 	for _, a := range allowed {
 		allow[normalizeMediaType(a)] = true
 	}
+	// The transport limit allows an envelope around the content; the
+	// content itself is held to max_response_bytes exactly.
+	var size int64
+	for _, it := range items {
+		size += int64(len(it.Text)) + it.BlobSize
+	}
+	if size > l.GetMaxResponseBytes() {
+		return result{}, &contentError{code: CodeResponseLimitExceeded,
+			detail: fmt.Sprintf("response exceeded max_response_bytes=%d", l.GetMaxResponseBytes())}
+	}
 	for _, it := range items {
 		if !allow[normalizeMediaType(it.MediaType)] {
 			return result{}, &contentError{code: CodeMediaTypeNotAllowed,

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -99,7 +100,7 @@ func (f *fakeRegistry) GetConnection(_ context.Context, req *registryv1.GetConne
 	if !ok {
 		return nil, apierror.New(codes.NotFound, "CONNECTION_NOT_FOUND", "no such connection", nil)
 	}
-	return c, nil
+	return proto.CloneOf(c), nil
 }
 
 func (f *fakeRegistry) RecordSnapshot(_ context.Context, req *registryv1.RecordSnapshotRequest) (*registryv1.DiscoverySnapshot, error) {
@@ -109,6 +110,27 @@ func (f *fakeRegistry) RecordSnapshot(_ context.Context, req *registryv1.RecordS
 	s.Id = fmt.Sprintf("snap_%d", len(f.snapshots)+1)
 	f.snapshots = append(f.snapshots, s)
 	return s, nil
+}
+
+// UpdateConnection accepts only what the adapter sends: sandbox
+// constraints, compare-and-set on the config revision.
+func (f *fakeRegistry) UpdateConnection(_ context.Context, req *registryv1.UpdateConnectionRequest) (*registryv1.Connection, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.conns[req.GetId()]
+	if !ok {
+		return nil, apierror.New(codes.NotFound, "CONNECTION_NOT_FOUND", "no such connection", nil)
+	}
+	if req.GetExpectedConfigRevision() != c.GetConfigRevision() {
+		return nil, apierror.New(codes.Aborted, "CONFIG_REVISION_CONFLICT", "stale revision", nil)
+	}
+	if req.GetTransport() != nil || req.GetCredentialRef() != "" {
+		return nil, apierror.New(codes.InvalidArgument, "UNEXPECTED_CONFIG", "the adapter must only record sandbox constraints", nil)
+	}
+	c = proto.CloneOf(c)
+	c.Sandbox = req.GetSandbox()
+	f.conns[c.Id] = c
+	return c, nil
 }
 
 func (f *fakeRegistry) add(c *registryv1.Connection) *registryv1.Connection {
@@ -124,7 +146,7 @@ func (f *fakeRegistry) add(c *registryv1.Connection) *registryv1.Connection {
 		c.State = registryv1.ConnectionState_CONNECTION_STATE_ACTIVE
 	}
 	f.conns[c.Id] = c
-	return c
+	return proto.CloneOf(c)
 }
 
 // fakeEvidence records appended trace events.
@@ -173,7 +195,13 @@ type env struct {
 
 // newEnv serves fake dependencies over bufconn and returns an adapter using
 // them.
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	return newEnvLog(t, slog.New(slog.DiscardHandler))
+}
+
+// newEnvLog is newEnv with the adapter logging to log.
+func newEnvLog(t testing.TB, log *slog.Logger) *env {
 	t.Helper()
 	e := &env{registry: &fakeRegistry{conns: map[string]*registryv1.Connection{}}, evidence: &fakeEvidence{}, policy: &fakePolicy{}}
 	lis := bufconn.Listen(1 << 20)
@@ -193,7 +221,7 @@ func newEnv(t *testing.T) *env {
 		Policy:   policyv1.NewPolicyServiceClient(cc),
 		Evidence: evidencev1.NewEvidenceServiceClient(cc),
 		WorkDir:  t.TempDir(),
-	}, slog.New(slog.DiscardHandler))
+	}, log)
 	t.Cleanup(func() { _ = e.srv.Close(); _ = cc.Close(); g.Stop() })
 	return e
 }

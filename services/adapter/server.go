@@ -9,11 +9,14 @@ package adapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -22,6 +25,8 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
 )
@@ -39,16 +44,30 @@ type Deps struct {
 	WorkDir string
 }
 
-// Server implements adapterv1.AdapterServiceServer. Each Discover, Execute
-// or Health call opens its own MCP session (connect, initialize, act,
-// close), which keeps limits exact per call and leaves no session state
-// behind.
+// Server implements adapterv1.AdapterServiceServer.
+//
+// Sessions are per call: each Discover, Execute or Health call connects,
+// initializes, acts and closes its own MCP session (and, for a local
+// server, its own process). That is deliberate. A mapping's limits are
+// exact for the one call they were authorized for (the byte limit is set
+// on the transport before the first byte arrives); no state, cached
+// capability, subscription or half-read stream survives from one task's
+// call into another's; a server that misbehaved is gone when its call
+// ends; and a credential rotation or config revision takes effect at the
+// next call without invalidating a pool. The cost is one initialize per
+// call, which is small next to the remote work. Reconnection is therefore
+// the connect retry in openSession (with backoff, before anything is
+// sent), and Health is a fresh initialize plus ping.
 type Server struct {
 	adapterv1.UnimplementedAdapterServiceServer
 	deps          Deps
 	log           *slog.Logger
 	workDir       string
 	httpTransport *http.Transport
+
+	mu     sync.Mutex
+	live   map[*session]struct{}
+	closed bool
 }
 
 // NewServer returns an adapter server.
@@ -64,12 +83,26 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 	ht.Proxy = nil // the adapter reaches servers directly, never via an environment proxy
 	ht.ResponseHeaderTimeout = 0
 	ht.MaxResponseHeaderBytes = 64 << 10
-	return &Server{deps: deps, log: log, workDir: wd, httpTransport: ht}
+	return &Server{deps: deps, log: log, workDir: wd, httpTransport: ht, live: map[*session]struct{}{}}
 }
 
-// Close releases idle HTTP connections. Sessions are per call, so nothing
-// else stays open.
+// Close shuts the adapter down cleanly: it refuses new sessions, closes
+// every open one (a local server gets its stdin closed, then is killed
+// after a grace period) and releases idle HTTP connections. Calls in
+// flight end with the outcome their transport's closing implies.
 func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	open := make([]*session, 0, len(s.live))
+	for ss := range s.live {
+		open = append(open, ss)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, ss := range open {
+		wg.Go(ss.close)
+	}
+	wg.Wait()
 	s.httpTransport.CloseIdleConnections()
 	return nil
 }
@@ -93,45 +126,150 @@ type session struct {
 	cs      *mcp.ClientSession
 	m       *meter
 	release func()
+	once    sync.Once
+	srv     *Server
+	// listChanged counts tools/list_changed and resources/list_changed
+	// notifications the server sent during the session.
+	listChanged atomic.Int64
 }
 
+// Connect retry: a connection that fails before anything was sent is
+// retried with exponential backoff while the caller's deadline allows.
+const (
+	connectAttempts = 3
+	connectBackoff  = 200 * time.Millisecond
+)
+
+// errAdapterClosed is returned once Close was called.
+var errAdapterClosed = errors.New("adapter is shutting down")
+
 // openSession connects to conn's server and initializes a session whose
-// inbound messages are limited to limit bytes each.
+// inbound messages are limited to limit bytes each. A failed connect is
+// retried with backoff (nothing was sent, so a retry repeats nothing);
+// a limit hit, an unresolvable credential or the caller's deadline ends
+// the retries. The returned session is non-nil even on error, so the
+// caller can consult its meter.
 func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, limit int64) (*session, error) {
+	var (
+		ss  *session
+		err error
+	)
+	backoff := connectBackoff
+	for attempt := 1; ; attempt++ {
+		ss, err = s.connectOnce(ctx, conn, limit)
+		if err == nil || attempt == connectAttempts || !retryable(err, ss.m) {
+			return ss, err
+		}
+		s.log.Info("connect failed; retrying", "connection_id", conn.GetId(), "attempt", attempt, "backoff", backoff, "error", err)
+		select {
+		case <-ctx.Done():
+			return ss, err
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}
+
+func retryable(err error, m *meter) bool {
+	var ce *credentialError
+	if errors.As(err, &ce) || isLimitError(err, m) || errors.Is(err, errAdapterClosed) {
+		return false
+	}
+	_, isStatus := status.FromError(err)
+	return !isStatus
+}
+
+func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, limit int64) (*session, error) {
+	m := newMeter(limit)
+	ss := &session{m: m, srv: s}
 	d, err := s.dialerFor(conn)
 	if err != nil {
-		return nil, err
+		return ss, err
 	}
-	m := newMeter(limit)
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ss, errAdapterClosed
+	}
 	t, release, err := d.open(ctx, m)
 	if err != nil {
-		return &session{m: m}, err
+		return ss, err
+	}
+	if sd, ok := d.(*stdioDialer); ok && sd.sandbox != nil {
+		s.recordSandbox(ctx, conn, sd.sandbox)
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "v0m3-adapter", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{}, // no roots, sampling or elicitation offered to servers
 		Logger:       slog.New(slog.DiscardHandler),
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			ss.listChanged.Add(1)
+		},
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
+			ss.listChanged.Add(1)
+		},
 	})
 	cs, err := client.Connect(ctx, t, nil)
 	if err != nil {
 		release()
-		return &session{m: m}, err
+		return ss, err
 	}
-	return &session{cs: cs, m: m, release: release}, nil
+	ss.cs, ss.release = cs, release
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		go ss.close()
+		return ss, errAdapterClosed
+	}
+	s.live[ss] = struct{}{}
+	return ss, nil
 }
 
 // close ends the session and then the transport (killing a local server
-// that does not exit), bounded in time.
+// that does not exit), bounded in time. It is safe to call more than once.
 func (ss *session) close() {
-	done := make(chan struct{})
-	go func() {
-		_ = ss.cs.Close()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
+	ss.once.Do(func() {
+		done := make(chan struct{})
+		go func() {
+			_ = ss.cs.Close()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+		ss.release()
+		ss.srv.mu.Lock()
+		delete(ss.srv.live, ss)
+		ss.srv.mu.Unlock()
+	})
+}
+
+// recordSandbox records on the connection the sandbox constraints applied
+// to its local server, when they differ from what is recorded. Sandbox-only
+// updates create no config revision; the update is a compare-and-set on
+// the revision just read, so a concurrent reconfiguration wins and the next
+// start records again. A failure is logged, not returned: the constraints
+// were applied either way.
+func (s *Server) recordSandbox(ctx context.Context, conn *registryv1.Connection, sb *registryv1.SandboxConstraints) {
+	if proto.Equal(conn.GetSandbox(), sb) {
+		return
 	}
-	ss.release()
+	if sb.GetNetwork() != registryv1.NetworkIsolation_NETWORK_ISOLATION_ENFORCED {
+		s.log.Warn("network isolation not enforced for a local server: the kernel refused a new network namespace",
+			"connection_id", conn.GetId())
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.deps.Registry.UpdateConnection(ctx, &registryv1.UpdateConnectionRequest{
+		Id:                     conn.GetId(),
+		ExpectedConfigRevision: conn.GetConfigRevision(),
+		Sandbox:                sb,
+	}); err != nil {
+		s.log.Warn("record sandbox constraints", "connection_id", conn.GetId(), "error", err)
+		return
+	}
+	conn.Sandbox = sb
 }
 
 // reportHealth tells policy how a connection looked, when policy is set.

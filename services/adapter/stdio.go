@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -25,13 +27,19 @@ const stopGrace = 2 * time.Second
 
 // stdioDialer starts a connection's local server as a child process and
 // speaks MCP over its stdin/stdout. The child runs in a fresh working
-// directory, with only its configured environment, in its own process
-// group, and is always reaped.
+// directory under the connection's own directory, with only its configured
+// environment (plus the resolved credential, if the connection has one),
+// in its own process group, in a new network namespace where the kernel
+// allows it, under resource limits, and is always reaped. After open,
+// sandbox holds the constraints actually applied.
 type stdioDialer struct {
-	spec         *registryv1.StdioTransport
-	workRoot     string
-	connectionID string
-	log          *slog.Logger
+	spec          *registryv1.StdioTransport
+	workRoot      string
+	connectionID  string
+	credentialRef string
+	log           *slog.Logger
+
+	sandbox *registryv1.SandboxConstraints
 }
 
 func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func(), error) {
@@ -39,6 +47,13 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 	path, err := lookPath(d.spec.GetCommand(), envValue(env, "PATH"))
 	if err != nil {
 		return nil, nil, err
+	}
+	secret, err := readCredential(d.credentialRef)
+	if err != nil {
+		return nil, nil, err
+	}
+	if secret != "" {
+		env = withEnv(env, CredentialEnv, secret)
 	}
 	parent := filepath.Join(d.workRoot, safeName(d.connectionID))
 	if err := os.MkdirAll(parent, 0o700); err != nil {
@@ -59,22 +74,30 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		closeAll(inR, inW)
 		return nil, nil, fmt.Errorf("stdout pipe: %w", err)
 	}
-	cmd := &exec.Cmd{
-		Path:   path,
-		Args:   append([]string{d.spec.GetCommand()}, d.spec.GetArgs()...),
-		Env:    env,
-		Dir:    dir,
-		Stdin:  inR,
-		Stdout: outW,
-		// Stderr stays nil (/dev/null): it is untrusted free text and is
-		// neither buffered nor logged.
-	}
-	setProcAttr(cmd)
-	if err := cmd.Start(); err != nil {
+	cmd, sb, err := startSandboxed(func() *exec.Cmd {
+		return &exec.Cmd{
+			Path:   path,
+			Args:   append([]string{d.spec.GetCommand()}, d.spec.GetArgs()...),
+			Env:    env,
+			Dir:    dir,
+			Stdin:  inR,
+			Stdout: outW,
+			// Stderr stays nil (/dev/null): it is untrusted free text and
+			// is neither buffered nor logged.
+		}
+	})
+	if err != nil {
 		closeAll(inR, inW, outR, outW)
 		_ = os.RemoveAll(dir)
-		return nil, nil, fmt.Errorf("start %s: %w", filepath.Base(path), err)
+		// The error names the executable only: env (and the credential
+		// in it) never enters an error.
+		return nil, nil, fmt.Errorf("start %s: %w", filepath.Base(path), errnoOnly(err))
 	}
+	// The working directory recorded is the connection's own directory:
+	// every run gets a fresh one inside it.
+	sb.WorkingDir = parent
+	sb.MinimalEnvironment = true
+	d.sandbox = sb
 	// The child holds its own ends now.
 	closeAll(inR, outW)
 	exited := make(chan struct{})
@@ -101,6 +124,28 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		_ = os.RemoveAll(dir)
 	}
 	return t, release, nil
+}
+
+// errnoOnly reduces a start error to its errno when it has one, so no part
+// of the command's configuration is carried along.
+func errnoOnly(err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return errors.New("could not start")
+}
+
+// withEnv sets key=value in env (sorted KEY=VALUE list), replacing any
+// configured value.
+func withEnv(env []string, key, value string) []string {
+	out := slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return k == key
+	})
+	out = append(out, key+"="+value)
+	slices.Sort(out)
+	return out
 }
 
 // childEnv is the child's whole environment: PATH plus the configured,

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,8 +27,8 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/internal/serve"
+	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -98,11 +99,19 @@ func toolCalls(log []map[string]string) int {
 }
 
 // startHTTPFixture runs `v0m3 fixture-server --transport http` as a child
-// process and returns its URL.
+// process on an ephemeral port and returns its URL.
 func startHTTPFixture(t *testing.T, args ...string) string {
 	t.Helper()
+	u, _ := startHTTPFixtureAt(t, "127.0.0.1:0", args...)
+	return u
+}
+
+// startHTTPFixtureAt runs the HTTP fixture on addr and returns its URL and
+// a function that stops it (also called at cleanup).
+func startHTTPFixtureAt(t *testing.T, addr string, args ...string) (string, func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, v0m3Bin, append([]string{"fixture-server", "--transport", "http", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd := exec.CommandContext(ctx, v0m3Bin, append([]string{"fixture-server", "--transport", "http", "--addr", addr}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +119,9 @@ func startHTTPFixture(t *testing.T, args ...string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); _ = cmd.Wait() }) }
+	t.Cleanup(stop)
 	urlc := make(chan string, 1)
 	go func() {
 		re := regexp.MustCompile(`listening on (http://\S+)`)
@@ -123,10 +134,10 @@ func startHTTPFixture(t *testing.T, args ...string) string {
 	}()
 	select {
 	case u := <-urlc:
-		return u
+		return u, stop
 	case <-time.After(30 * time.Second):
 		t.Fatal("fixture server did not report its address")
-		return ""
+		return "", stop
 	}
 }
 

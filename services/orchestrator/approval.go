@@ -4,25 +4,63 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/ids"
 )
 
-// Approvals are deliberately minimal for now: an approval names the
-// request and the approver, moves the request out of AWAITING_APPROVAL
-// exactly once (compare-and-set in the store), and then every product check
-// runs again on current state before execution. Binding an approval to the
-// exact argument, document, mapping, policy and credential digests is a
-// later step.
+// DefaultApprovalTTL is how long an approval may be given after it was
+// asked for, when Deps.ApprovalTTL is zero.
+const DefaultApprovalTTL = 15 * time.Minute
 
-// awaitApproval parks a prepared request until a person decides.
+// Approval refusal reasons.
+const (
+	reasonApprovalInvalidated = "APPROVAL_INVALIDATED"
+	reasonApprovalUsed        = "APPROVAL_ALREADY_USED"
+)
+
+// An approval binds exactly what the person was shown: the normalized
+// arguments digest, the document digest the product service supplied, the
+// mapping revision, the policy revision and the connection's credential
+// configuration revision, until an expiry. It is recorded when the request
+// starts waiting (so GetApproval shows the review surface), every binding
+// is recomputed from current state when the person approves, and the
+// approval is used once, atomically in the store, before anything runs.
+
+// awaitApproval parks a prepared request until a person decides, recording
+// the approval it asks for.
 func (s *Server) awaitApproval(ctx context.Context, req *orchestratorv1.ToolRequest, p *prepared) (*orchestratorv1.ToolRequest, error) {
+	now := s.now()
+	ap := &orchestratorv1.Approval{
+		Id:              ids.New("apr"),
+		RequestId:       req.GetId(),
+		IntentId:        req.GetIntentId(),
+		Capability:      req.GetCapability(),
+		Summary:         p.summary,
+		ArgumentsDigest: p.argsDigest,
+		DocumentDigest:  req.GetDocumentDigest(),
+		MappingId:       p.mapping.GetId(),
+		MappingRevision: p.mapping.GetRevision(),
+		PolicyRevision:  p.authz.GetPolicyRevision(),
+		ConnectionId:    p.connection.GetId(),
+		ConfigRevision:  p.connection.GetConfigRevision(),
+		CreateTime:      timestamppb.New(now),
+		ExpireTime:      timestamppb.New(now.Add(s.approvalTTL)),
+	}
 	out, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		r.State = orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL
+		r.Approval = ap
 		p.record(r)
 		r.UpdateTime = s.timestamp()
 		return nil
@@ -33,14 +71,34 @@ func (s *Server) awaitApproval(ctx context.Context, req *orchestratorv1.ToolRequ
 	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),
 		RequestId: req.GetId(), IntentId: req.GetIntentId(),
-		Detail: "approval required before execution; arguments " + p.argsDigest,
+		Detail: fmt.Sprintf("approval %s asked: %s; bound to arguments %s, document %s, mapping %s r%d, policy %s, connection %s config r%d, until %s",
+			ap.GetId(), ap.GetSummary(), ap.GetArgumentsDigest(), orNone(ap.GetDocumentDigest()), ap.GetMappingId(), ap.GetMappingRevision(),
+			ap.GetPolicyRevision(), ap.GetConnectionId(), ap.GetConfigRevision(), ap.GetExpireTime().AsTime().UTC().Format(time.RFC3339)),
 	})
-	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.awaiting_approval", req.GetCapability()+" needs approval")
+	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.awaiting_approval", ap.GetSummary())
 	return out, nil
 }
 
-// Approve approves a request awaiting approval and executes it, after
-// re-checking the task, catalogue, arguments, mapping, handles and policy.
+// GetApproval returns a request's approval.
+func (s *Server) GetApproval(ctx context.Context, in *orchestratorv1.GetApprovalRequest) (*orchestratorv1.Approval, error) {
+	if in.GetRequestId() == "" {
+		return nil, missing("request_id")
+	}
+	r, err := s.loadRequest(ctx, in.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
+	if r.GetApproval() == nil {
+		return nil, apierror.New(codes.NotFound, "APPROVAL_UNKNOWN", "request "+r.GetId()+" never needed an approval", map[string]string{"request_id": r.GetId()})
+	}
+	return r.GetApproval(), nil
+}
+
+// Approve approves a request awaiting approval and executes it. Every
+// binding of the approval is recomputed first; any difference refuses the
+// request with APPROVAL_INVALIDATED naming the binding. Then every product
+// check runs again on current state, the approval is used (once), and the
+// request executes.
 func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest) (*orchestratorv1.ToolRequest, error) {
 	if in.GetRequestId() == "" {
 		return nil, missing("request_id")
@@ -48,29 +106,181 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	if in.GetApprover() == "" {
 		return nil, missing("approver")
 	}
-	req, err := s.decide(ctx, in.GetRequestId(), orchestratorv1.RequestState_REQUEST_STATE_APPROVED, "", "")
+	req, err := s.loadRequest(ctx, in.GetRequestId())
 	if err != nil {
 		return nil, err
 	}
+	if err := approvable(req); err != nil {
+		return nil, err
+	}
 	ctx = context.WithoutCancel(ctx)
-	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),
-		RequestId: req.GetId(), IntentId: req.GetIntentId(), Detail: "approved by " + in.GetApprover(),
-	})
-	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.approved", "approved by "+in.GetApprover())
-
 	task, err := s.loadTask(ctx, req.GetTaskId())
 	if err != nil {
 		return nil, err
 	}
+	binding, detail, err := s.checkBindings(ctx, task, req, in.GetDocumentDigest(), true)
+	if err != nil {
+		return nil, apierror.Propagate(err, "check approval bindings")
+	}
+	if binding != orchestratorv1.ApprovalBinding_APPROVAL_BINDING_UNSPECIFIED {
+		return nil, s.invalidate(ctx, req, binding, detail)
+	}
 	p, err := s.prepare(ctx, task, req)
 	if err != nil {
+		if req, lerr := s.loadRequest(ctx, req.GetId()); lerr == nil && approvable(req) != nil {
+			return nil, approvable(req)
+		}
 		return s.refuse(ctx, req, p, err)
 	}
+	req, err = s.st.UseApproval(ctx, req.GetId(), in.GetApprover(), s.timestamp())
+	switch {
+	case errors.Is(err, ErrApprovalUsed):
+		return nil, approvalUsed(in.GetRequestId())
+	case errors.Is(err, ErrNotAwaiting):
+		cur, lerr := s.loadRequest(ctx, in.GetRequestId())
+		if lerr != nil {
+			return nil, lerr
+		}
+		return nil, approvable(cur)
+	case err != nil:
+		return nil, s.internal(ctx, "use the approval", err)
+	}
+	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),
+		RequestId: req.GetId(), IntentId: req.GetIntentId(),
+		Detail: fmt.Sprintf("approval %s used by %s: %s", req.GetApproval().GetId(), in.GetApprover(), req.GetApproval().GetSummary()),
+	})
+	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.approved", "approved by "+in.GetApprover()+": "+req.GetApproval().GetSummary())
 	if err := s.charge(ctx, task, req); err != nil {
 		return s.refuse(ctx, req, p, err)
 	}
 	return s.execute(ctx, task, req, p)
+}
+
+// approvable says why a request cannot be approved now, or nil.
+func approvable(r *orchestratorv1.ToolRequest) error {
+	if r.GetApproval().GetUseTime() != nil {
+		return approvalUsed(r.GetId())
+	}
+	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL || r.GetApproval() == nil {
+		return apierror.New(codes.FailedPrecondition, "REQUEST_NOT_AWAITING_APPROVAL",
+			fmt.Sprintf("request %s is %s; only a request awaiting approval can be approved or denied", r.GetId(), requestStateName(r.GetState())),
+			map[string]string{"request_id": r.GetId()})
+	}
+	return nil
+}
+
+func approvalUsed(requestID string) error {
+	return apierror.New(codes.FailedPrecondition, reasonApprovalUsed,
+		fmt.Sprintf("the approval of request %s was already used; an approval authorizes one execution", requestID),
+		map[string]string{"request_id": requestID})
+}
+
+// bindingName is the binding's name in metadata and messages, e.g.
+// "credentials".
+func bindingName(b orchestratorv1.ApprovalBinding) string {
+	n := strings.ToLower(strings.TrimPrefix(b.String(), "APPROVAL_BINDING_"))
+	if n == "expiry" {
+		return "expired"
+	}
+	return n
+}
+
+// checkBindings recomputes every binding of req's approval from current
+// state and returns the first that differs, with a human detail. With
+// atApproval false (recovery of an approval already used) the expiry and
+// the document are not checked again: the person's decision was taken in
+// time and on the document then supplied. An error means a binding could
+// not be computed (a dependency failed), not that it changed.
+func (s *Server) checkBindings(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, seenDocument string, atApproval bool) (orchestratorv1.ApprovalBinding, string, error) {
+	ap := req.GetApproval()
+	none := orchestratorv1.ApprovalBinding_APPROVAL_BINDING_UNSPECIFIED
+	if atApproval {
+		if now := s.now(); !now.Before(ap.GetExpireTime().AsTime()) {
+			return orchestratorv1.ApprovalBinding_APPROVAL_BINDING_EXPIRY,
+				fmt.Sprintf("the approval expired at %s", ap.GetExpireTime().AsTime().UTC().Format(time.RFC3339)), nil
+		}
+		if seenDocument != ap.GetDocumentDigest() {
+			return orchestratorv1.ApprovalBinding_APPROVAL_BINDING_DOCUMENT,
+				fmt.Sprintf("the document digest approved (%s) is not the one the request was submitted with (%s)", orNone(seenDocument), orNone(ap.GetDocumentDigest())), nil
+		}
+	}
+	capb, err := s.deps.Registry.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: req.GetCapability()})
+	if err != nil {
+		return none, "", err
+	}
+	normalized, nerr := normalizeArguments(capb.GetInputSchema(), req.GetArguments())
+	argsDigest := ""
+	if nerr == nil {
+		argsDigest, _ = digest.JSON(normalized)
+	}
+	if argsDigest != ap.GetArgumentsDigest() {
+		return orchestratorv1.ApprovalBinding_APPROVAL_BINDING_ARGUMENTS,
+			fmt.Sprintf("the normalized arguments are now %s, the approval is bound to %s", orNone(argsDigest), ap.GetArgumentsDigest()), nil
+	}
+	conn, err := s.deps.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: ap.GetConnectionId()})
+	if err != nil {
+		return none, "", err
+	}
+	if conn.GetConfigRevision() != ap.GetConfigRevision() {
+		return orchestratorv1.ApprovalBinding_APPROVAL_BINDING_CREDENTIALS,
+			fmt.Sprintf("connection %s is at configuration revision %d, the approval is bound to revision %d", conn.GetId(), conn.GetConfigRevision(), ap.GetConfigRevision()), nil
+	}
+	pol, err := s.deps.Policy.GetPolicyRevision(ctx, &policyv1.GetPolicyRevisionRequest{})
+	if err != nil {
+		return none, "", err
+	}
+	if pol.GetRevision() != ap.GetPolicyRevision() {
+		return orchestratorv1.ApprovalBinding_APPROVAL_BINDING_POLICY,
+			fmt.Sprintf("policy revision %s is in force, the approval is bound to %s", pol.GetRevision(), ap.GetPolicyRevision()), nil
+	}
+	m, err := s.deps.Registry.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{Capability: req.GetCapability(), MappingId: ap.GetMappingId()})
+	switch c := status.Code(err); {
+	case err == nil:
+		if m.GetId() != ap.GetMappingId() || m.GetRevision() != ap.GetMappingRevision() {
+			return orchestratorv1.ApprovalBinding_APPROVAL_BINDING_MAPPING,
+				fmt.Sprintf("mapping %s is at revision %d, the approval is bound to revision %d", m.GetId(), m.GetRevision(), ap.GetMappingRevision()), nil
+		}
+	case c == codes.FailedPrecondition || c == codes.NotFound:
+		return orchestratorv1.ApprovalBinding_APPROVAL_BINDING_MAPPING,
+			fmt.Sprintf("mapping %s r%d is no longer usable: %s", ap.GetMappingId(), ap.GetMappingRevision(), errorMessage(err)), nil
+	default:
+		return none, "", err
+	}
+	return none, "", nil
+}
+
+// invalidate refuses a request whose approval no longer matches current
+// state, records which binding changed, and returns the error the approver
+// sees. The request stays refused: a new review is a new request.
+func (s *Server) invalidate(ctx context.Context, req *orchestratorv1.ToolRequest, binding orchestratorv1.ApprovalBinding, detail string) error {
+	name := bindingName(binding)
+	msg := fmt.Sprintf("the approval of request %s is no longer valid: %s changed (%s); submit the request again for a new review", req.GetId(), name, detail)
+	cause := apierror.New(codes.FailedPrecondition, reasonApprovalInvalidated, msg,
+		map[string]string{"binding": name, "request_id": req.GetId(), "approval_id": req.GetApproval().GetId()})
+	_, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		if err := approvable(r); err != nil {
+			return err
+		}
+		r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
+		r.RefusalReason, r.RefusalDetail = reasonApprovalInvalidated, msg
+		r.Approval.Invalidated, r.Approval.InvalidatedDetail = binding, detail
+		r.UpdateTime = s.timestamp()
+		return nil
+	})
+	if err != nil {
+		if apierror.Reason(err) != "" {
+			return err
+		}
+		return s.internal(ctx, "record the invalidated approval", err)
+	}
+	s.log.InfoContext(ctx, "approval invalidated", "request", req.GetId(), "binding", name)
+	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_REFUSED, Capability: req.GetCapability(),
+		RequestId: req.GetId(), IntentId: req.GetIntentId(), Reason: reasonApprovalInvalidated, Detail: msg,
+	})
+	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.refused", reasonApprovalInvalidated+": "+name+" changed")
+	return cause
 }
 
 // Deny denies a request awaiting approval.
@@ -101,11 +311,9 @@ func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (*orc
 func (s *Server) decide(ctx context.Context, id string, to orchestratorv1.RequestState, reason, detail string) (*orchestratorv1.ToolRequest, error) {
 	var notAwaiting error
 	req, err := s.st.UpdateRequest(ctx, id, func(r *orchestratorv1.ToolRequest) error {
-		if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
-			notAwaiting = apierror.New(codes.FailedPrecondition, "REQUEST_NOT_AWAITING_APPROVAL",
-				fmt.Sprintf("request %s is %s; only a request awaiting approval can be approved or denied", r.GetId(), requestStateName(r.GetState())),
-				map[string]string{"request_id": r.GetId()})
-			return notAwaiting
+		if err := approvable(r); err != nil {
+			notAwaiting = err
+			return err
 		}
 		r.State = to
 		if reason != "" {
@@ -124,4 +332,11 @@ func (s *Server) decide(ctx context.Context, id string, to orchestratorv1.Reques
 		return nil, s.internal(ctx, "record the decision", err)
 	}
 	return req, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

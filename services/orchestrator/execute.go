@@ -19,26 +19,86 @@ import (
 	"github.com/v0m3/v0m3/services/internal/ids"
 )
 
+// maxUntrustedDetail bounds untrusted error text kept in a record.
+const maxUntrustedDetail = 512
+
+// DefaultAttemptTimeout bounds one adapter call when Deps.AttemptTimeout is
+// zero. The adapter enforces its own limits; this only keeps a wedged call
+// from holding a request forever. A call cut off here has an unknown
+// outcome, like any other broken call.
+const DefaultAttemptTimeout = 2 * time.Minute
+
 // Safe codes the orchestrator itself puts into error evidence.
 const (
 	codeResponseLimitExceeded  = "RESPONSE_LIMIT_EXCEEDED"
 	codeObservationNotRecorded = "OBSERVATION_NOT_RECORDED"
+	codeReceiptMissing         = "RECEIPT_MISSING"
+	codeReceiptNotRecorded     = "RECEIPT_NOT_RECORDED"
+	codeOrchestratorRestarted  = "ORCHESTRATOR_RESTARTED"
 )
 
-// maxUntrustedDetail bounds untrusted error text kept in a record.
-const maxUntrustedDetail = 512
+// maxAutomaticRetries is how many further attempts one execution may make
+// on its own, when the capability's retry rule allows any.
+const maxAutomaticRetries = 1
 
-// adapterCallTimeout bounds one Execute call. The adapter enforces its own
-// limits; this only keeps a wedged call from holding a request forever. A
-// call cut off here has an unknown outcome, like any other broken call.
-const adapterCallTimeout = 2 * time.Minute
-
-// execute makes one attempt at a prepared request: it persists the attempt
-// as PREPARED before anything is sent, calls the adapter, persists the
-// stage and outcome the adapter reports, and for a successful retrieval
-// turns every content item with a resource URI into a source observation
-// and quoted excerpts before committing.
+// execute runs a prepared, authorized request to a committed or failed
+// end: one attempt, and when it fails, what the capability's retry rule
+// allows (see afterFailure).
 func (s *Server) execute(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, p *prepared) (*orchestratorv1.ToolRequest, error) {
+	return s.executeFrom(ctx, task, req, p, 0)
+}
+
+// executeFrom is execute with retries already spent.
+func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, p *prepared, retries int) (*orchestratorv1.ToolRequest, error) {
+	remote, err := remoteArguments(p.mapping, p.normalized, p.targets)
+	if err != nil {
+		return s.refuse(ctx, req, p, apierror.New(codes.FailedPrecondition, "MAPPING_UNUSABLE",
+			fmt.Sprintf("mapping %s r%d cannot build remote arguments: %v", p.mapping.GetId(), p.mapping.GetRevision(), err), nil))
+	}
+	// The intent id is the idempotency key: every attempt at one intent
+	// carries the same key, so the server can refuse to repeat the effect.
+	if k := p.mapping.GetIdempotencyKeyField(); k != "" {
+		remote.Fields[k] = structpb.NewStringValue(req.GetIntentId())
+	}
+	for {
+		var (
+			att  *orchestratorv1.Attempt
+			resp *adapterv1.ExecuteResponse
+		)
+		req, att, resp, err = s.attempt(ctx, task, req, p, remote)
+		if err != nil {
+			return nil, err
+		}
+		if att.GetOutcome() == adapterv1.Outcome_OUTCOME_OK {
+			return s.complete(ctx, task, req, att, p, remote, resp)
+		}
+		if code := att.GetError().GetSafeCode(); code == codeResponseLimitExceeded {
+			return s.fail(ctx, req, att)
+		}
+		next := s.afterFailure(ctx, task, req, att, p.capability, p.mapping, p.connection, retries)
+		switch next.action {
+		case actionSettled:
+			return s.commit(ctx, task, req, next.att, nil, next.receipt)
+		case actionRetry:
+			retries++
+			att = next.att
+			att.EndTime = s.timestamp()
+			if req, err = s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
+				return nil, s.internal(ctx, "end the failed attempt", err)
+			}
+			s.emit(ctx, task.GetId(), req.GetId(), "request.retrying", att.GetResolution())
+			continue
+		default:
+			return s.fail(ctx, req, next.att)
+		}
+	}
+}
+
+// attempt makes one attempt: it persists the attempt as PREPARED before
+// anything is sent, calls the adapter, and persists the stage and outcome
+// the adapter reports. The attempt stays open (no end time) until the
+// caller commits or fails it, so a crash in between is recovered.
+func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, p *prepared, remote *structpb.Struct) (*orchestratorv1.ToolRequest, *orchestratorv1.Attempt, *adapterv1.ExecuteResponse, error) {
 	att := &orchestratorv1.Attempt{
 		Id:        ids.New("att"),
 		IntentId:  req.GetIntentId(),
@@ -46,12 +106,7 @@ func (s *Server) execute(ctx context.Context, task *orchestratorv1.Task, req *or
 		Stage:     adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED,
 		StartTime: s.timestamp(),
 	}
-	remote, err := remoteArguments(p.mapping, p.normalized, p.targets)
-	if err != nil {
-		return s.refuse(ctx, req, p, apierror.New(codes.FailedPrecondition, "MAPPING_UNUSABLE",
-			fmt.Sprintf("mapping %s r%d cannot build remote arguments: %v", p.mapping.GetId(), p.mapping.GetRevision(), err), nil))
-	}
-	req, err = s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+	req, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		mergeAttempt(r, att)
 		p.record(r)
 		r.UpdateTime = s.timestamp()
@@ -59,10 +114,10 @@ func (s *Server) execute(ctx context.Context, task *orchestratorv1.Task, req *or
 	})
 	if err != nil {
 		// Nothing was sent; the caller may resubmit under a new call id.
-		return nil, s.internal(ctx, "persist the prepared attempt", err)
+		return nil, nil, nil, s.internal(ctx, "persist the prepared attempt", err)
 	}
 
-	callCtx, cancel := context.WithTimeout(ctx, adapterCallTimeout)
+	callCtx, cancel := context.WithTimeout(ctx, s.attemptTimeout)
 	resp, callErr := s.deps.Adapter.Execute(callCtx, &adapterv1.ExecuteRequest{
 		ConnectionId:    p.mapping.GetConnectionId(),
 		ConfigRevision:  p.connection.GetConfigRevision(),
@@ -90,8 +145,10 @@ func (s *Server) execute(ctx context.Context, task *orchestratorv1.Task, req *or
 	}
 	att.Outcome = outcome
 	att.Error = resp.GetError()
-	if _, err := s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
+	if saved, err := s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
 		s.log.ErrorContext(ctx, "persist attempt stage", "request", req.GetId(), "attempt", att.GetId(), "err", err)
+	} else {
+		req = saved
 	}
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED, Capability: req.GetCapability(),
@@ -100,13 +157,18 @@ func (s *Server) execute(ctx context.Context, task *orchestratorv1.Task, req *or
 			att.GetNumber(), p.mapping.GetConnectionId(), p.mapping.GetId(), p.mapping.GetRevision(), outcomeName(outcome),
 			stageName(att.GetStage()), resp.GetResponseBytes(), resp.GetResponseDigest()),
 	})
-	if outcome != adapterv1.Outcome_OUTCOME_OK {
-		return s.fail(ctx, req, att)
-	}
+	return req, att, resp, nil
+}
 
-	var excerpts []*orchestratorv1.QuotedExcerpt
+// complete turns a successful attempt into product state: a retrieval's
+// content items become source observations and quoted excerpts; any other
+// effect must come with a receipt (artifact digest or delivery id), which
+// is recorded in evidence (stage RECEIPT_VERIFIED) before the request is
+// committed.
+func (s *Server) complete(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
+	p *prepared, remote *structpb.Struct, resp *adapterv1.ExecuteResponse) (*orchestratorv1.ToolRequest, error) {
 	if p.capability.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
-		excerpts, err = s.observe(ctx, task, req, att, p, remote, resp)
+		excerpts, err := s.observe(ctx, task, req, att, p, remote, resp)
 		if err != nil {
 			// The remote call completed but its result did not become
 			// evidence: not committed, and said so.
@@ -114,8 +176,56 @@ func (s *Server) execute(ctx context.Context, task *orchestratorv1.Task, req *or
 			s.log.ErrorContext(ctx, "record observation", "request", req.GetId(), "attempt", att.GetId(), "err", err)
 			return s.fail(ctx, req, att)
 		}
+		return s.commit(ctx, task, req, att, excerpts, nil)
 	}
+	fields := resp.GetStructuredContent().GetFields()
+	artifact, delivery := fields["artifact_digest"].GetStringValue(), fields["delivery_id"].GetStringValue()
+	if artifact == "" && delivery == "" {
+		// The server says it succeeded but shows no evidence of the effect:
+		// whether it happened is not known.
+		att.Outcome = adapterv1.Outcome_OUTCOME_UNKNOWN
+		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeReceiptMissing}
+		return s.fail(ctx, req, att)
+	}
+	rc, err := s.recordReceipt(ctx, req, att.GetId(), artifact, delivery, "reply of attempt "+att.GetId())
+	if err != nil {
+		att.Outcome = adapterv1.Outcome_OUTCOME_UNKNOWN
+		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeReceiptNotRecorded}
+		s.log.ErrorContext(ctx, "record receipt", "request", req.GetId(), "attempt", att.GetId(), "err", err)
+		return s.fail(ctx, req, att)
+	}
+	return s.commit(ctx, task, req, att, nil, rc)
+}
 
+// recordReceipt records the evidence of an effect under the intent id, the
+// idempotency key: recording it again returns the first receipt.
+func (s *Server) recordReceipt(ctx context.Context, req *orchestratorv1.ToolRequest, attemptID, artifact, delivery, source string) (*evidencev1.Receipt, error) {
+	detail, err := structpb.NewStruct(map[string]any{
+		"capability":      req.GetCapability(),
+		"summary":         req.GetSummary(),
+		"document_digest": req.GetDocumentDigest(),
+		"evidence_from":   source,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.deps.Evidence.RecordReceipt(ctx, &evidencev1.RecordReceiptRequest{Receipt: &evidencev1.Receipt{
+		IdempotencyKey: req.GetIntentId(), TaskId: req.GetTaskId(), AttemptId: attemptID,
+		ArtifactDigest: artifact, DeliveryId: delivery, Detail: detail,
+	}})
+}
+
+// commit persists the receipt stage (when there is a receipt), then the
+// committed request, and updates the task's checkpoint.
+func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
+	excerpts []*orchestratorv1.QuotedExcerpt, rc *evidencev1.Receipt) (*orchestratorv1.ToolRequest, error) {
+	if rc != nil {
+		att.Stage = max(att.GetStage(), adapterv1.DeliveryStage_DELIVERY_STAGE_RECEIPT_VERIFIED)
+		att.Outcome = adapterv1.Outcome_OUTCOME_OK
+		if _, err := s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
+			return nil, s.internal(ctx, "persist the verified receipt", err)
+		}
+	}
 	att.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED
 	att.EndTime = s.timestamp()
 	out, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
@@ -123,6 +233,9 @@ func (s *Server) execute(ctx context.Context, task *orchestratorv1.Task, req *or
 		r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
 		r.Outcome = adapterv1.Outcome_OUTCOME_OK
 		r.Excerpts = excerpts
+		if rc != nil {
+			r.ReceiptId, r.ArtifactDigest = rc.GetId(), rc.GetArtifactDigest()
+		}
 		r.UpdateTime = s.timestamp()
 		return nil
 	})
@@ -137,12 +250,25 @@ func (s *Server) execute(ctx context.Context, task *orchestratorv1.Task, req *or
 	}); err != nil {
 		s.log.WarnContext(ctx, "update task checkpoint", "task", task.GetId(), "err", err)
 	}
+	what := fmt.Sprintf("%d quoted excerpts", len(excerpts))
+	if rc != nil {
+		what = "receipt " + rc.GetId()
+		if rc.GetArtifactDigest() != "" {
+			what += ", artifact " + rc.GetArtifactDigest()
+		}
+		if rc.GetDeliveryId() != "" {
+			what += ", delivery " + rc.GetDeliveryId()
+		}
+	}
+	if att.GetResolution() != "" {
+		what += "; " + att.GetResolution()
+	}
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE, Capability: out.GetCapability(),
 		RequestId: out.GetId(), IntentId: out.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(adapterv1.Outcome_OUTCOME_OK),
-		Detail: fmt.Sprintf("committed: %d quoted excerpts", len(excerpts)),
+		Detail: "committed: " + what,
 	})
-	s.emit(ctx, task.GetId(), out.GetId(), "request.executed", fmt.Sprintf("%s committed with %d quoted excerpts", out.GetCapability(), len(excerpts)))
+	s.emit(ctx, task.GetId(), out.GetId(), "request.executed", fmt.Sprintf("%s committed with %s", out.GetCapability(), what))
 	s.log.InfoContext(ctx, "request executed", "task", task.GetId(), "request", out.GetId(), "attempt", att.GetId())
 	return out, nil
 }
@@ -168,6 +294,12 @@ func (s *Server) fail(ctx context.Context, req *orchestratorv1.ToolRequest, att 
 	detail := fmt.Sprintf("attempt %d failed: %s", att.GetNumber(), outcomeName(att.GetOutcome()))
 	if code != "" {
 		detail += " (" + code + ")"
+	}
+	if att.GetResolution() != "" {
+		detail += "; " + att.GetResolution()
+	}
+	if att.GetOutcome() == adapterv1.Outcome_OUTCOME_UNKNOWN {
+		detail += "; not retried: a person must establish whether the effect happened before any new attempt"
 	}
 	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE, Capability: req.GetCapability(),

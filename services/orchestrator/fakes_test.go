@@ -58,7 +58,14 @@ type fakeRegistry struct {
 	mappings       map[string]*registryv1.Mapping // by capability
 	reviewRequired map[string]bool                // by mapping id
 	events         chan *registryv1.RegistryEvent
+	configRevision int64
 }
+
+// The fixture renderer's idempotency key argument and status tool.
+const (
+	idempotencyKeyField = "request_id"
+	statusTool          = "status"
+)
 
 func newFakeRegistry(t testing.TB) *fakeRegistry {
 	r := &fakeRegistry{
@@ -66,6 +73,7 @@ func newFakeRegistry(t testing.TB) *fakeRegistry {
 		mappings:       map[string]*registryv1.Mapping{},
 		reviewRequired: map[string]bool{},
 		events:         make(chan *registryv1.RegistryEvent, 8),
+		configRevision: 3,
 	}
 	r.capabilities[capRetrieveAuthorizedSource] = &registryv1.Capability{
 		Name: capRetrieveAuthorizedSource, Revision: 1, EffectClass: registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL,
@@ -120,6 +128,9 @@ func newFakeRegistry(t testing.TB) *fakeRegistry {
 		ArgumentMap: []*registryv1.ArgumentBinding{{RemoteField: "revision", ProductField: "document_revision"}},
 		Limits:      &registryv1.Limits{MaxResponseBytes: 1024, MaxItems: 1},
 		State:       registryv1.MappingState_MAPPING_STATE_ACTIVE,
+		// The renderer takes an idempotency key and answers a status query.
+		IdempotencyKeyField: idempotencyKeyField,
+		StatusTool:          statusTool,
 	}
 	r.mappings[capDeliverApprovedArtifact] = &registryv1.Mapping{
 		Id: "map_deliver", Revision: 1, Capability: capDeliverApprovedArtifact, ConnectionId: "conn_publisher", SnapshotId: "snap_3",
@@ -158,7 +169,36 @@ func (r *fakeRegistry) ResolveMapping(_ context.Context, in *registryv1.ResolveM
 }
 
 func (r *fakeRegistry) GetConnection(_ context.Context, in *registryv1.GetConnectionRequest) (*registryv1.Connection, error) {
-	return &registryv1.Connection{Id: in.GetId(), ConfigRevision: 3, State: registryv1.ConnectionState_CONNECTION_STATE_ACTIVE}, nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &registryv1.Connection{Id: in.GetId(), ConfigRevision: r.configRevision, State: registryv1.ConnectionState_CONNECTION_STATE_ACTIVE}, nil
+}
+
+func (r *fakeRegistry) GetMapping(_ context.Context, in *registryv1.GetMappingRequest) (*registryv1.Mapping, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.mappings {
+		if m.GetId() == in.GetId() {
+			return m, nil
+		}
+	}
+	return nil, apierror.New(codes.NotFound, "MAPPING_UNKNOWN", "no mapping", nil)
+}
+
+// bumpMapping makes a new revision of a capability's mapping current.
+func (r *fakeRegistry) bumpMapping(capability string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := proto.CloneOf(r.mappings[capability])
+	m.Revision++
+	r.mappings[capability] = m
+}
+
+// rotate bumps the connection's config revision, as a credential rotation.
+func (r *fakeRegistry) rotate() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.configRevision++
 }
 
 func (r *fakeRegistry) WatchEvents(_ *registryv1.WatchEventsRequest, stream grpc.ServerStreamingServer[registryv1.RegistryEvent]) error {
@@ -189,10 +229,11 @@ type fakePolicy struct {
 	handles          map[string]*policyv1.HandleBinding
 	approvalRequired map[string]bool
 	charges          map[string]int // by idempotency key
+	revision         string
 }
 
 func newFakePolicy(reg *fakeRegistry) *fakePolicy {
-	return &fakePolicy{reg: reg, handles: map[string]*policyv1.HandleBinding{}, approvalRequired: map[string]bool{}, charges: map[string]int{}}
+	return &fakePolicy{reg: reg, handles: map[string]*policyv1.HandleBinding{}, approvalRequired: map[string]bool{}, charges: map[string]int{}, revision: testPolicyRevision}
 }
 
 const testPolicyRevision = "sha256:policy"
@@ -251,9 +292,21 @@ func (p *fakePolicy) Authorize(_ context.Context, in *policyv1.AuthorizeRequest)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return &policyv1.AuthorizeResponse{
-		Decision: policyv1.Decision_DECISION_ALLOW, Reasons: []string{"policy0"}, PolicyRevision: testPolicyRevision,
+		Decision: policyv1.Decision_DECISION_ALLOW, Reasons: []string{"policy0"}, PolicyRevision: p.revision,
 		ApprovalRequired: p.approvalRequired[in.GetCapability()],
 	}, nil
+}
+
+func (p *fakePolicy) GetPolicyRevision(context.Context, *policyv1.GetPolicyRevisionRequest) (*policyv1.PolicyRevision, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return &policyv1.PolicyRevision{Revision: p.revision}, nil
+}
+
+func (p *fakePolicy) setRevision(rev string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.revision = rev
 }
 
 func (p *fakePolicy) Charge(_ context.Context, in *policyv1.ChargeRequest) (*policyv1.ChargeResponse, error) {
@@ -322,10 +375,32 @@ type fakeEvidence struct {
 	traces       map[string][]*evidencev1.TraceEvent
 	observations []*evidencev1.SourceObservation
 	down         bool // RecordObservation fails while set
+	receipts     map[string]*evidencev1.Receipt
 }
 
 func newFakeEvidence() *fakeEvidence {
-	return &fakeEvidence{traces: map[string][]*evidencev1.TraceEvent{}}
+	return &fakeEvidence{traces: map[string][]*evidencev1.TraceEvent{}, receipts: map[string]*evidencev1.Receipt{}}
+}
+
+func (e *fakeEvidence) RecordReceipt(_ context.Context, in *evidencev1.RecordReceiptRequest) (*evidencev1.Receipt, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r, ok := e.receipts[in.GetReceipt().GetIdempotencyKey()]; ok {
+		return r, nil
+	}
+	r := proto.CloneOf(in.GetReceipt())
+	r.Id = ids.New("rcpt")
+	e.receipts[r.GetIdempotencyKey()] = r
+	return r, nil
+}
+
+func (e *fakeEvidence) GetReceipt(_ context.Context, in *evidencev1.GetReceiptRequest) (*evidencev1.Receipt, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r, ok := e.receipts[in.GetIdempotencyKey()]; ok {
+		return r, nil
+	}
+	return nil, apierror.New(codes.NotFound, "RECEIPT_UNKNOWN", "no receipt", nil)
 }
 
 func (e *fakeEvidence) AppendTrace(_ context.Context, in *evidencev1.AppendTraceRequest) (*evidencev1.TraceEvent, error) {
@@ -383,6 +458,8 @@ type harness struct {
 	policy   *fakePolicy
 	adapter  *fakeAdapter
 	evidence *fakeEvidence
+	// clock is added to the wall clock the server sees, in nanoseconds.
+	clock atomic.Int64
 }
 
 func newHarness(t *testing.T) *harness {
@@ -411,6 +488,7 @@ func newHarness(t *testing.T) *harness {
 		Policy:   policyv1.NewPolicyServiceClient(conn),
 		Adapter:  adapterv1.NewAdapterServiceClient(conn),
 		Evidence: evidencev1.NewEvidenceServiceClient(conn),
+		Now:      func() time.Time { return time.Now().Add(time.Duration(h.clock.Load())) },
 	}, slog.New(slog.DiscardHandler))
 	orchestratorv1.RegisterOrchestratorServiceServer(gs, h.server)
 	go func() { _ = gs.Serve(lis) }()

@@ -38,6 +38,12 @@ type Deps struct {
 	Evidence evidencev1.EvidenceServiceClient
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// ApprovalTTL is how long an approval may be given after it was asked
+	// for; zero means DefaultApprovalTTL.
+	ApprovalTTL time.Duration
+	// AttemptTimeout bounds one adapter call; zero means
+	// DefaultAttemptTimeout. A call cut off by it has an unknown outcome.
+	AttemptTimeout time.Duration
 }
 
 // Server implements orchestratorv1.OrchestratorServiceServer.
@@ -50,6 +56,9 @@ type Server struct {
 	now   func() time.Time
 	notes *notifier
 
+	approvalTTL    time.Duration
+	attemptTimeout time.Duration
+
 	// ctx ends when Close is called; background work and watch streams
 	// stop with it.
 	ctx       context.Context
@@ -60,7 +69,9 @@ type Server struct {
 
 // NewServer returns an orchestrator over st. When deps.Registry is set it
 // also starts a background watch of registry events that marks tasks
-// CONNECTION_UNAVAILABLE when their connection is retired; Close stops it.
+// CONNECTION_UNAVAILABLE when their connection is retired, and recovers
+// every attempt a previous process left open (see resume); Close stops
+// both.
 func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -70,7 +81,25 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 		now = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{st: st, deps: deps, log: log, now: now, notes: newNotifier(), ctx: ctx, cancel: cancel}
+	s := &Server{st: st, deps: deps, log: log, now: now, notes: newNotifier(), ctx: ctx, cancel: cancel,
+		approvalTTL: deps.ApprovalTTL, attemptTimeout: deps.AttemptTimeout}
+	if s.approvalTTL <= 0 {
+		s.approvalTTL = DefaultApprovalTTL
+	}
+	if s.attemptTimeout <= 0 {
+		s.attemptTimeout = DefaultAttemptTimeout
+	}
+	// Attempts a previous process left open are listed now, before this
+	// server takes any request, and recovered in the background.
+	if open, err := st.ListOpenRequests(ctx); err != nil {
+		log.Error("list open requests for recovery", "err", err)
+	} else if len(open) > 0 && deps.Registry != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.resume(ctx, open)
+		}()
+	}
 	if deps.Registry != nil {
 		s.wg.Add(1)
 		go func() {

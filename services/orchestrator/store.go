@@ -2,6 +2,9 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 )
@@ -43,6 +46,16 @@ type Store interface {
 	SaveAttempt(ctx context.Context, requestID string, a *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error)
 	// ListRequests returns a task's requests, oldest first.
 	ListRequests(ctx context.Context, taskID string) ([]*orchestratorv1.ToolRequest, error)
+	// ListOpenRequests returns every request with an attempt that has no
+	// end time: an attempt a previous process started and never finished.
+	// Recovery starts from these.
+	ListOpenRequests(ctx context.Context) ([]*orchestratorv1.ToolRequest, error)
+	// UseApproval marks a request's approval used by approver at the given
+	// time and moves the request from AWAITING_APPROVAL to APPROVED, in one
+	// transaction: an approval is used once. It fails with
+	// ErrApprovalUsed when the approval was already used, ErrNotAwaiting
+	// when the request is not awaiting approval (or has no approval).
+	UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error)
 
 	// AppendEvent assigns e the task's next sequence number (starting at 1)
 	// and stores it.
@@ -51,3 +64,11 @@ type Store interface {
 	// in order.
 	ListEvents(ctx context.Context, taskID string, after int64) ([]*orchestratorv1.TaskEvent, error)
 }
+
+// Errors of Store.UseApproval.
+var (
+	// ErrApprovalUsed means the approval was used already.
+	ErrApprovalUsed = errors.New("approval already used")
+	// ErrNotAwaiting means the request is not awaiting approval.
+	ErrNotAwaiting = errors.New("request not awaiting approval")
+)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
@@ -21,6 +22,7 @@ const (
 	bucketTaskRequests = "task_requests" // task id "/" seq -> request id (creation order)
 	bucketEventSeq     = "event_seq"     // task id -> last event sequence
 	bucketEvents       = "events"        // task id "/" seq -> TaskEvent
+	bucketOpen         = "open_requests" // request id -> request id, while an attempt has no end time
 )
 
 type boltStore struct {
@@ -122,6 +124,9 @@ func (b *boltStore) CreateRequest(_ context.Context, r *orchestratorv1.ToolReque
 		if err := tx.Create(bucketRequests, r.GetId(), r); err != nil {
 			return fmt.Errorf("create request %s: %w", r.GetId(), err)
 		}
+		if err := indexOpen(tx, r); err != nil {
+			return err
+		}
 		if err := tx.Put(bucketRequestKeys, key, wrapperspb.String(r.GetId())); err != nil {
 			return err
 		}
@@ -160,6 +165,9 @@ func (b *boltStore) UpdateRequest(_ context.Context, id string, fn func(*orchest
 			return err
 		}
 		out = r
+		if err := indexOpen(tx, r); err != nil {
+			return err
+		}
 		return tx.Put(bucketRequests, id, r)
 	})
 	if err != nil {
@@ -244,4 +252,50 @@ func (b *boltStore) ListEvents(_ context.Context, taskID string, after int64) ([
 		return nil, fmt.Errorf("list events of %s: %w", taskID, err)
 	}
 	return out, nil
+}
+
+// indexOpen keeps the open-requests index in step with r, inside the
+// transaction that writes r.
+func indexOpen(tx *store.Tx, r *orchestratorv1.ToolRequest) error {
+	for _, a := range r.GetAttempts() {
+		if a.GetEndTime() == nil {
+			return tx.Put(bucketOpen, r.GetId(), wrapperspb.String(r.GetId()))
+		}
+	}
+	return tx.Delete(bucketOpen, r.GetId())
+}
+
+func (b *boltStore) ListOpenRequests(_ context.Context) ([]*orchestratorv1.ToolRequest, error) {
+	var out []*orchestratorv1.ToolRequest
+	err := b.db.View(func(tx *store.Tx) error {
+		return store.List(tx, bucketOpen, "", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
+			func(_ string, id *wrapperspb.StringValue) error {
+				r := &orchestratorv1.ToolRequest{}
+				if err := tx.Get(bucketRequests, id.GetValue(), r); err != nil {
+					return fmt.Errorf("get request %s: %w", id.GetValue(), err)
+				}
+				out = append(out, r)
+				return nil
+			})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list open requests: %w", err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error) {
+	return b.UpdateRequest(ctx, requestID, func(r *orchestratorv1.ToolRequest) error {
+		a := r.GetApproval()
+		switch {
+		case a.GetUseTime() != nil:
+			return ErrApprovalUsed
+		case a == nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL:
+			return ErrNotAwaiting
+		}
+		a.Approver, a.UseTime = approver, at
+		r.State = orchestratorv1.RequestState_REQUEST_STATE_APPROVED
+		r.UpdateTime = at
+		return nil
+	})
 }

@@ -34,6 +34,10 @@ type prepared struct {
 	targets map[string]string
 	// labels maps a server-side target to the label the model saw.
 	labels map[string]string
+	// fieldLabels maps a handle field to the label the model saw.
+	fieldLabels map[string]string
+	// summary is the consequence in product terms (see summarize).
+	summary string
 	// authz is the authorization in force; approvalRequired is whether any
 	// decision asked for a person.
 	authz            *policyv1.AuthorizeResponse
@@ -63,6 +67,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		ProviderCallId: in.GetProviderCallId(),
 		Capability:     in.GetCapability(),
 		Arguments:      in.GetArguments(),
+		DocumentDigest: in.GetDocumentDigest(),
 		IntentId:       ids.New("int"),
 		State:          orchestratorv1.RequestState_REQUEST_STATE_REQUESTED,
 		CreateTime:     now,
@@ -104,7 +109,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 // before the adapter is ever called. The returned prepared value holds what
 // was learned so far even on failure, for the record.
 func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest) (*prepared, error) {
-	p := &prepared{targets: map[string]string{}, labels: map[string]string{}}
+	p := &prepared{targets: map[string]string{}, labels: map[string]string{}, fieldLabels: map[string]string{}}
 	name := req.GetCapability()
 
 	// a. Only an active task may act.
@@ -189,10 +194,13 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 		}
 		p.targets[field] = b.GetTarget()
 		p.labels[b.GetTarget()] = b.GetLabel()
+		p.fieldLabels[field] = b.GetLabel()
 		if res.GetAuthorization() != nil {
 			decisions = append(decisions, res.GetAuthorization())
 		}
 	}
+
+	p.summary = summarize(p.capability, p.normalized, p.fieldLabels)
 
 	// f. Policy decides on current state.
 	if len(decisions) == 0 {
@@ -283,6 +291,9 @@ func (p *prepared) record(r *orchestratorv1.ToolRequest) {
 	}
 	if p.authz != nil {
 		r.PolicyRevision = p.authz.GetPolicyRevision()
+	}
+	if p.summary != "" {
+		r.Summary = p.summary
 	}
 }
 

@@ -135,6 +135,18 @@ func (e *eligibility) evaluate(ctx context.Context, c *registryv1.Capability, ma
 			}
 			continue
 		}
+		if c.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT && !effectRecoverable(m) {
+			// An external effect whose outcome can be unknown must have a
+			// way to find out whether it happened; without one, a
+			// disconnect could only be answered by a blind retry.
+			cand.Reason = policyv1.NotOfferedReason_NOT_OFFERED_REASON_POLICY_DENIED
+			cand.PolicyReasons = []string{ExternalEffectNeedsIdempotency}
+			cand.Detail = fmt.Sprintf("external effect disabled: mapping %s revision %d declares neither an idempotency key field nor a status tool", m.GetId(), m.GetRevision())
+			if denied == nil {
+				denied = cand
+			}
+			continue
+		}
 		dec := e.s.decide(ctx, query{
 			principal:       e.req.GetRequester(),
 			capability:      c.GetName(),
@@ -204,4 +216,15 @@ func (e *eligibility) connection(ctx context.Context, id string) (connState, err
 // "review_required".
 func mappingStateName(st registryv1.MappingState) string {
 	return strings.ToLower(strings.TrimPrefix(st.String(), "MAPPING_STATE_"))
+}
+
+// ExternalEffectNeedsIdempotency is the built-in rule (reported as a policy
+// reason) that keeps an external effect disabled on a mapping whose server
+// offers no idempotency key and no status query.
+const ExternalEffectNeedsIdempotency = "builtin:external-effect-needs-idempotency"
+
+// effectRecoverable reports whether a mapping lets V0M3 learn the outcome
+// of an attempt without repeating it.
+func effectRecoverable(m *registryv1.Mapping) bool {
+	return m.GetIdempotencyKeyField() != "" || m.GetStatusTool() != ""
 }

@@ -71,7 +71,7 @@ func TestEligibleStagesAndReasons(t *testing.T) {
 		policies   []string
 	}{
 		{capLinks, discovered, missing, "mapping map_links revision 2 is review_required", "", 0, "", retrieval, nil},
-		{capDeliver, registered, denied, "denies", "map_deliver", 1, connOK, external, nil},
+		{capDeliver, registered, denied, "external effect disabled", "map_deliver", 1, connOK, external, []string{ExternalEffectNeedsIdempotency}},
 		{capArchive, registered, degraded, "connection conn_retired is retired", "map_archive", 1, connRetired, retrieval, nil},
 		{capPreview, eligible, notNeeded, "does not need", "map_preview", 1, connOK, localXform, []string{"authors-render-preview"}},
 		{capRetrieve, offered, none, "", mapRetrieve, 2, connOK, retrieval, []string{"retrieval-for-review-and-rewrite"}},
@@ -180,5 +180,49 @@ func TestReportConnectionHealthValidates(t *testing.T) {
 	_, err := e.client.ReportConnectionHealth(context.Background(), &policyv1.ReportConnectionHealthRequest{})
 	if got, want := apierror.Fields(err), []string{"connection_id", "state"}; apierror.Code(err) != codes.InvalidArgument || !slices.Equal(got, want) {
 		t.Fatalf("err = %v (fields %v), want INVALID_ARGUMENT on %v", err, got, want)
+	}
+}
+
+// An external effect is offered only when its mapping lets V0M3 find out
+// whether an attempt happened: an idempotency key or a status query.
+func TestExternalEffectNeedsIdempotencyOrStatus(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		key        string
+		statusTool string
+		offered    bool
+	}{
+		{"neither", "", "", false},
+		{"idempotency key", "request_id", "", true},
+		{"status query", "", "delivery_status", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, options{})
+			e.reg.mu.Lock()
+			m := e.reg.mappings["map_deliver"]
+			m.IdempotencyKeyField, m.StatusTool = tt.key, tt.statusTool
+			e.reg.mu.Unlock()
+			resp, err := e.client.Eligible(context.Background(), &policyv1.EligibleRequest{
+				TaskId: "task_x", Requester: carol(), Purpose: "export", NeededCapabilities: []string{capDeliver},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range resp.GetCapabilities() {
+				if c.GetCapability() != capDeliver {
+					continue
+				}
+				got := c.GetStage() == policyv1.EligibilityStage_ELIGIBILITY_STAGE_OFFERED
+				if got != tt.offered {
+					t.Errorf("offered = %v (%v %v %q), want %v", got, c.GetStage(), c.GetReason(), c.GetDetail(), tt.offered)
+				}
+				if !tt.offered && !slices.Contains(c.GetPolicyReasons(), ExternalEffectNeedsIdempotency) {
+					t.Errorf("policy reasons %v lack %s", c.GetPolicyReasons(), ExternalEffectNeedsIdempotency)
+				}
+			}
+		})
 	}
 }

@@ -23,6 +23,26 @@ const maxLabelBytes = 512
 // digests, so reading the database does not yield usable handles.
 func handleKey(token string) string { return digest.Bytes([]byte(token)) }
 
+// tokenLen is the length of a minted token: "h_" and 32 random bytes in
+// unpadded base32 (52 characters).
+const tokenLen = 2 + 52
+
+// wellFormed reports whether token has the shape of a minted handle. A
+// malformed token is refused before any lookup: whatever a model put in a
+// handle field never reaches the store as a key.
+func wellFormed(token string) bool {
+	if len(token) != tokenLen || token[:2] != "h_" {
+		return false
+	}
+	for i := 2; i < len(token); i++ {
+		c := token[i]
+		if (c < 'a' || c > 'z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
+}
+
 // tokenPrefix is the only part of a presented token an error may echo.
 func tokenPrefix(token string) string {
 	return fmt.Sprintf("%q…", token[:min(len(token), 6)])
@@ -104,6 +124,9 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 	}
 
 	tok := tokenPrefix(req.GetToken())
+	if !wellFormed(req.GetToken()) {
+		return nil, s.refuse(ctx, req, codes.NotFound, "HANDLE_UNKNOWN", fmt.Sprintf("handle %s is not known", tok))
+	}
 	b, err := s.store.GetHandle(ctx, handleKey(req.GetToken()))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, s.refuse(ctx, req, codes.NotFound, "HANDLE_UNKNOWN", fmt.Sprintf("handle %s is not known", tok))

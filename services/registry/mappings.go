@@ -52,16 +52,18 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 			apierror.FieldViolation{Field: "snapshot_id", Description: "must be a snapshot of connection " + req.GetConnectionId()})
 	}
 	m := &registryv1.Mapping{
-		Capability:         cp.GetName(),
-		CapabilityRevision: cp.GetRevision(),
-		ConnectionId:       req.GetConnectionId(),
-		SnapshotId:         snap.GetId(),
-		Target:             proto.CloneOf(req.GetTarget()),
-		ArgumentMap:        cloneBindings(req.GetArgumentMap()),
-		Defaults:           proto.CloneOf(req.GetDefaults()),
-		Limits:             proto.CloneOf(req.GetLimits()),
-		State:              registryv1.MappingState_MAPPING_STATE_PENDING_REVIEW,
-		ProposedBy:         req.GetProposedBy(),
+		Capability:          cp.GetName(),
+		CapabilityRevision:  cp.GetRevision(),
+		ConnectionId:        req.GetConnectionId(),
+		SnapshotId:          snap.GetId(),
+		Target:              proto.CloneOf(req.GetTarget()),
+		ArgumentMap:         cloneBindings(req.GetArgumentMap()),
+		Defaults:            proto.CloneOf(req.GetDefaults()),
+		Limits:              proto.CloneOf(req.GetLimits()),
+		State:               registryv1.MappingState_MAPPING_STATE_PENDING_REVIEW,
+		ProposedBy:          req.GetProposedBy(),
+		IdempotencyKeyField: req.GetIdempotencyKeyField(),
+		StatusTool:          req.GetStatusTool(),
 	}
 	var tool *registryv1.ToolIdentity
 	switch req.GetTarget().GetKind() {
@@ -79,6 +81,10 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 		}
 		m.DescriptionDigest = r.GetDescriptionDigest()
 		m.RemoteDescription = r.GetDescription()
+	}
+	if st := req.GetStatusTool(); st != "" && findTool(snap, st) == nil {
+		return nil, apierror.InvalidArgument("INVALID_MAPPING", fmt.Sprintf("status tool %q is not in snapshot %s", st, snap.GetId()),
+			apierror.FieldViolation{Field: "status_tool", Description: "must name a tool of the snapshot"})
 	}
 	if v := validateBindings(req, cp, tool); len(v) > 0 {
 		return nil, apierror.InvalidArgument("INVALID_MAPPING", "invalid mapping: "+violationText(v), v...)
@@ -225,6 +231,15 @@ func validateBindings(req *registryv1.ProposeMappingRequest, cp *registryv1.Capa
 		if bound[k] {
 			add("defaults."+k, fmt.Sprintf("remote field %q is both mapped and defaulted", k))
 		}
+	}
+	if k := req.GetIdempotencyKeyField(); k != "" {
+		if _, ok := remoteFields[k]; !ok {
+			add("idempotency_key_field", fmt.Sprintf("remote field %q is not in the input schema of tool %q", k, tool.GetName()))
+		}
+		if _, ok := defaults[k]; bound[k] || ok {
+			add("idempotency_key_field", fmt.Sprintf("remote field %q receives the intent id; it cannot also be mapped or defaulted", k))
+		}
+		bound[k] = true
 	}
 	for _, r := range schemaRequired(tool.GetInputSchema()) {
 		if _, ok := defaults[r]; !bound[r] && !ok {

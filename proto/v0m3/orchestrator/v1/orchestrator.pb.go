@@ -220,6 +220,75 @@ func (RequestState) EnumDescriptor() ([]byte, []int) {
 	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{2}
 }
 
+// ApprovalBinding names one thing an approval is bound to.
+type ApprovalBinding int32
+
+const (
+	// Not set.
+	ApprovalBinding_APPROVAL_BINDING_UNSPECIFIED ApprovalBinding = 0
+	// The digest of the normalized product arguments.
+	ApprovalBinding_APPROVAL_BINDING_ARGUMENTS ApprovalBinding = 1
+	// The digest of the document the request acts on.
+	ApprovalBinding_APPROVAL_BINDING_DOCUMENT ApprovalBinding = 2
+	// The mapping id and revision implementing the capability.
+	ApprovalBinding_APPROVAL_BINDING_MAPPING ApprovalBinding = 3
+	// The policy revision that required the approval.
+	ApprovalBinding_APPROVAL_BINDING_POLICY ApprovalBinding = 4
+	// The connection's credential configuration revision.
+	ApprovalBinding_APPROVAL_BINDING_CREDENTIALS ApprovalBinding = 5
+	// The approval's expiry.
+	ApprovalBinding_APPROVAL_BINDING_EXPIRY ApprovalBinding = 6
+)
+
+// Enum value maps for ApprovalBinding.
+var (
+	ApprovalBinding_name = map[int32]string{
+		0: "APPROVAL_BINDING_UNSPECIFIED",
+		1: "APPROVAL_BINDING_ARGUMENTS",
+		2: "APPROVAL_BINDING_DOCUMENT",
+		3: "APPROVAL_BINDING_MAPPING",
+		4: "APPROVAL_BINDING_POLICY",
+		5: "APPROVAL_BINDING_CREDENTIALS",
+		6: "APPROVAL_BINDING_EXPIRY",
+	}
+	ApprovalBinding_value = map[string]int32{
+		"APPROVAL_BINDING_UNSPECIFIED": 0,
+		"APPROVAL_BINDING_ARGUMENTS":   1,
+		"APPROVAL_BINDING_DOCUMENT":    2,
+		"APPROVAL_BINDING_MAPPING":     3,
+		"APPROVAL_BINDING_POLICY":      4,
+		"APPROVAL_BINDING_CREDENTIALS": 5,
+		"APPROVAL_BINDING_EXPIRY":      6,
+	}
+)
+
+func (x ApprovalBinding) Enum() *ApprovalBinding {
+	p := new(ApprovalBinding)
+	*p = x
+	return p
+}
+
+func (x ApprovalBinding) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApprovalBinding) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes[3].Descriptor()
+}
+
+func (ApprovalBinding) Type() protoreflect.EnumType {
+	return &file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes[3]
+}
+
+func (x ApprovalBinding) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApprovalBinding.Descriptor instead.
+func (ApprovalBinding) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
+}
+
 // SourceRef is one source the workflow allows a task to read. The model
 // never sees its URI; it gets a handle labelled with the title.
 type SourceRef struct {
@@ -996,7 +1065,11 @@ type Attempt struct {
 	// Started.
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	// Finished.
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// How the attempt's outcome was settled when it was not by the reply to
+	// the call itself, e.g. "receipt rcpt_... found" or "server status:
+	// artifact exists", or "orchestrator restarted mid-attempt".
+	Resolution    string `protobuf:"bytes,9,opt,name=resolution,proto3" json:"resolution,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1087,6 +1160,265 @@ func (x *Attempt) GetEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Attempt) GetResolution() string {
+	if x != nil {
+		return x.Resolution
+	}
+	return ""
+}
+
+// Approval is what a person approves: one exact consequence, described in
+// product terms and bound to the digests and revisions it was shown with.
+// When any binding differs at execution the approval is invalid
+// (FAILED_PRECONDITION APPROVAL_INVALIDATED, metadata "binding" names it);
+// an approval is used at most once.
+type Approval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Approval id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Request it approves.
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Intent it approves.
+	IntentId string `protobuf:"bytes,3,opt,name=intent_id,json=intentId,proto3" json:"intent_id,omitempty"`
+	// Capability.
+	Capability string `protobuf:"bytes,4,opt,name=capability,proto3" json:"capability,omitempty"`
+	// The review surface: the consequence in product terms, e.g. "Render
+	// preview of document revision 31 using profile 4". Never a remote
+	// method or a JSON payload.
+	Summary string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Bound: "sha256:" digest of the normalized product arguments.
+	ArgumentsDigest string `protobuf:"bytes,6,opt,name=arguments_digest,json=argumentsDigest,proto3" json:"arguments_digest,omitempty"`
+	// Bound: digest of the document, as the product service supplied it with
+	// the request; empty when the request acts on no document.
+	DocumentDigest string `protobuf:"bytes,7,opt,name=document_digest,json=documentDigest,proto3" json:"document_digest,omitempty"`
+	// Bound: mapping id.
+	MappingId string `protobuf:"bytes,8,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
+	// Bound: mapping revision.
+	MappingRevision int64 `protobuf:"varint,9,opt,name=mapping_revision,json=mappingRevision,proto3" json:"mapping_revision,omitempty"`
+	// Bound: policy revision.
+	PolicyRevision string `protobuf:"bytes,10,opt,name=policy_revision,json=policyRevision,proto3" json:"policy_revision,omitempty"`
+	// Connection whose credential configuration is bound.
+	ConnectionId string `protobuf:"bytes,11,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
+	// Bound: the connection's config revision (credential configuration).
+	ConfigRevision int64 `protobuf:"varint,12,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
+	// When the approval was asked for.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Bound: after this the approval is expired.
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// Who approved it; empty while pending.
+	Approver string `protobuf:"bytes,15,opt,name=approver,proto3" json:"approver,omitempty"`
+	// When it was approved and used (approval is used once, at approval).
+	UseTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=use_time,json=useTime,proto3" json:"use_time,omitempty"`
+	// The binding found changed, when the approval was invalidated.
+	Invalidated ApprovalBinding `protobuf:"varint,17,opt,name=invalidated,proto3,enum=v0m3.orchestrator.v1.ApprovalBinding" json:"invalidated,omitempty"`
+	// Human detail of the invalidation.
+	InvalidatedDetail string `protobuf:"bytes,18,opt,name=invalidated_detail,json=invalidatedDetail,proto3" json:"invalidated_detail,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Approval) Reset() {
+	*x = Approval{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Approval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Approval) ProtoMessage() {}
+
+func (x *Approval) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Approval.ProtoReflect.Descriptor instead.
+func (*Approval) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Approval) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Approval) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *Approval) GetIntentId() string {
+	if x != nil {
+		return x.IntentId
+	}
+	return ""
+}
+
+func (x *Approval) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *Approval) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *Approval) GetArgumentsDigest() string {
+	if x != nil {
+		return x.ArgumentsDigest
+	}
+	return ""
+}
+
+func (x *Approval) GetDocumentDigest() string {
+	if x != nil {
+		return x.DocumentDigest
+	}
+	return ""
+}
+
+func (x *Approval) GetMappingId() string {
+	if x != nil {
+		return x.MappingId
+	}
+	return ""
+}
+
+func (x *Approval) GetMappingRevision() int64 {
+	if x != nil {
+		return x.MappingRevision
+	}
+	return 0
+}
+
+func (x *Approval) GetPolicyRevision() string {
+	if x != nil {
+		return x.PolicyRevision
+	}
+	return ""
+}
+
+func (x *Approval) GetConnectionId() string {
+	if x != nil {
+		return x.ConnectionId
+	}
+	return ""
+}
+
+func (x *Approval) GetConfigRevision() int64 {
+	if x != nil {
+		return x.ConfigRevision
+	}
+	return 0
+}
+
+func (x *Approval) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Approval) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+func (x *Approval) GetApprover() string {
+	if x != nil {
+		return x.Approver
+	}
+	return ""
+}
+
+func (x *Approval) GetUseTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UseTime
+	}
+	return nil
+}
+
+func (x *Approval) GetInvalidated() ApprovalBinding {
+	if x != nil {
+		return x.Invalidated
+	}
+	return ApprovalBinding_APPROVAL_BINDING_UNSPECIFIED
+}
+
+func (x *Approval) GetInvalidatedDetail() string {
+	if x != nil {
+		return x.InvalidatedDetail
+	}
+	return ""
+}
+
+// GetApprovalRequest names a request.
+type GetApprovalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Request id.
+	RequestId     string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetApprovalRequest) Reset() {
+	*x = GetApprovalRequest{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetApprovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetApprovalRequest) ProtoMessage() {}
+
+func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetApprovalRequest.ProtoReflect.Descriptor instead.
+func (*GetApprovalRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetApprovalRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // ToolRequest is a candidate request and what became of it.
 type ToolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1126,14 +1458,26 @@ type ToolRequest struct {
 	// Output only. Received.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Output only. Last changed.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Digest of the document the request acts on, as the product service
+	// supplied it at submission.
+	DocumentDigest string `protobuf:"bytes,19,opt,name=document_digest,json=documentDigest,proto3" json:"document_digest,omitempty"`
+	// Output only. The approval, when policy required one.
+	Approval *Approval `protobuf:"bytes,20,opt,name=approval,proto3" json:"approval,omitempty"`
+	// Output only. The consequence in product terms, e.g. "Render preview of
+	// document revision 31 using profile 4".
+	Summary string `protobuf:"bytes,21,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Output only. Receipt id recorded in evidence for an effect.
+	ReceiptId string `protobuf:"bytes,22,opt,name=receipt_id,json=receiptId,proto3" json:"receipt_id,omitempty"`
+	// Output only. Artifact digest of a committed transformation.
+	ArtifactDigest string `protobuf:"bytes,23,opt,name=artifact_digest,json=artifactDigest,proto3" json:"artifact_digest,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ToolRequest) Reset() {
 	*x = ToolRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1489,7 @@ func (x *ToolRequest) String() string {
 func (*ToolRequest) ProtoMessage() {}
 
 func (x *ToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1502,7 @@ func (x *ToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRequest.ProtoReflect.Descriptor instead.
 func (*ToolRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolRequest) GetId() string {
@@ -1287,6 +1631,41 @@ func (x *ToolRequest) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ToolRequest) GetDocumentDigest() string {
+	if x != nil {
+		return x.DocumentDigest
+	}
+	return ""
+}
+
+func (x *ToolRequest) GetApproval() *Approval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
+func (x *ToolRequest) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *ToolRequest) GetReceiptId() string {
+	if x != nil {
+		return x.ReceiptId
+	}
+	return ""
+}
+
+func (x *ToolRequest) GetArtifactDigest() string {
+	if x != nil {
+		return x.ArtifactDigest
+	}
+	return ""
+}
+
 // SubmitToolRequestRequest submits what the model emitted.
 type SubmitToolRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1297,14 +1676,18 @@ type SubmitToolRequestRequest struct {
 	// Required. Capability (the tool name the model used).
 	Capability string `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
 	// Arguments as emitted.
-	Arguments     *structpb.Struct `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Arguments *structpb.Struct `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// Digest of the current document the request acts on (e.g. the document
+	// revision to render), supplied by the product service; an approval binds
+	// it.
+	DocumentDigest string `protobuf:"bytes,5,opt,name=document_digest,json=documentDigest,proto3" json:"document_digest,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SubmitToolRequestRequest) Reset() {
 	*x = SubmitToolRequestRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1699,7 @@ func (x *SubmitToolRequestRequest) String() string {
 func (*SubmitToolRequestRequest) ProtoMessage() {}
 
 func (x *SubmitToolRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1712,7 @@ func (x *SubmitToolRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitToolRequestRequest.ProtoReflect.Descriptor instead.
 func (*SubmitToolRequestRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubmitToolRequestRequest) GetTaskId() string {
@@ -1360,6 +1743,13 @@ func (x *SubmitToolRequestRequest) GetArguments() *structpb.Struct {
 	return nil
 }
 
+func (x *SubmitToolRequestRequest) GetDocumentDigest() string {
+	if x != nil {
+		return x.DocumentDigest
+	}
+	return ""
+}
+
 // GetRequestRequest names a request.
 type GetRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1371,7 +1761,7 @@ type GetRequestRequest struct {
 
 func (x *GetRequestRequest) Reset() {
 	*x = GetRequestRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1773,7 @@ func (x *GetRequestRequest) String() string {
 func (*GetRequestRequest) ProtoMessage() {}
 
 func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1786,7 @@ func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequestRequest.ProtoReflect.Descriptor instead.
 func (*GetRequestRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRequestRequest) GetId() string {
@@ -1417,7 +1807,7 @@ type ListRequestsRequest struct {
 
 func (x *ListRequestsRequest) Reset() {
 	*x = ListRequestsRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1819,7 @@ func (x *ListRequestsRequest) String() string {
 func (*ListRequestsRequest) ProtoMessage() {}
 
 func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1832,7 @@ func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsRequest.ProtoReflect.Descriptor instead.
 func (*ListRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListRequestsRequest) GetTaskId() string {
@@ -1463,7 +1853,7 @@ type ListRequestsResponse struct {
 
 func (x *ListRequestsResponse) Reset() {
 	*x = ListRequestsResponse{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1865,7 @@ func (x *ListRequestsResponse) String() string {
 func (*ListRequestsResponse) ProtoMessage() {}
 
 func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1878,7 @@ func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsResponse.ProtoReflect.Descriptor instead.
 func (*ListRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRequestsResponse) GetRequests() []*ToolRequest {
@@ -1504,14 +1894,17 @@ type ApproveRequest struct {
 	// Required. Request id.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Required. Approver.
-	Approver      string `protobuf:"bytes,2,opt,name=approver,proto3" json:"approver,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Approver string `protobuf:"bytes,2,opt,name=approver,proto3" json:"approver,omitempty"`
+	// The document digest the approver saw. When it differs from the digest
+	// bound at submission the approval is invalidated (binding DOCUMENT).
+	DocumentDigest string `protobuf:"bytes,3,opt,name=document_digest,json=documentDigest,proto3" json:"document_digest,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1916,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1929,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ApproveRequest) GetRequestId() string {
@@ -1549,6 +1942,13 @@ func (x *ApproveRequest) GetRequestId() string {
 func (x *ApproveRequest) GetApprover() string {
 	if x != nil {
 		return x.Approver
+	}
+	return ""
+}
+
+func (x *ApproveRequest) GetDocumentDigest() string {
+	if x != nil {
+		return x.DocumentDigest
 	}
 	return ""
 }
@@ -1568,7 +1968,7 @@ type DenyRequest struct {
 
 func (x *DenyRequest) Reset() {
 	*x = DenyRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1980,7 @@ func (x *DenyRequest) String() string {
 func (*DenyRequest) ProtoMessage() {}
 
 func (x *DenyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1993,7 @@ func (x *DenyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyRequest.ProtoReflect.Descriptor instead.
 func (*DenyRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DenyRequest) GetRequestId() string {
@@ -1630,7 +2030,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +2042,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +2055,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchTaskRequest) GetTaskId() string {
@@ -1693,7 +2093,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +2105,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +2118,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TaskEvent) GetSequence() int64 {
@@ -1776,7 +2176,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +2188,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +2201,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -1888,7 +2288,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"quotedText\x12%\n" +
 	"\x0econtent_digest\x18\x06 \x01(\tR\rcontentDigest\x12\x1d\n" +
 	"\n" +
-	"media_type\x18\a \x01(\tR\tmediaType\"\xe0\x02\n" +
+	"media_type\x18\a \x01(\tR\tmediaType\"\x80\x03\n" +
 	"\aAttempt\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tintent_id\x18\x02 \x01(\tR\bintentId\x12\x16\n" +
@@ -1898,7 +2298,39 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\v2\x1e.v0m3.adapter.v1.ErrorEvidenceR\x05error\x129\n" +
 	"\n" +
 	"start_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\xa4\x06\n" +
+	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1e\n" +
+	"\n" +
+	"resolution\x18\t \x01(\tR\n" +
+	"resolution\"\xea\x05\n" +
+	"\bApproval\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x1b\n" +
+	"\tintent_id\x18\x03 \x01(\tR\bintentId\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x04 \x01(\tR\n" +
+	"capability\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\x12)\n" +
+	"\x10arguments_digest\x18\x06 \x01(\tR\x0fargumentsDigest\x12'\n" +
+	"\x0fdocument_digest\x18\a \x01(\tR\x0edocumentDigest\x12\x1d\n" +
+	"\n" +
+	"mapping_id\x18\b \x01(\tR\tmappingId\x12)\n" +
+	"\x10mapping_revision\x18\t \x01(\x03R\x0fmappingRevision\x12'\n" +
+	"\x0fpolicy_revision\x18\n" +
+	" \x01(\tR\x0epolicyRevision\x12#\n" +
+	"\rconnection_id\x18\v \x01(\tR\fconnectionId\x12'\n" +
+	"\x0fconfig_revision\x18\f \x01(\x03R\x0econfigRevision\x12;\n" +
+	"\vcreate_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vexpire_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x12\x1a\n" +
+	"\bapprover\x18\x0f \x01(\tR\bapprover\x125\n" +
+	"\buse_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\auseTime\x12G\n" +
+	"\vinvalidated\x18\x11 \x01(\x0e2%.v0m3.orchestrator.v1.ApprovalBindingR\vinvalidated\x12-\n" +
+	"\x12invalidated_detail\x18\x12 \x01(\tR\x11invalidatedDetail\"3\n" +
+	"\x12GetApprovalRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"\xeb\a\n" +
 	"\vToolRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12(\n" +
@@ -1923,24 +2355,32 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\vcreate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xb4\x01\n" +
+	"updateTime\x12'\n" +
+	"\x0fdocument_digest\x18\x13 \x01(\tR\x0edocumentDigest\x12:\n" +
+	"\bapproval\x18\x14 \x01(\v2\x1e.v0m3.orchestrator.v1.ApprovalR\bapproval\x12\x18\n" +
+	"\asummary\x18\x15 \x01(\tR\asummary\x12\x1d\n" +
+	"\n" +
+	"receipt_id\x18\x16 \x01(\tR\treceiptId\x12'\n" +
+	"\x0fartifact_digest\x18\x17 \x01(\tR\x0eartifactDigest\"\xdd\x01\n" +
 	"\x18SubmitToolRequestRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12(\n" +
 	"\x10provider_call_id\x18\x02 \x01(\tR\x0eproviderCallId\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x03 \x01(\tR\n" +
 	"capability\x125\n" +
-	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\"#\n" +
+	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\x12'\n" +
+	"\x0fdocument_digest\x18\x05 \x01(\tR\x0edocumentDigest\"#\n" +
 	"\x11GetRequestRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\".\n" +
 	"\x13ListRequestsRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"U\n" +
 	"\x14ListRequestsResponse\x12=\n" +
-	"\brequests\x18\x01 \x03(\v2!.v0m3.orchestrator.v1.ToolRequestR\brequests\"K\n" +
+	"\brequests\x18\x01 \x03(\v2!.v0m3.orchestrator.v1.ToolRequestR\brequests\"t\n" +
 	"\x0eApproveRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1a\n" +
-	"\bapprover\x18\x02 \x01(\tR\bapprover\"`\n" +
+	"\bapprover\x18\x02 \x01(\tR\bapprover\x12'\n" +
+	"\x0fdocument_digest\x18\x03 \x01(\tR\x0edocumentDigest\"`\n" +
 	"\vDenyRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1a\n" +
@@ -1980,7 +2420,15 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x16REQUEST_STATE_APPROVED\x10\x04\x12\x1a\n" +
 	"\x16REQUEST_STATE_EXECUTED\x10\x05\x12\x18\n" +
 	"\x14REQUEST_STATE_FAILED\x10\x06\x12\x18\n" +
-	"\x14REQUEST_STATE_DENIED\x10\a2\x99\a\n" +
+	"\x14REQUEST_STATE_DENIED\x10\a*\xec\x01\n" +
+	"\x0fApprovalBinding\x12 \n" +
+	"\x1cAPPROVAL_BINDING_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aAPPROVAL_BINDING_ARGUMENTS\x10\x01\x12\x1d\n" +
+	"\x19APPROVAL_BINDING_DOCUMENT\x10\x02\x12\x1c\n" +
+	"\x18APPROVAL_BINDING_MAPPING\x10\x03\x12\x1b\n" +
+	"\x17APPROVAL_BINDING_POLICY\x10\x04\x12 \n" +
+	"\x1cAPPROVAL_BINDING_CREDENTIALS\x10\x05\x12\x1b\n" +
+	"\x17APPROVAL_BINDING_EXPIRY\x10\x062\xf2\a\n" +
 	"\x13OrchestratorService\x12\\\n" +
 	"\tStartTask\x12&.v0m3.orchestrator.v1.StartTaskRequest\x1a'.v0m3.orchestrator.v1.StartTaskResponse\x12K\n" +
 	"\aGetTask\x12$.v0m3.orchestrator.v1.GetTaskRequest\x1a\x1a.v0m3.orchestrator.v1.Task\x12a\n" +
@@ -1990,7 +2438,8 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"GetRequest\x12'.v0m3.orchestrator.v1.GetRequestRequest\x1a!.v0m3.orchestrator.v1.ToolRequest\x12e\n" +
 	"\fListRequests\x12).v0m3.orchestrator.v1.ListRequestsRequest\x1a*.v0m3.orchestrator.v1.ListRequestsResponse\x12R\n" +
 	"\aApprove\x12$.v0m3.orchestrator.v1.ApproveRequest\x1a!.v0m3.orchestrator.v1.ToolRequest\x12L\n" +
-	"\x04Deny\x12!.v0m3.orchestrator.v1.DenyRequest\x1a!.v0m3.orchestrator.v1.ToolRequest\x12V\n" +
+	"\x04Deny\x12!.v0m3.orchestrator.v1.DenyRequest\x1a!.v0m3.orchestrator.v1.ToolRequest\x12W\n" +
+	"\vGetApproval\x12(.v0m3.orchestrator.v1.GetApprovalRequest\x1a\x1e.v0m3.orchestrator.v1.Approval\x12V\n" +
 	"\tWatchTask\x12&.v0m3.orchestrator.v1.WatchTaskRequest\x1a\x1f.v0m3.orchestrator.v1.TaskEvent0\x01\x12Q\n" +
 	"\n" +
 	"CancelTask\x12'.v0m3.orchestrator.v1.CancelTaskRequest\x1a\x1a.v0m3.orchestrator.v1.TaskB@Z>github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1;orchestratorv1b\x06proto3"
@@ -2007,99 +2456,109 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescData
 }
 
-var file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_v0m3_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(TaskKind)(0),                    // 0: v0m3.orchestrator.v1.TaskKind
 	(TaskState)(0),                   // 1: v0m3.orchestrator.v1.TaskState
 	(RequestState)(0),                // 2: v0m3.orchestrator.v1.RequestState
-	(*SourceRef)(nil),                // 3: v0m3.orchestrator.v1.SourceRef
-	(*Task)(nil),                     // 4: v0m3.orchestrator.v1.Task
-	(*HandleOffer)(nil),              // 5: v0m3.orchestrator.v1.HandleOffer
-	(*OfferedCapability)(nil),        // 6: v0m3.orchestrator.v1.OfferedCapability
-	(*OfferedCatalogue)(nil),         // 7: v0m3.orchestrator.v1.OfferedCatalogue
-	(*StartTaskRequest)(nil),         // 8: v0m3.orchestrator.v1.StartTaskRequest
-	(*StartTaskResponse)(nil),        // 9: v0m3.orchestrator.v1.StartTaskResponse
-	(*GetTaskRequest)(nil),           // 10: v0m3.orchestrator.v1.GetTaskRequest
-	(*GetCatalogueRequest)(nil),      // 11: v0m3.orchestrator.v1.GetCatalogueRequest
-	(*QuotedExcerpt)(nil),            // 12: v0m3.orchestrator.v1.QuotedExcerpt
-	(*Attempt)(nil),                  // 13: v0m3.orchestrator.v1.Attempt
-	(*ToolRequest)(nil),              // 14: v0m3.orchestrator.v1.ToolRequest
-	(*SubmitToolRequestRequest)(nil), // 15: v0m3.orchestrator.v1.SubmitToolRequestRequest
-	(*GetRequestRequest)(nil),        // 16: v0m3.orchestrator.v1.GetRequestRequest
-	(*ListRequestsRequest)(nil),      // 17: v0m3.orchestrator.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil),     // 18: v0m3.orchestrator.v1.ListRequestsResponse
-	(*ApproveRequest)(nil),           // 19: v0m3.orchestrator.v1.ApproveRequest
-	(*DenyRequest)(nil),              // 20: v0m3.orchestrator.v1.DenyRequest
-	(*WatchTaskRequest)(nil),         // 21: v0m3.orchestrator.v1.WatchTaskRequest
-	(*TaskEvent)(nil),                // 22: v0m3.orchestrator.v1.TaskEvent
-	(*CancelTaskRequest)(nil),        // 23: v0m3.orchestrator.v1.CancelTaskRequest
-	(*v1.Principal)(nil),             // 24: v0m3.policy.v1.Principal
-	(*timestamppb.Timestamp)(nil),    // 25: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),          // 26: google.protobuf.Struct
-	(*v1.CapabilityEligibility)(nil), // 27: v0m3.policy.v1.CapabilityEligibility
-	(v11.DeliveryStage)(0),           // 28: v0m3.adapter.v1.DeliveryStage
-	(v11.Outcome)(0),                 // 29: v0m3.adapter.v1.Outcome
-	(*v11.ErrorEvidence)(nil),        // 30: v0m3.adapter.v1.ErrorEvidence
+	(ApprovalBinding)(0),             // 3: v0m3.orchestrator.v1.ApprovalBinding
+	(*SourceRef)(nil),                // 4: v0m3.orchestrator.v1.SourceRef
+	(*Task)(nil),                     // 5: v0m3.orchestrator.v1.Task
+	(*HandleOffer)(nil),              // 6: v0m3.orchestrator.v1.HandleOffer
+	(*OfferedCapability)(nil),        // 7: v0m3.orchestrator.v1.OfferedCapability
+	(*OfferedCatalogue)(nil),         // 8: v0m3.orchestrator.v1.OfferedCatalogue
+	(*StartTaskRequest)(nil),         // 9: v0m3.orchestrator.v1.StartTaskRequest
+	(*StartTaskResponse)(nil),        // 10: v0m3.orchestrator.v1.StartTaskResponse
+	(*GetTaskRequest)(nil),           // 11: v0m3.orchestrator.v1.GetTaskRequest
+	(*GetCatalogueRequest)(nil),      // 12: v0m3.orchestrator.v1.GetCatalogueRequest
+	(*QuotedExcerpt)(nil),            // 13: v0m3.orchestrator.v1.QuotedExcerpt
+	(*Attempt)(nil),                  // 14: v0m3.orchestrator.v1.Attempt
+	(*Approval)(nil),                 // 15: v0m3.orchestrator.v1.Approval
+	(*GetApprovalRequest)(nil),       // 16: v0m3.orchestrator.v1.GetApprovalRequest
+	(*ToolRequest)(nil),              // 17: v0m3.orchestrator.v1.ToolRequest
+	(*SubmitToolRequestRequest)(nil), // 18: v0m3.orchestrator.v1.SubmitToolRequestRequest
+	(*GetRequestRequest)(nil),        // 19: v0m3.orchestrator.v1.GetRequestRequest
+	(*ListRequestsRequest)(nil),      // 20: v0m3.orchestrator.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil),     // 21: v0m3.orchestrator.v1.ListRequestsResponse
+	(*ApproveRequest)(nil),           // 22: v0m3.orchestrator.v1.ApproveRequest
+	(*DenyRequest)(nil),              // 23: v0m3.orchestrator.v1.DenyRequest
+	(*WatchTaskRequest)(nil),         // 24: v0m3.orchestrator.v1.WatchTaskRequest
+	(*TaskEvent)(nil),                // 25: v0m3.orchestrator.v1.TaskEvent
+	(*CancelTaskRequest)(nil),        // 26: v0m3.orchestrator.v1.CancelTaskRequest
+	(*v1.Principal)(nil),             // 27: v0m3.policy.v1.Principal
+	(*timestamppb.Timestamp)(nil),    // 28: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),          // 29: google.protobuf.Struct
+	(*v1.CapabilityEligibility)(nil), // 30: v0m3.policy.v1.CapabilityEligibility
+	(v11.DeliveryStage)(0),           // 31: v0m3.adapter.v1.DeliveryStage
+	(v11.Outcome)(0),                 // 32: v0m3.adapter.v1.Outcome
+	(*v11.ErrorEvidence)(nil),        // 33: v0m3.adapter.v1.ErrorEvidence
 }
 var file_v0m3_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	24, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
+	27, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
 	0,  // 1: v0m3.orchestrator.v1.Task.kind:type_name -> v0m3.orchestrator.v1.TaskKind
-	3,  // 2: v0m3.orchestrator.v1.Task.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	4,  // 2: v0m3.orchestrator.v1.Task.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	1,  // 3: v0m3.orchestrator.v1.Task.state:type_name -> v0m3.orchestrator.v1.TaskState
-	25, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
-	25, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
-	25, // 6: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
-	26, // 7: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
-	5,  // 8: v0m3.orchestrator.v1.OfferedCapability.handles:type_name -> v0m3.orchestrator.v1.HandleOffer
-	6,  // 9: v0m3.orchestrator.v1.OfferedCatalogue.offered:type_name -> v0m3.orchestrator.v1.OfferedCapability
-	27, // 10: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
-	25, // 11: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
-	24, // 12: v0m3.orchestrator.v1.StartTaskRequest.requester:type_name -> v0m3.policy.v1.Principal
+	28, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
+	28, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
+	28, // 6: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
+	29, // 7: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
+	6,  // 8: v0m3.orchestrator.v1.OfferedCapability.handles:type_name -> v0m3.orchestrator.v1.HandleOffer
+	7,  // 9: v0m3.orchestrator.v1.OfferedCatalogue.offered:type_name -> v0m3.orchestrator.v1.OfferedCapability
+	30, // 10: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
+	28, // 11: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
+	27, // 12: v0m3.orchestrator.v1.StartTaskRequest.requester:type_name -> v0m3.policy.v1.Principal
 	0,  // 13: v0m3.orchestrator.v1.StartTaskRequest.kind:type_name -> v0m3.orchestrator.v1.TaskKind
-	3,  // 14: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	4,  // 15: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
-	7,  // 16: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
-	28, // 17: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
-	29, // 18: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
-	30, // 19: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
-	25, // 20: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	25, // 21: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
-	26, // 22: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
-	2,  // 23: v0m3.orchestrator.v1.ToolRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
-	29, // 24: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
-	13, // 25: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
-	12, // 26: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
-	25, // 27: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
-	25, // 28: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
-	26, // 29: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
-	14, // 30: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
-	25, // 31: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	8,  // 32: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
-	10, // 33: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
-	11, // 34: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
-	15, // 35: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
-	16, // 36: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
-	17, // 37: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
-	19, // 38: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
-	20, // 39: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
-	21, // 40: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
-	23, // 41: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
-	9,  // 42: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
-	4,  // 43: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
-	7,  // 44: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
-	14, // 45: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	14, // 46: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	18, // 47: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
-	14, // 48: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
-	14, // 49: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
-	22, // 50: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
-	4,  // 51: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
-	42, // [42:52] is the sub-list for method output_type
-	32, // [32:42] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	4,  // 14: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	5,  // 15: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
+	8,  // 16: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
+	31, // 17: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
+	32, // 18: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
+	33, // 19: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
+	28, // 20: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	28, // 21: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
+	28, // 22: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	28, // 23: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	28, // 24: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
+	3,  // 25: v0m3.orchestrator.v1.Approval.invalidated:type_name -> v0m3.orchestrator.v1.ApprovalBinding
+	29, // 26: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
+	2,  // 27: v0m3.orchestrator.v1.ToolRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
+	32, // 28: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
+	14, // 29: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
+	13, // 30: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
+	28, // 31: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
+	28, // 32: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
+	15, // 33: v0m3.orchestrator.v1.ToolRequest.approval:type_name -> v0m3.orchestrator.v1.Approval
+	29, // 34: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
+	17, // 35: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
+	28, // 36: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	9,  // 37: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
+	11, // 38: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
+	12, // 39: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
+	18, // 40: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
+	19, // 41: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
+	20, // 42: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
+	22, // 43: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
+	23, // 44: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
+	16, // 45: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
+	24, // 46: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
+	26, // 47: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
+	10, // 48: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
+	5,  // 49: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
+	8,  // 50: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	17, // 51: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	17, // 52: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	21, // 53: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
+	17, // 54: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
+	17, // 55: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
+	15, // 56: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
+	25, // 57: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
+	5,  // 58: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
+	48, // [48:59] is the sub-list for method output_type
+	37, // [37:48] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_orchestrator_v1_orchestrator_proto_init() }
@@ -2112,8 +2571,8 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc), len(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   21,
+			NumEnums:      4,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	OrchestratorService_ListRequests_FullMethodName      = "/v0m3.orchestrator.v1.OrchestratorService/ListRequests"
 	OrchestratorService_Approve_FullMethodName           = "/v0m3.orchestrator.v1.OrchestratorService/Approve"
 	OrchestratorService_Deny_FullMethodName              = "/v0m3.orchestrator.v1.OrchestratorService/Deny"
+	OrchestratorService_GetApproval_FullMethodName       = "/v0m3.orchestrator.v1.OrchestratorService/GetApproval"
 	OrchestratorService_WatchTask_FullMethodName         = "/v0m3.orchestrator.v1.OrchestratorService/WatchTask"
 	OrchestratorService_CancelTask_FullMethodName        = "/v0m3.orchestrator.v1.OrchestratorService/CancelTask"
 )
@@ -60,6 +61,9 @@ type OrchestratorServiceClient interface {
 	Approve(ctx context.Context, in *ApproveRequest, opts ...grpc.CallOption) (*ToolRequest, error)
 	// Deny denies a request awaiting approval.
 	Deny(ctx context.Context, in *DenyRequest, opts ...grpc.CallOption) (*ToolRequest, error)
+	// GetApproval returns the approval of a request: what a person is asked
+	// to approve (or approved), in product terms, and what it is bound to.
+	GetApproval(ctx context.Context, in *GetApprovalRequest, opts ...grpc.CallOption) (*Approval, error)
 	// WatchTask streams a task's state changes.
 	WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TaskEvent], error)
 	// CancelTask cancels a task; requests not yet executed are refused.
@@ -154,6 +158,16 @@ func (c *orchestratorServiceClient) Deny(ctx context.Context, in *DenyRequest, o
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) GetApproval(ctx context.Context, in *GetApprovalRequest, opts ...grpc.CallOption) (*Approval, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Approval)
+	err := c.cc.Invoke(ctx, OrchestratorService_GetApproval_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *orchestratorServiceClient) WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TaskEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &OrchestratorService_ServiceDesc.Streams[0], OrchestratorService_WatchTask_FullMethodName, cOpts...)
@@ -212,6 +226,9 @@ type OrchestratorServiceServer interface {
 	Approve(context.Context, *ApproveRequest) (*ToolRequest, error)
 	// Deny denies a request awaiting approval.
 	Deny(context.Context, *DenyRequest) (*ToolRequest, error)
+	// GetApproval returns the approval of a request: what a person is asked
+	// to approve (or approved), in product terms, and what it is bound to.
+	GetApproval(context.Context, *GetApprovalRequest) (*Approval, error)
 	// WatchTask streams a task's state changes.
 	WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[TaskEvent]) error
 	// CancelTask cancels a task; requests not yet executed are refused.
@@ -249,6 +266,9 @@ func (UnimplementedOrchestratorServiceServer) Approve(context.Context, *ApproveR
 }
 func (UnimplementedOrchestratorServiceServer) Deny(context.Context, *DenyRequest) (*ToolRequest, error) {
 	return nil, status.Error(codes.Unimplemented, "method Deny not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) GetApproval(context.Context, *GetApprovalRequest) (*Approval, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetApproval not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[TaskEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchTask not implemented")
@@ -421,6 +441,24 @@ func _OrchestratorService_Deny_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_GetApproval_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetApprovalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).GetApproval(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_GetApproval_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).GetApproval(ctx, req.(*GetApprovalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OrchestratorService_WatchTask_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchTaskRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -488,6 +526,10 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Deny",
 			Handler:    _OrchestratorService_Deny_Handler,
+		},
+		{
+			MethodName: "GetApproval",
+			Handler:    _OrchestratorService_GetApproval_Handler,
 		},
 		{
 			MethodName: "CancelTask",

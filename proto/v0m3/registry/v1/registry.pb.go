@@ -3081,8 +3081,16 @@ type Mapping struct {
 	// Output only. Remote description text at review, shown to reviewers as
 	// remote metadata.
 	RemoteDescription string `protobuf:"bytes,21,opt,name=remote_description,json=remoteDescription,proto3" json:"remote_description,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Remote argument that receives the intent id as an idempotency key, so
+	// a repeated attempt cannot repeat the effect. Empty when the server
+	// offers none.
+	IdempotencyKeyField string `protobuf:"bytes,22,opt,name=idempotency_key_field,json=idempotencyKeyField,proto3" json:"idempotency_key_field,omitempty"`
+	// Remote tool that reports the status of a request by its idempotency
+	// key (called with {idempotency_key_field: key}). Empty when the server
+	// offers none. An external effect stays disabled without either.
+	StatusTool    string `protobuf:"bytes,23,opt,name=status_tool,json=statusTool,proto3" json:"status_tool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Mapping) Reset() {
@@ -3262,6 +3270,20 @@ func (x *Mapping) GetRemoteDescription() string {
 	return ""
 }
 
+func (x *Mapping) GetIdempotencyKeyField() string {
+	if x != nil {
+		return x.IdempotencyKeyField
+	}
+	return ""
+}
+
+func (x *Mapping) GetStatusTool() string {
+	if x != nil {
+		return x.StatusTool
+	}
+	return ""
+}
+
 // ProposeMappingRequest proposes a mapping or a new revision of one.
 type ProposeMappingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3283,7 +3305,13 @@ type ProposeMappingRequest struct {
 	// Required. Limits.
 	Limits *Limits `protobuf:"bytes,8,opt,name=limits,proto3" json:"limits,omitempty"`
 	// Required. Who proposes it.
-	ProposedBy    string `protobuf:"bytes,9,opt,name=proposed_by,json=proposedBy,proto3" json:"proposed_by,omitempty"`
+	ProposedBy string `protobuf:"bytes,9,opt,name=proposed_by,json=proposedBy,proto3" json:"proposed_by,omitempty"`
+	// Remote argument that receives the intent id as idempotency key; must
+	// exist in the remote input schema.
+	IdempotencyKeyField string `protobuf:"bytes,10,opt,name=idempotency_key_field,json=idempotencyKeyField,proto3" json:"idempotency_key_field,omitempty"`
+	// Remote tool answering the status of a request by idempotency key; must
+	// exist in the snapshot.
+	StatusTool    string `protobuf:"bytes,11,opt,name=status_tool,json=statusTool,proto3" json:"status_tool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3377,6 +3405,20 @@ func (x *ProposeMappingRequest) GetLimits() *Limits {
 func (x *ProposeMappingRequest) GetProposedBy() string {
 	if x != nil {
 		return x.ProposedBy
+	}
+	return ""
+}
+
+func (x *ProposeMappingRequest) GetIdempotencyKeyField() string {
+	if x != nil {
+		return x.IdempotencyKeyField
+	}
+	return ""
+}
+
+func (x *ProposeMappingRequest) GetStatusTool() string {
+	if x != nil {
+		return x.StatusTool
 	}
 	return ""
 }
@@ -4039,7 +4081,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x12max_response_bytes\x18\x01 \x01(\x03R\x10maxResponseBytes\x12\x1b\n" +
 	"\tmax_items\x18\x02 \x01(\x05R\bmaxItems\x12.\n" +
 	"\x13allowed_media_types\x18\x03 \x03(\tR\x11allowedMediaTypes\x126\n" +
-	"\x17asset_reference_allowed\x18\x04 \x01(\bR\x15assetReferenceAllowed\"\x9e\a\n" +
+	"\x17asset_reference_allowed\x18\x04 \x01(\bR\x15assetReferenceAllowed\"\xf3\a\n" +
 	"\aMapping\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x1e\n" +
@@ -4070,7 +4112,10 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vreview_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reviewTime\x12-\n" +
-	"\x12remote_description\x18\x15 \x01(\tR\x11remoteDescription\"\xa2\x03\n" +
+	"\x12remote_description\x18\x15 \x01(\tR\x11remoteDescription\x122\n" +
+	"\x15idempotency_key_field\x18\x16 \x01(\tR\x13idempotencyKeyField\x12\x1f\n" +
+	"\vstatus_tool\x18\x17 \x01(\tR\n" +
+	"statusTool\"\xf7\x03\n" +
 	"\x15ProposeMappingRequest\x12\x1d\n" +
 	"\n" +
 	"mapping_id\x18\x01 \x01(\tR\tmappingId\x12\x1e\n" +
@@ -4085,7 +4130,11 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\bdefaults\x18\a \x01(\v2\x17.google.protobuf.StructR\bdefaults\x120\n" +
 	"\x06limits\x18\b \x01(\v2\x18.v0m3.registry.v1.LimitsR\x06limits\x12\x1f\n" +
 	"\vproposed_by\x18\t \x01(\tR\n" +
-	"proposedBy\"\x9b\x01\n" +
+	"proposedBy\x122\n" +
+	"\x15idempotency_key_field\x18\n" +
+	" \x01(\tR\x13idempotencyKeyField\x12\x1f\n" +
+	"\vstatus_tool\x18\v \x01(\tR\n" +
+	"statusTool\"\x9b\x01\n" +
 	"\x14ReviewMappingRequest\x12\x1d\n" +
 	"\n" +
 	"mapping_id\x18\x01 \x01(\tR\tmappingId\x12\x1a\n" +

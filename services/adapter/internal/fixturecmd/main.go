@@ -1,5 +1,6 @@
 // Command fixturecmd runs the "V0M3 Sources" fixture MCP server for the
-// adapter's tests, over stdio or streamable HTTP.
+// adapter's tests, over stdio or streamable HTTP, or (with --raw) one of
+// the fixture's hand-written protocol-breaking servers over stdio.
 package main
 
 import (
@@ -22,10 +23,18 @@ func main() {
 		revision    = flag.Int("notes-revision", 1, "notes revision, 1 or 2")
 		callLog     = flag.String("call-log", "", "file receiving one JSON line per request")
 		hostile     = flag.Bool("hostile", false, "add the misbehaving test tools")
+		raw         = flag.String("raw", "", "serve a hand-written, protocol-breaking server over stdio instead: one of fixture.RawModes")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *raw != "" {
+		if err := fixture.RunRaw(ctx, *raw, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	opts := fixture.Options{Schema: *schema, Description: *description, NotesRevision: *revision, CallLog: *callLog, Hostile: *hostile}
 	if err := fixture.Run(ctx, opts, *transport, *addr); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
+	"github.com/v0m3/v0m3/operator/controller"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+)
+
+// operatorScheme knows the built-in types and MCPServer.
+func operatorScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// runOperator runs the MCPServer controller against the cluster in the
+// kubeconfig (or the pod's service account), registering servers with the
+// registry at --registry.
+func runOperator(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlags("operator", stderr)
+	registryAddr := fs.String("registry", "v0m3-registry:7101", "registry gRPC address")
+	bridgeImage := fs.String("bridge-image", "", "image holding the v0m3 binary for stdio servers' init container (pin by digest)")
+	adapterNS := fs.String("adapter-namespace", "v0m3-system", "namespace of the V0M3 adapter, the only allowed client of MCP servers")
+	adapterLabels := fs.String("adapter-labels", "app.kubernetes.io/name=v0m3,app.kubernetes.io/component=adapter", "labels selecting the adapter's pods")
+	clusterDomain := fs.String("cluster-domain", "cluster.local", "cluster DNS domain")
+	metricsAddr := fs.String("metrics-addr", "0", "metrics listen address; 0 disables")
+	healthAddr := fs.String("health-addr", ":8081", "health probe listen address")
+	leaderElect := fs.Bool("leader-elect", false, "elect a leader so replicas do not reconcile at once")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	labels, err := parseLabels(*adapterLabels)
+	if err != nil {
+		return err
+	}
+	scheme, err := operatorScheme()
+	if err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubernetes config: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress: *healthAddr,
+		LeaderElection:         *leaderElect,
+		LeaderElectionID:       "v0m3-operator.v0m3.dev",
+	})
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	conn, err := grpc.NewClient(*registryAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("registry %s: %w", *registryAddr, err)
+	}
+	defer conn.Close()
+	r := &controller.Reconciler{
+		Client:   mgr.GetClient(),
+		Scheme:   scheme,
+		Registry: registryv1.NewRegistryServiceClient(conn),
+		Events:   mgr.GetEventRecorder("v0m3-operator"),
+		Options: controller.Options{
+			BridgeImage:      *bridgeImage,
+			AdapterNamespace: *adapterNS,
+			AdapterLabels:    labels,
+			ClusterDomain:    *clusterDomain,
+		},
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("operator starting", "registry", *registryAddr)
+	return mgr.Start(ctx)
+}
+
+// parseLabels parses "k=v,k2=v2".
+func parseLabels(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usageError{fmt.Sprintf("label %q: want key=value", kv)}
+		}
+		out[k] = v
+	}
+	return out, nil
+}

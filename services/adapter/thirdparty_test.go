@@ -1,0 +1,236 @@
+package adapter_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/adapter"
+	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/suite"
+)
+
+// Pinned third-party servers; keep in step with scripts/third-party-mcp.sh,
+// which installs them.
+const (
+	everythingVersion = "2026.8.31"
+	filesystemVersion = "2026.8.31"
+)
+
+// thirdPartyDir returns the installed servers' node_modules/@modelcontextprotocol
+// directory. Without an install it skips loudly, or fails in CI.
+func thirdPartyDir(t *testing.T) string {
+	t.Helper()
+	cache := os.Getenv("V0M3_NPM_CACHE")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache = filepath.Join(home, ".cache", "v0m3", "npm")
+	}
+	dir := filepath.Join(cache, "everything-"+everythingVersion+"_filesystem-"+filesystemVersion)
+	_, statErr := os.Stat(filepath.Join(dir, ".installed"))
+	_, nodeErr := exec.LookPath("node")
+	if statErr != nil || nodeErr != nil {
+		msg := "third-party MCP servers are not installed (" + dir + ") or node is missing: run scripts/third-party-mcp.sh"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg + " (CI must run these tests)")
+		}
+		t.Skip("!!! SKIPPING THIRD-PARTY MCP SERVER TESTS: " + msg)
+	}
+	return filepath.Join(dir, "node_modules", "@modelcontextprotocol")
+}
+
+type thirdParty struct {
+	s  *suite.Suite
+	ad *adapter.Server
+}
+
+func startThirdParty(t *testing.T) *thirdParty {
+	t.Helper()
+	s, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), Services: []string{suite.Registry, suite.Policy, suite.Evidence}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	ad := adapter.NewServer(adapter.Deps{Registry: s.Registry, Policy: s.Policy, Evidence: s.Evidence, WorkDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { _ = ad.Close() })
+	return &thirdParty{s: s, ad: ad}
+}
+
+// connect registers a node server and discovers it.
+func (tp *thirdParty) connect(t *testing.T, name string, args ...string) (*registryv1.Connection, *registryv1.DiscoverySnapshot) {
+	t.Helper()
+	node, _ := exec.LookPath("node")
+	ctx := context.Background()
+	conn, err := tp.s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
+		DisplayName: name, Owner: "adapter-tests",
+		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: node, Args: args}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := tp.ad.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	if err != nil {
+		t.Fatalf("discover %s: %v", name, err)
+	}
+	if snap.GetProtocolVersion() == "" || snap.GetServerInfo().GetName() == "" {
+		t.Errorf("snapshot of %s: protocol %q server %v", name, snap.GetProtocolVersion(), snap.GetServerInfo())
+	}
+	// The sandbox is recorded on the connection without a new revision.
+	got, err := tp.s.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: conn.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs, err := tp.s.Registry.ListConfigRevisions(ctx, &registryv1.ListConfigRevisionsRequest{ConnectionId: conn.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb := got.GetSandbox(); !sb.GetMinimalEnvironment() || sb.GetNetwork() == registryv1.NetworkIsolation_NETWORK_ISOLATION_UNSPECIFIED ||
+		len(sb.GetResourceLimits()) == 0 || got.GetConfigRevision() != 1 || len(revs.GetRevisions()) != 1 {
+		t.Errorf("connection after discovery: sandbox %v, config revision %d, %d revisions", sb, got.GetConfigRevision(), len(revs.GetRevisions()))
+	}
+	return got, snap
+}
+
+// activate proposes and approves a retrieve_authorized_source mapping.
+func (tp *thirdParty) activate(t *testing.T, conn *registryv1.Connection, snap *registryv1.DiscoverySnapshot, target *registryv1.RemoteTarget,
+	bindings []*registryv1.ArgumentBinding, limits *registryv1.Limits) *registryv1.Mapping {
+	t.Helper()
+	ctx := context.Background()
+	m, err := tp.s.Registry.ProposeMapping(ctx, &registryv1.ProposeMappingRequest{
+		Capability: "retrieve_authorized_source", ConnectionId: conn.GetId(), SnapshotId: snap.GetId(),
+		Target: target, ArgumentMap: bindings, Limits: limits, ProposedBy: "integrator@adapter-tests",
+	})
+	if err != nil {
+		t.Fatalf("propose: %v", err)
+	}
+	m, err = tp.s.Registry.ReviewMapping(ctx, &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true, Reviewer: "reviewer@adapter-tests"})
+	if err != nil || m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
+		t.Fatalf("review: %v %v", m.GetState(), err)
+	}
+	return m
+}
+
+func (tp *thirdParty) execute(t *testing.T, conn *registryv1.Connection, m *registryv1.Mapping, target *registryv1.RemoteTarget,
+	args map[string]any, limits *registryv1.Limits) *adapterv1.ExecuteResponse {
+	t.Helper()
+	req := &adapterv1.ExecuteRequest{
+		ConnectionId: conn.GetId(), ConfigRevision: conn.GetConfigRevision(),
+		MappingId: m.GetId(), MappingRevision: m.GetRevision(),
+		Target: target, Limits: limits, AttemptId: "att_" + strings.ReplaceAll(t.Name(), "/", "_"), TaskId: "task_thirdparty",
+	}
+	if args != nil {
+		s, err := structpb.NewStruct(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Arguments = s
+	}
+	resp, err := tp.ad.Execute(context.Background(), req)
+	if err != nil {
+		t.Fatalf("execute: %v", err)
+	}
+	return resp
+}
+
+func wantCode(t *testing.T, resp *adapterv1.ExecuteResponse, code string) {
+	t.Helper()
+	if resp.GetOutcome() == adapterv1.Outcome_OUTCOME_OK || resp.GetError().GetSafeCode() != code || len(resp.GetItems()) != 0 {
+		t.Errorf("outcome %v code %q items %d, want code %q", resp.GetOutcome(), resp.GetError().GetSafeCode(), len(resp.GetItems()), code)
+	}
+}
+
+func TestThirdPartyFilesystem(t *testing.T) {
+	t.Parallel()
+	dir := thirdPartyDir(t)
+	tp := startThirdParty(t)
+	root := t.TempDir()
+	content := "# Migration guide\n\nRetry after the interval the server names.\n"
+	path := filepath.Join(root, "guide.md")
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conn, snap := tp.connect(t, "server-filesystem", filepath.Join(dir, "server-filesystem", "dist", "index.js"), root)
+	tool := "read_text_file"
+	if !slices.ContainsFunc(snap.GetTools(), func(ti *registryv1.ToolIdentity) bool { return ti.GetName() == tool }) {
+		t.Fatalf("server-filesystem %s lists no %s tool", filesystemVersion, tool)
+	}
+	target := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: tool}
+	limits := &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 1, AllowedMediaTypes: []string{"text/plain"}}
+	m := tp.activate(t, conn, snap, target, []*registryv1.ArgumentBinding{{RemoteField: "path", ProductField: "source", FromHandle: true}}, limits)
+
+	// The orchestrator would resolve the source handle to this path.
+	resp := tp.execute(t, conn, m, target, map[string]any{"path": path}, m.GetLimits())
+	if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK || len(resp.GetItems()) != 1 {
+		t.Fatalf("outcome %v error %v items %v", resp.GetOutcome(), resp.GetError(), resp.GetItems())
+	}
+	it := resp.GetItems()[0]
+	want := digest.Bytes([]byte(content))
+	if it.GetText() != content || it.GetMediaType() != "text/plain" || it.GetContentDigest() != want ||
+		!strings.HasPrefix(resp.GetResponseDigest(), "sha256:") || resp.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED {
+		t.Errorf("item %v (want digest %s), response digest %q, stage %v", it, want, resp.GetResponseDigest(), resp.GetStage())
+	}
+	// Outside its allowed directory the server refuses: a tool error.
+	wantCode(t, tp.execute(t, conn, m, target, map[string]any{"path": "/etc/hostname"}, m.GetLimits()), adapter.CodeToolError)
+	// Over the mapping's byte limit.
+	wantCode(t, tp.execute(t, conn, m, target, map[string]any{"path": path}, &registryv1.Limits{MaxResponseBytes: 16, MaxItems: 1, AllowedMediaTypes: []string{"text/plain"}}),
+		adapter.CodeResponseLimitExceeded)
+}
+
+func TestThirdPartyEverything(t *testing.T) {
+	t.Parallel()
+	dir := thirdPartyDir(t)
+	tp := startThirdParty(t)
+	conn, snap := tp.connect(t, "server-everything", filepath.Join(dir, "server-everything", "dist", "index.js"), "stdio")
+	const doc = "demo://resource/static/document/architecture.md"
+	if !slices.ContainsFunc(snap.GetResources(), func(r *registryv1.ResourceIdentity) bool { return r.GetUri() == doc }) {
+		t.Fatalf("server-everything %s lists no %s", everythingVersion, doc)
+	}
+	target := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_RESOURCE, Name: doc}
+	limits := &registryv1.Limits{MaxResponseBytes: 256 << 10, MaxItems: 1, AllowedMediaTypes: []string{"text/markdown"}}
+	m := tp.activate(t, conn, snap, target, nil, limits)
+
+	resp := tp.execute(t, conn, m, target, nil, m.GetLimits())
+	if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK || len(resp.GetItems()) != 1 {
+		t.Fatalf("outcome %v error %v items %v", resp.GetOutcome(), resp.GetError(), resp.GetItems())
+	}
+	it := resp.GetItems()[0]
+	if it.GetUri() != doc || it.GetMediaType() != "text/markdown" || it.GetText() == "" || it.GetContentDigest() != digest.Bytes([]byte(it.GetText())) ||
+		resp.GetMethod() != "resources/read" || resp.GetServerInfo().GetName() == "" {
+		t.Errorf("item uri %q media %q digest %q (%d bytes), method %q", it.GetUri(), it.GetMediaType(), it.GetContentDigest(), len(it.GetText()), resp.GetMethod())
+	}
+
+	// server-everything's binary content and sizes exercise the limits.
+	t.Run("document over a small byte limit", func(t *testing.T) {
+		wantCode(t, tp.execute(t, conn, m, target, nil, &registryv1.Limits{MaxResponseBytes: 512, MaxItems: 1, AllowedMediaTypes: []string{"text/markdown"}}),
+			adapter.CodeResponseLimitExceeded)
+	})
+	t.Run("binary resource where text is allowed", func(t *testing.T) {
+		blob := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_RESOURCE, Name: "demo://resource/dynamic/blob/1"}
+		wantCode(t, tp.execute(t, conn, m, blob, nil, m.GetLimits()), adapter.CodeMediaTypeNotAllowed)
+	})
+	t.Run("image tool where text is allowed", func(t *testing.T) {
+		img := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "get-tiny-image"}
+		wantCode(t, tp.execute(t, conn, m, img, map[string]any{}, &registryv1.Limits{MaxResponseBytes: 256 << 10, MaxItems: 10, AllowedMediaTypes: []string{"text/plain"}}),
+			adapter.CodeMediaTypeNotAllowed)
+	})
+	t.Run("echo of 1 MiB over a 64 KiB limit is refused while reading", func(t *testing.T) {
+		echo := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "echo"}
+		resp := tp.execute(t, conn, m, echo, map[string]any{"message": strings.Repeat("x", 1<<20)}, &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 1})
+		wantCode(t, resp, adapter.CodeResponseLimitExceeded)
+		if resp.GetResponseBytes() > 1<<20 {
+			t.Errorf("read %d bytes of a response limited to 64 KiB", resp.GetResponseBytes())
+		}
+	})
+}

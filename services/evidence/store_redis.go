@@ -1,0 +1,364 @@
+package evidence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/internal/redisstore"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// Redis layout, under "{<prefix>:evidence}:". Groups (a source, a task)
+// are named by the same digest scope the embedded store uses, so any
+// character in a URI or task id is safe in a key.
+//
+//	obs:<id>            SourceObservation
+//	taskobs:<task>      LIST of observation ids, in recording order
+//	revs:<source>       HASH content digest -> SourceRevision
+//	claim:<id>          ClaimLink
+//	trace:<task>        HASH decimal sequence -> TraceEvent
+//	traceseq:<task>     last trace sequence of the task
+//	tracetasks          SET of task scopes with a trace
+//	receipt:<key>       Receipt
+type redisEvidenceStore struct {
+	c redis.UniversalClient
+	k redisstore.Keys
+}
+
+// NewRedisStore returns the evidence Store on Redis; prefix names the
+// deployment, so several deployments can share one Redis.
+func NewRedisStore(c redis.UniversalClient, prefix string) Store {
+	return &redisEvidenceStore{c: c, k: redisstore.NewKeys(prefix, "evidence")}
+}
+
+func (r *redisEvidenceStore) RecordObservation(ctx context.Context, obs *evidencev1.SourceObservation, newRevisionID string) (*evidencev1.SourceObservation, error) {
+	src, err := scope(obs.GetConnectionId(), obs.GetResourceUri())
+	if err != nil {
+		return nil, err
+	}
+	revsKey := r.k.Key("revs", src)
+	obsKey := r.k.Key("obs", obs.GetId())
+	var out *evidencev1.SourceObservation
+	// The source's revisions and the observation id are watched: two
+	// observations of new content racing for the same revision number
+	// cannot both win, one is recomputed and joins or follows the other.
+	err = redisstore.Update(ctx, r.c, func(tx *redis.Tx) error {
+		out = proto.CloneOf(obs)
+		n, err := tx.Exists(ctx, obsKey).Result()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return redisstore.Abort(ctx, tx, fmt.Errorf("create observation: %w", store.ErrExists))
+		}
+		joined := &evidencev1.SourceRevision{}
+		var newRev []byte
+		switch err := hgetMsg(ctx, tx, revsKey, obs.GetContentDigest(), joined); {
+		case errors.Is(err, store.ErrNotFound):
+			count, err := tx.HLen(ctx, revsKey).Result()
+			if err != nil {
+				return err
+			}
+			joined = &evidencev1.SourceRevision{
+				Id:                 newRevisionID,
+				ConnectionId:       obs.GetConnectionId(),
+				ResourceUri:        obs.GetResourceUri(),
+				Number:             int32(count) + 1,
+				ContentDigest:      obs.GetContentDigest(),
+				FirstObservationId: obs.GetId(),
+				FirstSeenTime:      obs.GetRetrieveTime(),
+			}
+			if newRev, err = redisstore.Marshal(joined); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		}
+		out.RevisionId = joined.GetId()
+		out.RevisionNumber = joined.GetNumber()
+		ob, err := redisstore.Marshal(out)
+		if err != nil {
+			return err
+		}
+		var taskKey string
+		if out.GetTaskId() != "" {
+			task, err := scope(out.GetTaskId())
+			if err != nil {
+				return err
+			}
+			taskKey = r.k.Key("taskobs", task)
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			if newRev != nil {
+				p.HSet(ctx, revsKey, obs.GetContentDigest(), newRev)
+			}
+			p.Set(ctx, obsKey, ob, 0)
+			if taskKey != "" {
+				p.RPush(ctx, taskKey, out.GetId())
+			}
+			return nil
+		})
+		return err
+	}, revsKey, obsKey)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: record observation: %w", err)
+	}
+	return out, nil
+}
+
+// hgetMsg reads one hash field into m; store.ErrNotFound when absent.
+func hgetMsg(ctx context.Context, c redis.Cmdable, key, field string, m proto.Message) error {
+	b, err := c.HGet(ctx, key, field).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return store.ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return redisstore.Unmarshal(b, m)
+}
+
+func (r *redisEvidenceStore) GetObservation(ctx context.Context, id string) (*evidencev1.SourceObservation, error) {
+	obs := &evidencev1.SourceObservation{}
+	if err := redisstore.Get(ctx, r.c, r.k.Key("obs", id), obs); err != nil {
+		return nil, fmt.Errorf("evidence: get observation: %w", err)
+	}
+	return obs, nil
+}
+
+func (r *redisEvidenceStore) ListObservations(ctx context.Context, taskID string) ([]*evidencev1.SourceObservation, error) {
+	task, err := scope(taskID)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := r.c.LRange(ctx, r.k.Key("taskobs", task), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("evidence: list observations: %w", err)
+	}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = r.k.Key("obs", id)
+	}
+	out, err := redisstore.MGet(ctx, r.c, keys, func() *evidencev1.SourceObservation { return &evidencev1.SourceObservation{} })
+	if err != nil {
+		return nil, fmt.Errorf("evidence: list observations: %w", err)
+	}
+	return out, nil
+}
+
+func (r *redisEvidenceStore) ListRevisions(ctx context.Context, connectionID, resourceURI string) ([]*evidencev1.SourceRevision, error) {
+	src, err := scope(connectionID, resourceURI)
+	if err != nil {
+		return nil, err
+	}
+	all, err := r.c.HGetAll(ctx, r.k.Key("revs", src)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("evidence: list revisions: %w", err)
+	}
+	out := make([]*evidencev1.SourceRevision, 0, len(all))
+	for _, v := range all {
+		rev := newRevision()
+		if err := redisstore.Unmarshal([]byte(v), rev); err != nil {
+			return nil, err
+		}
+		out = append(out, rev)
+	}
+	slices.SortFunc(out, func(a, b *evidencev1.SourceRevision) int { return int(a.GetNumber() - b.GetNumber()) })
+	return out, nil
+}
+
+func (r *redisEvidenceStore) CreateClaimLink(ctx context.Context, link *evidencev1.ClaimLink) error {
+	v, err := redisstore.Marshal(link)
+	if err != nil {
+		return err
+	}
+	ok, err := r.c.SetNX(ctx, r.k.Key("claim", link.GetId()), v, 0).Result()
+	if err != nil {
+		return fmt.Errorf("evidence: create claim link: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("evidence: create claim link: %w", store.ErrExists)
+	}
+	return nil
+}
+
+// appendTrace assigns the task's next sequence and stores the event under
+// it in one step. The stored bytes carry no sequence: the hash field is
+// the sequence, and readers set it from there.
+var appendTrace = redis.NewScript(`
+local seq = redis.call('INCR', KEYS[1])
+redis.call('HSET', KEYS[2], seq, ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[2])
+return seq
+`)
+
+func (r *redisEvidenceStore) AppendTrace(ctx context.Context, ev *evidencev1.TraceEvent) (*evidencev1.TraceEvent, error) {
+	task, err := scope(ev.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	out := proto.CloneOf(ev)
+	out.Sequence = 0
+	v, err := redisstore.Marshal(out)
+	if err != nil {
+		return nil, err
+	}
+	seq, err := appendTrace.Run(ctx, r.c,
+		[]string{r.k.Key("traceseq", task), r.k.Key("trace", task), r.k.Key("tracetasks")}, v, task).Int64()
+	if err != nil {
+		return nil, fmt.Errorf("evidence: append trace: %w", err)
+	}
+	out.Sequence = seq
+	return out, nil
+}
+
+// traceEvents decodes a trace hash into events in sequence order.
+func traceEvents(all map[string]string) ([]*evidencev1.TraceEvent, error) {
+	out := make([]*evidencev1.TraceEvent, 0, len(all))
+	for f, v := range all {
+		seq, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("trace field %q: %w", f, err)
+		}
+		ev := newTraceEvent()
+		if err := redisstore.Unmarshal([]byte(v), ev); err != nil {
+			return nil, err
+		}
+		ev.Sequence = seq
+		out = append(out, ev)
+	}
+	slices.SortFunc(out, func(a, b *evidencev1.TraceEvent) int {
+		switch {
+		case a.Sequence < b.Sequence:
+			return -1
+		case a.Sequence > b.Sequence:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+func (r *redisEvidenceStore) ListTrace(ctx context.Context, taskID string) ([]*evidencev1.TraceEvent, error) {
+	task, err := scope(taskID)
+	if err != nil {
+		return nil, err
+	}
+	all, err := r.c.HGetAll(ctx, r.k.Key("trace", task)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("evidence: list trace: %w", err)
+	}
+	return traceEvents(all)
+}
+
+func (r *redisEvidenceStore) RewriteTrace(ctx context.Context, cutoff time.Time, rewrite func(*evidencev1.TraceEvent) bool) (int, error) {
+	changed := 0
+	tasksKey := r.k.Key("tracetasks")
+	// One transaction over every task's trace, as the contract asks: the
+	// set of tasks and each trace are watched, so an event appended while
+	// the rewrite computes makes it start over rather than be overwritten.
+	err := redisstore.Update(ctx, r.c, func(tx *redis.Tx) error {
+		changed = 0
+		tasks, err := tx.SMembers(ctx, tasksKey).Result()
+		if err != nil {
+			return err
+		}
+		type write struct {
+			key, field string
+			v          []byte
+		}
+		var writes []write
+		for _, task := range tasks {
+			key := r.k.Key("trace", task)
+			if err := tx.Watch(ctx, key).Err(); err != nil {
+				return err
+			}
+			all, err := tx.HGetAll(ctx, key).Result()
+			if err != nil {
+				return err
+			}
+			events, err := traceEvents(all)
+			if err != nil {
+				return err
+			}
+			for _, ev := range events {
+				if !ev.GetTime().AsTime().Before(cutoff) {
+					continue
+				}
+				id, taskID, seq := ev.GetId(), ev.GetTaskId(), ev.GetSequence()
+				if !rewrite(ev) {
+					continue
+				}
+				ev.Id, ev.TaskId, ev.Sequence = id, taskID, 0
+				v, err := redisstore.Marshal(ev)
+				if err != nil {
+					return err
+				}
+				writes = append(writes, write{key, strconv.FormatInt(seq, 10), v})
+			}
+		}
+		if len(writes) == 0 {
+			return nil
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for _, w := range writes {
+				p.HSet(ctx, w.key, w.field, w.v)
+			}
+			return nil
+		})
+		changed = len(writes)
+		return err
+	}, tasksKey)
+	if err != nil {
+		return 0, fmt.Errorf("evidence: rewrite trace: %w", err)
+	}
+	return changed, nil
+}
+
+// createReceipt stores a receipt unless its key exists, and returns
+// whether it did and the receipt now stored: one atomic step, so two
+// concurrent creates of one key return the same receipt.
+var createReceipt = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then return {1, ARGV[1]} end
+return {0, redis.call('GET', KEYS[1])}
+`)
+
+func (r *redisEvidenceStore) CreateReceipt(ctx context.Context, rc *evidencev1.Receipt) (*evidencev1.Receipt, bool, error) {
+	v, err := redisstore.Marshal(rc)
+	if err != nil {
+		return nil, false, err
+	}
+	res, err := createReceipt.Run(ctx, r.c, []string{r.k.Key("receipt", rc.GetIdempotencyKey())}, v).Slice()
+	if err != nil {
+		return nil, false, fmt.Errorf("evidence: create receipt: %w", err)
+	}
+	if len(res) != 2 {
+		return nil, false, fmt.Errorf("evidence: create receipt: script returned %d values", len(res))
+	}
+	created, _ := res[0].(int64)
+	b, _ := res[1].(string)
+	if created == 1 {
+		return proto.CloneOf(rc), true, nil
+	}
+	stored := &evidencev1.Receipt{}
+	if err := redisstore.Unmarshal([]byte(b), stored); err != nil {
+		return nil, false, err
+	}
+	return stored, false, nil
+}
+
+func (r *redisEvidenceStore) GetReceipt(ctx context.Context, idempotencyKey string) (*evidencev1.Receipt, error) {
+	rc := &evidencev1.Receipt{}
+	if err := redisstore.Get(ctx, r.c, r.k.Key("receipt", idempotencyKey), rc); err != nil {
+		return nil, fmt.Errorf("evidence: get receipt: %w", err)
+	}
+	return rc, nil
+}

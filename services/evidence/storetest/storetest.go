@@ -1,0 +1,297 @@
+// Package storetest is the evidence Store's conformance suite: the same
+// tests run against every implementation (embedded file and Redis).
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/evidence"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// Run runs every conformance test; newStore returns an empty store that
+// lives until the (sub)test ends.
+func Run(t *testing.T, newStore func(t *testing.T) evidence.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, st evidence.Store)
+	}{
+		{"ObservationRevisions", testObservationRevisions},
+		{"ConcurrentObservationsShareRevisions", testConcurrentObservations},
+		{"ClaimLinks", testClaimLinks},
+		{"TraceSequences", testTraceSequences},
+		{"RewriteTrace", testRewriteTrace},
+		{"ReceiptCreatedOnce", testReceipts},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newStore(t))
+		})
+	}
+}
+
+func obs(id, task, uri, content string) *evidencev1.SourceObservation {
+	return &evidencev1.SourceObservation{
+		Id: id, ConnectionId: "conn_1", TaskId: task, ResourceUri: uri,
+		ContentDigest: "sha256:" + content, RetrieveTime: timestamppb.New(time.Unix(1700000000, 0)),
+	}
+}
+
+func testObservationRevisions(t *testing.T, st evidence.Store) {
+	ctx := context.Background()
+	steps := []struct {
+		obs     *evidencev1.SourceObservation
+		wantNum int32
+	}{
+		{obs("obs_1", "task_1", "notes://a", "v1"), 1},
+		{obs("obs_2", "task_1", "notes://a", "v1"), 1},
+		{obs("obs_3", "task_2", "notes://a", "v2"), 2},
+		{obs("obs_4", "task_1", "notes://a", "v1"), 1},
+		{obs("obs_5", "task_1", "notes://b", "v2"), 1},
+		{obs("obs_6", "", "notes://a", "v3"), 3},
+	}
+	for i, s := range steps {
+		before := proto.CloneOf(s.obs)
+		got, err := st.RecordObservation(ctx, s.obs, fmt.Sprintf("rev_%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.GetRevisionNumber() != s.wantNum {
+			t.Errorf("%s joined revision %d, want %d", s.obs.GetId(), got.GetRevisionNumber(), s.wantNum)
+		}
+		if !proto.Equal(before, s.obs) {
+			t.Errorf("RecordObservation modified its argument")
+		}
+		stored, err := st.GetObservation(ctx, s.obs.GetId())
+		if err != nil || !proto.Equal(stored, got) {
+			t.Errorf("get %s = %v, %v; want %v", s.obs.GetId(), stored, err, got)
+		}
+	}
+	if _, err := st.RecordObservation(ctx, obs("obs_1", "task_1", "notes://a", "v9"), "rev_x"); !errors.Is(err, store.ErrExists) {
+		t.Errorf("observation id reused: err = %v, want ErrExists", err)
+	}
+	revs, err := st.ListRevisions(ctx, "conn_1", "notes://a")
+	if err != nil || len(revs) != 3 {
+		t.Fatalf("revisions of notes://a = %d, %v; want 3 (a refused observation adds none)", len(revs), err)
+	}
+	for i, r := range revs {
+		if r.GetNumber() != int32(i+1) {
+			t.Errorf("revision %d at position %d", r.GetNumber(), i)
+		}
+	}
+	if revs[0].GetId() != "rev_0" || revs[0].GetFirstObservationId() != "obs_1" || revs[1].GetId() != "rev_2" {
+		t.Errorf("revision identities = %v", revs)
+	}
+	list, err := st.ListObservations(ctx, "task_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, o := range list {
+		ids = append(ids, o.GetId())
+	}
+	if fmt.Sprint(ids) != "[obs_1 obs_2 obs_4 obs_5]" {
+		t.Errorf("task_1 observations = %v, want recording order [obs_1 obs_2 obs_4 obs_5]", ids)
+	}
+	if _, err := st.GetObservation(ctx, "obs_missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing observation: err = %v", err)
+	}
+	if none, err := st.ListObservations(ctx, "task_none"); err != nil || len(none) != 0 {
+		t.Errorf("task without observations = %v, %v", none, err)
+	}
+}
+
+// testConcurrentObservations records 50 observations of five contents of
+// one source at once: exactly five revisions exist, numbered 1..5, and
+// every observation joined the one for its content.
+func testConcurrentObservations(t *testing.T, st evidence.Store) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	results := make([]*evidencev1.SourceObservation, 50)
+	for i := range 50 {
+		wg.Go(func() {
+			got, err := st.RecordObservation(ctx, obs(fmt.Sprintf("obs_%d", i), "task_1", "notes://a", fmt.Sprintf("v%d", i%5)), fmt.Sprintf("rev_%d", i))
+			if err != nil {
+				t.Errorf("record %d: %v", i, err)
+			}
+			results[i] = got
+		})
+	}
+	wg.Wait()
+	revs, err := st.ListRevisions(ctx, "conn_1", "notes://a")
+	if err != nil || len(revs) != 5 {
+		t.Fatalf("%d revisions, %v; want 5", len(revs), err)
+	}
+	byDigest := map[string]*evidencev1.SourceRevision{}
+	for i, r := range revs {
+		if r.GetNumber() != int32(i+1) {
+			t.Errorf("revision numbers not 1..5: %d at %d", r.GetNumber(), i)
+		}
+		byDigest[r.GetContentDigest()] = r
+	}
+	for _, o := range results {
+		if r := byDigest[o.GetContentDigest()]; r == nil || r.GetId() != o.GetRevisionId() || r.GetNumber() != o.GetRevisionNumber() {
+			t.Errorf("%s joined %s/%d, but its content's revision is %v", o.GetId(), o.GetRevisionId(), o.GetRevisionNumber(), r)
+		}
+	}
+	if list, _ := st.ListObservations(ctx, "task_1"); len(list) != 50 {
+		t.Errorf("task lists %d observations, want 50", len(list))
+	}
+}
+
+func testClaimLinks(t *testing.T, st evidence.Store) {
+	ctx := context.Background()
+	link := &evidencev1.ClaimLink{Id: "link_1", ClaimId: "claim_1", ObservationId: "obs_1"}
+	if err := st.CreateClaimLink(ctx, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateClaimLink(ctx, link); !errors.Is(err, store.ErrExists) {
+		t.Errorf("second create: err = %v, want ErrExists", err)
+	}
+}
+
+func traceEvent(task, detail string, at time.Time) *evidencev1.TraceEvent {
+	return &evidencev1.TraceEvent{
+		Id: "ev_" + detail, TaskId: task, Time: timestamppb.New(at),
+		Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{Detail: detail}},
+	}
+}
+
+// testTraceSequences appends 50 events to one task at once and some to
+// another: each task's sequences are 1..n with no gap or repeat.
+func testTraceSequences(t *testing.T, st evidence.Store) {
+	ctx := context.Background()
+	now := time.Now()
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			ev := traceEvent("task_1", fmt.Sprint(i), now)
+			got, err := st.AppendTrace(ctx, ev)
+			if err != nil {
+				t.Errorf("append: %v", err)
+				return
+			}
+			if ev.GetSequence() != 0 || got.GetSequence() < 1 || got.GetSequence() > 50 {
+				t.Errorf("sequence %d returned, argument's %d", got.GetSequence(), ev.GetSequence())
+			}
+		})
+	}
+	wg.Wait()
+	for i := range 3 {
+		got, err := st.AppendTrace(ctx, traceEvent("task_2", fmt.Sprint(i), now))
+		if err != nil || got.GetSequence() != int64(i+1) {
+			t.Errorf("task_2 event %d got sequence %d, %v", i, got.GetSequence(), err)
+		}
+	}
+	events, err := st.ListTrace(ctx, "task_1")
+	if err != nil || len(events) != 50 {
+		t.Fatalf("task_1 trace = %d, %v; want 50", len(events), err)
+	}
+	seen := map[string]bool{}
+	for i, ev := range events {
+		if ev.GetSequence() != int64(i+1) || ev.GetTaskId() != "task_1" {
+			t.Errorf("event %d: sequence %d task %s", i, ev.GetSequence(), ev.GetTaskId())
+		}
+		seen[ev.GetId()] = true
+	}
+	if len(seen) != 50 {
+		t.Errorf("%d distinct events, want 50", len(seen))
+	}
+}
+
+func testRewriteTrace(t *testing.T, st evidence.Store) {
+	ctx := context.Background()
+	now := time.Now()
+	for _, ev := range []*evidencev1.TraceEvent{
+		traceEvent("task_1", "old-1", now.Add(-48*time.Hour)),
+		traceEvent("task_1", "new-1", now),
+		traceEvent("task_2", "old-2", now.Add(-48*time.Hour)),
+		traceEvent("task_2", "keep-2", now.Add(-48*time.Hour)),
+	} {
+		if _, err := st.AppendTrace(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := st.RewriteTrace(ctx, now.Add(-24*time.Hour), func(ev *evidencev1.TraceEvent) bool {
+		if ev.GetProduct().GetDetail() == "keep-2" {
+			return false
+		}
+		ev.GetProduct().Detail = "[redacted]"
+		// Identity fields are restored by the store whatever rewrite does.
+		ev.Id, ev.TaskId, ev.Sequence = "moved", "task_9", 99
+		return true
+	})
+	if err != nil || n != 2 {
+		t.Fatalf("rewrite = %d, %v; want 2", n, err)
+	}
+	want := map[string][]string{
+		"task_1": {"ev_old-1:1:[redacted]", "ev_new-1:2:new-1"},
+		"task_2": {"ev_old-2:1:[redacted]", "ev_keep-2:2:keep-2"},
+	}
+	for task, w := range want {
+		events, err := st.ListTrace(ctx, task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, ev := range events {
+			got = append(got, fmt.Sprintf("%s:%d:%s", ev.GetId(), ev.GetSequence(), ev.GetProduct().GetDetail()))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("%s after rewrite = %v, want %v", task, got, w)
+		}
+	}
+	if ev, _ := st.ListTrace(ctx, "task_9"); len(ev) != 0 {
+		t.Errorf("rewrite moved events to task_9")
+	}
+}
+
+// testReceipts creates one receipt key from 50 goroutines at once: one
+// create wins and every caller gets that receipt back.
+func testReceipts(t *testing.T, st evidence.Store) {
+	ctx := context.Background()
+	if _, err := st.GetReceipt(ctx, "key_missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing receipt: err = %v", err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	created := 0
+	winners := map[string]bool{}
+	for i := range 50 {
+		wg.Go(func() {
+			r := &evidencev1.Receipt{Id: fmt.Sprintf("rcpt_%d", i), IdempotencyKey: "key_1", TaskId: "task_1"}
+			got, ok, err := st.CreateReceipt(ctx, r)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("create: %v", err)
+				return
+			}
+			if ok {
+				created++
+				if got.GetId() != r.GetId() {
+					t.Errorf("created receipt returned as %s, stored %s", got.GetId(), r.GetId())
+				}
+			}
+			winners[got.GetId()] = true
+		})
+	}
+	wg.Wait()
+	if created != 1 || len(winners) != 1 {
+		t.Fatalf("%d creates succeeded, callers saw %d receipts; want 1 and 1", created, len(winners))
+	}
+	got, err := st.GetReceipt(ctx, "key_1")
+	if err != nil || !winners[got.GetId()] {
+		t.Errorf("get = %v, %v; want the winning receipt", got, err)
+	}
+}

@@ -1,0 +1,212 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	"github.com/v0m3/v0m3/services/internal/redisstore"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// Redis layout, under "{<prefix>:policy}:":
+//
+//	handle:<key>      HandleBinding, with a Redis TTL (see below)
+//	handles:expiry    ZSET handle key -> expire time (unix microseconds)
+//	budget:<scope>    Budget
+//	charge:<key>      ChargeRequest recorded under an idempotency key
+//	health:<conn>     ConnectionHealth
+//
+// A handle's Redis TTL ends handleRetention after its expire time, so Redis
+// forgets it on its own even if no sweep runs, while a late use inside the
+// retention is still told "expired" rather than "unknown" (the service
+// checks expire_time itself; the TTL never decides validity).
+type redisPolicyStore struct {
+	c redis.UniversalClient
+	k redisstore.Keys
+}
+
+// NewRedisStore returns the policy Store on Redis; prefix names the
+// deployment, so several deployments can share one Redis.
+func NewRedisStore(c redis.UniversalClient, prefix string) Store {
+	return &redisPolicyStore{c: c, k: redisstore.NewKeys(prefix, "policy")}
+}
+
+// createHandle sets the binding only if the key is absent, with its TTL,
+// and indexes its expiry, all or nothing.
+var createHandle = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+return 1
+`)
+
+// deleteExpired deletes up to ARGV[2] handles that expired before ARGV[1]
+// (exclusive) and returns how many existed. Entries whose key Redis
+// already dropped by TTL are removed from the index without counting.
+var deleteExpired = redis.NewScript(`
+local keys = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local n = 0
+for _, k in ipairs(keys) do
+  n = n + redis.call('DEL', KEYS[2] .. k)
+  redis.call('ZREM', KEYS[1], k)
+end
+return {n, #keys}
+`)
+
+func (r *redisPolicyStore) handle(key string) string { return r.k.Key("handle", key) }
+
+func (r *redisPolicyStore) CreateHandle(ctx context.Context, key string, b *policyv1.HandleBinding) error {
+	v, err := redisstore.Marshal(b)
+	if err != nil {
+		return err
+	}
+	exp := b.GetExpireTime().AsTime()
+	forget := exp.Add(handleRetention)
+	if !forget.After(time.Now()) {
+		// Already past retention: keep it a moment so the caller's own
+		// read-after-create still sees it, then let Redis drop it.
+		forget = time.Now().Add(time.Minute)
+	}
+	ok, err := createHandle.Run(ctx, r.c, []string{r.handle(key), r.k.Key("handles", "expiry")},
+		v, forget.UnixMilli(), exp.UnixMicro(), key).Int()
+	if err != nil {
+		return fmt.Errorf("create handle: %w", err)
+	}
+	if ok == 0 {
+		return store.ErrExists
+	}
+	return nil
+}
+
+func (r *redisPolicyStore) GetHandle(ctx context.Context, key string) (*policyv1.HandleBinding, error) {
+	h := &policyv1.HandleBinding{}
+	if err := redisstore.Get(ctx, r.c, r.handle(key), h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (r *redisPolicyStore) DeleteExpiredHandles(ctx context.Context, before time.Time) (int, error) {
+	const batch = 500
+	total := 0
+	for {
+		res, err := deleteExpired.Run(ctx, r.c, []string{r.k.Key("handles", "expiry"), r.handle("")},
+			strconv.FormatInt(before.UnixMicro(), 10), batch).Int64Slice()
+		if err != nil {
+			return total, fmt.Errorf("delete expired handles: %w", err)
+		}
+		total += int(res[0])
+		if res[1] < batch {
+			return total, nil
+		}
+	}
+}
+
+func (r *redisPolicyStore) Charge(ctx context.Context, op ChargeOp) (ChargeResult, error) {
+	taskKey := r.k.Key("budget", op.Task.GetScope())
+	reqKey := r.k.Key("budget", op.Requester.GetScope())
+	chargeKey := r.k.Key("charge", op.Key)
+	var res ChargeResult
+	// Both budgets and the idempotency record are watched, the charge is
+	// decided by the same applyCharge the embedded store uses, and written
+	// in one MULTI/EXEC: a concurrent charge makes EXEC fail and this one
+	// is recomputed, so no charge is ever lost or applied twice.
+	err := redisstore.Update(ctx, r.c, func(tx *redis.Tx) error {
+		task, err := r.loadBudget(ctx, tx, taskKey, op.Task)
+		if err != nil {
+			return err
+		}
+		requester, err := r.loadBudget(ctx, tx, reqKey, op.Requester)
+		if err != nil {
+			return err
+		}
+		prev := &policyv1.ChargeRequest{}
+		switch err := redisstore.Get(ctx, tx, chargeKey, prev); {
+		case err == nil:
+			if !sameCharge(prev, op.Request) {
+				return redisstore.Abort(ctx, tx, ErrIdempotencyConflict)
+			}
+			res = ChargeResult{Task: task, Requester: requester, Replayed: true}
+			// The budgets returned must be one consistent state.
+			return redisstore.Abort(ctx, tx, nil)
+		case !errors.Is(err, store.ErrNotFound):
+			return err
+		}
+		if err := applyCharge(op.Request, task, requester); err != nil {
+			return redisstore.Abort(ctx, tx, err)
+		}
+		tb, err := redisstore.Marshal(task)
+		if err != nil {
+			return err
+		}
+		rb, err := redisstore.Marshal(requester)
+		if err != nil {
+			return err
+		}
+		cb, err := redisstore.Marshal(op.Request)
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, taskKey, tb, 0)
+			p.Set(ctx, reqKey, rb, 0)
+			p.Set(ctx, chargeKey, cb, 0)
+			return nil
+		})
+		res = ChargeResult{Task: task, Requester: requester}
+		return err
+	}, taskKey, reqKey, chargeKey)
+	if err != nil {
+		return ChargeResult{}, err
+	}
+	return res, nil
+}
+
+// loadBudget reads a budget inside the transaction, or starts it from the
+// template, exactly as the embedded store's loadBudget does.
+func (r *redisPolicyStore) loadBudget(ctx context.Context, tx *redis.Tx, key string, tmpl *policyv1.Budget) (*policyv1.Budget, error) {
+	b := &policyv1.Budget{}
+	switch err := redisstore.Get(ctx, tx, key, b); {
+	case errors.Is(err, store.ErrNotFound):
+		b = proto.CloneOf(tmpl)
+		b.UsedCalls, b.UsedResponseBytes, b.UsedCostMicros = 0, 0, 0
+	case err != nil:
+		return nil, err
+	}
+	if b.MaxCalls == 0 {
+		b.MaxCalls = tmpl.GetMaxCalls()
+	}
+	if b.MaxResponseBytes == 0 {
+		b.MaxResponseBytes = tmpl.GetMaxResponseBytes()
+	}
+	if b.MaxCostMicros == 0 {
+		b.MaxCostMicros = tmpl.GetMaxCostMicros()
+	}
+	return b, nil
+}
+
+func (r *redisPolicyStore) PutHealth(ctx context.Context, h *policyv1.ConnectionHealth) error {
+	v, err := redisstore.Marshal(h)
+	if err != nil {
+		return err
+	}
+	if err := r.c.Set(ctx, r.k.Key("health", h.GetConnectionId()), v, 0).Err(); err != nil {
+		return fmt.Errorf("put health: %w", err)
+	}
+	return nil
+}
+
+func (r *redisPolicyStore) GetHealth(ctx context.Context, connectionID string) (*policyv1.ConnectionHealth, error) {
+	h := &policyv1.ConnectionHealth{}
+	if err := redisstore.Get(ctx, r.c, r.k.Key("health", connectionID), h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}

@@ -1,0 +1,272 @@
+// Package storetest is the policy Store's conformance suite: the same
+// tests run against every implementation (embedded file and Redis).
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/policy"
+)
+
+// Run runs every conformance test; newStore returns an empty store that
+// lives until the (sub)test ends.
+func Run(t *testing.T, newStore func(t *testing.T) policy.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, st policy.Store)
+	}{
+		{"HandleCreateIfAbsent", testHandleCreate},
+		{"HandleExpiry", testHandleExpiry},
+		{"Charge", testCharge},
+		{"ChargeRefusedChangesNothing", testChargeRefused},
+		{"ChargeIdempotency", testChargeIdempotency},
+		{"ConcurrentChargesRespectLimits", testConcurrentCharges},
+		{"ConcurrentReplaysChargeOnce", testConcurrentReplays},
+		{"Health", testHealth},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newStore(t))
+		})
+	}
+}
+
+func binding(task string, exp time.Time) *policyv1.HandleBinding {
+	return &policyv1.HandleBinding{TaskId: task, Requester: "alice", Capability: "notes.get", MappingId: "map_1", MappingRevision: 1, ExpireTime: timestamppb.New(exp)}
+}
+
+func testHandleCreate(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	exp := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	if _, err := st.GetHandle(ctx, "k_missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing handle: err = %v, want ErrNotFound", err)
+	}
+	first := binding("task_1", exp)
+	if err := st.CreateHandle(ctx, "k1", first); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateHandle(ctx, "k1", binding("task_2", exp)); !errors.Is(err, store.ErrExists) {
+		t.Errorf("second create: err = %v, want ErrExists", err)
+	}
+	got, err := st.GetHandle(ctx, "k1")
+	if err != nil || !proto.Equal(got, first) {
+		t.Errorf("get = %v, %v; want the first binding unchanged", got, err)
+	}
+
+	// Fifty concurrent creates of one key: exactly one wins.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won := 0
+	for i := range 50 {
+		wg.Go(func() {
+			err := st.CreateHandle(ctx, "k_race", binding(fmt.Sprintf("task_%d", i), exp))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, store.ErrExists):
+				t.Errorf("create: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if won != 1 {
+		t.Errorf("%d concurrent creates of one key succeeded, want 1", won)
+	}
+}
+
+func testHandleExpiry(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	now := time.Now()
+	for key, exp := range map[string]time.Time{
+		"k_old":    now.Add(-2 * time.Hour),
+		"k_recent": now.Add(-30 * time.Minute),
+		"k_fresh":  now.Add(time.Hour),
+	} {
+		if err := st.CreateHandle(ctx, key, binding("task_1", exp)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An expired handle is still readable until swept, so a late use can
+	// be told "expired" rather than "unknown".
+	if _, err := st.GetHandle(ctx, "k_recent"); err != nil {
+		t.Errorf("expired, unswept handle: %v", err)
+	}
+	n, err := st.DeleteExpiredHandles(ctx, now.Add(-time.Hour))
+	if err != nil || n != 1 {
+		t.Fatalf("sweep before now-1h = %d, %v; want 1", n, err)
+	}
+	if _, err := st.GetHandle(ctx, "k_old"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("swept handle: err = %v, want ErrNotFound", err)
+	}
+	n, err = st.DeleteExpiredHandles(ctx, now)
+	if err != nil || n != 1 {
+		t.Fatalf("sweep before now = %d, %v; want 1", n, err)
+	}
+	if n, err := st.DeleteExpiredHandles(ctx, now); err != nil || n != 0 {
+		t.Errorf("second sweep = %d, %v; want 0", n, err)
+	}
+	if _, err := st.GetHandle(ctx, "k_fresh"); err != nil {
+		t.Errorf("unexpired handle after sweeps: %v", err)
+	}
+}
+
+func budgets(task, requester string, maxCalls int64) (*policyv1.Budget, *policyv1.Budget) {
+	return &policyv1.Budget{Scope: "task/" + task, MaxCalls: maxCalls, MaxResponseBytes: 1000, MaxCostMicros: 1000},
+		&policyv1.Budget{Scope: "requester/" + requester, MaxCalls: 1000, MaxResponseBytes: 100000, MaxCostMicros: 100000}
+}
+
+func op(key, task, requester string, maxCalls, calls, bytes int64) policy.ChargeOp {
+	tb, rb := budgets(task, requester, maxCalls)
+	return policy.ChargeOp{
+		Key: "task/" + task + "\x00" + key, Task: tb, Requester: rb,
+		Request: &policyv1.ChargeRequest{TaskId: task, Requester: requester, Calls: calls, ResponseBytes: bytes, IdempotencyKey: key},
+	}
+}
+
+func testCharge(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	res, err := st.Charge(ctx, op("k1", "task_1", "alice", 5, 2, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Replayed || res.Task.GetUsedCalls() != 2 || res.Task.GetUsedResponseBytes() != 100 || res.Task.GetMaxCalls() != 5 {
+		t.Errorf("first charge = %+v", res)
+	}
+	// The requester budget spans tasks.
+	res, err = st.Charge(ctx, op("k1", "task_2", "alice", 5, 3, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Task.GetUsedCalls() != 3 || res.Requester.GetUsedCalls() != 5 || res.Requester.GetScope() != "requester/alice" {
+		t.Errorf("second task's charge = %+v; want task 3 calls, requester 5", res)
+	}
+}
+
+func testChargeRefused(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	if _, err := st.Charge(ctx, op("k1", "task_1", "alice", 5, 4, 0)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := st.Charge(ctx, op("k2", "task_1", "alice", 5, 2, 0))
+	var be *policy.BudgetExceededError
+	if !errors.As(err, &be) || be.Scope != "task/task_1" || be.Dimension != "calls" || be.Used != 4 || be.Requested != 2 || be.Limit != 5 {
+		t.Fatalf("over the limit: err = %v, want BudgetExceededError on task calls", err)
+	}
+	// Nothing was charged: not the requester, and k2 is free for a charge
+	// that fits.
+	res, err := st.Charge(ctx, op("k2", "task_1", "alice", 5, 1, 0))
+	if err != nil || res.Replayed || res.Task.GetUsedCalls() != 5 || res.Requester.GetUsedCalls() != 5 {
+		t.Errorf("charge after refusal = %+v, %v; want 5 calls used on both budgets", res, err)
+	}
+}
+
+func testChargeIdempotency(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	if _, err := st.Charge(ctx, op("k1", "task_1", "alice", 5, 2, 10)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Charge(ctx, op("k1", "task_1", "alice", 5, 2, 10))
+	if err != nil || !res.Replayed || res.Task.GetUsedCalls() != 2 {
+		t.Errorf("replay = %+v, %v; want replayed with 2 calls used", res, err)
+	}
+	if _, err := st.Charge(ctx, op("k1", "task_1", "alice", 5, 3, 10)); !errors.Is(err, policy.ErrIdempotencyConflict) {
+		t.Errorf("reuse with other amounts: err = %v, want ErrIdempotencyConflict", err)
+	}
+}
+
+// testConcurrentCharges sends 50 one-call charges at a task budget of 30
+// calls at once: exactly 30 are charged, on both budgets.
+func testConcurrentCharges(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	const n, limit = 50, 30
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok, refused := 0, 0
+	for i := range n {
+		wg.Go(func() {
+			_, err := st.Charge(ctx, op(fmt.Sprintf("k%d", i), "task_1", "alice", limit, 1, 7))
+			var be *policy.BudgetExceededError
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.As(err, &be):
+				refused++
+			default:
+				t.Errorf("charge %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if ok != limit || refused != n-limit {
+		t.Errorf("%d charged, %d refused; want %d and %d", ok, refused, limit, n-limit)
+	}
+	res, err := st.Charge(ctx, op("k0", "task_1", "alice", limit, 1, 7))
+	if err != nil && !errors.As(err, new(*policy.BudgetExceededError)) {
+		t.Fatal(err)
+	}
+	if err == nil && (res.Task.GetUsedCalls() != limit || res.Requester.GetUsedCalls() != limit || res.Task.GetUsedResponseBytes() != 7*limit) {
+		t.Errorf("budgets after the race: task %d calls %d bytes, requester %d calls; want %d, %d, %d",
+			res.Task.GetUsedCalls(), res.Task.GetUsedResponseBytes(), res.Requester.GetUsedCalls(), limit, 7*limit, limit)
+	}
+}
+
+// testConcurrentReplays sends one charge 50 times at once: it is applied
+// once and every other call is a replay.
+func testConcurrentReplays(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	applied := 0
+	for range 50 {
+		wg.Go(func() {
+			res, err := st.Charge(ctx, op("same", "task_1", "alice", 100, 1, 0))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("charge: %v", err)
+				return
+			}
+			if !res.Replayed {
+				applied++
+			}
+			if res.Task.GetUsedCalls() != 1 {
+				t.Errorf("a replay saw %d calls used, want 1", res.Task.GetUsedCalls())
+			}
+		})
+	}
+	wg.Wait()
+	if applied != 1 {
+		t.Errorf("charge applied %d times, want 1", applied)
+	}
+}
+
+func testHealth(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	if _, err := st.GetHealth(ctx, "conn_never"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("never reported: err = %v, want ErrNotFound", err)
+	}
+	for _, state := range []policyv1.HealthState{policyv1.HealthState_HEALTH_STATE_DEGRADED, policyv1.HealthState_HEALTH_STATE_HEALTHY} {
+		if err := st.PutHealth(ctx, &policyv1.ConnectionHealth{ConnectionId: "conn_1", State: state}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.GetHealth(ctx, "conn_1")
+		if err != nil || got.GetState() != state {
+			t.Errorf("health = %v, %v; want %v", got, err, state)
+		}
+	}
+}
