@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := bin/v0m3
 DATA  ?= $(CURDIR)/.v0m3-data
 
-.PHONY: all build demo run test generate envtest check-generate lint vet fmt-check staticcheck unit fuzz third-party-mcp clean
+.PHONY: all build demo run test generate envtest check-generate lint vet fmt-check staticcheck unit fuzz third-party-mcp redis clean
 
 all: build
 
@@ -31,9 +31,9 @@ lint: ## buf lint.
 	$(GO) tool buf lint
 
 check-generate: lint generate ## Fail if generated code differs from what is committed.
-	@if [ -n "$$(git status --porcelain -- proto)" ]; then \
+	@if [ -n "$$(git status --porcelain -- proto operator/api charts/v0m3)" ]; then \
 	  echo "generated code drifted from the committed files; run 'make generate' and commit:"; \
-	  git status --porcelain -- proto; git diff --stat -- proto; exit 1; \
+	  git status --porcelain -- proto operator/api charts/v0m3; git diff --stat -- proto operator/api charts/v0m3; exit 1; \
 	fi
 	@echo "generated code matches the committed files"
 
@@ -52,13 +52,16 @@ fuzz: ## Run each fuzz target for a short fixed time.
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalizeArguments$$' -fuzztime $(FUZZTIME) ./services/orchestrator/
 	$(GO) test -run '^$$' -fuzz '^FuzzIncomingMessage$$' -fuzztime $(FUZZTIME) ./services/adapter/
 
+redis: ## Make sure redis-server is installed (the Redis store tests start their own).
+	bash scripts/ensure-redis.sh
+
 third-party-mcp: ## Install the pinned third-party MCP servers the adapter tests run against.
 	bash scripts/third-party-mcp.sh
 
-unit: third-party-mcp ## go test -race for every package.
-	$(GO) test -race -count=1 -timeout 20m ./...
+unit: third-party-mcp redis envtest ## go test -race for every package.
+	$(GO) test -race -count=1 -timeout 45m ./...
 
-test: lint fmt-check vet staticcheck unit fuzz ## Everything CI runs (unit includes the generated-code drift test).
+test: check-generate fmt-check vet staticcheck unit fuzz ## Everything CI runs (unit includes the generated-code drift test).
 
 clean:
 	rm -rf bin

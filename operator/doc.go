@@ -1,4 +1,37 @@
-// Package operator will hold the Kubernetes operator that turns MCPServer
-// custom resources into sandboxed workloads and registry connections
-// (api/v1alpha1 for the types, controller/ for the reconcilers).
+// Package operator holds the Kubernetes operator that turns MCPServer custom
+// resources (api/v1alpha1) into sandboxed workloads and V0M3 registry
+// connections (controller/), and the stdio bridge those workloads run
+// (bridge/). `v0m3 operator` runs it; `v0m3 rotation` shows rotation state.
+//
+// # What an MCPServer becomes
+//
+// A ServiceAccount without a token, a Deployment under the restricted Pod
+// Security Standard (read-only root filesystem, a size-limited /work
+// emptyDir, all capabilities dropped, RuntimeDefault seccomp, non-root), a
+// Service, and a NetworkPolicy that admits only the adapter's pods and lets
+// out only the egress allow-list. All four are server-side applied with the
+// MCPServer as controller owner, so a settled reconcile writes nothing.
+//
+// The registry connection's transport is the Service's streamable HTTP
+// endpoint. Its config revision moves when the image digest, the
+// credential's version (Secret name@resourceVersion, never its data: the
+// operator watches Secrets as metadata only) or the workload's shape
+// changes; the shape digest is the connection's workload_digest.
+//
+// # What status can and cannot show
+//
+// Observed by the operator: the registry's config revision and digest,
+// the credential version in force, the connection's review state and
+// mappings needing review (ReviewRequired), the latest discovery snapshot
+// and whether it was taken at the current revision (Discovered), and the
+// Deployment's rollout status (Ready, and the end of a rotation:
+// CredentialsReady stays False with reason RotationInProgress until the
+// Deployment reports the new pod template's replicas updated and available).
+//
+// Not observed: whether the server inside the pod actually accepted the new
+// credential (only that the pods started with it and passed the readiness
+// probe), and registry-side changes between resyncs (every two minutes).
+// Under envtest there is no kube-controller-manager or kubelet, so
+// Deployment status never changes by itself; the tests write it the way the
+// Deployment controller would to prove the rotation's completion path.
 package operator

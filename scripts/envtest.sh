@@ -50,6 +50,7 @@ if fresh; then
 fi
 
 tmp="$(mktemp -d "$cache/.build.XXXXXX")"
+chmod 755 "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 start=$SECONDS
 

@@ -28,6 +28,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	fs := newFlags(name, stderr)
 	listen := fs.String("listen", defaultAddr(name), "address to serve gRPC on")
 	dataDir := fs.String("data-dir", "./.v0m3-data", "directory for the embedded store")
+	storeURL := fs.String("store", "", "store URL: file:///dir or redis://host:port/db?prefix=name (empty = file store in --data-dir)")
 	policyFile := fs.String("policy-file", "", "Cedar policy file (policy service; empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	peers := map[string]*string{}
@@ -45,6 +46,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	}
 	cfg := suite.Config{
 		DataDir:    *dataDir,
+		Store:      *storeURL,
 		Services:   []string{name},
 		Listen:     map[string]string{name: *listen},
 		Peers:      map[string]string{},
@@ -68,6 +70,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("dev", stderr)
 	dataDir := fs.String("data-dir", "./.v0m3-data", "directory for the embedded stores")
+	storeURL := fs.String("store", "", "store URL: file:///dir or redis://host:port/db?prefix=name (empty = file stores in --data-dir)")
 	host := fs.String("host", "127.0.0.1", "host to listen on")
 	portBase := fs.Int("port-base", 7400, "orchestrator port; registry, policy, evidence, adapter follow (+1..+4); 0 = ephemeral ports")
 	policyFile := fs.String("policy-file", "", "Cedar policy file (empty = built-in default)")
@@ -87,7 +90,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			listen[name] = fmt.Sprintf("%s:%d", *host, port-defaultPorts[suite.Orchestrator]+*portBase)
 		}
 	}
-	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Listen: listen, PolicyFile: *policyFile, Log: log})
+	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log})
 	if err != nil {
 		return err
 	}

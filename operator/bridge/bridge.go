@@ -9,8 +9,10 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -100,6 +102,13 @@ func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodGet:
 		http.Error(w, "a GET needs an Mcp-Session-Id", http.StatusBadRequest)
 	default:
+		// Only initialize starts a session: anything else without a session
+		// id (e.g. a stateless server/discover probe) would start a child
+		// that nobody can address again. Clients fall back to initialize.
+		if !startsSession(r) {
+			http.Error(w, "Bad Request: this bridge serves stateful sessions; start one with initialize", http.StatusBadRequest)
+			return
+		}
 		s, status, err := b.start()
 		if err != nil {
 			http.Error(w, err.Error(), status)
@@ -107,6 +116,24 @@ func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.transport.ServeHTTP(w, r)
 	}
+}
+
+// maxInitializeBody bounds the initialize request the bridge reads to
+// decide whether to start a session.
+const maxInitializeBody = 1 << 20
+
+// startsSession reports whether the POST body is an initialize request,
+// leaving the body readable for the transport.
+func startsSession(r *http.Request) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxInitializeBody))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	var msg struct {
+		Method string `json:"method"`
+	}
+	return json.Unmarshal(body, &msg) == nil && msg.Method == "initialize"
 }
 
 func (b *Bridge) lookup(id string) *session {

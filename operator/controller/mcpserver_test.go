@@ -281,8 +281,11 @@ func TestReconcileCreatesWorkloadAndConnection(t *testing.T) {
 		conn.GetCredentialRef() != "" || conn.GetOwner() != "team-sources" || conn.GetDisplayName() != f.ns+"/search" {
 		t.Errorf("connection = %v; want revision 1, the image digest, credential %s and no credential_ref", conn, wantCred)
 	}
-	if u := conn.GetTransport().GetStreamableHttp().GetUrl(); !strings.HasPrefix(u, "http://search."+f.ns+".svc.cluster.local:8080/mcp#") {
+	if u := conn.GetTransport().GetStreamableHttp().GetUrl(); u != "http://search."+f.ns+".svc.cluster.local:8080/mcp" {
 		t.Errorf("registered URL = %q; want the Service's MCP endpoint", u)
+	}
+	if !strings.HasPrefix(conn.GetWorkloadDigest(), "sha256:") {
+		t.Errorf("workload digest = %q; want the workload shape's digest", conn.GetWorkloadDigest())
 	}
 	if s.Status.ConfigDigest != conn.GetConfigDigest() || s.Status.CredentialVersion != wantCred {
 		t.Errorf("status = %+v; want the registry's digest and credential version", s.Status)
@@ -350,7 +353,6 @@ func TestSecretRotation(t *testing.T) {
 	sec := f.secret("search-token", "old-token")
 	f.create(f.stdioServer("search"))
 	f.reconcile("search")
-	s := f.server("search")
 	var d appsv1.Deployment
 	f.get("search", &d)
 	oldHash := d.Spec.Template.Annotations[controller.AnnotationConfigHash]
@@ -361,7 +363,7 @@ func TestSecretRotation(t *testing.T) {
 	}
 	f.reconcile("search")
 
-	s = f.server("search")
+	s := f.server("search")
 	revs := f.revisions(s.Status.ConnectionID)
 	if len(revs) != 2 {
 		t.Fatalf("config revisions = %d; want 2 after rotation", len(revs))

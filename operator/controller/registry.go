@@ -20,16 +20,6 @@ func (r *Reconciler) endpoint(s *v1alpha1.MCPServer) string {
 	return fmt.Sprintf("http://%s.%s.svc.%s:%d%s", s.Name, s.Namespace, r.Options.ClusterDomain, port(s), path(s))
 }
 
-// registeredURL is the endpoint with the workload shape digest as a URL
-// fragment. HTTP clients never send a fragment, so the adapter reaches the
-// same endpoint; but the registry's config digest covers the URL, so a
-// change to the command, arguments, environment or sandbox becomes a new
-// config revision (and sends approvals back to review) just like an image
-// change. A dedicated proto field would be cleaner; see the operator README.
-func (r *Reconciler) registeredURL(s *v1alpha1.MCPServer, shape string) string {
-	return r.endpoint(s) + "#v0m3-workload=" + strings.TrimPrefix(shape, "sha256:")[:16]
-}
-
 // displayName is the registry display name of s.
 func displayName(s *v1alpha1.MCPServer) string {
 	if s.Spec.DisplayName != "" {
@@ -40,14 +30,15 @@ func displayName(s *v1alpha1.MCPServer) string {
 
 // desiredConnection is the configuration s asks the registry to hold.
 type desiredConnection struct {
-	url, imageDigest, scope, credentialVersion string
+	url, imageDigest, scope, credentialVersion, workloadDigest string
 }
 
 func (d desiredConnection) matches(c *registryv1.Connection) bool {
 	return c.GetTransport().GetStreamableHttp().GetUrl() == d.url &&
 		c.GetImageDigest() == d.imageDigest &&
 		c.GetCredentialScope() == d.scope &&
-		c.GetCredentialVersion() == d.credentialVersion
+		c.GetCredentialVersion() == d.credentialVersion &&
+		c.GetWorkloadDigest() == d.workloadDigest
 }
 
 // register creates or updates s's registry connection so its current
@@ -59,7 +50,8 @@ func (d desiredConnection) matches(c *registryv1.Connection) bool {
 // the adapter must not resolve one for this endpoint.
 func (r *Reconciler) register(ctx context.Context, s *v1alpha1.MCPServer, shape, credVersion string) (*registryv1.Connection, error) {
 	want := desiredConnection{
-		url:               r.registeredURL(s, shape),
+		url:               r.endpoint(s),
+		workloadDigest:    shape,
 		imageDigest:       imageDigest(s.Spec.Image),
 		credentialVersion: credVersion,
 	}
@@ -81,6 +73,7 @@ func (r *Reconciler) register(ctx context.Context, s *v1alpha1.MCPServer, shape,
 			ImageDigest:       want.imageDigest,
 			CredentialScope:   want.scope,
 			CredentialVersion: want.credentialVersion,
+			WorkloadDigest:    want.workloadDigest,
 		})
 		if err != nil {
 			return nil, r.registryFailed(s, "create the registry connection", err)
@@ -111,6 +104,7 @@ func (r *Reconciler) register(ctx context.Context, s *v1alpha1.MCPServer, shape,
 			ImageDigest:            want.imageDigest,
 			CredentialScope:        want.scope,
 			CredentialVersion:      want.credentialVersion,
+			WorkloadDigest:         want.workloadDigest,
 			Reason:                 reason,
 			DisplayName:            displayName(s),
 			Owner:                  s.Spec.Owner,

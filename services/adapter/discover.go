@@ -44,6 +44,27 @@ func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (
 	ctx, cancel := context.WithTimeout(ctx, discoverTimeout)
 	defer cancel()
 	retrieved := time.Now()
+	switch {
+	case s.replaying():
+		snap, err := s.replayDiscover(conn)
+		if err != nil {
+			return nil, err
+		}
+		return s.recordSnapshot(ctx, conn, snap, retrieved)
+	case conn.GetTransport().GetDirect() != nil:
+		src, err := s.directSource(conn)
+		if err != nil {
+			return nil, err
+		}
+		snap, err := src.Describe(ctx)
+		if err != nil {
+			return nil, apierror.New(codes.Internal, "DIRECT_DESCRIBE_FAILED", "the direct adapter could not describe its source", nil)
+		}
+		if s.recording() {
+			s.recordDiscovery(conn, snap)
+		}
+		return s.recordSnapshot(ctx, conn, snap, retrieved)
+	}
 	ss, err := s.openSession(ctx, conn, discoveryMessageLimit)
 	if err != nil {
 		if err := connectError(conn.GetId(), err); err != nil {
@@ -63,6 +84,15 @@ func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (
 	if err != nil {
 		return nil, s.discoveryFailed(ctx, conn.GetId(), err, ss.m)
 	}
+	if s.recording() {
+		s.recordDiscovery(conn, snap)
+	}
+	return s.recordSnapshot(ctx, conn, snap, retrieved)
+}
+
+// recordSnapshot records what a discovery saw as a registry snapshot of
+// the connection at its current config revision.
+func (s *Server) recordSnapshot(ctx context.Context, conn *registryv1.Connection, snap *registryv1.DiscoverySnapshot, retrieved time.Time) (*registryv1.DiscoverySnapshot, error) {
 	snap.ConnectionId = conn.GetId()
 	snap.ConfigRevision = conn.GetConfigRevision()
 	snap.RetrieveTime = timestamppb.New(retrieved)

@@ -75,7 +75,20 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 		ctx, cancel = context.WithTimeout(ctx, defaultExecuteTimeout)
 		defer cancel()
 	}
-	resp := s.execute(ctx, conn, req)
+	var resp *adapterv1.ExecuteResponse
+	switch {
+	case s.replaying():
+		// Replay never falls through to a live call, whatever the
+		// transport: a missing fixture is the answer.
+		resp = s.replayExecute(ctx, conn, req)
+	case conn.GetTransport().GetDirect() != nil:
+		resp = s.executeDirect(ctx, conn, req)
+	default:
+		resp = s.execute(ctx, conn, req)
+	}
+	if s.recording() {
+		s.recordExecute(ctx, conn, req, resp)
+	}
 	s.log.Info("executed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(),
 		"method", resp.GetMethod(), "outcome", outcomeName(resp.GetOutcome()), "stage", resp.GetStage().String(),
 		"safe_code", resp.GetError().GetSafeCode(), "response_bytes", resp.GetResponseBytes())

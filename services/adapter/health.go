@@ -31,6 +31,19 @@ func (s *Server) Health(ctx context.Context, req *adapterv1.HealthRequest) (*ada
 		return nil, err
 	}
 	resp := &adapterv1.HealthResponse{ConnectionId: conn.GetId()}
+	switch {
+	case s.replaying():
+		// Nothing is contacted in replay; health is not a recorded call.
+		resp.Detail = "replay mode: no server is contacted"
+		return resp, nil
+	case conn.GetTransport().GetDirect() != nil:
+		if _, err := s.directSource(conn); err != nil {
+			return nil, err
+		}
+		resp.Healthy, resp.Detail = true, "direct adapter in process"
+		s.reportHealth(ctx, conn.GetId(), true, resp.Detail)
+		return resp, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
 	defer cancel()
 	backoff := connectBackoff

@@ -42,6 +42,12 @@ type Deps struct {
 	// WorkDir is the root of per-connection working directories for local
 	// servers; "" means os.TempDir()/v0m3-work.
 	WorkDir string
+	// Direct maps a direct (non-MCP) adapter name to its implementation;
+	// nil means DefaultDirectSources.
+	Direct map[string]DirectSource
+	// Fixtures, when set, records or replays discovery and calls (see
+	// Fixtures); nil means live only.
+	Fixtures *Fixtures
 }
 
 // Server implements adapterv1.AdapterServiceServer.
@@ -64,6 +70,8 @@ type Server struct {
 	log           *slog.Logger
 	workDir       string
 	httpTransport *http.Transport
+	direct        map[string]DirectSource
+	fixtures      *Fixtures
 
 	mu     sync.Mutex
 	live   map[*session]struct{}
@@ -83,7 +91,15 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 	ht.Proxy = nil // the adapter reaches servers directly, never via an environment proxy
 	ht.ResponseHeaderTimeout = 0
 	ht.MaxResponseHeaderBytes = 64 << 10
-	return &Server{deps: deps, log: log, workDir: wd, httpTransport: ht, live: map[*session]struct{}{}}
+	direct := deps.Direct
+	if direct == nil {
+		direct = DefaultDirectSources()
+	}
+	fx := deps.Fixtures
+	if fx != nil && fx.Mode == FixturesOff {
+		fx = nil
+	}
+	return &Server{deps: deps, log: log, workDir: wd, httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx}
 }
 
 // Close shuts the adapter down cleanly: it refuses new sessions, closes
@@ -302,3 +318,9 @@ func serverInfo(cs *mcp.ClientSession) *registryv1.ServerInfo {
 		Title:   truncate(init.ServerInfo.Title, 256),
 	}
 }
+
+// replaying reports whether the adapter answers only from fixtures.
+func (s *Server) replaying() bool { return s.fixtures != nil && s.fixtures.Mode == FixturesReplay }
+
+// recording reports whether the adapter writes fixtures of live calls.
+func (s *Server) recording() bool { return s.fixtures != nil && s.fixtures.Mode == FixturesRecord }

@@ -22,6 +22,11 @@ func (s *Server) LinkClaim(ctx context.Context, req *evidencev1.LinkClaimRequest
 			"no observation has this id; record the observation before linking a claim to it",
 			map[string]string{"observation_id": req.GetObservationId()})
 	}
+	// Fitness is checked again at link time: a record made before the rule
+	// (or under a looser one) must not become a claim's support.
+	if findings := Assess(obs); len(findings) > 0 {
+		return nil, unfitError("OBSERVATION_NOT_EVIDENCE", "observation "+obs.GetId()+" cannot support a claim", findings)
+	}
 	if pid := req.GetPassageId(); pid != "" && !hasPassage(obs, pid) {
 		return nil, apierror.InvalidArgument("PASSAGE_UNKNOWN", "the observation has no passage with this id",
 			apierror.FieldViolation{Field: "passage_id", Description: "not a passage of observation " + obs.GetId()})

@@ -60,7 +60,7 @@ func newEnv(t *testing.T) *env {
 
 // startEnv starts a server on the database file at path. stop (also run at
 // cleanup) stops the server and closes the file, so a test can reopen it.
-func startEnv(t *testing.T, path string, c *clock) *env {
+func startEnv(t *testing.T, path string, c *clock, opts ...func(*evidence.Server)) *env {
 	t.Helper()
 	db, err := store.Open(path)
 	if err != nil {
@@ -68,6 +68,9 @@ func startEnv(t *testing.T, path string, c *clock) *env {
 	}
 	log := slog.New(slog.DiscardHandler)
 	srv := evidence.NewServer(evidence.NewBoltStore(db), log).WithClock(c.Now)
+	for _, o := range opts {
+		o(srv)
+	}
 	g := serve.New("evidence", log)
 	evidencev1.RegisterEvidenceServiceServer(g.GRPC, srv)
 	lis := bufconn.Listen(1 << 20)
@@ -98,13 +101,17 @@ func contentDigest(content string) string { return digest.Bytes([]byte(content))
 // observation returns a complete, valid observation for task and source.
 func observation(task, conn, uri, content string) *evidencev1.SourceObservation {
 	return &evidencev1.SourceObservation{
-		ConnectionId:  conn,
-		TaskId:        task,
-		RequestId:     "att_" + task,
-		ResourceUri:   uri,
-		ContentDigest: contentDigest(content),
-		MediaType:     "text/markdown",
-		SizeBytes:     int64(len(content)),
+		ConnectionId:    conn,
+		SnapshotId:      "snap_" + conn,
+		MappingId:       "map_" + conn,
+		MappingRevision: 1,
+		RequestDigest:   contentDigest("args " + task),
+		TaskId:          task,
+		RequestId:       "att_" + task,
+		ResourceUri:     uri,
+		ContentDigest:   contentDigest(content),
+		MediaType:       "text/markdown",
+		SizeBytes:       int64(len(content)),
 		Passages: []*evidencev1.Passage{
 			{PassageId: "p1", Text: content, Index: 0},
 		},

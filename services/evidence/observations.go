@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -25,6 +26,12 @@ func (s *Server) RecordObservation(ctx context.Context, req *evidencev1.RecordOb
 	in := req.GetObservation()
 	if vs := validateObservation(in); len(vs) > 0 {
 		return nil, apierror.InvalidArgument("OBSERVATION_INVALID", "the observation is incomplete or malformed; see the field violations", vs...)
+	}
+	if findings := Assess(in); len(findings) > 0 {
+		return nil, unfitError("OBSERVATION_UNFIT", "the observation cannot support a claim", findings)
+	}
+	if err := s.checkSize(ctx, in); err != nil {
+		return nil, err
 	}
 	obs := proto.CloneOf(in)
 	// Output-only fields are assigned here whatever the caller sent.
@@ -117,4 +124,33 @@ func (s *Server) ListRevisions(ctx context.Context, req *evidencev1.ListRevision
 		return nil, s.storeError(ctx, err, "list revisions", "", "", nil)
 	}
 	return &evidencev1.ListRevisionsResponse{Revisions: list}, nil
+}
+
+// checkSize keeps large content out of the record store: inline passage
+// text is bounded, and an asset-backed observation must name an asset that
+// exists with the same digest.
+func (s *Server) checkSize(ctx context.Context, o *evidencev1.SourceObservation) error {
+	var inline int64
+	for _, p := range o.GetPassages() {
+		inline += int64(len(p.GetText()))
+	}
+	if inline > s.maxInline {
+		return apierror.New(codes.ResourceExhausted, "OBSERVATION_TOO_LARGE",
+			fmt.Sprintf("the observation quotes %d bytes inline, more than the %d bytes evidence keeps in a record; store the content as an asset (the mapping must allow asset references)", inline, s.maxInline),
+			map[string]string{"max_inline_bytes": fmt.Sprint(s.maxInline)})
+	}
+	if d := o.GetAssetDigest(); d != "" {
+		if s.assets == nil {
+			return apierror.New(codes.FailedPrecondition, "ASSETS_NOT_CONFIGURED", "this evidence service stores no assets; the observation cannot reference one", nil)
+		}
+		ok, err := s.assets.Has(ctx, d)
+		if err != nil {
+			return s.storeError(ctx, err, "check asset", "", "", nil)
+		}
+		if !ok {
+			return apierror.New(codes.FailedPrecondition, "ASSET_UNKNOWN", "the observation references an asset that was not stored; put the asset first",
+				map[string]string{"asset_digest": d})
+		}
+	}
+	return nil
 }

@@ -10,14 +10,14 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 )
 
-// Prune applies trace retention: every protocol event older than olderThan
+// PruneOlderThan applies trace retention: every protocol event older than olderThan
 // is replaced by a sanitized summary that keeps what identifies the call
 // and its result (connection, snapshot, request, method, duration, response
 // digest and size, outcome, safe error code) and drops the safe arguments
 // and the untrusted error detail. Product events, observations, revisions,
 // claim links and receipts are never touched. It returns how many events
 // changed; pruning again changes nothing.
-func (s *Server) Prune(ctx context.Context, olderThan time.Duration) (int, error) {
+func (s *Server) PruneOlderThan(ctx context.Context, olderThan time.Duration) (int, error) {
 	if olderThan < 0 {
 		return 0, fmt.Errorf("evidence: prune: negative age %v", olderThan)
 	}

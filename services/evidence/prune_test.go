@@ -25,7 +25,7 @@ func TestPruneSummarizesOldProtocolEvents(t *testing.T) {
 	e.clock.Advance(48 * time.Hour)
 	recent := appendEvent(t, e, protocolEvent("task_x", "resources/read", map[string]any{"query": "recent-argument"}))
 
-	n, err := e.server.Prune(t.Context(), 24*time.Hour)
+	n, err := e.server.PruneOlderThan(t.Context(), 24*time.Hour)
 	if err != nil {
 		t.Fatalf("Prune: %v", err)
 	}
@@ -66,11 +66,11 @@ func TestPruneSummarizesOldProtocolEvents(t *testing.T) {
 		t.Errorf("observation after prune = %v, %v; want unchanged %v", gotObs, err, obs)
 	}
 
-	again, err := e.server.Prune(t.Context(), 24*time.Hour)
+	again, err := e.server.PruneOlderThan(t.Context(), 24*time.Hour)
 	if err != nil || again != 0 {
 		t.Errorf("second Prune = %d, %v; want 0 changes", again, err)
 	}
-	if _, err := e.server.Prune(t.Context(), -time.Hour); err == nil {
+	if _, err := e.server.PruneOlderThan(t.Context(), -time.Hour); err == nil {
 		t.Errorf("Prune with a negative age succeeded")
 	}
 }

@@ -22,6 +22,11 @@ type Server struct {
 	st  Store
 	log *slog.Logger
 	now func() time.Time
+
+	// assets holds content stored by digest; nil means none are accepted.
+	assets AssetStore
+	// maxInline bounds the quoted text one observation may hold inline.
+	maxInline int64
 }
 
 // NewServer returns an evidence server persisting to st and logging to log.
@@ -29,7 +34,27 @@ func NewServer(st Store, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{st: st, log: log, now: time.Now}
+	return &Server{st: st, log: log, now: time.Now, maxInline: DefaultMaxInlineBytes}
+}
+
+// DefaultMaxInlineBytes bounds the passage text one observation holds
+// inline. Larger content is recorded only as an asset (when its mapping
+// allows asset references); otherwise it is refused, and the caller records
+// that the result was not recorded.
+const DefaultMaxInlineBytes = 256 << 10
+
+// WithAssets gives the server an asset store (see PutAsset) and returns it.
+func (s *Server) WithAssets(a AssetStore) *Server {
+	s.assets = a
+	return s
+}
+
+// WithMaxInlineBytes replaces DefaultMaxInlineBytes and returns the server.
+func (s *Server) WithMaxInlineBytes(n int64) *Server {
+	if n > 0 {
+		s.maxInline = n
+	}
+	return s
 }
 
 // WithClock replaces the server's clock (for tests) and returns the server.

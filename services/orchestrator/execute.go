@@ -15,7 +15,6 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
 )
 
@@ -363,88 +362,4 @@ func responseFromCallError(err error) *adapterv1.ExecuteResponse {
 		Stage:   adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED,
 		Error:   &adapterv1.ErrorEvidence{SafeCode: code, UntrustedDetail: truncate(st.Message(), maxUntrustedDetail)},
 	}
-}
-
-// observe records one source observation per content item that names a
-// resource URI and returns the quoted excerpts. Items without a URI are not
-// source records: they are noted in the trace as a diagnostic and kept out
-// of evidence and excerpts.
-func (s *Server) observe(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
-	p *prepared, remote *structpb.Struct, resp *adapterv1.ExecuteResponse) ([]*orchestratorv1.QuotedExcerpt, error) {
-	// The remote arguments carry handle targets, which are server-side
-	// values; the digest never leaves the evidence service.
-	requestDigest, err := digest.Struct(remote)
-	if err != nil {
-		return nil, fmt.Errorf("digest remote arguments: %w", err)
-	}
-	retrieved := resp.GetObserveTime()
-	if retrieved == nil {
-		retrieved = s.timestamp()
-	}
-	var excerpts []*orchestratorv1.QuotedExcerpt
-	for _, it := range resp.GetItems() {
-		if it.GetUri() == "" {
-			s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-				Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED, Capability: req.GetCapability(),
-				RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(),
-				Detail: fmt.Sprintf("diagnostic: content item %d (%s) names no resource URI; it is not a source record and was not quoted", it.GetIndex(), it.GetMediaType()),
-			})
-			continue
-		}
-		size := int64(len(it.GetText()))
-		if it.GetText() == "" && it.GetBlobSize() > 0 {
-			size = it.GetBlobSize()
-		}
-		contentDigest := it.GetContentDigest()
-		if contentDigest == "" {
-			contentDigest = digest.Bytes([]byte(it.GetText()))
-		}
-		passages := splitPassages(it.GetText())
-		obs, err := s.deps.Evidence.RecordObservation(ctx, &evidencev1.RecordObservationRequest{Observation: &evidencev1.SourceObservation{
-			ConnectionId:     p.mapping.GetConnectionId(),
-			SnapshotId:       p.mapping.GetSnapshotId(),
-			MappingId:        p.mapping.GetId(),
-			MappingRevision:  p.mapping.GetRevision(),
-			TaskId:           task.GetId(),
-			RequestId:        att.GetId(),
-			RequestDigest:    requestDigest,
-			ResourceUri:      it.GetUri(),
-			ContentDigest:    contentDigest,
-			MediaType:        it.GetMediaType(),
-			SizeBytes:        size,
-			RetrieveTime:     retrieved,
-			RevisionMetadata: it.GetMetadata(),
-			Passages:         passages,
-			ServerName:       resp.GetServerInfo().GetName(),
-			ServerVersion:    resp.GetServerInfo().GetVersion(),
-		}})
-		if err != nil {
-			return nil, fmt.Errorf("record observation of item %d: %w", it.GetIndex(), err)
-		}
-		label := p.labels[it.GetUri()]
-		if label == "" {
-			label = lastSegment(it.GetUri())
-		}
-		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_OBSERVATION_RECORDED, Capability: req.GetCapability(),
-			RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), ObservationId: obs.GetId(),
-			Detail: fmt.Sprintf("source %q revision %d (%s), %d passages", label, obs.GetRevisionNumber(), contentDigest, len(passages)),
-		})
-		recorded := obs.GetPassages()
-		if len(recorded) == 0 {
-			recorded = passages
-		}
-		for _, ps := range recorded {
-			excerpts = append(excerpts, &orchestratorv1.QuotedExcerpt{
-				ObservationId: obs.GetId(),
-				RevisionId:    obs.GetRevisionId(),
-				PassageId:     ps.GetPassageId(),
-				SourceLabel:   label,
-				QuotedText:    ps.GetText(),
-				ContentDigest: contentDigest,
-				MediaType:     it.GetMediaType(),
-			})
-		}
-	}
-	return excerpts, nil
 }

@@ -24,6 +24,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
@@ -423,6 +424,12 @@ func (e *fakeEvidence) RecordObservation(_ context.Context, in *evidencev1.Recor
 	o.Id, o.RevisionId, o.RevisionNumber = ids.New("obs"), ids.New("rev"), 1
 	e.observations = append(e.observations, o)
 	return o, nil
+}
+
+// ValidateObservation applies the evidence service's own rule.
+func (e *fakeEvidence) ValidateObservation(_ context.Context, in *evidencev1.ValidateObservationRequest) (*evidencev1.ObservationValidation, error) {
+	f := evidence.Assess(in.GetObservation())
+	return &evidencev1.ObservationValidation{Fit: len(f) == 0, Findings: f}, nil
 }
 
 func (e *fakeEvidence) product(taskID string) []*evidencev1.ProductEvent {

@@ -44,6 +44,10 @@ type Deps struct {
 	// AttemptTimeout bounds one adapter call; zero means
 	// DefaultAttemptTimeout. A call cut off by it has an unknown outcome.
 	AttemptTimeout time.Duration
+	// AssetThreshold is the content size above which a retrieval whose
+	// mapping allows asset references stores its content as an evidence
+	// asset; zero means DefaultAssetThreshold.
+	AssetThreshold int64
 }
 
 // Server implements orchestratorv1.OrchestratorServiceServer.

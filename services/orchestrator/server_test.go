@@ -353,7 +353,7 @@ func TestRetrievalRecordsObservationsAndQuotesExcerpts(t *testing.T) {
 	}
 	diagnostic := false
 	for _, e := range h.evidence.product(cat.GetTaskId()) {
-		if strings.HasPrefix(e.GetDetail(), "diagnostic:") {
+		if e.GetKind() == evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_DIAGNOSTIC && e.GetReason() == "PROVENANCE_INCOMPLETE" {
 			diagnostic = true
 		}
 	}

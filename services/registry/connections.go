@@ -62,6 +62,7 @@ func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateCon
 		CredentialScope:   req.GetCredentialScope(),
 		CredentialRef:     req.GetCredentialRef(),
 		CredentialVersion: req.GetCredentialVersion(),
+		WorkloadDigest:    req.GetWorkloadDigest(),
 	}
 	d, err := configDigest(c)
 	if err != nil {
@@ -174,6 +175,7 @@ func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateCon
 			next.CredentialScope = req.GetCredentialScope()
 			next.CredentialRef = req.GetCredentialRef()
 			next.CredentialVersion = req.GetCredentialVersion()
+			next.WorkloadDigest = req.GetWorkloadDigest()
 			d, err := configDigest(next)
 			if err != nil {
 				return invalidConnection([]apierror.FieldViolation{{Field: "transport", Description: err.Error()}})
@@ -389,6 +391,7 @@ func configDigest(c *registryv1.Connection) (string, error) {
 		"credential_ref":     c.GetCredentialRef(),
 		"credential_version": c.GetCredentialVersion(),
 		"credential_scope":   c.GetCredentialScope(),
+		"workload_digest":    c.GetWorkloadDigest(),
 	})
 }
 
@@ -402,6 +405,7 @@ func configRevisionOf(c *registryv1.Connection, reason string, now *timestamppb.
 		CredentialScope:   c.GetCredentialScope(),
 		CredentialRef:     c.GetCredentialRef(),
 		CredentialVersion: c.GetCredentialVersion(),
+		WorkloadDigest:    c.GetWorkloadDigest(),
 		Reason:            reason,
 		CreateTime:        now,
 	}

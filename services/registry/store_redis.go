@@ -401,19 +401,7 @@ func (r *redisStore) ListEvents(ctx context.Context, after int64, limit int) ([]
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
-	out := make([]*registryv1.RegistryEvent, 0, len(msgs))
-	for _, m := range msgs {
-		s, ok := m.Values["event"].(string)
-		if !ok {
-			return nil, fmt.Errorf("event entry %s has no event field", m.ID)
-		}
-		ev := newEvent()
-		if err := redisstore.Unmarshal([]byte(s), ev); err != nil {
-			return nil, err
-		}
-		out = append(out, ev)
-	}
-	return out, nil
+	return decodeEntries(msgs)
 }
 
 func keysOf(ids []string, key func(string) string) []string {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -25,7 +26,6 @@ import (
 	"github.com/v0m3/v0m3/services/adapter"
 	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/internal/serve"
-	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/registry"
@@ -52,8 +52,12 @@ var dependencies = map[string][]string{
 
 // Config configures a suite.
 type Config struct {
-	// DataDir holds one embedded store file per service. Required.
+	// DataDir holds the adapter's work files and, unless Store says
+	// otherwise, one embedded store file per service. Required.
 	DataDir string
+	// Store is the store URL (see OpenStores): "file:///dir" or
+	// "redis://host:port/db?prefix=name". Empty means file:// DataDir.
+	Store string
 	// Services lists the services to run in this process; empty runs all.
 	Services []string
 	// Listen maps a service name to its listen address; a missing entry
@@ -65,6 +69,27 @@ type Config struct {
 	PolicyFile string
 	// Log receives structured logs; nil discards them.
 	Log *slog.Logger
+	// Fixtures, when set, makes the adapter record or replay discovery and
+	// calls (adapter.Fixtures); nil means live only.
+	Fixtures *adapter.Fixtures
+	// Direct replaces the adapter's direct (non-MCP) adapters; nil means
+	// adapter.DefaultDirectSources.
+	Direct map[string]adapter.DirectSource
+	// AssetDir holds evidence assets (content stored by digest); "" means
+	// DataDir/assets.
+	AssetDir string
+	// EvidenceMaxInlineBytes bounds the text one observation holds inline;
+	// zero means evidence.DefaultMaxInlineBytes.
+	EvidenceMaxInlineBytes int64
+	// AssetThreshold is the content size above which a retrieval whose
+	// mapping allows asset references is stored as an asset; zero means
+	// orchestrator.DefaultAssetThreshold.
+	AssetThreshold int64
+	// RetentionAge, when positive, prunes trace protocol events older than
+	// it to their sanitized summary every RetentionInterval (default one
+	// hour).
+	RetentionAge      time.Duration
+	RetentionInterval time.Duration
 }
 
 // Clients holds a gRPC client for every service.
@@ -84,12 +109,16 @@ type Suite struct {
 	Clients
 
 	conns   []*grpc.ClientConn
-	dbs     []*store.DB
+	stores  *Stores
 	closers []func()
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	errMu   sync.Mutex
-	err     error
+	// stoppers end each service's background work (watch streams, pollers,
+	// child processes). They run before the servers stop, so a graceful
+	// stop never waits on a stream one of our own services holds open.
+	stoppers []func()
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	errMu    sync.Mutex
+	err      error
 }
 
 // Start opens the stores, listens, and serves every service. Close stops
@@ -174,13 +203,10 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	if c := conns[Orchestrator]; c != nil {
 		s.Orchestrator = orchestratorv1.NewOrchestratorServiceClient(c)
 	}
-	open := func(name string) (*store.DB, error) {
-		db, err := store.Open(filepath.Join(cfg.DataDir, name+".db"))
-		if err != nil {
-			return nil, err
-		}
-		s.dbs = append(s.dbs, db)
-		return db, nil
+	if cfg.Store == "" {
+		s.stores = FileStores(cfg.DataDir)
+	} else if s.stores, err = OpenStores(cfg.Store); err != nil {
+		return nil, err
 	}
 
 	for _, name := range Names {
@@ -195,44 +221,61 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		srv := serve.New(name, log.With("service", name))
 		switch name {
 		case Registry:
-			db, err := open(name)
+			st, err := s.stores.Registry()
 			if err != nil {
 				return nil, err
 			}
-			registryv1.RegisterRegistryServiceServer(srv.GRPC, registry.NewServer(registry.NewBoltStore(db), log.With("service", name)))
+			registryv1.RegisterRegistryServiceServer(srv.GRPC, registry.NewServer(st, log.With("service", name)))
 		case Policy:
-			db, err := open(name)
+			st, err := s.stores.Policy()
 			if err != nil {
 				return nil, err
 			}
-			p, err := policy.NewServer(policy.NewBoltStore(db), policy.Deps{Registry: s.Registry, PolicyFile: cfg.PolicyFile}, log.With("service", name))
+			p, err := policy.NewServer(st, policy.Deps{Registry: s.Registry, PolicyFile: cfg.PolicyFile}, log.With("service", name))
 			if err != nil {
 				return nil, err
 			}
-			s.closers = append(s.closers, p.Close)
+			s.stoppers = append(s.stoppers, p.Close)
 			policyv1.RegisterPolicyServiceServer(srv.GRPC, p)
 		case Evidence:
-			db, err := open(name)
+			st, err := s.stores.Evidence()
 			if err != nil {
 				return nil, err
 			}
-			evidencev1.RegisterEvidenceServiceServer(srv.GRPC, evidence.NewServer(evidence.NewBoltStore(db), log.With("service", name)))
+			assetDir := cfg.AssetDir
+			if assetDir == "" {
+				assetDir = filepath.Join(cfg.DataDir, "assets")
+			}
+			assets, err := evidence.NewDirAssetStore(assetDir)
+			if err != nil {
+				return nil, err
+			}
+			e := evidence.NewServer(st, log.With("service", name)).WithAssets(assets).WithMaxInlineBytes(cfg.EvidenceMaxInlineBytes)
+			if cfg.RetentionAge > 0 {
+				every := cfg.RetentionInterval
+				if every <= 0 {
+					every = time.Hour
+				}
+				s.wg.Go(func() { e.RunRetention(ctx, cfg.RetentionAge, every) })
+			}
+			evidencev1.RegisterEvidenceServiceServer(srv.GRPC, e)
 		case Adapter:
 			a := adapter.NewServer(adapter.Deps{
 				Registry: s.Registry, Policy: s.Policy, Evidence: s.Evidence,
-				WorkDir: filepath.Join(cfg.DataDir, "work"),
+				WorkDir: filepath.Join(cfg.DataDir, "work"), Direct: cfg.Direct, Fixtures: cfg.Fixtures,
 			}, log.With("service", name))
-			s.closers = append(s.closers, func() { _ = a.Close() })
+			s.stoppers = append(s.stoppers, func() { _ = a.Close() })
 			adapterv1.RegisterAdapterServiceServer(srv.GRPC, a)
 		case Orchestrator:
-			db, err := open(name)
+			st, err := s.stores.Orchestrator()
 			if err != nil {
 				return nil, err
 			}
-			o := orchestrator.NewServer(orchestrator.NewBoltStore(db), orchestrator.Deps{
+			o := orchestrator.NewServer(st, orchestrator.Deps{
 				Registry: s.Registry, Policy: s.Policy, Adapter: s.Adapter, Evidence: s.Evidence,
+				AssetThreshold: cfg.AssetThreshold,
 			}, log.With("service", name))
-			s.closers = append(s.closers, o.Close)
+			s.stoppers = append(s.stoppers, o.Close)
 			orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
 		}
 		l := lis[name]
@@ -243,6 +286,10 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				s.setErr(err)
 			}
 		}()
+		if s.stores.Shared() && name != Adapter {
+			// NOT_SERVING while the shared store is unreachable.
+			s.wg.Go(func() { srv.WatchDependency(ctx, time.Second, s.stores.Ping) })
+		}
 	}
 	return s, nil
 }
@@ -268,6 +315,10 @@ func (s *Suite) Wait() { s.wg.Wait() }
 // Close stops every server, closes clients and stores. It is safe to call
 // more than once.
 func (s *Suite) Close() {
+	for i := len(s.stoppers) - 1; i >= 0; i-- {
+		s.stoppers[i]()
+	}
+	s.stoppers = nil
 	if s.cancel != nil {
 		s.cancel()
 	}
@@ -280,8 +331,8 @@ func (s *Suite) Close() {
 		_ = c.Close()
 	}
 	s.conns = nil
-	for _, db := range s.dbs {
-		_ = db.Close()
+	if s.stores != nil {
+		_ = s.stores.Close()
+		s.stores = nil
 	}
-	s.dbs = nil
 }

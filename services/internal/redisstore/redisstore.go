@@ -150,6 +150,8 @@ func HashValues[M proto.Message](ctx context.Context, c redis.Cmdable, key strin
 // can even mix states from before and after that write), so then Abort
 // returns redis.TxFailedErr and Update runs the function again on fresh
 // state. It checks by executing an empty MULTI/EXEC under the same WATCH.
+// A function that returns what it read without writing (a replay) calls
+// Abort(ctx, tx, nil) so that what it returns is one consistent state.
 func Abort(ctx context.Context, tx *redis.Tx, err error) error {
 	_, execErr := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Ping(ctx)

@@ -50,6 +50,9 @@ const (
 	ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE ProductEventKind = 9
 	// Task changed state.
 	ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE ProductEventKind = 10
+	// A result item was kept as a diagnostic, not a source record: it failed
+	// observation validation (reason holds the finding's code).
+	ProductEventKind_PRODUCT_EVENT_KIND_DIAGNOSTIC ProductEventKind = 11
 )
 
 // Enum value maps for ProductEventKind.
@@ -66,6 +69,7 @@ var (
 		8:  "PRODUCT_EVENT_KIND_OBSERVATION_RECORDED",
 		9:  "PRODUCT_EVENT_KIND_CONSEQUENCE",
 		10: "PRODUCT_EVENT_KIND_TASK_STATE",
+		11: "PRODUCT_EVENT_KIND_DIAGNOSTIC",
 	}
 	ProductEventKind_value = map[string]int32{
 		"PRODUCT_EVENT_KIND_UNSPECIFIED":          0,
@@ -79,6 +83,7 @@ var (
 		"PRODUCT_EVENT_KIND_OBSERVATION_RECORDED": 8,
 		"PRODUCT_EVENT_KIND_CONSEQUENCE":          9,
 		"PRODUCT_EVENT_KIND_TASK_STATE":           10,
+		"PRODUCT_EVENT_KIND_DIAGNOSTIC":           11,
 	}
 )
 
@@ -109,6 +114,79 @@ func (ProductEventKind) EnumDescriptor() ([]byte, []int) {
 	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{0}
 }
 
+// RequestClass is where one candidate request stopped, read from both
+// trace layers.
+type RequestClass int32
+
+const (
+	// Not set.
+	RequestClass_REQUEST_CLASS_UNSPECIFIED RequestClass = 0
+	// Authorized, executed, and its consequence committed.
+	RequestClass_REQUEST_CLASS_COMPLETED RequestClass = 1
+	// Refused by the product (REQUEST_REFUSED) before anything was sent: no
+	// protocol event exists for it, whatever the protocol would have allowed.
+	RequestClass_REQUEST_CLASS_PRODUCT_FORBIDDEN RequestClass = 2
+	// Authorized by policy, sent, and answered with an error by the server
+	// (protocol event with error evidence and an outcome the server chose).
+	RequestClass_REQUEST_CLASS_SERVER_REJECTED RequestClass = 3
+	// Completed remotely (protocol outcome ok) but the consequence failed
+	// before the result was recorded (e.g. OBSERVATION_NOT_RECORDED).
+	RequestClass_REQUEST_CLASS_NOT_RECORDED RequestClass = 4
+	// Sent, and the transport failed (unavailable, interrupted, unknown).
+	RequestClass_REQUEST_CLASS_DELIVERY_FAILED RequestClass = 5
+	// Received but not settled yet (e.g. awaiting approval).
+	RequestClass_REQUEST_CLASS_PENDING RequestClass = 6
+)
+
+// Enum value maps for RequestClass.
+var (
+	RequestClass_name = map[int32]string{
+		0: "REQUEST_CLASS_UNSPECIFIED",
+		1: "REQUEST_CLASS_COMPLETED",
+		2: "REQUEST_CLASS_PRODUCT_FORBIDDEN",
+		3: "REQUEST_CLASS_SERVER_REJECTED",
+		4: "REQUEST_CLASS_NOT_RECORDED",
+		5: "REQUEST_CLASS_DELIVERY_FAILED",
+		6: "REQUEST_CLASS_PENDING",
+	}
+	RequestClass_value = map[string]int32{
+		"REQUEST_CLASS_UNSPECIFIED":       0,
+		"REQUEST_CLASS_COMPLETED":         1,
+		"REQUEST_CLASS_PRODUCT_FORBIDDEN": 2,
+		"REQUEST_CLASS_SERVER_REJECTED":   3,
+		"REQUEST_CLASS_NOT_RECORDED":      4,
+		"REQUEST_CLASS_DELIVERY_FAILED":   5,
+		"REQUEST_CLASS_PENDING":           6,
+	}
+)
+
+func (x RequestClass) Enum() *RequestClass {
+	p := new(RequestClass)
+	*p = x
+	return p
+}
+
+func (x RequestClass) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RequestClass) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_evidence_v1_evidence_proto_enumTypes[1].Descriptor()
+}
+
+func (RequestClass) Type() protoreflect.EnumType {
+	return &file_v0m3_evidence_v1_evidence_proto_enumTypes[1]
+}
+
+func (x RequestClass) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RequestClass.Descriptor instead.
+func (RequestClass) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{1}
+}
+
 // Passage is one quoted part of a source.
 type Passage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -117,7 +195,17 @@ type Passage struct {
 	// The text, quoted evidence only.
 	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	// Position within the observation.
-	Index         int32 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Index int32 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	// "sha256:" + hex of the passage text. Set for asset-backed observations,
+	// whose passages name their text by digest and position in the asset
+	// instead of holding it.
+	TextDigest string `protobuf:"bytes,4,opt,name=text_digest,json=textDigest,proto3" json:"text_digest,omitempty"`
+	// Byte offset of the passage within the asset, for asset-backed
+	// observations.
+	AssetOffset int64 `protobuf:"varint,5,opt,name=asset_offset,json=assetOffset,proto3" json:"asset_offset,omitempty"`
+	// Byte length of the passage within the asset, for asset-backed
+	// observations.
+	AssetLength   int64 `protobuf:"varint,6,opt,name=asset_length,json=assetLength,proto3" json:"asset_length,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -173,6 +261,27 @@ func (x *Passage) GetIndex() int32 {
 	return 0
 }
 
+func (x *Passage) GetTextDigest() string {
+	if x != nil {
+		return x.TextDigest
+	}
+	return ""
+}
+
+func (x *Passage) GetAssetOffset() int64 {
+	if x != nil {
+		return x.AssetOffset
+	}
+	return 0
+}
+
+func (x *Passage) GetAssetLength() int64 {
+	if x != nil {
+		return x.AssetLength
+	}
+	return 0
+}
+
 // SourceObservation is one retrieval of one source.
 type SourceObservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -214,6 +323,10 @@ type SourceObservation struct {
 	ServerName string `protobuf:"bytes,18,opt,name=server_name,json=serverName,proto3" json:"server_name,omitempty"`
 	// Server-reported version, an observation.
 	ServerVersion string `protobuf:"bytes,19,opt,name=server_version,json=serverVersion,proto3" json:"server_version,omitempty"`
+	// Digest of the asset holding the whole content, when the content was
+	// stored as an asset (the mapping allowed it and it was large). It equals
+	// content_digest; passages then carry text_digest and asset positions.
+	AssetDigest   string `protobuf:"bytes,20,opt,name=asset_digest,json=assetDigest,proto3" json:"asset_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +490,13 @@ func (x *SourceObservation) GetServerName() string {
 func (x *SourceObservation) GetServerVersion() string {
 	if x != nil {
 		return x.ServerVersion
+	}
+	return ""
+}
+
+func (x *SourceObservation) GetAssetDigest() string {
+	if x != nil {
+		return x.AssetDigest
 	}
 	return ""
 }
@@ -1711,16 +1831,890 @@ func (x *GetReceiptRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+// ValidationFinding is one reason an observation cannot support a claim.
+type ValidationFinding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stable code: "MEDIA_TYPE_UNKNOWN", "PROVENANCE_INCOMPLETE",
+	// "TITLE_AND_LINK_ONLY", "ASSET_MISMATCH".
+	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The field concerned, e.g. "observation.snapshot_id".
+	Field string `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`
+	// Safe human detail.
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidationFinding) Reset() {
+	*x = ValidationFinding{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidationFinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidationFinding) ProtoMessage() {}
+
+func (x *ValidationFinding) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidationFinding.ProtoReflect.Descriptor instead.
+func (*ValidationFinding) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ValidationFinding) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *ValidationFinding) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *ValidationFinding) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// ValidateObservationRequest carries an observation to validate.
+type ValidateObservationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The observation as it would be recorded.
+	Observation   *SourceObservation `protobuf:"bytes,1,opt,name=observation,proto3" json:"observation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateObservationRequest) Reset() {
+	*x = ValidateObservationRequest{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateObservationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateObservationRequest) ProtoMessage() {}
+
+func (x *ValidateObservationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateObservationRequest.ProtoReflect.Descriptor instead.
+func (*ValidateObservationRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ValidateObservationRequest) GetObservation() *SourceObservation {
+	if x != nil {
+		return x.Observation
+	}
+	return nil
+}
+
+// ObservationValidation is the verdict on one observation.
+type ObservationValidation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the observation can support a claim (and so be recorded).
+	Fit bool `protobuf:"varint,1,opt,name=fit,proto3" json:"fit,omitempty"`
+	// Why not, when it cannot; empty when fit.
+	Findings      []*ValidationFinding `protobuf:"bytes,2,rep,name=findings,proto3" json:"findings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObservationValidation) Reset() {
+	*x = ObservationValidation{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservationValidation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservationValidation) ProtoMessage() {}
+
+func (x *ObservationValidation) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservationValidation.ProtoReflect.Descriptor instead.
+func (*ObservationValidation) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ObservationValidation) GetFit() bool {
+	if x != nil {
+		return x.Fit
+	}
+	return false
+}
+
+func (x *ObservationValidation) GetFindings() []*ValidationFinding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+// CompareRevisionsRequest names two observations of one source.
+type CompareRevisionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The earlier (e.g. cited) observation.
+	BaseObservationId string `protobuf:"bytes,1,opt,name=base_observation_id,json=baseObservationId,proto3" json:"base_observation_id,omitempty"`
+	// Required. The later (e.g. live) observation.
+	OtherObservationId string `protobuf:"bytes,2,opt,name=other_observation_id,json=otherObservationId,proto3" json:"other_observation_id,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *CompareRevisionsRequest) Reset() {
+	*x = CompareRevisionsRequest{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompareRevisionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompareRevisionsRequest) ProtoMessage() {}
+
+func (x *CompareRevisionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompareRevisionsRequest.ProtoReflect.Descriptor instead.
+func (*CompareRevisionsRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CompareRevisionsRequest) GetBaseObservationId() string {
+	if x != nil {
+		return x.BaseObservationId
+	}
+	return ""
+}
+
+func (x *CompareRevisionsRequest) GetOtherObservationId() string {
+	if x != nil {
+		return x.OtherObservationId
+	}
+	return ""
+}
+
+// RevisionComparison compares two observations of the same source.
+type RevisionComparison struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Connection.
+	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
+	// Resource URI.
+	ResourceUri string `protobuf:"bytes,2,opt,name=resource_uri,json=resourceUri,proto3" json:"resource_uri,omitempty"`
+	// The base observation's revision id, number and content digest.
+	BaseRevisionId string `protobuf:"bytes,3,opt,name=base_revision_id,json=baseRevisionId,proto3" json:"base_revision_id,omitempty"`
+	// Base revision number.
+	BaseRevisionNumber int32 `protobuf:"varint,4,opt,name=base_revision_number,json=baseRevisionNumber,proto3" json:"base_revision_number,omitempty"`
+	// Base content digest.
+	BaseContentDigest string `protobuf:"bytes,5,opt,name=base_content_digest,json=baseContentDigest,proto3" json:"base_content_digest,omitempty"`
+	// The other observation's revision id.
+	OtherRevisionId string `protobuf:"bytes,6,opt,name=other_revision_id,json=otherRevisionId,proto3" json:"other_revision_id,omitempty"`
+	// Other revision number.
+	OtherRevisionNumber int32 `protobuf:"varint,7,opt,name=other_revision_number,json=otherRevisionNumber,proto3" json:"other_revision_number,omitempty"`
+	// Other content digest.
+	OtherContentDigest string `protobuf:"bytes,8,opt,name=other_content_digest,json=otherContentDigest,proto3" json:"other_content_digest,omitempty"`
+	// Whether the content differs (digests differ).
+	Differs bool `protobuf:"varint,9,opt,name=differs,proto3" json:"differs,omitempty"`
+	// Passage ids present in both whose text differs, in base order.
+	ChangedPassageIds []string `protobuf:"bytes,10,rep,name=changed_passage_ids,json=changedPassageIds,proto3" json:"changed_passage_ids,omitempty"`
+	// Passage ids only in the base.
+	RemovedPassageIds []string `protobuf:"bytes,11,rep,name=removed_passage_ids,json=removedPassageIds,proto3" json:"removed_passage_ids,omitempty"`
+	// Passage ids only in the other.
+	AddedPassageIds []string `protobuf:"bytes,12,rep,name=added_passage_ids,json=addedPassageIds,proto3" json:"added_passage_ids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RevisionComparison) Reset() {
+	*x = RevisionComparison{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevisionComparison) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevisionComparison) ProtoMessage() {}
+
+func (x *RevisionComparison) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevisionComparison.ProtoReflect.Descriptor instead.
+func (*RevisionComparison) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RevisionComparison) GetConnectionId() string {
+	if x != nil {
+		return x.ConnectionId
+	}
+	return ""
+}
+
+func (x *RevisionComparison) GetResourceUri() string {
+	if x != nil {
+		return x.ResourceUri
+	}
+	return ""
+}
+
+func (x *RevisionComparison) GetBaseRevisionId() string {
+	if x != nil {
+		return x.BaseRevisionId
+	}
+	return ""
+}
+
+func (x *RevisionComparison) GetBaseRevisionNumber() int32 {
+	if x != nil {
+		return x.BaseRevisionNumber
+	}
+	return 0
+}
+
+func (x *RevisionComparison) GetBaseContentDigest() string {
+	if x != nil {
+		return x.BaseContentDigest
+	}
+	return ""
+}
+
+func (x *RevisionComparison) GetOtherRevisionId() string {
+	if x != nil {
+		return x.OtherRevisionId
+	}
+	return ""
+}
+
+func (x *RevisionComparison) GetOtherRevisionNumber() int32 {
+	if x != nil {
+		return x.OtherRevisionNumber
+	}
+	return 0
+}
+
+func (x *RevisionComparison) GetOtherContentDigest() string {
+	if x != nil {
+		return x.OtherContentDigest
+	}
+	return ""
+}
+
+func (x *RevisionComparison) GetDiffers() bool {
+	if x != nil {
+		return x.Differs
+	}
+	return false
+}
+
+func (x *RevisionComparison) GetChangedPassageIds() []string {
+	if x != nil {
+		return x.ChangedPassageIds
+	}
+	return nil
+}
+
+func (x *RevisionComparison) GetRemovedPassageIds() []string {
+	if x != nil {
+		return x.RemovedPassageIds
+	}
+	return nil
+}
+
+func (x *RevisionComparison) GetAddedPassageIds() []string {
+	if x != nil {
+		return x.AddedPassageIds
+	}
+	return nil
+}
+
+// RequestClassification is one candidate request's path through both
+// layers.
+type RequestClassification struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Candidate request id.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Capability.
+	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Where it stopped.
+	Class RequestClass `protobuf:"varint,3,opt,name=class,proto3,enum=v0m3.evidence.v1.RequestClass" json:"class,omitempty"`
+	// Product refusal or consequence reason, when any.
+	ProductReason string `protobuf:"bytes,4,opt,name=product_reason,json=productReason,proto3" json:"product_reason,omitempty"`
+	// Policy decision text, when policy decided.
+	PolicyDecision string `protobuf:"bytes,5,opt,name=policy_decision,json=policyDecision,proto3" json:"policy_decision,omitempty"`
+	// Attempt ids (the protocol layer's request ids).
+	AttemptIds []string `protobuf:"bytes,6,rep,name=attempt_ids,json=attemptIds,proto3" json:"attempt_ids,omitempty"`
+	// Outcome of the last protocol event, when any was sent.
+	ProtocolOutcome string `protobuf:"bytes,7,opt,name=protocol_outcome,json=protocolOutcome,proto3" json:"protocol_outcome,omitempty"`
+	// Safe code of the last protocol event's error, when any.
+	ProtocolSafeCode string `protobuf:"bytes,8,opt,name=protocol_safe_code,json=protocolSafeCode,proto3" json:"protocol_safe_code,omitempty"`
+	// Outcome of the product consequence, when settled.
+	ConsequenceOutcome string `protobuf:"bytes,9,opt,name=consequence_outcome,json=consequenceOutcome,proto3" json:"consequence_outcome,omitempty"`
+	// Sequences of every trace event of this request, both layers.
+	Sequences     []int64 `protobuf:"varint,10,rep,packed,name=sequences,proto3" json:"sequences,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestClassification) Reset() {
+	*x = RequestClassification{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestClassification) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestClassification) ProtoMessage() {}
+
+func (x *RequestClassification) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestClassification.ProtoReflect.Descriptor instead.
+func (*RequestClassification) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RequestClassification) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RequestClassification) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *RequestClassification) GetClass() RequestClass {
+	if x != nil {
+		return x.Class
+	}
+	return RequestClass_REQUEST_CLASS_UNSPECIFIED
+}
+
+func (x *RequestClassification) GetProductReason() string {
+	if x != nil {
+		return x.ProductReason
+	}
+	return ""
+}
+
+func (x *RequestClassification) GetPolicyDecision() string {
+	if x != nil {
+		return x.PolicyDecision
+	}
+	return ""
+}
+
+func (x *RequestClassification) GetAttemptIds() []string {
+	if x != nil {
+		return x.AttemptIds
+	}
+	return nil
+}
+
+func (x *RequestClassification) GetProtocolOutcome() string {
+	if x != nil {
+		return x.ProtocolOutcome
+	}
+	return ""
+}
+
+func (x *RequestClassification) GetProtocolSafeCode() string {
+	if x != nil {
+		return x.ProtocolSafeCode
+	}
+	return ""
+}
+
+func (x *RequestClassification) GetConsequenceOutcome() string {
+	if x != nil {
+		return x.ConsequenceOutcome
+	}
+	return ""
+}
+
+func (x *RequestClassification) GetSequences() []int64 {
+	if x != nil {
+		return x.Sequences
+	}
+	return nil
+}
+
+// ClassifyTraceRequest names a task.
+type ClassifyTraceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Task id.
+	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClassifyTraceRequest) Reset() {
+	*x = ClassifyTraceRequest{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClassifyTraceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClassifyTraceRequest) ProtoMessage() {}
+
+func (x *ClassifyTraceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClassifyTraceRequest.ProtoReflect.Descriptor instead.
+func (*ClassifyTraceRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ClassifyTraceRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+// TraceClassification classifies a task's requests.
+type TraceClassification struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Task.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// One entry per candidate request, in order of first appearance.
+	Requests      []*RequestClassification `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceClassification) Reset() {
+	*x = TraceClassification{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceClassification) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceClassification) ProtoMessage() {}
+
+func (x *TraceClassification) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceClassification.ProtoReflect.Descriptor instead.
+func (*TraceClassification) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TraceClassification) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TraceClassification) GetRequests() []*RequestClassification {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// Asset is content stored by digest.
+type Asset struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "sha256:" + hex of the content; the asset's identity.
+	Digest string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	// Media type as given when first stored.
+	MediaType string `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	// Size in bytes.
+	SizeBytes int64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The content (set by GetAsset; PutAsset returns it empty).
+	Content       []byte `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Asset) Reset() {
+	*x = Asset{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Asset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Asset) ProtoMessage() {}
+
+func (x *Asset) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Asset.ProtoReflect.Descriptor instead.
+func (*Asset) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Asset) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *Asset) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *Asset) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Asset) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+// PutAssetRequest stores content.
+type PutAssetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The content.
+	Content []byte `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// Required. Media type.
+	MediaType string `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	// Optional. Expected digest; a mismatch fails with INVALID_ARGUMENT.
+	ExpectedDigest string `protobuf:"bytes,3,opt,name=expected_digest,json=expectedDigest,proto3" json:"expected_digest,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PutAssetRequest) Reset() {
+	*x = PutAssetRequest{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutAssetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutAssetRequest) ProtoMessage() {}
+
+func (x *PutAssetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutAssetRequest.ProtoReflect.Descriptor instead.
+func (*PutAssetRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PutAssetRequest) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *PutAssetRequest) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *PutAssetRequest) GetExpectedDigest() string {
+	if x != nil {
+		return x.ExpectedDigest
+	}
+	return ""
+}
+
+// GetAssetRequest names an asset.
+type GetAssetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Digest.
+	Digest        string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAssetRequest) Reset() {
+	*x = GetAssetRequest{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAssetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAssetRequest) ProtoMessage() {}
+
+func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAssetRequest.ProtoReflect.Descriptor instead.
+func (*GetAssetRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetAssetRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+// PruneRequest applies retention.
+type PruneRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Protocol events older than this are summarized.
+	OlderThan     *durationpb.Duration `protobuf:"bytes,1,opt,name=older_than,json=olderThan,proto3" json:"older_than,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneRequest) Reset() {
+	*x = PruneRequest{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneRequest) ProtoMessage() {}
+
+func (x *PruneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneRequest.ProtoReflect.Descriptor instead.
+func (*PruneRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PruneRequest) GetOlderThan() *durationpb.Duration {
+	if x != nil {
+		return x.OlderThan
+	}
+	return nil
+}
+
+// PruneResponse says what changed.
+type PruneResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Events reduced to their summary.
+	SummarizedEvents int32 `protobuf:"varint,1,opt,name=summarized_events,json=summarizedEvents,proto3" json:"summarized_events,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PruneResponse) Reset() {
+	*x = PruneResponse{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneResponse) ProtoMessage() {}
+
+func (x *PruneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneResponse.ProtoReflect.Descriptor instead.
+func (*PruneResponse) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PruneResponse) GetSummarizedEvents() int32 {
+	if x != nil {
+		return x.SummarizedEvents
+	}
+	return 0
+}
+
 var File_v0m3_evidence_v1_evidence_proto protoreflect.FileDescriptor
 
 const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\n" +
-	"\x1fv0m3/evidence/v1/evidence.proto\x12\x10v0m3.evidence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"R\n" +
+	"\x1fv0m3/evidence/v1/evidence.proto\x12\x10v0m3.evidence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x01\n" +
 	"\aPassage\x12\x1d\n" +
 	"\n" +
 	"passage_id\x18\x01 \x01(\tR\tpassageId\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x05R\x05index\"\xd1\x06\n" +
+	"\x05index\x18\x03 \x01(\x05R\x05index\x12\x1f\n" +
+	"\vtext_digest\x18\x04 \x01(\tR\n" +
+	"textDigest\x12!\n" +
+	"\fasset_offset\x18\x05 \x01(\x03R\vassetOffset\x12!\n" +
+	"\fasset_length\x18\x06 \x01(\x03R\vassetLength\"\xf4\x06\n" +
 	"\x11SourceObservation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vrevision_id\x18\x02 \x01(\tR\n" +
@@ -1748,7 +2742,8 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\bpassages\x18\x11 \x03(\v2\x19.v0m3.evidence.v1.PassageR\bpassages\x12\x1f\n" +
 	"\vserver_name\x18\x12 \x01(\tR\n" +
 	"serverName\x12%\n" +
-	"\x0eserver_version\x18\x13 \x01(\tR\rserverVersion\x1aC\n" +
+	"\x0eserver_version\x18\x13 \x01(\tR\rserverVersion\x12!\n" +
+	"\fasset_digest\x18\x14 \x01(\tR\vassetDigest\x1aC\n" +
 	"\x15RevisionMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
@@ -1853,7 +2848,73 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x14RecordReceiptRequest\x123\n" +
 	"\areceipt\x18\x01 \x01(\v2\x19.v0m3.evidence.v1.ReceiptR\areceipt\"<\n" +
 	"\x11GetReceiptRequest\x12'\n" +
-	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey*\xb4\x03\n" +
+	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\"U\n" +
+	"\x11ValidationFinding\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x14\n" +
+	"\x05field\x18\x02 \x01(\tR\x05field\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"c\n" +
+	"\x1aValidateObservationRequest\x12E\n" +
+	"\vobservation\x18\x01 \x01(\v2#.v0m3.evidence.v1.SourceObservationR\vobservation\"j\n" +
+	"\x15ObservationValidation\x12\x10\n" +
+	"\x03fit\x18\x01 \x01(\bR\x03fit\x12?\n" +
+	"\bfindings\x18\x02 \x03(\v2#.v0m3.evidence.v1.ValidationFindingR\bfindings\"{\n" +
+	"\x17CompareRevisionsRequest\x12.\n" +
+	"\x13base_observation_id\x18\x01 \x01(\tR\x11baseObservationId\x120\n" +
+	"\x14other_observation_id\x18\x02 \x01(\tR\x12otherObservationId\"\xa0\x04\n" +
+	"\x12RevisionComparison\x12#\n" +
+	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12!\n" +
+	"\fresource_uri\x18\x02 \x01(\tR\vresourceUri\x12(\n" +
+	"\x10base_revision_id\x18\x03 \x01(\tR\x0ebaseRevisionId\x120\n" +
+	"\x14base_revision_number\x18\x04 \x01(\x05R\x12baseRevisionNumber\x12.\n" +
+	"\x13base_content_digest\x18\x05 \x01(\tR\x11baseContentDigest\x12*\n" +
+	"\x11other_revision_id\x18\x06 \x01(\tR\x0fotherRevisionId\x122\n" +
+	"\x15other_revision_number\x18\a \x01(\x05R\x13otherRevisionNumber\x120\n" +
+	"\x14other_content_digest\x18\b \x01(\tR\x12otherContentDigest\x12\x18\n" +
+	"\adiffers\x18\t \x01(\bR\adiffers\x12.\n" +
+	"\x13changed_passage_ids\x18\n" +
+	" \x03(\tR\x11changedPassageIds\x12.\n" +
+	"\x13removed_passage_ids\x18\v \x03(\tR\x11removedPassageIds\x12*\n" +
+	"\x11added_passage_ids\x18\f \x03(\tR\x0faddedPassageIds\"\xa5\x03\n" +
+	"\x15RequestClassification\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x02 \x01(\tR\n" +
+	"capability\x124\n" +
+	"\x05class\x18\x03 \x01(\x0e2\x1e.v0m3.evidence.v1.RequestClassR\x05class\x12%\n" +
+	"\x0eproduct_reason\x18\x04 \x01(\tR\rproductReason\x12'\n" +
+	"\x0fpolicy_decision\x18\x05 \x01(\tR\x0epolicyDecision\x12\x1f\n" +
+	"\vattempt_ids\x18\x06 \x03(\tR\n" +
+	"attemptIds\x12)\n" +
+	"\x10protocol_outcome\x18\a \x01(\tR\x0fprotocolOutcome\x12,\n" +
+	"\x12protocol_safe_code\x18\b \x01(\tR\x10protocolSafeCode\x12/\n" +
+	"\x13consequence_outcome\x18\t \x01(\tR\x12consequenceOutcome\x12\x1c\n" +
+	"\tsequences\x18\n" +
+	" \x03(\x03R\tsequences\"/\n" +
+	"\x14ClassifyTraceRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\"s\n" +
+	"\x13TraceClassification\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12C\n" +
+	"\brequests\x18\x02 \x03(\v2'.v0m3.evidence.v1.RequestClassificationR\brequests\"w\n" +
+	"\x05Asset\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x02 \x01(\tR\tmediaType\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x18\n" +
+	"\acontent\x18\x04 \x01(\fR\acontent\"s\n" +
+	"\x0fPutAssetRequest\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\fR\acontent\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x02 \x01(\tR\tmediaType\x12'\n" +
+	"\x0fexpected_digest\x18\x03 \x01(\tR\x0eexpectedDigest\")\n" +
+	"\x0fGetAssetRequest\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\"H\n" +
+	"\fPruneRequest\x128\n" +
+	"\n" +
+	"older_than\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\tolderThan\"<\n" +
+	"\rPruneResponse\x12+\n" +
+	"\x11summarized_events\x18\x01 \x01(\x05R\x10summarizedEvents*\xd7\x03\n" +
 	"\x10ProductEventKind\x12\"\n" +
 	"\x1ePRODUCT_EVENT_KIND_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fPRODUCT_EVENT_KIND_TASK_STARTED\x10\x01\x12(\n" +
@@ -1866,7 +2927,17 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"'PRODUCT_EVENT_KIND_OBSERVATION_RECORDED\x10\b\x12\"\n" +
 	"\x1ePRODUCT_EVENT_KIND_CONSEQUENCE\x10\t\x12!\n" +
 	"\x1dPRODUCT_EVENT_KIND_TASK_STATE\x10\n" +
-	"2\xaf\x06\n" +
+	"\x12!\n" +
+	"\x1dPRODUCT_EVENT_KIND_DIAGNOSTIC\x10\v*\xf0\x01\n" +
+	"\fRequestClass\x12\x1d\n" +
+	"\x19REQUEST_CLASS_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17REQUEST_CLASS_COMPLETED\x10\x01\x12#\n" +
+	"\x1fREQUEST_CLASS_PRODUCT_FORBIDDEN\x10\x02\x12!\n" +
+	"\x1dREQUEST_CLASS_SERVER_REJECTED\x10\x03\x12\x1e\n" +
+	"\x1aREQUEST_CLASS_NOT_RECORDED\x10\x04\x12!\n" +
+	"\x1dREQUEST_CLASS_DELIVERY_FAILED\x10\x05\x12\x19\n" +
+	"\x15REQUEST_CLASS_PENDING\x10\x062\xbc\n" +
+	"\n" +
 	"\x0fEvidenceService\x12d\n" +
 	"\x11RecordObservation\x12*.v0m3.evidence.v1.RecordObservationRequest\x1a#.v0m3.evidence.v1.SourceObservation\x12^\n" +
 	"\x0eGetObservation\x12'.v0m3.evidence.v1.GetObservationRequest\x1a#.v0m3.evidence.v1.SourceObservation\x12i\n" +
@@ -1877,7 +2948,13 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\bGetTrace\x12!.v0m3.evidence.v1.GetTraceRequest\x1a\x17.v0m3.evidence.v1.Trace\x12R\n" +
 	"\rRecordReceipt\x12&.v0m3.evidence.v1.RecordReceiptRequest\x1a\x19.v0m3.evidence.v1.Receipt\x12L\n" +
 	"\n" +
-	"GetReceipt\x12#.v0m3.evidence.v1.GetReceiptRequest\x1a\x19.v0m3.evidence.v1.ReceiptB8Z6github.com/v0m3/v0m3/proto/v0m3/evidence/v1;evidencev1b\x06proto3"
+	"GetReceipt\x12#.v0m3.evidence.v1.GetReceiptRequest\x1a\x19.v0m3.evidence.v1.Receipt\x12l\n" +
+	"\x13ValidateObservation\x12,.v0m3.evidence.v1.ValidateObservationRequest\x1a'.v0m3.evidence.v1.ObservationValidation\x12c\n" +
+	"\x10CompareRevisions\x12).v0m3.evidence.v1.CompareRevisionsRequest\x1a$.v0m3.evidence.v1.RevisionComparison\x12^\n" +
+	"\rClassifyTrace\x12&.v0m3.evidence.v1.ClassifyTraceRequest\x1a%.v0m3.evidence.v1.TraceClassification\x12F\n" +
+	"\bPutAsset\x12!.v0m3.evidence.v1.PutAssetRequest\x1a\x17.v0m3.evidence.v1.Asset\x12F\n" +
+	"\bGetAsset\x12!.v0m3.evidence.v1.GetAssetRequest\x1a\x17.v0m3.evidence.v1.Asset\x12H\n" +
+	"\x05Prune\x12\x1e.v0m3.evidence.v1.PruneRequest\x1a\x1f.v0m3.evidence.v1.PruneResponseB8Z6github.com/v0m3/v0m3/proto/v0m3/evidence/v1;evidencev1b\x06proto3"
 
 var (
 	file_v0m3_evidence_v1_evidence_proto_rawDescOnce sync.Once
@@ -1891,80 +2968,111 @@ func file_v0m3_evidence_v1_evidence_proto_rawDescGZIP() []byte {
 	return file_v0m3_evidence_v1_evidence_proto_rawDescData
 }
 
-var file_v0m3_evidence_v1_evidence_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_v0m3_evidence_v1_evidence_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_v0m3_evidence_v1_evidence_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_v0m3_evidence_v1_evidence_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_v0m3_evidence_v1_evidence_proto_goTypes = []any{
-	(ProductEventKind)(0),            // 0: v0m3.evidence.v1.ProductEventKind
-	(*Passage)(nil),                  // 1: v0m3.evidence.v1.Passage
-	(*SourceObservation)(nil),        // 2: v0m3.evidence.v1.SourceObservation
-	(*RecordObservationRequest)(nil), // 3: v0m3.evidence.v1.RecordObservationRequest
-	(*GetObservationRequest)(nil),    // 4: v0m3.evidence.v1.GetObservationRequest
-	(*ListObservationsRequest)(nil),  // 5: v0m3.evidence.v1.ListObservationsRequest
-	(*ListObservationsResponse)(nil), // 6: v0m3.evidence.v1.ListObservationsResponse
-	(*SourceRevision)(nil),           // 7: v0m3.evidence.v1.SourceRevision
-	(*ListRevisionsRequest)(nil),     // 8: v0m3.evidence.v1.ListRevisionsRequest
-	(*ListRevisionsResponse)(nil),    // 9: v0m3.evidence.v1.ListRevisionsResponse
-	(*ClaimLink)(nil),                // 10: v0m3.evidence.v1.ClaimLink
-	(*LinkClaimRequest)(nil),         // 11: v0m3.evidence.v1.LinkClaimRequest
-	(*ErrorEvidence)(nil),            // 12: v0m3.evidence.v1.ErrorEvidence
-	(*ProtocolEvent)(nil),            // 13: v0m3.evidence.v1.ProtocolEvent
-	(*ProductEvent)(nil),             // 14: v0m3.evidence.v1.ProductEvent
-	(*TraceEvent)(nil),               // 15: v0m3.evidence.v1.TraceEvent
-	(*AppendTraceRequest)(nil),       // 16: v0m3.evidence.v1.AppendTraceRequest
-	(*GetTraceRequest)(nil),          // 17: v0m3.evidence.v1.GetTraceRequest
-	(*Trace)(nil),                    // 18: v0m3.evidence.v1.Trace
-	(*Receipt)(nil),                  // 19: v0m3.evidence.v1.Receipt
-	(*RecordReceiptRequest)(nil),     // 20: v0m3.evidence.v1.RecordReceiptRequest
-	(*GetReceiptRequest)(nil),        // 21: v0m3.evidence.v1.GetReceiptRequest
-	nil,                              // 22: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
-	(*timestamppb.Timestamp)(nil),    // 23: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),          // 24: google.protobuf.Struct
-	(*durationpb.Duration)(nil),      // 25: google.protobuf.Duration
+	(ProductEventKind)(0),              // 0: v0m3.evidence.v1.ProductEventKind
+	(RequestClass)(0),                  // 1: v0m3.evidence.v1.RequestClass
+	(*Passage)(nil),                    // 2: v0m3.evidence.v1.Passage
+	(*SourceObservation)(nil),          // 3: v0m3.evidence.v1.SourceObservation
+	(*RecordObservationRequest)(nil),   // 4: v0m3.evidence.v1.RecordObservationRequest
+	(*GetObservationRequest)(nil),      // 5: v0m3.evidence.v1.GetObservationRequest
+	(*ListObservationsRequest)(nil),    // 6: v0m3.evidence.v1.ListObservationsRequest
+	(*ListObservationsResponse)(nil),   // 7: v0m3.evidence.v1.ListObservationsResponse
+	(*SourceRevision)(nil),             // 8: v0m3.evidence.v1.SourceRevision
+	(*ListRevisionsRequest)(nil),       // 9: v0m3.evidence.v1.ListRevisionsRequest
+	(*ListRevisionsResponse)(nil),      // 10: v0m3.evidence.v1.ListRevisionsResponse
+	(*ClaimLink)(nil),                  // 11: v0m3.evidence.v1.ClaimLink
+	(*LinkClaimRequest)(nil),           // 12: v0m3.evidence.v1.LinkClaimRequest
+	(*ErrorEvidence)(nil),              // 13: v0m3.evidence.v1.ErrorEvidence
+	(*ProtocolEvent)(nil),              // 14: v0m3.evidence.v1.ProtocolEvent
+	(*ProductEvent)(nil),               // 15: v0m3.evidence.v1.ProductEvent
+	(*TraceEvent)(nil),                 // 16: v0m3.evidence.v1.TraceEvent
+	(*AppendTraceRequest)(nil),         // 17: v0m3.evidence.v1.AppendTraceRequest
+	(*GetTraceRequest)(nil),            // 18: v0m3.evidence.v1.GetTraceRequest
+	(*Trace)(nil),                      // 19: v0m3.evidence.v1.Trace
+	(*Receipt)(nil),                    // 20: v0m3.evidence.v1.Receipt
+	(*RecordReceiptRequest)(nil),       // 21: v0m3.evidence.v1.RecordReceiptRequest
+	(*GetReceiptRequest)(nil),          // 22: v0m3.evidence.v1.GetReceiptRequest
+	(*ValidationFinding)(nil),          // 23: v0m3.evidence.v1.ValidationFinding
+	(*ValidateObservationRequest)(nil), // 24: v0m3.evidence.v1.ValidateObservationRequest
+	(*ObservationValidation)(nil),      // 25: v0m3.evidence.v1.ObservationValidation
+	(*CompareRevisionsRequest)(nil),    // 26: v0m3.evidence.v1.CompareRevisionsRequest
+	(*RevisionComparison)(nil),         // 27: v0m3.evidence.v1.RevisionComparison
+	(*RequestClassification)(nil),      // 28: v0m3.evidence.v1.RequestClassification
+	(*ClassifyTraceRequest)(nil),       // 29: v0m3.evidence.v1.ClassifyTraceRequest
+	(*TraceClassification)(nil),        // 30: v0m3.evidence.v1.TraceClassification
+	(*Asset)(nil),                      // 31: v0m3.evidence.v1.Asset
+	(*PutAssetRequest)(nil),            // 32: v0m3.evidence.v1.PutAssetRequest
+	(*GetAssetRequest)(nil),            // 33: v0m3.evidence.v1.GetAssetRequest
+	(*PruneRequest)(nil),               // 34: v0m3.evidence.v1.PruneRequest
+	(*PruneResponse)(nil),              // 35: v0m3.evidence.v1.PruneResponse
+	nil,                                // 36: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	(*timestamppb.Timestamp)(nil),      // 37: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),            // 38: google.protobuf.Struct
+	(*durationpb.Duration)(nil),        // 39: google.protobuf.Duration
 }
 var file_v0m3_evidence_v1_evidence_proto_depIdxs = []int32{
-	23, // 0: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
-	22, // 1: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
-	1,  // 2: v0m3.evidence.v1.SourceObservation.passages:type_name -> v0m3.evidence.v1.Passage
-	2,  // 3: v0m3.evidence.v1.RecordObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
-	2,  // 4: v0m3.evidence.v1.ListObservationsResponse.observations:type_name -> v0m3.evidence.v1.SourceObservation
-	23, // 5: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
-	7,  // 6: v0m3.evidence.v1.ListRevisionsResponse.revisions:type_name -> v0m3.evidence.v1.SourceRevision
-	23, // 7: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
-	24, // 8: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
-	25, // 9: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
-	12, // 10: v0m3.evidence.v1.ProtocolEvent.error:type_name -> v0m3.evidence.v1.ErrorEvidence
+	37, // 0: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
+	36, // 1: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	2,  // 2: v0m3.evidence.v1.SourceObservation.passages:type_name -> v0m3.evidence.v1.Passage
+	3,  // 3: v0m3.evidence.v1.RecordObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
+	3,  // 4: v0m3.evidence.v1.ListObservationsResponse.observations:type_name -> v0m3.evidence.v1.SourceObservation
+	37, // 5: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
+	8,  // 6: v0m3.evidence.v1.ListRevisionsResponse.revisions:type_name -> v0m3.evidence.v1.SourceRevision
+	37, // 7: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
+	38, // 8: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
+	39, // 9: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
+	13, // 10: v0m3.evidence.v1.ProtocolEvent.error:type_name -> v0m3.evidence.v1.ErrorEvidence
 	0,  // 11: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
-	23, // 12: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
-	13, // 13: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
-	14, // 14: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
-	15, // 15: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
-	15, // 16: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
-	24, // 17: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
-	23, // 18: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
-	19, // 19: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
-	3,  // 20: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
-	4,  // 21: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
-	5,  // 22: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
-	8,  // 23: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
-	11, // 24: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
-	16, // 25: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
-	17, // 26: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
-	20, // 27: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
-	21, // 28: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
-	2,  // 29: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	2,  // 30: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	6,  // 31: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
-	9,  // 32: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
-	10, // 33: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
-	15, // 34: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
-	18, // 35: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
-	19, // 36: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
-	19, // 37: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
-	29, // [29:38] is the sub-list for method output_type
-	20, // [20:29] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	37, // 12: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
+	14, // 13: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
+	15, // 14: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
+	16, // 15: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
+	16, // 16: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
+	38, // 17: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
+	37, // 18: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
+	20, // 19: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
+	3,  // 20: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
+	23, // 21: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
+	1,  // 22: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
+	28, // 23: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
+	39, // 24: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
+	4,  // 25: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
+	5,  // 26: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
+	6,  // 27: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
+	9,  // 28: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
+	12, // 29: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
+	17, // 30: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
+	18, // 31: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
+	21, // 32: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
+	22, // 33: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
+	24, // 34: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
+	26, // 35: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
+	29, // 36: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
+	32, // 37: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
+	33, // 38: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
+	34, // 39: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
+	3,  // 40: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	3,  // 41: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	7,  // 42: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
+	10, // 43: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
+	11, // 44: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
+	16, // 45: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
+	19, // 46: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
+	20, // 47: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
+	20, // 48: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
+	25, // 49: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
+	27, // 50: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
+	30, // 51: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
+	31, // 52: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
+	31, // 53: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
+	35, // 54: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
+	40, // [40:55] is the sub-list for method output_type
+	25, // [25:40] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_evidence_v1_evidence_proto_init() }
@@ -1981,8 +3089,8 @@ func file_v0m3_evidence_v1_evidence_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_evidence_v1_evidence_proto_rawDesc), len(file_v0m3_evidence_v1_evidence_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   22,
+			NumEnums:      2,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

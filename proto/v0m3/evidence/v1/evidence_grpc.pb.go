@@ -19,15 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	EvidenceService_RecordObservation_FullMethodName = "/v0m3.evidence.v1.EvidenceService/RecordObservation"
-	EvidenceService_GetObservation_FullMethodName    = "/v0m3.evidence.v1.EvidenceService/GetObservation"
-	EvidenceService_ListObservations_FullMethodName  = "/v0m3.evidence.v1.EvidenceService/ListObservations"
-	EvidenceService_ListRevisions_FullMethodName     = "/v0m3.evidence.v1.EvidenceService/ListRevisions"
-	EvidenceService_LinkClaim_FullMethodName         = "/v0m3.evidence.v1.EvidenceService/LinkClaim"
-	EvidenceService_AppendTrace_FullMethodName       = "/v0m3.evidence.v1.EvidenceService/AppendTrace"
-	EvidenceService_GetTrace_FullMethodName          = "/v0m3.evidence.v1.EvidenceService/GetTrace"
-	EvidenceService_RecordReceipt_FullMethodName     = "/v0m3.evidence.v1.EvidenceService/RecordReceipt"
-	EvidenceService_GetReceipt_FullMethodName        = "/v0m3.evidence.v1.EvidenceService/GetReceipt"
+	EvidenceService_RecordObservation_FullMethodName   = "/v0m3.evidence.v1.EvidenceService/RecordObservation"
+	EvidenceService_GetObservation_FullMethodName      = "/v0m3.evidence.v1.EvidenceService/GetObservation"
+	EvidenceService_ListObservations_FullMethodName    = "/v0m3.evidence.v1.EvidenceService/ListObservations"
+	EvidenceService_ListRevisions_FullMethodName       = "/v0m3.evidence.v1.EvidenceService/ListRevisions"
+	EvidenceService_LinkClaim_FullMethodName           = "/v0m3.evidence.v1.EvidenceService/LinkClaim"
+	EvidenceService_AppendTrace_FullMethodName         = "/v0m3.evidence.v1.EvidenceService/AppendTrace"
+	EvidenceService_GetTrace_FullMethodName            = "/v0m3.evidence.v1.EvidenceService/GetTrace"
+	EvidenceService_RecordReceipt_FullMethodName       = "/v0m3.evidence.v1.EvidenceService/RecordReceipt"
+	EvidenceService_GetReceipt_FullMethodName          = "/v0m3.evidence.v1.EvidenceService/GetReceipt"
+	EvidenceService_ValidateObservation_FullMethodName = "/v0m3.evidence.v1.EvidenceService/ValidateObservation"
+	EvidenceService_CompareRevisions_FullMethodName    = "/v0m3.evidence.v1.EvidenceService/CompareRevisions"
+	EvidenceService_ClassifyTrace_FullMethodName       = "/v0m3.evidence.v1.EvidenceService/ClassifyTrace"
+	EvidenceService_PutAsset_FullMethodName            = "/v0m3.evidence.v1.EvidenceService/PutAsset"
+	EvidenceService_GetAsset_FullMethodName            = "/v0m3.evidence.v1.EvidenceService/GetAsset"
+	EvidenceService_Prune_FullMethodName               = "/v0m3.evidence.v1.EvidenceService/Prune"
 )
 
 // EvidenceServiceClient is the client API for EvidenceService service.
@@ -59,6 +65,29 @@ type EvidenceServiceClient interface {
 	RecordReceipt(ctx context.Context, in *RecordReceiptRequest, opts ...grpc.CallOption) (*Receipt, error)
 	// GetReceipt looks a receipt up by its idempotency key.
 	GetReceipt(ctx context.Context, in *GetReceiptRequest, opts ...grpc.CallOption) (*Receipt, error)
+	// ValidateObservation decides, without storing anything, whether an
+	// observation could support a claim: a known media type and complete
+	// provenance, and content that is more than a title and a link.
+	// RecordObservation applies the same rule and refuses what fails it.
+	ValidateObservation(ctx context.Context, in *ValidateObservationRequest, opts ...grpc.CallOption) (*ObservationValidation, error)
+	// CompareRevisions compares two observations of the same source (e.g. the
+	// one a claim cites and the latest one): both revisions and digests, and
+	// whether the content differs.
+	CompareRevisions(ctx context.Context, in *CompareRevisionsRequest, opts ...grpc.CallOption) (*RevisionComparison, error)
+	// ClassifyTrace reads a task's trace, both layers, and classifies each
+	// candidate request by where it stopped: forbidden by the product,
+	// rejected by the server, completed remotely but not recorded, or
+	// completed.
+	ClassifyTrace(ctx context.Context, in *ClassifyTraceRequest, opts ...grpc.CallOption) (*TraceClassification, error)
+	// PutAsset stores content by its digest (content-addressed); storing the
+	// same content again returns the same asset.
+	PutAsset(ctx context.Context, in *PutAssetRequest, opts ...grpc.CallOption) (*Asset, error)
+	// GetAsset returns an asset's content.
+	GetAsset(ctx context.Context, in *GetAssetRequest, opts ...grpc.CallOption) (*Asset, error)
+	// Prune applies trace retention now: protocol events older than the age
+	// are reduced to their sanitized summary. Observations, revisions, claim
+	// links and receipts are never pruned.
+	Prune(ctx context.Context, in *PruneRequest, opts ...grpc.CallOption) (*PruneResponse, error)
 }
 
 type evidenceServiceClient struct {
@@ -159,6 +188,66 @@ func (c *evidenceServiceClient) GetReceipt(ctx context.Context, in *GetReceiptRe
 	return out, nil
 }
 
+func (c *evidenceServiceClient) ValidateObservation(ctx context.Context, in *ValidateObservationRequest, opts ...grpc.CallOption) (*ObservationValidation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ObservationValidation)
+	err := c.cc.Invoke(ctx, EvidenceService_ValidateObservation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *evidenceServiceClient) CompareRevisions(ctx context.Context, in *CompareRevisionsRequest, opts ...grpc.CallOption) (*RevisionComparison, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevisionComparison)
+	err := c.cc.Invoke(ctx, EvidenceService_CompareRevisions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *evidenceServiceClient) ClassifyTrace(ctx context.Context, in *ClassifyTraceRequest, opts ...grpc.CallOption) (*TraceClassification, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TraceClassification)
+	err := c.cc.Invoke(ctx, EvidenceService_ClassifyTrace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *evidenceServiceClient) PutAsset(ctx context.Context, in *PutAssetRequest, opts ...grpc.CallOption) (*Asset, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Asset)
+	err := c.cc.Invoke(ctx, EvidenceService_PutAsset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *evidenceServiceClient) GetAsset(ctx context.Context, in *GetAssetRequest, opts ...grpc.CallOption) (*Asset, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Asset)
+	err := c.cc.Invoke(ctx, EvidenceService_GetAsset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *evidenceServiceClient) Prune(ctx context.Context, in *PruneRequest, opts ...grpc.CallOption) (*PruneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PruneResponse)
+	err := c.cc.Invoke(ctx, EvidenceService_Prune_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EvidenceServiceServer is the server API for EvidenceService service.
 // All implementations must embed UnimplementedEvidenceServiceServer
 // for forward compatibility.
@@ -188,6 +277,29 @@ type EvidenceServiceServer interface {
 	RecordReceipt(context.Context, *RecordReceiptRequest) (*Receipt, error)
 	// GetReceipt looks a receipt up by its idempotency key.
 	GetReceipt(context.Context, *GetReceiptRequest) (*Receipt, error)
+	// ValidateObservation decides, without storing anything, whether an
+	// observation could support a claim: a known media type and complete
+	// provenance, and content that is more than a title and a link.
+	// RecordObservation applies the same rule and refuses what fails it.
+	ValidateObservation(context.Context, *ValidateObservationRequest) (*ObservationValidation, error)
+	// CompareRevisions compares two observations of the same source (e.g. the
+	// one a claim cites and the latest one): both revisions and digests, and
+	// whether the content differs.
+	CompareRevisions(context.Context, *CompareRevisionsRequest) (*RevisionComparison, error)
+	// ClassifyTrace reads a task's trace, both layers, and classifies each
+	// candidate request by where it stopped: forbidden by the product,
+	// rejected by the server, completed remotely but not recorded, or
+	// completed.
+	ClassifyTrace(context.Context, *ClassifyTraceRequest) (*TraceClassification, error)
+	// PutAsset stores content by its digest (content-addressed); storing the
+	// same content again returns the same asset.
+	PutAsset(context.Context, *PutAssetRequest) (*Asset, error)
+	// GetAsset returns an asset's content.
+	GetAsset(context.Context, *GetAssetRequest) (*Asset, error)
+	// Prune applies trace retention now: protocol events older than the age
+	// are reduced to their sanitized summary. Observations, revisions, claim
+	// links and receipts are never pruned.
+	Prune(context.Context, *PruneRequest) (*PruneResponse, error)
 	mustEmbedUnimplementedEvidenceServiceServer()
 }
 
@@ -224,6 +336,24 @@ func (UnimplementedEvidenceServiceServer) RecordReceipt(context.Context, *Record
 }
 func (UnimplementedEvidenceServiceServer) GetReceipt(context.Context, *GetReceiptRequest) (*Receipt, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetReceipt not implemented")
+}
+func (UnimplementedEvidenceServiceServer) ValidateObservation(context.Context, *ValidateObservationRequest) (*ObservationValidation, error) {
+	return nil, status.Error(codes.Unimplemented, "method ValidateObservation not implemented")
+}
+func (UnimplementedEvidenceServiceServer) CompareRevisions(context.Context, *CompareRevisionsRequest) (*RevisionComparison, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompareRevisions not implemented")
+}
+func (UnimplementedEvidenceServiceServer) ClassifyTrace(context.Context, *ClassifyTraceRequest) (*TraceClassification, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClassifyTrace not implemented")
+}
+func (UnimplementedEvidenceServiceServer) PutAsset(context.Context, *PutAssetRequest) (*Asset, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutAsset not implemented")
+}
+func (UnimplementedEvidenceServiceServer) GetAsset(context.Context, *GetAssetRequest) (*Asset, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAsset not implemented")
+}
+func (UnimplementedEvidenceServiceServer) Prune(context.Context, *PruneRequest) (*PruneResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Prune not implemented")
 }
 func (UnimplementedEvidenceServiceServer) mustEmbedUnimplementedEvidenceServiceServer() {}
 func (UnimplementedEvidenceServiceServer) testEmbeddedByValue()                         {}
@@ -408,6 +538,114 @@ func _EvidenceService_GetReceipt_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EvidenceService_ValidateObservation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ValidateObservationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EvidenceServiceServer).ValidateObservation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EvidenceService_ValidateObservation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EvidenceServiceServer).ValidateObservation(ctx, req.(*ValidateObservationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EvidenceService_CompareRevisions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompareRevisionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EvidenceServiceServer).CompareRevisions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EvidenceService_CompareRevisions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EvidenceServiceServer).CompareRevisions(ctx, req.(*CompareRevisionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EvidenceService_ClassifyTrace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClassifyTraceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EvidenceServiceServer).ClassifyTrace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EvidenceService_ClassifyTrace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EvidenceServiceServer).ClassifyTrace(ctx, req.(*ClassifyTraceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EvidenceService_PutAsset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutAssetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EvidenceServiceServer).PutAsset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EvidenceService_PutAsset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EvidenceServiceServer).PutAsset(ctx, req.(*PutAssetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EvidenceService_GetAsset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAssetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EvidenceServiceServer).GetAsset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EvidenceService_GetAsset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EvidenceServiceServer).GetAsset(ctx, req.(*GetAssetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EvidenceService_Prune_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PruneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EvidenceServiceServer).Prune(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EvidenceService_Prune_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EvidenceServiceServer).Prune(ctx, req.(*PruneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EvidenceService_ServiceDesc is the grpc.ServiceDesc for EvidenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -450,6 +688,30 @@ var EvidenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetReceipt",
 			Handler:    _EvidenceService_GetReceipt_Handler,
+		},
+		{
+			MethodName: "ValidateObservation",
+			Handler:    _EvidenceService_ValidateObservation_Handler,
+		},
+		{
+			MethodName: "CompareRevisions",
+			Handler:    _EvidenceService_CompareRevisions_Handler,
+		},
+		{
+			MethodName: "ClassifyTrace",
+			Handler:    _EvidenceService_ClassifyTrace_Handler,
+		},
+		{
+			MethodName: "PutAsset",
+			Handler:    _EvidenceService_PutAsset_Handler,
+		},
+		{
+			MethodName: "GetAsset",
+			Handler:    _EvidenceService_GetAsset_Handler,
+		},
+		{
+			MethodName: "Prune",
+			Handler:    _EvidenceService_Prune_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -605,9 +605,14 @@ type Connection struct {
 	// Output only. When the connection last changed.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Output only. When the connection was retired, if it was.
-	RetireTime    *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=retire_time,json=retireTime,proto3" json:"retire_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RetireTime *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=retire_time,json=retireTime,proto3" json:"retire_time,omitempty"`
+	// Digest of the workload that runs the server beyond its image (command,
+	// arguments, environment, sandbox), as the installer computed it, e.g.
+	// the operator for an MCPServer. Part of the configuration: a change is a
+	// new config revision.
+	WorkloadDigest string `protobuf:"bytes,20,opt,name=workload_digest,json=workloadDigest,proto3" json:"workload_digest,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Connection) Reset() {
@@ -771,6 +776,13 @@ func (x *Connection) GetRetireTime() *timestamppb.Timestamp {
 		return x.RetireTime
 	}
 	return nil
+}
+
+func (x *Connection) GetWorkloadDigest() string {
+	if x != nil {
+		return x.WorkloadDigest
+	}
+	return ""
 }
 
 // Transport says how a server is reached.
@@ -1204,9 +1216,11 @@ type ConfigRevision struct {
 	// Why this revision was created, e.g. "credential rotation".
 	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
 	// When it was created.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Workload digest at this revision.
+	WorkloadDigest string `protobuf:"bytes,11,opt,name=workload_digest,json=workloadDigest,proto3" json:"workload_digest,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ConfigRevision) Reset() {
@@ -1309,6 +1323,13 @@ func (x *ConfigRevision) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ConfigRevision) GetWorkloadDigest() string {
+	if x != nil {
+		return x.WorkloadDigest
+	}
+	return ""
+}
+
 // CreateConnectionRequest creates a connection.
 type CreateConnectionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1326,8 +1347,10 @@ type CreateConnectionRequest struct {
 	CredentialRef string `protobuf:"bytes,6,opt,name=credential_ref,json=credentialRef,proto3" json:"credential_ref,omitempty"`
 	// Optional. Credential version.
 	CredentialVersion string `protobuf:"bytes,7,opt,name=credential_version,json=credentialVersion,proto3" json:"credential_version,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Optional. Workload digest (see Connection.workload_digest).
+	WorkloadDigest string `protobuf:"bytes,8,opt,name=workload_digest,json=workloadDigest,proto3" json:"workload_digest,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateConnectionRequest) Reset() {
@@ -1405,6 +1428,13 @@ func (x *CreateConnectionRequest) GetCredentialRef() string {
 func (x *CreateConnectionRequest) GetCredentialVersion() string {
 	if x != nil {
 		return x.CredentialVersion
+	}
+	return ""
+}
+
+func (x *CreateConnectionRequest) GetWorkloadDigest() string {
+	if x != nil {
+		return x.WorkloadDigest
 	}
 	return ""
 }
@@ -1572,9 +1602,11 @@ type UpdateConnectionRequest struct {
 	// New owner (does not create a revision).
 	Owner string `protobuf:"bytes,10,opt,name=owner,proto3" json:"owner,omitempty"`
 	// Sandbox constraints applied by the adapter (does not create a revision).
-	Sandbox       *SandboxConstraints `protobuf:"bytes,11,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Sandbox *SandboxConstraints `protobuf:"bytes,11,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// New workload digest (with transport: part of the configuration).
+	WorkloadDigest string `protobuf:"bytes,12,opt,name=workload_digest,json=workloadDigest,proto3" json:"workload_digest,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpdateConnectionRequest) Reset() {
@@ -1682,6 +1714,13 @@ func (x *UpdateConnectionRequest) GetSandbox() *SandboxConstraints {
 		return x.Sandbox
 	}
 	return nil
+}
+
+func (x *UpdateConnectionRequest) GetWorkloadDigest() string {
+	if x != nil {
+		return x.WorkloadDigest
+	}
+	return ""
 }
 
 // RetireConnectionRequest retires a connection.
@@ -3894,7 +3933,7 @@ var File_v0m3_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"\x1fv0m3/registry/v1/registry.proto\x12\x10v0m3.registry.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\a\n" +
+	"\x1fv0m3/registry/v1/registry.proto\x12\x10v0m3.registry.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\a\n" +
 	"\n" +
 	"Connection\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
@@ -3919,7 +3958,8 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12;\n" +
 	"\vretire_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"retireTime\"\xe0\x01\n" +
+	"retireTime\x12'\n" +
+	"\x0fworkload_digest\x18\x14 \x01(\tR\x0eworkloadDigest\"\xe0\x01\n" +
 	"\tTransport\x128\n" +
 	"\x05stdio\x18\x01 \x01(\v2 .v0m3.registry.v1.StdioTransportH\x00R\x05stdio\x12T\n" +
 	"\x0fstreamable_http\x18\x02 \x01(\v2).v0m3.registry.v1.StreamableHTTPTransportH\x00R\x0estreamableHttp\x12;\n" +
@@ -3947,7 +3987,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"workingDir\x12/\n" +
 	"\x13minimal_environment\x18\x02 \x01(\bR\x12minimalEnvironment\x12<\n" +
 	"\anetwork\x18\x03 \x01(\x0e2\".v0m3.registry.v1.NetworkIsolationR\anetwork\x12'\n" +
-	"\x0fresource_limits\x18\x04 \x03(\tR\x0eresourceLimits\"\xaa\x03\n" +
+	"\x0fresource_limits\x18\x04 \x03(\tR\x0eresourceLimits\"\xd3\x03\n" +
 	"\x0eConfigRevision\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12#\n" +
@@ -3960,7 +4000,8 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x12;\n" +
 	"\vcreate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xb1\x02\n" +
+	"createTime\x12'\n" +
+	"\x0fworkload_digest\x18\v \x01(\tR\x0eworkloadDigest\"\xda\x02\n" +
 	"\x17CreateConnectionRequest\x12!\n" +
 	"\fdisplay_name\x18\x01 \x01(\tR\vdisplayName\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x129\n" +
@@ -3968,13 +4009,14 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\fimage_digest\x18\x04 \x01(\tR\vimageDigest\x12)\n" +
 	"\x10credential_scope\x18\x05 \x01(\tR\x0fcredentialScope\x12%\n" +
 	"\x0ecredential_ref\x18\x06 \x01(\tR\rcredentialRef\x12-\n" +
-	"\x12credential_version\x18\a \x01(\tR\x11credentialVersion\"&\n" +
+	"\x12credential_version\x18\a \x01(\tR\x11credentialVersion\x12'\n" +
+	"\x0fworkload_digest\x18\b \x01(\tR\x0eworkloadDigest\"&\n" +
 	"\x14GetConnectionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"A\n" +
 	"\x16ListConnectionsRequest\x12'\n" +
 	"\x0finclude_retired\x18\x01 \x01(\bR\x0eincludeRetired\"Y\n" +
 	"\x17ListConnectionsResponse\x12>\n" +
-	"\vconnections\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.ConnectionR\vconnections\"\xd3\x03\n" +
+	"\vconnections\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.ConnectionR\vconnections\"\xfc\x03\n" +
 	"\x17UpdateConnectionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
 	"\x18expected_config_revision\x18\x02 \x01(\x03R\x16expectedConfigRevision\x129\n" +
@@ -3987,7 +4029,8 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\fdisplay_name\x18\t \x01(\tR\vdisplayName\x12\x14\n" +
 	"\x05owner\x18\n" +
 	" \x01(\tR\x05owner\x12>\n" +
-	"\asandbox\x18\v \x01(\v2$.v0m3.registry.v1.SandboxConstraintsR\asandbox\"A\n" +
+	"\asandbox\x18\v \x01(\v2$.v0m3.registry.v1.SandboxConstraintsR\asandbox\x12'\n" +
+	"\x0fworkload_digest\x18\f \x01(\tR\x0eworkloadDigest\"A\n" +
 	"\x17RetireConnectionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"A\n" +

@@ -1,0 +1,192 @@
+package adapter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/v0m3/v0m3/services/fixture"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/digest"
+)
+
+// FixtureSourcesAdapter names the direct adapter for the fixture source
+// library (registryv1.DirectTransport{adapter: "fixture-sources"}).
+const FixtureSourcesAdapter = "fixture-sources"
+
+// CodeInvalidArguments is the safe code of a direct call whose arguments do
+// not match the target's input schema.
+const CodeInvalidArguments = "INVALID_ARGUMENTS"
+
+// DirectSource is a built-in adapter that is not MCP: it describes itself
+// and answers calls in process. Its answers go through the same limits,
+// media-type checks, digests and traces as an MCP server's, so a direct
+// adapter and an MCP adapter for the same source produce the same source
+// observation.
+type DirectSource interface {
+	// Describe returns what the source offers, as a snapshot without
+	// identity fields (the registry assigns them).
+	Describe(ctx context.Context) (*registryv1.DiscoverySnapshot, error)
+	// Call runs one call. A *DirectCallError is the source's own refusal
+	// (like an MCP tool error); any other error is a failure of the adapter.
+	Call(ctx context.Context, target *registryv1.RemoteTarget, args *structpb.Struct) ([]*adapterv1.ContentItem, error)
+}
+
+// DirectCallError is a direct source's refusal of one call.
+type DirectCallError struct {
+	// Code is the safe code, e.g. TOOL_ERROR or INVALID_ARGUMENTS.
+	Code string
+	// Detail is the source's message, kept as untrusted detail.
+	Detail string
+}
+
+func (e *DirectCallError) Error() string { return e.Code + ": " + e.Detail }
+
+// DefaultDirectSources returns the built-in direct adapters: the fixture
+// source library at notes revision 1.
+func DefaultDirectSources() map[string]DirectSource {
+	return map[string]DirectSource{FixtureSourcesAdapter: NewFixtureSources(fixture.NewLibrary(1))}
+}
+
+// fixtureSources reads the fixture library in process.
+type fixtureSources struct{ lib *fixture.Library }
+
+// NewFixtureSources returns the direct adapter over lib: the same notes,
+// search and resources the "V0M3 Sources" MCP server exposes.
+func NewFixtureSources(lib *fixture.Library) DirectSource { return &fixtureSources{lib: lib} }
+
+func (f *fixtureSources) Describe(context.Context) (*registryv1.DiscoverySnapshot, error) {
+	schema, err := structpb.NewStruct(fixture.SearchInputSchema())
+	if err != nil {
+		return nil, err
+	}
+	ann, _ := structpb.NewStruct(map[string]any{"readOnlyHint": true, "idempotentHint": true, "title": "Search notes"})
+	snap := &registryv1.DiscoverySnapshot{
+		ServerInfo:      &registryv1.ServerInfo{Name: fixture.ServerName, Version: fixture.ServerVersion},
+		ProtocolVersion: "direct/" + FixtureSourcesAdapter,
+		Tools: []*registryv1.ToolIdentity{{
+			Name: "search", Title: "Search notes", Description: fixture.DescriptionDefault, InputSchema: schema, Annotations: ann,
+		}},
+	}
+	for _, n := range f.lib.Notes() {
+		snap.Resources = append(snap.Resources, &registryv1.ResourceIdentity{
+			Uri: n.URI, Name: n.Slug, Title: n.Title, Description: "Technical note: " + n.Title,
+			MimeType: fixture.MediaType, Size: int64(len(n.Text)),
+		})
+	}
+	return snap, nil
+}
+
+func (f *fixtureSources) Call(_ context.Context, target *registryv1.RemoteTarget, args *structpb.Struct) ([]*adapterv1.ContentItem, error) {
+	var notes []fixture.Note
+	switch target.GetKind() {
+	case registryv1.RemoteKind_REMOTE_KIND_TOOL:
+		if target.GetName() != "search" {
+			return nil, &DirectCallError{Code: CodeToolError, Detail: "unknown tool " + truncate(target.GetName(), 64)}
+		}
+		var in struct {
+			Query string `json:"query"`
+			URI   string `json:"uri"`
+		}
+		raw, err := json.Marshal(args.AsMap())
+		if err != nil {
+			return nil, err
+		}
+		dec := json.NewDecoder(bytesReader(raw))
+		dec.DisallowUnknownFields() // the schema says additionalProperties: false
+		if err := dec.Decode(&in); err != nil || in.Query == "" || len(in.Query) > 256 {
+			return nil, &DirectCallError{Code: CodeInvalidArguments, Detail: "arguments do not match the search input schema"}
+		}
+		notes, err = f.lib.Search(in.Query, in.URI)
+		if err != nil {
+			return nil, &DirectCallError{Code: CodeToolError, Detail: err.Error()}
+		}
+	case registryv1.RemoteKind_REMOTE_KIND_RESOURCE:
+		for _, n := range f.lib.Notes() {
+			if n.URI == target.GetName() {
+				notes = []fixture.Note{n}
+			}
+		}
+		if notes == nil {
+			return nil, &DirectCallError{Code: "RESOURCE_NOT_FOUND", Detail: "no such note"}
+		}
+	}
+	items := make([]*adapterv1.ContentItem, 0, len(notes))
+	for i, n := range notes {
+		items = append(items, &adapterv1.ContentItem{
+			Uri: n.URI, MediaType: fixture.MediaType, Text: n.Text, ContentDigest: digest.Bytes([]byte(n.Text)),
+			Metadata: map[string]string{"revision": fmt.Sprint(n.Revision)}, Index: int32(i),
+		})
+	}
+	return items, nil
+}
+
+// directSource returns the direct adapter a connection names.
+func (s *Server) directSource(conn *registryv1.Connection) (DirectSource, error) {
+	name := conn.GetTransport().GetDirect().GetAdapter()
+	src, ok := s.direct[name]
+	if !ok {
+		return nil, apierror.New(codes.FailedPrecondition, "DIRECT_ADAPTER_UNKNOWN",
+			fmt.Sprintf("connection %s names the direct adapter %q, which this adapter does not have", conn.GetId(), truncate(name, 64)),
+			map[string]string{"connection_id": conn.GetId()})
+	}
+	return src, nil
+}
+
+// executeDirect runs one call on a direct adapter under the same limits
+// and checks as an MCP call.
+func (s *Server) executeDirect(ctx context.Context, conn *registryv1.Connection, req *adapterv1.ExecuteRequest) *adapterv1.ExecuteResponse {
+	method := "direct/tools/call"
+	if req.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
+		method = "direct/resources/read"
+	}
+	resp := &adapterv1.ExecuteResponse{Method: method, Stage: adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED}
+	src, err := s.directSource(conn)
+	if err != nil {
+		return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, "DIRECT_ADAPTER_UNKNOWN", "")
+	}
+	snap, _ := src.Describe(ctx)
+	resp.ServerInfo = snap.GetServerInfo()
+	resp.SendTime = timestamppb.Now()
+	resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_SENT
+	items, err := src.Call(ctx, req.GetTarget(), req.GetArguments())
+	resp.ObserveTime = timestamppb.New(time.Now())
+	var ce *DirectCallError
+	switch {
+	case errors.As(err, &ce):
+		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED
+		return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, ce.Code, truncate(ce.Detail, maxDetailBytes))
+	case err != nil:
+		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedResult, "")
+	}
+	resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED
+	if err := checkCount(len(items), req.GetLimits()); err != nil {
+		var cerr *contentError
+		errors.As(err, &cerr)
+		return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, cerr.code, cerr.detail)
+	}
+	r, err := finish(items, nil, req.GetLimits())
+	if err != nil {
+		var cerr *contentError
+		if errors.As(err, &cerr) {
+			return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, cerr.code, cerr.detail)
+		}
+		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedResult, "")
+	}
+	for _, it := range r.items {
+		resp.ResponseBytes += int64(len(it.GetText())) + it.GetBlobSize()
+	}
+	resp.Items, resp.ResponseDigest, resp.Outcome = r.items, r.digest, adapterv1.Outcome_OUTCOME_OK
+	return resp
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

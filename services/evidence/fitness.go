@@ -1,0 +1,125 @@
+package evidence
+
+import (
+	"context"
+	"mime"
+	"regexp"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+)
+
+// Finding codes of observation validation. Stable: callers and traces use
+// them.
+const (
+	FindingMediaTypeUnknown     = "MEDIA_TYPE_UNKNOWN"
+	FindingProvenanceIncomplete = "PROVENANCE_INCOMPLETE"
+	FindingTitleAndLinkOnly     = "TITLE_AND_LINK_ONLY"
+	FindingAssetMismatch        = "ASSET_MISMATCH"
+)
+
+// EvidentiaryMediaTypes are the media types whose content can support a
+// claim: text a person can read and quote. Anything else (binary, link
+// lists, unknown types) may be fine for a connection to return, but it is
+// a diagnostic result, not evidence. Compared without parameters.
+var EvidentiaryMediaTypes = []string{"text/markdown", "text/plain", "text/html"}
+
+// titleAndLink matches text that is only a title and a link, the shape of a
+// search hit rather than a source: "Title — https://…", "Title: https://…",
+// "[Title](https://…)", or a bare URL.
+var titleAndLink = regexp.MustCompile(`(?is)^\s*(?:(?:\[[^\]\n]{0,300}\]\(\s*[a-z][a-z0-9+.-]*://[^\s)]+\s*\))|(?:[^\n]{0,300}?\s*(?:—|–|-|:|\||\s)\s*)?<?[a-z][a-z0-9+.-]*://\S+?>?)\s*$`)
+
+// Assess applies the evidentiary rule to one observation and returns every
+// reason it cannot support a claim; none means it can. Connection success
+// is not fitness: a complete remote call can still return something that
+// is not a source (a link, a binary blob, an item without provenance).
+func Assess(o *evidencev1.SourceObservation) []*evidencev1.ValidationFinding {
+	var out []*evidencev1.ValidationFinding
+	add := func(code, field, detail string) {
+		out = append(out, &evidencev1.ValidationFinding{Code: code, Field: field, Detail: detail})
+	}
+	if mt := normalizeMediaType(o.GetMediaType()); !isEvidentiaryMediaType(mt) {
+		add(FindingMediaTypeUnknown, "observation.media_type",
+			"media type "+quoteBounded(o.GetMediaType())+" is not one of "+strings.Join(EvidentiaryMediaTypes, ", "))
+	}
+	for _, f := range [][2]string{
+		{"observation.connection_id", o.GetConnectionId()},
+		{"observation.snapshot_id", o.GetSnapshotId()},
+		{"observation.mapping_id", o.GetMappingId()},
+		{"observation.request_id", o.GetRequestId()},
+		{"observation.request_digest", o.GetRequestDigest()},
+		{"observation.resource_uri", o.GetResourceUri()},
+		{"observation.content_digest", o.GetContentDigest()},
+	} {
+		if f[1] == "" {
+			add(FindingProvenanceIncomplete, f[0], "required provenance is missing")
+		}
+	}
+	if o.GetMappingRevision() <= 0 {
+		add(FindingProvenanceIncomplete, "observation.mapping_revision", "required provenance is missing")
+	}
+	if a := o.GetAssetDigest(); a != "" && a != o.GetContentDigest() {
+		add(FindingAssetMismatch, "observation.asset_digest", "the asset digest differs from the content digest")
+	}
+	if text := observedText(o); o.GetAssetDigest() == "" && strings.TrimSpace(text) != "" && titleAndLink.MatchString(text) {
+		add(FindingTitleAndLinkOnly, "observation.passages", "the content is only a title and a link: a pointer to a source, not a source")
+	}
+	return out
+}
+
+// observedText joins an observation's passage texts.
+func observedText(o *evidencev1.SourceObservation) string {
+	parts := make([]string, 0, len(o.GetPassages()))
+	for _, p := range o.GetPassages() {
+		parts = append(parts, p.GetText())
+	}
+	return strings.Join(parts, "\n\n")
+}
+
+func isEvidentiaryMediaType(mt string) bool {
+	for _, a := range EvidentiaryMediaTypes {
+		if mt == a {
+			return true
+		}
+	}
+	return false
+}
+
+// normalizeMediaType lowercases a media type and drops its parameters.
+func normalizeMediaType(t string) string {
+	if mt, _, err := mime.ParseMediaType(t); err == nil {
+		return mt
+	}
+	return strings.ToLower(strings.TrimSpace(t))
+}
+
+// quoteBounded quotes remote text for a safe detail, bounded.
+func quoteBounded(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "…"
+	}
+	return `"` + strings.ToValidUTF8(s, "") + `"`
+}
+
+// ValidateObservation applies Assess without storing anything.
+func (s *Server) ValidateObservation(_ context.Context, req *evidencev1.ValidateObservationRequest) (*evidencev1.ObservationValidation, error) {
+	if req.GetObservation() == nil {
+		return nil, apierror.InvalidArgument("REQUEST_INVALID", "an observation is required", apierror.FieldViolation{Field: "observation", Description: "required"})
+	}
+	f := Assess(req.GetObservation())
+	return &evidencev1.ObservationValidation{Fit: len(f) == 0, Findings: f}, nil
+}
+
+// unfitError is the error for an observation that cannot support a claim.
+func unfitError(reason, what string, findings []*evidencev1.ValidationFinding) error {
+	codesSeen := make([]string, 0, len(findings))
+	for _, f := range findings {
+		codesSeen = append(codesSeen, f.GetCode()+" ("+f.GetField()+")")
+	}
+	return apierror.New(codes.FailedPrecondition, reason,
+		what+": "+strings.Join(codesSeen, ", ")+"; it stays a diagnostic result, not a source record",
+		map[string]string{"finding": findings[0].GetCode()})
+}

@@ -1,0 +1,339 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/redisstore"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// Redis layout, under "{<prefix>:orchestrator}:":
+//
+//	task:<id>            Task
+//	tasks                SET of task ids
+//	catalogue:<task>     OfferedCatalogue
+//	req:<id>             ToolRequest
+//	reqkey:<digest>      request id, for digest of (task id, provider call id)
+//	taskreqs:<task>      LIST of request ids, oldest first
+//	open                 SET of request ids with an attempt that has no end time
+//	events:<task>        LIST of TaskEvents; the event at index i has sequence i+1
+//
+// Changes that decide on stored state are WATCH/MULTI/EXEC transactions
+// retried on conflict, so two replicas receiving the same provider call at
+// once create one request, and an approval is used once.
+type redisOrchestratorStore struct {
+	c redis.UniversalClient
+	k redisstore.Keys
+}
+
+// NewRedisStore returns the orchestrator Store on Redis; prefix names the
+// deployment, so several deployments can share one Redis.
+func NewRedisStore(c redis.UniversalClient, prefix string) Store {
+	return &redisOrchestratorStore{c: c, k: redisstore.NewKeys(prefix, "orchestrator")}
+}
+
+func (s *redisOrchestratorStore) task(id string) string { return s.k.Key("task", id) }
+func (s *redisOrchestratorStore) req(id string) string  { return s.k.Key("req", id) }
+
+func (s *redisOrchestratorStore) CreateTask(ctx context.Context, t *orchestratorv1.Task) error {
+	v, err := redisstore.Marshal(t)
+	if err != nil {
+		return err
+	}
+	err = redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
+		n, err := tx.Exists(ctx, s.task(t.GetId())).Result()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return redisstore.Abort(ctx, tx, fmt.Errorf("create task %s: %w", t.GetId(), store.ErrExists))
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, s.task(t.GetId()), v, 0)
+			p.SAdd(ctx, s.k.Key("tasks"), t.GetId())
+			return nil
+		})
+		return err
+	}, s.task(t.GetId()))
+	return err
+}
+
+func (s *redisOrchestratorStore) GetTask(ctx context.Context, id string) (*orchestratorv1.Task, error) {
+	t := &orchestratorv1.Task{}
+	if err := redisstore.Get(ctx, s.c, s.task(id), t); err != nil {
+		return nil, fmt.Errorf("get task %s: %w", id, err)
+	}
+	return t, nil
+}
+
+func (s *redisOrchestratorStore) UpdateTask(ctx context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error) {
+	var out *orchestratorv1.Task
+	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
+		t := &orchestratorv1.Task{}
+		if err := redisstore.Get(ctx, tx, s.task(id), t); err != nil {
+			return fmt.Errorf("get task %s: %w", id, err)
+		}
+		if err := fn(t); err != nil {
+			return redisstore.Abort(ctx, tx, err)
+		}
+		v, err := redisstore.Marshal(t)
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, s.task(id), v, 0)
+			return nil
+		})
+		out = t
+		return err
+	}, s.task(id))
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *redisOrchestratorStore) ListTasks(ctx context.Context, state orchestratorv1.TaskState) ([]*orchestratorv1.Task, error) {
+	ids, err := s.c.SMembers(ctx, s.k.Key("tasks")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	all, err := redisstore.MGet(ctx, s.c, keysOf(ids, s.task), func() *orchestratorv1.Task { return &orchestratorv1.Task{} })
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	var out []*orchestratorv1.Task
+	for _, t := range all {
+		if state == orchestratorv1.TaskState_TASK_STATE_UNSPECIFIED || t.GetState() == state {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+func keysOf(ids []string, key func(string) string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = key(id)
+	}
+	return out
+}
+
+func (s *redisOrchestratorStore) PutCatalogue(ctx context.Context, c *orchestratorv1.OfferedCatalogue) error {
+	v, err := redisstore.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := s.c.Set(ctx, s.k.Key("catalogue", c.GetTaskId()), v, 0).Err(); err != nil {
+		return fmt.Errorf("put catalogue %s: %w", c.GetTaskId(), err)
+	}
+	return nil
+}
+
+func (s *redisOrchestratorStore) GetCatalogue(ctx context.Context, taskID string) (*orchestratorv1.OfferedCatalogue, error) {
+	c := &orchestratorv1.OfferedCatalogue{}
+	if err := redisstore.Get(ctx, s.c, s.k.Key("catalogue", taskID), c); err != nil {
+		return nil, fmt.Errorf("get catalogue %s: %w", taskID, err)
+	}
+	return c, nil
+}
+
+// queueOpen keeps the open-requests index in step with r, in the same
+// MULTI/EXEC that writes r.
+func (s *redisOrchestratorStore) queueOpen(ctx context.Context, p redis.Pipeliner, r *orchestratorv1.ToolRequest) {
+	for _, a := range r.GetAttempts() {
+		if a.GetEndTime() == nil {
+			p.SAdd(ctx, s.k.Key("open"), r.GetId())
+			return
+		}
+	}
+	p.SRem(ctx, s.k.Key("open"), r.GetId())
+}
+
+func (s *redisOrchestratorStore) CreateRequest(ctx context.Context, r *orchestratorv1.ToolRequest) (*orchestratorv1.ToolRequest, bool, error) {
+	d, err := digest.JSON([]string{r.GetTaskId(), r.GetProviderCallId()})
+	if err != nil {
+		return nil, false, fmt.Errorf("request key: %w", err)
+	}
+	idxKey := s.k.Key("reqkey", d)
+	v, err := redisstore.Marshal(r)
+	if err != nil {
+		return nil, false, err
+	}
+	var (
+		out     *orchestratorv1.ToolRequest
+		created bool
+	)
+	// The (task, provider call) index entry is watched: of two replicas
+	// creating the same call at once, one EXEC succeeds; the other's fails,
+	// and its retry finds the entry and returns the first request.
+	err = redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
+		existing, err := tx.Get(ctx, idxKey).Result()
+		switch {
+		case err == nil:
+			got := &orchestratorv1.ToolRequest{}
+			if err := redisstore.Get(ctx, tx, s.req(existing), got); err != nil {
+				return fmt.Errorf("get request %s: %w", existing, err)
+			}
+			out, created = got, false
+			return nil
+		case !errors.Is(err, redis.Nil):
+			return err
+		}
+		if err := tx.Watch(ctx, s.req(r.GetId())).Err(); err != nil {
+			return err
+		}
+		n, err := tx.Exists(ctx, s.req(r.GetId())).Result()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return redisstore.Abort(ctx, tx, fmt.Errorf("create request %s: %w", r.GetId(), store.ErrExists))
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, s.req(r.GetId()), v, 0)
+			p.Set(ctx, idxKey, r.GetId(), 0)
+			p.RPush(ctx, s.k.Key("taskreqs", r.GetTaskId()), r.GetId())
+			s.queueOpen(ctx, p, r)
+			return nil
+		})
+		out, created = proto.CloneOf(r), true
+		return err
+	}, idxKey)
+	if err != nil {
+		return nil, false, err
+	}
+	return out, created, nil
+}
+
+func (s *redisOrchestratorStore) GetRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error) {
+	r := &orchestratorv1.ToolRequest{}
+	if err := redisstore.Get(ctx, s.c, s.req(id), r); err != nil {
+		return nil, fmt.Errorf("get request %s: %w", id, err)
+	}
+	return r, nil
+}
+
+func (s *redisOrchestratorStore) UpdateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error) {
+	var out *orchestratorv1.ToolRequest
+	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
+		r := &orchestratorv1.ToolRequest{}
+		if err := redisstore.Get(ctx, tx, s.req(id), r); err != nil {
+			return fmt.Errorf("get request %s: %w", id, err)
+		}
+		if err := fn(r); err != nil {
+			return redisstore.Abort(ctx, tx, err)
+		}
+		v, err := redisstore.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, s.req(id), v, 0)
+			s.queueOpen(ctx, p, r)
+			return nil
+		})
+		out = r
+		return err
+	}, s.req(id))
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *redisOrchestratorStore) SaveAttempt(ctx context.Context, requestID string, a *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error) {
+	return s.UpdateRequest(ctx, requestID, func(r *orchestratorv1.ToolRequest) error {
+		mergeAttempt(r, a)
+		return nil
+	})
+}
+
+func (s *redisOrchestratorStore) ListRequests(ctx context.Context, taskID string) ([]*orchestratorv1.ToolRequest, error) {
+	ids, err := s.c.LRange(ctx, s.k.Key("taskreqs", taskID), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list requests of %s: %w", taskID, err)
+	}
+	out, err := redisstore.MGet(ctx, s.c, keysOf(ids, s.req), newToolRequest)
+	if err != nil {
+		return nil, fmt.Errorf("list requests of %s: %w", taskID, err)
+	}
+	return out, nil
+}
+
+func newToolRequest() *orchestratorv1.ToolRequest { return &orchestratorv1.ToolRequest{} }
+
+func (s *redisOrchestratorStore) ListOpenRequests(ctx context.Context) ([]*orchestratorv1.ToolRequest, error) {
+	ids, err := s.c.SMembers(ctx, s.k.Key("open")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list open requests: %w", err)
+	}
+	out, err := redisstore.MGet(ctx, s.c, keysOf(ids, s.req), newToolRequest)
+	if err != nil {
+		return nil, fmt.Errorf("list open requests: %w", err)
+	}
+	return out, nil
+}
+
+func (s *redisOrchestratorStore) UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error) {
+	// The request is watched by UpdateRequest: of two replicas using one
+	// approval at once, the second is recomputed on the used approval and
+	// refused.
+	return s.UpdateRequest(ctx, requestID, func(r *orchestratorv1.ToolRequest) error {
+		a := r.GetApproval()
+		switch {
+		case a.GetUseTime() != nil:
+			return ErrApprovalUsed
+		case a == nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL:
+			return ErrNotAwaiting
+		}
+		a.Approver, a.UseTime = approver, at
+		r.State = orchestratorv1.RequestState_REQUEST_STATE_APPROVED
+		r.UpdateTime = at
+		return nil
+	})
+}
+
+func (s *redisOrchestratorStore) AppendEvent(ctx context.Context, e *orchestratorv1.TaskEvent) (*orchestratorv1.TaskEvent, error) {
+	e = proto.CloneOf(e)
+	e.Sequence = 0
+	v, err := redisstore.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	// RPUSH is atomic and returns the new length: the event's index is
+	// length-1, so its sequence is the length, with no separate counter
+	// that could drift from the list.
+	n, err := s.c.RPush(ctx, s.k.Key("events", e.GetTaskId()), v).Result()
+	if err != nil {
+		return nil, fmt.Errorf("append event to %s: %w", e.GetTaskId(), err)
+	}
+	e.Sequence = n
+	return e, nil
+}
+
+func (s *redisOrchestratorStore) ListEvents(ctx context.Context, taskID string, after int64) ([]*orchestratorv1.TaskEvent, error) {
+	after = max(after, 0)
+	vals, err := s.c.LRange(ctx, s.k.Key("events", taskID), after, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list events of %s: %w", taskID, err)
+	}
+	out := make([]*orchestratorv1.TaskEvent, 0, len(vals))
+	for i, v := range vals {
+		e := &orchestratorv1.TaskEvent{}
+		if err := redisstore.Unmarshal([]byte(v), e); err != nil {
+			return nil, err
+		}
+		e.Sequence = after + int64(i) + 1
+		out = append(out, e)
+	}
+	return out, nil
+}

@@ -1,0 +1,392 @@
+// Package storetest is the orchestrator Store's conformance suite: the
+// same tests run against every implementation (embedded file and Redis).
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/orchestrator"
+)
+
+// Run runs every conformance test; newStore returns an empty store that
+// lives until the (sub)test ends.
+func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, st orchestrator.Store)
+	}{
+		{"Tasks", testTasks},
+		{"ConcurrentTaskUpdatesLoseNothing", testConcurrentTaskUpdates},
+		{"Catalogue", testCatalogue},
+		{"RequestCreatedOnce", testRequestCreatedOnce},
+		{"ConcurrentDuplicateSubmission", testConcurrentDuplicateSubmission},
+		{"AttemptStageNeverMovesBack", testAttemptStages},
+		{"ApprovalUsedOnce", testApprovalUsedOnce},
+		{"EventSequences", testEvents},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newStore(t))
+		})
+	}
+}
+
+// RunShared checks what must hold across replicas: stores a and b are two
+// clients (two processes) on the same backing state. Only a store shared
+// between processes (Redis) can pass it.
+func RunShared(t *testing.T, a, b orchestrator.Store) {
+	t.Run("DuplicateSubmissionAcrossReplicas", func(t *testing.T) {
+		CheckDuplicateSubmission(t, []orchestrator.Store{a, b}, "task_shared")
+	})
+	t.Run("ApprovalUsedOnceAcrossReplicas", func(t *testing.T) {
+		CheckApprovalUsedOnce(t, []orchestrator.Store{a, b}, "req_shared_approval")
+	})
+}
+
+func task(id string, state orchestratorv1.TaskState) *orchestratorv1.Task {
+	return &orchestratorv1.Task{Id: id, Purpose: "source_review", State: state}
+}
+
+func request(id, taskID, callID string) *orchestratorv1.ToolRequest {
+	return &orchestratorv1.ToolRequest{Id: id, TaskId: taskID, ProviderCallId: callID, Capability: "notes.get", State: orchestratorv1.RequestState_REQUEST_STATE_REQUESTED}
+}
+
+func testTasks(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	if _, err := st.GetTask(ctx, "task_missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing task: err = %v", err)
+	}
+	active, done := orchestratorv1.TaskState_TASK_STATE_ACTIVE, orchestratorv1.TaskState_TASK_STATE_COMPLETED
+	for _, tk := range []*orchestratorv1.Task{task("task_1", active), task("task_2", active), task("task_3", done)} {
+		if err := st.CreateTask(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.CreateTask(ctx, task("task_1", done)); !errors.Is(err, store.ErrExists) {
+		t.Errorf("create twice: err = %v, want ErrExists", err)
+	}
+	refused := errors.New("refused")
+	if _, err := st.UpdateTask(ctx, "task_1", func(tk *orchestratorv1.Task) error {
+		tk.State = done
+		return refused
+	}); !errors.Is(err, refused) {
+		t.Errorf("refused update: err = %v", err)
+	}
+	got, err := st.UpdateTask(ctx, "task_2", func(tk *orchestratorv1.Task) error {
+		tk.State = done
+		return nil
+	})
+	if err != nil || got.GetState() != done {
+		t.Errorf("update = %v, %v", got, err)
+	}
+	if _, err := st.UpdateTask(ctx, "task_missing", func(*orchestratorv1.Task) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("update missing: err = %v", err)
+	}
+	for state, want := range map[orchestratorv1.TaskState]int{active: 1, done: 2, orchestratorv1.TaskState_TASK_STATE_UNSPECIFIED: 3} {
+		list, err := st.ListTasks(ctx, state)
+		if err != nil || len(list) != want {
+			t.Errorf("ListTasks(%v) = %d, %v; want %d", state, len(list), err, want)
+		}
+	}
+}
+
+// testConcurrentTaskUpdates appends to a task's checkpoint from 50
+// goroutines at once: no update is lost.
+func testConcurrentTaskUpdates(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	if err := st.CreateTask(ctx, task("task_1", orchestratorv1.TaskState_TASK_STATE_ACTIVE)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if _, err := st.UpdateTask(ctx, "task_1", func(tk *orchestratorv1.Task) error {
+				tk.Checkpoint += "x"
+				return nil
+			}); err != nil {
+				t.Errorf("update: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	got, err := st.GetTask(ctx, "task_1")
+	if err != nil || len(got.GetCheckpoint()) != 50 {
+		t.Errorf("after 50 updates checkpoint has %d marks, %v; want 50", len(got.GetCheckpoint()), err)
+	}
+}
+
+func testCatalogue(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	if _, err := st.GetCatalogue(ctx, "task_1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing catalogue: err = %v", err)
+	}
+	for _, rev := range []string{"p1", "p2"} {
+		if err := st.PutCatalogue(ctx, &orchestratorv1.OfferedCatalogue{TaskId: "task_1", PolicyRevision: rev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.GetCatalogue(ctx, "task_1")
+	if err != nil || got.GetPolicyRevision() != "p2" {
+		t.Errorf("catalogue = %v, %v; want the latest", got, err)
+	}
+}
+
+func testRequestCreatedOnce(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	first := request("req_1", "task_1", "call_1")
+	got, created, err := st.CreateRequest(ctx, first)
+	if err != nil || !created || !proto.Equal(got, first) {
+		t.Fatalf("create = %v, %v, %v", got, created, err)
+	}
+	// The same provider call again, under a new request id: the first
+	// request comes back and nothing new is stored.
+	got, created, err = st.CreateRequest(ctx, request("req_2", "task_1", "call_1"))
+	if err != nil || created || got.GetId() != "req_1" {
+		t.Errorf("resubmission = %v, created %v, %v; want req_1, not created", got.GetId(), created, err)
+	}
+	// The same call id in another task is another call.
+	if _, created, err := st.CreateRequest(ctx, request("req_3", "task_2", "call_1")); err != nil || !created {
+		t.Errorf("same call id in another task: created %v, %v", created, err)
+	}
+	if _, _, err := st.CreateRequest(ctx, request("req_1", "task_1", "call_other")); !errors.Is(err, store.ErrExists) {
+		t.Errorf("request id reused for another call: err = %v, want ErrExists", err)
+	}
+	for i := 4; i <= 12; i++ {
+		if _, _, err := st.CreateRequest(ctx, request(fmt.Sprintf("req_%02d", i), "task_1", fmt.Sprintf("call_%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := st.ListRequests(ctx, "task_1")
+	if err != nil || len(list) != 10 {
+		t.Fatalf("task_1 requests = %d, %v; want 10", len(list), err)
+	}
+	if list[0].GetId() != "req_1" || list[1].GetId() != "req_04" || list[9].GetId() != "req_12" {
+		t.Errorf("requests not oldest first: %s %s ... %s", list[0].GetId(), list[1].GetId(), list[9].GetId())
+	}
+	if _, err := st.GetRequest(ctx, "req_2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the duplicate's id was stored: err = %v", err)
+	}
+}
+
+func testConcurrentDuplicateSubmission(t *testing.T, st orchestrator.Store) {
+	CheckDuplicateSubmission(t, []orchestrator.Store{st}, "task_1")
+}
+
+// CheckDuplicateSubmission submits one provider call 50 times at once,
+// spread over stores (replicas): exactly one request is created and every
+// submission gets it back.
+func CheckDuplicateSubmission(t *testing.T, stores []orchestrator.Store, taskID string) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	created := 0
+	ids := map[string]bool{}
+	for i := range 50 {
+		st := stores[i%len(stores)]
+		wg.Go(func() {
+			got, ok, err := st.CreateRequest(ctx, request(fmt.Sprintf("req_%d", i), taskID, "call_dup"))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("create: %v", err)
+				return
+			}
+			if ok {
+				created++
+			}
+			ids[got.GetId()] = true
+		})
+	}
+	wg.Wait()
+	if created != 1 || len(ids) != 1 {
+		t.Errorf("%d requests created, submissions saw %d ids; want 1 and 1", created, len(ids))
+	}
+	for _, st := range stores {
+		list, err := st.ListRequests(ctx, taskID)
+		if err != nil || len(list) != 1 {
+			t.Errorf("task lists %d requests, %v; want 1", len(list), err)
+		}
+	}
+}
+
+func attempt(id string, stage adapterv1.DeliveryStage, ended bool) *orchestratorv1.Attempt {
+	a := &orchestratorv1.Attempt{Id: id, Stage: stage, StartTime: timestamppb.New(time.Unix(1700000000, 0))}
+	if ended {
+		a.EndTime = timestamppb.New(time.Unix(1700000001, 0))
+	}
+	return a
+}
+
+func testAttemptStages(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	if _, _, err := st.CreateRequest(ctx, request("req_1", "task_1", "call_1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.CreateRequest(ctx, request("req_2", "task_1", "call_2")); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		a         *orchestratorv1.Attempt
+		wantStage adapterv1.DeliveryStage
+		wantOpen  int
+	}{
+		{attempt("att_1", adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED, false), adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED, 1},
+		{attempt("att_1", adapterv1.DeliveryStage_DELIVERY_STAGE_SENT, false), adapterv1.DeliveryStage_DELIVERY_STAGE_SENT, 1},
+		// A late, older stage report never moves the stage back.
+		{attempt("att_1", adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED, false), adapterv1.DeliveryStage_DELIVERY_STAGE_SENT, 1},
+		{attempt("att_1", adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED, true), adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED, 0},
+	}
+	for i, s := range steps {
+		got, err := st.SaveAttempt(ctx, "req_1", s.a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.GetAttempts()) != 1 || got.GetAttempts()[0].GetStage() != s.wantStage {
+			t.Errorf("step %d: attempts %v, want one at %v", i, got.GetAttempts(), s.wantStage)
+		}
+		open, err := st.ListOpenRequests(ctx)
+		if err != nil || len(open) != s.wantOpen {
+			t.Errorf("step %d: %d open requests, %v; want %d", i, len(open), err, s.wantOpen)
+		}
+	}
+	if _, err := st.SaveAttempt(ctx, "req_1", attempt("att_2", adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED, false)); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := st.GetRequest(ctx, "req_1")
+	if err != nil || len(stored.GetAttempts()) != 2 {
+		t.Fatalf("request = %v, %v; want two attempts", stored, err)
+	}
+	open, err := st.ListOpenRequests(ctx)
+	if err != nil || len(open) != 1 || open[0].GetId() != "req_1" {
+		t.Errorf("open requests = %v, %v; want req_1", open, err)
+	}
+	if _, err := st.SaveAttempt(ctx, "req_missing", attempt("att_x", adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED, false)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("attempt on a missing request: err = %v", err)
+	}
+	// Concurrent stage reports of one attempt: the furthest one wins.
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			stage := adapterv1.DeliveryStage(1 + i%int(adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED))
+			if _, err := st.SaveAttempt(ctx, "req_2", attempt("att_r", stage, false)); err != nil {
+				t.Errorf("save: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if got, _ := st.GetRequest(ctx, "req_2"); got.GetAttempts()[0].GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED {
+		t.Errorf("after concurrent reports stage = %v, want COMMITTED", got.GetAttempts()[0].GetStage())
+	}
+}
+
+func testApprovalUsedOnce(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	if _, _, err := st.CreateRequest(ctx, request("req_plain", "task_1", "call_plain")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UseApproval(ctx, "req_plain", "bob", timestamppb.Now()); !errors.Is(err, orchestrator.ErrNotAwaiting) {
+		t.Errorf("request without approval: err = %v, want ErrNotAwaiting", err)
+	}
+	CheckApprovalUsedOnce(t, []orchestrator.Store{st}, "req_approval")
+}
+
+// CheckApprovalUsedOnce creates a request awaiting approval and uses its
+// approval 50 times at once, spread over stores (replicas): exactly one
+// use succeeds and the rest fail with ErrApprovalUsed.
+func CheckApprovalUsedOnce(t *testing.T, stores []orchestrator.Store, requestID string) {
+	ctx := context.Background()
+	r := request(requestID, "task_approval", "call_"+requestID)
+	r.State = orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL
+	r.Approval = &orchestratorv1.Approval{Id: "appr_" + requestID, RequestId: requestID}
+	if _, _, err := stores[0].CreateRequest(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	used, refused := 0, 0
+	var winner string
+	for i := range 50 {
+		st := stores[i%len(stores)]
+		wg.Go(func() {
+			approver := fmt.Sprintf("approver_%d", i)
+			got, err := st.UseApproval(ctx, requestID, approver, timestamppb.Now())
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				used++
+				winner = approver
+				if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_APPROVED {
+					t.Errorf("used approval left state %v", got.GetState())
+				}
+			case errors.Is(err, orchestrator.ErrApprovalUsed):
+				refused++
+			default:
+				t.Errorf("use approval: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if used != 1 || refused != 49 {
+		t.Fatalf("approval used %d times, refused %d; want 1 and 49", used, refused)
+	}
+	got, err := stores[len(stores)-1].GetRequest(ctx, requestID)
+	if err != nil || got.GetApproval().GetApprover() != winner || got.GetApproval().GetUseTime() == nil {
+		t.Errorf("stored approval = %v, %v; want used by %s", got.GetApproval(), err, winner)
+	}
+}
+
+func testEvents(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			e := &orchestratorv1.TaskEvent{TaskId: "task_1", Type: "test", Detail: fmt.Sprint(i)}
+			got, err := st.AppendEvent(ctx, e)
+			if err != nil {
+				t.Errorf("append: %v", err)
+				return
+			}
+			if e.GetSequence() != 0 || got.GetSequence() < 1 || got.GetSequence() > 50 {
+				t.Errorf("sequence %d returned, argument's %d", got.GetSequence(), e.GetSequence())
+			}
+		})
+	}
+	wg.Wait()
+	if got, err := st.AppendEvent(ctx, &orchestratorv1.TaskEvent{TaskId: "task_2", Type: "test"}); err != nil || got.GetSequence() != 1 {
+		t.Errorf("another task's first event has sequence %d, %v", got.GetSequence(), err)
+	}
+	all, err := st.ListEvents(ctx, "task_1", 0)
+	if err != nil || len(all) != 50 {
+		t.Fatalf("events = %d, %v; want 50", len(all), err)
+	}
+	details := map[string]bool{}
+	for i, e := range all {
+		if e.GetSequence() != int64(i+1) || e.GetTaskId() != "task_1" {
+			t.Errorf("event %d: sequence %d, task %s", i, e.GetSequence(), e.GetTaskId())
+		}
+		details[e.GetDetail()] = true
+	}
+	if len(details) != 50 {
+		t.Errorf("%d distinct events, want 50", len(details))
+	}
+	tail, err := st.ListEvents(ctx, "task_1", 47)
+	if err != nil || len(tail) != 3 || tail[0].GetSequence() != 48 {
+		t.Errorf("events after 47 = %v, %v", tail, err)
+	}
+	if none, err := st.ListEvents(ctx, "task_1", 50); err != nil || len(none) != 0 {
+		t.Errorf("events after the last = %v, %v", none, err)
+	}
+}
