@@ -336,3 +336,15 @@ func (s *Suite) Close() {
 		s.stores = nil
 	}
 }
+
+// NewClients returns clients for the five services reached over the given
+// connections, e.g. to a `v0m3 dev` process or separate deployments.
+func NewClients(registry, policy, evidence, adapter, orchestrator grpc.ClientConnInterface) Clients {
+	return Clients{
+		Registry:     registryv1.NewRegistryServiceClient(registry),
+		Policy:       policyv1.NewPolicyServiceClient(policy),
+		Evidence:     evidencev1.NewEvidenceServiceClient(evidence),
+		Adapter:      adapterv1.NewAdapterServiceClient(adapter),
+		Orchestrator: orchestratorv1.NewOrchestratorServiceClient(orchestrator),
+	}
+}
