@@ -72,3 +72,22 @@ var (
 	// ErrNotAwaiting means the request is not awaiting approval.
 	ErrNotAwaiting = errors.New("request not awaiting approval")
 )
+
+// useApproval is the one-time-use rule both stores apply inside their
+// request transaction: an approval already used fails ErrApprovalUsed, a
+// request not awaiting approval fails ErrNotAwaiting.
+func useApproval(approver string, at *timestamppb.Timestamp) func(*orchestratorv1.ToolRequest) error {
+	return func(r *orchestratorv1.ToolRequest) error {
+		a := r.GetApproval()
+		switch {
+		case a.GetUseTime() != nil:
+			return ErrApprovalUsed
+		case a == nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL:
+			return ErrNotAwaiting
+		}
+		a.Approver, a.UseTime = approver, at
+		r.State = orchestratorv1.RequestState_REQUEST_STATE_APPROVED
+		r.UpdateTime = at
+		return nil
+	}
+}

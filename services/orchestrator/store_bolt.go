@@ -285,17 +285,5 @@ func (b *boltStore) ListOpenRequests(_ context.Context) ([]*orchestratorv1.ToolR
 }
 
 func (b *boltStore) UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error) {
-	return b.UpdateRequest(ctx, requestID, func(r *orchestratorv1.ToolRequest) error {
-		a := r.GetApproval()
-		switch {
-		case a.GetUseTime() != nil:
-			return ErrApprovalUsed
-		case a == nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL:
-			return ErrNotAwaiting
-		}
-		a.Approver, a.UseTime = approver, at
-		r.State = orchestratorv1.RequestState_REQUEST_STATE_APPROVED
-		r.UpdateTime = at
-		return nil
-	})
+	return b.UpdateRequest(ctx, requestID, useApproval(approver, at))
 }

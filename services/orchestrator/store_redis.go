@@ -287,19 +287,7 @@ func (s *redisOrchestratorStore) UseApproval(ctx context.Context, requestID, app
 	// The request is watched by UpdateRequest: of two replicas using one
 	// approval at once, the second is recomputed on the used approval and
 	// refused.
-	return s.UpdateRequest(ctx, requestID, func(r *orchestratorv1.ToolRequest) error {
-		a := r.GetApproval()
-		switch {
-		case a.GetUseTime() != nil:
-			return ErrApprovalUsed
-		case a == nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL:
-			return ErrNotAwaiting
-		}
-		a.Approver, a.UseTime = approver, at
-		r.State = orchestratorv1.RequestState_REQUEST_STATE_APPROVED
-		r.UpdateTime = at
-		return nil
-	})
+	return s.UpdateRequest(ctx, requestID, useApproval(approver, at))
 }
 
 func (s *redisOrchestratorStore) AppendEvent(ctx context.Context, e *orchestratorv1.TaskEvent) (*orchestratorv1.TaskEvent, error) {

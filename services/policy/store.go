@@ -122,3 +122,18 @@ func sameCharge(a, b *policyv1.ChargeRequest) bool {
 		a.GetCalls() == b.GetCalls() && a.GetResponseBytes() == b.GetResponseBytes() &&
 		a.GetCostMicros() == b.GetCostMicros()
 }
+
+// withLimits fills the limits a stored budget lacks from the template, so
+// a budget created before a limit was configured gets today's default.
+func withLimits(b, tmpl *policyv1.Budget) *policyv1.Budget {
+	if b.MaxCalls == 0 {
+		b.MaxCalls = tmpl.GetMaxCalls()
+	}
+	if b.MaxResponseBytes == 0 {
+		b.MaxResponseBytes = tmpl.GetMaxResponseBytes()
+	}
+	if b.MaxCostMicros == 0 {
+		b.MaxCostMicros = tmpl.GetMaxCostMicros()
+	}
+	return b
+}

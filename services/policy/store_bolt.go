@@ -131,16 +131,7 @@ func loadBudget(tx *store.Tx, tmpl *policyv1.Budget) (*policyv1.Budget, error) {
 	case err != nil:
 		return nil, err
 	}
-	if b.MaxCalls == 0 {
-		b.MaxCalls = tmpl.GetMaxCalls()
-	}
-	if b.MaxResponseBytes == 0 {
-		b.MaxResponseBytes = tmpl.GetMaxResponseBytes()
-	}
-	if b.MaxCostMicros == 0 {
-		b.MaxCostMicros = tmpl.GetMaxCostMicros()
-	}
-	return b, nil
+	return withLimits(b, tmpl), nil
 }
 
 func (b *boltStore) PutHealth(ctx context.Context, h *policyv1.ConnectionHealth) error {

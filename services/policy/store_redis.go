@@ -180,16 +180,7 @@ func (r *redisPolicyStore) loadBudget(ctx context.Context, tx *redis.Tx, key str
 	case err != nil:
 		return nil, err
 	}
-	if b.MaxCalls == 0 {
-		b.MaxCalls = tmpl.GetMaxCalls()
-	}
-	if b.MaxResponseBytes == 0 {
-		b.MaxResponseBytes = tmpl.GetMaxResponseBytes()
-	}
-	if b.MaxCostMicros == 0 {
-		b.MaxCostMicros = tmpl.GetMaxCostMicros()
-	}
-	return b, nil
+	return withLimits(b, tmpl), nil
 }
 
 func (r *redisPolicyStore) PutHealth(ctx context.Context, h *policyv1.ConnectionHealth) error {
