@@ -30,6 +30,7 @@ const DefaultAttemptTimeout = 2 * time.Minute
 // Safe codes the orchestrator itself puts into error evidence.
 const (
 	codeResponseLimitExceeded  = "RESPONSE_LIMIT_EXCEEDED"
+	codeBudgetExceeded         = "BUDGET_EXCEEDED"
 	codeObservationNotRecorded = "OBSERVATION_NOT_RECORDED"
 	codeReceiptMissing         = "RECEIPT_MISSING"
 	codeReceiptNotRecorded     = "RECEIPT_NOT_RECORDED"
@@ -69,6 +70,15 @@ func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req
 			return nil, err
 		}
 		if att.GetOutcome() == adapterv1.Outcome_OUTCOME_OK {
+			if err := s.chargeResponse(ctx, task, att, resp); err != nil {
+				// The read happened, but its result would exceed a budget:
+				// it is withheld, and the caller learns which budget.
+				att.Error = &adapterv1.ErrorEvidence{SafeCode: codeBudgetExceeded}
+				if _, ferr := s.fail(ctx, req, att); ferr != nil {
+					return nil, ferr
+				}
+				return nil, apierror.Propagate(err, "charge response bytes")
+			}
 			return s.complete(ctx, task, req, att, p, remote, resp)
 		}
 		if code := att.GetError().GetSafeCode(); code == codeResponseLimitExceeded {

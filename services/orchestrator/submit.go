@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
@@ -246,6 +247,20 @@ func (s *Server) charge(ctx context.Context, task *orchestratorv1.Task, req *orc
 		TaskId: task.GetId(), Requester: task.GetRequester().GetId(), Calls: 1, IdempotencyKey: req.GetIntentId(),
 	})
 	return apierror.Propagate(err, "charge budget")
+}
+
+// chargeResponse charges the bytes an attempt read to the task's and
+// requester's budgets, keyed by the attempt so a retry is charged for what
+// it read and a recovery never charges twice.
+func (s *Server) chargeResponse(ctx context.Context, task *orchestratorv1.Task, att *orchestratorv1.Attempt, resp *adapterv1.ExecuteResponse) error {
+	if resp.GetResponseBytes() <= 0 {
+		return nil
+	}
+	_, err := s.deps.Policy.Charge(ctx, &policyv1.ChargeRequest{
+		TaskId: task.GetId(), Requester: task.GetRequester().GetId(),
+		ResponseBytes: resp.GetResponseBytes(), IdempotencyKey: att.GetId() + "/response-bytes",
+	})
+	return err
 }
 
 // refuse records a request as refused, traces why, and returns the error

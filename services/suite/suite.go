@@ -67,6 +67,9 @@ type Config struct {
 	Peers map[string]string
 	// PolicyFile is a Cedar policy file; "" uses the built-in default.
 	PolicyFile string
+	// TaskBudget and RequesterBudget override the policy service's default
+	// budgets; zero fields keep the defaults.
+	TaskBudget, RequesterBudget policy.Limits
 	// Log receives structured logs; nil discards them.
 	Log *slog.Logger
 	// Fixtures, when set, makes the adapter record or replay discovery and
@@ -231,7 +234,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			if err != nil {
 				return nil, err
 			}
-			p, err := policy.NewServer(st, policy.Deps{Registry: s.Registry, PolicyFile: cfg.PolicyFile}, log.With("service", name))
+			p, err := policy.NewServer(st, policy.Deps{Registry: s.Registry, PolicyFile: cfg.PolicyFile, TaskBudget: cfg.TaskBudget, RequesterBudget: cfg.RequesterBudget}, log.With("service", name))
 			if err != nil {
 				return nil, err
 			}
