@@ -115,17 +115,22 @@ func (r *Reconciler) register(ctx context.Context, s *v1alpha1.MCPServer, shape,
 		if conn.GetConfigRevision() != from {
 			r.event(s, corev1.EventTypeNormal, "ConfigRevised", "UpdateConnection",
 				fmt.Sprintf("registry connection %s moved to config revision %d: %s", conn.GetId(), conn.GetConfigRevision(), reason))
-			if rotation {
-				s.Status.Rotation = &v1alpha1.RotationStatus{
-					FromRevision:      from,
-					ToRevision:        conn.GetConfigRevision(),
-					CredentialVersion: want.credentialVersion,
-					StartTime:         metav1.NewTime(r.now()),
-				}
-				r.event(s, corev1.EventTypeNormal, v1alpha1.ReasonRotationInProgress, "Rotate",
-					fmt.Sprintf("credential rotated to %s: config revision %d, rolling the Deployment", want.credentialVersion, conn.GetConfigRevision()))
-			}
 		}
+	}
+
+	// A rotation is read from the status the operator last wrote, not from
+	// whether this reconcile called the registry: when the registry moved
+	// but the status write was lost (a conflict), the retry still sees the
+	// credential change and records the rotation.
+	if prev := s.Status.CredentialVersion; prev != "" && prev != conn.GetCredentialVersion() && s.Status.ConfigRevision < conn.GetConfigRevision() {
+		s.Status.Rotation = &v1alpha1.RotationStatus{
+			FromRevision:      s.Status.ConfigRevision,
+			ToRevision:        conn.GetConfigRevision(),
+			CredentialVersion: conn.GetCredentialVersion(),
+			StartTime:         metav1.NewTime(r.now()),
+		}
+		r.event(s, corev1.EventTypeNormal, v1alpha1.ReasonRotationInProgress, "Rotate",
+			fmt.Sprintf("credential rotated to %s: config revision %d, rolling the Deployment", conn.GetCredentialVersion(), conn.GetConfigRevision()))
 	}
 
 	s.Status.ConnectionID = conn.GetId()
