@@ -161,7 +161,7 @@ func TestFloodStopsAtLimit(t *testing.T) {
 		resp := execute(t, e, req)
 		runtime.ReadMemStats(&after)
 		wantFailure(t, resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded)
-		if d := resp.GetError().GetUntrustedDetail(); d != "response exceeded max_response_bytes=65536" {
+		if d := resp.GetError().GetAdapterDetail(); d != "response exceeded max_response_bytes=65536" || resp.GetError().GetUntrustedDetail() != "" {
 			t.Errorf("detail = %q", d)
 		}
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {

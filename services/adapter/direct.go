@@ -172,13 +172,13 @@ func (s *Server) executeDirect(ctx context.Context, conn *registryv1.Connection,
 	if err := checkCount(len(items), req.GetLimits()); err != nil {
 		var cerr *contentError
 		errors.As(err, &cerr)
-		return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, cerr.code, cerr.detail)
+		return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, cerr.code, cerr.detail)
 	}
 	r, err := finish(items, nil, req.GetLimits())
 	if err != nil {
 		var cerr *contentError
 		if errors.As(err, &cerr) {
-			return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, cerr.code, cerr.detail)
+			return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, cerr.code, cerr.detail)
 		}
 		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedResult, "")
 	}

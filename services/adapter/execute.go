@@ -159,7 +159,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		var ce *credentialError
 		switch {
 		case isLimitError(err, ss.m):
-			return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
+			return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
 		case errors.As(err, &ce):
 			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeCredentialUnavailable, "")
 		case errors.Is(err, errAdapterClosed):
@@ -226,7 +226,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	if err != nil {
 		var ce *contentError
 		if errors.As(err, &ce) {
-			return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, ce.code, ce.detail)
+			return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, ce.code, ce.detail)
 		}
 		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedResult, "")
 	}
@@ -240,7 +240,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 // that broke before (unavailable) or after (unknown) the request was sent.
 func (s *Server) callFailed(ctx context.Context, resp *adapterv1.ExecuteResponse, err error, m *meter, sent bool, limits *registryv1.Limits) *adapterv1.ExecuteResponse {
 	if isLimitError(err, m) {
-		return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
+		return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
 	}
 	var werr *jsonrpc.Error
 	if errors.As(err, &werr) && !localJSONRPCCodes[werr.Code] {
@@ -293,6 +293,14 @@ func fail(resp *adapterv1.ExecuteResponse, o adapterv1.Outcome, code, detail str
 	resp.Outcome = o
 	resp.Items, resp.StructuredContent, resp.ResponseDigest = nil, nil, ""
 	resp.Error = &adapterv1.ErrorEvidence{SafeCode: code, UntrustedDetail: detail}
+	return resp
+}
+
+// failFact is fail for a failure the adapter itself detected: the detail
+// is the adapter's own account (which limit, which item), not remote text.
+func failFact(resp *adapterv1.ExecuteResponse, o adapterv1.Outcome, code, fact string) *adapterv1.ExecuteResponse {
+	resp = fail(resp, o, code, "")
+	resp.Error.AdapterDetail = fact
 	return resp
 }
 

@@ -38,7 +38,7 @@ func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp 
 		ev.Duration = durationpb.New(ot.AsTime().Sub(st.AsTime()))
 	}
 	if e := resp.GetError(); e != nil {
-		ev.Error = &evidencev1.ErrorEvidence{SafeCode: e.GetSafeCode(), UntrustedDetail: e.GetUntrustedDetail()}
+		ev.Error = &evidencev1.ErrorEvidence{SafeCode: e.GetSafeCode(), UntrustedDetail: e.GetUntrustedDetail(), AdapterDetail: e.GetAdapterDetail()}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

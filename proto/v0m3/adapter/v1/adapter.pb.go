@@ -450,8 +450,11 @@ type ErrorEvidence struct {
 	SafeCode string `protobuf:"bytes,1,opt,name=safe_code,json=safeCode,proto3" json:"safe_code,omitempty"`
 	// Untrusted remote detail, truncated to 512 bytes.
 	UntrustedDetail string `protobuf:"bytes,2,opt,name=untrusted_detail,json=untrustedDetail,proto3" json:"untrusted_detail,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Detail the adapter wrote itself, e.g. which limit was exceeded: safe
+	// to show and log. Remote free text never goes here.
+	AdapterDetail string `protobuf:"bytes,3,opt,name=adapter_detail,json=adapterDetail,proto3" json:"adapter_detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ErrorEvidence) Reset() {
@@ -494,6 +497,13 @@ func (x *ErrorEvidence) GetSafeCode() string {
 func (x *ErrorEvidence) GetUntrustedDetail() string {
 	if x != nil {
 		return x.UntrustedDetail
+	}
+	return ""
+}
+
+func (x *ErrorEvidence) GetAdapterDetail() string {
+	if x != nil {
+		return x.AdapterDetail
 	}
 	return ""
 }
@@ -786,10 +796,11 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"\x05index\x18\a \x01(\x05R\x05index\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"~\n" +
 	"\rErrorEvidence\x12\x1b\n" +
 	"\tsafe_code\x18\x01 \x01(\tR\bsafeCode\x12)\n" +
-	"\x10untrusted_detail\x18\x02 \x01(\tR\x0funtrustedDetail\"\xcc\x04\n" +
+	"\x10untrusted_detail\x18\x02 \x01(\tR\x0funtrustedDetail\x12%\n" +
+	"\x0eadapter_detail\x18\x03 \x01(\tR\radapterDetail\"\xcc\x04\n" +
 	"\x0fExecuteResponse\x122\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x18.v0m3.adapter.v1.OutcomeR\aoutcome\x124\n" +
 	"\x05stage\x18\x02 \x01(\x0e2\x1e.v0m3.adapter.v1.DeliveryStageR\x05stage\x122\n" +

@@ -1048,8 +1048,11 @@ type ErrorEvidence struct {
 	SafeCode string `protobuf:"bytes,1,opt,name=safe_code,json=safeCode,proto3" json:"safe_code,omitempty"`
 	// Untrusted remote detail.
 	UntrustedDetail string `protobuf:"bytes,2,opt,name=untrusted_detail,json=untrustedDetail,proto3" json:"untrusted_detail,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Detail the adapter wrote itself, e.g. which limit was exceeded: safe
+	// to show and log. Remote free text never goes here.
+	AdapterDetail string `protobuf:"bytes,3,opt,name=adapter_detail,json=adapterDetail,proto3" json:"adapter_detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ErrorEvidence) Reset() {
@@ -1092,6 +1095,13 @@ func (x *ErrorEvidence) GetSafeCode() string {
 func (x *ErrorEvidence) GetUntrustedDetail() string {
 	if x != nil {
 		return x.UntrustedDetail
+	}
+	return ""
+}
+
+func (x *ErrorEvidence) GetAdapterDetail() string {
+	if x != nil {
+		return x.AdapterDetail
 	}
 	return ""
 }
@@ -2781,10 +2791,11 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\bclaim_id\x18\x01 \x01(\tR\aclaimId\x12%\n" +
 	"\x0eobservation_id\x18\x02 \x01(\tR\robservationId\x12\x1d\n" +
 	"\n" +
-	"passage_id\x18\x03 \x01(\tR\tpassageId\"W\n" +
+	"passage_id\x18\x03 \x01(\tR\tpassageId\"~\n" +
 	"\rErrorEvidence\x12\x1b\n" +
 	"\tsafe_code\x18\x01 \x01(\tR\bsafeCode\x12)\n" +
-	"\x10untrusted_detail\x18\x02 \x01(\tR\x0funtrustedDetail\"\xa4\x03\n" +
+	"\x10untrusted_detail\x18\x02 \x01(\tR\x0funtrustedDetail\x12%\n" +
+	"\x0eadapter_detail\x18\x03 \x01(\tR\radapterDetail\"\xa4\x03\n" +
 	"\rProtocolEvent\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x1f\n" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
