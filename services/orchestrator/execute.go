@@ -177,7 +177,7 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 func (s *Server) complete(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
 	p *prepared, remote *structpb.Struct, resp *adapterv1.ExecuteResponse) (*orchestratorv1.ToolRequest, error) {
 	if p.capability.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
-		excerpts, err := s.observe(ctx, task, req, att, p, remote, resp)
+		obs, err := s.observe(ctx, task, req, att, p, remote, resp)
 		if err != nil {
 			// The remote call completed but its result did not become
 			// evidence: not committed, and said so.
@@ -185,7 +185,7 @@ func (s *Server) complete(ctx context.Context, task *orchestratorv1.Task, req *o
 			s.log.ErrorContext(ctx, "record observation", "request", req.GetId(), "attempt", att.GetId(), "err", err)
 			return s.fail(ctx, req, att)
 		}
-		return s.commit(ctx, task, req, att, excerpts, nil)
+		return s.commit(ctx, task, req, att, obs, nil)
 	}
 	fields := resp.GetStructuredContent().GetFields()
 	artifact, delivery := fields["artifact_digest"].GetStringValue(), fields["delivery_id"].GetStringValue()
@@ -227,7 +227,7 @@ func (s *Server) recordReceipt(ctx context.Context, req *orchestratorv1.ToolRequ
 // commit persists the receipt stage (when there is a receipt), then the
 // committed request, and updates the task's checkpoint.
 func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
-	excerpts []*orchestratorv1.QuotedExcerpt, rc *evidencev1.Receipt) (*orchestratorv1.ToolRequest, error) {
+	obs *observed, rc *evidencev1.Receipt) (*orchestratorv1.ToolRequest, error) {
 	if rc != nil {
 		att.Stage = max(att.GetStage(), adapterv1.DeliveryStage_DELIVERY_STAGE_RECEIPT_VERIFIED)
 		att.Outcome = adapterv1.Outcome_OUTCOME_OK
@@ -241,7 +241,9 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 		mergeAttempt(r, att)
 		r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
 		r.Outcome = adapterv1.Outcome_OUTCOME_OK
-		r.Excerpts = excerpts
+		if obs != nil {
+			r.Excerpts, r.Diagnostics = obs.excerpts, obs.diagnostics
+		}
 		if rc != nil {
 			r.ReceiptId, r.ArtifactDigest = rc.GetId(), rc.GetArtifactDigest()
 		}
@@ -259,7 +261,7 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 	}); err != nil {
 		s.log.WarnContext(ctx, "update task checkpoint", "task", task.GetId(), "err", err)
 	}
-	what := fmt.Sprintf("%d quoted excerpts", len(excerpts))
+	what := fmt.Sprintf("%d quoted excerpts", len(obs.GetExcerpts()))
 	if rc != nil {
 		what = "receipt " + rc.GetId()
 		if rc.GetArtifactDigest() != "" {

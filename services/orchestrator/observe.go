@@ -30,7 +30,7 @@ const DefaultAssetThreshold = 64 << 10
 // never a source record either. An error means a result that could have
 // been evidence was not recorded.
 func (s *Server) observe(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
-	p *prepared, remote *structpb.Struct, resp *adapterv1.ExecuteResponse) ([]*orchestratorv1.QuotedExcerpt, error) {
+	p *prepared, remote *structpb.Struct, resp *adapterv1.ExecuteResponse) (*observed, error) {
 	// The remote arguments carry handle targets, which are server-side
 	// values; the digest never leaves the evidence service.
 	requestDigest, err := digest.Struct(remote)
@@ -41,7 +41,9 @@ func (s *Server) observe(ctx context.Context, task *orchestratorv1.Task, req *or
 	if retrieved == nil {
 		retrieved = s.timestamp()
 	}
+	out := &observed{}
 	diagnostic := func(what, reason, detail string) {
+		out.diagnostics = append(out.diagnostics, &orchestratorv1.Diagnostic{Item: what, Code: reason, Detail: detail})
 		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_DIAGNOSTIC, Capability: req.GetCapability(),
 			RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), Reason: reason,
@@ -56,7 +58,6 @@ func (s *Server) observe(ctx context.Context, task *orchestratorv1.Task, req *or
 	if threshold <= 0 {
 		threshold = DefaultAssetThreshold
 	}
-	var excerpts []*orchestratorv1.QuotedExcerpt
 	for _, it := range resp.GetItems() {
 		size := int64(len(it.GetText()))
 		if it.GetText() == "" && it.GetBlobSize() > 0 {
@@ -123,7 +124,7 @@ func (s *Server) observe(ctx context.Context, task *orchestratorv1.Task, req *or
 		// identity; the text comes from what was read (an asset-backed
 		// observation keeps only digests and positions).
 		for _, ps := range passages {
-			excerpts = append(excerpts, &orchestratorv1.QuotedExcerpt{
+			out.excerpts = append(out.excerpts, &orchestratorv1.QuotedExcerpt{
 				ObservationId: obs.GetId(),
 				RevisionId:    obs.GetRevisionId(),
 				PassageId:     ps.GetPassageId(),
@@ -134,7 +135,14 @@ func (s *Server) observe(ctx context.Context, task *orchestratorv1.Task, req *or
 			})
 		}
 	}
-	return excerpts, nil
+	return out, nil
+}
+
+// observed is what a retrieval's result became: quoted excerpts of the
+// items that are evidence, and diagnostics for those that are not.
+type observed struct {
+	excerpts    []*orchestratorv1.QuotedExcerpt
+	diagnostics []*orchestratorv1.Diagnostic
 }
 
 // storeAsset puts text into evidence as an asset and turns candidate into
@@ -167,4 +175,12 @@ func (s *Server) storeAsset(ctx context.Context, candidate *evidencev1.SourceObs
 	}
 	candidate.Passages = ref
 	return nil
+}
+
+// GetExcerpts returns the excerpts; nil-safe like generated getters.
+func (o *observed) GetExcerpts() []*orchestratorv1.QuotedExcerpt {
+	if o == nil {
+		return nil
+	}
+	return o.excerpts
 }

@@ -71,6 +71,16 @@ func TestTitleAndLinkIsNotASource(t *testing.T) {
 			if !found {
 				t.Errorf("no DIAGNOSTIC %s event for request %s", tc.reason, r.GetId())
 			}
+			// The product service reads the same diagnostic on the request.
+			onRequest := false
+			for _, d := range r.GetDiagnostics() {
+				if d.GetCode() == tc.reason && d.GetItem() != "" {
+					onRequest = true
+				}
+			}
+			if !onRequest {
+				t.Errorf("request diagnostics %v lack %s", r.GetDiagnostics(), tc.reason)
+			}
 		})
 	}
 }

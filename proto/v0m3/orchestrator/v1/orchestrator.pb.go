@@ -1471,8 +1471,13 @@ type ToolRequest struct {
 	ReceiptId string `protobuf:"bytes,22,opt,name=receipt_id,json=receiptId,proto3" json:"receipt_id,omitempty"`
 	// Output only. Artifact digest of a committed transformation.
 	ArtifactDigest string `protobuf:"bytes,23,opt,name=artifact_digest,json=artifactDigest,proto3" json:"artifact_digest,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Output only. Result items that were not evidence (no resource URI,
+	// media type that is not evidence, only a title and a link, structured
+	// content): recorded here and in the trace, never quoted or recorded as
+	// source observations.
+	Diagnostics   []*Diagnostic `protobuf:"bytes,24,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolRequest) Reset() {
@@ -1666,6 +1671,77 @@ func (x *ToolRequest) GetArtifactDigest() string {
 	return ""
 }
 
+func (x *ToolRequest) GetDiagnostics() []*Diagnostic {
+	if x != nil {
+		return x.Diagnostics
+	}
+	return nil
+}
+
+// Diagnostic is one result item that did not become evidence.
+type Diagnostic struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which item, e.g. "content item 2 (text/plain)".
+	Item string `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	// Stable code of the first finding, e.g. "TITLE_AND_LINK_ONLY".
+	Code string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	// Safe detail: every finding's code and field.
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Diagnostic) Reset() {
+	*x = Diagnostic{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Diagnostic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Diagnostic) ProtoMessage() {}
+
+func (x *Diagnostic) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Diagnostic.ProtoReflect.Descriptor instead.
+func (*Diagnostic) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Diagnostic) GetItem() string {
+	if x != nil {
+		return x.Item
+	}
+	return ""
+}
+
+func (x *Diagnostic) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *Diagnostic) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // SubmitToolRequestRequest submits what the model emitted.
 type SubmitToolRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1687,7 +1763,7 @@ type SubmitToolRequestRequest struct {
 
 func (x *SubmitToolRequestRequest) Reset() {
 	*x = SubmitToolRequestRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1775,7 @@ func (x *SubmitToolRequestRequest) String() string {
 func (*SubmitToolRequestRequest) ProtoMessage() {}
 
 func (x *SubmitToolRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1788,7 @@ func (x *SubmitToolRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitToolRequestRequest.ProtoReflect.Descriptor instead.
 func (*SubmitToolRequestRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SubmitToolRequestRequest) GetTaskId() string {
@@ -1761,7 +1837,7 @@ type GetRequestRequest struct {
 
 func (x *GetRequestRequest) Reset() {
 	*x = GetRequestRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1849,7 @@ func (x *GetRequestRequest) String() string {
 func (*GetRequestRequest) ProtoMessage() {}
 
 func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1862,7 @@ func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequestRequest.ProtoReflect.Descriptor instead.
 func (*GetRequestRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetRequestRequest) GetId() string {
@@ -1807,7 +1883,7 @@ type ListRequestsRequest struct {
 
 func (x *ListRequestsRequest) Reset() {
 	*x = ListRequestsRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +1895,7 @@ func (x *ListRequestsRequest) String() string {
 func (*ListRequestsRequest) ProtoMessage() {}
 
 func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +1908,7 @@ func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsRequest.ProtoReflect.Descriptor instead.
 func (*ListRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRequestsRequest) GetTaskId() string {
@@ -1853,7 +1929,7 @@ type ListRequestsResponse struct {
 
 func (x *ListRequestsResponse) Reset() {
 	*x = ListRequestsResponse{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1941,7 @@ func (x *ListRequestsResponse) String() string {
 func (*ListRequestsResponse) ProtoMessage() {}
 
 func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1954,7 @@ func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsResponse.ProtoReflect.Descriptor instead.
 func (*ListRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListRequestsResponse) GetRequests() []*ToolRequest {
@@ -1904,7 +1980,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +1992,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2005,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApproveRequest) GetRequestId() string {
@@ -1968,7 +2044,7 @@ type DenyRequest struct {
 
 func (x *DenyRequest) Reset() {
 	*x = DenyRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2056,7 @@ func (x *DenyRequest) String() string {
 func (*DenyRequest) ProtoMessage() {}
 
 func (x *DenyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2069,7 @@ func (x *DenyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyRequest.ProtoReflect.Descriptor instead.
 func (*DenyRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DenyRequest) GetRequestId() string {
@@ -2030,7 +2106,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2118,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2131,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchTaskRequest) GetTaskId() string {
@@ -2093,7 +2169,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2181,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2194,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TaskEvent) GetSequence() int64 {
@@ -2176,7 +2252,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2264,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2277,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -2330,7 +2406,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x12invalidated_detail\x18\x12 \x01(\tR\x11invalidatedDetail\"3\n" +
 	"\x12GetApprovalRequest\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\"\xeb\a\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"\xaf\b\n" +
 	"\vToolRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12(\n" +
@@ -2361,7 +2437,13 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\asummary\x18\x15 \x01(\tR\asummary\x12\x1d\n" +
 	"\n" +
 	"receipt_id\x18\x16 \x01(\tR\treceiptId\x12'\n" +
-	"\x0fartifact_digest\x18\x17 \x01(\tR\x0eartifactDigest\"\xdd\x01\n" +
+	"\x0fartifact_digest\x18\x17 \x01(\tR\x0eartifactDigest\x12B\n" +
+	"\vdiagnostics\x18\x18 \x03(\v2 .v0m3.orchestrator.v1.DiagnosticR\vdiagnostics\"L\n" +
+	"\n" +
+	"Diagnostic\x12\x12\n" +
+	"\x04item\x18\x01 \x01(\tR\x04item\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xdd\x01\n" +
 	"\x18SubmitToolRequestRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12(\n" +
 	"\x10provider_call_id\x18\x02 \x01(\tR\x0eproviderCallId\x12\x1e\n" +
@@ -2457,7 +2539,7 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_v0m3_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(TaskKind)(0),                    // 0: v0m3.orchestrator.v1.TaskKind
 	(TaskState)(0),                   // 1: v0m3.orchestrator.v1.TaskState
@@ -2477,88 +2559,90 @@ var file_v0m3_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*Approval)(nil),                 // 15: v0m3.orchestrator.v1.Approval
 	(*GetApprovalRequest)(nil),       // 16: v0m3.orchestrator.v1.GetApprovalRequest
 	(*ToolRequest)(nil),              // 17: v0m3.orchestrator.v1.ToolRequest
-	(*SubmitToolRequestRequest)(nil), // 18: v0m3.orchestrator.v1.SubmitToolRequestRequest
-	(*GetRequestRequest)(nil),        // 19: v0m3.orchestrator.v1.GetRequestRequest
-	(*ListRequestsRequest)(nil),      // 20: v0m3.orchestrator.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil),     // 21: v0m3.orchestrator.v1.ListRequestsResponse
-	(*ApproveRequest)(nil),           // 22: v0m3.orchestrator.v1.ApproveRequest
-	(*DenyRequest)(nil),              // 23: v0m3.orchestrator.v1.DenyRequest
-	(*WatchTaskRequest)(nil),         // 24: v0m3.orchestrator.v1.WatchTaskRequest
-	(*TaskEvent)(nil),                // 25: v0m3.orchestrator.v1.TaskEvent
-	(*CancelTaskRequest)(nil),        // 26: v0m3.orchestrator.v1.CancelTaskRequest
-	(*v1.Principal)(nil),             // 27: v0m3.policy.v1.Principal
-	(*timestamppb.Timestamp)(nil),    // 28: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),          // 29: google.protobuf.Struct
-	(*v1.CapabilityEligibility)(nil), // 30: v0m3.policy.v1.CapabilityEligibility
-	(v11.DeliveryStage)(0),           // 31: v0m3.adapter.v1.DeliveryStage
-	(v11.Outcome)(0),                 // 32: v0m3.adapter.v1.Outcome
-	(*v11.ErrorEvidence)(nil),        // 33: v0m3.adapter.v1.ErrorEvidence
+	(*Diagnostic)(nil),               // 18: v0m3.orchestrator.v1.Diagnostic
+	(*SubmitToolRequestRequest)(nil), // 19: v0m3.orchestrator.v1.SubmitToolRequestRequest
+	(*GetRequestRequest)(nil),        // 20: v0m3.orchestrator.v1.GetRequestRequest
+	(*ListRequestsRequest)(nil),      // 21: v0m3.orchestrator.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil),     // 22: v0m3.orchestrator.v1.ListRequestsResponse
+	(*ApproveRequest)(nil),           // 23: v0m3.orchestrator.v1.ApproveRequest
+	(*DenyRequest)(nil),              // 24: v0m3.orchestrator.v1.DenyRequest
+	(*WatchTaskRequest)(nil),         // 25: v0m3.orchestrator.v1.WatchTaskRequest
+	(*TaskEvent)(nil),                // 26: v0m3.orchestrator.v1.TaskEvent
+	(*CancelTaskRequest)(nil),        // 27: v0m3.orchestrator.v1.CancelTaskRequest
+	(*v1.Principal)(nil),             // 28: v0m3.policy.v1.Principal
+	(*timestamppb.Timestamp)(nil),    // 29: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),          // 30: google.protobuf.Struct
+	(*v1.CapabilityEligibility)(nil), // 31: v0m3.policy.v1.CapabilityEligibility
+	(v11.DeliveryStage)(0),           // 32: v0m3.adapter.v1.DeliveryStage
+	(v11.Outcome)(0),                 // 33: v0m3.adapter.v1.Outcome
+	(*v11.ErrorEvidence)(nil),        // 34: v0m3.adapter.v1.ErrorEvidence
 }
 var file_v0m3_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	27, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
+	28, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
 	0,  // 1: v0m3.orchestrator.v1.Task.kind:type_name -> v0m3.orchestrator.v1.TaskKind
 	4,  // 2: v0m3.orchestrator.v1.Task.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	1,  // 3: v0m3.orchestrator.v1.Task.state:type_name -> v0m3.orchestrator.v1.TaskState
-	28, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
-	28, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
-	28, // 6: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
-	29, // 7: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
+	29, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
+	29, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
+	29, // 6: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
+	30, // 7: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
 	6,  // 8: v0m3.orchestrator.v1.OfferedCapability.handles:type_name -> v0m3.orchestrator.v1.HandleOffer
 	7,  // 9: v0m3.orchestrator.v1.OfferedCatalogue.offered:type_name -> v0m3.orchestrator.v1.OfferedCapability
-	30, // 10: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
-	28, // 11: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
-	27, // 12: v0m3.orchestrator.v1.StartTaskRequest.requester:type_name -> v0m3.policy.v1.Principal
+	31, // 10: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
+	29, // 11: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
+	28, // 12: v0m3.orchestrator.v1.StartTaskRequest.requester:type_name -> v0m3.policy.v1.Principal
 	0,  // 13: v0m3.orchestrator.v1.StartTaskRequest.kind:type_name -> v0m3.orchestrator.v1.TaskKind
 	4,  // 14: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	5,  // 15: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
 	8,  // 16: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
-	31, // 17: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
-	32, // 18: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
-	33, // 19: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
-	28, // 20: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	28, // 21: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
-	28, // 22: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	28, // 23: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	28, // 24: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
+	32, // 17: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
+	33, // 18: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
+	34, // 19: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
+	29, // 20: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	29, // 21: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
+	29, // 22: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	29, // 23: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	29, // 24: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
 	3,  // 25: v0m3.orchestrator.v1.Approval.invalidated:type_name -> v0m3.orchestrator.v1.ApprovalBinding
-	29, // 26: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
+	30, // 26: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
 	2,  // 27: v0m3.orchestrator.v1.ToolRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
-	32, // 28: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
+	33, // 28: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
 	14, // 29: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
 	13, // 30: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
-	28, // 31: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
-	28, // 32: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
+	29, // 31: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
+	29, // 32: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
 	15, // 33: v0m3.orchestrator.v1.ToolRequest.approval:type_name -> v0m3.orchestrator.v1.Approval
-	29, // 34: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
-	17, // 35: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
-	28, // 36: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	9,  // 37: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
-	11, // 38: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
-	12, // 39: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
-	18, // 40: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
-	19, // 41: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
-	20, // 42: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
-	22, // 43: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
-	23, // 44: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
-	16, // 45: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
-	24, // 46: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
-	26, // 47: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
-	10, // 48: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
-	5,  // 49: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
-	8,  // 50: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
-	17, // 51: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	17, // 52: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	21, // 53: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
-	17, // 54: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
-	17, // 55: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
-	15, // 56: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
-	25, // 57: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
-	5,  // 58: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
-	48, // [48:59] is the sub-list for method output_type
-	37, // [37:48] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	18, // 34: v0m3.orchestrator.v1.ToolRequest.diagnostics:type_name -> v0m3.orchestrator.v1.Diagnostic
+	30, // 35: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
+	17, // 36: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
+	29, // 37: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	9,  // 38: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
+	11, // 39: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
+	12, // 40: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
+	19, // 41: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
+	20, // 42: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
+	21, // 43: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
+	23, // 44: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
+	24, // 45: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
+	16, // 46: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
+	25, // 47: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
+	27, // 48: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
+	10, // 49: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
+	5,  // 50: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
+	8,  // 51: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	17, // 52: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	17, // 53: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	22, // 54: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
+	17, // 55: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
+	17, // 56: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
+	15, // 57: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
+	26, // 58: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
+	5,  // 59: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
+	49, // [49:60] is the sub-list for method output_type
+	38, // [38:49] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_orchestrator_v1_orchestrator_proto_init() }
@@ -2572,7 +2656,7 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc), len(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
