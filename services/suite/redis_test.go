@@ -222,13 +222,20 @@ func workload(ctx context.Context, o orchestrator.Store, e evidence.Store, p pol
 
 // TestRedisRestartLosesNothing runs a workload of governed-call steps
 // (intent created, approval used, budget charged, attempt stages, receipt)
-// from four workers, restarts Redis in the middle (gracefully, and by
-// SIGKILL as a crash), and checks that everything acknowledged before,
-// during and after the restart is found afterwards. The stores reconnect
-// by themselves: the same clients are used throughout.
+// from four workers, restarts Redis in the middle, and checks that
+// everything acknowledged before, during and after the restart is found
+// afterwards. The stores reconnect by themselves: the same clients are used
+// throughout.
+//
+// The restart is a graceful one (SIGTERM: Redis flushes and fsyncs its AOF).
+// A crash (SIGKILL) is deliberately not asserted: with appendfsync
+// everysec, the configuration the chart uses, Redis may acknowledge writes
+// up to about a second before they reach the AOF file when a background
+// fsync is slow, so a crash can lose them by design. A deployment that
+// cannot accept that window runs appendfsync always.
 func TestRedisRestartLosesNothing(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"graceful", "kill"} {
+	for _, mode := range []string{"graceful"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			rs := redistest.StartServer(t)
@@ -251,12 +258,7 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 			}
 			waitFor(t, "200 steps committed before the restart", func() bool { return c.count() >= 200 })
 			before := c.count()
-			if mode == "kill" {
-				err = rs.Kill()
-			} else {
-				err = rs.Stop()
-			}
-			if err != nil {
+			if err := rs.Stop(); err != nil {
 				t.Fatal(err)
 			}
 			if err := rs.Start(); err != nil {
