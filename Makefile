@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := bin/v0m3
 DATA  ?= $(CURDIR)/.v0m3-data
 
-.PHONY: all build demo run test generate envtest check-generate lint vet fmt-check staticcheck unit fuzz third-party-mcp redis clean
+.PHONY: all build demo run test generate envtest check-generate lint vet fmt-check staticcheck unit fuzz chart third-party-mcp redis clean
 
 all: build
 
@@ -41,7 +41,7 @@ vet:
 	$(GO) vet ./...
 
 fmt-check:
-	@out="$$(gofmt -l cmd services operator proto)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out="$$(gofmt -l cmd services operator proto charts tools)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 staticcheck:
 	$(GO) tool staticcheck ./...
@@ -61,7 +61,15 @@ third-party-mcp: ## Install the pinned third-party MCP servers the adapter tests
 unit: third-party-mcp redis envtest ## go test -race for every package.
 	$(GO) test -race -count=1 -timeout 45m ./...
 
-test: check-generate fmt-check vet staticcheck unit fuzz ## Everything CI runs (unit includes the generated-code drift test).
+test: check-generate fmt-check vet staticcheck chart unit fuzz ## Everything CI runs (unit includes the generated-code drift test).
+
+chart: ## Lint and render the Helm chart with each store (Helm is built once, cached, by scripts/helm.sh).
+	@set -e; helm="$$(bash scripts/helm.sh)"; \
+	for store in file redis; do \
+	  "$$helm" lint --strict charts/v0m3 --set store=$$store; \
+	  "$$helm" template v0m3 charts/v0m3 --namespace v0m3-system --set store=$$store >/dev/null; \
+	  echo "chart: store=$$store renders"; \
+	done
 
 clean:
 	rm -rf bin

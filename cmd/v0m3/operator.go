@@ -37,7 +37,7 @@ func operatorScheme() (*runtime.Scheme, error) {
 // registry at --registry.
 func runOperator(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlags("operator", stderr)
-	registryAddr := fs.String("registry", "v0m3-registry:7101", "registry gRPC address")
+	registryAddr := fs.String("registry", "v0m3-registry:7401", "registry gRPC address")
 	bridgeImage := fs.String("bridge-image", "", "image holding the v0m3 binary for stdio servers' init container (pin by digest)")
 	adapterNS := fs.String("adapter-namespace", "v0m3-system", "namespace of the V0M3 adapter, the only allowed client of MCP servers")
 	adapterLabels := fs.String("adapter-labels", "app.kubernetes.io/name=v0m3,app.kubernetes.io/component=adapter", "labels selecting the adapter's pods")
