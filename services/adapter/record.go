@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/redact"
 )
 
 // recordDiscovery writes the fixture of a live discovery. A failure is
@@ -46,7 +47,7 @@ func (s *Server) recordExecute(ctx context.Context, conn *registryv1.Connection,
 		binding, err = s.callBinding(ctx, conn, req)
 	}
 	if err == nil {
-		safe, _ := protojson.Marshal(redact(req.GetArguments()))
+		safe, _ := protojson.Marshal(redact.Struct(req.GetArguments()))
 		var safeArgs any
 		_ = json.Unmarshal(safe, &safeArgs)
 		err = s.writeFixture(conn, &fixtureFile{

@@ -2,21 +2,19 @@ package adapter
 
 import (
 	"context"
-	"strings"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
+	"github.com/v0m3/v0m3/services/internal/redact"
 )
 
-// Redacted replaces the value of a secret-looking argument in traces.
-const Redacted = "[redacted]"
-
-// secretKeyParts mark argument keys whose values never enter a trace.
-var secretKeyParts = []string{"token", "secret", "password", "key", "credential", "authorization"}
+// Redacted replaces the value of a secret-looking argument in traces and
+// fixtures.
+const Redacted = redact.Placeholder
 
 // trace appends the protocol-layer trace event of one execution. A failure
 // to append is logged, not returned: the call already happened.
@@ -29,7 +27,7 @@ func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp 
 		SnapshotId:     req.GetSnapshotId(),
 		RequestId:      req.GetAttemptId(),
 		Method:         resp.GetMethod(),
-		SafeArguments:  redact(req.GetArguments()),
+		SafeArguments:  redact.Struct(req.GetArguments()),
 		ResponseDigest: resp.GetResponseDigest(),
 		ResponseBytes:  resp.GetResponseBytes(),
 		Outcome:        outcomeName(resp.GetOutcome()),
@@ -49,46 +47,4 @@ func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp 
 	}}); err != nil {
 		s.log.Warn("append protocol trace", "task_id", req.GetTaskId(), "attempt_id", req.GetAttemptId(), "error", err)
 	}
-}
-
-// redact returns a copy of args with the value of every secret-looking key,
-// at any depth, replaced by Redacted.
-func redact(args *structpb.Struct) *structpb.Struct {
-	if args == nil {
-		return nil
-	}
-	out := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	for k, v := range args.GetFields() {
-		if isSecretKey(k) {
-			out.Fields[k] = structpb.NewStringValue(Redacted)
-			continue
-		}
-		out.Fields[k] = redactValue(v)
-	}
-	return out
-}
-
-func redactValue(v *structpb.Value) *structpb.Value {
-	switch k := v.GetKind().(type) {
-	case *structpb.Value_StructValue:
-		return structpb.NewStructValue(redact(k.StructValue))
-	case *structpb.Value_ListValue:
-		l := &structpb.ListValue{}
-		for _, e := range k.ListValue.GetValues() {
-			l.Values = append(l.Values, redactValue(e))
-		}
-		return structpb.NewListValue(l)
-	default:
-		return v
-	}
-}
-
-func isSecretKey(k string) bool {
-	k = strings.ToLower(k)
-	for _, p := range secretKeyParts {
-		if strings.Contains(k, p) {
-			return true
-		}
-	}
-	return false
 }

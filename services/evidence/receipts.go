@@ -8,6 +8,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/redact"
 )
 
 // maxIdempotencyKeyBytes bounds the key, which is also the storage key.
@@ -26,7 +27,7 @@ func (s *Server) RecordReceipt(ctx context.Context, req *evidencev1.RecordReceip
 	r.RecordTime = s.timestamp()
 	// Detail is meant to be safe already; redacting secret-looking names
 	// is defense in depth, as for trace arguments.
-	redactStruct(r.GetDetail())
+	r.Detail = redact.Struct(r.GetDetail())
 	out, created, err := s.st.CreateReceipt(ctx, r)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "record receipt", "", "", nil)

@@ -8,7 +8,11 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/redact"
 )
+
+// Redacted replaces the value of any field whose name looks secret.
+const Redacted = redact.Placeholder
 
 // AppendTrace appends one event, of either layer, to a task's trace. The
 // event gets an id and the task's next sequence number; its time defaults
@@ -25,7 +29,7 @@ func (s *Server) AppendTrace(ctx context.Context, req *evidencev1.AppendTraceReq
 		ev.Time = s.timestamp()
 	}
 	if p := ev.GetProtocol(); p != nil {
-		redactStruct(p.GetSafeArguments())
+		p.SafeArguments = redact.Struct(p.GetSafeArguments())
 	}
 	out, err := s.st.AppendTrace(ctx, ev)
 	if err != nil {
