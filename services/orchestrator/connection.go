@@ -132,12 +132,8 @@ func (s *Server) watchRegistry(ctx context.Context) {
 			logf = s.log.DebugContext // expected while the registry starts or restarts
 		}
 		logf(ctx, "registry event watch ended", "after", after, "retry_in", backoff, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, backoff) {
 			return
-		case <-t.C:
 		}
 		backoff = min(backoff*2, watchBackoffMax)
 	}
@@ -163,5 +159,18 @@ func (s *Server) followRegistry(ctx context.Context, after *int64) (bool, error)
 				s.log.ErrorContext(ctx, "mark connection unavailable", "connection", ev.GetConnectionId(), "err", err)
 			}
 		}
+	}
+}
+
+// sleep waits for d, or until ctx ends; it reports whether the full wait
+// elapsed. The background loops (registry watch, recovery) back off with it.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,12 +35,8 @@ func (s *Server) resume(ctx context.Context, open []*orchestratorv1.ToolRequest)
 				break
 			}
 			s.log.WarnContext(ctx, "recover request: dependency unavailable", "request", r.GetId(), "retry_in", backoff, "err", err)
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !sleep(ctx, backoff) {
 				return
-			case <-t.C:
 			}
 			backoff = min(backoff*2, watchBackoffMax)
 		}
