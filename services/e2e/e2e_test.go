@@ -249,16 +249,12 @@ func checkFirstExperiment(t *testing.T, s *suite.Suite, r *scenario.Result) {
 		!strings.HasPrefix(faqObs.GetContentDigest(), "sha256:") || faqObs.GetRetrieveTime() == nil || faqObs.GetRequestId() == "" {
 		t.Errorf("observation lacks identity: %v", faqObs)
 	}
-	hostileQuoted := false
 	for _, e := range req.GetExcerpts() {
 		if strings.Contains(e.GetSourceLabel(), "://") {
 			t.Errorf("excerpt label leaks a URI: %q", e.GetSourceLabel())
 		}
-		if strings.Contains(e.GetQuotedText(), scenario.HostileSentence) {
-			hostileQuoted = true
-		}
 	}
-	if !hostileQuoted {
+	if !hostileQuoted(req) {
 		t.Errorf("the hostile page's sentence was not returned as quoted evidence: %v", req.GetExcerpts())
 	}
 
