@@ -41,7 +41,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer s.Close()
 	fmt.Fprintf(stdout, "V0M3 Boundary demo: five services over gRPC on loopback, embedded store in %s\n", dir)
-	r, err := scenario.Run(ctx, s.Clients, scenario.Config{Transport: scenario.StdioFixture(exe), Out: stdout})
+	r, err := scenario.Run(ctx, s.Clients, scenario.Config{Transport: scenario.StdioFixture(exe), Out: stdout, As: s.As})
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -31,6 +33,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	storeURL := fs.String("store", "", "store URL: file:///dir or redis://host:port/db?prefix=name (empty = file store in --data-dir)")
 	policyFile := fs.String("policy-file", "", "Cedar policy file (policy service; empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	idf := addIdentityFlags(fs)
 	peers := map[string]*string{}
 	for _, p := range suite.Names {
 		if p != name {
@@ -44,7 +47,12 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	if err != nil {
 		return err
 	}
+	id, err := idf.serviceIdentity(ctx, name)
+	if err != nil {
+		return err
+	}
 	cfg := suite.Config{
+		Identity:   id,
 		DataDir:    *dataDir,
 		Store:      *storeURL,
 		Services:   []string{name},
@@ -75,12 +83,34 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	portBase := fs.Int("port-base", 7400, "orchestrator port; registry, policy, evidence, adapter follow (+1..+4); 0 = ephemeral ports")
 	policyFile := fs.String("policy-file", "", "Cedar policy file (empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	idf := addIdentityFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
 		return err
+	}
+	if *idf.caFile != "" || *idf.certFile != "" || *idf.keyFile != "" {
+		return usageError{"v0m3 dev makes its own CA and certificates; --tls-* files are for single services"}
+	}
+	// v0m3 dev always accepts development tokens (`v0m3 token`), and also
+	// those of a real issuer when one is configured.
+	dev, err := identity.NewDev(filepath.Join(*dataDir, "pki"))
+	if err != nil {
+		return err
+	}
+	devAuthn, err := dev.Authenticator()
+	if err != nil {
+		return err
+	}
+	authn, err := idf.authenticator(ctx, devAuthn)
+	if err != nil {
+		return err
+	}
+	id := &suite.Identity{Insecure: *idf.insecure, Authn: authn}
+	if !*idf.insecure {
+		id.Creds = dev.Credentials
 	}
 	listen := map[string]string{}
 	for name, port := range defaultPorts {
@@ -90,7 +120,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			listen[name] = fmt.Sprintf("%s:%d", *host, port-defaultPorts[suite.Orchestrator]+*portBase)
 		}
 	}
-	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log})
+	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id})
 	if err != nil {
 		return err
 	}
@@ -99,6 +129,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	for _, name := range suite.Names {
 		fmt.Fprintf(stdout, "  %-13s %s\n", name, s.Addr[name])
 	}
+	if *idf.insecure {
+		fmt.Fprintln(stdout, "INSECURE: plaintext, peers not authenticated (--insecure-plaintext)")
+	} else {
+		fmt.Fprintf(stdout, "TLS: trust %s\n", filepath.Join(dev.Dir, "ca.crt"))
+	}
+	fmt.Fprintf(stdout, "tokens: v0m3 token --data-dir %s --subject <id> --groups <g1,g2>\n", *dataDir)
 	fmt.Fprintln(stdout, "serving until interrupted (Ctrl-C)")
 	<-ctx.Done()
 	s.Close()

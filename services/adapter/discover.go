@@ -1,6 +1,9 @@
 package adapter
 
 import (
+	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/authz"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,6 +36,9 @@ const (
 // resource, and records what it saw as a registry snapshot. The registry
 // computes the digests.
 func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (*registryv1.DiscoverySnapshot, error) {
+	if err := s.mayDiscover(ctx, req.GetConnectionId()); err != nil {
+		return nil, err
+	}
 	if req.GetConnectionId() == "" {
 		return nil, apierror.InvalidArgument("CONNECTION_ID_REQUIRED", "connection_id is required",
 			apierror.FieldViolation{Field: "connection_id", Description: "required"})
@@ -250,4 +256,19 @@ func toStruct(v any) (*structpb.Struct, error) {
 		return nil, nil
 	}
 	return structpb.NewStruct(m)
+}
+
+// mayDiscover checks that the caller may have the adapter connect to a
+// server and describe it: a peer the access table admitted, or a person
+// whom policy grants connection.discover.
+func (s *Server) mayDiscover(ctx context.Context, connectionID string) error {
+	c, ok := identity.CallerFrom(ctx)
+	if ok && c.Kind == identity.KindService {
+		return nil
+	}
+	if s.deps.Policy == nil {
+		return apierror.New(codes.FailedPrecondition, "AUTHORIZATION_NOT_CONFIGURED", "the adapter has no policy service to decide who may discover", nil)
+	}
+	_, err := authz.Remote(s.deps.Policy).Require(ctx, authz.ConnectionDiscover, authz.Resource{Type: "connection", ID: connectionID}, nil)
+	return err
 }

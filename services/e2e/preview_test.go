@@ -266,9 +266,17 @@ func startWithOrchestrator(t *testing.T, deps orchestrator.Deps) suite.Clients {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps.Registry, deps.Policy, deps.Adapter, deps.Evidence = s.Registry, s.Policy, s.Adapter, s.Evidence
+	peers, err := s.PeerClients(suite.Orchestrator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps.Registry, deps.Policy, deps.Adapter, deps.Evidence = peers.Registry, peers.Policy, peers.Adapter, peers.Evidence
 	o := orchestrator.NewServer(orchestrator.NewBoltStore(db), deps, slog.New(slog.DiscardHandler))
-	srv := serve.New(suite.Orchestrator, slog.New(slog.DiscardHandler))
+	guard, err := s.Guard(suite.Orchestrator, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve.New(suite.Orchestrator, slog.New(slog.DiscardHandler), guard)
 	orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -277,7 +285,7 @@ func startWithOrchestrator(t *testing.T, deps orchestrator.Deps) suite.Clients {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(ctx, lis); close(done) }()
-	conn, err := serve.Dial(lis.Addr().String())
+	conn, err := serve.Dial(lis.Addr().String(), s.CallerDialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package evidence
 
 import (
+	"github.com/v0m3/v0m3/services/internal/authz"
+
 	"context"
 	"errors"
 	"fmt"
@@ -163,6 +165,9 @@ func (s *Server) PutAsset(ctx context.Context, req *evidencev1.PutAssetRequest) 
 
 // GetAsset returns an asset's content.
 func (s *Server) GetAsset(ctx context.Context, req *evidencev1.GetAssetRequest) (*evidencev1.Asset, error) {
+	if err := s.require(ctx, authz.TraceRead, "asset", req.GetDigest()); err != nil {
+		return nil, err
+	}
 	if req.GetDigest() == "" {
 		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a digest is required", apierror.FieldViolation{Field: "digest", Description: "required"})
 	}

@@ -13,6 +13,9 @@ import (
 // read of the same URI with new content makes a new revision, and the claim
 // stays tied to the content it was assessed against.
 func (s *Server) LinkClaim(ctx context.Context, req *evidencev1.LinkClaimRequest) (*evidencev1.ClaimLink, error) {
+	if err := s.require(ctx, claimLink, "observation", req.GetObservationId()); err != nil {
+		return nil, err
+	}
 	if vs := required(nil, [2]string{"claim_id", req.GetClaimId()}, [2]string{"observation_id", req.GetObservationId()}); len(vs) > 0 {
 		return nil, apierror.InvalidArgument("CLAIM_LINK_INVALID", "a claim link needs a claim id and an observation id", vs...)
 	}

@@ -1,6 +1,8 @@
 package evidence
 
 import (
+	"github.com/v0m3/v0m3/services/internal/authz"
+
 	"context"
 	"strings"
 
@@ -20,6 +22,9 @@ var notRecordedCodes = map[string]bool{
 // its request and attempt, a protocol event names the attempt as its
 // request id.
 func (s *Server) ClassifyTrace(ctx context.Context, req *evidencev1.ClassifyTraceRequest) (*evidencev1.TraceClassification, error) {
+	if err := s.require(ctx, authz.TraceRead, "task", req.GetTaskId()); err != nil {
+		return nil, err
+	}
 	if req.GetTaskId() == "" {
 		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a task id is required", apierror.FieldViolation{Field: "task_id", Description: "required"})
 	}

@@ -1,6 +1,8 @@
 package evidence
 
 import (
+	"github.com/v0m3/v0m3/services/internal/authz"
+
 	"context"
 
 	"google.golang.org/grpc/codes"
@@ -14,6 +16,9 @@ import (
 // whether the content differs, and which passages changed. Observations of
 // different sources cannot be compared.
 func (s *Server) CompareRevisions(ctx context.Context, req *evidencev1.CompareRevisionsRequest) (*evidencev1.RevisionComparison, error) {
+	if err := s.require(ctx, authz.TraceRead, "observation", req.GetBaseObservationId()); err != nil {
+		return nil, err
+	}
 	if vs := required(nil, [2]string{"base_observation_id", req.GetBaseObservationId()}, [2]string{"other_observation_id", req.GetOtherObservationId()}); len(vs) > 0 {
 		return nil, apierror.InvalidArgument("REQUEST_INVALID", "name the two observations to compare", vs...)
 	}

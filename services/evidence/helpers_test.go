@@ -19,7 +19,6 @@ import (
 	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
 
@@ -71,10 +70,10 @@ func startEnv(t *testing.T, path string, c *clock, opts ...func(*evidence.Server
 	for _, o := range opts {
 		o(srv)
 	}
-	g := serve.New("evidence", log)
-	evidencev1.RegisterEvidenceServiceServer(g.GRPC, srv)
+	g := grpc.NewServer()
+	evidencev1.RegisterEvidenceServiceServer(g, srv)
 	lis := bufconn.Listen(1 << 20)
-	go func() { _ = g.GRPC.Serve(lis) }()
+	go func() { _ = g.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -85,7 +84,7 @@ func startEnv(t *testing.T, path string, c *clock, opts ...func(*evidence.Server
 	stop := func() {
 		once.Do(func() {
 			_ = conn.Close()
-			g.GRPC.Stop()
+			g.Stop()
 			if err := db.Close(); err != nil {
 				t.Errorf("close store: %v", err)
 			}

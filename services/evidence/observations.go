@@ -1,6 +1,8 @@
 package evidence
 
 import (
+	"github.com/v0m3/v0m3/services/internal/authz"
+
 	"context"
 	"fmt"
 	"regexp"
@@ -89,6 +91,9 @@ func validateObservation(o *evidencev1.SourceObservation) []apierror.FieldViolat
 
 // GetObservation returns one observation.
 func (s *Server) GetObservation(ctx context.Context, req *evidencev1.GetObservationRequest) (*evidencev1.SourceObservation, error) {
+	if err := s.require(ctx, authz.TraceRead, "observation", req.GetId()); err != nil {
+		return nil, err
+	}
 	if req.GetId() == "" {
 		return nil, apierror.InvalidArgument("REQUEST_INVALID", "an observation id is required", apierror.FieldViolation{Field: "id", Description: "required"})
 	}
@@ -103,6 +108,9 @@ func (s *Server) GetObservation(ctx context.Context, req *evidencev1.GetObservat
 // ListObservations returns a task's observations, oldest first. A task with
 // none gets an empty list.
 func (s *Server) ListObservations(ctx context.Context, req *evidencev1.ListObservationsRequest) (*evidencev1.ListObservationsResponse, error) {
+	if err := s.require(ctx, authz.TraceRead, "task", req.GetTaskId()); err != nil {
+		return nil, err
+	}
 	if req.GetTaskId() == "" {
 		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a task id is required", apierror.FieldViolation{Field: "task_id", Description: "required"})
 	}
@@ -116,6 +124,9 @@ func (s *Server) ListObservations(ctx context.Context, req *evidencev1.ListObser
 // ListRevisions returns the revisions of one source, oldest first. A source
 // never observed gets an empty list.
 func (s *Server) ListRevisions(ctx context.Context, req *evidencev1.ListRevisionsRequest) (*evidencev1.ListRevisionsResponse, error) {
+	if err := s.require(ctx, authz.TraceRead, "source", req.GetConnectionId()); err != nil {
+		return nil, err
+	}
 	if vs := required(nil, [2]string{"connection_id", req.GetConnectionId()}, [2]string{"resource_uri", req.GetResourceUri()}); len(vs) > 0 {
 		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a source is named by its connection id and resource URI", vs...)
 	}

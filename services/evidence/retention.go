@@ -1,6 +1,8 @@
 package evidence
 
 import (
+	"github.com/v0m3/v0m3/services/internal/authz"
+
 	"context"
 	"time"
 
@@ -12,6 +14,9 @@ import (
 // protocol events change; observations (cited by a claim or not),
 // revisions, claim links, receipts and assets are never pruned.
 func (s *Server) Prune(ctx context.Context, req *evidencev1.PruneRequest) (*evidencev1.PruneResponse, error) {
+	if err := s.require(ctx, authz.EvidencePrune, "evidence", ""); err != nil {
+		return nil, err
+	}
 	d := req.GetOlderThan()
 	if d == nil || d.CheckValid() != nil || d.AsDuration() < 0 {
 		return nil, apierror.InvalidArgument("REQUEST_INVALID", "older_than is required and must not be negative",

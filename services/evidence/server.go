@@ -1,6 +1,8 @@
 package evidence
 
 import (
+	"github.com/v0m3/v0m3/services/internal/authz"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -27,6 +29,8 @@ type Server struct {
 	assets AssetStore
 	// maxInline bounds the quoted text one observation may hold inline.
 	maxInline int64
+	// authz decides what people and product services may do here.
+	authz authz.Decider
 }
 
 // NewServer returns an evidence server persisting to st and logging to log.

@@ -1,6 +1,8 @@
 package evidence
 
 import (
+	"github.com/v0m3/v0m3/services/internal/authz"
+
 	"context"
 
 	"google.golang.org/protobuf/proto"
@@ -69,6 +71,9 @@ func layerName(ev *evidencev1.TraceEvent) string {
 // GetTrace returns a task's trace, both layers, in sequence order. A task
 // with no events gets an empty trace.
 func (s *Server) GetTrace(ctx context.Context, req *evidencev1.GetTraceRequest) (*evidencev1.Trace, error) {
+	if err := s.require(ctx, authz.TraceRead, "task", req.GetTaskId()); err != nil {
+		return nil, err
+	}
 	if req.GetTaskId() == "" {
 		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a task id is required", apierror.FieldViolation{Field: "task_id", Description: "required"})
 	}

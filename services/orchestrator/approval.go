@@ -16,6 +16,7 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
 )
@@ -84,7 +85,7 @@ func (s *Server) GetApproval(ctx context.Context, in *orchestratorv1.GetApproval
 	if in.GetRequestId() == "" {
 		return nil, missing("request_id")
 	}
-	r, err := s.loadRequest(ctx, in.GetRequestId())
+	r, _, err := s.openRequest(ctx, in.GetRequestId(), authz.TaskRead)
 	if err != nil {
 		return nil, err
 	}
@@ -103,10 +104,15 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	if in.GetRequestId() == "" {
 		return nil, missing("request_id")
 	}
-	if in.GetApprover() == "" {
-		return nil, missing("approver")
-	}
 	req, err := s.loadRequest(ctx, in.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
+	task, err := s.loadTask(ctx, req.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	approver, err := s.decider(ctx, task, req, authz.RequestApprove)
 	if err != nil {
 		return nil, err
 	}
@@ -114,10 +120,6 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 		return nil, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	task, err := s.loadTask(ctx, req.GetTaskId())
-	if err != nil {
-		return nil, err
-	}
 	binding, detail, err := s.checkBindings(ctx, task, req, in.GetDocumentDigest(), true)
 	if err != nil {
 		return nil, apierror.Propagate(err, "check approval bindings")
@@ -132,7 +134,7 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 		}
 		return s.refuse(ctx, req, p, err)
 	}
-	req, err = s.st.UseApproval(ctx, req.GetId(), in.GetApprover(), s.timestamp())
+	req, err = s.st.UseApproval(ctx, req.GetId(), approver, s.timestamp())
 	switch {
 	case errors.Is(err, ErrApprovalUsed):
 		return nil, approvalUsed(in.GetRequestId())
@@ -148,13 +150,29 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),
 		RequestId: req.GetId(), IntentId: req.GetIntentId(),
-		Detail: fmt.Sprintf("approval %s used by %s: %s", req.GetApproval().GetId(), in.GetApprover(), req.GetApproval().GetSummary()),
+		Detail: fmt.Sprintf("approval %s used by %s: %s", req.GetApproval().GetId(), approver, req.GetApproval().GetSummary()),
 	})
-	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.approved", "approved by "+in.GetApprover()+": "+req.GetApproval().GetSummary())
+	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.approved", "approved by "+approver+": "+req.GetApproval().GetSummary())
 	if err := s.charge(ctx, task, req); err != nil {
 		return s.refuse(ctx, req, p, err)
 	}
 	return s.execute(ctx, task, req, p)
+}
+
+// decider returns who decides req when policy lets the caller take action
+// (approve or deny) on it. Separation of duties is policy: the default
+// forbids approving a request of one's own task.
+func (s *Server) decider(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, action string) (string, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return "", err
+	}
+	attrs := taskAttributes(task)
+	attrs["capability"] = req.GetCapability()
+	if err := s.require(ctx, task, action, authz.Resource{Type: "request", ID: req.GetId()}, attrs); err != nil {
+		return "", err
+	}
+	return c.ID, nil
 }
 
 // approvable says why a request cannot be approved now, or nil.
@@ -288,14 +306,23 @@ func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (*orc
 	if in.GetRequestId() == "" {
 		return nil, missing("request_id")
 	}
-	if in.GetApprover() == "" {
-		return nil, missing("approver")
+	req, err := s.loadRequest(ctx, in.GetRequestId())
+	if err != nil {
+		return nil, err
 	}
-	detail := "denied by " + in.GetApprover()
+	task, err := s.loadTask(ctx, req.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	approver, err := s.decider(ctx, task, req, authz.RequestDeny)
+	if err != nil {
+		return nil, err
+	}
+	detail := "denied by " + approver
 	if in.GetReason() != "" {
 		detail += ": " + in.GetReason()
 	}
-	req, err := s.decide(ctx, in.GetRequestId(), orchestratorv1.RequestState_REQUEST_STATE_DENIED, "APPROVAL_DENIED", detail)
+	req, err = s.decide(ctx, in.GetRequestId(), orchestratorv1.RequestState_REQUEST_STATE_DENIED, "APPROVAL_DENIED", detail)
 	if err != nil {
 		return nil, err
 	}

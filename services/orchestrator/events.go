@@ -10,6 +10,7 @@ import (
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/internal/authz"
 )
 
 // notifier wakes WatchTask streams when a task gets a new event. It only
@@ -88,7 +89,7 @@ func (s *Server) WatchTask(req *orchestratorv1.WatchTaskRequest, stream grpc.Ser
 	if req.GetTaskId() == "" {
 		return missing("task_id")
 	}
-	if _, err := s.loadTask(ctx, req.GetTaskId()); err != nil {
+	if _, err := s.openTask(ctx, req.GetTaskId(), authz.TaskRead); err != nil {
 		return err
 	}
 	// Subscribe before the first read so no event falls between them.

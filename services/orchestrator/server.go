@@ -22,6 +22,7 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
@@ -59,6 +60,8 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 	notes *notifier
+	// authz asks policy about callers' actions on tasks and requests.
+	authz authz.Decider
 
 	approvalTTL    time.Duration
 	attemptTimeout time.Duration
@@ -87,6 +90,9 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{st: st, deps: deps, log: log, now: now, notes: newNotifier(), ctx: ctx, cancel: cancel,
 		approvalTTL: deps.ApprovalTTL, attemptTimeout: deps.AttemptTimeout}
+	if deps.Policy != nil {
+		s.authz = authz.Remote(deps.Policy)
+	}
 	if s.approvalTTL <= 0 {
 		s.approvalTTL = DefaultApprovalTTL
 	}
@@ -128,9 +134,9 @@ func (s *Server) timestamp() *timestamppb.Timestamp { return timestamppb.New(s.n
 // StartTask plans a task, persists it, compiles its offered catalogue and
 // returns both.
 func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskRequest) (*orchestratorv1.StartTaskResponse, error) {
-	if req.GetRequester().GetId() == "" {
-		return nil, apierror.InvalidArgument("MISSING_FIELD", "requester.id is required",
-			apierror.FieldViolation{Field: "requester.id", Description: "required"})
+	requester, actor, err := s.requesterOf(ctx, req.GetOnBehalfOf())
+	if err != nil {
+		return nil, err
 	}
 	needed, err := plan(req.GetKind(), req.GetEvidencePresent())
 	if err != nil {
@@ -153,7 +159,8 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	now := s.timestamp()
 	task := &orchestratorv1.Task{
 		Id:                 ids.New("task"),
-		Requester:          req.GetRequester(),
+		Requester:          requester,
+		Actor:              actor,
 		Purpose:            req.GetPurpose(),
 		Kind:               req.GetKind(),
 		SourceScope:        req.GetSourceScope(),
@@ -167,10 +174,14 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	if err := s.st.CreateTask(ctx, task); err != nil {
 		return nil, s.internal(ctx, "persist task", err)
 	}
-	s.log.InfoContext(ctx, "task started", "task", task.GetId(), "kind", task.GetKind().String(), "requester", task.GetRequester().GetId(), "needed", needed)
+	s.log.InfoContext(ctx, "task started", "task", task.GetId(), "kind", task.GetKind().String(), "requester", task.GetRequester().GetId(), "actor", actor, "needed", needed)
+	startedBy := task.GetRequester().GetId()
+	if actor != "" {
+		startedBy = fmt.Sprintf("%s for %s", actor, startedBy)
+	}
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind:   evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STARTED,
-		Detail: fmt.Sprintf("task %s (%s) started by %s; plan needs %s", task.GetId(), purposeOf(task.GetKind()), task.GetRequester().GetId(), listOrNone(needed)),
+		Detail: fmt.Sprintf("task %s (%s) started by %s; plan needs %s", task.GetId(), purposeOf(task.GetKind()), startedBy, listOrNone(needed)),
 	})
 	s.emit(ctx, task.GetId(), "", "task.started", "plan needs "+listOrNone(needed))
 
@@ -204,7 +215,7 @@ func (s *Server) GetTask(ctx context.Context, req *orchestratorv1.GetTaskRequest
 	if req.GetId() == "" {
 		return nil, missing("id")
 	}
-	return s.loadTask(ctx, req.GetId())
+	return s.openTask(ctx, req.GetId(), authz.TaskRead)
 }
 
 // GetCatalogue returns a task's offered catalogue.
@@ -212,7 +223,7 @@ func (s *Server) GetCatalogue(ctx context.Context, req *orchestratorv1.GetCatalo
 	if req.GetTaskId() == "" {
 		return nil, missing("task_id")
 	}
-	if _, err := s.loadTask(ctx, req.GetTaskId()); err != nil {
+	if _, err := s.openTask(ctx, req.GetTaskId(), authz.TaskRead); err != nil {
 		return nil, err
 	}
 	cat, err := s.st.GetCatalogue(ctx, req.GetTaskId())
@@ -230,7 +241,8 @@ func (s *Server) GetRequest(ctx context.Context, req *orchestratorv1.GetRequestR
 	if req.GetId() == "" {
 		return nil, missing("id")
 	}
-	return s.loadRequest(ctx, req.GetId())
+	r, _, err := s.openRequest(ctx, req.GetId(), authz.TaskRead)
+	return r, err
 }
 
 // ListRequests returns a task's requests, oldest first.
@@ -238,7 +250,7 @@ func (s *Server) ListRequests(ctx context.Context, req *orchestratorv1.ListReque
 	if req.GetTaskId() == "" {
 		return nil, missing("task_id")
 	}
-	if _, err := s.loadTask(ctx, req.GetTaskId()); err != nil {
+	if _, err := s.openTask(ctx, req.GetTaskId(), authz.TaskRead); err != nil {
 		return nil, err
 	}
 	rs, err := s.st.ListRequests(ctx, req.GetTaskId())
@@ -253,6 +265,9 @@ func (s *Server) ListRequests(ctx context.Context, req *orchestratorv1.ListReque
 func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskRequest) (*orchestratorv1.Task, error) {
 	if req.GetId() == "" {
 		return nil, missing("id")
+	}
+	if _, err := s.openTask(ctx, req.GetId(), taskWrite); err != nil {
+		return nil, err
 	}
 	detail := "cancelled"
 	if req.GetReason() != "" {

@@ -57,7 +57,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 			return nil, missing(f.name)
 		}
 	}
-	task, err := s.loadTask(ctx, in.GetTaskId())
+	task, err := s.openTask(ctx, in.GetTaskId(), taskWrite)
 	if err != nil {
 		return nil, err
 	}

@@ -61,14 +61,7 @@ func (s *Server) decide(ctx context.Context, q query) *policyv1.AuthorizeRespons
 	pol := s.policy.Load()
 
 	entities := cedar.EntityMap{}
-	groups := make([]cedar.EntityUID, 0, len(q.principal.GetGroups()))
-	for _, g := range q.principal.GetGroups() {
-		uid := cedar.NewEntityUID(typeGroup, cedar.String(g))
-		groups = append(groups, uid)
-		entities[uid] = cedar.Entity{UID: uid}
-	}
-	user := cedar.NewEntityUID(typeUser, cedar.String(q.principal.GetId()))
-	entities[user] = cedar.Entity{UID: user, Parents: cedar.NewEntityUIDSet(groups...)}
+	user := principalEntity(entities, q.principal)
 
 	conn := cedar.NewEntityUID(typeConnection, cedar.String(q.connectionID))
 	entities[conn] = cedar.Entity{UID: conn}

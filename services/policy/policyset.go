@@ -29,6 +29,9 @@ const defaultPolicyName = "default.cedar"
 const (
 	annotationID       = "id"
 	annotationApproval = "approval"
+	// annotationRefusal on a forbid policy names the ErrorInfo reason a
+	// refusal it decides carries, e.g. @refusal("SELF_APPROVAL").
+	annotationRefusal = "refusal"
 )
 
 // ParseError is a policy text that was refused. Line and Column point at
@@ -70,6 +73,8 @@ type compiled struct {
 	// approval holds the ids of permit policies annotated
 	// @approval("required").
 	approval map[cedar.PolicyID]bool
+	// refusal maps forbid policies to their @refusal reason.
+	refusal map[cedar.PolicyID]string
 }
 
 // compile parses policy text. Every policy must carry a unique @id
@@ -86,6 +91,7 @@ func compile(name string, text []byte, now time.Time) (*compiled, error) {
 		loadTime: now,
 		source:   name,
 		approval: map[cedar.PolicyID]bool{},
+		refusal:  map[cedar.PolicyID]string{},
 	}
 	for i, p := range list {
 		pos := p.Position()
@@ -103,6 +109,9 @@ func compile(name string, text []byte, now time.Time) (*compiled, error) {
 		c.ids = append(c.ids, string(id))
 		if p.Effect() == cedar.Permit && ann[annotationApproval] == "required" {
 			c.approval[pid] = true
+		}
+		if r := strings.TrimSpace(string(ann[annotationRefusal])); p.Effect() == cedar.Forbid && r != "" {
+			c.refusal[pid] = r
 		}
 	}
 	slices.Sort(c.ids)

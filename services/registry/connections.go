@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"github.com/v0m3/v0m3/services/internal/authz"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -35,6 +37,9 @@ var credentialRefPattern = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:\S+$`)
 // CreateConnection records a new local identity for one configured server,
 // at config revision 1 and review state PENDING.
 func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateConnectionRequest) (*registryv1.Connection, error) {
+	if _, err := s.require(ctx, authz.ConnectionCreate, authz.Resource{Type: "connection"}, map[string]string{"owner": req.GetOwner()}); err != nil {
+		return nil, err
+	}
 	var v []apierror.FieldViolation
 	if strings.TrimSpace(req.GetDisplayName()) == "" {
 		v = append(v, apierror.FieldViolation{Field: "display_name", Description: "a friendly name for people is required"})
@@ -124,6 +129,9 @@ func (s *Server) ListConnections(ctx context.Context, req *registryv1.ListConnec
 // Without a transport the configuration is left as it is: only descriptive
 // fields change and no revision is created.
 func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateConnectionRequest) (*registryv1.Connection, error) {
+	if _, err := s.require(ctx, authz.ConnectionUpdate, authz.Resource{Type: "connection", ID: req.GetId()}, nil); err != nil {
+		return nil, err
+	}
 	var v []apierror.FieldViolation
 	if req.GetId() == "" {
 		v = append(v, apierror.FieldViolation{Field: "id", Description: "the connection id is required"})
@@ -235,6 +243,9 @@ func (s *Server) reviseConfig(u *ConnectionUpdate, next *registryv1.Connection, 
 // RetireConnection retires a connection and its mappings. Everything that
 // refers to it stays readable. Retiring a retired connection changes nothing.
 func (s *Server) RetireConnection(ctx context.Context, req *registryv1.RetireConnectionRequest) (*registryv1.Connection, error) {
+	if _, err := s.require(ctx, authz.ConnectionRetire, authz.Resource{Type: "connection", ID: req.GetId()}, nil); err != nil {
+		return nil, err
+	}
 	if req.GetId() == "" {
 		return nil, required("id", "the connection id to retire")
 	}

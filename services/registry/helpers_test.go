@@ -16,7 +16,6 @@ import (
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/registry"
 )
@@ -44,10 +43,10 @@ func startAt(t *testing.T, path string) *running {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	srv := serve.New("registry", log)
-	registryv1.RegisterRegistryServiceServer(srv.GRPC, registry.NewServer(registry.NewBoltStore(db), log))
+	srv := grpc.NewServer()
+	registryv1.RegisterRegistryServiceServer(srv, registry.NewServer(registry.NewBoltStore(db), log))
 	lis := bufconn.Listen(1 << 20)
-	go func() { _ = srv.GRPC.Serve(lis) }()
+	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///registry",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -58,7 +57,7 @@ func startAt(t *testing.T, path string) *running {
 	stop := func() {
 		once.Do(func() {
 			_ = conn.Close()
-			srv.GRPC.Stop()
+			srv.Stop()
 			if err := db.Close(); err != nil {
 				t.Errorf("close db: %v", err)
 			}

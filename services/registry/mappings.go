@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"github.com/v0m3/v0m3/services/internal/authz"
+
 	"context"
 	"fmt"
 	"maps"
@@ -23,6 +25,11 @@ import (
 // Either way the proposal is PENDING_REVIEW and serves nothing until
 // reviewed.
 func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMappingRequest) (*registryv1.Mapping, error) {
+	proposer, err := s.require(ctx, authz.MappingPropose, authz.Resource{Type: "mapping", ID: req.GetMappingId()},
+		map[string]string{"capability": req.GetCapability(), "connection_id": req.GetConnectionId()})
+	if err != nil {
+		return nil, err
+	}
 	if err := validateProposalShape(req); err != nil {
 		return nil, err
 	}
@@ -61,7 +68,7 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 		Defaults:            proto.CloneOf(req.GetDefaults()),
 		Limits:              proto.CloneOf(req.GetLimits()),
 		State:               registryv1.MappingState_MAPPING_STATE_PENDING_REVIEW,
-		ProposedBy:          req.GetProposedBy(),
+		ProposedBy:          proposer.ID,
 		IdempotencyKeyField: req.GetIdempotencyKeyField(),
 		StatusTool:          req.GetStatusTool(),
 	}
@@ -115,7 +122,7 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 			m.Id, m.Revision = id, prev.GetRevision()+1
 			if prev.GetState() != registryv1.MappingState_MAPPING_STATE_RETIRED {
 				prev.StateReason = fmt.Sprintf("superseded by revision %d proposed by %s (was %s: %s)",
-					m.GetRevision(), req.GetProposedBy(), stateName(prev.GetState()), prev.GetStateReason())
+					m.GetRevision(), proposer.ID, stateName(prev.GetState()), prev.GetStateReason())
 				prev.State = registryv1.MappingState_MAPPING_STATE_RETIRED
 				u.WriteMappings = append(u.WriteMappings, prev)
 				u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_RETIRED, c.GetId(), id, "",
@@ -124,7 +131,7 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 		} else {
 			m.Id, m.Revision = ids.New("map"), 1
 		}
-		m.StateReason = "proposed by " + req.GetProposedBy()
+		m.StateReason = "proposed by " + proposer.ID
 		u.WriteMappings = append(u.WriteMappings, m)
 		u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_PROPOSED, c.GetId(), m.GetId(), snap.GetId(),
 			fmt.Sprintf("revision %d of %s onto %s %q proposed by %s", m.GetRevision(), m.GetCapability(), kindName(m.GetTarget().GetKind()), m.GetTarget().GetName(), m.GetProposedBy())))
@@ -157,9 +164,6 @@ func validateProposalShape(req *registryv1.ProposeMappingRequest) error {
 	}
 	if req.GetTarget() != nil && req.GetTarget().GetName() == "" {
 		add("target.name", "the tool name or resource URI is required")
-	}
-	if req.GetProposedBy() == "" {
-		add("proposed_by", "who proposes the mapping is required")
 	}
 	switch l := req.GetLimits(); {
 	case l == nil:
@@ -262,13 +266,17 @@ func (s *Server) ReviewMapping(ctx context.Context, req *registryv1.ReviewMappin
 	if req.GetRevision() <= 0 {
 		v = append(v, apierror.FieldViolation{Field: "revision", Description: "the revision you reviewed (>= 1) is required"})
 	}
-	if req.GetReviewer() == "" {
-		v = append(v, apierror.FieldViolation{Field: "reviewer", Description: "who reviews is required"})
-	}
 	if len(v) > 0 {
 		return nil, apierror.InvalidArgument("INVALID_REVIEW", "invalid review: "+violationText(v), v...)
 	}
 	cur, err := s.getMapping(ctx, req.GetMappingId(), 0)
+	if err != nil {
+		return nil, err
+	}
+	// The revision reviewed must be the current one (checked again below);
+	// its proposer is who separation of duties compares the reviewer with.
+	reviewer, err := s.require(ctx, authz.MappingReview, authz.Resource{Type: "mapping", ID: cur.GetId()},
+		map[string]string{"proposed_by": cur.GetProposedBy(), "capability": cur.GetCapability(), "connection_id": cur.GetConnectionId()})
 	if err != nil {
 		return nil, err
 	}
@@ -289,10 +297,14 @@ func (s *Server) ReviewMapping(ctx context.Context, req *registryv1.ReviewMappin
 				mappingMeta(m))
 		}
 		now := s.timestamp()
-		m.ReviewedBy, m.ReviewNote, m.ReviewTime = req.GetReviewer(), req.GetNote(), now
+		if m.GetProposedBy() != cur.GetProposedBy() {
+			return apierror.New(codes.Aborted, "MAPPING_REVISION_CONFLICT",
+				fmt.Sprintf("mapping %s changed while it was reviewed; review the current revision", m.GetId()), mappingMeta(m))
+		}
+		m.ReviewedBy, m.ReviewNote, m.ReviewTime = reviewer.ID, req.GetNote(), now
 		if !req.GetApprove() {
 			m.State = registryv1.MappingState_MAPPING_STATE_RETIRED
-			m.StateReason = "rejected by " + req.GetReviewer()
+			m.StateReason = "rejected by " + reviewer.ID
 			u.WriteMappings = append(u.WriteMappings, m)
 			u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_RETIRED, m.GetConnectionId(), m.GetId(), "",
 				fmt.Sprintf("revision %d %s", m.GetRevision(), m.GetStateReason())))
@@ -305,10 +317,10 @@ func (s *Server) ReviewMapping(ctx context.Context, req *registryv1.ReviewMappin
 				mappingMeta(m))
 		}
 		m.State = registryv1.MappingState_MAPPING_STATE_ACTIVE
-		m.StateReason = "approved by " + req.GetReviewer()
+		m.StateReason = "approved by " + reviewer.ID
 		u.WriteMappings = append(u.WriteMappings, m)
 		u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED, m.GetConnectionId(), m.GetId(), m.GetSnapshotId(),
-			fmt.Sprintf("revision %d of %s activated by %s", m.GetRevision(), m.GetCapability(), req.GetReviewer())))
+			fmt.Sprintf("revision %d of %s activated by %s", m.GetRevision(), m.GetCapability(), reviewer.ID)))
 		for _, o := range u.Mappings {
 			if o.GetId() == m.GetId() || o.GetCapability() != m.GetCapability() || o.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
 				continue

@@ -10,6 +10,8 @@
 package registry
 
 import (
+	"github.com/v0m3/v0m3/services/internal/authz"
+
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +41,8 @@ type Server struct {
 	// process sharing the store are picked up by the poll fallback.
 	mu      sync.Mutex
 	changed chan struct{}
+	// authz decides callers' administrative actions.
+	authz authz.Decider
 }
 
 // NewServer returns a registry server on st.

@@ -59,6 +59,30 @@ type Config struct {
 	Transport *registryv1.Transport
 	// Out receives the human-readable account; nil discards it.
 	Out io.Writer
+	// As returns ctx authenticated as subject in groups (e.g. suite.As):
+	// each step runs as the person who would take it. Required.
+	As func(ctx context.Context, subject string, groups ...string) context.Context
+}
+
+// The people of the scenario, each in the groups the default policy gives
+// their role.
+var (
+	// Integrator installs the server and proposes the mapping.
+	Integrator = Person{ID: "integrator@platform", Groups: []string{"platform"}}
+	// Reviewer reviews the mapping.
+	Reviewer = Person{ID: "reviewer@platform", Groups: []string{"reviewers"}}
+	// Alice is the author who runs the tasks.
+	Alice = Person{ID: "alice", Groups: []string{"authors"}}
+	// Bob is another author.
+	Bob = Person{ID: "bob", Groups: []string{"authors"}}
+	// Auditor reads traces and observations.
+	Auditor = Person{ID: "auditor@platform", Groups: []string{"auditors"}}
+)
+
+// Person is someone the scenario acts as.
+type Person struct {
+	ID     string
+	Groups []string
 }
 
 // StdioFixture returns a stdio transport that runs `exe fixture-server`.
@@ -91,8 +115,13 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	p := printer{out}
 	r := &Result{}
 	var err error
+	if cfg.As == nil {
+		return r, fmt.Errorf("scenario: Config.As is required")
+	}
+	as := func(who Person) context.Context { return cfg.As(ctx, who.ID, who.Groups...) }
 
 	p.stage("connect")
+	ctx = as(Integrator)
 	r.Connection, err = c.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName:     "V0M3 Sources",
 		Owner:           "platform-team",
@@ -139,15 +168,14 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 			MaxItems:          5,
 			AllowedMediaTypes: []string{"text/markdown", "text/plain"},
 		},
-		ProposedBy: "integrator@platform",
 	})
 	if err != nil {
 		return r, fmt.Errorf("propose mapping: %w", err)
 	}
 	p.line("proposed mapping %s rev %d: %s -> tool %q at schema %s (%s)", m.GetId(), m.GetRevision(), Retrieve, "search", short(m.GetInputSchemaDigest()), stateName(m.GetState()))
-	r.Mapping, err = c.Registry.ReviewMapping(ctx, &registryv1.ReviewMappingRequest{
+	r.Mapping, err = c.Registry.ReviewMapping(as(Reviewer), &registryv1.ReviewMappingRequest{
 		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true,
-		Reviewer: "reviewer@platform", Note: "read-only synthetic library; limits 64 KiB, 5 items, markdown/plain",
+		Note: "read-only synthetic library; limits 64 KiB, 5 items, markdown/plain",
 	})
 	if err != nil {
 		return r, fmt.Errorf("review mapping: %w", err)
@@ -155,13 +183,13 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	p.line("reviewed by %s: %s", r.Mapping.GetReviewedBy(), stateName(r.Mapping.GetState()))
 
 	p.stage("offered")
-	alice := &policyv1.Principal{Id: "alice", Groups: []string{"authors"}}
+	ctx = as(Alice)
 	scope := []*orchestratorv1.SourceRef{
 		{Uri: MigrationGuideURI, Title: "API migration guide"},
 		{Uri: MigrationFAQURI, Title: "Migration FAQ"},
 	}
 	r.SourceTask, err = c.Orchestrator.StartTask(ctx, &orchestratorv1.StartTaskRequest{
-		Requester: alice, Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
+		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
 		Purpose: "review the sources of the API migration article", SourceScope: scope,
 	})
 	if err != nil {
@@ -169,7 +197,7 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	}
 	printCatalogue(p, "source-review task", r.SourceTask)
 	r.RewriteTask, err = c.Orchestrator.StartTask(ctx, &orchestratorv1.StartTaskRequest{
-		Requester: alice, Kind: orchestratorv1.TaskKind_TASK_KIND_REWRITE,
+		Kind: orchestratorv1.TaskKind_TASK_KIND_REWRITE,
 		Purpose: "tighten the introduction; evidence already linked", EvidencePresent: true, SourceScope: scope,
 	})
 	if err != nil {
@@ -208,7 +236,7 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	p.line("request state %s", enumName(req.GetState().String(), "REQUEST_STATE_"))
 
 	p.stage("observed")
-	obs, err := c.Evidence.ListObservations(ctx, &evidencev1.ListObservationsRequest{TaskId: task})
+	obs, err := c.Evidence.ListObservations(as(Auditor), &evidencev1.ListObservationsRequest{TaskId: task})
 	if err != nil {
 		return r, fmt.Errorf("list observations: %w", err)
 	}
@@ -224,18 +252,18 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	p.stage("refused")
 	r.ExportRefusal = submitErr(ctx, c, task, "call-2", Deliver, map[string]any{"artifact": "workspace", "destination": "anywhere"})
 	p.line("the hostile page asked for an export; the model's %s request: %s", Deliver, describeErr(r.ExportRefusal))
-	r.OtherTask, err = c.Orchestrator.StartTask(ctx, &orchestratorv1.StartTaskRequest{
-		Requester: &policyv1.Principal{Id: "bob", Groups: []string{"authors"}}, Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
+	r.OtherTask, err = c.Orchestrator.StartTask(as(Bob), &orchestratorv1.StartTaskRequest{
+		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
 		Purpose: "another review", SourceScope: scope[:1],
 	})
 	if err != nil {
 		return r, fmt.Errorf("start second task: %w", err)
 	}
-	r.ForeignHandle = submitErr(ctx, c, r.OtherTask.GetTask().GetId(), "call-3", Retrieve, map[string]any{"source": faq, "query": "migration"})
+	r.ForeignHandle = submitErr(as(Bob), c, r.OtherTask.GetTask().GetId(), "call-3", Retrieve, map[string]any{"source": faq, "query": "migration"})
 	p.line("a handle copied from task %s into task %s: %s", task, r.OtherTask.GetTask().GetId(), describeErr(r.ForeignHandle))
 
 	p.stage("trace")
-	r.SourceTrace, err = c.Evidence.GetTrace(ctx, &evidencev1.GetTraceRequest{TaskId: task})
+	r.SourceTrace, err = c.Evidence.GetTrace(as(Auditor), &evidencev1.GetTraceRequest{TaskId: task})
 	if err != nil {
 		return r, fmt.Errorf("get trace: %w", err)
 	}

@@ -6,6 +6,7 @@ package suite
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,8 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/adapter"
 	"github.com/v0m3/v0m3/services/evidence"
+	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
@@ -45,6 +48,8 @@ var Names = []string{Registry, Policy, Evidence, Adapter, Orchestrator}
 
 // dependencies lists the services each service calls.
 var dependencies = map[string][]string{
+	Registry:     {Policy},
+	Evidence:     {Policy},
 	Policy:       {Registry},
 	Adapter:      {Registry, Policy, Evidence},
 	Orchestrator: {Registry, Policy, Adapter, Evidence},
@@ -93,6 +98,29 @@ type Config struct {
 	// hour).
 	RetentionAge      time.Duration
 	RetentionInterval time.Duration
+	// Identity says how services prove themselves to each other and how
+	// callers are authenticated; nil makes a development setup
+	// (identity.Dev) under DataDir/pki: an ephemeral CA with a certificate
+	// per service and a development token issuer.
+	Identity *Identity
+}
+
+// Identity is how the services of a suite know each other and their
+// callers.
+type Identity struct {
+	// Insecure serves and dials plaintext, where peers name themselves and
+	// nobody checks: a development flag only, logged loudly.
+	Insecure bool
+	// Creds returns the credentials of a service running here; required
+	// unless Insecure.
+	Creds func(service string) (*identity.Credentials, error)
+	// Roots are the CA certificates callers of this suite trust (the
+	// suite's own Clients use them); nil takes them from the first
+	// service's credentials.
+	Roots *x509.CertPool
+	// Authn verifies the bearer tokens of product and admin callers; nil
+	// admits none.
+	Authn identity.Authenticator
 }
 
 // Clients holds a gRPC client for every service.
@@ -108,10 +136,19 @@ type Clients struct {
 type Suite struct {
 	// Addr maps a service name to the address it serves on.
 	Addr map[string]string
-	// Clients reach each service over gRPC.
+	// Clients reach each service over gRPC as a product or admin caller:
+	// TLS without a client certificate, so every call needs a bearer token
+	// (see As).
 	Clients
+	// Dev is the development identity setup when the suite made one (no
+	// Config.Identity): it mints tokens its services accept.
+	Dev *identity.Dev
+
+	ident *Identity
 
 	conns   []*grpc.ClientConn
+	credsMu sync.Mutex
+	creds   map[string]*identity.Credentials
 	stores  *Stores
 	closers []func()
 	// stoppers end each service's background work (watch streams, pollers,
@@ -166,18 +203,21 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		s.Addr[name] = l.Addr().String()
 		s.closers = append(s.closers, func() { _ = l.Close() })
 	}
+	for name, addr := range cfg.Peers {
+		if _, here := s.Addr[name]; !here && addr != "" {
+			s.Addr[name] = addr
+		}
+	}
+	if s.ident, err = s.setupIdentity(cfg, log); err != nil {
+		return nil, err
+	}
 	dial := func(name string) (*grpc.ClientConn, error) {
-		c, err := serve.Dial(s.Addr[name])
+		c, err := serve.Dial(s.Addr[name], s.CallerDialOptions()...)
 		if err != nil {
 			return nil, err
 		}
 		s.conns = append(s.conns, c)
 		return c, nil
-	}
-	for name, addr := range cfg.Peers {
-		if _, here := s.Addr[name]; !here && addr != "" {
-			s.Addr[name] = addr
-		}
 	}
 	conns := map[string]*grpc.ClientConn{}
 	for _, name := range Names {
@@ -190,22 +230,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		}
 		conns[name] = c
 	}
-	// A client exists only for a service with an address.
-	if c := conns[Registry]; c != nil {
-		s.Registry = registryv1.NewRegistryServiceClient(c)
-	}
-	if c := conns[Policy]; c != nil {
-		s.Policy = policyv1.NewPolicyServiceClient(c)
-	}
-	if c := conns[Evidence]; c != nil {
-		s.Evidence = evidencev1.NewEvidenceServiceClient(c)
-	}
-	if c := conns[Adapter]; c != nil {
-		s.Adapter = adapterv1.NewAdapterServiceClient(c)
-	}
-	if c := conns[Orchestrator]; c != nil {
-		s.Orchestrator = orchestratorv1.NewOrchestratorServiceClient(c)
-	}
+	s.Clients = clientsOf(conns)
 	if cfg.Store == "" {
 		s.stores = FileStores(cfg.DataDir)
 	} else if s.stores, err = OpenStores(cfg.Store); err != nil {
@@ -221,20 +246,28 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				return nil, fmt.Errorf("suite: %s needs the %s service: give its address (flag --%s-addr or env V0M3_%s_ADDR)", name, dep, dep, strings.ToUpper(dep))
 			}
 		}
-		srv := serve.New(name, log.With("service", name))
+		guard, err := s.Guard(name, log.With("service", name))
+		if err != nil {
+			return nil, err
+		}
+		peers, err := s.PeerClients(name)
+		if err != nil {
+			return nil, err
+		}
+		srv := serve.New(name, log.With("service", name), guard)
 		switch name {
 		case Registry:
 			st, err := s.stores.Registry()
 			if err != nil {
 				return nil, err
 			}
-			registryv1.RegisterRegistryServiceServer(srv.GRPC, registry.NewServer(st, log.With("service", name)))
+			registryv1.RegisterRegistryServiceServer(srv.GRPC, registry.NewServer(st, log.With("service", name)).WithAuthorizer(authz.Remote(peers.Policy)))
 		case Policy:
 			st, err := s.stores.Policy()
 			if err != nil {
 				return nil, err
 			}
-			p, err := policy.NewServer(st, policy.Deps{Registry: s.Registry, PolicyFile: cfg.PolicyFile, TaskBudget: cfg.TaskBudget, RequesterBudget: cfg.RequesterBudget}, log.With("service", name))
+			p, err := policy.NewServer(st, policy.Deps{Registry: peers.Registry, PolicyFile: cfg.PolicyFile, TaskBudget: cfg.TaskBudget, RequesterBudget: cfg.RequesterBudget}, log.With("service", name))
 			if err != nil {
 				return nil, err
 			}
@@ -253,7 +286,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			if err != nil {
 				return nil, err
 			}
-			e := evidence.NewServer(st, log.With("service", name)).WithAssets(assets).WithMaxInlineBytes(cfg.EvidenceMaxInlineBytes)
+			e := evidence.NewServer(st, log.With("service", name)).WithAuthorizer(authz.Remote(peers.Policy)).WithAssets(assets).WithMaxInlineBytes(cfg.EvidenceMaxInlineBytes)
 			if cfg.RetentionAge > 0 {
 				every := cfg.RetentionInterval
 				if every <= 0 {
@@ -264,7 +297,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			evidencev1.RegisterEvidenceServiceServer(srv.GRPC, e)
 		case Adapter:
 			a := adapter.NewServer(adapter.Deps{
-				Registry: s.Registry, Policy: s.Policy, Evidence: s.Evidence,
+				Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence,
 				WorkDir: filepath.Join(cfg.DataDir, "work"), Direct: cfg.Direct, Fixtures: cfg.Fixtures,
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, func() { _ = a.Close() })
@@ -275,7 +308,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				return nil, err
 			}
 			o := orchestrator.NewServer(st, orchestrator.Deps{
-				Registry: s.Registry, Policy: s.Policy, Adapter: s.Adapter, Evidence: s.Evidence,
+				Registry: peers.Registry, Policy: peers.Policy, Adapter: peers.Adapter, Evidence: peers.Evidence,
 				AssetThreshold: cfg.AssetThreshold,
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, o.Close)
@@ -338,6 +371,145 @@ func (s *Suite) Close() {
 		_ = s.stores.Close()
 		s.stores = nil
 	}
+}
+
+// setupIdentity returns the suite's identity: the configured one, or a
+// development setup under DataDir/pki.
+func (s *Suite) setupIdentity(cfg Config, log *slog.Logger) (*Identity, error) {
+	id := cfg.Identity
+	if id == nil {
+		dev, err := identity.NewDev(filepath.Join(cfg.DataDir, "pki"))
+		if err != nil {
+			return nil, fmt.Errorf("suite: development identity: %w", err)
+		}
+		authn, err := dev.Authenticator()
+		if err != nil {
+			return nil, fmt.Errorf("suite: development identity: %w", err)
+		}
+		s.Dev = dev
+		id = &Identity{Creds: dev.Credentials, Authn: authn}
+	}
+	if id.Insecure {
+		log.Warn("INSECURE: serving and dialing plaintext; peer services are NOT authenticated and anyone who can reach a port can claim to be any service. Development only.")
+		return id, nil
+	}
+	if id.Creds == nil {
+		return nil, errors.New("suite: service credentials are required unless plaintext is explicitly chosen")
+	}
+	s.creds = map[string]*identity.Credentials{}
+	if id.Roots == nil {
+		// Any service's credentials carry the CA bundle callers trust.
+		c, err := s.credsFor(id, Names[0])
+		if err != nil {
+			return nil, err
+		}
+		id.Roots = c.Roots()
+	}
+	return id, nil
+}
+
+// credsFor returns (and keeps) the credentials of service.
+func (s *Suite) credsFor(id *Identity, service string) (*identity.Credentials, error) {
+	s.credsMu.Lock()
+	defer s.credsMu.Unlock()
+	if c, ok := s.creds[service]; ok {
+		return c, nil
+	}
+	c, err := id.Creds(service)
+	if err != nil {
+		return nil, fmt.Errorf("suite: credentials of %s: %w", service, err)
+	}
+	if c.Service() != service {
+		return nil, fmt.Errorf("suite: the certificate given to %s names the %s service", service, c.Service())
+	}
+	s.creds[service] = c
+	return c, nil
+}
+
+// Guard returns the access guard a server of service name uses in this
+// suite: its credentials and the suite's caller authentication. A test
+// that serves one service itself (with its own options) uses it.
+func (s *Suite) Guard(name string, log *slog.Logger) (*identity.Guard, error) {
+	g := &identity.Guard{Authn: s.ident.Authn, Log: log}
+	if !s.ident.Insecure {
+		c, err := s.credsFor(s.ident, name)
+		if err != nil {
+			return nil, err
+		}
+		g.Creds = c
+	}
+	return g, nil
+}
+
+// CallerDialOptions are the dial options of a product or admin caller of
+// this suite: TLS trusting the suite's CA (plaintext when insecure).
+func (s *Suite) CallerDialOptions() []grpc.DialOption {
+	if s.ident.Insecure {
+		return identity.CallerDialOptions(nil)
+	}
+	return identity.CallerDialOptions(s.ident.Roots)
+}
+
+// PeerClients returns clients that call every service with an address as
+// the service self, with self's certificate: how the services here reach
+// each other, and how a test or the operator acts as one peer.
+func (s *Suite) PeerClients(self string) (Clients, error) {
+	var creds *identity.Credentials
+	if !s.ident.Insecure {
+		c, err := s.credsFor(s.ident, self)
+		if err != nil {
+			return Clients{}, err
+		}
+		creds = c
+	}
+	conns := map[string]*grpc.ClientConn{}
+	for _, name := range Names {
+		if s.Addr[name] == "" || name == self {
+			continue
+		}
+		c, err := serve.Dial(s.Addr[name], identity.PeerDialOptions(self, creds, name)...)
+		if err != nil {
+			return Clients{}, err
+		}
+		s.conns = append(s.conns, c)
+		conns[name] = c
+	}
+	return clientsOf(conns), nil
+}
+
+// clientsOf returns a client for every service with a connection.
+func clientsOf(conns map[string]*grpc.ClientConn) Clients {
+	var c Clients
+	if cc := conns[Registry]; cc != nil {
+		c.Registry = registryv1.NewRegistryServiceClient(cc)
+	}
+	if cc := conns[Policy]; cc != nil {
+		c.Policy = policyv1.NewPolicyServiceClient(cc)
+	}
+	if cc := conns[Evidence]; cc != nil {
+		c.Evidence = evidencev1.NewEvidenceServiceClient(cc)
+	}
+	if cc := conns[Adapter]; cc != nil {
+		c.Adapter = adapterv1.NewAdapterServiceClient(cc)
+	}
+	if cc := conns[Orchestrator]; cc != nil {
+		c.Orchestrator = orchestratorv1.NewOrchestratorServiceClient(cc)
+	}
+	return c
+}
+
+// As returns ctx carrying a development token for subject in groups, for
+// calls through s.Clients. It panics when the suite has no development
+// issuer (Config.Identity was given).
+func (s *Suite) As(ctx context.Context, subject string, groups ...string) context.Context {
+	if s.Dev == nil {
+		panic("suite: As needs the development identity (leave Config.Identity nil)")
+	}
+	tok, err := s.Dev.Token(subject, groups...)
+	if err != nil {
+		panic(err)
+	}
+	return identity.WithBearer(ctx, tok)
 }
 
 // NewClients returns clients for the five services reached over the given

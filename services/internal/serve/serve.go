@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+
+	"github.com/v0m3/v0m3/services/identity"
 )
 
 // Server is one gRPC server with health and reflection registered.
@@ -27,10 +29,19 @@ type Server struct {
 	log    *slog.Logger
 }
 
-// New returns a server for the named service. Register the service's API on
-// s.GRPC before calling Serve.
-func New(name string, log *slog.Logger) *Server {
-	g := grpc.NewServer(grpc.ChainUnaryInterceptor(logUnary(name, log)))
+// New returns a server for the named service, guarded by guard: with its
+// credentials it serves TLS, and every RPC is admitted by the access table
+// before its handler runs. Register the service's API on s.GRPC before
+// calling Serve.
+func New(name string, log *slog.Logger, guard *identity.Guard) *Server {
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(logUnary(name, log), guard.Unary()),
+		grpc.ChainStreamInterceptor(guard.Stream()),
+	}
+	if guard.Creds != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(guard.Creds.ServerTLS())))
+	}
+	g := grpc.NewServer(opts...)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(g, h)
 	reflection.Register(g)
@@ -66,11 +77,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	return nil
 }
 
-// Dial returns a client connection to a V0M3 service at addr (host:port).
-// Services talk over plaintext loopback or the cluster network; transport
-// security is the mesh's job.
-func Dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// Dial returns a client connection to a V0M3 service at addr (host:port)
+// with the given options (identity.PeerDialOptions for a service calling a
+// peer, identity.CallerDialOptions for a product or admin caller).
+func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

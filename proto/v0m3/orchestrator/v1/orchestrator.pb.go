@@ -369,7 +369,10 @@ type Task struct {
 	// Output only. Created.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Output only. Last changed.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Output only. The authenticated caller who started the task for the
+	// requester (delegation); empty when the requester started it.
+	Actor         string `protobuf:"bytes,12,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -479,6 +482,13 @@ func (x *Task) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *Task) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
 }
 
 // HandleOffer is a handle in the catalogue.
@@ -718,11 +728,10 @@ func (x *OfferedCatalogue) GetCompileTime() *timestamppb.Timestamp {
 	return nil
 }
 
-// StartTaskRequest starts a task.
+// StartTaskRequest starts a task. The requester is the authenticated
+// caller, never a field of this message.
 type StartTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Requester.
-	Requester *v1.Principal `protobuf:"bytes,1,opt,name=requester,proto3" json:"requester,omitempty"`
 	// Required. Kind.
 	Kind TaskKind `protobuf:"varint,2,opt,name=kind,proto3,enum=v0m3.orchestrator.v1.TaskKind" json:"kind,omitempty"`
 	// Purpose in words.
@@ -731,8 +740,13 @@ type StartTaskRequest struct {
 	SourceScope []*SourceRef `protobuf:"bytes,4,rep,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
 	// For rewrites: evidence is already present.
 	EvidencePresent bool `protobuf:"varint,5,opt,name=evidence_present,json=evidencePresent,proto3" json:"evidence_present,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Optional. The end user a product service starts the task for. Allowed
+	// only where policy grants the caller delegation (action
+	// "task.act_for"); the task then records both: the user as requester and
+	// the caller as actor.
+	OnBehalfOf    *v1.Principal `protobuf:"bytes,6,opt,name=on_behalf_of,json=onBehalfOf,proto3" json:"on_behalf_of,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartTaskRequest) Reset() {
@@ -765,13 +779,6 @@ func (*StartTaskRequest) Descriptor() ([]byte, []int) {
 	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
 }
 
-func (x *StartTaskRequest) GetRequester() *v1.Principal {
-	if x != nil {
-		return x.Requester
-	}
-	return nil
-}
-
 func (x *StartTaskRequest) GetKind() TaskKind {
 	if x != nil {
 		return x.Kind
@@ -798,6 +805,13 @@ func (x *StartTaskRequest) GetEvidencePresent() bool {
 		return x.EvidencePresent
 	}
 	return false
+}
+
+func (x *StartTaskRequest) GetOnBehalfOf() *v1.Principal {
+	if x != nil {
+		return x.OnBehalfOf
+	}
+	return nil
 }
 
 // StartTaskResponse is a started task and its catalogue.
@@ -1969,8 +1983,6 @@ type ApproveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Request id.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// Required. Approver.
-	Approver string `protobuf:"bytes,2,opt,name=approver,proto3" json:"approver,omitempty"`
 	// The document digest the approver saw. When it differs from the digest
 	// bound at submission the approval is invalidated (binding DOCUMENT).
 	DocumentDigest string `protobuf:"bytes,3,opt,name=document_digest,json=documentDigest,proto3" json:"document_digest,omitempty"`
@@ -2015,13 +2027,6 @@ func (x *ApproveRequest) GetRequestId() string {
 	return ""
 }
 
-func (x *ApproveRequest) GetApprover() string {
-	if x != nil {
-		return x.Approver
-	}
-	return ""
-}
-
 func (x *ApproveRequest) GetDocumentDigest() string {
 	if x != nil {
 		return x.DocumentDigest
@@ -2034,8 +2039,6 @@ type DenyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Request id.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// Required. Who denies it.
-	Approver string `protobuf:"bytes,2,opt,name=approver,proto3" json:"approver,omitempty"`
 	// Why.
 	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2075,13 +2078,6 @@ func (*DenyRequest) Descriptor() ([]byte, []int) {
 func (x *DenyRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
-	}
-	return ""
-}
-
-func (x *DenyRequest) GetApprover() string {
-	if x != nil {
-		return x.Approver
 	}
 	return ""
 }
@@ -2301,7 +2297,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"'v0m3/orchestrator/v1/orchestrator.proto\x12\x14v0m3.orchestrator.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dv0m3/adapter/v1/adapter.proto\x1a\x1bv0m3/policy/v1/policy.proto\"3\n" +
 	"\tSourceRef\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x14\n" +
-	"\x05title\x18\x02 \x01(\tR\x05title\"\x8e\x04\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\"\xa4\x04\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\trequester\x18\x02 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\trequester\x12\x18\n" +
@@ -2318,7 +2314,8 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"x\n" +
+	"updateTime\x12\x14\n" +
+	"\x05actor\x18\f \x01(\tR\x05actor\"x\n" +
 	"\vHandleOffer\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12;\n" +
@@ -2339,13 +2336,14 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"considered\x18\x03 \x03(\v2%.v0m3.policy.v1.CapabilityEligibilityR\n" +
 	"considered\x12'\n" +
 	"\x0fpolicy_revision\x18\x04 \x01(\tR\x0epolicyRevision\x12=\n" +
-	"\fcompile_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompileTime\"\x88\x02\n" +
-	"\x10StartTaskRequest\x127\n" +
-	"\trequester\x18\x01 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\trequester\x122\n" +
+	"\fcompile_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompileTime\"\x9d\x02\n" +
+	"\x10StartTaskRequest\x122\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.v0m3.orchestrator.v1.TaskKindR\x04kind\x12\x18\n" +
 	"\apurpose\x18\x03 \x01(\tR\apurpose\x12B\n" +
 	"\fsource_scope\x18\x04 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\vsourceScope\x12)\n" +
-	"\x10evidence_present\x18\x05 \x01(\bR\x0fevidencePresent\"\x89\x01\n" +
+	"\x10evidence_present\x18\x05 \x01(\bR\x0fevidencePresent\x12;\n" +
+	"\fon_behalf_of\x18\x06 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\n" +
+	"onBehalfOfJ\x04\b\x01\x10\x02R\trequester\"\x89\x01\n" +
 	"\x11StartTaskResponse\x12.\n" +
 	"\x04task\x18\x01 \x01(\v2\x1a.v0m3.orchestrator.v1.TaskR\x04task\x12D\n" +
 	"\tcatalogue\x18\x02 \x01(\v2&.v0m3.orchestrator.v1.OfferedCatalogueR\tcatalogue\" \n" +
@@ -2457,17 +2455,15 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x13ListRequestsRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"U\n" +
 	"\x14ListRequestsResponse\x12=\n" +
-	"\brequests\x18\x01 \x03(\v2!.v0m3.orchestrator.v1.ToolRequestR\brequests\"t\n" +
+	"\brequests\x18\x01 \x03(\v2!.v0m3.orchestrator.v1.ToolRequestR\brequests\"h\n" +
 	"\x0eApproveRequest\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1a\n" +
-	"\bapprover\x18\x02 \x01(\tR\bapprover\x12'\n" +
-	"\x0fdocument_digest\x18\x03 \x01(\tR\x0edocumentDigest\"`\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12'\n" +
+	"\x0fdocument_digest\x18\x03 \x01(\tR\x0edocumentDigestJ\x04\b\x02\x10\x03R\bapprover\"T\n" +
 	"\vDenyRequest\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1a\n" +
-	"\bapprover\x18\x02 \x01(\tR\bapprover\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"R\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reasonJ\x04\b\x02\x10\x03R\bapprover\"R\n" +
 	"\x10WatchTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\x03R\rafterSequence\"\xbb\x01\n" +
@@ -2590,9 +2586,9 @@ var file_v0m3_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
 	7,  // 9: v0m3.orchestrator.v1.OfferedCatalogue.offered:type_name -> v0m3.orchestrator.v1.OfferedCapability
 	31, // 10: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
 	29, // 11: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
-	28, // 12: v0m3.orchestrator.v1.StartTaskRequest.requester:type_name -> v0m3.policy.v1.Principal
-	0,  // 13: v0m3.orchestrator.v1.StartTaskRequest.kind:type_name -> v0m3.orchestrator.v1.TaskKind
-	4,  // 14: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	0,  // 12: v0m3.orchestrator.v1.StartTaskRequest.kind:type_name -> v0m3.orchestrator.v1.TaskKind
+	4,  // 13: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	28, // 14: v0m3.orchestrator.v1.StartTaskRequest.on_behalf_of:type_name -> v0m3.policy.v1.Principal
 	5,  // 15: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
 	8,  // 16: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
 	32, // 17: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage

@@ -677,8 +677,12 @@ type AuthorizeResponse struct {
 	PolicyRevision string `protobuf:"bytes,3,opt,name=policy_revision,json=policyRevision,proto3" json:"policy_revision,omitempty"`
 	// Whether a human approval is required before execution.
 	ApprovalRequired bool `protobuf:"varint,4,opt,name=approval_required,json=approvalRequired,proto3" json:"approval_required,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// When denied: the ErrorInfo reason to give the caller, from the
+	// @refusal annotation of a forbid policy that decided (e.g.
+	// "SELF_APPROVAL"), else "ROLE_NOT_GRANTED" (no policy permits it).
+	RefusalReason string `protobuf:"bytes,5,opt,name=refusal_reason,json=refusalReason,proto3" json:"refusal_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuthorizeResponse) Reset() {
@@ -737,6 +741,13 @@ func (x *AuthorizeResponse) GetApprovalRequired() bool {
 		return x.ApprovalRequired
 	}
 	return false
+}
+
+func (x *AuthorizeResponse) GetRefusalReason() string {
+	if x != nil {
+		return x.RefusalReason
+	}
+	return ""
 }
 
 // MintHandleRequest asks for a handle.
@@ -1606,6 +1617,130 @@ func (*GetPolicyRevisionRequest) Descriptor() ([]byte, []int) {
 	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{16}
 }
 
+// AuthorizeActionRequest asks whether a principal may take an action on a
+// resource. The calling service fills it from the verified identity of its
+// own caller, never from a request body.
+type AuthorizeActionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Who acts, as authenticated.
+	Principal *Principal `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Required. The action, e.g. "mapping.review", "request.approve",
+	// "task.act_for", "trace.read" (the Cedar action id).
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// Required. Resource type, e.g. "connection", "mapping", "request",
+	// "task", "user", "policy".
+	ResourceType string `protobuf:"bytes,3,opt,name=resource_type,json=resourceType,proto3" json:"resource_type,omitempty"`
+	// Resource id; "" for a collection.
+	ResourceId string `protobuf:"bytes,4,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
+	// Facts about the resource policies may compare, e.g. "proposed_by",
+	// "requester", "actor", "capability". Values are ids, never secrets.
+	Attributes    map[string]string `protobuf:"bytes,5,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthorizeActionRequest) Reset() {
+	*x = AuthorizeActionRequest{}
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizeActionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizeActionRequest) ProtoMessage() {}
+
+func (x *AuthorizeActionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizeActionRequest.ProtoReflect.Descriptor instead.
+func (*AuthorizeActionRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AuthorizeActionRequest) GetPrincipal() *Principal {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
+}
+
+func (x *AuthorizeActionRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuthorizeActionRequest) GetResourceType() string {
+	if x != nil {
+		return x.ResourceType
+	}
+	return ""
+}
+
+func (x *AuthorizeActionRequest) GetResourceId() string {
+	if x != nil {
+		return x.ResourceId
+	}
+	return ""
+}
+
+func (x *AuthorizeActionRequest) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
+// ReloadPolicyRequest asks for a reload now.
+type ReloadPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadPolicyRequest) Reset() {
+	*x = ReloadPolicyRequest{}
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadPolicyRequest) ProtoMessage() {}
+
+func (x *ReloadPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadPolicyRequest.ProtoReflect.Descriptor instead.
+func (*ReloadPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{18}
+}
+
 // PolicyRevision identifies the policy set in force.
 type PolicyRevision struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1621,7 +1756,7 @@ type PolicyRevision struct {
 
 func (x *PolicyRevision) Reset() {
 	*x = PolicyRevision{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[17]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1768,7 @@ func (x *PolicyRevision) String() string {
 func (*PolicyRevision) ProtoMessage() {}
 
 func (x *PolicyRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[17]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1781,7 @@ func (x *PolicyRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRevision.ProtoReflect.Descriptor instead.
 func (*PolicyRevision) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PolicyRevision) GetRevision() string {
@@ -1710,12 +1845,13 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\feffect_class\x18\x06 \x01(\x0e2\x1d.v0m3.registry.v1.EffectClassR\veffectClass\x12\x1d\n" +
 	"\n" +
 	"mapping_id\x18\a \x01(\tR\tmappingId\x12)\n" +
-	"\x10mapping_revision\x18\b \x01(\x03R\x0fmappingRevision\"\xb9\x01\n" +
+	"\x10mapping_revision\x18\b \x01(\x03R\x0fmappingRevision\"\xe0\x01\n" +
 	"\x11AuthorizeResponse\x124\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x18.v0m3.policy.v1.DecisionR\bdecision\x12\x18\n" +
 	"\areasons\x18\x02 \x03(\tR\areasons\x12'\n" +
 	"\x0fpolicy_revision\x18\x03 \x01(\tR\x0epolicyRevision\x12+\n" +
-	"\x11approval_required\x18\x04 \x01(\bR\x10approvalRequired\"\x8f\x02\n" +
+	"\x11approval_required\x18\x04 \x01(\bR\x10approvalRequired\x12%\n" +
+	"\x0erefusal_reason\x18\x05 \x01(\tR\rrefusalReason\"\x8f\x02\n" +
 	"\x11MintHandleRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\tR\trequester\x12\x1e\n" +
@@ -1791,7 +1927,20 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12;\n" +
 	"\vreport_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reportTime\"\x1a\n" +
-	"\x18GetPolicyRevisionRequest\"\x84\x01\n" +
+	"\x18GetPolicyRevisionRequest\"\xc6\x02\n" +
+	"\x16AuthorizeActionRequest\x127\n" +
+	"\tprincipal\x18\x01 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\tprincipal\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12#\n" +
+	"\rresource_type\x18\x03 \x01(\tR\fresourceType\x12\x1f\n" +
+	"\vresource_id\x18\x04 \x01(\tR\n" +
+	"resourceId\x12V\n" +
+	"\n" +
+	"attributes\x18\x05 \x03(\v26.v0m3.policy.v1.AuthorizeActionRequest.AttributesEntryR\n" +
+	"attributes\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x15\n" +
+	"\x13ReloadPolicyRequest\"\x84\x01\n" +
 	"\x0ePolicyRevision\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\tR\brevision\x127\n" +
 	"\tload_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bloadTime\x12\x1d\n" +
@@ -1817,7 +1966,7 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\vHealthState\x12\x1c\n" +
 	"\x18HEALTH_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14HEALTH_STATE_HEALTHY\x10\x01\x12\x19\n" +
-	"\x15HEALTH_STATE_DEGRADED\x10\x022\xea\x04\n" +
+	"\x15HEALTH_STATE_DEGRADED\x10\x022\x9d\x06\n" +
 	"\rPolicyService\x12M\n" +
 	"\bEligible\x12\x1f.v0m3.policy.v1.EligibleRequest\x1a .v0m3.policy.v1.EligibleResponse\x12P\n" +
 	"\tAuthorize\x12 .v0m3.policy.v1.AuthorizeRequest\x1a!.v0m3.policy.v1.AuthorizeResponse\x12G\n" +
@@ -1826,7 +1975,9 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\rResolveHandle\x12$.v0m3.policy.v1.ResolveHandleRequest\x1a%.v0m3.policy.v1.ResolveHandleResponse\x12G\n" +
 	"\x06Charge\x12\x1d.v0m3.policy.v1.ChargeRequest\x1a\x1e.v0m3.policy.v1.ChargeResponse\x12i\n" +
 	"\x16ReportConnectionHealth\x12-.v0m3.policy.v1.ReportConnectionHealthRequest\x1a .v0m3.policy.v1.ConnectionHealth\x12]\n" +
-	"\x11GetPolicyRevision\x12(.v0m3.policy.v1.GetPolicyRevisionRequest\x1a\x1e.v0m3.policy.v1.PolicyRevisionB4Z2github.com/v0m3/v0m3/proto/v0m3/policy/v1;policyv1b\x06proto3"
+	"\x11GetPolicyRevision\x12(.v0m3.policy.v1.GetPolicyRevisionRequest\x1a\x1e.v0m3.policy.v1.PolicyRevision\x12\\\n" +
+	"\x0fAuthorizeAction\x12&.v0m3.policy.v1.AuthorizeActionRequest\x1a!.v0m3.policy.v1.AuthorizeResponse\x12S\n" +
+	"\fReloadPolicy\x12#.v0m3.policy.v1.ReloadPolicyRequest\x1a\x1e.v0m3.policy.v1.PolicyRevisionB4Z2github.com/v0m3/v0m3/proto/v0m3/policy/v1;policyv1b\x06proto3"
 
 var (
 	file_v0m3_policy_v1_policy_proto_rawDescOnce sync.Once
@@ -1841,7 +1992,7 @@ func file_v0m3_policy_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_policy_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_v0m3_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_v0m3_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_v0m3_policy_v1_policy_proto_goTypes = []any{
 	(EligibilityStage)(0),                 // 0: v0m3.policy.v1.EligibilityStage
 	(NotOfferedReason)(0),                 // 1: v0m3.policy.v1.NotOfferedReason
@@ -1864,52 +2015,61 @@ var file_v0m3_policy_v1_policy_proto_goTypes = []any{
 	(*ReportConnectionHealthRequest)(nil), // 18: v0m3.policy.v1.ReportConnectionHealthRequest
 	(*ConnectionHealth)(nil),              // 19: v0m3.policy.v1.ConnectionHealth
 	(*GetPolicyRevisionRequest)(nil),      // 20: v0m3.policy.v1.GetPolicyRevisionRequest
-	(*PolicyRevision)(nil),                // 21: v0m3.policy.v1.PolicyRevision
-	(v1.EffectClass)(0),                   // 22: v0m3.registry.v1.EffectClass
-	(*durationpb.Duration)(nil),           // 23: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 24: google.protobuf.Timestamp
+	(*AuthorizeActionRequest)(nil),        // 21: v0m3.policy.v1.AuthorizeActionRequest
+	(*ReloadPolicyRequest)(nil),           // 22: v0m3.policy.v1.ReloadPolicyRequest
+	(*PolicyRevision)(nil),                // 23: v0m3.policy.v1.PolicyRevision
+	nil,                                   // 24: v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
+	(v1.EffectClass)(0),                   // 25: v0m3.registry.v1.EffectClass
+	(*durationpb.Duration)(nil),           // 26: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 27: google.protobuf.Timestamp
 }
 var file_v0m3_policy_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: v0m3.policy.v1.CapabilityEligibility.stage:type_name -> v0m3.policy.v1.EligibilityStage
 	1,  // 1: v0m3.policy.v1.CapabilityEligibility.reason:type_name -> v0m3.policy.v1.NotOfferedReason
-	22, // 2: v0m3.policy.v1.CapabilityEligibility.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	25, // 2: v0m3.policy.v1.CapabilityEligibility.effect_class:type_name -> v0m3.registry.v1.EffectClass
 	4,  // 3: v0m3.policy.v1.EligibleRequest.requester:type_name -> v0m3.policy.v1.Principal
 	5,  // 4: v0m3.policy.v1.EligibleResponse.capabilities:type_name -> v0m3.policy.v1.CapabilityEligibility
 	4,  // 5: v0m3.policy.v1.AuthorizeRequest.principal:type_name -> v0m3.policy.v1.Principal
-	22, // 6: v0m3.policy.v1.AuthorizeRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	25, // 6: v0m3.policy.v1.AuthorizeRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
 	2,  // 7: v0m3.policy.v1.AuthorizeResponse.decision:type_name -> v0m3.policy.v1.Decision
-	23, // 8: v0m3.policy.v1.MintHandleRequest.ttl:type_name -> google.protobuf.Duration
-	24, // 9: v0m3.policy.v1.Handle.expire_time:type_name -> google.protobuf.Timestamp
-	24, // 10: v0m3.policy.v1.HandleBinding.expire_time:type_name -> google.protobuf.Timestamp
+	26, // 8: v0m3.policy.v1.MintHandleRequest.ttl:type_name -> google.protobuf.Duration
+	27, // 9: v0m3.policy.v1.Handle.expire_time:type_name -> google.protobuf.Timestamp
+	27, // 10: v0m3.policy.v1.HandleBinding.expire_time:type_name -> google.protobuf.Timestamp
 	4,  // 11: v0m3.policy.v1.ResolveHandleRequest.requester:type_name -> v0m3.policy.v1.Principal
-	22, // 12: v0m3.policy.v1.ResolveHandleRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	25, // 12: v0m3.policy.v1.ResolveHandleRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
 	12, // 13: v0m3.policy.v1.ResolveHandleResponse.binding:type_name -> v0m3.policy.v1.HandleBinding
 	9,  // 14: v0m3.policy.v1.ResolveHandleResponse.authorization:type_name -> v0m3.policy.v1.AuthorizeResponse
 	15, // 15: v0m3.policy.v1.ChargeResponse.task:type_name -> v0m3.policy.v1.Budget
 	15, // 16: v0m3.policy.v1.ChargeResponse.requester:type_name -> v0m3.policy.v1.Budget
 	3,  // 17: v0m3.policy.v1.ReportConnectionHealthRequest.state:type_name -> v0m3.policy.v1.HealthState
 	3,  // 18: v0m3.policy.v1.ConnectionHealth.state:type_name -> v0m3.policy.v1.HealthState
-	24, // 19: v0m3.policy.v1.ConnectionHealth.report_time:type_name -> google.protobuf.Timestamp
-	24, // 20: v0m3.policy.v1.PolicyRevision.load_time:type_name -> google.protobuf.Timestamp
-	6,  // 21: v0m3.policy.v1.PolicyService.Eligible:input_type -> v0m3.policy.v1.EligibleRequest
-	8,  // 22: v0m3.policy.v1.PolicyService.Authorize:input_type -> v0m3.policy.v1.AuthorizeRequest
-	10, // 23: v0m3.policy.v1.PolicyService.MintHandle:input_type -> v0m3.policy.v1.MintHandleRequest
-	13, // 24: v0m3.policy.v1.PolicyService.ResolveHandle:input_type -> v0m3.policy.v1.ResolveHandleRequest
-	16, // 25: v0m3.policy.v1.PolicyService.Charge:input_type -> v0m3.policy.v1.ChargeRequest
-	18, // 26: v0m3.policy.v1.PolicyService.ReportConnectionHealth:input_type -> v0m3.policy.v1.ReportConnectionHealthRequest
-	20, // 27: v0m3.policy.v1.PolicyService.GetPolicyRevision:input_type -> v0m3.policy.v1.GetPolicyRevisionRequest
-	7,  // 28: v0m3.policy.v1.PolicyService.Eligible:output_type -> v0m3.policy.v1.EligibleResponse
-	9,  // 29: v0m3.policy.v1.PolicyService.Authorize:output_type -> v0m3.policy.v1.AuthorizeResponse
-	11, // 30: v0m3.policy.v1.PolicyService.MintHandle:output_type -> v0m3.policy.v1.Handle
-	14, // 31: v0m3.policy.v1.PolicyService.ResolveHandle:output_type -> v0m3.policy.v1.ResolveHandleResponse
-	17, // 32: v0m3.policy.v1.PolicyService.Charge:output_type -> v0m3.policy.v1.ChargeResponse
-	19, // 33: v0m3.policy.v1.PolicyService.ReportConnectionHealth:output_type -> v0m3.policy.v1.ConnectionHealth
-	21, // 34: v0m3.policy.v1.PolicyService.GetPolicyRevision:output_type -> v0m3.policy.v1.PolicyRevision
-	28, // [28:35] is the sub-list for method output_type
-	21, // [21:28] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	27, // 19: v0m3.policy.v1.ConnectionHealth.report_time:type_name -> google.protobuf.Timestamp
+	4,  // 20: v0m3.policy.v1.AuthorizeActionRequest.principal:type_name -> v0m3.policy.v1.Principal
+	24, // 21: v0m3.policy.v1.AuthorizeActionRequest.attributes:type_name -> v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
+	27, // 22: v0m3.policy.v1.PolicyRevision.load_time:type_name -> google.protobuf.Timestamp
+	6,  // 23: v0m3.policy.v1.PolicyService.Eligible:input_type -> v0m3.policy.v1.EligibleRequest
+	8,  // 24: v0m3.policy.v1.PolicyService.Authorize:input_type -> v0m3.policy.v1.AuthorizeRequest
+	10, // 25: v0m3.policy.v1.PolicyService.MintHandle:input_type -> v0m3.policy.v1.MintHandleRequest
+	13, // 26: v0m3.policy.v1.PolicyService.ResolveHandle:input_type -> v0m3.policy.v1.ResolveHandleRequest
+	16, // 27: v0m3.policy.v1.PolicyService.Charge:input_type -> v0m3.policy.v1.ChargeRequest
+	18, // 28: v0m3.policy.v1.PolicyService.ReportConnectionHealth:input_type -> v0m3.policy.v1.ReportConnectionHealthRequest
+	20, // 29: v0m3.policy.v1.PolicyService.GetPolicyRevision:input_type -> v0m3.policy.v1.GetPolicyRevisionRequest
+	21, // 30: v0m3.policy.v1.PolicyService.AuthorizeAction:input_type -> v0m3.policy.v1.AuthorizeActionRequest
+	22, // 31: v0m3.policy.v1.PolicyService.ReloadPolicy:input_type -> v0m3.policy.v1.ReloadPolicyRequest
+	7,  // 32: v0m3.policy.v1.PolicyService.Eligible:output_type -> v0m3.policy.v1.EligibleResponse
+	9,  // 33: v0m3.policy.v1.PolicyService.Authorize:output_type -> v0m3.policy.v1.AuthorizeResponse
+	11, // 34: v0m3.policy.v1.PolicyService.MintHandle:output_type -> v0m3.policy.v1.Handle
+	14, // 35: v0m3.policy.v1.PolicyService.ResolveHandle:output_type -> v0m3.policy.v1.ResolveHandleResponse
+	17, // 36: v0m3.policy.v1.PolicyService.Charge:output_type -> v0m3.policy.v1.ChargeResponse
+	19, // 37: v0m3.policy.v1.PolicyService.ReportConnectionHealth:output_type -> v0m3.policy.v1.ConnectionHealth
+	23, // 38: v0m3.policy.v1.PolicyService.GetPolicyRevision:output_type -> v0m3.policy.v1.PolicyRevision
+	9,  // 39: v0m3.policy.v1.PolicyService.AuthorizeAction:output_type -> v0m3.policy.v1.AuthorizeResponse
+	23, // 40: v0m3.policy.v1.PolicyService.ReloadPolicy:output_type -> v0m3.policy.v1.PolicyRevision
+	32, // [32:41] is the sub-list for method output_type
+	23, // [23:32] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_policy_v1_policy_proto_init() }
@@ -1923,7 +2083,7 @@ func file_v0m3_policy_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_policy_v1_policy_proto_rawDesc), len(file_v0m3_policy_v1_policy_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

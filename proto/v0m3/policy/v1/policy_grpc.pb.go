@@ -26,6 +26,8 @@ const (
 	PolicyService_Charge_FullMethodName                 = "/v0m3.policy.v1.PolicyService/Charge"
 	PolicyService_ReportConnectionHealth_FullMethodName = "/v0m3.policy.v1.PolicyService/ReportConnectionHealth"
 	PolicyService_GetPolicyRevision_FullMethodName      = "/v0m3.policy.v1.PolicyService/GetPolicyRevision"
+	PolicyService_AuthorizeAction_FullMethodName        = "/v0m3.policy.v1.PolicyService/AuthorizeAction"
+	PolicyService_ReloadPolicy_FullMethodName           = "/v0m3.policy.v1.PolicyService/ReloadPolicy"
 )
 
 // PolicyServiceClient is the client API for PolicyService service.
@@ -57,6 +59,14 @@ type PolicyServiceClient interface {
 	ReportConnectionHealth(ctx context.Context, in *ReportConnectionHealthRequest, opts ...grpc.CallOption) (*ConnectionHealth, error)
 	// GetPolicyRevision returns the policy revision in force.
 	GetPolicyRevision(ctx context.Context, in *GetPolicyRevisionRequest, opts ...grpc.CallOption) (*PolicyRevision, error)
+	// AuthorizeAction decides whether an authenticated person or product
+	// service may take an administrative or product action (review a
+	// mapping, approve a request, read a trace, act for a user...). Roles,
+	// delegation and separation of duties are Cedar policy, not code.
+	AuthorizeAction(ctx context.Context, in *AuthorizeActionRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error)
+	// ReloadPolicy re-reads the policy file now instead of at the next poll.
+	// A file that does not parse is refused and the revision in force stays.
+	ReloadPolicy(ctx context.Context, in *ReloadPolicyRequest, opts ...grpc.CallOption) (*PolicyRevision, error)
 }
 
 type policyServiceClient struct {
@@ -137,6 +147,26 @@ func (c *policyServiceClient) GetPolicyRevision(ctx context.Context, in *GetPoli
 	return out, nil
 }
 
+func (c *policyServiceClient) AuthorizeAction(ctx context.Context, in *AuthorizeActionRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuthorizeResponse)
+	err := c.cc.Invoke(ctx, PolicyService_AuthorizeAction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *policyServiceClient) ReloadPolicy(ctx context.Context, in *ReloadPolicyRequest, opts ...grpc.CallOption) (*PolicyRevision, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PolicyRevision)
+	err := c.cc.Invoke(ctx, PolicyService_ReloadPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PolicyServiceServer is the server API for PolicyService service.
 // All implementations must embed UnimplementedPolicyServiceServer
 // for forward compatibility.
@@ -166,6 +196,14 @@ type PolicyServiceServer interface {
 	ReportConnectionHealth(context.Context, *ReportConnectionHealthRequest) (*ConnectionHealth, error)
 	// GetPolicyRevision returns the policy revision in force.
 	GetPolicyRevision(context.Context, *GetPolicyRevisionRequest) (*PolicyRevision, error)
+	// AuthorizeAction decides whether an authenticated person or product
+	// service may take an administrative or product action (review a
+	// mapping, approve a request, read a trace, act for a user...). Roles,
+	// delegation and separation of duties are Cedar policy, not code.
+	AuthorizeAction(context.Context, *AuthorizeActionRequest) (*AuthorizeResponse, error)
+	// ReloadPolicy re-reads the policy file now instead of at the next poll.
+	// A file that does not parse is refused and the revision in force stays.
+	ReloadPolicy(context.Context, *ReloadPolicyRequest) (*PolicyRevision, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }
 
@@ -196,6 +234,12 @@ func (UnimplementedPolicyServiceServer) ReportConnectionHealth(context.Context, 
 }
 func (UnimplementedPolicyServiceServer) GetPolicyRevision(context.Context, *GetPolicyRevisionRequest) (*PolicyRevision, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPolicyRevision not implemented")
+}
+func (UnimplementedPolicyServiceServer) AuthorizeAction(context.Context, *AuthorizeActionRequest) (*AuthorizeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AuthorizeAction not implemented")
+}
+func (UnimplementedPolicyServiceServer) ReloadPolicy(context.Context, *ReloadPolicyRequest) (*PolicyRevision, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReloadPolicy not implemented")
 }
 func (UnimplementedPolicyServiceServer) mustEmbedUnimplementedPolicyServiceServer() {}
 func (UnimplementedPolicyServiceServer) testEmbeddedByValue()                       {}
@@ -344,6 +388,42 @@ func _PolicyService_GetPolicyRevision_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PolicyService_AuthorizeAction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuthorizeActionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).AuthorizeAction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_AuthorizeAction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).AuthorizeAction(ctx, req.(*AuthorizeActionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PolicyService_ReloadPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReloadPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).ReloadPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_ReloadPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).ReloadPolicy(ctx, req.(*ReloadPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PolicyService_ServiceDesc is the grpc.ServiceDesc for PolicyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -378,6 +458,14 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPolicyRevision",
 			Handler:    _PolicyService_GetPolicyRevision_Handler,
+		},
+		{
+			MethodName: "AuthorizeAction",
+			Handler:    _PolicyService_AuthorizeAction_Handler,
+		},
+		{
+			MethodName: "ReloadPolicy",
+			Handler:    _PolicyService_ReloadPolicy_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -3107,7 +3107,7 @@ type Mapping struct {
 	// Output only. Why the state last changed, e.g. "input_schema_digest
 	// changed in snapshot snap_...".
 	StateReason string `protobuf:"bytes,15,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
-	// Who proposed it.
+	// Output only. Who proposed it (the authenticated caller).
 	ProposedBy string `protobuf:"bytes,16,opt,name=proposed_by,json=proposedBy,proto3" json:"proposed_by,omitempty"`
 	// Output only. Who reviewed it.
 	ReviewedBy string `protobuf:"bytes,17,opt,name=reviewed_by,json=reviewedBy,proto3" json:"reviewed_by,omitempty"`
@@ -3343,8 +3343,6 @@ type ProposeMappingRequest struct {
 	Defaults *structpb.Struct `protobuf:"bytes,7,opt,name=defaults,proto3" json:"defaults,omitempty"`
 	// Required. Limits.
 	Limits *Limits `protobuf:"bytes,8,opt,name=limits,proto3" json:"limits,omitempty"`
-	// Required. Who proposes it.
-	ProposedBy string `protobuf:"bytes,9,opt,name=proposed_by,json=proposedBy,proto3" json:"proposed_by,omitempty"`
 	// Remote argument that receives the intent id as idempotency key; must
 	// exist in the remote input schema.
 	IdempotencyKeyField string `protobuf:"bytes,10,opt,name=idempotency_key_field,json=idempotencyKeyField,proto3" json:"idempotency_key_field,omitempty"`
@@ -3441,13 +3439,6 @@ func (x *ProposeMappingRequest) GetLimits() *Limits {
 	return nil
 }
 
-func (x *ProposeMappingRequest) GetProposedBy() string {
-	if x != nil {
-		return x.ProposedBy
-	}
-	return ""
-}
-
 func (x *ProposeMappingRequest) GetIdempotencyKeyField() string {
 	if x != nil {
 		return x.IdempotencyKeyField
@@ -3471,8 +3462,6 @@ type ReviewMappingRequest struct {
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Approve (true) or reject (false).
 	Approve bool `protobuf:"varint,3,opt,name=approve,proto3" json:"approve,omitempty"`
-	// Required. Reviewer.
-	Reviewer string `protobuf:"bytes,4,opt,name=reviewer,proto3" json:"reviewer,omitempty"`
 	// Note.
 	Note          string `protobuf:"bytes,5,opt,name=note,proto3" json:"note,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3528,13 +3517,6 @@ func (x *ReviewMappingRequest) GetApprove() bool {
 		return x.Approve
 	}
 	return false
-}
-
-func (x *ReviewMappingRequest) GetReviewer() string {
-	if x != nil {
-		return x.Reviewer
-	}
-	return ""
 }
 
 func (x *ReviewMappingRequest) GetNote() string {
@@ -4158,7 +4140,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x12remote_description\x18\x15 \x01(\tR\x11remoteDescription\x122\n" +
 	"\x15idempotency_key_field\x18\x16 \x01(\tR\x13idempotencyKeyField\x12\x1f\n" +
 	"\vstatus_tool\x18\x17 \x01(\tR\n" +
-	"statusTool\"\xf7\x03\n" +
+	"statusTool\"\xe9\x03\n" +
 	"\x15ProposeMappingRequest\x12\x1d\n" +
 	"\n" +
 	"mapping_id\x18\x01 \x01(\tR\tmappingId\x12\x1e\n" +
@@ -4171,20 +4153,18 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x06target\x18\x05 \x01(\v2\x1e.v0m3.registry.v1.RemoteTargetR\x06target\x12D\n" +
 	"\fargument_map\x18\x06 \x03(\v2!.v0m3.registry.v1.ArgumentBindingR\vargumentMap\x123\n" +
 	"\bdefaults\x18\a \x01(\v2\x17.google.protobuf.StructR\bdefaults\x120\n" +
-	"\x06limits\x18\b \x01(\v2\x18.v0m3.registry.v1.LimitsR\x06limits\x12\x1f\n" +
-	"\vproposed_by\x18\t \x01(\tR\n" +
-	"proposedBy\x122\n" +
+	"\x06limits\x18\b \x01(\v2\x18.v0m3.registry.v1.LimitsR\x06limits\x122\n" +
 	"\x15idempotency_key_field\x18\n" +
 	" \x01(\tR\x13idempotencyKeyField\x12\x1f\n" +
 	"\vstatus_tool\x18\v \x01(\tR\n" +
-	"statusTool\"\x9b\x01\n" +
+	"statusToolJ\x04\b\t\x10\n" +
+	"R\vproposed_by\"\x8f\x01\n" +
 	"\x14ReviewMappingRequest\x12\x1d\n" +
 	"\n" +
 	"mapping_id\x18\x01 \x01(\tR\tmappingId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x18\n" +
-	"\aapprove\x18\x03 \x01(\bR\aapprove\x12\x1a\n" +
-	"\breviewer\x18\x04 \x01(\tR\breviewer\x12\x12\n" +
-	"\x04note\x18\x05 \x01(\tR\x04note\"?\n" +
+	"\aapprove\x18\x03 \x01(\bR\aapprove\x12\x12\n" +
+	"\x04note\x18\x05 \x01(\tR\x04noteJ\x04\b\x04\x10\x05R\breviewer\"?\n" +
 	"\x11GetMappingRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"\x90\x01\n" +

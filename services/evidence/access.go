@@ -1,0 +1,36 @@
+package evidence
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/authz"
+)
+
+// claimLink is the Cedar action a person or product service needs to link
+// a claim to an observation.
+const claimLink = "claim.link"
+
+// WithAuthorizer sets who decides what people and product services may
+// read and change here (the policy service). Without one they are refused;
+// peer services the access table admits are not asked.
+func (s *Server) WithAuthorizer(d authz.Decider) *Server {
+	s.authz = d
+	return s
+}
+
+// require checks that the caller may take action on the resource.
+func (s *Server) require(ctx context.Context, action, resType, resID string) error {
+	if c, ok := identity.CallerFrom(ctx); ok && c.Kind == identity.KindService {
+		return nil
+	}
+	if s.authz == nil {
+		return apierror.New(codes.FailedPrecondition, "AUTHORIZATION_NOT_CONFIGURED",
+			"the evidence service has no policy service to decide callers' access", nil)
+	}
+	_, err := s.authz.Require(ctx, action, authz.Resource{Type: resType, ID: resID}, nil)
+	return err
+}

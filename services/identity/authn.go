@@ -1,0 +1,270 @@
+package identity
+
+import (
+	"context"
+	"crypto"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Authenticator verifies a bearer token and says who it names.
+type Authenticator interface {
+	// Authenticate returns the caller the token names, or an error (an
+	// *AuthError when the reason is known) safe to show the caller: it
+	// never contains the token.
+	Authenticate(ctx context.Context, token string) (Caller, error)
+}
+
+// AuthError is a refused token with a stable reason.
+type AuthError struct {
+	// Reason is the ErrorInfo reason, e.g. TOKEN_EXPIRED.
+	Reason string
+	// Msg says what is wrong, safely.
+	Msg string
+}
+
+func (e *AuthError) Error() string { return e.Msg }
+
+func authErr(reason, format string, args ...any) error {
+	return &AuthError{Reason: reason, Msg: fmt.Sprintf(format, args...)}
+}
+
+// JWTConfig configures OIDC/JWT bearer verification.
+type JWTConfig struct {
+	// Issuer is the required "iss". Required.
+	Issuer string
+	// Audience must be in "aud". Required.
+	Audience string
+	// JWKSURL serves the issuer's keys; keys are cached and refetched when
+	// a token names an unknown key. Exactly one of JWKSURL and JWKSFile.
+	JWKSURL string
+	// JWKSFile holds the issuer's keys as a JWK set; it is re-read when it
+	// changes.
+	JWKSFile string
+	// Skew is the clock skew tolerated on exp, nbf and iat; zero means one
+	// minute.
+	Skew time.Duration
+	// GroupsClaim names the claim holding the caller's groups (a string or
+	// a list of strings); empty means "groups".
+	GroupsClaim string
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// algorithms are the signature algorithms accepted on bearer tokens.
+var algorithms = []jose.SignatureAlgorithm{jose.RS256, jose.RS384, jose.RS512, jose.PS256, jose.PS384, jose.PS512, jose.ES256, jose.ES384, jose.ES512, jose.EdDSA}
+
+// JWT verifies bearer JWTs against an issuer's keys: signature, issuer,
+// audience, expiry (required) and not-before, with a bounded clock skew.
+type JWT struct {
+	cfg  JWTConfig
+	keys oidc.KeySet
+}
+
+// NewJWT returns a JWT authenticator.
+func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
+	switch {
+	case cfg.Issuer == "":
+		return nil, errors.New("identity: an OIDC issuer is required")
+	case cfg.Audience == "":
+		return nil, errors.New("identity: an OIDC audience is required")
+	case (cfg.JWKSURL == "") == (cfg.JWKSFile == ""):
+		return nil, errors.New("identity: give exactly one of a JWKS URL and a JWKS file")
+	}
+	if cfg.Skew == 0 {
+		cfg.Skew = time.Minute
+	}
+	if cfg.GroupsClaim == "" {
+		cfg.GroupsClaim = "groups"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	j := &JWT{cfg: cfg}
+	if cfg.JWKSURL != "" {
+		// The key set outlives the call that creates it.
+		j.keys = oidc.NewRemoteKeySet(context.WithoutCancel(ctx), cfg.JWKSURL)
+	} else {
+		fk := &fileKeys{path: cfg.JWKSFile}
+		if _, err := fk.load(); err != nil {
+			return nil, err
+		}
+		j.keys = fk
+	}
+	return j, nil
+}
+
+// Authenticate verifies token.
+func (j *JWT) Authenticate(ctx context.Context, token string) (Caller, error) {
+	if _, err := jwt.ParseSigned(token, algorithms); err != nil {
+		return Caller{}, authErr("TOKEN_MALFORMED", "the token is not a signed JWT")
+	}
+	payload, err := j.keys.VerifySignature(ctx, token)
+	if err != nil {
+		return Caller{}, authErr("TOKEN_SIGNATURE_INVALID", "the token's signature does not verify with the issuer's keys")
+	}
+	var claims jwt.Claims
+	var extra map[string]any
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return Caller{}, authErr("TOKEN_MALFORMED", "the token's claims are not valid JSON")
+	}
+	if err := json.Unmarshal(payload, &extra); err != nil {
+		return Caller{}, authErr("TOKEN_MALFORMED", "the token's claims are not valid JSON")
+	}
+	now := j.cfg.Now()
+	switch {
+	case claims.Issuer != j.cfg.Issuer:
+		return Caller{}, authErr("TOKEN_ISSUER_MISMATCH", "the token was issued by %q, not by %q", claims.Issuer, j.cfg.Issuer)
+	case !slices.Contains([]string(claims.Audience), j.cfg.Audience):
+		return Caller{}, authErr("TOKEN_AUDIENCE_MISMATCH", "the token's audience does not include %q", j.cfg.Audience)
+	case claims.Expiry == nil:
+		return Caller{}, authErr("TOKEN_EXPIRED", "the token has no expiry (exp); only expiring tokens are accepted")
+	case now.Add(-j.cfg.Skew).After(claims.Expiry.Time()):
+		return Caller{}, authErr("TOKEN_EXPIRED", "the token expired at %s", claims.Expiry.Time().UTC().Format(time.RFC3339))
+	case claims.NotBefore != nil && now.Add(j.cfg.Skew).Before(claims.NotBefore.Time()):
+		return Caller{}, authErr("TOKEN_NOT_YET_VALID", "the token is not valid before %s", claims.NotBefore.Time().UTC().Format(time.RFC3339))
+	case claims.IssuedAt != nil && now.Add(j.cfg.Skew).Before(claims.IssuedAt.Time()):
+		return Caller{}, authErr("TOKEN_NOT_YET_VALID", "the token was issued in the future (%s)", claims.IssuedAt.Time().UTC().Format(time.RFC3339))
+	case claims.Subject == "":
+		return Caller{}, authErr("TOKEN_MALFORMED", "the token has no subject (sub)")
+	}
+	groups, err := stringsClaim(extra[j.cfg.GroupsClaim])
+	if err != nil {
+		return Caller{}, authErr("TOKEN_MALFORMED", "the token's %q claim must be a string or a list of strings", j.cfg.GroupsClaim)
+	}
+	return Caller{ID: claims.Subject, Groups: groups, Issuer: claims.Issuer}, nil
+}
+
+func stringsClaim(v any) ([]string, error) {
+	switch v := v.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		return strings.Fields(v), nil
+	case []any:
+		out := make([]string, 0, len(v))
+		for _, x := range v {
+			s, ok := x.(string)
+			if !ok {
+				return nil, errors.New("not a string")
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	default:
+		return nil, errors.New("not a string list")
+	}
+}
+
+// fileKeys is a JWK set in a file, re-read when the file changes.
+type fileKeys struct {
+	path string
+
+	mu    sync.Mutex
+	mtime time.Time
+	keys  []crypto.PublicKey
+}
+
+func (f *fileKeys) load() ([]crypto.PublicKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, err := os.Stat(f.path)
+	if err != nil {
+		return nil, fmt.Errorf("identity: JWKS file: %w", err)
+	}
+	if f.keys != nil && st.ModTime().Equal(f.mtime) {
+		return f.keys, nil
+	}
+	data, err := os.ReadFile(f.path)
+	if err != nil {
+		return nil, fmt.Errorf("identity: JWKS file: %w", err)
+	}
+	var set jose.JSONWebKeySet
+	if err := json.Unmarshal(data, &set); err != nil {
+		return nil, fmt.Errorf("identity: JWKS file %s: %w", f.path, err)
+	}
+	var keys []crypto.PublicKey
+	for _, k := range set.Keys {
+		if k.IsPublic() {
+			keys = append(keys, k.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("identity: JWKS file %s holds no public key", f.path)
+	}
+	f.keys, f.mtime = keys, st.ModTime()
+	return keys, nil
+}
+
+// VerifySignature implements oidc.KeySet.
+func (f *fileKeys) VerifySignature(ctx context.Context, token string) ([]byte, error) {
+	keys, err := f.load()
+	if err != nil {
+		return nil, err
+	}
+	return (&oidc.StaticKeySet{PublicKeys: keys}).VerifySignature(ctx, token)
+}
+
+// TokenReviewer is the part of a Kubernetes client TokenReview needs.
+type TokenReviewer interface {
+	Create(ctx context.Context, tr *authnv1.TokenReview, opts metav1.CreateOptions) (*authnv1.TokenReview, error)
+}
+
+// TokenReview authenticates Kubernetes ServiceAccount (or other cluster)
+// tokens by asking the API server.
+type TokenReview struct {
+	// Client creates TokenReviews, e.g.
+	// clientset.AuthenticationV1().TokenReviews().
+	Client TokenReviewer
+	// Audiences the token must be valid for; empty means the API server's.
+	Audiences []string
+}
+
+// Authenticate asks the API server whether token is valid.
+func (t *TokenReview) Authenticate(ctx context.Context, token string) (Caller, error) {
+	res, err := t.Client.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: t.Audiences}}, metav1.CreateOptions{})
+	if err != nil {
+		return Caller{}, authErr("TOKEN_REVIEW_UNAVAILABLE", "the Kubernetes API server could not review the token: %v", err)
+	}
+	if !res.Status.Authenticated {
+		return Caller{}, authErr("TOKEN_INVALID", "the Kubernetes API server did not authenticate the token")
+	}
+	if len(t.Audiences) > 0 && !slices.ContainsFunc(res.Status.Audiences, func(a string) bool { return slices.Contains(t.Audiences, a) }) {
+		return Caller{}, authErr("TOKEN_AUDIENCE_MISMATCH", "the token is not valid for audience %s", strings.Join(t.Audiences, ", "))
+	}
+	return Caller{ID: res.Status.User.Username, Groups: res.Status.User.Groups, Issuer: "kubernetes"}, nil
+}
+
+// Chain tries authenticators in order; the first that accepts the token
+// wins. When all refuse, the first refusal is returned.
+type Chain []Authenticator
+
+// Authenticate implements Authenticator.
+func (c Chain) Authenticate(ctx context.Context, token string) (Caller, error) {
+	var first error
+	for _, a := range c {
+		caller, err := a.Authenticate(ctx, token)
+		if err == nil {
+			return caller, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	if first == nil {
+		first = authErr("AUTHENTICATION_NOT_CONFIGURED", "no authenticator is configured")
+	}
+	return Caller{}, first
+}

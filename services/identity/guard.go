@@ -1,0 +1,179 @@
+package identity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/v0m3/v0m3/services/internal/apierror"
+)
+
+// InsecurePeerHeader names the calling service on a plaintext connection.
+// Only a guard without credentials (the explicit development flag) reads
+// it, and it believes it: that is what plaintext means.
+const InsecurePeerHeader = "x-v0m3-insecure-peer"
+
+// Kinds of Caller.
+const (
+	// KindUser is a person or product service authenticated by a bearer
+	// token.
+	KindUser = "user"
+	// KindService is a V0M3 service authenticated by its certificate.
+	KindService = "service"
+)
+
+// Guard admits or refuses each RPC before its handler runs, by the access
+// table: a peer service by its verified certificate, a product or admin
+// caller by a verified bearer token. It puts who was admitted into the
+// context (CallerFrom, PeerFrom).
+type Guard struct {
+	// Creds are this server's credentials; nil means plaintext development
+	// mode, where peers name themselves in InsecurePeerHeader.
+	Creds *Credentials
+	// Authn verifies bearer tokens; nil admits no bearer callers.
+	Authn Authenticator
+	// Log receives refusals (never tokens).
+	Log *slog.Logger
+}
+
+// Unary returns the guard as a unary interceptor.
+func (g *Guard) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := g.admit(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Stream returns the guard as a stream interceptor.
+func (g *Guard) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := g.admit(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &guardedStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+type guardedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *guardedStream) Context() context.Context { return s.ctx }
+
+func (g *Guard) admit(ctx context.Context, method string) (context.Context, error) {
+	a, ok := AccessFor(method)
+	if !ok {
+		return nil, g.refuse(ctx, method, codes.PermissionDenied, "RPC_NOT_ALLOWED",
+			fmt.Sprintf("%s is not in the access table; nobody may call it", method), nil)
+	}
+	if a.Anyone {
+		return ctx, nil
+	}
+	svc, err := g.peerService(ctx)
+	if err != nil {
+		return nil, g.refuse(ctx, method, codes.Unauthenticated, "PEER_CERTIFICATE_INVALID", err.Error(), nil)
+	}
+	if svc != "" && slices.Contains(a.Peers, svc) {
+		ctx = WithPeer(ctx, svc)
+		return WithCaller(ctx, Caller{ID: svc, Kind: KindService, Issuer: "v0m3"}), nil
+	}
+	if !a.Callers {
+		who := "a caller without a service certificate"
+		if svc != "" {
+			who = "the " + svc + " service"
+		}
+		return nil, g.refuse(ctx, method, codes.PermissionDenied, "PEER_NOT_ALLOWED",
+			fmt.Sprintf("%s may be called only by the %s service; %s may not call it", method, strings.Join(a.Peers, ", "), who),
+			map[string]string{"allowed_peers": strings.Join(a.Peers, ",")})
+	}
+	token, err := bearer(ctx)
+	if err != nil {
+		return nil, g.refuse(ctx, method, codes.Unauthenticated, "CREDENTIALS_MISSING", err.Error(), nil)
+	}
+	if g.Authn == nil {
+		return nil, g.refuse(ctx, method, codes.Unauthenticated, "AUTHENTICATION_NOT_CONFIGURED",
+			"this server accepts no bearer tokens: configure an OIDC issuer (--oidc-issuer) or TokenReview (--token-review)", nil)
+	}
+	c, err := g.Authn.Authenticate(ctx, token)
+	if err != nil {
+		reason := "TOKEN_INVALID"
+		var ae *AuthError
+		if errors.As(err, &ae) {
+			reason = ae.Reason
+		}
+		return nil, g.refuse(ctx, method, codes.Unauthenticated, reason, "bearer token refused: "+err.Error(), nil)
+	}
+	c.Kind = KindUser
+	return WithCaller(ctx, c), nil
+}
+
+func (g *Guard) refuse(ctx context.Context, method string, code codes.Code, reason, msg string, md map[string]string) error {
+	if g.Log != nil {
+		g.Log.WarnContext(ctx, "rpc refused", "method", method, "code", code.String(), "reason", reason)
+	}
+	return apierror.New(code, reason, msg, md)
+}
+
+// peerService returns the service the caller's verified certificate names,
+// "" when it presented none.
+func (g *Guard) peerService(ctx context.Context) (string, error) {
+	if g.Creds == nil {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get(InsecurePeerHeader); len(v) == 1 {
+			return v[0], nil
+		}
+		return "", nil
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "", nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return "", errors.New("the connection is not TLS")
+	}
+	if len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return "", nil
+	}
+	svc := ServiceOf(info.State.VerifiedChains[0][0])
+	if svc == "" {
+		return "", errors.New("the client certificate names no V0M3 service")
+	}
+	return svc, nil
+}
+
+// bearer returns the bearer token of the call.
+func bearer(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get("authorization")
+	if len(v) == 0 {
+		return "", errors.New("this RPC needs a bearer token: send the header 'authorization: Bearer <token>'")
+	}
+	if len(v) > 1 {
+		return "", errors.New("more than one authorization header")
+	}
+	scheme, tok, ok := strings.Cut(v[0], " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(tok) == "" {
+		return "", errors.New("the authorization header must be 'Bearer <token>'")
+	}
+	return strings.TrimSpace(tok), nil
+}
+
+// WithBearer returns ctx with a bearer token for outgoing calls.
+func WithBearer(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
