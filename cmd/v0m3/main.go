@@ -38,6 +38,7 @@ Services (each serves gRPC with grpc.health.v1 and reflection):
 
 Together:
   dev             run all five services in one process, over real gRPC on loopback
+  token           print a development bearer token a running 'v0m3 dev' accepts
   demo            run the seed's first experiment end to end and print each stage
 
 Kubernetes:
@@ -84,6 +85,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runService(ctx, cmd, rest, stderr)
 	case "dev":
 		return runDev(ctx, rest, stdout, stderr)
+	case "token":
+		return runToken(ctx, rest, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr)
 	case "fixture-server":

@@ -8,7 +8,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +17,7 @@ import (
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	"github.com/v0m3/v0m3/operator/controller"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/identity"
 )
 
 // operatorScheme knows the built-in types and MCPServer.
@@ -46,8 +46,16 @@ func runOperator(ctx context.Context, args []string, stderr io.Writer) error {
 	healthAddr := fs.String("health-addr", ":8081", "health probe listen address")
 	leaderElect := fs.Bool("leader-elect", false, "elect a leader so replicas do not reconcile at once")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	idf := addIdentityFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	creds, err := idf.credentials()
+	if err != nil {
+		return err
+	}
+	if creds != nil && creds.Service() != identity.Operator {
+		return usageError{fmt.Sprintf("the certificate in --tls-cert-file names the %s service, not operator", creds.Service())}
 	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {
@@ -76,7 +84,9 @@ func runOperator(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
-	conn, err := grpc.NewClient(*registryAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The operator calls the registry as the operator peer: mutual TLS with
+	// its own certificate (plaintext only with --insecure-plaintext).
+	conn, err := grpc.NewClient(*registryAddr, identity.PeerDialOptions(identity.Operator, creds, identity.Registry)...)
 	if err != nil {
 		return fmt.Errorf("registry %s: %w", *registryAddr, err)
 	}

@@ -93,7 +93,7 @@ func TestCredentialReachesServerAndNothingElse(t *testing.T) {
 				r.TaskId = "task_cred"
 				seeMsg(execute(t, e, r))
 			}
-			snap, err := e.srv.Discover(context.Background(), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+			snap, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +111,7 @@ func TestCredentialReachesServerAndNothingElse(t *testing.T) {
 			r := execute(t, e, call(t, missing, "whoami", map[string]any{}, nil))
 			wantFailure(t, r, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeCredentialUnavailable)
 			seeMsg(r)
-			_, err = e.srv.Discover(context.Background(), &adapterv1.DiscoverRequest{ConnectionId: missing.GetId()})
+			_, err = e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: missing.GetId()})
 			if !apierror.Is(err, codes.FailedPrecondition, "CREDENTIAL_UNAVAILABLE") {
 				t.Errorf("Discover with an unreadable credential: %v", err)
 			}

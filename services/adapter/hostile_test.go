@@ -85,14 +85,14 @@ func TestDiscoveryWithChangingLists(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	snap, err := e.srv.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: e.rawConn(fixture.RawListChangedOnce).GetId()})
+	snap, err := e.srv.Discover(asOperator(ctx), &adapterv1.DiscoverRequest{ConnectionId: e.rawConn(fixture.RawListChangedOnce).GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(snap.GetTools()) != 1 || snap.GetTools()[0].GetDescription() != fixture.RawToolDescription(2) {
 		t.Errorf("snapshot tools = %v, want the settled listing (version 2)", snap.GetTools())
 	}
-	_, err = e.srv.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: e.rawConn(fixture.RawListChanged).GetId()})
+	_, err = e.srv.Discover(asOperator(ctx), &adapterv1.DiscoverRequest{ConnectionId: e.rawConn(fixture.RawListChanged).GetId()})
 	if !apierror.Is(err, codes.Unavailable, "DISCOVERY_UNSTABLE") {
 		t.Errorf("Discover of a server that never settles: %v", err)
 	}

@@ -1,6 +1,8 @@
 package adapter_test
 
 import (
+	"github.com/v0m3/v0m3/services/identity"
+
 	"context"
 	"log/slog"
 	"os"
@@ -63,7 +65,11 @@ func startThirdParty(t *testing.T) *thirdParty {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	ad := adapter.NewServer(adapter.Deps{Registry: s.Registry, Policy: s.Policy, Evidence: s.Evidence, WorkDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	peers, err := s.PeerClients(suite.Adapter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ad := adapter.NewServer(adapter.Deps{Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence, WorkDir: t.TempDir()}, slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { _ = ad.Close() })
 	return &thirdParty{s: s, ad: ad}
 }
@@ -72,7 +78,7 @@ func startThirdParty(t *testing.T) *thirdParty {
 func (tp *thirdParty) connect(t *testing.T, name string, args ...string) (*registryv1.Connection, *registryv1.DiscoverySnapshot) {
 	t.Helper()
 	node, _ := exec.LookPath("node")
-	ctx := context.Background()
+	ctx := tp.s.As(context.Background(), "integrator@adapter-tests", "platform")
 	conn, err := tp.s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: name, Owner: "adapter-tests",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: node, Args: args}}},
@@ -80,7 +86,7 @@ func (tp *thirdParty) connect(t *testing.T, name string, args ...string) (*regis
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := tp.ad.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	snap, err := tp.ad.Discover(asOrchestrator(ctx), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if err != nil {
 		t.Fatalf("discover %s: %v", name, err)
 	}
@@ -107,15 +113,15 @@ func (tp *thirdParty) connect(t *testing.T, name string, args ...string) (*regis
 func (tp *thirdParty) activate(t *testing.T, conn *registryv1.Connection, snap *registryv1.DiscoverySnapshot, target *registryv1.RemoteTarget,
 	bindings []*registryv1.ArgumentBinding, limits *registryv1.Limits) *registryv1.Mapping {
 	t.Helper()
-	ctx := context.Background()
+	ctx := tp.s.As(context.Background(), "integrator@adapter-tests", "platform")
 	m, err := tp.s.Registry.ProposeMapping(ctx, &registryv1.ProposeMappingRequest{
 		Capability: "retrieve_authorized_source", ConnectionId: conn.GetId(), SnapshotId: snap.GetId(),
-		Target: target, ArgumentMap: bindings, Limits: limits, ProposedBy: "integrator@adapter-tests",
+		Target: target, ArgumentMap: bindings, Limits: limits,
 	})
 	if err != nil {
 		t.Fatalf("propose: %v", err)
 	}
-	m, err = tp.s.Registry.ReviewMapping(ctx, &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true, Reviewer: "reviewer@adapter-tests"})
+	m, err = tp.s.Registry.ReviewMapping(tp.s.As(context.Background(), "reviewer@adapter-tests", "reviewers"), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true})
 	if err != nil || m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
 		t.Fatalf("review: %v %v", m.GetState(), err)
 	}
@@ -137,7 +143,7 @@ func (tp *thirdParty) execute(t *testing.T, conn *registryv1.Connection, m *regi
 		}
 		req.Arguments = s
 	}
-	resp, err := tp.ad.Execute(context.Background(), req)
+	resp, err := tp.ad.Execute(asOrchestrator(context.Background()), req)
 	if err != nil {
 		t.Fatalf("execute: %v", err)
 	}
@@ -233,4 +239,10 @@ func TestThirdPartyEverything(t *testing.T) {
 			t.Errorf("read %d bytes of a response limited to 64 KiB", resp.GetResponseBytes())
 		}
 	})
+}
+
+// asOrchestrator is ctx of a call the access table admitted from the
+// orchestrator: these tests call the adapter's handlers in process.
+func asOrchestrator(ctx context.Context) context.Context {
+	return identity.WithCaller(identity.WithPeer(ctx, identity.Orchestrator), identity.Caller{ID: identity.Orchestrator, Kind: identity.KindService})
 }

@@ -1,6 +1,9 @@
 package evidence_test
 
 import (
+	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/identity/identitytest"
+
 	"context"
 	"log/slog"
 	"net"
@@ -70,7 +73,9 @@ func startEnv(t *testing.T, path string, c *clock, opts ...func(*evidence.Server
 	for _, o := range opts {
 		o(srv)
 	}
-	g := grpc.NewServer()
+	// The orchestrator peer calls: these tests are about the evidence
+	// service's own rules, not who may read.
+	g := grpc.NewServer(identitytest.ServerOptions(identity.Caller{ID: "orchestrator", Kind: identity.KindService})...)
 	evidencev1.RegisterEvidenceServiceServer(g, srv)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = g.Serve(lis) }()

@@ -25,6 +25,8 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/evidence"
+	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
@@ -485,7 +487,8 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	gs := grpc.NewServer()
+	// Without a named caller, alice of authors calls: she starts the tasks.
+	gs := grpc.NewServer(identitytest.ServerOptions(identity.Caller{ID: "alice", Groups: []string{"authors"}, Kind: identity.KindUser})...)
 	registryv1.RegisterRegistryServiceServer(gs, h.registry)
 	policyv1.RegisterPolicyServiceServer(gs, h.policy)
 	adapterv1.RegisterAdapterServiceServer(gs, h.adapter)
@@ -517,7 +520,6 @@ var (
 func (h *harness) start(t *testing.T, kind orchestratorv1.TaskKind, evidencePresent bool) *orchestratorv1.StartTaskResponse {
 	t.Helper()
 	resp, err := h.client.StartTask(t.Context(), &orchestratorv1.StartTaskRequest{
-		Requester:       &policyv1.Principal{Id: "alice", Groups: []string{"authors"}},
 		Kind:            kind,
 		Purpose:         "check the migration claims",
 		SourceScope:     []*orchestratorv1.SourceRef{migrationGuide, releaseNotes},
@@ -534,4 +536,39 @@ func (h *harness) submit(t *testing.T, taskID, callID, capability string, args m
 	return h.client.SubmitToolRequest(t.Context(), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: taskID, ProviderCallId: callID, Capability: capability, Arguments: mustStruct(t, args),
 	})
+}
+
+// as returns ctx calling as id in groups.
+func as(ctx context.Context, id string, groups ...string) context.Context {
+	return identitytest.As(ctx, id, groups...)
+}
+
+// AuthorizeAction stands in for the Cedar roles of the default policy:
+// approvers decide requests, but not of their own tasks; auditors read.
+func (p *fakePolicy) AuthorizeAction(_ context.Context, in *policyv1.AuthorizeActionRequest) (*policyv1.AuthorizeResponse, error) {
+	has := func(g string) bool { return slices.Contains(in.GetPrincipal().GetGroups(), g) }
+	deny := func(reason string) (*policyv1.AuthorizeResponse, error) {
+		return &policyv1.AuthorizeResponse{Decision: policyv1.Decision_DECISION_DENY, RefusalReason: reason}, nil
+	}
+	switch in.GetAction() {
+	case "request.approve", "request.deny":
+		if !has("approvers") {
+			return deny("ROLE_NOT_GRANTED")
+		}
+		id := in.GetPrincipal().GetId()
+		if in.GetAction() == "request.approve" && (id == in.GetAttributes()["requester"] || id == in.GetAttributes()["actor"]) {
+			return deny("SELF_APPROVAL")
+		}
+	case "task.read":
+		if !has("auditors") && !has("approvers") {
+			return deny("ROLE_NOT_GRANTED")
+		}
+	case "task.act_for":
+		if !has("product-services") {
+			return deny("ROLE_NOT_GRANTED")
+		}
+	default:
+		return deny("ROLE_NOT_GRANTED")
+	}
+	return &policyv1.AuthorizeResponse{Decision: policyv1.Decision_DECISION_ALLOW}, nil
 }

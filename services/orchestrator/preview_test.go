@@ -1,6 +1,8 @@
 package orchestrator
 
 import (
+	"github.com/v0m3/v0m3/services/identity"
+
 	"context"
 	"path/filepath"
 	"strings"
@@ -112,7 +114,7 @@ func (h *previewHarness) submitPreview(t *testing.T, taskID, callID string) *orc
 
 func (h *previewHarness) approve(t *testing.T, id string) (*orchestratorv1.ToolRequest, error) {
 	t.Helper()
-	return h.client.Approve(t.Context(), &orchestratorv1.ApproveRequest{RequestId: id, Approver: "bob", DocumentDigest: testDocumentDigest})
+	return h.client.Approve(as(t.Context(), "bob", "approvers"), &orchestratorv1.ApproveRequest{RequestId: id, DocumentDigest: testDocumentDigest})
 }
 
 func TestPreviewApprovalReadsInProductTermsAndRendersOnce(t *testing.T) {
@@ -228,7 +230,7 @@ func TestEachApprovalBindingInvalidatesInTurn(t *testing.T) {
 			task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
 			r := h.submitPreview(t, task.GetId(), "call_1")
 			tc.change(t, h, r)
-			_, err := h.client.Approve(t.Context(), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), Approver: "bob", DocumentDigest: tc.document})
+			_, err := h.client.Approve(as(t.Context(), "bob", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), DocumentDigest: tc.document})
 			wantErr(t, err, codes.FailedPrecondition, "APPROVAL_INVALIDATED")
 			if got := apierror.Info(err).GetMetadata()["binding"]; got != tc.binding {
 				t.Errorf("binding = %q, want %q (%v)", got, tc.binding, err)
@@ -291,7 +293,7 @@ func TestUnknownExternalEffectIsNeverRetriedBlindly(t *testing.T) {
 	})
 	task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_EXPORT, false).GetTask()
 	r, _ := h.submit(t, task.GetId(), "call_1", capDeliverApprovedArtifact, map[string]any{"artifact": "art_1", "destination": "dest_1"})
-	got, err := h.client.Approve(t.Context(), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), Approver: "bob"})
+	got, err := h.client.Approve(as(t.Context(), "bob", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId()})
 	if err != nil || got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_FAILED || got.GetOutcome() != adapterv1.Outcome_OUTCOME_UNKNOWN {
 		t.Fatalf("approve = %v, %v", got, err)
 	}
@@ -334,7 +336,7 @@ func TestResumeSettlesAnOpenAttemptWithoutRenderingAgain(t *testing.T) {
 	defer restarted.Close()
 	var got *orchestratorv1.ToolRequest
 	for got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
-		got, err = restarted.GetRequest(t.Context(), &orchestratorv1.GetRequestRequest{Id: r.GetId()})
+		got, err = restarted.GetRequest(identity.WithCaller(t.Context(), identity.Caller{ID: "alice", Kind: identity.KindUser}), &orchestratorv1.GetRequestRequest{Id: r.GetId()})
 		if err != nil {
 			t.Fatal(err)
 		}

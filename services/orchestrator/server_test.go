@@ -148,9 +148,9 @@ func TestStartTaskValidates(t *testing.T) {
 		name string
 		req  *orchestratorv1.StartTaskRequest
 	}{
-		{"no requester", &orchestratorv1.StartTaskRequest{Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW}},
-		{"no kind", &orchestratorv1.StartTaskRequest{Requester: &policyv1.Principal{Id: "alice"}}},
-		{"source without uri", &orchestratorv1.StartTaskRequest{Requester: &policyv1.Principal{Id: "alice"}, Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, SourceScope: []*orchestratorv1.SourceRef{{Title: "x"}}}},
+		{"delegation without a user", &orchestratorv1.StartTaskRequest{Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, OnBehalfOf: &policyv1.Principal{}}},
+		{"no kind", &orchestratorv1.StartTaskRequest{}},
+		{"source without uri", &orchestratorv1.StartTaskRequest{Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, SourceScope: []*orchestratorv1.SourceRef{{Title: "x"}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -508,10 +508,17 @@ func TestApprovalRequiredWaitsForAPerson(t *testing.T) {
 	if n := h.adapter.calls.Load(); n != 0 {
 		t.Fatalf("adapter called %d times before approval", n)
 	}
-	_, err = h.client.Approve(t.Context(), &orchestratorv1.ApproveRequest{RequestId: r.GetId()})
-	wantErr(t, err, codes.InvalidArgument, "MISSING_FIELD")
+	// The requester may not approve her own request, even as an approver;
+	// an author who is not an approver may not approve at all.
+	_, err = h.client.Approve(as(t.Context(), "alice", "authors", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId()})
+	wantErr(t, err, codes.PermissionDenied, "SELF_APPROVAL")
+	_, err = h.client.Approve(as(t.Context(), "carol", "authors"), &orchestratorv1.ApproveRequest{RequestId: r.GetId()})
+	wantErr(t, err, codes.PermissionDenied, "ROLE_NOT_GRANTED")
+	if n := h.adapter.calls.Load(); n != 0 {
+		t.Fatalf("adapter called %d times by refused approvals", n)
+	}
 
-	done, err := h.client.Approve(t.Context(), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), Approver: "bob"})
+	done, err := h.client.Approve(as(t.Context(), "bob", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId()})
 	if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || len(done.GetExcerpts()) != 0 {
 		t.Fatalf("approve = %v, %v", done, err)
 	}
@@ -524,11 +531,11 @@ func TestApprovalRequiredWaitsForAPerson(t *testing.T) {
 	if done.GetReceiptId() == "" || done.GetAttempts()[0].GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED {
 		t.Errorf("executed delivery = %v", done)
 	}
-	_, err = h.client.Approve(t.Context(), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), Approver: "bob"})
+	_, err = h.client.Approve(as(t.Context(), "bob", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId()})
 	wantErr(t, err, codes.FailedPrecondition, "APPROVAL_ALREADY_USED")
 
 	other, _ := h.submit(t, task.GetId(), "call_2", capDeliverApprovedArtifact, args)
-	denied, err := h.client.Deny(t.Context(), &orchestratorv1.DenyRequest{RequestId: other.GetId(), Approver: "bob", Reason: "wrong destination"})
+	denied, err := h.client.Deny(as(t.Context(), "bob", "approvers"), &orchestratorv1.DenyRequest{RequestId: other.GetId(), Reason: "wrong destination"})
 	if err != nil || denied.GetState() != orchestratorv1.RequestState_REQUEST_STATE_DENIED || !strings.Contains(denied.GetRefusalDetail(), "wrong destination") {
 		t.Fatalf("deny = %v, %v", denied, err)
 	}
@@ -553,7 +560,7 @@ func TestCancelTaskRefusesPendingAndLaterRequests(t *testing.T) {
 	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REFUSED || r.GetRefusalReason() != "TASK_CANCELLED" {
 		t.Errorf("pending request = %v", r)
 	}
-	_, err = h.client.Approve(t.Context(), &orchestratorv1.ApproveRequest{RequestId: pending.GetId(), Approver: "bob"})
+	_, err = h.client.Approve(as(t.Context(), "bob", "approvers"), &orchestratorv1.ApproveRequest{RequestId: pending.GetId()})
 	wantErr(t, err, codes.FailedPrecondition, "REQUEST_NOT_AWAITING_APPROVAL")
 	_, err = h.submit(t, task.GetId(), "call_2", capDeliverApprovedArtifact, args)
 	wantErr(t, err, codes.FailedPrecondition, "TASK_NOT_ACTIVE")

@@ -1,6 +1,10 @@
 package registry_test
 
 import (
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/identity/identitytest"
+
 	"context"
 	"log/slog"
 	"net"
@@ -43,8 +47,9 @@ func startAt(t *testing.T, path string) *running {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	srv := grpc.NewServer()
-	registryv1.RegisterRegistryServiceServer(srv, registry.NewServer(registry.NewBoltStore(db), log))
+	// Without a named caller, an integrator of the platform team calls.
+	srv := grpc.NewServer(identitytest.ServerOptions(identity.Caller{ID: "integrator", Groups: []string{"platform"}, Kind: identity.KindUser})...)
+	registryv1.RegisterRegistryServiceServer(srv, registry.NewServer(registry.NewBoltStore(db), log).WithAuthorizer(allowAll))
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///registry",
@@ -154,8 +159,7 @@ func proposal(snap *registryv1.DiscoverySnapshot) *registryv1.ProposeMappingRequ
 			{RemoteField: "query", ProductField: "query"},
 			{RemoteField: "source_id", ProductField: "source", FromHandle: true},
 		},
-		Limits:     &registryv1.Limits{MaxResponseBytes: 65536, MaxItems: 10, AllowedMediaTypes: []string{"text/plain"}},
-		ProposedBy: "integrator",
+		Limits: &registryv1.Limits{MaxResponseBytes: 65536, MaxItems: 10, AllowedMediaTypes: []string{"text/plain"}},
 	}
 }
 
@@ -170,8 +174,8 @@ func propose(t *testing.T, c registryv1.RegistryServiceClient, req *registryv1.P
 
 func approve(t *testing.T, c registryv1.RegistryServiceClient, m *registryv1.Mapping) *registryv1.Mapping {
 	t.Helper()
-	out, err := c.ReviewMapping(t.Context(), &registryv1.ReviewMappingRequest{
-		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true, Reviewer: "reviewer", Note: "checked fixtures"})
+	out, err := c.ReviewMapping(identitytest.As(t.Context(), "reviewer", "reviewers"), &registryv1.ReviewMappingRequest{
+		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true, Note: "checked fixtures"})
 	if err != nil {
 		t.Fatalf("ReviewMapping: %v", err)
 	}
@@ -198,4 +202,11 @@ func wantErr(t *testing.T, err error, code codes.Code, reason string) {
 	if !apierror.Is(err, code, reason) {
 		t.Fatalf("error = %v (reason %q), want %v %s", err, apierror.Reason(err), code, reason)
 	}
+}
+
+// allowAll grants every action: these tests are about the registry's own
+// rules; who may act is the policy service's, tested with the real policy
+// end to end.
+func allowAll(context.Context, *policyv1.AuthorizeActionRequest) (*policyv1.AuthorizeResponse, error) {
+	return &policyv1.AuthorizeResponse{Decision: policyv1.Decision_DECISION_ALLOW}, nil
 }

@@ -1,6 +1,8 @@
 package registry_test
 
 import (
+	"github.com/v0m3/v0m3/services/identity/identitytest"
+
 	"slices"
 	"strings"
 	"testing"
@@ -88,7 +90,7 @@ func TestProposeMapping(t *testing.T) {
 	if err != nil || got.GetId() != m.GetId() {
 		t.Errorf("ResolveMapping = %v, %v", got, err)
 	}
-	_, err = r.client.ReviewMapping(t.Context(), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: 1, Approve: true, Reviewer: "again"})
+	_, err = r.client.ReviewMapping(identitytest.As(t.Context(), "again", "reviewers"), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: 1, Approve: true})
 	wantErr(t, err, codes.FailedPrecondition, "MAPPING_NOT_PENDING_REVIEW")
 }
 
@@ -265,7 +267,7 @@ func TestNewRevisionAfterDrift(t *testing.T) {
 	wantErr(t, err, codes.FailedPrecondition, "MAPPING_PENDING_REVIEW")
 
 	// Reviewing the old revision is a conflict, not an approval.
-	_, err = r.client.ReviewMapping(ctx, &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: 1, Approve: true, Reviewer: "reviewer"})
+	_, err = r.client.ReviewMapping(identitytest.As(ctx, "reviewer", "reviewers"), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: 1, Approve: true})
 	wantErr(t, err, codes.Aborted, "MAPPING_REVISION_CONFLICT")
 
 	approve(t, r.client, rev2)
@@ -322,7 +324,7 @@ func TestReviewRefusesStaleEvidence(t *testing.T) {
 			conn := createHTTP(t, r.client)
 			m := propose(t, r.client, proposal(record(t, r.client, conn, searchTool(t))))
 			tt.change(t, r, conn)
-			_, err := r.client.ReviewMapping(t.Context(), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: 1, Approve: true, Reviewer: "reviewer"})
+			_, err := r.client.ReviewMapping(identitytest.As(t.Context(), "reviewer", "reviewers"), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: 1, Approve: true})
 			wantErr(t, err, codes.FailedPrecondition, "MAPPING_STALE")
 			got, err := r.client.GetMapping(t.Context(), &registryv1.GetMappingRequest{Id: m.GetId()})
 			if err != nil || got.GetState() != registryv1.MappingState_MAPPING_STATE_PENDING_REVIEW {
@@ -349,7 +351,7 @@ func TestApprovalSupersedesAndRejection(t *testing.T) {
 	}
 
 	third := propose(t, r.client, proposal(snap))
-	rejected, err := r.client.ReviewMapping(ctx, &registryv1.ReviewMappingRequest{MappingId: third.GetId(), Revision: 1, Approve: false, Reviewer: "reviewer", Note: "duplicate"})
+	rejected, err := r.client.ReviewMapping(identitytest.As(ctx, "reviewer", "reviewers"), &registryv1.ReviewMappingRequest{MappingId: third.GetId(), Revision: 1, Approve: false, Note: "duplicate"})
 	if err != nil || rejected.GetState() != registryv1.MappingState_MAPPING_STATE_RETIRED || rejected.GetReviewNote() != "duplicate" {
 		t.Errorf("rejected mapping = %v, %v", rejected, err)
 	}
@@ -384,7 +386,7 @@ func TestResourceMapping(t *testing.T) {
 		Capability: registry.CapabilityRetrieveAuthorizedSource, ConnectionId: conn.GetId(), SnapshotId: snap.GetId(),
 		Target:      &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_RESOURCE, Name: "notes://migration"},
 		ArgumentMap: []*registryv1.ArgumentBinding{{RemoteField: "uri", ProductField: "source", FromHandle: true}},
-		Limits:      &registryv1.Limits{MaxResponseBytes: 1 << 16, MaxItems: 1}, ProposedBy: "integrator",
+		Limits:      &registryv1.Limits{MaxResponseBytes: 1 << 16, MaxItems: 1},
 	}))
 	if m.GetInputSchemaDigest() != "" || m.GetDescriptionDigest() != snap.GetResources()[0].GetDescriptionDigest() {
 		t.Errorf("resource mapping = %v", m)

@@ -505,11 +505,7 @@ func (s *Suite) As(ctx context.Context, subject string, groups ...string) contex
 	if s.Dev == nil {
 		panic("suite: As needs the development identity (leave Config.Identity nil)")
 	}
-	tok, err := s.Dev.Token(subject, groups...)
-	if err != nil {
-		panic(err)
-	}
-	return identity.WithBearer(ctx, tok)
+	return s.Dev.Issuer.As(ctx, subject, groups...)
 }
 
 // NewClients returns clients for the five services reached over the given
