@@ -25,7 +25,6 @@ var table = map[string]map[string]Access{
 		"CreateConnection":    {Peers: []string{Operator}, Callers: true},
 		"UpdateConnection":    {Peers: []string{Operator, Adapter}, Callers: true},
 		"RetireConnection":    {Peers: []string{Operator}, Callers: true},
-		"ReviewConnection":    {Callers: true},
 		"GetConnection":       {Peers: []string{Orchestrator, Policy, Adapter, Operator, Evidence}, Callers: true},
 		"ListConnections":     {Peers: []string{Orchestrator, Policy, Adapter, Operator, Evidence}, Callers: true},
 		"ListConfigRevisions": {Peers: []string{Orchestrator, Policy, Adapter, Operator, Evidence}, Callers: true},
@@ -109,6 +108,19 @@ func CallersOf(svc string) []string {
 			if !seen[p] {
 				seen[p] = true
 				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// TableMethods lists the full method names the table names explicitly.
+func TableMethods() []string {
+	var out []string
+	for svc, methods := range table {
+		for m := range methods {
+			if m != "*" {
+				out = append(out, "/"+svc+"/"+m)
 			}
 		}
 	}

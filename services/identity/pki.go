@@ -285,6 +285,9 @@ func (c *Credentials) current() *material {
 	return c.mat
 }
 
+// Leaf returns the certificate in force.
+func (c *Credentials) Leaf() *x509.Certificate { return c.current().leaf }
+
 // Service returns the service these credentials name.
 func (c *Credentials) Service() string { return c.service }
 

@@ -1,0 +1,195 @@
+package identity_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/v0m3/v0m3/services/identity"
+)
+
+// signer signs test tokens with its own key.
+type signer struct {
+	key *ecdsa.PrivateKey
+	kid string
+}
+
+func newSigner(t *testing.T, kid string) *signer {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &signer{key: k, kid: kid}
+}
+
+func (s *signer) jwks() jose.JSONWebKeySet {
+	return jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: s.key.Public(), KeyID: s.kid, Algorithm: "ES256", Use: "sig"}}}
+}
+
+func (s *signer) sign(t *testing.T, claims map[string]any) string {
+	t.Helper()
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: s.key}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", s.kid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jwt.Signed(sig).Claims(claims).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+const (
+	testIssuer   = "https://issuer.example"
+	testAudience = "v0m3"
+)
+
+// claims returns valid claims for alice at now, with overrides applied.
+func claims(now time.Time, override map[string]any) map[string]any {
+	c := map[string]any{
+		"iss": testIssuer, "aud": []string{testAudience, "other"}, "sub": "alice",
+		"exp": now.Add(time.Hour).Unix(), "iat": now.Unix(), "groups": []string{"authors", "reviewers"},
+	}
+	for k, v := range override {
+		if v == nil {
+			delete(c, k)
+			continue
+		}
+		c[k] = v
+	}
+	return c
+}
+
+func writeJWKS(t *testing.T, set jose.JSONWebKeySet) string {
+	t.Helper()
+	data, err := jsonMarshal(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestJWTVerification: only a token signed by the issuer's key, from that
+// issuer, for this audience, within its lifetime (give or take the skew)
+// and naming a subject authenticates; each refusal says why.
+func TestJWTVerification(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	good := newSigner(t, "k1")
+	other := newSigner(t, "k1") // same key id, different key
+	authn, err := identity.NewJWT(context.Background(), identity.JWTConfig{
+		Issuer: testIssuer, Audience: testAudience, JWKSFile: writeJWKS(t, good.jwks()), Skew: 30 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		token  string
+		reason string
+	}{
+		{"valid", good.sign(t, claims(now, nil)), ""},
+		{"within skew after expiry", good.sign(t, claims(now, map[string]any{"exp": now.Add(-20 * time.Second).Unix()})), ""},
+		{"expired", good.sign(t, claims(now, map[string]any{"exp": now.Add(-time.Minute).Unix()})), "TOKEN_EXPIRED"},
+		{"no expiry", good.sign(t, claims(now, map[string]any{"exp": nil})), "TOKEN_EXPIRED"},
+		{"not yet valid", good.sign(t, claims(now, map[string]any{"nbf": now.Add(time.Minute).Unix()})), "TOKEN_NOT_YET_VALID"},
+		{"wrong audience", good.sign(t, claims(now, map[string]any{"aud": "someone-else"})), "TOKEN_AUDIENCE_MISMATCH"},
+		{"wrong issuer", good.sign(t, claims(now, map[string]any{"iss": "https://evil.example"})), "TOKEN_ISSUER_MISMATCH"},
+		{"bad signature", other.sign(t, claims(now, nil)), "TOKEN_SIGNATURE_INVALID"},
+		{"no subject", good.sign(t, claims(now, map[string]any{"sub": nil})), "TOKEN_MALFORMED"},
+		{"groups not strings", good.sign(t, claims(now, map[string]any{"groups": []int{1}})), "TOKEN_MALFORMED"},
+		{"not a JWT", "not-a-token", "TOKEN_MALFORMED"},
+		{"unsigned", unsigned(t, claims(now, nil)), "TOKEN_MALFORMED"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := authn.Authenticate(context.Background(), tc.token)
+			if tc.reason == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if c.ID != "alice" || len(c.Groups) != 2 || c.Groups[0] != "authors" || c.Issuer != testIssuer {
+					t.Fatalf("caller = %+v", c)
+				}
+				return
+			}
+			var ae *identity.AuthError
+			if !errors.As(err, &ae) || ae.Reason != tc.reason {
+				t.Fatalf("err = %v, want reason %s", err, tc.reason)
+			}
+		})
+	}
+}
+
+// unsigned returns a token with alg "none".
+func unsigned(t *testing.T, c map[string]any) string {
+	t.Helper()
+	payload, err := jsonMarshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b64(`{"alg":"none","typ":"JWT"}`) + "." + b64(string(payload)) + "."
+}
+
+// TestJWKSFromURL: keys served by the issuer are fetched, and a rotated key
+// (a token naming a new key id) is picked up without a restart.
+func TestJWKSFromURL(t *testing.T) {
+	t.Parallel()
+	first, second := newSigner(t, "k1"), newSigner(t, "k2")
+	set := first.jwks()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, _ := jsonMarshal(set)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(data)
+	}))
+	t.Cleanup(srv.Close)
+	authn, err := identity.NewJWT(context.Background(), identity.JWTConfig{Issuer: testIssuer, Audience: testAudience, JWKSURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := authn.Authenticate(context.Background(), first.sign(t, claims(now, nil))); err != nil {
+		t.Fatalf("first key: %v", err)
+	}
+	if _, err := authn.Authenticate(context.Background(), second.sign(t, claims(now, nil))); err == nil {
+		t.Fatal("a key the issuer does not publish was accepted")
+	}
+	set.Keys = append(set.Keys, second.jwks().Keys...)
+	if _, err := authn.Authenticate(context.Background(), second.sign(t, claims(now, nil))); err != nil {
+		t.Fatalf("rotated key: %v", err)
+	}
+}
+
+// TestJWTConfigRefused: a verifier without issuer, audience or keys is
+// refused at start, not at the first call.
+func TestJWTConfigRefused(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]identity.JWTConfig{
+		"no issuer":    {Audience: "a", JWKSURL: "http://x"},
+		"no audience":  {Issuer: "i", JWKSURL: "http://x"},
+		"no keys":      {Issuer: "i", Audience: "a"},
+		"both keys":    {Issuer: "i", Audience: "a", JWKSURL: "http://x", JWKSFile: "/x"},
+		"missing file": {Issuer: "i", Audience: "a", JWKSFile: filepath.Join(t.TempDir(), "none.json")},
+	} {
+		if _, err := identity.NewJWT(context.Background(), cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -1,0 +1,212 @@
+package identity_test
+
+import (
+	"context"
+	"crypto/x509"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	_ "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	_ "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	_ "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	_ "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+)
+
+// echoRegistry answers GetConnection with the caller it was admitted as
+// (owner = caller id, display name = peer service) and is otherwise
+// unimplemented: an admitted call to another method answers UNIMPLEMENTED,
+// a refused one never reaches it.
+type echoRegistry struct {
+	registryv1.UnimplementedRegistryServiceServer
+}
+
+func (echoRegistry) GetConnection(ctx context.Context, _ *registryv1.GetConnectionRequest) (*registryv1.Connection, error) {
+	c, _ := identity.CallerFrom(ctx)
+	return &registryv1.Connection{Owner: c.ID, DisplayName: identity.PeerFrom(ctx), CredentialScope: strings.Join(c.Groups, ",")}, nil
+}
+
+type guarded struct {
+	addr string
+	dev  *identity.Dev
+}
+
+// serveGuarded serves the registry API behind the guard with the registry
+// service's certificate from a fresh development CA.
+func serveGuarded(t *testing.T) *guarded {
+	t.Helper()
+	dev, err := identity.NewDev(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := dev.Credentials(identity.Registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := dev.Authenticator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &identity.Guard{Creds: creds, Authn: authn}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(creds.ServerTLS())), grpc.UnaryInterceptor(g.Unary()), grpc.StreamInterceptor(g.Stream()))
+	registryv1.RegisterRegistryServiceServer(srv, echoRegistry{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return &guarded{addr: lis.Addr().String(), dev: dev}
+}
+
+// asPeer returns a registry client calling as service, with a certificate
+// from ca.
+func (g *guarded) asPeer(t *testing.T, service string, dev *identity.Dev) registryv1.RegistryServiceClient {
+	t.Helper()
+	creds, err := dev.Credentials(service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(g.addr, identity.PeerDialOptions(service, creds, identity.Registry)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return registryv1.NewRegistryServiceClient(conn)
+}
+
+// asCaller returns a registry client with no client certificate.
+func (g *guarded) asCaller(t *testing.T) registryv1.RegistryServiceClient {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(g.dev.CA.CertPEM())
+	conn, err := grpc.NewClient(g.addr, identity.CallerDialOptions(roots)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return registryv1.NewRegistryServiceClient(conn)
+}
+
+// TestGuardAdmitsOnlyTheTable: peers by certificate for the RPCs the table
+// names them for, callers by verified token; everyone else is refused
+// before the handler with a reason.
+func TestGuardAdmitsOnlyTheTable(t *testing.T) {
+	t.Parallel()
+	g := serveGuarded(t)
+	ctx := context.Background()
+	expired, err := g.dev.Issuer.Mint("alice", nil, -time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := identity.NewDev(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The adapter records snapshots; admitted, the handler answers.
+	_, err = g.asPeer(t, identity.Adapter, g.dev).RecordSnapshot(ctx, &registryv1.RecordSnapshotRequest{})
+	if apierror.Code(err) != codes.Unimplemented {
+		t.Errorf("adapter RecordSnapshot: %v, want admitted (UNIMPLEMENTED from the handler)", err)
+	}
+	// The orchestrator may not.
+	_, err = g.asPeer(t, identity.Orchestrator, g.dev).RecordSnapshot(ctx, &registryv1.RecordSnapshotRequest{})
+	if !apierror.Is(err, codes.PermissionDenied, "PEER_NOT_ALLOWED") {
+		t.Errorf("orchestrator RecordSnapshot: %v, want PEER_NOT_ALLOWED", err)
+	}
+	// A caller without a certificate may not call a peer-only RPC, even
+	// with a valid token.
+	_, err = g.asCaller(t).RecordSnapshot(g.dev.Issuer.As(ctx, "mallory", "platform"), &registryv1.RecordSnapshotRequest{})
+	if !apierror.Is(err, codes.PermissionDenied, "PEER_NOT_ALLOWED") {
+		t.Errorf("caller RecordSnapshot: %v, want PEER_NOT_ALLOWED", err)
+	}
+	// A certificate from another CA does not even complete the handshake.
+	_, err = g.asPeer(t, identity.Adapter, stranger).RecordSnapshot(ctx, &registryv1.RecordSnapshotRequest{})
+	if apierror.Code(err) != codes.Unavailable {
+		t.Errorf("foreign CA: %v, want the handshake refused (UNAVAILABLE)", err)
+	}
+
+	caller := g.asCaller(t)
+	for _, tc := range []struct {
+		name   string
+		ctx    context.Context
+		code   codes.Code
+		reason string
+	}{
+		{"no token", ctx, codes.Unauthenticated, "CREDENTIALS_MISSING"},
+		{"expired token", identity.WithBearer(ctx, expired), codes.Unauthenticated, "TOKEN_EXPIRED"},
+		{"token of another issuer", stranger.Issuer.As(ctx, "alice"), codes.Unauthenticated, "TOKEN_SIGNATURE_INVALID"},
+		{"not bearer", metadataCtx(ctx, "authorization", "Basic YWxpY2U6cHc="), codes.Unauthenticated, "CREDENTIALS_MISSING"},
+	} {
+		_, err := caller.GetConnection(tc.ctx, &registryv1.GetConnectionRequest{Id: "conn_x"})
+		if !apierror.Is(err, tc.code, tc.reason) {
+			t.Errorf("%s: %v, want %s %s", tc.name, err, tc.code, tc.reason)
+		}
+	}
+	// A valid token: the handler sees who the token names, not a peer.
+	got, err := caller.GetConnection(g.dev.Issuer.As(ctx, "alice", "authors"), &registryv1.GetConnectionRequest{Id: "conn_x"})
+	if err != nil || got.GetOwner() != "alice" || got.GetDisplayName() != "" || got.GetCredentialScope() != "authors" {
+		t.Errorf("token caller: %v, %v", got, err)
+	}
+	// A peer the table admits is the service itself.
+	got, err = g.asPeer(t, identity.Operator, g.dev).GetConnection(ctx, &registryv1.GetConnectionRequest{Id: "conn_x"})
+	if err != nil || got.GetOwner() != identity.Operator || got.GetDisplayName() != identity.Operator {
+		t.Errorf("operator peer: %v, %v", got, err)
+	}
+}
+
+// TestAccessTableCoversEveryRPC: every RPC of every V0M3 service has an
+// entry (so none is open or closed by accident) and every entry names a
+// real RPC and known services.
+func TestAccessTableCoversEveryRPC(t *testing.T) {
+	t.Parallel()
+	var methods []string
+	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+		if !strings.HasPrefix(string(fd.Package()), "v0m3.") {
+			return true
+		}
+		for i := range fd.Services().Len() {
+			sd := fd.Services().Get(i)
+			for j := range sd.Methods().Len() {
+				full := "/" + string(sd.FullName()) + "/" + string(sd.Methods().Get(j).Name())
+				methods = append(methods, full)
+				a, ok := identity.AccessFor(full)
+				if !ok {
+					t.Errorf("%s has no entry in the access table", full)
+					continue
+				}
+				if a.Anyone {
+					t.Errorf("%s is open to anyone", full)
+				}
+				if len(a.Peers) == 0 && !a.Callers {
+					t.Errorf("%s admits nobody", full)
+				}
+				for _, p := range a.Peers {
+					if !slices.Contains(identity.Services, p) {
+						t.Errorf("%s names unknown peer %q", full, p)
+					}
+				}
+			}
+		}
+		return true
+	})
+	if len(methods) < 40 {
+		t.Fatalf("found only %d V0M3 RPCs; are the protos registered?", len(methods))
+	}
+	for _, m := range identity.TableMethods() {
+		if !slices.Contains(methods, m) {
+			t.Errorf("the access table names %s, which no service has", m)
+		}
+	}
+}
