@@ -2,7 +2,9 @@
 // CLI that scripts/helm.sh builds from the Go module proxy, once for each
 // store, and checks the manifests: the restricted Pod Security Standard,
 // wiring between services, Redis durability, the operator's RBAC and the
-// NetworkPolicy labels it writes.
+// NetworkPolicy labels it writes. identity_test.go checks identity and
+// enforcement: certificates, NetworkPolicies, the Redis password, caller
+// authentication.
 package chart_test
 
 import (
@@ -161,7 +163,7 @@ func TestLint(t *testing.T) {
 func TestFileStore(t *testing.T) {
 	m := render(t, helmBinary(t), "store=file")
 	checkCommon(t, m)
-	want := "--store=file:///var/lib/v0m3"
+	want := "file:///var/lib/v0m3"
 	for _, name := range serviceNames {
 		d := deployment(t, m, name)
 		checkWiring(t, m, d, name, want)
@@ -189,7 +191,7 @@ func TestFileStore(t *testing.T) {
 func TestRedisStore(t *testing.T) {
 	m := render(t, helmBinary(t), "store=redis", "services.registry.replicas=3")
 	checkCommon(t, m)
-	want := "--store=redis://" + release + "-redis:6379/0?prefix=" + release
+	want := "redis://:$(V0M3_REDIS_PASSWORD)@" + release + "-redis:6379/0?prefix=" + release
 	for _, name := range serviceNames {
 		d := deployment(t, m, name)
 		checkWiring(t, m, d, name, want)
@@ -237,7 +239,7 @@ func TestRedisStore(t *testing.T) {
 	// An external Redis keeps its URL and gets the prefix; no StatefulSet.
 	m = render(t, helmBinary(t), "store=redis", "redis.enabled=false", "redis.url=rediss://redis.example:6380/2", "redisPrefix=prod")
 	for _, name := range serviceNames {
-		checkWiring(t, m, deployment(t, m, name), name, "--store=rediss://redis.example:6380/2?prefix=prod")
+		checkWiring(t, m, deployment(t, m, name), name, "rediss://redis.example:6380/2?prefix=prod")
 	}
 	if len(m["StatefulSet"]) != 0 {
 		t.Errorf("redis.enabled=false renders StatefulSets %v", m.names("StatefulSet"))
@@ -281,8 +283,9 @@ func deployment(t *testing.T, m manifests, name string) *appsv1.Deployment {
 }
 
 // checkCommon checks what holds for either store: every pod is restricted,
-// service pods mount no token, the operator is bound to its ClusterRole and
-// writes NetworkPolicies that admit the adapter's pods.
+// service pods mount no token, every v0m3 container mounts its certificate,
+// the operator is bound to its ClusterRole and writes NetworkPolicies that
+// admit the adapter's pods.
 func checkCommon(t *testing.T, m manifests) {
 	t.Helper()
 	if len(m["CustomResourceDefinition"]) == 0 {
@@ -319,6 +322,10 @@ func checkCommon(t *testing.T, m manifests) {
 		if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
 			t.Errorf("%s: ServiceAccount automounts its token", name)
 		}
+	}
+
+	for _, name := range append(slices.Clone(serviceNames), "operator") {
+		checkTLS(t, m, deployment(t, m, name), name, release+"-"+name+"-tls")
 	}
 
 	// The operator: its own ServiceAccount, bound to the generated ClusterRole.
@@ -452,15 +459,22 @@ func checkWiring(t *testing.T, m manifests, d *appsv1.Deployment, name, wantStor
 	if len(c.Args) == 0 || c.Args[0] != name {
 		t.Errorf("%s: runs %v; want `v0m3 %s`", name, c.Args, name)
 	}
-	if !slices.Contains(c.Args, wantStore) {
-		t.Errorf("%s: args %v lack %s", name, c.Args, wantStore)
+	// The store URL is in the environment, where the kubelet can expand
+	// the Redis password into it; never in argv, which other processes in
+	// the pod can read.
+	if got, ok := envValue(c, "V0M3_STORE"); !ok || got != wantStore {
+		t.Errorf("%s: V0M3_STORE=%q (set %v); want %q", name, got, ok, wantStore)
+	}
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--store") }) {
+		t.Errorf("%s: args %v carry the store URL", name, c.Args)
 	}
 	if l := flagValue(t, name, c.Args, "listen"); l != fmt.Sprintf(":%d", ports[name]) {
 		t.Errorf("%s: --listen=%s; want :%d", name, l, ports[name])
 	}
-	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
-		if p == nil || p.GRPC == nil || int(p.GRPC.Port) != ports[name] {
-			t.Errorf("%s: probe %+v; want gRPC health on %d", name, p, ports[name])
+	// TCP probes on the gRPC port: the kubelet's gRPC probes cannot do TLS.
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
+		if p == nil || p.GRPC != nil || p.TCPSocket == nil || p.TCPSocket.Port.String() != "grpc" {
+			t.Errorf("%s: probe %+v; want a TCP probe of port grpc", name, p)
 		}
 	}
 	if len(c.Ports) != 1 || c.Ports[0].Name != "grpc" || int(c.Ports[0].ContainerPort) != ports[name] {
@@ -560,6 +574,16 @@ func checkDataVolume(t *testing.T, m manifests, d *appsv1.Deployment, name strin
 			t.Errorf("%s: data volume %+v; want persistent=%v", name, v.VolumeSource, persistent)
 		}
 	}
+}
+
+// envValue returns the literal value of a container's environment variable.
+func envValue(c corev1.Container, name string) (string, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
 }
 
 // flagValue returns the value of --name=value in args.
