@@ -6,6 +6,8 @@ package chart_test
 // only on request, and caller authentication settings.
 
 import (
+	"github.com/v0m3/v0m3/services/identity"
+
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -32,20 +34,34 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// wantCallers is the access table of the identity plan reduced to the
+// wantCallers is the access table (services/identity) reduced to the
 // network: who may open a connection to each component. "product" and
-// "admin" are networkPolicy.productFrom and adminFrom. Kept apart from the
-// chart's own copy (v0m3.callers) on purpose: this is the specification.
-var wantCallers = map[string][]string{
-	"orchestrator": {"product", "admin"},
-	"registry":     {"orchestrator", "policy", "adapter", "operator", "evidence", "admin"},
-	// GetPolicyRevision admits callers, so admins reach policy too.
-	"policy":   {"orchestrator", "adapter", "registry", "evidence", "admin"},
-	"evidence": {"orchestrator", "adapter", "admin"},
-	"adapter":  {"orchestrator", "policy", "operator", "admin"},
-	"operator": {},
-	"redis":    {"orchestrator", "registry", "policy", "evidence", "adapter"},
-}
+// "admin" are networkPolicy.productFrom and adminFrom; the orchestrator's
+// bearer callers are product services and people, the other services'
+// are admins. Derived from the table so the chart cannot drift from it.
+var wantCallers = func() map[string][]string {
+	out := map[string][]string{
+		"operator": {},
+		"redis":    {"orchestrator", "registry", "policy", "evidence", "adapter"},
+	}
+	for component, svc := range map[string]string{
+		"orchestrator": "v0m3.orchestrator.v1.OrchestratorService",
+		"registry":     "v0m3.registry.v1.RegistryService",
+		"policy":       "v0m3.policy.v1.PolicyService",
+		"evidence":     "v0m3.evidence.v1.EvidenceService",
+		"adapter":      "v0m3.adapter.v1.AdapterService",
+	} {
+		callers := identity.CallersOf(svc)
+		if identity.AdmitsCallers(svc) {
+			if component == "orchestrator" {
+				callers = append(callers, "product")
+			}
+			callers = append(callers, "admin")
+		}
+		out[component] = callers
+	}
+	return out
+}()
 
 // portOf is the port a component serves on.
 func portOf(component string) int {

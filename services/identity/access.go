@@ -114,6 +114,17 @@ func CallersOf(svc string) []string {
 	return out
 }
 
+// AdmitsCallers reports whether some RPC of the gRPC service svc admits
+// bearer-token callers.
+func AdmitsCallers(svc string) bool {
+	for _, a := range table[svc] {
+		if a.Callers {
+			return true
+		}
+	}
+	return false
+}
+
 // TableMethods lists the full method names the table names explicitly.
 func TableMethods() []string {
 	var out []string
