@@ -48,6 +48,8 @@ type Result struct {
 	Retrieval      *orchestratorv1.ToolRequest
 	ExportRefusal  error // deliver_approved_artifact in the source task
 	ForeignHandle  error // a handle from the source task used in another task
+	SelfReview     error // the integrator reviewing the mapping she proposed
+	Anonymous      error // starting a task without a token
 	SourceTrace    *evidencev1.Trace
 	SourceRequests []*orchestratorv1.ToolRequest
 }
@@ -67,8 +69,9 @@ type Config struct {
 // The people of the scenario, each in the groups the default policy gives
 // their role.
 var (
-	// Integrator installs the server and proposes the mapping.
-	Integrator = Person{ID: "integrator@platform", Groups: []string{"platform"}}
+	// Integrator installs the server and proposes the mapping; she is a
+	// reviewer too, so only separation of duties stops her reviewing it.
+	Integrator = Person{ID: "integrator@platform", Groups: []string{"platform", "reviewers"}}
 	// Reviewer reviews the mapping.
 	Reviewer = Person{ID: "reviewer@platform", Groups: []string{"reviewers"}}
 	// Alice is the author who runs the tasks.
@@ -118,7 +121,8 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	if cfg.As == nil {
 		return r, fmt.Errorf("scenario: Config.As is required")
 	}
-	as := func(who Person) context.Context { return cfg.As(ctx, who.ID, who.Groups...) }
+	base := ctx
+	as := func(who Person) context.Context { return cfg.As(base, who.ID, who.Groups...) }
 
 	p.stage("connect")
 	ctx = as(Integrator)
@@ -173,6 +177,8 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 		return r, fmt.Errorf("propose mapping: %w", err)
 	}
 	p.line("proposed mapping %s rev %d: %s -> tool %q at schema %s (%s)", m.GetId(), m.GetRevision(), Retrieve, "search", short(m.GetInputSchemaDigest()), stateName(m.GetState()))
+	_, r.SelfReview = c.Registry.ReviewMapping(ctx, &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true})
+	p.line("%s reviewing her own proposal: %s", Integrator.ID, describeErr(r.SelfReview))
 	r.Mapping, err = c.Registry.ReviewMapping(as(Reviewer), &registryv1.ReviewMappingRequest{
 		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true,
 		Note: "read-only synthetic library; limits 64 KiB, 5 items, markdown/plain",
@@ -252,6 +258,8 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	p.stage("refused")
 	r.ExportRefusal = submitErr(ctx, c, task, "call-2", Deliver, map[string]any{"artifact": "workspace", "destination": "anywhere"})
 	p.line("the hostile page asked for an export; the model's %s request: %s", Deliver, describeErr(r.ExportRefusal))
+	_, r.Anonymous = c.Orchestrator.StartTask(base, &orchestratorv1.StartTaskRequest{Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, SourceScope: scope})
+	p.line("a task started with no bearer token: %s", describeErr(r.Anonymous))
 	r.OtherTask, err = c.Orchestrator.StartTask(as(Bob), &orchestratorv1.StartTaskRequest{
 		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
 		Purpose: "another review", SourceScope: scope[:1],
