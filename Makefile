@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := bin/v0m3
 DATA  ?= $(CURDIR)/.v0m3-data
 
-.PHONY: all build demo run test generate envtest check-generate lint vet fmt-check staticcheck unit fuzz chart third-party-mcp redis clean
+.PHONY: all build demo run test generate envtest hydra check-generate lint vet fmt-check staticcheck unit fuzz chart third-party-mcp redis clean
 
 all: build
 
@@ -26,6 +26,9 @@ generate: ## Regenerate protobuf code, deepcopy functions, CRDs and the operator
 
 envtest: ## Build (once, cached) the kube-apiserver and etcd that the operator's tests start.
 	@bash scripts/envtest.sh >/dev/null
+
+hydra: ## Build (once, cached) the Ory Hydra authorization server that the bearer-token tests start.
+	@bash scripts/hydra.sh >/dev/null
 
 lint: ## buf lint.
 	$(GO) tool buf lint
@@ -58,7 +61,7 @@ redis: ## Make sure redis-server is installed (the Redis store tests start their
 third-party-mcp: ## Install the pinned third-party MCP servers the adapter tests run against.
 	bash scripts/third-party-mcp.sh
 
-unit: third-party-mcp redis envtest ## go test -race for every package.
+unit: third-party-mcp redis envtest hydra ## go test -race for every package.
 	$(GO) test -race -count=1 -timeout 45m ./...
 
 test: check-generate fmt-check vet staticcheck chart unit fuzz ## Everything CI runs (unit includes the generated-code drift test).

@@ -195,7 +195,7 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 		{Uri: MigrationFAQURI, Title: "Migration FAQ"},
 	}
 	r.SourceTask, err = c.Orchestrator.StartTask(ctx, &orchestratorv1.StartTaskRequest{
-		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
+		Kind:    orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
 		Purpose: "review the sources of the API migration article", SourceScope: scope,
 	})
 	if err != nil {
@@ -203,7 +203,7 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	}
 	printCatalogue(p, "source-review task", r.SourceTask)
 	r.RewriteTask, err = c.Orchestrator.StartTask(ctx, &orchestratorv1.StartTaskRequest{
-		Kind: orchestratorv1.TaskKind_TASK_KIND_REWRITE,
+		Kind:    orchestratorv1.TaskKind_TASK_KIND_REWRITE,
 		Purpose: "tighten the introduction; evidence already linked", EvidencePresent: true, SourceScope: scope,
 	})
 	if err != nil {
@@ -261,7 +261,7 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	_, r.Anonymous = c.Orchestrator.StartTask(base, &orchestratorv1.StartTaskRequest{Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, SourceScope: scope})
 	p.line("a task started with no bearer token: %s", describeErr(r.Anonymous))
 	r.OtherTask, err = c.Orchestrator.StartTask(as(Bob), &orchestratorv1.StartTaskRequest{
-		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
+		Kind:    orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
 		Purpose: "another review", SourceScope: scope[:1],
 	})
 	if err != nil {
