@@ -408,6 +408,15 @@ func (s *Suite) setupIdentity(cfg Config, log *slog.Logger) (*Identity, error) {
 	return id, nil
 }
 
+// Credentials returns the credentials of service in this suite (nil when
+// insecure), e.g. for a test acting as that peer.
+func (s *Suite) Credentials(service string) (*identity.Credentials, error) {
+	if s.ident.Insecure {
+		return nil, nil
+	}
+	return s.credsFor(s.ident, service)
+}
+
 // credsFor returns (and keeps) the credentials of service.
 func (s *Suite) credsFor(id *Identity, service string) (*identity.Credentials, error) {
 	s.credsMu.Lock()
