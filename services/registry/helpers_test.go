@@ -39,13 +39,19 @@ func start(t *testing.T) *running {
 // server and the file; it also runs at cleanup.
 func startAt(t *testing.T, path string) *running {
 	t.Helper()
+	return startWith(t, path, func(s *registry.Server) *registry.Server { return s })
+}
+
+// startWith is startAt with the server configured by configure.
+func startWith(t *testing.T, path string, configure func(*registry.Server) *registry.Server) *running {
+	t.Helper()
 	db, err := store.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
 	srv := serve.New("registry", log)
-	registryv1.RegisterRegistryServiceServer(srv.GRPC, registry.NewServer(registry.NewBoltStore(db), log))
+	registryv1.RegisterRegistryServiceServer(srv.GRPC, configure(registry.NewServer(registry.NewBoltStore(db), log)))
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.GRPC.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///registry",
