@@ -221,6 +221,10 @@ func newEnvLog(t testing.TB, log *slog.Logger) *env {
 		Policy:   policyv1.NewPolicyServiceClient(cc),
 		Evidence: evidencev1.NewEvidenceServiceClient(cc),
 		WorkDir:  t.TempDir(),
+		// The fixture's build directory is the only stdio root; the HTTP
+		// fixture listens on loopback.
+		StdioRoots:    []string{filepath.Dir(fixtureBin)},
+		AllowLoopback: true,
 	}, log)
 	t.Cleanup(func() { _ = e.srv.Close(); _ = cc.Close(); g.Stop() })
 	return e

@@ -63,7 +63,10 @@ func startThirdParty(t *testing.T) *thirdParty {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	ad := adapter.NewServer(adapter.Deps{Registry: s.Registry, Policy: s.Policy, Evidence: s.Evidence, WorkDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	// node is the one executable these servers need.
+	node, _ := exec.LookPath("node")
+	ad := adapter.NewServer(adapter.Deps{Registry: s.Registry, Policy: s.Policy, Evidence: s.Evidence, WorkDir: t.TempDir(),
+		StdioRoots: []string{node}}, slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { _ = ad.Close() })
 	return &thirdParty{s: s, ad: ad}
 }
