@@ -34,6 +34,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	policyFile := fs.String("policy-file", "", "Cedar policy file (policy service; empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	idf := addIdentityFlags(fs)
+	rf := addReachFlags(fs, false)
 	peers := map[string]*string{}
 	for _, p := range suite.Names {
 		if p != name {
@@ -52,6 +53,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 		return err
 	}
 	cfg := suite.Config{
+		Reach:      rf.reach(),
 		Identity:   id,
 		DataDir:    *dataDir,
 		Store:      *storeURL,
@@ -84,6 +86,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	policyFile := fs.String("policy-file", "", "Cedar policy file (empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	idf := addIdentityFlags(fs)
+	rf := addReachFlags(fs, true)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -120,7 +123,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			listen[name] = fmt.Sprintf("%s:%d", *host, port-defaultPorts[suite.Orchestrator]+*portBase)
 		}
 	}
-	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id})
+	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach()})
 	if err != nil {
 		return err
 	}

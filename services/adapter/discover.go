@@ -73,7 +73,7 @@ func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (
 	}
 	ss, err := s.openSession(ctx, conn, discoveryMessageLimit)
 	if err != nil {
-		if err := connectError(conn.GetId(), err); err != nil {
+		if err := connectError(conn.GetId(), err, ss.m); err != nil {
 			return nil, err
 		}
 		return nil, s.discoveryFailed(ctx, conn.GetId(), err, ss.m)
@@ -113,11 +113,17 @@ func (s *Server) recordSnapshot(ctx context.Context, conn *registryv1.Connection
 }
 
 // connectError maps the connect failures a caller can act on (gRPC errors
-// from the registry, an unresolvable credential, shutdown) to their
-// errors; any other failure gives nil and is the server's.
-func connectError(connectionID string, err error) error {
+// from the registry, an unresolvable credential, an endpoint or executable
+// the platform does not allow, shutdown) to their errors; any other
+// failure gives nil and is the server's.
+func connectError(connectionID string, err error, m *meter) error {
 	if _, ok := status.FromError(err); ok {
 		return err
+	}
+	if re := refusal(err, m); re != nil {
+		return apierror.New(codes.FailedPrecondition, re.Reason,
+			fmt.Sprintf("connection %s: %s", connectionID, re.Detail),
+			map[string]string{"connection_id": connectionID})
 	}
 	var ce *credentialError
 	switch {
@@ -180,15 +186,15 @@ func (s *Server) discoveryFailed(ctx context.Context, connectionID string, cause
 // describe lists a session's tools and resources (all pages) into a
 // snapshot without identity fields.
 func describe(ctx context.Context, ss *session) (*registryv1.DiscoverySnapshot, error) {
-	init := ss.cs.InitializeResult()
-	snap := &registryv1.DiscoverySnapshot{ServerInfo: serverInfo(ss.cs)}
+	init := ss.initializeResult()
+	snap := &registryv1.DiscoverySnapshot{ServerInfo: serverInfo(ss)}
 	var caps *mcp.ServerCapabilities
 	if init != nil {
 		snap.ProtocolVersion = init.ProtocolVersion
 		caps = init.Capabilities
 	}
 	if caps == nil || caps.Tools != nil {
-		for t, err := range ss.cs.Tools(ctx, nil) {
+		for t, err := range ss.tools(ctx) {
 			if err != nil {
 				return nil, fmt.Errorf("list tools: %w", err)
 			}
@@ -216,7 +222,7 @@ func describe(ctx context.Context, ss *session) (*registryv1.DiscoverySnapshot, 
 		}
 	}
 	if caps == nil || caps.Resources != nil {
-		for r, err := range ss.cs.Resources(ctx, nil) {
+		for r, err := range ss.resources(ctx) {
 			if err != nil {
 				return nil, fmt.Errorf("list resources: %w", err)
 			}

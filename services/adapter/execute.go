@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/reach"
 )
 
 // Execution bounds.
@@ -46,6 +47,12 @@ const (
 	CodeMalformedMessage      = "MALFORMED_MESSAGE"
 	CodeCredentialUnavailable = "CREDENTIAL_UNAVAILABLE"
 	CodeAdapterShuttingDown   = "ADAPTER_SHUTTING_DOWN"
+	// CodeEndpointNotAllowed, CodeExecutableNotAllowed and CodeEnvNotAllowed
+	// are reachability refusals (services/internal/reach): nothing was
+	// started or sent.
+	CodeEndpointNotAllowed   = reach.ReasonEndpoint
+	CodeExecutableNotAllowed = reach.ReasonExecutable
+	CodeEnvNotAllowed        = reach.ReasonEnv
 )
 
 // Execute performs one remote call for an already authorized attempt.
@@ -157,7 +164,9 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	if err != nil {
 		s.log.Warn("execute: connect failed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", err)
 		var ce *credentialError
-		switch {
+		switch re := refusal(err, ss.m); {
+		case re != nil:
+			return failFact(resp, adapterv1.Outcome_OUTCOME_FORBIDDEN, re.Reason, re.Detail)
 		case isLimitError(err, ss.m):
 			return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
 		case errors.As(err, &ce):
@@ -170,7 +179,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeServerUnreachable, "")
 	}
 	defer ss.close()
-	resp.ServerInfo = serverInfo(ss.cs)
+	resp.ServerInfo = serverInfo(ss)
 
 	ss.m.watchRequest(method)
 	before := ss.m.total.Load()
@@ -186,9 +195,9 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		} else {
 			params.Arguments = map[string]any{}
 		}
-		toolRes, err = ss.cs.CallTool(ctx, params)
+		toolRes, err = ss.callTool(ctx, params)
 	} else {
-		readRes, err = ss.cs.ReadResource(ctx, &mcp.ReadResourceParams{Meta: meta, URI: req.GetTarget().GetName()})
+		readRes, err = ss.readResource(ctx, &mcp.ReadResourceParams{Meta: meta, URI: req.GetTarget().GetName()})
 	}
 	observed := time.Now()
 	sent, acked, sendTime := ss.m.state()

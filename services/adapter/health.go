@@ -78,7 +78,7 @@ func (s *Server) Health(ctx context.Context, req *adapterv1.HealthRequest) (*ada
 func (s *Server) probe(ctx context.Context, conn *registryv1.Connection) (ok bool, detail string, latencyMs int64, err error) {
 	ss, err := s.openSession(ctx, conn, discoveryMessageLimit)
 	if err != nil {
-		if err := connectError(conn.GetId(), err); err != nil {
+		if err := connectError(conn.GetId(), err, ss.m); err != nil {
 			return false, "", 0, err
 		}
 		s.log.Warn("health check: connect failed", "connection_id", conn.GetId(), "error", err)
@@ -86,7 +86,7 @@ func (s *Server) probe(ctx context.Context, conn *registryv1.Connection) (ok boo
 	}
 	defer ss.close()
 	start := time.Now()
-	if err := ss.cs.Ping(ctx, nil); err != nil {
+	if err := ss.ping(ctx); err != nil {
 		s.log.Warn("health check: ping failed", "connection_id", conn.GetId(), "error", err)
 		return false, "ping failed", 0, nil
 	}

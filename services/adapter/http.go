@@ -2,11 +2,17 @@ package adapter
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/v0m3/v0m3/services/internal/reach"
 )
 
 // httpDialer reaches a connection's server over MCP streamable HTTP. Every
@@ -15,18 +21,27 @@ type httpDialer struct {
 	url           string
 	base          http.RoundTripper
 	credentialRef string
+	creds         *credentials
+	reach         reach.Policy
 }
 
+// maxRedirects bounds same-origin redirects.
+const maxRedirects = 5
+
 func (d *httpDialer) open(ctx context.Context, m *meter) (mcp.Transport, func(), error) {
-	secret, err := readCredential(d.credentialRef)
+	// A literal address or metadata name is refused before the
+	// credential is even read; names are decided at dial time.
+	if err := d.reach.CheckURL(d.url); err != nil {
+		return nil, nil, err
+	}
+	secret, err := d.creds.resolve(d.credentialRef)
 	if err != nil {
 		return nil, nil, err
 	}
-	auth := ""
-	if secret != "" {
-		auth = "Bearer " + secret
+	client, err := d.client(m, secret)
+	if err != nil {
+		return nil, nil, err
 	}
-	client := &http.Client{Transport: &meteredTransport{base: d.base, m: m, authorization: auth}}
 	t := &mcp.StreamableClientTransport{
 		Endpoint:             d.url,
 		HTTPClient:           client,
@@ -37,18 +52,71 @@ func (d *httpDialer) open(ctx context.Context, m *meter) (mcp.Transport, func(),
 	return t, func() {}, nil
 }
 
-// meteredTransport limits response bodies, adds the credential, and
-// records when the watched request was written and acknowledged.
+// client is the HTTP client of one session. It follows a redirect only
+// within the endpoint's origin (scheme, host and port): a connection
+// reaches only the endpoint that was reviewed, and its credential goes
+// nowhere else.
+func (d *httpDialer) client(m *meter, secret string) (*http.Client, error) {
+	u, err := url.Parse(d.url)
+	if err != nil {
+		return nil, &reach.Error{Reason: reach.ReasonEndpoint, Detail: "the connection's URL does not parse"}
+	}
+	origin := originOf(u)
+	auth := ""
+	if secret != "" {
+		auth = "Bearer " + secret
+	}
+	return &http.Client{
+		Transport: &meteredTransport{base: d.base, m: m, origin: origin, authorization: auth},
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if originOf(req.URL) != origin {
+				// The target is remote text: it is not repeated.
+				re := &reach.Error{Reason: reach.ReasonEndpoint, Detail: fmt.Sprintf(
+					"the server at %s redirected to another origin; a connection reaches only its reviewed endpoint (update the connection's URL if the server moved)", origin)}
+				m.refuse(re)
+				return re
+			}
+			if len(via) >= maxRedirects {
+				return fmt.Errorf("stopped after %d redirects", maxRedirects)
+			}
+			return nil
+		},
+	}, nil
+}
+
+// originOf is a URL's origin: scheme://host:port with the default port
+// made explicit.
+func originOf(u *url.URL) string {
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if port == "" {
+		switch scheme {
+		case "https":
+			port = "443"
+		case "http":
+			port = "80"
+		}
+	}
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+// meteredTransport limits response bodies, adds the credential to requests
+// for the endpoint's origin only, records when the watched request was
+// written and acknowledged, and records a dial the reachability policy
+// refused.
 type meteredTransport struct {
 	base          http.RoundTripper
 	m             *meter
+	origin        string
 	authorization string
 }
 
 func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
-	if t.authorization != "" {
+	if t.authorization != "" && originOf(req.URL) == t.origin {
 		req.Header.Set("Authorization", t.authorization)
+	} else {
+		req.Header.Del("Authorization")
 	}
 	watched := false
 	if req.Method == http.MethodPost && req.GetBody != nil {
@@ -68,6 +136,9 @@ func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	resp, err := t.base.RoundTrip(req)
 	if err != nil {
+		if re, ok := reach.AsError(err); ok {
+			t.m.refuse(re)
+		}
 		return nil, err
 	}
 	if watched && resp.StatusCode >= 200 && resp.StatusCode < 300 {

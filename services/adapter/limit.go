@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/v0m3/v0m3/services/internal/reach"
 )
 
 // envelopeAllowance is added to a mapping's max_response_bytes to bound one
@@ -42,6 +44,9 @@ type meter struct {
 	limit    int64
 	total    atomic.Int64
 	exceeded atomic.Bool
+
+	// refused is the reachability refusal of a dial or redirect, if any.
+	refused atomic.Pointer[reach.Error]
 
 	mu       sync.Mutex
 	watch    []byte // marks the watched request in outbound bytes, e.g. `"method":"tools/call"`
@@ -158,6 +163,22 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 }
 
 func (b *limitedBody) Close() error { return b.rc.Close() }
+
+// refuse records a reachability refusal met inside the transport, where
+// the client library may not pass the error on intact.
+func (m *meter) refuse(re *reach.Error) { m.refused.CompareAndSwap(nil, re) }
+
+// refusal returns the reachability refusal err carries or the meter
+// recorded, if any.
+func refusal(err error, m *meter) *reach.Error {
+	if re, ok := reach.AsError(err); ok {
+		return re
+	}
+	if m != nil {
+		return m.refused.Load()
+	}
+	return nil
+}
 
 // isLimitError reports whether err (or the meter) says a limit was hit.
 func isLimitError(err error, m *meter) bool {

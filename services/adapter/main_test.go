@@ -205,6 +205,13 @@ func newEnv(t testing.TB) *env {
 // newEnvLog is newEnv with the adapter logging to log.
 func newEnvLog(t testing.TB, log *slog.Logger) *env {
 	t.Helper()
+	return newEnvWith(t, log, func(*Deps) {})
+}
+
+// newEnvWith is newEnvLog with the adapter's dependencies changed by
+// configure.
+func newEnvWith(t testing.TB, log *slog.Logger, configure func(*Deps)) *env {
+	t.Helper()
 	e := &env{registry: &fakeRegistry{conns: map[string]*registryv1.Connection{}}, evidence: &fakeEvidence{}, policy: &fakePolicy{}}
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
@@ -218,12 +225,18 @@ func newEnvLog(t testing.TB, log *slog.Logger) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv = NewServer(Deps{
+	deps := Deps{
 		Registry: registryv1.NewRegistryServiceClient(cc),
 		Policy:   policyv1.NewPolicyServiceClient(cc),
 		Evidence: evidencev1.NewEvidenceServiceClient(cc),
 		WorkDir:  t.TempDir(),
-	}, log)
+		// The fixture's build directory is the only stdio root; the HTTP
+		// fixture listens on loopback.
+		StdioRoots:    []string{filepath.Dir(fixtureBin)},
+		AllowLoopback: true,
+	}
+	configure(&deps)
+	e.srv = NewServer(deps, log)
 	t.Cleanup(func() { _ = e.srv.Close(); _ = cc.Close(); g.Stop() })
 	return e
 }

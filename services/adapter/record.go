@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
@@ -73,8 +72,10 @@ func (s *Server) writeFixture(conn *registryv1.Connection, ff *fixtureFile, snap
 	if err != nil {
 		return err
 	}
-	if secret, err := readCredential(conn.GetCredentialRef()); err == nil && secret != "" {
-		b = []byte(strings.ReplaceAll(string(b), secret, Redacted))
+	// Defense in depth: what a session hands out is scrubbed already.
+	creds := &credentials{}
+	if _, err := creds.resolve(conn.GetCredentialRef()); err == nil {
+		b = creds.jsonText(b)
 	}
 	var v any
 	if err := json.Unmarshal(b, &v); err != nil {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/reach"
 )
 
 // Deps are the services the adapter calls.
@@ -48,6 +50,40 @@ type Deps struct {
 	// Fixtures, when set, records or replays discovery and calls (see
 	// Fixtures); nil means live only.
 	Fixtures *Fixtures
+
+	// Reachability (services/internal/reach): what connections may reach.
+	// Link-local and cloud metadata endpoints are refused whatever is set.
+
+	// StdioRoots are the directories (or single executable files) under
+	// which a local server's executable must lie, after symlinks are
+	// resolved; WorkDir is never allowed. nil means the development
+	// default, reach.DefaultStdioRoots(): this program's own executable,
+	// the user cache directory's v0m3 folder (npm-installed servers) and
+	// the system temp directory (test builds), each checked for ownership.
+	// A non-nil empty list allows no local server. Flag: --stdio-roots.
+	StdioRoots []string
+	// AllowLoopback lets connections reach loopback addresses: for
+	// development and tests. Refused when false. Flag: --allow-loopback.
+	AllowLoopback bool
+	// AllowPrivateNetworks lets connections reach private addresses
+	// (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), e.g. in-cluster
+	// servers. Refused when false. Flag: --allow-private-networks.
+	AllowPrivateNetworks bool
+}
+
+// reachPolicy is the policy deps configure for an adapter working in
+// workDir.
+func (d Deps) reachPolicy(workDir string) reach.Policy {
+	roots := d.StdioRoots
+	if roots == nil {
+		roots = reach.DefaultStdioRoots()
+	}
+	return reach.Policy{
+		StdioRoots:    roots,
+		DenyDirs:      []string{workDir},
+		AllowLoopback: d.AllowLoopback,
+		AllowPrivate:  d.AllowPrivateNetworks,
+	}
 }
 
 // Server implements adapterv1.AdapterServiceServer.
@@ -69,6 +105,7 @@ type Server struct {
 	deps          Deps
 	log           *slog.Logger
 	workDir       string
+	reach         reach.Policy
 	httpTransport *http.Transport
 	direct        map[string]DirectSource
 	fixtures      *Fixtures
@@ -87,8 +124,13 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 	if wd == "" {
 		wd = filepath.Join(os.TempDir(), "v0m3-work")
 	}
+	policy := deps.reachPolicy(wd)
 	ht := http.DefaultTransport.(*http.Transport).Clone()
 	ht.Proxy = nil // the adapter reaches servers directly, never via an environment proxy
+	// Every connection is decided at dial time, after DNS resolution: a
+	// name that resolves (or is rebound) to a refused address gets no
+	// packet.
+	ht.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: policy.Control}).DialContext
 	ht.ResponseHeaderTimeout = 0
 	ht.MaxResponseHeaderBytes = 64 << 10
 	direct := deps.Direct
@@ -99,7 +141,7 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 	if fx != nil && fx.Mode == FixturesOff {
 		fx = nil
 	}
-	return &Server{deps: deps, log: log, workDir: wd, httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx}
+	return &Server{deps: deps, log: log, workDir: wd, reach: policy, httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx}
 }
 
 // Close shuts the adapter down cleanly: it refuses new sessions, closes
@@ -141,6 +183,7 @@ func (s *Server) connection(ctx context.Context, id string) (*registryv1.Connect
 type session struct {
 	cs      *mcp.ClientSession
 	m       *meter
+	creds   *credentials
 	release func()
 	once    sync.Once
 	srv     *Server
@@ -170,9 +213,10 @@ func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, l
 		ss  *session
 		err error
 	)
+	creds := &credentials{}
 	backoff := connectBackoff
 	for attempt := 1; ; attempt++ {
-		ss, err = s.connectOnce(ctx, conn, limit)
+		ss, err = s.connectOnce(ctx, conn, limit, creds)
 		if err == nil || attempt == connectAttempts || !retryable(err, ss.m) {
 			return ss, err
 		}
@@ -188,17 +232,17 @@ func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, l
 
 func retryable(err error, m *meter) bool {
 	var ce *credentialError
-	if errors.As(err, &ce) || isLimitError(err, m) || errors.Is(err, errAdapterClosed) {
+	if errors.As(err, &ce) || isLimitError(err, m) || refusal(err, m) != nil || errors.Is(err, errAdapterClosed) {
 		return false
 	}
 	_, isStatus := status.FromError(err)
 	return !isStatus
 }
 
-func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, limit int64) (*session, error) {
+func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, limit int64, creds *credentials) (*session, error) {
 	m := newMeter(limit)
-	ss := &session{m: m, srv: s}
-	d, err := s.dialerFor(conn)
+	ss := &session{m: m, creds: creds, srv: s}
+	d, err := s.dialerFor(conn, creds)
 	if err != nil {
 		return ss, err
 	}
@@ -228,7 +272,7 @@ func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, l
 	cs, err := client.Connect(ctx, t, nil)
 	if err != nil {
 		release()
-		return ss, err
+		return ss, creds.err(err)
 	}
 	ss.cs, ss.release = cs, release
 	s.mu.Lock()
@@ -307,8 +351,8 @@ func (s *Server) reportHealth(ctx context.Context, connectionID string, healthy 
 	}
 }
 
-func serverInfo(cs *mcp.ClientSession) *registryv1.ServerInfo {
-	init := cs.InitializeResult()
+func serverInfo(ss *session) *registryv1.ServerInfo {
+	init := ss.initializeResult()
 	if init == nil || init.ServerInfo == nil {
 		return &registryv1.ServerInfo{}
 	}

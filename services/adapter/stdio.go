@@ -15,6 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+
+	"github.com/v0m3/v0m3/services/internal/reach"
 )
 
 // childPATH is the PATH a local server gets unless its configuration sets
@@ -37,6 +39,8 @@ type stdioDialer struct {
 	workRoot      string
 	connectionID  string
 	credentialRef string
+	creds         *credentials
+	reach         reach.Policy
 	log           *slog.Logger
 
 	sandbox *registryv1.SandboxConstraints
@@ -48,7 +52,17 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 	if err != nil {
 		return nil, nil, err
 	}
-	secret, err := readCredential(d.credentialRef)
+	// Nothing starts unless the platform allows the executable; what runs
+	// is the resolved file that was checked, not a symlink to it.
+	if path, err = d.reach.CheckExecutable(path); err != nil {
+		return nil, nil, err
+	}
+	for name := range d.spec.GetEnv() {
+		if err := reach.CheckEnvName(name); err != nil {
+			return nil, nil, err
+		}
+	}
+	secret, err := d.creds.resolve(d.credentialRef)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -69,7 +69,10 @@ func startThirdParty(t *testing.T) *thirdParty {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ad := adapter.NewServer(adapter.Deps{Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence, WorkDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	// node is the one executable these servers need.
+	node, _ := exec.LookPath("node")
+	ad := adapter.NewServer(adapter.Deps{Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence, WorkDir: t.TempDir(),
+		StdioRoots: []string{node}}, slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { _ = ad.Close() })
 	return &thirdParty{s: s, ad: ad}
 }

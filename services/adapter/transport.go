@@ -21,12 +21,16 @@ type dialer interface {
 }
 
 // dialerFor returns the dialer of a connection's transport.
-func (s *Server) dialerFor(conn *registryv1.Connection) (dialer, error) {
+// Dialers resolve the connection's credential through creds, so the
+// session can scrub it from everything the server sends, and check the
+// connection against the reachability policy before anything starts or
+// is sent.
+func (s *Server) dialerFor(conn *registryv1.Connection, creds *credentials) (dialer, error) {
 	switch t := conn.GetTransport().GetKind().(type) {
 	case *registryv1.Transport_Stdio:
-		return &stdioDialer{spec: t.Stdio, workRoot: s.workDir, connectionID: conn.GetId(), credentialRef: conn.GetCredentialRef(), log: s.log}, nil
+		return &stdioDialer{spec: t.Stdio, workRoot: s.workDir, connectionID: conn.GetId(), credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach, log: s.log}, nil
 	case *registryv1.Transport_StreamableHttp:
-		return &httpDialer{url: t.StreamableHttp.GetUrl(), base: s.httpTransport, credentialRef: conn.GetCredentialRef()}, nil
+		return &httpDialer{url: t.StreamableHttp.GetUrl(), base: s.httpTransport, credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach}, nil
 	case *registryv1.Transport_Direct:
 		return nil, apierror.New(codes.FailedPrecondition, "TRANSPORT_NOT_SUPPORTED",
 			fmt.Sprintf("connection %s uses the direct adapter %q, which this adapter does not run", conn.GetId(), t.Direct.GetAdapter()),

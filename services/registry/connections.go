@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -27,6 +29,8 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/reach"
+	"github.com/v0m3/v0m3/services/internal/redact"
 )
 
 // credentialRefPattern is the shape of a credential reference
@@ -47,9 +51,10 @@ func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateCon
 	if strings.TrimSpace(req.GetOwner()) == "" {
 		v = append(v, apierror.FieldViolation{Field: "owner", Description: "the team or person responsible is required"})
 	}
-	v = append(v, validateConfig(req.GetTransport(), req.GetCredentialRef())...)
+	cv, reason := s.validateConfig(req.GetTransport(), req.GetCredentialRef())
+	v = append(v, cv...)
 	if len(v) > 0 {
-		return nil, invalidConnection(v)
+		return nil, invalidConnection(v, reason)
 	}
 
 	now := s.timestamp()
@@ -71,7 +76,7 @@ func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateCon
 	}
 	d, err := configDigest(c)
 	if err != nil {
-		return nil, invalidConnection([]apierror.FieldViolation{{Field: "transport", Description: err.Error()}})
+		return nil, invalidConnection([]apierror.FieldViolation{{Field: "transport", Description: err.Error()}}, "")
 	}
 	c.ConfigDigest = d
 	rev := configRevisionOf(c, "created", now)
@@ -139,11 +144,14 @@ func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateCon
 	if req.GetExpectedConfigRevision() <= 0 {
 		v = append(v, apierror.FieldViolation{Field: "expected_config_revision", Description: "the config revision you read (>= 1) is required"})
 	}
+	var reason string
 	if req.GetTransport() != nil {
-		v = append(v, validateConfig(req.GetTransport(), req.GetCredentialRef())...)
+		var cv []apierror.FieldViolation
+		cv, reason = s.validateConfig(req.GetTransport(), req.GetCredentialRef())
+		v = append(v, cv...)
 	}
 	if len(v) > 0 {
-		return nil, invalidConnection(v)
+		return nil, invalidConnection(v, reason)
 	}
 	// File I/O for the executable digest happens before the transaction.
 	var transport *registryv1.Transport
@@ -186,7 +194,7 @@ func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateCon
 			next.WorkloadDigest = req.GetWorkloadDigest()
 			d, err := configDigest(next)
 			if err != nil {
-				return invalidConnection([]apierror.FieldViolation{{Field: "transport", Description: err.Error()}})
+				return invalidConnection([]apierror.FieldViolation{{Field: "transport", Description: err.Error()}}, "")
 			}
 			if d != c.GetConfigDigest() {
 				reason := req.GetReason()
@@ -299,28 +307,71 @@ func (s *Server) ListConfigRevisions(ctx context.Context, req *registryv1.ListCo
 	return &registryv1.ListConfigRevisionsResponse{Revisions: revs}, nil
 }
 
-func invalidConnection(v []apierror.FieldViolation) error {
-	return apierror.InvalidArgument("INVALID_CONNECTION", "invalid connection: "+violationText(v), v...)
+// invalidConnection is INVALID_ARGUMENT with every violation; reason is
+// the most specific refusal found, INVALID_CONNECTION when none was.
+func invalidConnection(v []apierror.FieldViolation, reason string) error {
+	if reason == "" {
+		reason = "INVALID_CONNECTION"
+	}
+	return apierror.InvalidArgument(reason, "invalid connection: "+violationText(v), v...)
 }
 
-// validateConfig checks a transport and credential reference.
-func validateConfig(t *registryv1.Transport, credentialRef string) []apierror.FieldViolation {
-	var v []apierror.FieldViolation
+// ReasonSecretInEnv is the ErrorInfo reason of a stdio connection whose
+// environment carries a literal secret.
+const ReasonSecretInEnv = "SECRET_IN_ENV"
+
+// validateConfig checks a transport and credential reference. reason is
+// the ErrorInfo reason of the most specific refusal among the violations
+// (SECRET_IN_ENV before ENDPOINT_NOT_ALLOWED, EXECUTABLE_NOT_ALLOWED and
+// ENV_NOT_ALLOWED), or "" for plain invalid input.
+func (s *Server) validateConfig(t *registryv1.Transport, credentialRef string) (v []apierror.FieldViolation, reason string) {
+	refuse := func(r string) {
+		if reason == "" || r == ReasonSecretInEnv {
+			reason = r
+		}
+	}
 	switch k := t.GetKind().(type) {
 	case nil:
 		v = append(v, apierror.FieldViolation{Field: "transport", Description: "a transport (stdio, streamable_http or direct) is required"})
 	case *registryv1.Transport_Stdio:
-		if strings.TrimSpace(k.Stdio.GetCommand()) == "" {
+		command := k.Stdio.GetCommand()
+		switch {
+		case strings.TrimSpace(command) == "":
 			v = append(v, apierror.FieldViolation{Field: "transport.stdio.command", Description: "the executable path or name is required"})
+		case filepath.IsAbs(command) || strings.Contains(command, "/"):
+			// A bare name is resolved against the server's PATH by the
+			// adapter, which checks what it resolves to; a path is
+			// decided here already when the platform's roots are known.
+			if err := s.checkExecutable(command); err != nil {
+				v = append(v, apierror.FieldViolation{Field: "transport.stdio.command", Description: err.Detail})
+				refuse(err.Reason)
+			}
 		}
-		for name := range k.Stdio.GetEnv() {
+		for _, name := range slices.Sorted(maps.Keys(k.Stdio.GetEnv())) {
 			if name == "" || strings.ContainsAny(name, "=\x00") {
 				v = append(v, apierror.FieldViolation{Field: "transport.stdio.env", Description: fmt.Sprintf("invalid environment variable name %q", name)})
+				continue
+			}
+			if err := reach.CheckEnvName(name); err != nil {
+				re, _ := reach.AsError(err)
+				v = append(v, apierror.FieldViolation{Field: "transport.stdio.env", Description: re.Detail})
+				refuse(re.Reason)
+			}
+			// The value is never echoed: it may be the secret.
+			if redact.SecretSetting(name, k.Stdio.GetEnv()[name]) {
+				v = append(v, apierror.FieldViolation{Field: "transport.stdio.env",
+					Description: fmt.Sprintf("variable %s holds what looks like a literal secret; secrets are never stored in a connection: "+
+						"put it in a file (e.g. a mounted Kubernetes Secret) and set credential_ref to \"file:/path\" (the server receives it as V0M3_CREDENTIAL)", name)})
+				refuse(ReasonSecretInEnv)
 			}
 		}
 	case *registryv1.Transport_StreamableHttp:
 		if err := checkHTTPURL(k.StreamableHttp.GetUrl()); err != nil {
 			v = append(v, apierror.FieldViolation{Field: "transport.streamable_http.url", Description: err.Error()})
+		} else if err := s.reachPolicy().CheckURL(k.StreamableHttp.GetUrl()); err != nil {
+			re, _ := reach.AsError(err)
+			v = append(v, apierror.FieldViolation{Field: "transport.streamable_http.url", Description: re.Detail})
+			refuse(re.Reason)
 		}
 	case *registryv1.Transport_Direct:
 		if strings.TrimSpace(k.Direct.GetAdapter()) == "" {
@@ -331,7 +382,7 @@ func validateConfig(t *registryv1.Transport, credentialRef string) []apierror.Fi
 		v = append(v, apierror.FieldViolation{Field: "credential_ref",
 			Description: `must be a reference such as "file:/var/run/secrets/v0m3/token", never a credential value`})
 	}
-	return v
+	return v, reason
 }
 
 func checkHTTPURL(raw string) error {

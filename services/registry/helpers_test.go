@@ -42,6 +42,12 @@ func start(t *testing.T) *running {
 // server and the file; it also runs at cleanup.
 func startAt(t *testing.T, path string) *running {
 	t.Helper()
+	return startWith(t, path, func(s *registry.Server) *registry.Server { return s })
+}
+
+// startWith is startAt with the server configured by configure.
+func startWith(t *testing.T, path string, configure func(*registry.Server) *registry.Server) *running {
+	t.Helper()
 	db, err := store.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +55,7 @@ func startAt(t *testing.T, path string) *running {
 	log := slog.New(slog.DiscardHandler)
 	// Without a named caller, an integrator of the platform team calls.
 	srv := grpc.NewServer(identitytest.ServerOptions(identity.Caller{ID: "integrator", Groups: []string{"platform"}, Kind: identity.KindUser})...)
-	registryv1.RegisterRegistryServiceServer(srv, registry.NewServer(registry.NewBoltStore(db), log).WithAuthorizer(allowAll))
+	registryv1.RegisterRegistryServiceServer(srv, configure(registry.NewServer(registry.NewBoltStore(db), log).WithAuthorizer(allowAll)))
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///registry",

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/reach"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
 
@@ -35,6 +37,9 @@ type Server struct {
 	st  Store
 	log *slog.Logger
 	now func() time.Time
+	// reach is the platform's reachability policy, set by WithReach; nil
+	// checks only the rules every policy shares.
+	reach *reach.Policy
 
 	// changed is closed (and replaced) after every committed change, so
 	// WatchEvents streams wake without polling. Changes committed by another
@@ -51,6 +56,44 @@ func NewServer(st Store, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{st: st, log: log, now: time.Now, changed: make(chan struct{})}
+}
+
+// WithReach makes CreateConnection and UpdateConnection refuse, early and
+// with a clear reason, the endpoints and executables the adapter would
+// refuse under p (configure both with the same policy). Without it the
+// registry refuses only what every policy refuses (link-local and
+// metadata endpoints, relative executable paths, loader variables) and
+// leaves loopback, private ranges and stdio roots to the adapter, which
+// enforces them either way. The registry must see the adapter's
+// filesystem for p.StdioRoots to mean anything here.
+func (s *Server) WithReach(p reach.Policy) *Server {
+	s.reach = &p
+	return s
+}
+
+// reachPolicy is the policy endpoints are checked against early.
+func (s *Server) reachPolicy() reach.Policy {
+	if s.reach != nil {
+		return *s.reach
+	}
+	return reach.Policy{AllowLoopback: true, AllowPrivate: true}
+}
+
+// checkExecutable decides a stdio command that is a path. A missing file
+// passes: the adapter decides when it would start it.
+func (s *Server) checkExecutable(command string) *reach.Error {
+	if !filepath.IsAbs(command) {
+		return &reach.Error{Reason: reach.ReasonExecutable,
+			Detail: fmt.Sprintf("executable %q is neither an absolute path nor a bare name; relative paths depend on the adapter's working directory", command)}
+	}
+	if s.reach == nil {
+		return nil
+	}
+	_, err := s.reach.CheckExecutable(command)
+	if re, ok := reach.AsError(err); ok {
+		return re
+	}
+	return nil
 }
 
 // timestamp returns the current time as a proto timestamp.

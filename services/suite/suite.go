@@ -98,11 +98,28 @@ type Config struct {
 	// hour).
 	RetentionAge      time.Duration
 	RetentionInterval time.Duration
+	// Reach says which servers the adapter may start or reach; nil is the
+	// development default: loopback allowed (fixtures listen there),
+	// private networks refused, stdio executables under the adapter's
+	// default roots (adapter.Deps.StdioRoots).
+	Reach *Reach
 	// Identity says how services prove themselves to each other and how
 	// callers are authenticated; nil makes a development setup
 	// (identity.Dev) under DataDir/pki: an ephemeral CA with a certificate
 	// per service and a development token issuer.
 	Identity *Identity
+}
+
+// Reach is what the adapter may start and reach (see reach.Policy).
+type Reach struct {
+	// StdioRoots are where stdio executables must lie; nil means the
+	// adapter's default roots, empty means none.
+	StdioRoots []string
+	// AllowLoopback admits loopback endpoints.
+	AllowLoopback bool
+	// AllowPrivateNetworks admits private-range endpoints (in-cluster
+	// MCPServer services).
+	AllowPrivateNetworks bool
 }
 
 // Identity is how the services of a suite know each other and their
@@ -208,6 +225,10 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			s.Addr[name] = addr
 		}
 	}
+	reach := cfg.Reach
+	if reach == nil {
+		reach = &Reach{AllowLoopback: true}
+	}
 	if s.ident, err = s.setupIdentity(cfg, log); err != nil {
 		return nil, err
 	}
@@ -299,6 +320,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			a := adapter.NewServer(adapter.Deps{
 				Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence,
 				WorkDir: filepath.Join(cfg.DataDir, "work"), Direct: cfg.Direct, Fixtures: cfg.Fixtures,
+				StdioRoots: reach.StdioRoots, AllowLoopback: reach.AllowLoopback, AllowPrivateNetworks: reach.AllowPrivateNetworks,
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, func() { _ = a.Close() })
 			adapterv1.RegisterAdapterServiceServer(srv.GRPC, a)

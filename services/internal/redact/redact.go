@@ -1,10 +1,14 @@
-// Package redact is the one rule for secret-looking fields in structured
-// arguments: the adapter applies it before a protocol trace or fixture is
-// written, and evidence applies it again to whatever it stores, as defense
-// in depth.
+// Package redact is the one rule for what looks secret: fields in
+// structured arguments (the adapter applies it before a protocol trace or
+// fixture is written, and evidence applies it again to whatever it
+// stores, as defense in depth) and literal settings such as a local
+// server's environment (the registry refuses those).
 package redact
 
 import (
+	"net/url"
+	"path/filepath"
+	"regexp"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -62,4 +66,53 @@ func value(v *structpb.Value) *structpb.Value {
 	default:
 		return v
 	}
+}
+
+// secretValuePatterns are the shapes of well-known credentials: provider
+// token prefixes, JWTs, PEM private keys, and authorization header values.
+var secretValuePatterns = []*regexp.Regexp{
+	regexp.MustCompile(`^(gh[pousr]_|github_pat_)[A-Za-z0-9_]{20,}`),                   // GitHub
+	regexp.MustCompile(`^glpat-[A-Za-z0-9_-]{20,}`),                                    // GitLab
+	regexp.MustCompile(`^xox[abposr]-[A-Za-z0-9-]{10,}`),                               // Slack
+	regexp.MustCompile(`^(sk|rk)_(live|test)_[A-Za-z0-9]{16,}`),                        // Stripe
+	regexp.MustCompile(`^sk-[A-Za-z0-9_-]{20,}`),                                       // OpenAI, Anthropic and alike
+	regexp.MustCompile(`^(AKIA|ASIA)[0-9A-Z]{16}$`),                                    // AWS access key id
+	regexp.MustCompile(`^AIza[0-9A-Za-z_-]{35}$`),                                      // Google API key
+	regexp.MustCompile(`^eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*$`), // JWT
+	regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----`),                           // PEM private key
+	regexp.MustCompile(`(?i)^(bearer|basic|token)\s+\S{8,}$`),                          // an Authorization header value
+}
+
+// SecretValue reports whether a value looks like a credential whatever
+// it is called: a well-known token shape, a JWT, a private key, an
+// authorization header value, or a URL carrying a password.
+func SecretValue(v string) bool {
+	v = strings.TrimSpace(v)
+	for _, p := range secretValuePatterns {
+		if p.MatchString(v) {
+			return true
+		}
+	}
+	if u, err := url.Parse(v); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// SecretSetting reports whether a configured name=value setting (an
+// environment variable, a header) carries a literal secret: a
+// secret-looking value under any name, or any value under a
+// secret-looking name, except an empty value or an absolute file path
+// (where a secret is kept, not the secret itself).
+func SecretSetting(name, value string) bool {
+	if SecretValue(value) {
+		return true
+	}
+	v := strings.TrimSpace(value)
+	if v == "" || (filepath.IsAbs(v) && !strings.ContainsAny(v, " \t")) {
+		return false
+	}
+	return SecretKey(name)
 }
