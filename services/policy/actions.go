@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"google.golang.org/grpc/codes"
@@ -30,8 +31,10 @@ func (s *Server) AuthorizeAction(ctx context.Context, req *policyv1.AuthorizeAct
 	if req.GetPrincipal().GetId() == "" {
 		bad = append(bad, apierror.FieldViolation{Field: "principal.id", Description: "required"})
 	}
-	if req.GetAction() == "" {
-		bad = append(bad, apierror.FieldViolation{Field: "action", Description: "required"})
+	if !strings.Contains(req.GetAction(), ".") {
+		// Dotted names keep these actions apart from capability names, so
+		// a capability's permit never grants an administrative action.
+		bad = append(bad, apierror.FieldViolation{Field: "action", Description: "an administrative or product action, e.g. mapping.review"})
 	}
 	if req.GetResourceType() == "" {
 		bad = append(bad, apierror.FieldViolation{Field: "resource_type", Description: "required"})

@@ -1,0 +1,96 @@
+package policy
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+)
+
+// TestDefaultRoles: the built-in policy's roles and separation of duties,
+// as the services ask them.
+func TestDefaultRoles(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, options{})
+	p := func(id string, groups ...string) *policyv1.Principal { return &policyv1.Principal{Id: id, Groups: groups} }
+	tests := []struct {
+		name    string
+		req     *policyv1.AuthorizeActionRequest
+		allowed bool
+		refusal string
+	}{
+		{"platform creates connections", &policyv1.AuthorizeActionRequest{Principal: p("ines", "platform"), Action: "connection.create", ResourceType: "connection"}, true, ""},
+		{"an author does not", &policyv1.AuthorizeActionRequest{Principal: p("alice", "authors"), Action: "connection.create", ResourceType: "connection"}, false, "ROLE_NOT_GRANTED"},
+		{"a reviewer reviews another's mapping", &policyv1.AuthorizeActionRequest{Principal: p("rita", "reviewers"), Action: "mapping.review", ResourceType: "mapping", ResourceId: "map_1",
+			Attributes: map[string]string{"proposed_by": "ines"}}, true, ""},
+		{"nobody reviews their own", &policyv1.AuthorizeActionRequest{Principal: p("ines", "platform", "reviewers"), Action: "mapping.review", ResourceType: "mapping", ResourceId: "map_1",
+			Attributes: map[string]string{"proposed_by": "ines"}}, false, "SELF_REVIEW"},
+		{"an approver approves another's request", &policyv1.AuthorizeActionRequest{Principal: p("bob", "approvers"), Action: "request.approve", ResourceType: "request",
+			Attributes: map[string]string{"requester": "alice", "actor": "writer"}}, true, ""},
+		{"not the requester's own", &policyv1.AuthorizeActionRequest{Principal: p("alice", "approvers"), Action: "request.approve", ResourceType: "request",
+			Attributes: map[string]string{"requester": "alice", "actor": ""}}, false, "SELF_APPROVAL"},
+		{"not the delegating service's own", &policyv1.AuthorizeActionRequest{Principal: p("writer", "approvers"), Action: "request.approve", ResourceType: "request",
+			Attributes: map[string]string{"requester": "alice", "actor": "writer"}}, false, "SELF_APPROVAL"},
+		{"product services act for users", &policyv1.AuthorizeActionRequest{Principal: p("writer", "product-services"), Action: "task.act_for", ResourceType: "user", ResourceId: "alice"}, true, ""},
+		{"others do not", &policyv1.AuthorizeActionRequest{Principal: p("mallory", "authors"), Action: "task.act_for", ResourceType: "user", ResourceId: "alice"}, false, "ROLE_NOT_GRANTED"},
+		{"auditors read traces", &policyv1.AuthorizeActionRequest{Principal: p("ada", "auditors"), Action: "trace.read", ResourceType: "task", ResourceId: "task_1"}, true, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := e.client.AuthorizeAction(context.Background(), tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.GetDecision() == policyv1.Decision_DECISION_ALLOW; got != tc.allowed || resp.GetRefusalReason() != tc.refusal {
+				t.Fatalf("decision %v refusal %q (policies %v), want allowed=%v refusal %q", resp.GetDecision(), resp.GetRefusalReason(), resp.GetReasons(), tc.allowed, tc.refusal)
+			}
+		})
+	}
+}
+
+// TestCapabilityIsNotAnAction: a capability's name is not an action this
+// RPC decides, so a permit for a capability never grants an
+// administrative action of the same name.
+func TestCapabilityIsNotAnAction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, options{})
+	_, err := e.client.AuthorizeAction(context.Background(), &policyv1.AuthorizeActionRequest{
+		Principal: &policyv1.Principal{Id: "alice", Groups: []string{"authors"}}, Action: "render_preview", ResourceType: "connection"})
+	if !apierror.Is(err, codes.InvalidArgument, "INVALID_AUTHORIZE_REQUEST") {
+		t.Fatalf("capability as action: %v", err)
+	}
+}
+
+// TestReloadPolicyNeedsItsRole: only a policy administrator reloads the
+// policy; a refused reload changes nothing.
+func TestReloadPolicyNeedsItsRole(t *testing.T) {
+	t.Parallel()
+	const admins = `
+@id("admins-reload")
+permit (principal in V0M3::Group::"policy-admins", action == V0M3::Action::"policy.reload", resource);
+`
+	path := filepath.Join(t.TempDir(), "policy.cedar")
+	writePolicy(t, path, policyV1+admins)
+	e := newEnv(t, options{policyFile: path})
+	before := revision(t, e)
+	writePolicy(t, path, policyV2+admins)
+
+	as := func(id string, groups ...string) context.Context {
+		return identity.WithCaller(context.Background(), identity.Caller{ID: id, Groups: groups, Kind: identity.KindUser})
+	}
+	if _, err := e.srv.ReloadPolicy(as("mallory", "authors"), &policyv1.ReloadPolicyRequest{}); !apierror.Is(err, codes.PermissionDenied, "ROLE_NOT_GRANTED") {
+		t.Fatalf("reload by an author: %v, want ROLE_NOT_GRANTED", err)
+	}
+	if got := revision(t, e); got.GetRevision() != before.GetRevision() {
+		t.Fatal("a refused reload changed the policy")
+	}
+	got, err := e.srv.ReloadPolicy(as("pat", "policy-admins"), &policyv1.ReloadPolicyRequest{})
+	if err != nil || got.GetRevision() == before.GetRevision() {
+		t.Fatalf("reload by a policy administrator: %v, %v", got, err)
+	}
+}
