@@ -55,7 +55,7 @@ func (c *Credentials) Sign(payload []byte) (string, error) {
 // trusted CA and names the service want, and the signature verifies with
 // it. It returns the payload.
 func (c *Credentials) Verify(token, want string) ([]byte, error) {
-	jws, err := jose.ParseSigned(token, []jose.SignatureAlgorithm{jose.ES256, jose.ES384, jose.ES512, jose.PS256, jose.EdDSA})
+	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.ES256, jose.ES384, jose.ES512, jose.PS256, jose.EdDSA})
 	if err != nil {
 		return nil, fmt.Errorf("identity: not a signed token: %w", err)
 	}
