@@ -51,7 +51,9 @@ fi
 
 tmp="$(mktemp -d "$cache/.build.XXXXXX")"
 chmod 755 "$tmp"
-trap 'rm -rf "$tmp"' EXIT
+source "$root/scripts/heartbeat.sh"
+trap 'rm -rf "$tmp"; heartbeat_stop' EXIT
+heartbeat_start envtest
 start=$SECONDS
 
 echo "envtest: building etcd v$ETCD_VERSION (about 1.5 min cold)" >&2
@@ -68,6 +70,7 @@ ver="k8s.io/component-base/version"
 echo "$stamp" >"$tmp/.stamp"
 rm -rf "$dir"
 mv "$tmp" "$dir"
+heartbeat_stop
 trap - EXIT
 echo "envtest: built in $((SECONDS - start)) s into $dir" >&2
 echo "$dir"

@@ -50,7 +50,9 @@ fi
 
 tmp="$(mktemp -d "$cache/.helm-build.XXXXXX")"
 chmod 755 "$tmp"
-trap 'rm -rf "$tmp"' EXIT
+source "$root/scripts/heartbeat.sh"
+trap 'rm -rf "$tmp"; heartbeat_stop' EXIT
+heartbeat_start helm
 start=$SECONDS
 
 echo "helm: building helm v$HELM_VERSION (a few minutes cold)" >&2
@@ -62,6 +64,7 @@ ver="helm.sh/helm/v4/internal/version"
 echo "$stamp" >"$tmp/.stamp"
 rm -rf "$dir"
 mv "$tmp" "$dir"
+heartbeat_stop
 trap - EXIT
 echo "helm: built in $((SECONDS - start)) s into $dir" >&2
 echo "$bin"

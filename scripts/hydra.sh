@@ -58,23 +58,12 @@ fi
 
 tmp="$(mktemp -d "$cache/.hydra-build.XXXXXX")"
 chmod 755 "$tmp"
-trap 'rm -rf "$tmp"; [[ -n "${ticker:-}" ]] && kill "$ticker" 2>/dev/null; true' EXIT
+source "$root/scripts/heartbeat.sh"
+trap 'rm -rf "$tmp"; heartbeat_stop' EXIT
 start=$SECONDS
 
 echo "hydra: building Ory Hydra v$HYDRA_VERSION with cgo and SQLite (about 5-10 min cold on 2 cores)" >&2
-# A cold build is silent for minutes; say it is still going once a minute.
-# The ticker kills its own sleep when stopped, or the sleep would hold the
-# caller's stderr pipe open for up to a minute after the build.
-(
-	trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-	while :; do
-		sleep 60 &
-		nap=$!
-		wait "$nap"
-		echo "hydra: still building ($((SECONDS - start)) s so far)" >&2
-	done
-) &
-ticker=$!
+heartbeat_start hydra
 
 ver="github.com/ory/hydra/v2/driver/config"
 (cd "$src" && CGO_ENABLED=1 go build -trimpath \
@@ -82,7 +71,7 @@ ver="github.com/ory/hydra/v2/driver/config"
 	-ldflags="-s -w -X $ver.Version=v$HYDRA_VERSION" \
 	-o "$tmp/hydra" github.com/ory/hydra/v2)
 
-kill "$ticker" 2>/dev/null || true
+heartbeat_stop
 ticker=
 echo "$stamp" >"$tmp/.stamp"
 rm -rf "$dir"

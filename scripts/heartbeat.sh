@@ -1,0 +1,27 @@
+# Sourced by the build scripts: a cold build is silent for minutes, so say
+# it is still going once a minute.
+#
+#   heartbeat_start NAME    start saying "NAME: still building (N s so far)"
+#   heartbeat_stop          stop (also safe to call when not started)
+#
+# The ticker kills its own sleep when stopped, or the sleep would hold the
+# caller's stderr pipe open for up to a minute after the build.
+heartbeat_start() {
+	local name="$1" begin=$SECONDS
+	(
+		trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+		while :; do
+			sleep 60 &
+			nap=$!
+			wait "$nap"
+			echo "$name: still building ($((SECONDS - begin)) s so far)" >&2
+		done
+	) &
+	heartbeat_pid=$!
+}
+
+heartbeat_stop() {
+	[[ -n "${heartbeat_pid:-}" ]] && kill "$heartbeat_pid" 2>/dev/null
+	heartbeat_pid=""
+	true
+}
