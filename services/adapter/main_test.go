@@ -46,6 +46,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	// Local servers run under uids of their own: the fixture must be
+	// reachable by them, as a server's executable is in production.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	fixtureBin = filepath.Join(dir, "fixture")
 	build := exec.Command("go", "build", "-o", fixtureBin, "github.com/v0m3/v0m3/services/adapter/internal/fixturecmd")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr

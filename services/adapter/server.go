@@ -39,9 +39,13 @@ type Deps struct {
 	Policy policyv1.PolicyServiceClient
 	// Evidence receives protocol-layer trace events; may be nil.
 	Evidence evidencev1.EvidenceServiceClient
-	// WorkDir is the root of per-connection working directories for local
-	// servers; "" means os.TempDir()/v0m3-work.
+	// WorkDir is the adapter's data directory, the root of per-connection
+	// working directories for local servers; "" means
+	// os.TempDir()/v0m3-work. The adapter keeps it mode 0700.
 	WorkDir string
+	// Sandbox says how local servers are isolated; the zero value is the
+	// default (see SandboxConfig).
+	Sandbox SandboxConfig
 	// Direct maps a direct (non-MCP) adapter name to its implementation;
 	// nil means DefaultDirectSources.
 	Direct map[string]DirectSource
@@ -69,6 +73,7 @@ type Server struct {
 	deps          Deps
 	log           *slog.Logger
 	workDir       string
+	sandbox       *sandboxer
 	httpTransport *http.Transport
 	direct        map[string]DirectSource
 	fixtures      *Fixtures
@@ -99,7 +104,7 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 	if fx != nil && fx.Mode == FixturesOff {
 		fx = nil
 	}
-	return &Server{deps: deps, log: log, workDir: wd, httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx}
+	return &Server{deps: deps, log: log, workDir: wd, sandbox: newSandboxer(deps.Sandbox, wd, log), httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx}
 }
 
 // Close shuts the adapter down cleanly: it refuses new sessions, closes

@@ -24,7 +24,7 @@ type dialer interface {
 func (s *Server) dialerFor(conn *registryv1.Connection) (dialer, error) {
 	switch t := conn.GetTransport().GetKind().(type) {
 	case *registryv1.Transport_Stdio:
-		return &stdioDialer{spec: t.Stdio, workRoot: s.workDir, connectionID: conn.GetId(), credentialRef: conn.GetCredentialRef(), log: s.log}, nil
+		return &stdioDialer{spec: t.Stdio, workRoot: s.workDir, connectionID: conn.GetId(), credentialRef: conn.GetCredentialRef(), sx: s.sandbox, log: s.log}, nil
 	case *registryv1.Transport_StreamableHttp:
 		return &httpDialer{url: t.StreamableHttp.GetUrl(), base: s.httpTransport, credentialRef: conn.GetCredentialRef()}, nil
 	case *registryv1.Transport_Direct:

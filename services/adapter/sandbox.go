@@ -1,0 +1,156 @@
+package adapter
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// SandboxConfig says how local (stdio) servers are isolated from the
+// adapter and from each other. The zero value is the default: a dedicated
+// uid per running server when the adapter runs as root, a user namespace
+// otherwise.
+type SandboxConfig struct {
+	// UIDs is the range of host uids from which each running local server
+	// takes one of its own (its gid is the same number) when the adapter
+	// runs as root. The range must be reserved for the adapter on the
+	// host: a process found running under one of its uids when the uid is
+	// handed out is a leftover of an earlier server and is killed. Adapters
+	// on one host may share a range; a lock file per uid in LockDir keeps
+	// each uid with one server at a time. Zero means DefaultSandboxUIDs.
+	UIDs UIDRange
+	// SharedIdentity runs local servers under the adapter's own host uid
+	// (unprivileged inside a user namespace of their own) even when the
+	// adapter is root. They can then read the adapter's data directory and
+	// other processes' environment, and the record says so
+	// (NOT_ENFORCED). For hosts where servers need files only the
+	// adapter's user can reach.
+	SharedIdentity bool
+	// MaxProcesses is each local server's process limit (RLIMIT_NPROC):
+	// processes and threads its identity may have at once. Zero means
+	// DefaultMaxProcesses.
+	MaxProcesses uint32
+	// LockDir holds the per-uid lock files of dedicated uids. It must be
+	// owned by root and is made mode 0700. Empty means
+	// DefaultSandboxLockDir.
+	LockDir string
+}
+
+// UIDRange is a range of host uids: First, First+1, ..., First+Count-1.
+type UIDRange struct {
+	// First is the first uid of the range.
+	First uint32
+	// Count is the number of uids in the range.
+	Count uint32
+}
+
+// DefaultSandboxUIDs is the uid range local servers take their uids from
+// by default: high enough to stay clear of system and login users and of
+// the usual subordinate-id ranges, below 2^31 for tools that sign uids.
+var DefaultSandboxUIDs = UIDRange{First: 2_100_000_000, Count: 65536}
+
+// DefaultMaxProcesses is the default process limit of a local server:
+// room for Node's or Go's runtime threads and a few helpers, not for a
+// fork bomb.
+const DefaultMaxProcesses = 128
+
+// DefaultSandboxLockDir is where the per-uid lock files live by default.
+const DefaultSandboxLockDir = "/run/v0m3/sandbox-uids"
+
+// withDefaults fills the zero fields of c.
+func (c SandboxConfig) withDefaults() SandboxConfig {
+	if c.UIDs.Count == 0 {
+		c.UIDs = DefaultSandboxUIDs
+	}
+	if c.MaxProcesses == 0 {
+		c.MaxProcesses = DefaultMaxProcesses
+	}
+	if c.LockDir == "" {
+		c.LockDir = DefaultSandboxLockDir
+	}
+	return c
+}
+
+// launchSpec is one local server to start.
+type launchSpec struct {
+	path string
+	args []string
+	env  []string
+	// connDir is the connection's directory under the data dir; the run
+	// gets a fresh working directory inside it.
+	connDir string
+	stdin   *os.File
+	stdout  *os.File
+}
+
+// sandboxed is a started local server.
+type sandboxed struct {
+	cmd *exec.Cmd
+	// done must be called once the process has exited and was waited
+	// for: it ends whatever the server left running under its identity,
+	// frees the identity and removes the run's working directory.
+	done func()
+}
+
+// sandboxError is a failure to start a server in its sandbox, in the
+// adapter's own words: it names a step, a directory or a uid, never the
+// command's arguments or environment, so it may be returned and logged.
+type sandboxError struct {
+	msg   string
+	errno syscall.Errno // 0 when there is none
+}
+
+func (e *sandboxError) Error() string { return e.msg }
+
+func (e *sandboxError) Unwrap() error {
+	if e.errno == 0 {
+		return nil
+	}
+	return e.errno
+}
+
+// setupFailed is a sandboxError for a failure to prepare the sandbox.
+func setupFailed(format string, args ...any) *sandboxError {
+	err := fmt.Errorf(format, args...)
+	se := &sandboxError{msg: "sandbox: " + err.Error()}
+	_ = errors.As(err, &se.errno)
+	return se
+}
+
+// launchFailed is a sandboxError for a launcher step that failed; uid is
+// the server's dedicated uid, or -1.
+func launchFailed(step string, errno syscall.Errno, uid int) *sandboxError {
+	msg := fmt.Sprintf("sandbox %s: %v", step, errno)
+	if uid >= 0 && (errno == syscall.EACCES || errno == syscall.EPERM) {
+		msg += fmt.Sprintf(" (the server runs as its own uid %d: its executable and every file it needs must be reachable by that uid)", uid)
+	}
+	return &sandboxError{msg: msg, errno: errno}
+}
+
+// prepareDataDir makes the adapter's data directory exist, belong to the
+// adapter and be closed to everyone else (0700), so a local server under
+// its own uid can neither list, read nor write it: it reaches only its own
+// working directory, which the launcher enters for it.
+func prepareDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return setupFailed("create data directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return setupFailed("data directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return setupFailed("data directory %s is not a directory", dir)
+	}
+	if uid, ok := fileOwner(fi); ok && uid != os.Geteuid() {
+		return setupFailed("data directory %s belongs to uid %d, not to the adapter (uid %d)", dir, uid, os.Geteuid())
+	}
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return setupFailed("close data directory: %w", err)
+		}
+	}
+	return nil
+}
