@@ -31,6 +31,7 @@ const secretEnv = "V0M3_TEST_SECRET_TOKEN"
 
 var (
 	fixtureBin string // the built fixture command
+	escapeBin  string // the built hostile escape server
 	httpURL    string // a hostile fixture served over streamable HTTP
 )
 
@@ -53,11 +54,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 	fixtureBin = filepath.Join(dir, "fixture")
-	build := exec.Command("go", "build", "-o", fixtureBin, "github.com/v0m3/v0m3/services/adapter/internal/fixturecmd")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build fixture:", err)
-		return 1
+	escapeBin = filepath.Join(dir, "escape")
+	for bin, pkg := range map[string]string{fixtureBin: "fixturecmd", escapeBin: "escapecmd"} {
+		build := exec.Command("go", "build", "-o", bin, "github.com/v0m3/v0m3/services/adapter/internal/"+pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build "+pkg+":", err)
+			return 1
+		}
 	}
 	os.Setenv(secretEnv, "hunter2")
 
@@ -209,6 +213,12 @@ func newEnv(t testing.TB) *env {
 // newEnvLog is newEnv with the adapter logging to log.
 func newEnvLog(t testing.TB, log *slog.Logger) *env {
 	t.Helper()
+	return newEnvWith(t, log, SandboxConfig{})
+}
+
+// newEnvWith is newEnvLog with a sandbox configuration.
+func newEnvWith(t testing.TB, log *slog.Logger, sandbox SandboxConfig) *env {
+	t.Helper()
 	e := &env{registry: &fakeRegistry{conns: map[string]*registryv1.Connection{}}, evidence: &fakeEvidence{}, policy: &fakePolicy{}}
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
@@ -227,6 +237,7 @@ func newEnvLog(t testing.TB, log *slog.Logger) *env {
 		Policy:   policyv1.NewPolicyServiceClient(cc),
 		Evidence: evidencev1.NewEvidenceServiceClient(cc),
 		WorkDir:  t.TempDir(),
+		Sandbox:  sandbox,
 	}, log)
 	t.Cleanup(func() { _ = e.srv.Close(); _ = cc.Close(); g.Stop() })
 	return e

@@ -100,6 +100,10 @@ type sandboxed struct {
 type sandboxError struct {
 	msg   string
 	errno syscall.Errno // 0 when there is none
+	// setup says the sandbox itself could not be set up (as opposed to
+	// the server's executable failing to run in it): a configuration or
+	// host problem that retrying does not fix.
+	setup bool
 }
 
 func (e *sandboxError) Error() string { return e.msg }
@@ -114,7 +118,7 @@ func (e *sandboxError) Unwrap() error {
 // setupFailed is a sandboxError for a failure to prepare the sandbox.
 func setupFailed(format string, args ...any) *sandboxError {
 	err := fmt.Errorf(format, args...)
-	se := &sandboxError{msg: "sandbox: " + err.Error()}
+	se := &sandboxError{msg: "sandbox: " + err.Error(), setup: true}
 	_ = errors.As(err, &se.errno)
 	return se
 }
@@ -126,7 +130,22 @@ func launchFailed(step string, errno syscall.Errno, uid int) *sandboxError {
 	if uid >= 0 && (errno == syscall.EACCES || errno == syscall.EPERM) {
 		msg += fmt.Sprintf(" (the server runs as its own uid %d: its executable and every file it needs must be reachable by that uid)", uid)
 	}
-	return &sandboxError{msg: msg, errno: errno}
+	return &sandboxError{msg: msg, errno: errno, setup: step != "exec"}
+}
+
+// isSandboxSetup reports whether err is a sandbox setup failure.
+func isSandboxSetup(err error) bool {
+	_, ok := sandboxSetupError(err)
+	return ok
+}
+
+// sandboxSetupError returns err's sandbox setup failure, if it is one.
+func sandboxSetupError(err error) (*sandboxError, bool) {
+	var se *sandboxError
+	if errors.As(err, &se) && se.setup {
+		return se, true
+	}
+	return nil, false
 }
 
 // prepareDataDir makes the adapter's data directory exist, belong to the

@@ -96,6 +96,10 @@ func (sx *sandboxer) start(sp launchSpec) (*sandboxed, *registryv1.SandboxConstr
 	dedicated := euid == 0 && !sx.cfg.SharedIdentity
 	var lease *uidLease
 	if dedicated {
+		if r := sx.cfg.UIDs; r.First == 0 || r.First+r.Count < r.First {
+			_ = os.RemoveAll(dir)
+			return nil, nil, setupFailed("sandbox uid range %d+%d must exclude root and fit in 32 bits", r.First, r.Count)
+		}
 		if lease, err = acquireUID(sx.cfg.UIDs, sx.cfg.LockDir); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, nil, err
@@ -570,6 +574,9 @@ func prepareLockDir(dir string) error {
 // forked meanwhile is seen by the next round, and the process limit bounds
 // how many there can be.
 func reapUID(uid uint32) bool {
+	if uid == 0 {
+		return false // never root's processes
+	}
 	for round := range 200 {
 		pids := pidsOf(uid)
 		if len(pids) == 0 {

@@ -193,7 +193,7 @@ func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, l
 
 func retryable(err error, m *meter) bool {
 	var ce *credentialError
-	if errors.As(err, &ce) || isLimitError(err, m) || errors.Is(err, errAdapterClosed) {
+	if errors.As(err, &ce) || isLimitError(err, m) || errors.Is(err, errAdapterClosed) || isSandboxSetup(err) {
 		return false
 	}
 	_, isStatus := status.FromError(err)

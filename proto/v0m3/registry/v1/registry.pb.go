@@ -1254,7 +1254,9 @@ type SandboxConstraints struct {
 	// Whether the server was kept from other processes: it could not read
 	// the environment or memory of the adapter or of another server
 	// (/proc/<pid>/environ, /proc/<pid>/mem) nor signal them. Enforced only
-	// when its identity is its own (IDENTITY_KIND_DEDICATED_UID).
+	// when its identity is its own (IDENTITY_KIND_DEDICATED_UID): sharing the
+	// adapter's host uid it may signal the adapter and other servers, even
+	// where the kernel refuses reading their memory across user namespaces.
 	ProcessIsolation Enforcement `protobuf:"varint,6,opt,name=process_isolation,json=processIsolation,proto3,enum=v0m3.registry.v1.Enforcement" json:"process_isolation,omitempty"`
 	// Whether the server could neither read nor write the adapter's data
 	// directory (mode 0700, owned by the adapter) outside its own working
