@@ -13,13 +13,14 @@ import (
 // uid per running server when the adapter runs as root, a user namespace
 // otherwise.
 type SandboxConfig struct {
-	// UIDs is the range of host uids from which each running local server
-	// takes one of its own (its gid is the same number) when the adapter
-	// runs as root. The range must be reserved for the adapter on the
-	// host: a process found running under one of its uids when the uid is
-	// handed out is a leftover of an earlier server and is killed. Adapters
-	// on one host may share a range; a lock file per uid in LockDir keeps
-	// each uid with one server at a time. Zero means DefaultSandboxUIDs.
+	// UIDs is the range of host uids from which each connection gets one
+	// of its own (its gid is the same number) when the adapter runs as
+	// root: claimed on the connection's first run and kept for it, so
+	// files a server keeps between runs stay its own, and no other
+	// connection's server shares it. The range must be reserved for the
+	// adapter on the host: processes found running under a uid no run
+	// holds are leftovers and are killed. Adapters on one host share
+	// claims through LockDir. Zero means DefaultSandboxUIDs.
 	UIDs UIDRange
 	// SharedIdentity runs local servers under the adapter's own host uid
 	// (unprivileged inside a user namespace of their own) even when the
@@ -29,11 +30,14 @@ type SandboxConfig struct {
 	// adapter's user can reach.
 	SharedIdentity bool
 	// MaxProcesses is each local server's process limit (RLIMIT_NPROC):
-	// processes and threads its identity may have at once. Zero means
-	// DefaultMaxProcesses.
+	// processes and threads its identity may have at once (concurrent runs
+	// of one connection share it). Zero means DefaultMaxProcesses.
 	MaxProcesses uint32
-	// LockDir holds the per-uid lock files of dedicated uids. It must be
-	// owned by root and is made mode 0700. Empty means
+	// LockDir holds the claims of dedicated uids, a file per uid naming its
+	// connection, and their locks. It must be owned by root, is made mode
+	// 0700, and should persist across reboots (a claim is what keeps a
+	// uid, and the files left under it, with one connection). Every
+	// adapter using a range must use the same LockDir. Empty means
 	// DefaultSandboxLockDir.
 	LockDir string
 }
@@ -46,18 +50,20 @@ type UIDRange struct {
 	Count uint32
 }
 
-// DefaultSandboxUIDs is the uid range local servers take their uids from
+// DefaultSandboxUIDs is the uid range connections take their uids from
 // by default: high enough to stay clear of system and login users and of
-// the usual subordinate-id ranges, below 2^31 for tools that sign uids.
-var DefaultSandboxUIDs = UIDRange{First: 2_100_000_000, Count: 65536}
+// the usual subordinate-id ranges, below 2^31 for tools that sign uids,
+// and large enough that claims (which expire only after a month unused)
+// do not run out.
+var DefaultSandboxUIDs = UIDRange{First: 2_100_000_000, Count: 1 << 20}
 
 // DefaultMaxProcesses is the default process limit of a local server:
 // room for Node's or Go's runtime threads and a few helpers, not for a
 // fork bomb.
 const DefaultMaxProcesses = 128
 
-// DefaultSandboxLockDir is where the per-uid lock files live by default.
-const DefaultSandboxLockDir = "/run/v0m3/sandbox-uids"
+// DefaultSandboxLockDir is where uid claims live by default.
+const DefaultSandboxLockDir = "/var/lib/v0m3/sandbox-uids"
 
 // withDefaults fills the zero fields of c.
 func (c SandboxConfig) withDefaults() SandboxConfig {
@@ -78,6 +84,8 @@ type launchSpec struct {
 	path string
 	args []string
 	env  []string
+	// connID is the connection whose server this is.
+	connID string
 	// connDir is the connection's directory under the data dir; the run
 	// gets a fresh working directory inside it.
 	connDir string

@@ -7,15 +7,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -74,8 +71,8 @@ func newSandboxer(cfg SandboxConfig, dataDir string, log *slog.Logger) *sandboxe
 // actually applied (working_dir and minimal_environment are the caller's
 // to fill in).
 //
-// As root (unless SharedIdentity), the server gets a uid and gid of its
-// own for as long as it runs, in a new network namespace without
+// As root (unless SharedIdentity), the server runs as its connection's own
+// uid and gid (see leaseUID), in a new network namespace without
 // interfaces when the kernel permits it. Otherwise it runs in a new user
 // namespace (unprivileged inside, the adapter's uid outside) and network
 // namespace. A refused namespace is recorded as not enforced; a root
@@ -100,7 +97,7 @@ func (sx *sandboxer) start(sp launchSpec) (*sandboxed, *registryv1.SandboxConstr
 			_ = os.RemoveAll(dir)
 			return nil, nil, setupFailed("sandbox uid range %d+%d must exclude root and fit in 32 bits", r.First, r.Count)
 		}
-		if lease, err = acquireUID(sx.cfg.UIDs, sx.cfg.LockDir); err != nil {
+		if lease, err = leaseUID(sx.cfg.UIDs, sx.cfg.LockDir, sp.connID); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, nil, err
 		}
@@ -181,13 +178,14 @@ func (sx *sandboxer) start(sp launchSpec) (*sandboxed, *registryv1.SandboxConstr
 	sb.NoNewPrivileges = report.noNewPrivs
 	switch {
 	case dedicated:
-		sb.Identity = &registryv1.SandboxIdentity{Kind: registryv1.IdentityKind_IDENTITY_KIND_DEDICATED_UID, FirstUid: sx.cfg.UIDs.First, UidCount: sx.cfg.UIDs.Count}
+		sb.Identity = &registryv1.SandboxIdentity{Kind: registryv1.IdentityKind_IDENTITY_KIND_DEDICATED_UID, Uid: lease.uid, Gid: lease.uid,
+			RangeFirstUid: sx.cfg.UIDs.First, RangeUidCount: sx.cfg.UIDs.Count}
 		sb.ProcessIsolation = registryv1.Enforcement_ENFORCEMENT_ENFORCED
 		sb.DataDirIsolation = registryv1.Enforcement_ENFORCEMENT_ENFORCED
 	case userns:
-		sb.Identity = &registryv1.SandboxIdentity{Kind: registryv1.IdentityKind_IDENTITY_KIND_USER_NAMESPACE, HostUid: uint32(euid), NamespaceUid: namespaceUID}
+		sb.Identity = &registryv1.SandboxIdentity{Kind: registryv1.IdentityKind_IDENTITY_KIND_USER_NAMESPACE, Uid: uint32(euid), Gid: uint32(os.Getegid()), NamespaceUid: namespaceUID}
 	default:
-		sb.Identity = &registryv1.SandboxIdentity{Kind: registryv1.IdentityKind_IDENTITY_KIND_NOT_ENFORCED, HostUid: uint32(euid)}
+		sb.Identity = &registryv1.SandboxIdentity{Kind: registryv1.IdentityKind_IDENTITY_KIND_NOT_ENFORCED, Uid: uint32(euid), Gid: uint32(os.Getegid())}
 	}
 	for _, l := range childLimits {
 		if report.limits[l.name] {
@@ -203,21 +201,14 @@ func (sx *sandboxer) start(sp launchSpec) (*sandboxed, *registryv1.SandboxConstr
 	if report.limits[nprocName] && hostUID != 0 {
 		sb.ProcessLimit, sb.MaxProcesses = registryv1.Enforcement_ENFORCEMENT_ENFORCED, sx.cfg.MaxProcesses
 	}
-	if lease != nil {
-		sx.log.Debug("local server started under its own uid", "uid", lease.uid, "pid", cmd.Process.Pid)
-	}
 	return &sandboxed{cmd: cmd, done: done}, sb, nil
 }
 
-// releaseUID ends every process left under a lease's uid and then frees
-// the uid. A uid whose processes cannot all be ended stays held by this
-// adapter, so no later server inherits them.
+// releaseUID ends a run's hold on its connection's uid.
 func (sx *sandboxer) releaseUID(l *uidLease) {
-	if !reapUID(l.uid) {
-		sx.log.Warn("processes of a local server's uid survived being killed; the uid stays out of use", "uid", l.uid)
-		return
+	if !l.release() {
+		sx.log.Warn("processes a local server left under its uid survived being killed; its connection's servers stay stopped until they end", "uid", l.uid)
 	}
-	_ = l.lock.Close()
 }
 
 func baseAttr() *syscall.SysProcAttr {
@@ -501,128 +492,4 @@ func writeRaw(fd int, b []byte) {
 	if len(b) > 0 {
 		_, _, _ = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 	}
-}
-
-// uidLease is a dedicated uid held by one running server: an exclusive
-// lock on the uid's lock file, released when the server and everything it
-// left behind are gone (or when the adapter dies).
-type uidLease struct {
-	uid  uint32
-	lock *os.File
-}
-
-// uidCursor spreads the uids handed out over the range, starting at a
-// random place so adapters sharing a range rarely contend.
-var uidCursor atomic.Uint32
-
-func init() { uidCursor.Store(rand.Uint32()) }
-
-// errNoFreeUID says every uid of the range is held.
-var errNoFreeUID = setupFailed("every uid of the sandbox range is held by a running local server")
-
-// acquireUID leases a uid of r that no other running server (of this or
-// another adapter sharing lockDir) holds. Processes left under it by an
-// earlier server are killed first.
-func acquireUID(r UIDRange, lockDir string) (*uidLease, error) {
-	if err := prepareLockDir(lockDir); err != nil {
-		return nil, err
-	}
-	start := uidCursor.Add(1)
-	for i := range r.Count {
-		uid := r.First + (start+i)%r.Count
-		f, err := os.OpenFile(filepath.Join(lockDir, strconv.FormatUint(uint64(uid), 10)), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
-		if err != nil {
-			return nil, setupFailed("sandbox uid lock: %w", err)
-		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			_ = f.Close()
-			continue
-		}
-		if !reapUID(uid) {
-			_ = f.Close()
-			continue
-		}
-		return &uidLease{uid: uid, lock: f}, nil
-	}
-	return nil, errNoFreeUID
-}
-
-// prepareLockDir makes the lock directory exist, belong to root and be
-// closed to everyone else.
-func prepareLockDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return setupFailed("uid lock directory: %w", err)
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return setupFailed("uid lock directory: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok || st.Uid != 0 {
-		return setupFailed("uid lock directory %s is not a directory owned by root", dir)
-	}
-	if fi.Mode().Perm() != 0o700 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return setupFailed("uid lock directory: %w", err)
-		}
-	}
-	return nil
-}
-
-// reapUID kills every process running under uid until none is left, and
-// reports whether that happened. Each round kills all it sees; a process
-// forked meanwhile is seen by the next round, and the process limit bounds
-// how many there can be.
-func reapUID(uid uint32) bool {
-	if uid == 0 {
-		return false // never root's processes
-	}
-	for round := range 200 {
-		pids := pidsOf(uid)
-		if len(pids) == 0 {
-			return true
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(time.Duration(min(round+1, 20)) * time.Millisecond)
-	}
-	return false
-}
-
-// pidsOf returns the live (not zombie) processes any of whose uids (real,
-// effective, saved, filesystem) is uid.
-func pidsOf(uid uint32) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	want := strconv.FormatUint(uint64(uid), 10)
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue // gone
-		}
-		var state string
-		match := false
-		for line := range strings.Lines(string(b)) {
-			if v, ok := strings.CutPrefix(line, "State:"); ok {
-				state = strings.TrimSpace(v)
-			}
-			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
-				for _, f := range strings.Fields(v) {
-					match = match || f == want
-				}
-			}
-		}
-		if match && !strings.HasPrefix(state, "Z") && !strings.HasPrefix(state, "X") {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }

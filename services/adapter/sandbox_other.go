@@ -42,7 +42,7 @@ func (sx *sandboxer) start(sp launchSpec) (*sandboxed, *registryv1.SandboxConstr
 	no := registryv1.Enforcement_ENFORCEMENT_NOT_ENFORCED
 	sb := &registryv1.SandboxConstraints{
 		Network:          registryv1.NetworkIsolation_NETWORK_ISOLATION_NOT_ENFORCED,
-		Identity:         &registryv1.SandboxIdentity{Kind: registryv1.IdentityKind_IDENTITY_KIND_NOT_ENFORCED, HostUid: uint32(max(os.Geteuid(), 0))},
+		Identity:         &registryv1.SandboxIdentity{Kind: registryv1.IdentityKind_IDENTITY_KIND_NOT_ENFORCED, Uid: uint32(max(os.Geteuid(), 0)), Gid: uint32(max(os.Getegid(), 0))},
 		ProcessIsolation: no,
 		DataDirIsolation: no,
 		ProcessLimit:     no,

@@ -3,6 +3,7 @@ package adapter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -93,7 +94,7 @@ func TestSandboxAppliedAndRecorded(t *testing.T) {
 	wantKind := registryv1.IdentityKind_IDENTITY_KIND_USER_NAMESPACE
 	if os.Geteuid() == 0 {
 		wantKind = registryv1.IdentityKind_IDENTITY_KIND_DEDICATED_UID
-		if sb.GetIdentity().GetFirstUid() != DefaultSandboxUIDs.First || sb.GetIdentity().GetUidCount() != DefaultSandboxUIDs.Count ||
+		if sb.GetIdentity().GetRangeFirstUid() != DefaultSandboxUIDs.First || sb.GetIdentity().GetRangeUidCount() != DefaultSandboxUIDs.Count ||
 			sb.GetProcessLimit() != registryv1.Enforcement_ENFORCEMENT_ENFORCED || sb.GetMaxProcesses() != DefaultMaxProcesses {
 			t.Errorf("sandbox = %v", sb)
 		}
@@ -173,7 +174,7 @@ func TestSandboxHostileChild(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("dedicated uids need a root adapter; TestSandboxSharedIdentityRecorded covers the user-namespace path")
 	}
-	cfg := SandboxConfig{UIDs: UIDRange{First: 2_100_070_000, Count: 64}, MaxProcesses: 48}
+	cfg := SandboxConfig{UIDs: UIDRange{First: 2_000_000_000, Count: 64}, MaxProcesses: 48}
 	e := newEnvWith(t, slog.New(slog.DiscardHandler), cfg)
 	dataDir := e.srv.workDir
 	// A data dir that arrives open is closed by the adapter.
@@ -212,6 +213,7 @@ func TestSandboxHostileChild(t *testing.T) {
 		"data_dir": dataDir,
 		"planted":  "credential",
 		"forks":    100,
+		"daemon":   true,
 	}, nil))
 	r := escapeReport(t, resp)
 	if err := syscall.Kill(victimPID, syscall.SIGUSR1); err != nil {
@@ -234,6 +236,9 @@ func TestSandboxHostileChild(t *testing.T) {
 			t.Errorf("escape %q: tried %v, worked %v, error %q, found %v", name, ok, a.OK, a.Error, a.Found)
 		}
 	}
+	if a, _ := r.Attempt("daemon"); !a.OK || r.DaemonPID == 0 {
+		t.Errorf("the attacker could not leave a process behind to be cleaned up: %+v", a)
+	}
 	if r.ForksStarted >= int(cfg.MaxProcesses) || r.ForkError != "resource temporarily unavailable" {
 		t.Errorf("fork bomb: %d of 100 processes started (limit %d), stopped by %q", r.ForksStarted, cfg.MaxProcesses, r.ForkError)
 	}
@@ -248,6 +253,10 @@ func TestSandboxHostileChild(t *testing.T) {
 	if !id.OwnDirWritable {
 		t.Error("the server could not write its own working directory")
 	}
+	// The uid is the connection's: its next run has it again.
+	if again := escapeReport(t, execute(t, e, call(t, attacker, escape.ToolEscape, map[string]any{}, nil))).Identity; again.UID != id.UID {
+		t.Errorf("the attacker's next run has uid %d, its first had %d", again.UID, id.UID)
+	}
 
 	// The record is what the server lived under.
 	got, err := e.registry.GetConnection(context.Background(), &registryv1.GetConnectionRequest{Id: attacker.GetId()})
@@ -256,7 +265,8 @@ func TestSandboxHostileChild(t *testing.T) {
 	}
 	sb := got.GetSandbox()
 	enforced := registryv1.Enforcement_ENFORCEMENT_ENFORCED
-	wantIdentity := &registryv1.SandboxIdentity{Kind: registryv1.IdentityKind_IDENTITY_KIND_DEDICATED_UID, FirstUid: cfg.UIDs.First, UidCount: cfg.UIDs.Count}
+	wantIdentity := &registryv1.SandboxIdentity{Kind: registryv1.IdentityKind_IDENTITY_KIND_DEDICATED_UID, Uid: uint32(id.UID), Gid: uint32(id.UID),
+		RangeFirstUid: cfg.UIDs.First, RangeUidCount: cfg.UIDs.Count}
 	if !proto.Equal(sb.GetIdentity(), wantIdentity) || sb.GetProcessIsolation() != enforced || sb.GetDataDirIsolation() != enforced ||
 		sb.GetProcessLimit() != enforced || sb.GetMaxProcesses() != cfg.MaxProcesses || !sb.GetAppliedBeforeExec() ||
 		!sb.GetNoNewPrivileges() || sb.GetWorkingDir() != filepath.Join(dataDir, attacker.GetId()) {
@@ -276,9 +286,15 @@ func TestSandboxHostileChild(t *testing.T) {
 		}
 	}
 
-	// Nothing is left behind: no process under either uid, no file the
+	// Nothing is left behind: no process under either uid (the daemon,
+	// out of the server's process group, was killed too), no file the
 	// attacker wrote, no run directory, the planted file untouched, the
 	// data dir closed.
+	if err := syscall.Kill(r.DaemonPID, 0); !errors.Is(err, syscall.ESRCH) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.DaemonPID)); !strings.Contains(string(b), "State:\tZ") {
+			t.Errorf("the attacker's daemon %d outlived its run: %v", r.DaemonPID, err)
+		}
+	}
 	for _, uid := range []int{id.UID, victimID.UID} {
 		if pids := pidsOf(uint32(uid)); len(pids) > 0 {
 			t.Errorf("processes %v still run under uid %d", pids, uid)
@@ -346,7 +362,7 @@ func TestSandboxSharedIdentityRecorded(t *testing.T) {
 	}
 	switch k := sb.GetIdentity().GetKind(); k {
 	case registryv1.IdentityKind_IDENTITY_KIND_USER_NAMESPACE:
-		if sb.GetIdentity().GetHostUid() != uint32(os.Geteuid()) || sb.GetIdentity().GetNamespaceUid() != namespaceUID || r.Identity.UID != namespaceUID {
+		if sb.GetIdentity().GetUid() != uint32(os.Geteuid()) || sb.GetIdentity().GetNamespaceUid() != namespaceUID || r.Identity.UID != namespaceUID {
 			t.Errorf("recorded identity %v; the server saw uid %d", sb.GetIdentity(), r.Identity.UID)
 		}
 	case registryv1.IdentityKind_IDENTITY_KIND_NOT_ENFORCED:
@@ -463,4 +479,59 @@ func reachableDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// TestUIDClaims: each connection keeps the uid it claimed, no two
+// connections share one even when their hashes collide, a full range is
+// refused, and a claim unused for claimTTL goes to another connection.
+func TestUIDClaims(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("uid claims are made by a root adapter")
+	}
+	lockDir := filepath.Join(t.TempDir(), "locks")
+	r := UIDRange{First: 2_000_001_000, Count: 2}
+	lease := func(conn string) (uint32, error) {
+		l, err := leaseUID(r, lockDir, conn)
+		if err != nil {
+			return 0, err
+		}
+		if !l.release() {
+			t.Fatalf("release of %s's uid failed", conn)
+		}
+		return l.uid, nil
+	}
+	a, errA := lease("conn_a")
+	b, errB := lease("conn_b")
+	if errA != nil || errB != nil || a == b {
+		t.Fatalf("conn_a uid %d (%v), conn_b uid %d (%v): want two distinct uids", a, errA, b, errB)
+	}
+	if again, err := lease("conn_a"); err != nil || again != a {
+		t.Errorf("conn_a's next run: uid %d (%v), want %d", again, err, a)
+	}
+	if _, err := lease("conn_c"); !errors.Is(err, errNoFreeUID) {
+		t.Errorf("a third connection in a range of two: %v, want %v", err, errNoFreeUID)
+	}
+	// Two concurrent runs of one connection share its uid.
+	l1, err := leaseUID(r, lockDir, "conn_a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := leaseUID(r, lockDir, "conn_a")
+	if err != nil || l2.uid != l1.uid {
+		t.Fatalf("concurrent runs of conn_a: uids %d and %v (%v)", l1.uid, l2, err)
+	}
+	l1.release()
+	l2.release()
+	// conn_b's claim expires; conn_c takes it over.
+	old := time.Now().Add(-claimTTL - time.Hour)
+	if err := os.Chtimes(filepath.Join(lockDir, strconv.FormatUint(uint64(b), 10)), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := lease("conn_c"); err != nil || c != b {
+		t.Errorf("conn_c after conn_b's claim expired: uid %d (%v), want %d", c, err, b)
+	}
+	if again, err := lease("conn_a"); err != nil || again != a {
+		t.Errorf("conn_a's claim (in use within claimTTL) moved: uid %d (%v), want %d", again, err, a)
+	}
 }

@@ -70,6 +70,7 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		path:    path,
 		args:    append([]string{d.spec.GetCommand()}, d.spec.GetArgs()...),
 		env:     env,
+		connID:  d.connectionID,
 		connDir: connDir,
 		stdin:   inR,
 		stdout:  outW,

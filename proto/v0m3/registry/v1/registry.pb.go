@@ -30,8 +30,9 @@ type IdentityKind int32
 const (
 	// Not recorded.
 	IdentityKind_IDENTITY_KIND_UNSPECIFIED IdentityKind = 0
-	// A host uid and gid of its own while it ran, distinct from the adapter
-	// and from every other running server.
+	// The connection's own host uid and gid, assigned on its first run and
+	// kept for it: distinct from the adapter's and from every other
+	// connection's. Concurrent runs of one connection share it.
 	IdentityKind_IDENTITY_KIND_DEDICATED_UID IdentityKind = 1
 	// An unprivileged uid inside a user namespace of its own, mapped to the
 	// adapter's host uid: the host sees the adapter's user, so process and
@@ -1254,8 +1255,9 @@ type SandboxConstraints struct {
 	// Whether the server was kept from other processes: it could not read
 	// the environment or memory of the adapter or of another server
 	// (/proc/<pid>/environ, /proc/<pid>/mem) nor signal them. Enforced only
-	// when its identity is its own (IDENTITY_KIND_DEDICATED_UID): sharing the
-	// adapter's host uid it may signal the adapter and other servers, even
+	// when its identity is its own (IDENTITY_KIND_DEDICATED_UID); concurrent
+	// runs of the same connection share that identity. Sharing the adapter's
+	// host uid, a server may signal the adapter and other servers, even
 	// where the kernel refuses reading their memory across user namespaces.
 	ProcessIsolation Enforcement `protobuf:"varint,6,opt,name=process_isolation,json=processIsolation,proto3,enum=v0m3.registry.v1.Enforcement" json:"process_isolation,omitempty"`
 	// Whether the server could neither read nor write the adapter's data
@@ -1392,18 +1394,20 @@ type SandboxIdentity struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How the identity was separated from the adapter's.
 	Kind IdentityKind `protobuf:"varint,1,opt,name=kind,proto3,enum=v0m3.registry.v1.IdentityKind" json:"kind,omitempty"`
-	// For IDENTITY_KIND_DEDICATED_UID: the first host uid of the range each
-	// running server takes one uid from (its gid is the same number; it has
-	// no supplementary groups).
-	FirstUid uint32 `protobuf:"varint,2,opt,name=first_uid,json=firstUid,proto3" json:"first_uid,omitempty"`
-	// For IDENTITY_KIND_DEDICATED_UID: the number of uids in that range.
-	UidCount uint32 `protobuf:"varint,3,opt,name=uid_count,json=uidCount,proto3" json:"uid_count,omitempty"`
-	// For IDENTITY_KIND_USER_NAMESPACE and IDENTITY_KIND_NOT_ENFORCED: the
-	// host uid the server shared with the adapter.
-	HostUid uint32 `protobuf:"varint,4,opt,name=host_uid,json=hostUid,proto3" json:"host_uid,omitempty"`
+	// The host uid the server ran as: the connection's own
+	// (IDENTITY_KIND_DEDICATED_UID) or the adapter's.
+	Uid uint32 `protobuf:"varint,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	// The host gid the server ran as. A dedicated identity has no
+	// supplementary groups.
+	Gid uint32 `protobuf:"varint,3,opt,name=gid,proto3" json:"gid,omitempty"`
 	// For IDENTITY_KIND_USER_NAMESPACE: the uid the server had inside its
 	// user namespace.
-	NamespaceUid  uint32 `protobuf:"varint,5,opt,name=namespace_uid,json=namespaceUid,proto3" json:"namespace_uid,omitempty"`
+	NamespaceUid uint32 `protobuf:"varint,4,opt,name=namespace_uid,json=namespaceUid,proto3" json:"namespace_uid,omitempty"`
+	// For IDENTITY_KIND_DEDICATED_UID: the first uid of the range the
+	// connection's uid was assigned from.
+	RangeFirstUid uint32 `protobuf:"varint,5,opt,name=range_first_uid,json=rangeFirstUid,proto3" json:"range_first_uid,omitempty"`
+	// For IDENTITY_KIND_DEDICATED_UID: the number of uids in that range.
+	RangeUidCount uint32 `protobuf:"varint,6,opt,name=range_uid_count,json=rangeUidCount,proto3" json:"range_uid_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1445,23 +1449,16 @@ func (x *SandboxIdentity) GetKind() IdentityKind {
 	return IdentityKind_IDENTITY_KIND_UNSPECIFIED
 }
 
-func (x *SandboxIdentity) GetFirstUid() uint32 {
+func (x *SandboxIdentity) GetUid() uint32 {
 	if x != nil {
-		return x.FirstUid
+		return x.Uid
 	}
 	return 0
 }
 
-func (x *SandboxIdentity) GetUidCount() uint32 {
+func (x *SandboxIdentity) GetGid() uint32 {
 	if x != nil {
-		return x.UidCount
-	}
-	return 0
-}
-
-func (x *SandboxIdentity) GetHostUid() uint32 {
-	if x != nil {
-		return x.HostUid
+		return x.Gid
 	}
 	return 0
 }
@@ -1469,6 +1466,20 @@ func (x *SandboxIdentity) GetHostUid() uint32 {
 func (x *SandboxIdentity) GetNamespaceUid() uint32 {
 	if x != nil {
 		return x.NamespaceUid
+	}
+	return 0
+}
+
+func (x *SandboxIdentity) GetRangeFirstUid() uint32 {
+	if x != nil {
+		return x.RangeFirstUid
+	}
+	return 0
+}
+
+func (x *SandboxIdentity) GetRangeUidCount() uint32 {
+	if x != nil {
+		return x.RangeUidCount
 	}
 	return 0
 }
@@ -4274,13 +4285,14 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\rmax_processes\x18\t \x01(\rR\fmaxProcesses\x12.\n" +
 	"\x13applied_before_exec\x18\n" +
 	" \x01(\bR\x11appliedBeforeExec\x12*\n" +
-	"\x11no_new_privileges\x18\v \x01(\bR\x0fnoNewPrivileges\"\xbf\x01\n" +
+	"\x11no_new_privileges\x18\v \x01(\bR\x0fnoNewPrivileges\"\xde\x01\n" +
 	"\x0fSandboxIdentity\x122\n" +
-	"\x04kind\x18\x01 \x01(\x0e2\x1e.v0m3.registry.v1.IdentityKindR\x04kind\x12\x1b\n" +
-	"\tfirst_uid\x18\x02 \x01(\rR\bfirstUid\x12\x1b\n" +
-	"\tuid_count\x18\x03 \x01(\rR\buidCount\x12\x19\n" +
-	"\bhost_uid\x18\x04 \x01(\rR\ahostUid\x12#\n" +
-	"\rnamespace_uid\x18\x05 \x01(\rR\fnamespaceUid\"\xd3\x03\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1e.v0m3.registry.v1.IdentityKindR\x04kind\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x03 \x01(\rR\x03gid\x12#\n" +
+	"\rnamespace_uid\x18\x04 \x01(\rR\fnamespaceUid\x12&\n" +
+	"\x0frange_first_uid\x18\x05 \x01(\rR\rrangeFirstUid\x12&\n" +
+	"\x0frange_uid_count\x18\x06 \x01(\rR\rrangeUidCount\"\xd3\x03\n" +
 	"\x0eConfigRevision\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12#\n" +
