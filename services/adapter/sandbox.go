@@ -10,7 +10,7 @@ import (
 
 // SandboxConfig says how local (stdio) servers are isolated from the
 // adapter and from each other. The zero value is the default: a dedicated
-// uid per running server when the adapter runs as root, a user namespace
+// uid per connection when the adapter runs as root, a user namespace
 // otherwise.
 type SandboxConfig struct {
 	// UIDs is the range of host uids from which each connection gets one
@@ -24,10 +24,11 @@ type SandboxConfig struct {
 	UIDs UIDRange
 	// SharedIdentity runs local servers under the adapter's own host uid
 	// (unprivileged inside a user namespace of their own) even when the
-	// adapter is root. They can then read the adapter's data directory and
-	// other processes' environment, and the record says so
-	// (NOT_ENFORCED). For hosts where servers need files only the
-	// adapter's user can reach.
+	// adapter is root. They can then reach the adapter's data directory
+	// and signal the adapter and each other, and the record says so
+	// (NOT_ENFORCED); as host root they also have no process limit. For
+	// development hosts where servers need files only the adapter's user
+	// can reach.
 	SharedIdentity bool
 	// MaxProcesses is each local server's process limit (RLIMIT_NPROC):
 	// processes and threads its identity may have at once (concurrent runs

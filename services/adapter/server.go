@@ -280,6 +280,10 @@ func (s *Server) recordSandbox(ctx context.Context, conn *registryv1.Connection,
 		s.log.Warn("network isolation not enforced for a local server: the kernel refused a new network namespace",
 			"connection_id", conn.GetId())
 	}
+	if sb.GetIdentity().GetKind() != registryv1.IdentityKind_IDENTITY_KIND_DEDICATED_UID {
+		s.log.Warn("a local server shares the adapter's host uid: it may signal the adapter and other servers and reach the adapter's data directory",
+			"connection_id", conn.GetId(), "identity", sb.GetIdentity().GetKind().String(), "process_limit", sb.GetProcessLimit().String())
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := s.deps.Registry.UpdateConnection(ctx, &registryv1.UpdateConnectionRequest{
