@@ -134,6 +134,11 @@ func connectError(connectionID string, err error, m *meter) error {
 	case errors.Is(err, errAdapterClosed):
 		return apierror.New(codes.Unavailable, "ADAPTER_SHUTTING_DOWN", "the adapter is shutting down; retry on another instance", nil)
 	}
+	if se, ok := sandboxSetupError(err); ok {
+		return apierror.New(codes.FailedPrecondition, CodeSandboxUnavailable,
+			fmt.Sprintf("connection %s: the local server was not started: %v", connectionID, se),
+			map[string]string{"connection_id": connectionID})
+	}
 	return nil
 }
 

@@ -53,6 +53,10 @@ const (
 	CodeEndpointNotAllowed   = reach.ReasonEndpoint
 	CodeExecutableNotAllowed = reach.ReasonExecutable
 	CodeEnvNotAllowed        = reach.ReasonEnv
+	// CodeSandboxUnavailable: the adapter could not set up a local
+	// server's sandbox (data directory, dedicated uid, user namespace), so
+	// it did not start the server; the detail says why.
+	CodeSandboxUnavailable = "SANDBOX_UNAVAILABLE"
 )
 
 // Execute performs one remote call for an already authorized attempt.
@@ -173,6 +177,9 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeCredentialUnavailable, "")
 		case errors.Is(err, errAdapterClosed):
 			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeAdapterShuttingDown, "")
+		case isSandboxSetup(err):
+			// The adapter's own account of its host or configuration.
+			return failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeSandboxUnavailable, err.Error())
 		case ctx.Err() != nil:
 			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeDeadlineExceeded, "")
 		}

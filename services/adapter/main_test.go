@@ -33,6 +33,7 @@ const secretEnv = "V0M3_TEST_SECRET_TOKEN"
 
 var (
 	fixtureBin string // the built fixture command
+	escapeBin  string // the built hostile escape server
 	httpURL    string // a hostile fixture served over streamable HTTP
 )
 
@@ -48,12 +49,21 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	fixtureBin = filepath.Join(dir, "fixture")
-	build := exec.Command("go", "build", "-o", fixtureBin, "github.com/v0m3/v0m3/services/adapter/internal/fixturecmd")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build fixture:", err)
+	// Local servers run under uids of their own: the fixture must be
+	// reachable by them, as a server's executable is in production.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	fixtureBin = filepath.Join(dir, "fixture")
+	escapeBin = filepath.Join(dir, "escape")
+	for bin, pkg := range map[string]string{fixtureBin: "fixturecmd", escapeBin: "escapecmd"} {
+		build := exec.Command("go", "build", "-o", bin, "github.com/v0m3/v0m3/services/adapter/internal/"+pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build "+pkg+":", err)
+			return 1
+		}
 	}
 	os.Setenv(secretEnv, "hunter2")
 

@@ -41,9 +41,13 @@ type Deps struct {
 	Policy policyv1.PolicyServiceClient
 	// Evidence receives protocol-layer trace events; may be nil.
 	Evidence evidencev1.EvidenceServiceClient
-	// WorkDir is the root of per-connection working directories for local
-	// servers; "" means os.TempDir()/v0m3-work.
+	// WorkDir is the adapter's data directory, the root of per-connection
+	// working directories for local servers; "" means
+	// os.TempDir()/v0m3-work. The adapter keeps it mode 0700.
 	WorkDir string
+	// Sandbox says how local servers are isolated; the zero value is the
+	// default (see SandboxConfig).
+	Sandbox SandboxConfig
 	// Direct maps a direct (non-MCP) adapter name to its implementation;
 	// nil means DefaultDirectSources.
 	Direct map[string]DirectSource
@@ -106,6 +110,7 @@ type Server struct {
 	log           *slog.Logger
 	workDir       string
 	reach         reach.Policy
+	sandbox       *sandboxer
 	httpTransport *http.Transport
 	direct        map[string]DirectSource
 	fixtures      *Fixtures
@@ -141,7 +146,7 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 	if fx != nil && fx.Mode == FixturesOff {
 		fx = nil
 	}
-	return &Server{deps: deps, log: log, workDir: wd, reach: policy, httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx}
+	return &Server{deps: deps, log: log, workDir: wd, reach: policy, sandbox: newSandboxer(deps.Sandbox, wd, log), httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx}
 }
 
 // Close shuts the adapter down cleanly: it refuses new sessions, closes
@@ -232,7 +237,7 @@ func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, l
 
 func retryable(err error, m *meter) bool {
 	var ce *credentialError
-	if errors.As(err, &ce) || isLimitError(err, m) || refusal(err, m) != nil || errors.Is(err, errAdapterClosed) {
+	if errors.As(err, &ce) || isLimitError(err, m) || refusal(err, m) != nil || errors.Is(err, errAdapterClosed) || isSandboxSetup(err) {
 		return false
 	}
 	_, isStatus := status.FromError(err)
@@ -318,6 +323,10 @@ func (s *Server) recordSandbox(ctx context.Context, conn *registryv1.Connection,
 	if sb.GetNetwork() != registryv1.NetworkIsolation_NETWORK_ISOLATION_ENFORCED {
 		s.log.Warn("network isolation not enforced for a local server: the kernel refused a new network namespace",
 			"connection_id", conn.GetId())
+	}
+	if sb.GetIdentity().GetKind() != registryv1.IdentityKind_IDENTITY_KIND_DEDICATED_UID {
+		s.log.Warn("a local server shares the adapter's host uid: it may signal the adapter and other servers and reach the adapter's data directory",
+			"connection_id", conn.GetId(), "identity", sb.GetIdentity().GetKind().String(), "process_limit", sb.GetProcessLimit().String())
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,11 +28,12 @@ const stopGrace = 2 * time.Second
 
 // stdioDialer starts a connection's local server as a child process and
 // speaks MCP over its stdin/stdout. The child runs in a fresh working
-// directory under the connection's own directory, with only its configured
-// environment (plus the resolved credential, if the connection has one),
-// in its own process group, in a new network namespace where the kernel
-// allows it, under resource limits, and is always reaped. After open,
-// sandbox holds the constraints actually applied.
+// directory of its own under the connection's directory, with only its
+// configured environment (plus the resolved credential, if the connection
+// has one), under the sandbox sx applies (its own identity, process group,
+// network namespace and limits; see sandboxer.start), and is always
+// reaped, with everything it left running. After open, sandbox holds the
+// constraints actually applied.
 type stdioDialer struct {
 	spec          *registryv1.StdioTransport
 	workRoot      string
@@ -41,6 +41,7 @@ type stdioDialer struct {
 	credentialRef string
 	creds         *credentials
 	reach         reach.Policy
+	sx            *sandboxer
 	log           *slog.Logger
 
 	sandbox *registryv1.SandboxConstraints
@@ -69,47 +70,35 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 	if secret != "" {
 		env = withEnv(env, CredentialEnv, secret)
 	}
-	parent := filepath.Join(d.workRoot, safeName(d.connectionID))
-	if err := os.MkdirAll(parent, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("create working directory: %w", err)
-	}
-	dir, err := os.MkdirTemp(parent, "run-")
-	if err != nil {
-		return nil, nil, fmt.Errorf("create working directory: %w", err)
-	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, nil, fmt.Errorf("stdin pipe: %w", err)
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		_ = os.RemoveAll(dir)
 		closeAll(inR, inW)
 		return nil, nil, fmt.Errorf("stdout pipe: %w", err)
 	}
-	cmd, sb, err := startSandboxed(func() *exec.Cmd {
-		return &exec.Cmd{
-			Path:   path,
-			Args:   append([]string{d.spec.GetCommand()}, d.spec.GetArgs()...),
-			Env:    env,
-			Dir:    dir,
-			Stdin:  inR,
-			Stdout: outW,
-			// Stderr stays nil (/dev/null): it is untrusted free text and
-			// is neither buffered nor logged.
-		}
+	connDir := filepath.Join(d.workRoot, safeName(d.connectionID))
+	child, sb, err := d.sx.start(launchSpec{
+		path:    path,
+		args:    append([]string{d.spec.GetCommand()}, d.spec.GetArgs()...),
+		env:     env,
+		connID:  d.connectionID,
+		connDir: connDir,
+		stdin:   inR,
+		stdout:  outW,
 	})
 	if err != nil {
 		closeAll(inR, inW, outR, outW)
-		_ = os.RemoveAll(dir)
 		// The error names the executable only: env (and the credential
 		// in it) never enters an error.
 		return nil, nil, fmt.Errorf("start %s: %w", filepath.Base(path), errnoOnly(err))
 	}
+	cmd := child.cmd
 	// The working directory recorded is the connection's own directory:
 	// every run gets a fresh one inside it.
-	sb.WorkingDir = parent
+	sb.WorkingDir = connDir
 	sb.MinimalEnvironment = true
 	d.sandbox = sb
 	// The child holds its own ends now.
@@ -135,7 +124,7 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		}
 		killGroup(cmd)
 		<-exited
-		_ = os.RemoveAll(dir)
+		child.done()
 	}
 	return t, release, nil
 }
@@ -143,6 +132,10 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 // errnoOnly reduces a start error to its errno when it has one, so no part
 // of the command's configuration is carried along.
 func errnoOnly(err error) error {
+	var se *sandboxError
+	if errors.As(err, &se) {
+		return se
+	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
 		return errno

@@ -50,7 +50,42 @@ func thirdPartyDir(t *testing.T) string {
 		}
 		t.Skip("!!! SKIPPING THIRD-PARTY MCP SERVER TESTS: " + msg)
 	}
+	if os.Geteuid() == 0 {
+		dir = reachableCopy(t, dir)
+	}
 	return filepath.Join(dir, "node_modules", "@modelcontextprotocol")
+}
+
+// reachableCopy copies the install into a directory every uid may
+// read. A root adapter runs each local server under a uid of its own,
+// and the install usually lies under root's 0700 home: the servers must be
+// reachable by their uid, as in production.
+func reachableCopy(t *testing.T, dir string) string {
+	t.Helper()
+	dst := reachableTempDir(t)
+	out := filepath.Join(dst, filepath.Base(dir))
+	if b, err := exec.Command("cp", "-a", dir, dst).CombinedOutput(); err != nil {
+		t.Fatalf("copy the third-party servers: %v: %s", err, b)
+	}
+	if b, err := exec.Command("chmod", "-R", "go+rX", out).CombinedOutput(); err != nil {
+		t.Fatalf("open the third-party servers to every uid: %v: %s", err, b)
+	}
+	return out
+}
+
+// reachableTempDir is a temporary directory every uid may traverse
+// (t.TempDir's parent is 0700).
+func reachableTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "v0m3-reachable-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 type thirdParty struct {
@@ -164,7 +199,9 @@ func TestThirdPartyFilesystem(t *testing.T) {
 	t.Parallel()
 	dir := thirdPartyDir(t)
 	tp := startThirdParty(t)
-	root := t.TempDir()
+	// The server runs under a uid of its own: it must be able to read the
+	// directory it serves.
+	root := reachableTempDir(t)
 	content := "# Migration guide\n\nRetry after the interval the server names.\n"
 	path := filepath.Join(root, "guide.md")
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {

@@ -56,7 +56,7 @@ func freeAddr(t *testing.T) string {
 // connects, discovers and maps it.
 func newHTTPWorld(t *testing.T, fixtureArgs ...string) *world {
 	t.Helper()
-	w := &world{t: t, s: startSuite(t, t.TempDir()), callLog: filepath.Join(t.TempDir(), "calls.jsonl"), addr: freeAddr(t)}
+	w := &world{t: t, s: startSuite(t, t.TempDir()), callLog: filepath.Join(serverDir(t), "calls.jsonl"), addr: freeAddr(t)}
 	w.restartFixture(fixtureArgs...)
 	w.connect(scenario.HTTPFixture("http://" + w.addr + "/mcp"))
 	return w
@@ -339,7 +339,7 @@ func TestConfigMoveNeedsReview(t *testing.T) {
 	w.connect(scenario.StdioFixture(v0m3Bin))
 	task := w.startTask()
 
-	moved := filepath.Join(t.TempDir(), "v0m3-moved")
+	moved := filepath.Join(serverDir(t), "v0m3-moved")
 	copyFile(t, v0m3Bin, moved)
 	conn, err := w.s.Registry.UpdateConnection(ctx, &registryv1.UpdateConnectionRequest{
 		Id: w.conn.GetId(), ExpectedConfigRevision: w.conn.GetConfigRevision(),

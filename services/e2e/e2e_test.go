@@ -42,6 +42,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// A root adapter runs each local server under a uid of its own: the
+	// binary must be reachable by it, as a server's executable is in
+	// production.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	v0m3Bin = filepath.Join(dir, "v0m3")
 	build := exec.Command("go", "build", "-o", v0m3Bin, "github.com/v0m3/v0m3/cmd/v0m3")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
@@ -52,6 +59,23 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// serverDir is a temporary directory for what a local server reads or
+// writes (its executable, call log, work files). A root adapter runs each
+// local server under a uid of its own, and t.TempDir is closed to other
+// uids.
+func serverDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "v0m3-e2e-server-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func startSuite(t *testing.T, dataDir string) *suite.Suite {
@@ -149,7 +173,7 @@ func TestFirstExperiment(t *testing.T) {
 	for _, transport := range []string{"stdio", "http"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			logPath := filepath.Join(t.TempDir(), "calls.jsonl")
+			logPath := filepath.Join(serverDir(t), "calls.jsonl")
 			var tr *registryv1.Transport
 			if transport == "stdio" {
 				tr = scenario.StdioFixture(v0m3Bin, "--call-log", logPath)

@@ -41,7 +41,7 @@ func evidenceWorld(t *testing.T, cfg suite.Config, limits *registryv1.Limits, fi
 		t.Fatalf("start suite: %v", err)
 	}
 	t.Cleanup(s.Close)
-	w := &world{t: t, s: s, callLog: filepath.Join(t.TempDir(), "calls.jsonl"), addr: freeAddr(t)}
+	w := &world{t: t, s: s, callLog: filepath.Join(serverDir(t), "calls.jsonl"), addr: freeAddr(t)}
 	w.restartFixture(fixtureArgs...)
 	ctx := context.Background()
 	w.conn, err = s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
@@ -355,9 +355,9 @@ type recording struct {
 // the fixture executable at a path that is removed afterwards.
 func recordFirstExperiment(t *testing.T) *recording {
 	t.Helper()
-	exe := filepath.Join(t.TempDir(), "fixture-server-bin")
+	exe := filepath.Join(serverDir(t), "fixture-server-bin")
 	copyFile(t, v0m3Bin, exe)
-	rec := &recording{fixtures: filepath.Join(t.TempDir(), "fixtures"), callLog: filepath.Join(t.TempDir(), "calls.jsonl")}
+	rec := &recording{fixtures: filepath.Join(t.TempDir(), "fixtures"), callLog: filepath.Join(serverDir(t), "calls.jsonl")}
 	rec.transport = scenario.StdioFixture(exe, "--call-log", rec.callLog)
 	s, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), Fixtures: &adapter.Fixtures{Dir: rec.fixtures, Mode: adapter.FixturesRecord}})
 	if err != nil {
@@ -492,7 +492,7 @@ func TestReplayMissingDiscoveryFixture(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	logPath := filepath.Join(t.TempDir(), "calls.jsonl")
+	logPath := filepath.Join(serverDir(t), "calls.jsonl")
 	s := replaySuite(t, dir, filepath.Join(t.TempDir(), "empty"))
 	conn, err := s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath),

@@ -82,7 +82,7 @@ func (r *rendererEnv) artifacts(t *testing.T) int {
 func connectRenderer(t *testing.T, c suite.Clients, args ...string) *rendererEnv {
 	t.Helper()
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := serverDir(t)
 	env := &rendererEnv{workDir: filepath.Join(dir, "work"), callLog: filepath.Join(dir, "calls.jsonl")}
 	var err error
 	env.conn, err = c.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
@@ -321,7 +321,7 @@ func TestRendererFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := startWithOrchestrator(t, orchestrator.Deps{AttemptTimeout: 2 * time.Second})
-			down := filepath.Join(t.TempDir(), "down")
+			down := filepath.Join(serverDir(t), "down")
 			args := append([]string(nil), tc.args...)
 			for i, a := range args {
 				if a == "DOWN" {

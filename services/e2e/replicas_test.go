@@ -69,7 +69,7 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 	a, b := startDev(t, store), startDev(t, store)
 	ctx := context.Background()
 
-	logPath := filepath.Join(t.TempDir(), "calls.jsonl")
+	logPath := filepath.Join(serverDir(t), "calls.jsonl")
 	r, err := scenario.Run(ctx, a, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath)})
 	if err != nil {
 		t.Fatalf("scenario through the first process: %v", err)

@@ -23,6 +23,121 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// IdentityKind says how a local server's identity was separated from the
+// adapter's and from other servers'.
+type IdentityKind int32
+
+const (
+	// Not recorded.
+	IdentityKind_IDENTITY_KIND_UNSPECIFIED IdentityKind = 0
+	// The connection's own host uid and gid, assigned on its first run and
+	// kept for it: distinct from the adapter's and from every other
+	// connection's. Concurrent runs of one connection share it.
+	IdentityKind_IDENTITY_KIND_DEDICATED_UID IdentityKind = 1
+	// An unprivileged uid inside a user namespace of its own, mapped to the
+	// adapter's host uid: the host sees the adapter's user, so process and
+	// data-dir isolation are not enforced.
+	IdentityKind_IDENTITY_KIND_USER_NAMESPACE IdentityKind = 2
+	// Neither: the server ran as the adapter's user.
+	IdentityKind_IDENTITY_KIND_NOT_ENFORCED IdentityKind = 3
+)
+
+// Enum value maps for IdentityKind.
+var (
+	IdentityKind_name = map[int32]string{
+		0: "IDENTITY_KIND_UNSPECIFIED",
+		1: "IDENTITY_KIND_DEDICATED_UID",
+		2: "IDENTITY_KIND_USER_NAMESPACE",
+		3: "IDENTITY_KIND_NOT_ENFORCED",
+	}
+	IdentityKind_value = map[string]int32{
+		"IDENTITY_KIND_UNSPECIFIED":    0,
+		"IDENTITY_KIND_DEDICATED_UID":  1,
+		"IDENTITY_KIND_USER_NAMESPACE": 2,
+		"IDENTITY_KIND_NOT_ENFORCED":   3,
+	}
+)
+
+func (x IdentityKind) Enum() *IdentityKind {
+	p := new(IdentityKind)
+	*p = x
+	return p
+}
+
+func (x IdentityKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IdentityKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_registry_v1_registry_proto_enumTypes[0].Descriptor()
+}
+
+func (IdentityKind) Type() protoreflect.EnumType {
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[0]
+}
+
+func (x IdentityKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IdentityKind.Descriptor instead.
+func (IdentityKind) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{0}
+}
+
+// Enforcement says whether one sandbox constraint was applied.
+type Enforcement int32
+
+const (
+	// Not recorded.
+	Enforcement_ENFORCEMENT_UNSPECIFIED Enforcement = 0
+	// Applied.
+	Enforcement_ENFORCEMENT_ENFORCED Enforcement = 1
+	// Not applied: the kernel refused it or the configuration turned it off.
+	Enforcement_ENFORCEMENT_NOT_ENFORCED Enforcement = 2
+)
+
+// Enum value maps for Enforcement.
+var (
+	Enforcement_name = map[int32]string{
+		0: "ENFORCEMENT_UNSPECIFIED",
+		1: "ENFORCEMENT_ENFORCED",
+		2: "ENFORCEMENT_NOT_ENFORCED",
+	}
+	Enforcement_value = map[string]int32{
+		"ENFORCEMENT_UNSPECIFIED":  0,
+		"ENFORCEMENT_ENFORCED":     1,
+		"ENFORCEMENT_NOT_ENFORCED": 2,
+	}
+)
+
+func (x Enforcement) Enum() *Enforcement {
+	p := new(Enforcement)
+	*p = x
+	return p
+}
+
+func (x Enforcement) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Enforcement) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_registry_v1_registry_proto_enumTypes[1].Descriptor()
+}
+
+func (Enforcement) Type() protoreflect.EnumType {
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[1]
+}
+
+func (x Enforcement) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Enforcement.Descriptor instead.
+func (Enforcement) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{1}
+}
+
 // NetworkIsolation says whether a local server had network access.
 type NetworkIsolation int32
 
@@ -64,11 +179,11 @@ func (x NetworkIsolation) String() string {
 }
 
 func (NetworkIsolation) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[0].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[2].Descriptor()
 }
 
 func (NetworkIsolation) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[0]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[2]
 }
 
 func (x NetworkIsolation) Number() protoreflect.EnumNumber {
@@ -77,7 +192,7 @@ func (x NetworkIsolation) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NetworkIsolation.Descriptor instead.
 func (NetworkIsolation) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{0}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{2}
 }
 
 // ReviewState is the review state of a connection.
@@ -121,11 +236,11 @@ func (x ReviewState) String() string {
 }
 
 func (ReviewState) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[1].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[3].Descriptor()
 }
 
 func (ReviewState) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[1]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[3]
 }
 
 func (x ReviewState) Number() protoreflect.EnumNumber {
@@ -134,7 +249,7 @@ func (x ReviewState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReviewState.Descriptor instead.
 func (ReviewState) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{1}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{3}
 }
 
 // ConnectionState is the lifecycle state of a connection.
@@ -174,11 +289,11 @@ func (x ConnectionState) String() string {
 }
 
 func (ConnectionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[2].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[4].Descriptor()
 }
 
 func (ConnectionState) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[2]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[4]
 }
 
 func (x ConnectionState) Number() protoreflect.EnumNumber {
@@ -187,7 +302,7 @@ func (x ConnectionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConnectionState.Descriptor instead.
 func (ConnectionState) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{2}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{4}
 }
 
 // ChangeKind classifies an ItemChange.
@@ -231,11 +346,11 @@ func (x ChangeKind) String() string {
 }
 
 func (ChangeKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[3].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[5].Descriptor()
 }
 
 func (ChangeKind) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[3]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[5]
 }
 
 func (x ChangeKind) Number() protoreflect.EnumNumber {
@@ -244,7 +359,7 @@ func (x ChangeKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChangeKind.Descriptor instead.
 func (ChangeKind) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{3}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{5}
 }
 
 // EffectClass is what kind of consequence a capability has.
@@ -288,11 +403,11 @@ func (x EffectClass) String() string {
 }
 
 func (EffectClass) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[4].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[6].Descriptor()
 }
 
 func (EffectClass) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[4]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[6]
 }
 
 func (x EffectClass) Number() protoreflect.EnumNumber {
@@ -301,7 +416,7 @@ func (x EffectClass) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EffectClass.Descriptor instead.
 func (EffectClass) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{4}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{6}
 }
 
 // RetryRule says what a new attempt after a failure may do.
@@ -345,11 +460,11 @@ func (x RetryRule) String() string {
 }
 
 func (RetryRule) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[5].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[7].Descriptor()
 }
 
 func (RetryRule) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[5]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[7]
 }
 
 func (x RetryRule) Number() protoreflect.EnumNumber {
@@ -358,7 +473,7 @@ func (x RetryRule) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetryRule.Descriptor instead.
 func (RetryRule) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{5}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
 }
 
 // MappingState is the review state of a mapping revision.
@@ -407,11 +522,11 @@ func (x MappingState) String() string {
 }
 
 func (MappingState) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[6].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[8].Descriptor()
 }
 
 func (MappingState) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[6]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[8]
 }
 
 func (x MappingState) Number() protoreflect.EnumNumber {
@@ -420,7 +535,7 @@ func (x MappingState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MappingState.Descriptor instead.
 func (MappingState) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{6}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
 }
 
 // RemoteKind says whether a mapping targets a tool or a resource.
@@ -460,11 +575,11 @@ func (x RemoteKind) String() string {
 }
 
 func (RemoteKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[7].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[9].Descriptor()
 }
 
 func (RemoteKind) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[7]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[9]
 }
 
 func (x RemoteKind) Number() protoreflect.EnumNumber {
@@ -473,7 +588,7 @@ func (x RemoteKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RemoteKind.Descriptor instead.
 func (RemoteKind) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
 }
 
 // RegistryEventType classifies a registry event.
@@ -541,11 +656,11 @@ func (x RegistryEventType) String() string {
 }
 
 func (RegistryEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[8].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[10].Descriptor()
 }
 
 func (RegistryEventType) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[8]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[10]
 }
 
 func (x RegistryEventType) Number() protoreflect.EnumNumber {
@@ -554,7 +669,7 @@ func (x RegistryEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RegistryEventType.Descriptor instead.
 func (RegistryEventType) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
 // Connection is the local registry identity of one configured server.
@@ -1121,10 +1236,13 @@ func (x *ServerInfo) GetTitle() string {
 }
 
 // SandboxConstraints records the constraints actually applied to a local
-// server process.
+// server process: what the kernel enforced, and NOT_ENFORCED for what it
+// refused or the configuration turned off. It is written by the adapter
+// each time what it applies changes.
 type SandboxConstraints struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Working directory the process was confined to.
+	// Directory under which each run of the server gets a fresh working
+	// directory of its own (owned by the server's identity).
 	WorkingDir string `protobuf:"bytes,1,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
 	// Whether the environment was reduced to an allow-list.
 	MinimalEnvironment bool `protobuf:"varint,2,opt,name=minimal_environment,json=minimalEnvironment,proto3" json:"minimal_environment,omitempty"`
@@ -1132,8 +1250,36 @@ type SandboxConstraints struct {
 	Network NetworkIsolation `protobuf:"varint,3,opt,name=network,proto3,enum=v0m3.registry.v1.NetworkIsolation" json:"network,omitempty"`
 	// Resource limits applied, in words, e.g. "RLIMIT_AS=1GiB".
 	ResourceLimits []string `protobuf:"bytes,4,rep,name=resource_limits,json=resourceLimits,proto3" json:"resource_limits,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The identity the server ran as.
+	Identity *SandboxIdentity `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
+	// Whether the server was kept from other processes: it could not read
+	// the environment or memory of the adapter or of another server
+	// (/proc/<pid>/environ, /proc/<pid>/mem) nor signal them. Enforced only
+	// when its identity is its own (IDENTITY_KIND_DEDICATED_UID); concurrent
+	// runs of the same connection share that identity. Sharing the adapter's
+	// host uid, a server may signal the adapter and other servers, even
+	// where the kernel refuses reading their memory across user namespaces.
+	ProcessIsolation Enforcement `protobuf:"varint,6,opt,name=process_isolation,json=processIsolation,proto3,enum=v0m3.registry.v1.Enforcement" json:"process_isolation,omitempty"`
+	// Whether the server could neither read nor write the adapter's data
+	// directory (mode 0700, owned by the adapter) outside its own working
+	// directory. Enforced only when its identity is its own.
+	DataDirIsolation Enforcement `protobuf:"varint,7,opt,name=data_dir_isolation,json=dataDirIsolation,proto3,enum=v0m3.registry.v1.Enforcement" json:"data_dir_isolation,omitempty"`
+	// Whether the number of processes and threads of the server's identity
+	// was limited (RLIMIT_NPROC, counted per identity, so per server once
+	// identities are dedicated). Not enforced when the kernel exempts the
+	// identity (host root) or the limit could not be set.
+	ProcessLimit Enforcement `protobuf:"varint,8,opt,name=process_limit,json=processLimit,proto3,enum=v0m3.registry.v1.Enforcement" json:"process_limit,omitempty"`
+	// The process limit, when process_limit is enforced.
+	MaxProcesses uint32 `protobuf:"varint,9,opt,name=max_processes,json=maxProcesses,proto3" json:"max_processes,omitempty"`
+	// Whether the identity and every limit were in place before the server's
+	// first instruction ran (set by a launcher just before exec), rather than
+	// applied to the already running process.
+	AppliedBeforeExec bool `protobuf:"varint,10,opt,name=applied_before_exec,json=appliedBeforeExec,proto3" json:"applied_before_exec,omitempty"`
+	// Whether the server could not gain privileges through exec (set-user-ID
+	// binaries, file capabilities): PR_SET_NO_NEW_PRIVS.
+	NoNewPrivileges bool `protobuf:"varint,11,opt,name=no_new_privileges,json=noNewPrivileges,proto3" json:"no_new_privileges,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SandboxConstraints) Reset() {
@@ -1194,6 +1340,150 @@ func (x *SandboxConstraints) GetResourceLimits() []string {
 	return nil
 }
 
+func (x *SandboxConstraints) GetIdentity() *SandboxIdentity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *SandboxConstraints) GetProcessIsolation() Enforcement {
+	if x != nil {
+		return x.ProcessIsolation
+	}
+	return Enforcement_ENFORCEMENT_UNSPECIFIED
+}
+
+func (x *SandboxConstraints) GetDataDirIsolation() Enforcement {
+	if x != nil {
+		return x.DataDirIsolation
+	}
+	return Enforcement_ENFORCEMENT_UNSPECIFIED
+}
+
+func (x *SandboxConstraints) GetProcessLimit() Enforcement {
+	if x != nil {
+		return x.ProcessLimit
+	}
+	return Enforcement_ENFORCEMENT_UNSPECIFIED
+}
+
+func (x *SandboxConstraints) GetMaxProcesses() uint32 {
+	if x != nil {
+		return x.MaxProcesses
+	}
+	return 0
+}
+
+func (x *SandboxConstraints) GetAppliedBeforeExec() bool {
+	if x != nil {
+		return x.AppliedBeforeExec
+	}
+	return false
+}
+
+func (x *SandboxConstraints) GetNoNewPrivileges() bool {
+	if x != nil {
+		return x.NoNewPrivileges
+	}
+	return false
+}
+
+// SandboxIdentity is the host identity a local server ran as.
+type SandboxIdentity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How the identity was separated from the adapter's.
+	Kind IdentityKind `protobuf:"varint,1,opt,name=kind,proto3,enum=v0m3.registry.v1.IdentityKind" json:"kind,omitempty"`
+	// The host uid the server ran as: the connection's own
+	// (IDENTITY_KIND_DEDICATED_UID) or the adapter's.
+	Uid uint32 `protobuf:"varint,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	// The host gid the server ran as. A dedicated identity has no
+	// supplementary groups.
+	Gid uint32 `protobuf:"varint,3,opt,name=gid,proto3" json:"gid,omitempty"`
+	// For IDENTITY_KIND_USER_NAMESPACE: the uid the server had inside its
+	// user namespace.
+	NamespaceUid uint32 `protobuf:"varint,4,opt,name=namespace_uid,json=namespaceUid,proto3" json:"namespace_uid,omitempty"`
+	// For IDENTITY_KIND_DEDICATED_UID: the first uid of the range the
+	// connection's uid was assigned from.
+	RangeFirstUid uint32 `protobuf:"varint,5,opt,name=range_first_uid,json=rangeFirstUid,proto3" json:"range_first_uid,omitempty"`
+	// For IDENTITY_KIND_DEDICATED_UID: the number of uids in that range.
+	RangeUidCount uint32 `protobuf:"varint,6,opt,name=range_uid_count,json=rangeUidCount,proto3" json:"range_uid_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxIdentity) Reset() {
+	*x = SandboxIdentity{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxIdentity) ProtoMessage() {}
+
+func (x *SandboxIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxIdentity.ProtoReflect.Descriptor instead.
+func (*SandboxIdentity) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SandboxIdentity) GetKind() IdentityKind {
+	if x != nil {
+		return x.Kind
+	}
+	return IdentityKind_IDENTITY_KIND_UNSPECIFIED
+}
+
+func (x *SandboxIdentity) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *SandboxIdentity) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+func (x *SandboxIdentity) GetNamespaceUid() uint32 {
+	if x != nil {
+		return x.NamespaceUid
+	}
+	return 0
+}
+
+func (x *SandboxIdentity) GetRangeFirstUid() uint32 {
+	if x != nil {
+		return x.RangeFirstUid
+	}
+	return 0
+}
+
+func (x *SandboxIdentity) GetRangeUidCount() uint32 {
+	if x != nil {
+		return x.RangeUidCount
+	}
+	return 0
+}
+
 // ConfigRevision is one numbered revision of a connection's configuration.
 type ConfigRevision struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1225,7 +1515,7 @@ type ConfigRevision struct {
 
 func (x *ConfigRevision) Reset() {
 	*x = ConfigRevision{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1527,7 @@ func (x *ConfigRevision) String() string {
 func (*ConfigRevision) ProtoMessage() {}
 
 func (x *ConfigRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1540,7 @@ func (x *ConfigRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigRevision.ProtoReflect.Descriptor instead.
 func (*ConfigRevision) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ConfigRevision) GetConnectionId() string {
@@ -1355,7 +1645,7 @@ type CreateConnectionRequest struct {
 
 func (x *CreateConnectionRequest) Reset() {
 	*x = CreateConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1657,7 @@ func (x *CreateConnectionRequest) String() string {
 func (*CreateConnectionRequest) ProtoMessage() {}
 
 func (x *CreateConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1670,7 @@ func (x *CreateConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConnectionRequest.ProtoReflect.Descriptor instead.
 func (*CreateConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateConnectionRequest) GetDisplayName() string {
@@ -1450,7 +1740,7 @@ type GetConnectionRequest struct {
 
 func (x *GetConnectionRequest) Reset() {
 	*x = GetConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1752,7 @@ func (x *GetConnectionRequest) String() string {
 func (*GetConnectionRequest) ProtoMessage() {}
 
 func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1765,7 @@ func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*GetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetConnectionRequest) GetId() string {
@@ -1496,7 +1786,7 @@ type ListConnectionsRequest struct {
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1798,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1811,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListConnectionsRequest) GetIncludeRetired() bool {
@@ -1542,7 +1832,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1844,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1857,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*Connection {
@@ -1611,7 +1901,7 @@ type UpdateConnectionRequest struct {
 
 func (x *UpdateConnectionRequest) Reset() {
 	*x = UpdateConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1913,7 @@ func (x *UpdateConnectionRequest) String() string {
 func (*UpdateConnectionRequest) ProtoMessage() {}
 
 func (x *UpdateConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1926,7 @@ func (x *UpdateConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateConnectionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateConnectionRequest) GetId() string {
@@ -1736,7 +2026,7 @@ type RetireConnectionRequest struct {
 
 func (x *RetireConnectionRequest) Reset() {
 	*x = RetireConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +2038,7 @@ func (x *RetireConnectionRequest) String() string {
 func (*RetireConnectionRequest) ProtoMessage() {}
 
 func (x *RetireConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +2051,7 @@ func (x *RetireConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireConnectionRequest.ProtoReflect.Descriptor instead.
 func (*RetireConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RetireConnectionRequest) GetId() string {
@@ -1789,7 +2079,7 @@ type ListConfigRevisionsRequest struct {
 
 func (x *ListConfigRevisionsRequest) Reset() {
 	*x = ListConfigRevisionsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +2091,7 @@ func (x *ListConfigRevisionsRequest) String() string {
 func (*ListConfigRevisionsRequest) ProtoMessage() {}
 
 func (x *ListConfigRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +2104,7 @@ func (x *ListConfigRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConfigRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListConfigRevisionsRequest) GetConnectionId() string {
@@ -1835,7 +2125,7 @@ type ListConfigRevisionsResponse struct {
 
 func (x *ListConfigRevisionsResponse) Reset() {
 	*x = ListConfigRevisionsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +2137,7 @@ func (x *ListConfigRevisionsResponse) String() string {
 func (*ListConfigRevisionsResponse) ProtoMessage() {}
 
 func (x *ListConfigRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +2150,7 @@ func (x *ListConfigRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConfigRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListConfigRevisionsResponse) GetRevisions() []*ConfigRevision {
@@ -1898,7 +2188,7 @@ type DiscoverySnapshot struct {
 
 func (x *DiscoverySnapshot) Reset() {
 	*x = DiscoverySnapshot{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2200,7 @@ func (x *DiscoverySnapshot) String() string {
 func (*DiscoverySnapshot) ProtoMessage() {}
 
 func (x *DiscoverySnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2213,7 @@ func (x *DiscoverySnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverySnapshot.ProtoReflect.Descriptor instead.
 func (*DiscoverySnapshot) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DiscoverySnapshot) GetId() string {
@@ -2020,7 +2310,7 @@ type ToolIdentity struct {
 
 func (x *ToolIdentity) Reset() {
 	*x = ToolIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2322,7 @@ func (x *ToolIdentity) String() string {
 func (*ToolIdentity) ProtoMessage() {}
 
 func (x *ToolIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2335,7 @@ func (x *ToolIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolIdentity.ProtoReflect.Descriptor instead.
 func (*ToolIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolIdentity) GetName() string {
@@ -2141,7 +2431,7 @@ type ResourceIdentity struct {
 
 func (x *ResourceIdentity) Reset() {
 	*x = ResourceIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2443,7 @@ func (x *ResourceIdentity) String() string {
 func (*ResourceIdentity) ProtoMessage() {}
 
 func (x *ResourceIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2456,7 @@ func (x *ResourceIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceIdentity.ProtoReflect.Descriptor instead.
 func (*ResourceIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResourceIdentity) GetUri() string {
@@ -2229,7 +2519,7 @@ type RecordSnapshotRequest struct {
 
 func (x *RecordSnapshotRequest) Reset() {
 	*x = RecordSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2531,7 @@ func (x *RecordSnapshotRequest) String() string {
 func (*RecordSnapshotRequest) ProtoMessage() {}
 
 func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2544,7 @@ func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RecordSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RecordSnapshotRequest) GetSnapshot() *DiscoverySnapshot {
@@ -2275,7 +2565,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2577,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2590,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetSnapshotRequest) GetId() string {
@@ -2321,7 +2611,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2623,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2636,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListSnapshotsRequest) GetConnectionId() string {
@@ -2367,7 +2657,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2669,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2682,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*DiscoverySnapshot {
@@ -2415,7 +2705,7 @@ type DiffSnapshotsRequest struct {
 
 func (x *DiffSnapshotsRequest) Reset() {
 	*x = DiffSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2717,7 @@ func (x *DiffSnapshotsRequest) String() string {
 func (*DiffSnapshotsRequest) ProtoMessage() {}
 
 func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2730,7 @@ func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*DiffSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DiffSnapshotsRequest) GetBaseSnapshotId() string {
@@ -2476,7 +2766,7 @@ type SnapshotDiff struct {
 
 func (x *SnapshotDiff) Reset() {
 	*x = SnapshotDiff{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2778,7 @@ func (x *SnapshotDiff) String() string {
 func (*SnapshotDiff) ProtoMessage() {}
 
 func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2791,7 @@ func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDiff.ProtoReflect.Descriptor instead.
 func (*SnapshotDiff) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SnapshotDiff) GetBaseSnapshotId() string {
@@ -2554,7 +2844,7 @@ type ItemChange struct {
 
 func (x *ItemChange) Reset() {
 	*x = ItemChange{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +2856,7 @@ func (x *ItemChange) String() string {
 func (*ItemChange) ProtoMessage() {}
 
 func (x *ItemChange) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +2869,7 @@ func (x *ItemChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemChange.ProtoReflect.Descriptor instead.
 func (*ItemChange) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ItemChange) GetName() string {
@@ -2638,7 +2928,7 @@ type Capability struct {
 
 func (x *Capability) Reset() {
 	*x = Capability{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2940,7 @@ func (x *Capability) String() string {
 func (*Capability) ProtoMessage() {}
 
 func (x *Capability) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2953,7 @@ func (x *Capability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capability.ProtoReflect.Descriptor instead.
 func (*Capability) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Capability) GetName() string {
@@ -2761,7 +3051,7 @@ type GetCapabilityRequest struct {
 
 func (x *GetCapabilityRequest) Reset() {
 	*x = GetCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +3063,7 @@ func (x *GetCapabilityRequest) String() string {
 func (*GetCapabilityRequest) ProtoMessage() {}
 
 func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +3076,7 @@ func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetCapabilityRequest) GetName() string {
@@ -2805,7 +3095,7 @@ type ListCapabilitiesRequest struct {
 
 func (x *ListCapabilitiesRequest) Reset() {
 	*x = ListCapabilitiesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +3107,7 @@ func (x *ListCapabilitiesRequest) String() string {
 func (*ListCapabilitiesRequest) ProtoMessage() {}
 
 func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +3120,7 @@ func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 // ListCapabilitiesResponse holds capabilities.
@@ -2844,7 +3134,7 @@ type ListCapabilitiesResponse struct {
 
 func (x *ListCapabilitiesResponse) Reset() {
 	*x = ListCapabilitiesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2856,7 +3146,7 @@ func (x *ListCapabilitiesResponse) String() string {
 func (*ListCapabilitiesResponse) ProtoMessage() {}
 
 func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2869,7 +3159,7 @@ func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListCapabilitiesResponse) GetCapabilities() []*Capability {
@@ -2892,7 +3182,7 @@ type RemoteTarget struct {
 
 func (x *RemoteTarget) Reset() {
 	*x = RemoteTarget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +3194,7 @@ func (x *RemoteTarget) String() string {
 func (*RemoteTarget) ProtoMessage() {}
 
 func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +3207,7 @@ func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteTarget.ProtoReflect.Descriptor instead.
 func (*RemoteTarget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoteTarget) GetKind() RemoteKind {
@@ -2950,7 +3240,7 @@ type ArgumentBinding struct {
 
 func (x *ArgumentBinding) Reset() {
 	*x = ArgumentBinding{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3252,7 @@ func (x *ArgumentBinding) String() string {
 func (*ArgumentBinding) ProtoMessage() {}
 
 func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3265,7 @@ func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArgumentBinding.ProtoReflect.Descriptor instead.
 func (*ArgumentBinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ArgumentBinding) GetRemoteField() string {
@@ -3016,7 +3306,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3318,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3331,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Limits) GetMaxResponseBytes() int64 {
@@ -3134,7 +3424,7 @@ type Mapping struct {
 
 func (x *Mapping) Reset() {
 	*x = Mapping{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3436,7 @@ func (x *Mapping) String() string {
 func (*Mapping) ProtoMessage() {}
 
 func (x *Mapping) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3449,7 @@ func (x *Mapping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mapping.ProtoReflect.Descriptor instead.
 func (*Mapping) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Mapping) GetId() string {
@@ -3355,7 +3645,7 @@ type ProposeMappingRequest struct {
 
 func (x *ProposeMappingRequest) Reset() {
 	*x = ProposeMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3657,7 @@ func (x *ProposeMappingRequest) String() string {
 func (*ProposeMappingRequest) ProtoMessage() {}
 
 func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3670,7 @@ func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeMappingRequest.ProtoReflect.Descriptor instead.
 func (*ProposeMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ProposeMappingRequest) GetMappingId() string {
@@ -3470,7 +3760,7 @@ type ReviewMappingRequest struct {
 
 func (x *ReviewMappingRequest) Reset() {
 	*x = ReviewMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3482,7 +3772,7 @@ func (x *ReviewMappingRequest) String() string {
 func (*ReviewMappingRequest) ProtoMessage() {}
 
 func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3495,7 +3785,7 @@ func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewMappingRequest.ProtoReflect.Descriptor instead.
 func (*ReviewMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReviewMappingRequest) GetMappingId() string {
@@ -3539,7 +3829,7 @@ type GetMappingRequest struct {
 
 func (x *GetMappingRequest) Reset() {
 	*x = GetMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3841,7 @@ func (x *GetMappingRequest) String() string {
 func (*GetMappingRequest) ProtoMessage() {}
 
 func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3854,7 @@ func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMappingRequest.ProtoReflect.Descriptor instead.
 func (*GetMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetMappingRequest) GetId() string {
@@ -3596,7 +3886,7 @@ type ListMappingsRequest struct {
 
 func (x *ListMappingsRequest) Reset() {
 	*x = ListMappingsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3898,7 @@ func (x *ListMappingsRequest) String() string {
 func (*ListMappingsRequest) ProtoMessage() {}
 
 func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3911,7 @@ func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsRequest.ProtoReflect.Descriptor instead.
 func (*ListMappingsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListMappingsRequest) GetCapability() string {
@@ -3656,7 +3946,7 @@ type ListMappingsResponse struct {
 
 func (x *ListMappingsResponse) Reset() {
 	*x = ListMappingsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3668,7 +3958,7 @@ func (x *ListMappingsResponse) String() string {
 func (*ListMappingsResponse) ProtoMessage() {}
 
 func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3681,7 +3971,7 @@ func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsResponse.ProtoReflect.Descriptor instead.
 func (*ListMappingsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListMappingsResponse) GetMappings() []*Mapping {
@@ -3709,7 +3999,7 @@ type ResolveMappingRequest struct {
 
 func (x *ResolveMappingRequest) Reset() {
 	*x = ResolveMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3721,7 +4011,7 @@ func (x *ResolveMappingRequest) String() string {
 func (*ResolveMappingRequest) ProtoMessage() {}
 
 func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3734,7 +4024,7 @@ func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveMappingRequest.ProtoReflect.Descriptor instead.
 func (*ResolveMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResolveMappingRequest) GetCapability() string {
@@ -3776,7 +4066,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3788,7 +4078,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3801,7 +4091,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchEventsRequest) GetAfterSequence() int64 {
@@ -3834,7 +4124,7 @@ type RegistryEvent struct {
 
 func (x *RegistryEvent) Reset() {
 	*x = RegistryEvent{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3846,7 +4136,7 @@ func (x *RegistryEvent) String() string {
 func (*RegistryEvent) ProtoMessage() {}
 
 func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3859,7 +4149,7 @@ func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryEvent.ProtoReflect.Descriptor instead.
 func (*RegistryEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RegistryEvent) GetSequence() int64 {
@@ -3963,13 +4253,28 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"ServerInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
-	"\x05title\x18\x03 \x01(\tR\x05title\"\xcd\x01\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\"\xea\x04\n" +
 	"\x12SandboxConstraints\x12\x1f\n" +
 	"\vworking_dir\x18\x01 \x01(\tR\n" +
 	"workingDir\x12/\n" +
 	"\x13minimal_environment\x18\x02 \x01(\bR\x12minimalEnvironment\x12<\n" +
 	"\anetwork\x18\x03 \x01(\x0e2\".v0m3.registry.v1.NetworkIsolationR\anetwork\x12'\n" +
-	"\x0fresource_limits\x18\x04 \x03(\tR\x0eresourceLimits\"\xd3\x03\n" +
+	"\x0fresource_limits\x18\x04 \x03(\tR\x0eresourceLimits\x12=\n" +
+	"\bidentity\x18\x05 \x01(\v2!.v0m3.registry.v1.SandboxIdentityR\bidentity\x12J\n" +
+	"\x11process_isolation\x18\x06 \x01(\x0e2\x1d.v0m3.registry.v1.EnforcementR\x10processIsolation\x12K\n" +
+	"\x12data_dir_isolation\x18\a \x01(\x0e2\x1d.v0m3.registry.v1.EnforcementR\x10dataDirIsolation\x12B\n" +
+	"\rprocess_limit\x18\b \x01(\x0e2\x1d.v0m3.registry.v1.EnforcementR\fprocessLimit\x12#\n" +
+	"\rmax_processes\x18\t \x01(\rR\fmaxProcesses\x12.\n" +
+	"\x13applied_before_exec\x18\n" +
+	" \x01(\bR\x11appliedBeforeExec\x12*\n" +
+	"\x11no_new_privileges\x18\v \x01(\bR\x0fnoNewPrivileges\"\xde\x01\n" +
+	"\x0fSandboxIdentity\x122\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1e.v0m3.registry.v1.IdentityKindR\x04kind\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x03 \x01(\rR\x03gid\x12#\n" +
+	"\rnamespace_uid\x18\x04 \x01(\rR\fnamespaceUid\x12&\n" +
+	"\x0frange_first_uid\x18\x05 \x01(\rR\rrangeFirstUid\x12&\n" +
+	"\x0frange_uid_count\x18\x06 \x01(\rR\rrangeUidCount\"\xd3\x03\n" +
 	"\x0eConfigRevision\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12#\n" +
@@ -4195,7 +4500,16 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\vsnapshot_id\x18\x05 \x01(\tR\n" +
 	"snapshotId\x12\x16\n" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12.\n" +
-	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time*\x9f\x01\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time*\x90\x01\n" +
+	"\fIdentityKind\x12\x1d\n" +
+	"\x19IDENTITY_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bIDENTITY_KIND_DEDICATED_UID\x10\x01\x12 \n" +
+	"\x1cIDENTITY_KIND_USER_NAMESPACE\x10\x02\x12\x1e\n" +
+	"\x1aIDENTITY_KIND_NOT_ENFORCED\x10\x03*b\n" +
+	"\vEnforcement\x12\x1b\n" +
+	"\x17ENFORCEMENT_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14ENFORCEMENT_ENFORCED\x10\x01\x12\x1c\n" +
+	"\x18ENFORCEMENT_NOT_ENFORCED\x10\x02*\x9f\x01\n" +
 	"\x10NetworkIsolation\x12!\n" +
 	"\x1dNETWORK_ISOLATION_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aNETWORK_ISOLATION_ENFORCED\x10\x01\x12\"\n" +
@@ -4281,158 +4595,166 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 	return file_v0m3_registry_v1_registry_proto_rawDescData
 }
 
-var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
-	(NetworkIsolation)(0),               // 0: v0m3.registry.v1.NetworkIsolation
-	(ReviewState)(0),                    // 1: v0m3.registry.v1.ReviewState
-	(ConnectionState)(0),                // 2: v0m3.registry.v1.ConnectionState
-	(ChangeKind)(0),                     // 3: v0m3.registry.v1.ChangeKind
-	(EffectClass)(0),                    // 4: v0m3.registry.v1.EffectClass
-	(RetryRule)(0),                      // 5: v0m3.registry.v1.RetryRule
-	(MappingState)(0),                   // 6: v0m3.registry.v1.MappingState
-	(RemoteKind)(0),                     // 7: v0m3.registry.v1.RemoteKind
-	(RegistryEventType)(0),              // 8: v0m3.registry.v1.RegistryEventType
-	(*Connection)(nil),                  // 9: v0m3.registry.v1.Connection
-	(*Transport)(nil),                   // 10: v0m3.registry.v1.Transport
-	(*StdioTransport)(nil),              // 11: v0m3.registry.v1.StdioTransport
-	(*StreamableHTTPTransport)(nil),     // 12: v0m3.registry.v1.StreamableHTTPTransport
-	(*DirectTransport)(nil),             // 13: v0m3.registry.v1.DirectTransport
-	(*ServerInfo)(nil),                  // 14: v0m3.registry.v1.ServerInfo
-	(*SandboxConstraints)(nil),          // 15: v0m3.registry.v1.SandboxConstraints
-	(*ConfigRevision)(nil),              // 16: v0m3.registry.v1.ConfigRevision
-	(*CreateConnectionRequest)(nil),     // 17: v0m3.registry.v1.CreateConnectionRequest
-	(*GetConnectionRequest)(nil),        // 18: v0m3.registry.v1.GetConnectionRequest
-	(*ListConnectionsRequest)(nil),      // 19: v0m3.registry.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),     // 20: v0m3.registry.v1.ListConnectionsResponse
-	(*UpdateConnectionRequest)(nil),     // 21: v0m3.registry.v1.UpdateConnectionRequest
-	(*RetireConnectionRequest)(nil),     // 22: v0m3.registry.v1.RetireConnectionRequest
-	(*ListConfigRevisionsRequest)(nil),  // 23: v0m3.registry.v1.ListConfigRevisionsRequest
-	(*ListConfigRevisionsResponse)(nil), // 24: v0m3.registry.v1.ListConfigRevisionsResponse
-	(*DiscoverySnapshot)(nil),           // 25: v0m3.registry.v1.DiscoverySnapshot
-	(*ToolIdentity)(nil),                // 26: v0m3.registry.v1.ToolIdentity
-	(*ResourceIdentity)(nil),            // 27: v0m3.registry.v1.ResourceIdentity
-	(*RecordSnapshotRequest)(nil),       // 28: v0m3.registry.v1.RecordSnapshotRequest
-	(*GetSnapshotRequest)(nil),          // 29: v0m3.registry.v1.GetSnapshotRequest
-	(*ListSnapshotsRequest)(nil),        // 30: v0m3.registry.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 31: v0m3.registry.v1.ListSnapshotsResponse
-	(*DiffSnapshotsRequest)(nil),        // 32: v0m3.registry.v1.DiffSnapshotsRequest
-	(*SnapshotDiff)(nil),                // 33: v0m3.registry.v1.SnapshotDiff
-	(*ItemChange)(nil),                  // 34: v0m3.registry.v1.ItemChange
-	(*Capability)(nil),                  // 35: v0m3.registry.v1.Capability
-	(*GetCapabilityRequest)(nil),        // 36: v0m3.registry.v1.GetCapabilityRequest
-	(*ListCapabilitiesRequest)(nil),     // 37: v0m3.registry.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil),    // 38: v0m3.registry.v1.ListCapabilitiesResponse
-	(*RemoteTarget)(nil),                // 39: v0m3.registry.v1.RemoteTarget
-	(*ArgumentBinding)(nil),             // 40: v0m3.registry.v1.ArgumentBinding
-	(*Limits)(nil),                      // 41: v0m3.registry.v1.Limits
-	(*Mapping)(nil),                     // 42: v0m3.registry.v1.Mapping
-	(*ProposeMappingRequest)(nil),       // 43: v0m3.registry.v1.ProposeMappingRequest
-	(*ReviewMappingRequest)(nil),        // 44: v0m3.registry.v1.ReviewMappingRequest
-	(*GetMappingRequest)(nil),           // 45: v0m3.registry.v1.GetMappingRequest
-	(*ListMappingsRequest)(nil),         // 46: v0m3.registry.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),        // 47: v0m3.registry.v1.ListMappingsResponse
-	(*ResolveMappingRequest)(nil),       // 48: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 49: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 50: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 51: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 52: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 53: google.protobuf.Struct
+	(IdentityKind)(0),                   // 0: v0m3.registry.v1.IdentityKind
+	(Enforcement)(0),                    // 1: v0m3.registry.v1.Enforcement
+	(NetworkIsolation)(0),               // 2: v0m3.registry.v1.NetworkIsolation
+	(ReviewState)(0),                    // 3: v0m3.registry.v1.ReviewState
+	(ConnectionState)(0),                // 4: v0m3.registry.v1.ConnectionState
+	(ChangeKind)(0),                     // 5: v0m3.registry.v1.ChangeKind
+	(EffectClass)(0),                    // 6: v0m3.registry.v1.EffectClass
+	(RetryRule)(0),                      // 7: v0m3.registry.v1.RetryRule
+	(MappingState)(0),                   // 8: v0m3.registry.v1.MappingState
+	(RemoteKind)(0),                     // 9: v0m3.registry.v1.RemoteKind
+	(RegistryEventType)(0),              // 10: v0m3.registry.v1.RegistryEventType
+	(*Connection)(nil),                  // 11: v0m3.registry.v1.Connection
+	(*Transport)(nil),                   // 12: v0m3.registry.v1.Transport
+	(*StdioTransport)(nil),              // 13: v0m3.registry.v1.StdioTransport
+	(*StreamableHTTPTransport)(nil),     // 14: v0m3.registry.v1.StreamableHTTPTransport
+	(*DirectTransport)(nil),             // 15: v0m3.registry.v1.DirectTransport
+	(*ServerInfo)(nil),                  // 16: v0m3.registry.v1.ServerInfo
+	(*SandboxConstraints)(nil),          // 17: v0m3.registry.v1.SandboxConstraints
+	(*SandboxIdentity)(nil),             // 18: v0m3.registry.v1.SandboxIdentity
+	(*ConfigRevision)(nil),              // 19: v0m3.registry.v1.ConfigRevision
+	(*CreateConnectionRequest)(nil),     // 20: v0m3.registry.v1.CreateConnectionRequest
+	(*GetConnectionRequest)(nil),        // 21: v0m3.registry.v1.GetConnectionRequest
+	(*ListConnectionsRequest)(nil),      // 22: v0m3.registry.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),     // 23: v0m3.registry.v1.ListConnectionsResponse
+	(*UpdateConnectionRequest)(nil),     // 24: v0m3.registry.v1.UpdateConnectionRequest
+	(*RetireConnectionRequest)(nil),     // 25: v0m3.registry.v1.RetireConnectionRequest
+	(*ListConfigRevisionsRequest)(nil),  // 26: v0m3.registry.v1.ListConfigRevisionsRequest
+	(*ListConfigRevisionsResponse)(nil), // 27: v0m3.registry.v1.ListConfigRevisionsResponse
+	(*DiscoverySnapshot)(nil),           // 28: v0m3.registry.v1.DiscoverySnapshot
+	(*ToolIdentity)(nil),                // 29: v0m3.registry.v1.ToolIdentity
+	(*ResourceIdentity)(nil),            // 30: v0m3.registry.v1.ResourceIdentity
+	(*RecordSnapshotRequest)(nil),       // 31: v0m3.registry.v1.RecordSnapshotRequest
+	(*GetSnapshotRequest)(nil),          // 32: v0m3.registry.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),        // 33: v0m3.registry.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 34: v0m3.registry.v1.ListSnapshotsResponse
+	(*DiffSnapshotsRequest)(nil),        // 35: v0m3.registry.v1.DiffSnapshotsRequest
+	(*SnapshotDiff)(nil),                // 36: v0m3.registry.v1.SnapshotDiff
+	(*ItemChange)(nil),                  // 37: v0m3.registry.v1.ItemChange
+	(*Capability)(nil),                  // 38: v0m3.registry.v1.Capability
+	(*GetCapabilityRequest)(nil),        // 39: v0m3.registry.v1.GetCapabilityRequest
+	(*ListCapabilitiesRequest)(nil),     // 40: v0m3.registry.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),    // 41: v0m3.registry.v1.ListCapabilitiesResponse
+	(*RemoteTarget)(nil),                // 42: v0m3.registry.v1.RemoteTarget
+	(*ArgumentBinding)(nil),             // 43: v0m3.registry.v1.ArgumentBinding
+	(*Limits)(nil),                      // 44: v0m3.registry.v1.Limits
+	(*Mapping)(nil),                     // 45: v0m3.registry.v1.Mapping
+	(*ProposeMappingRequest)(nil),       // 46: v0m3.registry.v1.ProposeMappingRequest
+	(*ReviewMappingRequest)(nil),        // 47: v0m3.registry.v1.ReviewMappingRequest
+	(*GetMappingRequest)(nil),           // 48: v0m3.registry.v1.GetMappingRequest
+	(*ListMappingsRequest)(nil),         // 49: v0m3.registry.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),        // 50: v0m3.registry.v1.ListMappingsResponse
+	(*ResolveMappingRequest)(nil),       // 51: v0m3.registry.v1.ResolveMappingRequest
+	(*WatchEventsRequest)(nil),          // 52: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 53: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 54: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 55: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 56: google.protobuf.Struct
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
-	10, // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
-	1,  // 1: v0m3.registry.v1.Connection.review_state:type_name -> v0m3.registry.v1.ReviewState
-	2,  // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
-	14, // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
-	15, // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	52, // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	52, // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	52, // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	11, // 8: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
-	12, // 9: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
-	13, // 10: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	51, // 11: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
-	0,  // 12: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
-	10, // 13: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	52, // 14: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
-	10, // 15: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	9,  // 16: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
-	10, // 17: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	15, // 18: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	16, // 19: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
-	14, // 20: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
-	26, // 21: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
-	27, // 22: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	52, // 23: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	53, // 24: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	53, // 25: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	53, // 26: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	25, // 27: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	25, // 28: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	34, // 29: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	34, // 30: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
-	3,  // 31: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
-	4,  // 32: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	53, // 33: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
-	5,  // 34: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	35, // 35: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
-	7,  // 36: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	39, // 37: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	40, // 38: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	53, // 39: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	41, // 40: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	6,  // 41: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	52, // 42: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	52, // 43: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	39, // 44: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	40, // 45: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	53, // 46: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	41, // 47: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	6,  // 48: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	42, // 49: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	8,  // 50: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	52, // 51: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	17, // 52: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	18, // 53: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	19, // 54: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	21, // 55: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	22, // 56: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	23, // 57: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	28, // 58: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	29, // 59: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	30, // 60: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	32, // 61: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	36, // 62: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	37, // 63: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	43, // 64: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	44, // 65: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	45, // 66: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	46, // 67: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	48, // 68: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	49, // 69: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	9,  // 70: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	9,  // 71: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	20, // 72: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	9,  // 73: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	9,  // 74: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	24, // 75: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	25, // 76: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	25, // 77: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	31, // 78: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	33, // 79: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	35, // 80: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	38, // 81: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	42, // 82: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	42, // 83: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	42, // 84: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	47, // 85: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	42, // 86: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	50, // 87: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	70, // [70:88] is the sub-list for method output_type
-	52, // [52:70] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	12, // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
+	3,  // 1: v0m3.registry.v1.Connection.review_state:type_name -> v0m3.registry.v1.ReviewState
+	4,  // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
+	16, // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
+	17, // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	55, // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	55, // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	55, // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	13, // 8: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
+	14, // 9: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
+	15, // 10: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
+	54, // 11: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	2,  // 12: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
+	18, // 13: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
+	1,  // 14: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
+	1,  // 15: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
+	1,  // 16: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
+	0,  // 17: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
+	12, // 18: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
+	55, // 19: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	12, // 20: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	11, // 21: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
+	12, // 22: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	17, // 23: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	19, // 24: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
+	16, // 25: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
+	29, // 26: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
+	30, // 27: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
+	55, // 28: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	56, // 29: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	56, // 30: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	56, // 31: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	28, // 32: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	28, // 33: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	37, // 34: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	37, // 35: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	5,  // 36: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
+	6,  // 37: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	56, // 38: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	7,  // 39: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
+	38, // 40: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	9,  // 41: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
+	42, // 42: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	43, // 43: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	56, // 44: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	44, // 45: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	8,  // 46: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	55, // 47: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	55, // 48: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	42, // 49: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	43, // 50: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	56, // 51: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	44, // 52: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	8,  // 53: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	45, // 54: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	10, // 55: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	55, // 56: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	20, // 57: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	21, // 58: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	22, // 59: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	24, // 60: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	25, // 61: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	26, // 62: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	31, // 63: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	32, // 64: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	33, // 65: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	35, // 66: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	39, // 67: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	40, // 68: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	46, // 69: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	47, // 70: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	48, // 71: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	49, // 72: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	51, // 73: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	52, // 74: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	11, // 75: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	11, // 76: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	23, // 77: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	11, // 78: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	11, // 79: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	27, // 80: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	28, // 81: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	28, // 82: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	34, // 83: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	36, // 84: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	38, // 85: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	41, // 86: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	45, // 87: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	45, // 88: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	45, // 89: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	50, // 90: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	45, // 91: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	53, // 92: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	75, // [75:93] is the sub-list for method output_type
+	57, // [57:75] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -4450,8 +4772,8 @@ func file_v0m3_registry_v1_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   43,
+			NumEnums:      11,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
