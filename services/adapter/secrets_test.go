@@ -81,7 +81,7 @@ func TestEchoedCredentialIsScrubbed(t *testing.T) {
 				t.Errorf("structured content = %v, want the credential replaced in values and keys", sc)
 			}
 
-			snap, err := e.srv.Discover(context.Background(), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+			snap, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -222,7 +222,7 @@ func TestAuthorizationNeverCrossesOrigins(t *testing.T) {
 	if resp.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED {
 		t.Errorf("stage %v, want PREPARED: the call was never sent", resp.GetStage())
 	}
-	_, err := e.srv.Discover(context.Background(), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	_, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if !apierror.Is(err, codes.FailedPrecondition, CodeEndpointNotAllowed) {
 		t.Errorf("Discover through a cross-origin redirect: %v", err)
 	}
