@@ -20,11 +20,13 @@ import (
 
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
 // One real kube-apiserver + etcd (envtest) and one real registry (over
-// gRPC) serve every test; each test works in a namespace of its own.
+// mutual TLS, reached with the operator's certificate) serve every test;
+// each test works in a namespace of its own.
 var (
 	cfg      *rest.Config
 	k8s      client.Client
@@ -72,13 +74,20 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	reg, err := suite.Start(context.Background(), suite.Config{DataDir: dir, Services: []string{suite.Registry}})
+	// The registry asks the policy service about people's actions; the
+	// operator is a peer the access table admits by its certificate.
+	reg, err := suite.Start(context.Background(), suite.Config{DataDir: dir, Services: []string{suite.Registry, suite.Policy}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start registry:", err)
 		return 1
 	}
 	defer reg.Close()
-	registry = reg.Clients.Registry
+	operator, err := reg.PeerClients(identity.Operator)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "operator clients:", err)
+		return 1
+	}
+	registry = operator.Registry
 	return m.Run()
 }
 

@@ -28,8 +28,8 @@ func refusedEverywhere(t *testing.T, e *env, conn *registryv1.Connection, code s
 	if resp.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED || resp.GetError().GetAdapterDetail() == "" {
 		t.Errorf("refused call: stage %v, adapter detail %q; want PREPARED and a reason a person can act on", resp.GetStage(), resp.GetError().GetAdapterDetail())
 	}
-	ctx := context.Background()
-	if _, err := e.srv.Discover(asOperator(ctx), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); !apierror.Is(err, codes.FailedPrecondition, code) {
+	ctx := asOperator(context.Background())
+	if _, err := e.srv.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); !apierror.Is(err, codes.FailedPrecondition, code) {
 		t.Errorf("Discover: %v, want FAILED_PRECONDITION %s", err, code)
 	}
 	if _, err := e.srv.Health(ctx, &adapterv1.HealthRequest{ConnectionId: conn.GetId()}); !apierror.Is(err, codes.FailedPrecondition, code) {

@@ -51,7 +51,7 @@ func TestBudgetsThroughTheRealPolicy(t *testing.T) {
 			if md["budget"] != "task/"+task.GetTask().GetId() || md["dimension"] != tt.dimension {
 				t.Errorf("error names budget %q dimension %q, want task/%s %s", md["budget"], md["dimension"], task.GetTask().GetId(), tt.dimension)
 			}
-			reqs, err := s.Orchestrator.ListRequests(context.Background(), &orchestratorv1.ListRequestsRequest{TaskId: task.GetTask().GetId()})
+			reqs, err := s.Orchestrator.ListRequests(as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task.GetTask().GetId()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -36,8 +36,6 @@ type world struct {
 	stopHTTP func()
 }
 
-var alice = &policyv1.Principal{Id: "alice", Groups: []string{"authors"}}
-
 var faqScope = []*orchestratorv1.SourceRef{{Uri: scenario.MigrationFAQURI, Title: "Migration FAQ"}}
 
 // freeAddr returns a loopback address nobody listens on right now.
@@ -72,12 +70,14 @@ func (w *world) restartFixture(args ...string) {
 	_, w.stopHTTP = startHTTPFixtureAt(w.t, w.addr, append([]string{"--call-log", w.callLog}, args...)...)
 }
 
+// as returns a context carrying p's bearer token for the world's suite.
+func (w *world) as(p scenario.Person) context.Context { return as(w.s, p) }
+
 func (w *world) connect(tr *registryv1.Transport) {
 	t := w.t
 	t.Helper()
-	ctx := context.Background()
 	var err error
-	w.conn, err = w.s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
+	w.conn, err = w.s.Registry.CreateConnection(w.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: tr,
 	})
 	if err != nil {
@@ -90,27 +90,26 @@ func (w *world) connect(tr *registryv1.Transport) {
 
 func (w *world) discover() *registryv1.DiscoverySnapshot {
 	w.t.Helper()
-	snap, err := w.s.Adapter.Discover(context.Background(), &adapterv1.DiscoverRequest{ConnectionId: w.conn.GetId()})
+	snap, err := w.s.Adapter.Discover(w.as(scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: w.conn.GetId()})
 	if err != nil {
 		w.t.Fatalf("discover: %v", err)
 	}
 	return snap
 }
 
-// propose proposes (a new revision of) the mapping of the product request
-// {source, query} onto tool: query goes to queryField, the source handle's
-// target to "uri".
+// propose proposes, as the integrator, (a new revision of) the mapping of
+// the product request {source, query} onto tool: query goes to queryField,
+// the source handle's target to "uri".
 func (w *world) propose(mappingID string, snap *registryv1.DiscoverySnapshot, tool, queryField string) *registryv1.Mapping {
 	w.t.Helper()
-	m, err := w.s.Registry.ProposeMapping(context.Background(), &registryv1.ProposeMappingRequest{
+	m, err := w.s.Registry.ProposeMapping(w.as(scenario.Integrator), &registryv1.ProposeMappingRequest{
 		MappingId: mappingID, Capability: scenario.Retrieve, ConnectionId: w.conn.GetId(), SnapshotId: snap.GetId(),
 		Target: &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: tool},
 		ArgumentMap: []*registryv1.ArgumentBinding{
 			{RemoteField: queryField, ProductField: "query"},
 			{RemoteField: "uri", ProductField: "source", FromHandle: true},
 		},
-		Limits:     &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 5, AllowedMediaTypes: []string{"text/markdown"}},
-		ProposedBy: "integrator",
+		Limits: &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 5, AllowedMediaTypes: []string{"text/markdown"}},
 	})
 	if err != nil {
 		w.t.Fatalf("propose mapping: %v", err)
@@ -118,10 +117,11 @@ func (w *world) propose(mappingID string, snap *registryv1.DiscoverySnapshot, to
 	return m
 }
 
+// review approves m as the reviewer.
 func (w *world) review(m *registryv1.Mapping) *registryv1.Mapping {
 	w.t.Helper()
-	m, err := w.s.Registry.ReviewMapping(context.Background(), &registryv1.ReviewMappingRequest{
-		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true, Reviewer: "reviewer",
+	m, err := w.s.Registry.ReviewMapping(w.as(scenario.Reviewer), &registryv1.ReviewMappingRequest{
+		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true,
 	})
 	if err != nil {
 		w.t.Fatalf("review mapping: %v", err)
@@ -131,17 +131,18 @@ func (w *world) review(m *registryv1.Mapping) *registryv1.Mapping {
 
 func (w *world) mappingNow() *registryv1.Mapping {
 	w.t.Helper()
-	m, err := w.s.Registry.GetMapping(context.Background(), &registryv1.GetMappingRequest{Id: w.mapping.GetId()})
+	m, err := w.s.Registry.GetMapping(w.as(scenario.Integrator), &registryv1.GetMappingRequest{Id: w.mapping.GetId()})
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	return m
 }
 
+// startTask starts a source-review task over the FAQ as alice.
 func (w *world) startTask() *orchestratorv1.StartTaskResponse {
 	w.t.Helper()
-	resp, err := w.s.Orchestrator.StartTask(context.Background(), &orchestratorv1.StartTaskRequest{
-		Requester: alice, Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review", SourceScope: faqScope,
+	resp, err := w.s.Orchestrator.StartTask(w.as(scenario.Alice), &orchestratorv1.StartTaskRequest{
+		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review", SourceScope: faqScope,
 	})
 	if err != nil {
 		w.t.Fatalf("start task: %v", err)
@@ -149,15 +150,15 @@ func (w *world) startTask() *orchestratorv1.StartTaskResponse {
 	return resp
 }
 
-// retrieve submits the same product request every time: the FAQ's handle
-// and the query "migration".
+// retrieve submits, as alice, the same product request every time: the
+// FAQ's handle and the query "migration".
 func (w *world) retrieve(task *orchestratorv1.StartTaskResponse, call string) (*orchestratorv1.ToolRequest, error) {
 	w.t.Helper()
 	handle := ""
 	if o := scenario.FindOffered(task.GetCatalogue(), scenario.Retrieve); o != nil {
 		handle = scenario.FindHandle(o, "Migration FAQ")
 	}
-	return w.s.Orchestrator.SubmitToolRequest(context.Background(), &orchestratorv1.SubmitToolRequestRequest{
+	return w.s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task.GetTask().GetId(), ProviderCallId: call, Capability: scenario.Retrieve,
 		Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": "migration"}),
 	})
@@ -187,8 +188,8 @@ func toolChange(d *registryv1.SnapshotDiff, name string) *registryv1.ItemChange 
 // it, and a reviewed new mapping revision serves the same product request.
 func TestSchemaDriftIsAMigration(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	w := newHTTPWorld(t)
+	ctx := w.as(scenario.Integrator)
 	pending := w.startTask()
 	first, err := w.retrieve(pending, "call-1")
 	if err != nil || first.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
@@ -220,7 +221,7 @@ func TestSchemaDriftIsAMigration(t *testing.T) {
 	if n := toolCalls(callLog(t, w.callLog)); n != calls {
 		t.Errorf("a refused request reached the server (%d tools/call, want %d)", n, calls)
 	}
-	old, err := w.s.Orchestrator.GetRequest(ctx, &orchestratorv1.GetRequestRequest{Id: first.GetId()})
+	old, err := w.s.Orchestrator.GetRequest(w.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: first.GetId()})
 	if err != nil || old.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || len(old.GetAttempts()) != 1 || len(old.GetExcerpts()) == 0 {
 		t.Fatalf("the pending task lost its earlier evidence: %v %v", old, err)
 	}
@@ -251,8 +252,8 @@ func TestSchemaDriftIsAMigration(t *testing.T) {
 // scope is local policy.
 func TestDescriptionDriftNeedsReview(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	w := newHTTPWorld(t)
+	ctx := w.as(scenario.Integrator)
 	w.restartFixture("--description", "private")
 	snap2 := w.discover()
 	diff, err := w.s.Registry.DiffSnapshots(ctx, &registryv1.DiffSnapshotsRequest{BaseSnapshotId: w.snap.GetId(), TargetSnapshotId: snap2.GetId()})
@@ -290,7 +291,7 @@ func TestDescriptionDriftNeedsReview(t *testing.T) {
 	// only name sources through handles of this task's scope.
 	calls := toolCalls(callLog(t, w.callLog))
 	for _, source := range []string{"v0m3-sources://notes/private-drafts", "private notes", "h_" + strings.Repeat("a", 52)} {
-		_, err := w.s.Orchestrator.SubmitToolRequest(ctx, &orchestratorv1.SubmitToolRequestRequest{
+		_, err := w.s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 			TaskId: task.GetTask().GetId(), ProviderCallId: "private-" + source, Capability: scenario.Retrieve,
 			Arguments: scenario.MustStruct(map[string]any{"source": source, "query": "private drafts"}),
 		})
@@ -306,8 +307,8 @@ func TestDescriptionDriftNeedsReview(t *testing.T) {
 // TestRenamedToolNeedsReview: the tool is renamed; the mapped tool is gone.
 func TestRenamedToolNeedsReview(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	w := newHTTPWorld(t)
+	ctx := w.as(scenario.Integrator)
 	w.restartFixture("--tool-name", "find_notes")
 	snap2 := w.discover()
 	diff, err := w.s.Registry.DiffSnapshots(ctx, &registryv1.DiffSnapshotsRequest{BaseSnapshotId: w.snap.GetId(), TargetSnapshotId: snap2.GetId()})
@@ -334,8 +335,8 @@ func TestRenamedToolNeedsReview(t *testing.T) {
 // executable; that is a new config revision and its mappings need review.
 func TestConfigMoveNeedsReview(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	w := &world{t: t, s: startSuite(t, t.TempDir())}
+	ctx := w.as(scenario.Integrator)
 	w.connect(scenario.StdioFixture(v0m3Bin))
 	task := w.startTask()
 
@@ -367,8 +368,8 @@ func TestConfigMoveNeedsReview(t *testing.T) {
 // they are two connections, and every record names the one that served.
 func TestSameNameTwoServers(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	w := &world{t: t, s: startSuite(t, t.TempDir())}
+	ctx := w.as(scenario.Integrator)
 	w.connect(scenario.StdioFixture(v0m3Bin))
 	other, err := w.s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "another-team", Transport: scenario.StdioFixture(v0m3Bin, "--library", "b"),
@@ -393,7 +394,7 @@ func TestSameNameTwoServers(t *testing.T) {
 	if err != nil || got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
 		t.Fatalf("retrieve: %v %v", got, err)
 	}
-	obs, err := w.s.Evidence.ListObservations(ctx, &evidencev1.ListObservationsRequest{TaskId: task.GetTask().GetId()})
+	obs, err := w.s.Evidence.ListObservations(w.as(scenario.Auditor), &evidencev1.ListObservationsRequest{TaskId: task.GetTask().GetId()})
 	if err != nil || len(obs.GetObservations()) == 0 {
 		t.Fatalf("observations: %v %v", obs, err)
 	}
@@ -402,7 +403,7 @@ func TestSameNameTwoServers(t *testing.T) {
 			t.Errorf("observation names connection %s, want the mapped %s", o.GetConnectionId(), w.conn.GetId())
 		}
 	}
-	tr, err := w.s.Evidence.GetTrace(ctx, &evidencev1.GetTraceRequest{TaskId: task.GetTask().GetId()})
+	tr, err := w.s.Evidence.GetTrace(w.as(scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task.GetTask().GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +421,7 @@ func TestSameNameTwoServers(t *testing.T) {
 			{RemoteField: "query", ProductField: "query"},
 			{RemoteField: "uri", ProductField: "source", FromHandle: true},
 		},
-		Limits: &registryv1.Limits{MaxResponseBytes: 1 << 16, MaxItems: 5}, ProposedBy: "integrator",
+		Limits: &registryv1.Limits{MaxResponseBytes: 1 << 16, MaxItems: 5},
 	})
 	if err != nil || m2.GetConnectionId() != other.GetId() || m2.GetState() != registryv1.MappingState_MAPPING_STATE_PENDING_REVIEW {
 		t.Fatalf("mapping onto the second server: %v %v", m2, err)

@@ -6,6 +6,7 @@ package e2e_test
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -26,6 +28,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/scenario"
@@ -76,6 +79,35 @@ func serverDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// People the tests act as besides scenario's, each in the groups the
+// default policy gives their role.
+var (
+	// approver decides requests that need a person.
+	approver = scenario.Person{ID: "approver@platform", Groups: []string{"approvers"}}
+	// writer is the product service that links claims to evidence.
+	writer = scenario.Person{ID: "writer-service", Groups: []string{"product-services"}}
+)
+
+// stack is what a test talks to: clients of the services, and the
+// development issuer whose tokens they accept.
+type stack struct {
+	suite.Clients
+	iss *identity.DevIssuer
+}
+
+// stackOf is the suite's own clients and issuer.
+func stackOf(s *suite.Suite) stack { return stack{Clients: s.Clients, iss: s.Dev.Issuer} }
+
+// as returns a context carrying p's bearer token.
+func (k stack) as(p scenario.Person) context.Context {
+	return k.iss.As(context.Background(), p.ID, p.Groups...)
+}
+
+// as returns a context carrying p's bearer token for s's services.
+func as(s *suite.Suite, p scenario.Person) context.Context {
+	return s.As(context.Background(), p.ID, p.Groups...)
 }
 
 func startSuite(t *testing.T, dataDir string) *suite.Suite {
@@ -182,7 +214,7 @@ func TestFirstExperiment(t *testing.T) {
 			}
 			s := startSuite(t, t.TempDir())
 			ctx := context.Background()
-			r, err := scenario.Run(ctx, s.Clients, scenario.Config{Transport: tr})
+			r, err := scenario.Run(ctx, s.Clients, scenario.Config{Transport: tr, As: s.As})
 			if err != nil {
 				t.Fatalf("scenario: %v", err)
 			}
@@ -199,7 +231,7 @@ func TestFirstExperiment(t *testing.T) {
 
 func checkFirstExperiment(t *testing.T, s *suite.Suite, r *scenario.Result) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := as(s, scenario.Auditor)
 
 	// Discovery: the snapshot has digests for every schema and description.
 	var search *registryv1.ToolIdentity
@@ -305,6 +337,24 @@ func checkFirstExperiment(t *testing.T, s *suite.Suite, r *scenario.Result) {
 	if !apierror.Is(r.ForeignHandle, codes.PermissionDenied, "HANDLE_TASK_MISMATCH") {
 		t.Errorf("foreign handle: got %v, want PERMISSION_DENIED HANDLE_TASK_MISMATCH", r.ForeignHandle)
 	}
+
+	// Separation of duties: the integrator, a reviewer too, could not
+	// review her own proposal; another reviewer did.
+	if !apierror.Is(r.SelfReview, codes.PermissionDenied, "SELF_REVIEW") {
+		t.Errorf("self-review: got %v, want PERMISSION_DENIED SELF_REVIEW", r.SelfReview)
+	}
+	if r.Mapping.GetReviewedBy() != scenario.Reviewer.ID || r.Mapping.GetProposedBy() != scenario.Integrator.ID {
+		t.Errorf("mapping proposed by %q, reviewed by %q; want the verified callers %q and %q",
+			r.Mapping.GetProposedBy(), r.Mapping.GetReviewedBy(), scenario.Integrator.ID, scenario.Reviewer.ID)
+	}
+	// The requester is who the token names, and nobody starts a task
+	// without one.
+	if got := r.SourceTask.GetTask().GetRequester().GetId(); got != scenario.Alice.ID {
+		t.Errorf("source task requester %q, want the token's subject %q", got, scenario.Alice.ID)
+	}
+	if !apierror.Is(r.Anonymous, codes.Unauthenticated, "CREDENTIALS_MISSING") {
+		t.Errorf("task without a token: got %v, want UNAUTHENTICATED CREDENTIALS_MISSING", r.Anonymous)
+	}
 }
 
 func offeredNames(c *orchestratorv1.OfferedCatalogue) []string {
@@ -334,17 +384,17 @@ func TestStateSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := scenario.Run(ctx, s.Clients, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin)})
+	r, err := scenario.Run(ctx, s.Clients, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin), As: s.As})
 	if err != nil {
 		s.Close()
 		t.Fatalf("scenario: %v", err)
 	}
 	task := r.SourceTask.GetTask().GetId()
-	before := snapshotState(t, s.Clients, r)
+	before := snapshotState(t, stackOf(s), r)
 	s.Close()
 
 	s2 := startSuite(t, dir)
-	after := snapshotState(t, s2.Clients, r)
+	after := snapshotState(t, stackOf(s2), r)
 	for k, v := range before {
 		if after[k] != v {
 			t.Errorf("after restart %s differs:\nbefore %s\nafter  %s", k, v, after[k])
@@ -352,7 +402,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 	}
 	// The restarted suite keeps working on the old task: resubmitting the
 	// same provider call returns the same intent.
-	again, err := s2.Orchestrator.SubmitToolRequest(ctx, &orchestratorv1.SubmitToolRequestRequest{
+	again, err := s2.Orchestrator.SubmitToolRequest(as(s2, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task, ProviderCallId: "call-1", Capability: scenario.Retrieve,
 		Arguments: r.Retrieval.GetArguments(),
 	})
@@ -365,9 +415,11 @@ func TestStateSurvivesRestart(t *testing.T) {
 }
 
 // snapshotState reads every record the scenario created, as JSON strings.
-func snapshotState(t *testing.T, c suite.Clients, r *scenario.Result) map[string]string {
+func snapshotState(t *testing.T, c stack, r *scenario.Result) map[string]string {
 	t.Helper()
-	ctx := context.Background()
+	// Each record read by who may read it: the platform its registry
+	// records, the requester her task, an auditor the evidence.
+	ctx := c.as(scenario.Integrator)
 	out := map[string]string{}
 	task := r.SourceTask.GetTask().GetId()
 	conn, err := c.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: r.Connection.GetId()})
@@ -376,12 +428,14 @@ func snapshotState(t *testing.T, c suite.Clients, r *scenario.Result) map[string
 	out["snapshot"] = mustJSON(t, snap, err)
 	m, err := c.Registry.GetMapping(ctx, &registryv1.GetMappingRequest{Id: r.Mapping.GetId()})
 	out["mapping"] = mustJSON(t, m, err)
+	ctx = c.as(scenario.Alice)
 	tk, err := c.Orchestrator.GetTask(ctx, &orchestratorv1.GetTaskRequest{Id: task})
 	out["task"] = mustJSON(t, tk, err)
 	cat, err := c.Orchestrator.GetCatalogue(ctx, &orchestratorv1.GetCatalogueRequest{TaskId: task})
 	out["catalogue"] = mustJSON(t, cat, err)
 	req, err := c.Orchestrator.GetRequest(ctx, &orchestratorv1.GetRequestRequest{Id: r.Retrieval.GetId()})
 	out["request"] = mustJSON(t, req, err)
+	ctx = c.as(scenario.Auditor)
 	obs, err := c.Evidence.ListObservations(ctx, &evidencev1.ListObservationsRequest{TaskId: task})
 	out["observations"] = mustJSON(t, obs, err)
 	tr, err := c.Evidence.GetTrace(ctx, &evidencev1.GetTraceRequest{TaskId: task})
@@ -412,7 +466,7 @@ func TestDemoCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("v0m3 demo: %v\n%s", err, out)
 	}
-	for _, stage := range []string{"== connect ==", "== discovered ==", "== registered ==", "== offered ==", "== requested ==", "== executed ==", "== observed ==", "== refused ==", "CAPABILITY_NOT_OFFERED", "demo complete"} {
+	for _, stage := range []string{"== connect ==", "== discovered ==", "== registered ==", "== offered ==", "== requested ==", "== executed ==", "== observed ==", "== refused ==", "CAPABILITY_NOT_OFFERED", "SELF_REVIEW", "CREDENTIALS_MISSING", "demo complete"} {
 		if !strings.Contains(string(out), stage) {
 			t.Errorf("demo output lacks %q:\n%s", stage, out)
 		}
@@ -420,11 +474,13 @@ func TestDemoCommand(t *testing.T) {
 }
 
 // TestDevServesHealth starts `v0m3 dev` on ephemeral ports and checks every
-// service answers grpc.health.v1 as SERVING.
+// service answers grpc.health.v1 as SERVING over TLS with the certificate
+// of its development CA, and nothing over plaintext.
 func TestDevServesHealth(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, v0m3Bin, "dev", "--port-base", "0", "--data-dir", t.TempDir())
+	dataDir := t.TempDir()
+	cmd := exec.CommandContext(ctx, v0m3Bin, "dev", "--port-base", "0", "--data-dir", dataDir)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -441,12 +497,13 @@ func TestDevServesHealth(t *testing.T) {
 			addrs[m[1]] = m[2]
 		}
 	}
+	roots := devRoots(t, dataDir)
 	for _, name := range suite.Names {
 		addr := addrs[name]
 		if addr == "" {
 			t.Fatalf("v0m3 dev did not print the %s address", name)
 		}
-		conn, err := serve.Dial(addr)
+		conn, err := serve.Dial(addr, identity.CallerDialOptions(roots)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -455,5 +512,28 @@ func TestDevServesHealth(t *testing.T) {
 		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("%s health: %v %v", name, resp.GetStatus(), err)
 		}
+		plain, err := serve.Dial(addr, identity.CallerDialOptions(nil)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err = healthpb.NewHealthClient(plain).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false))
+		plain.Close()
+		if err == nil {
+			t.Errorf("%s answered health over plaintext (%v); want TLS only", name, resp.GetStatus())
+		}
 	}
+}
+
+// devRoots returns the CA a `v0m3 dev` on dataDir wrote for its callers.
+func devRoots(t *testing.T, dataDir string) *x509.CertPool {
+	t.Helper()
+	pem, err := os.ReadFile(filepath.Join(dataDir, "pki", "ca.crt"))
+	if err != nil {
+		t.Fatalf("v0m3 dev's CA: %v", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatalf("v0m3 dev's CA file holds no certificate")
+	}
+	return roots
 }

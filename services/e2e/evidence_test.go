@@ -43,7 +43,7 @@ func evidenceWorld(t *testing.T, cfg suite.Config, limits *registryv1.Limits, fi
 	t.Cleanup(s.Close)
 	w := &world{t: t, s: s, callLog: filepath.Join(serverDir(t), "calls.jsonl"), addr: freeAddr(t)}
 	w.restartFixture(fixtureArgs...)
-	ctx := context.Background()
+	ctx := w.as(scenario.Integrator)
 	w.conn, err = s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.HTTPFixture("http://" + w.addr + "/mcp"),
 	})
@@ -58,7 +58,7 @@ func evidenceWorld(t *testing.T, cfg suite.Config, limits *registryv1.Limits, fi
 			{RemoteField: "query", ProductField: "query"},
 			{RemoteField: "uri", ProductField: "source", FromHandle: true},
 		},
-		Limits: limits, ProposedBy: "integrator",
+		Limits: limits,
 	})
 	if err != nil {
 		t.Fatalf("propose mapping: %v", err)
@@ -69,11 +69,11 @@ func evidenceWorld(t *testing.T, cfg suite.Config, limits *registryv1.Limits, fi
 
 var markdownLimits = &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 5, AllowedMediaTypes: []string{"text/markdown"}}
 
-// taskWith starts a source-review task over scope.
+// taskWith starts a source-review task over scope as alice.
 func (w *world) taskWith(scope ...*orchestratorv1.SourceRef) *orchestratorv1.StartTaskResponse {
 	w.t.Helper()
-	resp, err := w.s.Orchestrator.StartTask(context.Background(), &orchestratorv1.StartTaskRequest{
-		Requester: alice, Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review", SourceScope: scope,
+	resp, err := w.s.Orchestrator.StartTask(w.as(scenario.Alice), &orchestratorv1.StartTaskRequest{
+		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review", SourceScope: scope,
 	})
 	if err != nil {
 		w.t.Fatalf("start task: %v", err)
@@ -81,22 +81,24 @@ func (w *world) taskWith(scope ...*orchestratorv1.SourceRef) *orchestratorv1.Sta
 	return resp
 }
 
-// retrieveLabel asks for the source with label in task, with query.
+// retrieveLabel asks, as alice, for the source with label in task, with
+// query.
 func (w *world) retrieveLabel(task *orchestratorv1.StartTaskResponse, call, label, query string) (*orchestratorv1.ToolRequest, error) {
 	w.t.Helper()
 	handle := scenario.FindHandle(scenario.FindOffered(task.GetCatalogue(), scenario.Retrieve), label)
 	if handle == "" {
 		w.t.Fatalf("no handle for %q", label)
 	}
-	return w.s.Orchestrator.SubmitToolRequest(context.Background(), &orchestratorv1.SubmitToolRequestRequest{
+	return w.s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task.GetTask().GetId(), ProviderCallId: call, Capability: scenario.Retrieve,
 		Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": query}),
 	})
 }
 
-func observationOf(t *testing.T, c suite.Clients, taskID, uri string) *evidencev1.SourceObservation {
+// observationOf returns, as read by an auditor, task's observation of uri.
+func observationOf(t *testing.T, s *suite.Suite, taskID, uri string) *evidencev1.SourceObservation {
 	t.Helper()
-	obs, err := c.Evidence.ListObservations(context.Background(), &evidencev1.ListObservationsRequest{TaskId: taskID})
+	obs, err := s.Evidence.ListObservations(as(s, scenario.Auditor), &evidencev1.ListObservationsRequest{TaskId: taskID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,19 +127,19 @@ func passageText(o *evidencev1.SourceObservation, id string) string {
 // the changed passage named.
 func TestSourceRevisionOnContentChange(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	w := evidenceWorld(t, suite.Config{}, markdownLimits)
+	ctx := w.as(scenario.Auditor)
 	scope := &orchestratorv1.SourceRef{Uri: rateLimitsURI, Title: "Rate limits"}
 
 	first := w.taskWith(scope)
 	if r, err := w.retrieveLabel(first, "call-1", "Rate limits", "limit"); err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
 		t.Fatalf("first retrieval: %v %v", r, err)
 	}
-	cited := observationOf(t, w.s.Clients, first.GetTask().GetId(), rateLimitsURI)
+	cited := observationOf(t, w.s, first.GetTask().GetId(), rateLimitsURI)
 	if cited.GetRevisionNumber() != 1 || !strings.Contains(passageText(cited, "p2"), fixture.RateLimitQualification(1)) {
 		t.Fatalf("first observation revision %d, p2 %q", cited.GetRevisionNumber(), passageText(cited, "p2"))
 	}
-	link, err := w.s.Evidence.LinkClaim(ctx, &evidencev1.LinkClaimRequest{ClaimId: "claim-rate-per-key", ObservationId: cited.GetId(), PassageId: "p2"})
+	link, err := w.s.Evidence.LinkClaim(w.as(writer), &evidencev1.LinkClaimRequest{ClaimId: "claim-rate-per-key", ObservationId: cited.GetId(), PassageId: "p2"})
 	if err != nil {
 		t.Fatalf("link claim: %v", err)
 	}
@@ -148,7 +150,7 @@ func TestSourceRevisionOnContentChange(t *testing.T) {
 	if r, err := w.retrieveLabel(second, "call-1", "Rate limits", "limit"); err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
 		t.Fatalf("second retrieval: %v %v", r, err)
 	}
-	live := observationOf(t, w.s.Clients, second.GetTask().GetId(), rateLimitsURI)
+	live := observationOf(t, w.s, second.GetTask().GetId(), rateLimitsURI)
 	if live.GetRevisionNumber() != 2 || live.GetRevisionId() == cited.GetRevisionId() || live.GetContentDigest() == cited.GetContentDigest() {
 		t.Errorf("live observation revision %d (%s), digest %s; want revision 2 with a new digest", live.GetRevisionNumber(), live.GetRevisionId(), live.GetContentDigest())
 	}
@@ -184,7 +186,6 @@ func TestSourceRevisionOnContentChange(t *testing.T) {
 // one completed.
 func TestDualTraceDistinctions(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	lib := fixture.NewLibrary(1)
 	inline := map[string]int{}
 	for _, n := range lib.Notes() {
@@ -215,14 +216,14 @@ func TestDualTraceDistinctions(t *testing.T) {
 	if err != nil || rejected.GetState() != orchestratorv1.RequestState_REQUEST_STATE_FAILED {
 		t.Fatalf("missing note: %v %v", rejected, err)
 	}
-	_, err = w.s.Orchestrator.SubmitToolRequest(ctx, &orchestratorv1.SubmitToolRequestRequest{
+	_, err = w.s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: taskID, ProviderCallId: "call-export", Capability: scenario.Deliver,
 		Arguments: scenario.MustStruct(map[string]any{"artifact": "workspace", "destination": "anywhere"}),
 	})
 	if !apierror.Is(err, codes.PermissionDenied, "CAPABILITY_NOT_OFFERED") {
 		t.Fatalf("export: %v", err)
 	}
-	reqs, err := w.s.Orchestrator.ListRequests(ctx, &orchestratorv1.ListRequestsRequest{TaskId: taskID})
+	reqs, err := w.s.Orchestrator.ListRequests(w.as(scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: taskID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,6 +234,7 @@ func TestDualTraceDistinctions(t *testing.T) {
 		}
 	}
 
+	ctx := w.as(scenario.Auditor)
 	cls, err := w.s.Evidence.ClassifyTrace(ctx, &evidencev1.ClassifyTraceRequest{TaskId: taskID})
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +304,6 @@ func TestDualTraceDistinctions(t *testing.T) {
 // claim can cite a passage.
 func TestLargeSourceStoredAsAsset(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	limits := &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 5, AllowedMediaTypes: []string{"text/markdown"}, AssetReferenceAllowed: true}
 	w := evidenceWorld(t, suite.Config{EvidenceMaxInlineBytes: 128, AssetThreshold: 128}, limits)
 	task := w.taskWith(&orchestratorv1.SourceRef{Uri: scenario.MigrationFAQURI, Title: "Migration FAQ"})
@@ -310,11 +311,11 @@ func TestLargeSourceStoredAsAsset(t *testing.T) {
 	if err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
 		t.Fatalf("retrieval: %v %v", r, err)
 	}
-	o := observationOf(t, w.s.Clients, task.GetTask().GetId(), scenario.MigrationFAQURI)
+	o := observationOf(t, w.s, task.GetTask().GetId(), scenario.MigrationFAQURI)
 	if o.GetAssetDigest() == "" || o.GetAssetDigest() != o.GetContentDigest() {
 		t.Fatalf("observation not asset-backed: %v", o)
 	}
-	a, err := w.s.Evidence.GetAsset(ctx, &evidencev1.GetAssetRequest{Digest: o.GetAssetDigest()})
+	a, err := w.s.Evidence.GetAsset(w.as(scenario.Auditor), &evidencev1.GetAssetRequest{Digest: o.GetAssetDigest()})
 	if err != nil || digest.Bytes(a.GetContent()) != o.GetContentDigest() || a.GetMediaType() != "text/markdown" {
 		t.Fatalf("asset = %v, %v", a, err)
 	}
@@ -336,7 +337,7 @@ func TestLargeSourceStoredAsAsset(t *testing.T) {
 			t.Errorf("passage %s at its asset position = %q, excerpt %q", p.GetPassageId(), at, e.GetQuotedText())
 		}
 	}
-	if _, err := w.s.Evidence.LinkClaim(ctx, &evidencev1.LinkClaimRequest{ClaimId: "claim-faq", ObservationId: o.GetId(), PassageId: "p2"}); err != nil {
+	if _, err := w.s.Evidence.LinkClaim(w.as(writer), &evidencev1.LinkClaimRequest{ClaimId: "claim-faq", ObservationId: o.GetId(), PassageId: "p2"}); err != nil {
 		t.Errorf("link a claim to an asset-backed passage: %v", err)
 	}
 }
@@ -363,13 +364,13 @@ func recordFirstExperiment(t *testing.T) *recording {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.result, err = scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: rec.transport})
+	rec.result, err = scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: rec.transport, As: s.As})
 	if err != nil {
 		s.Close()
 		t.Fatalf("record: %v", err)
 	}
-	rec.faq = observationOf(t, s.Clients, rec.result.SourceTask.GetTask().GetId(), scenario.MigrationFAQURI)
-	rec.task, err = s.Orchestrator.GetTask(context.Background(), &orchestratorv1.GetTaskRequest{Id: rec.result.SourceTask.GetTask().GetId()})
+	rec.faq = observationOf(t, s, rec.result.SourceTask.GetTask().GetId(), scenario.MigrationFAQURI)
+	rec.task, err = s.Orchestrator.GetTask(as(s, scenario.Alice), &orchestratorv1.GetTaskRequest{Id: rec.result.SourceTask.GetTask().GetId()})
 	s.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +402,6 @@ func replaySuite(t *testing.T, dir, fixtures string) *suite.Suite {
 // MISSING_FIXTURE and never reaches a server.
 func TestReplayFirstExperiment(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	rec := recordFirstExperiment(t)
 	linesBefore := len(callLog(t, rec.callLog))
 	if toolCalls(callLog(t, rec.callLog)) != 1 {
@@ -414,14 +414,14 @@ func TestReplayFirstExperiment(t *testing.T) {
 
 	dir := t.TempDir()
 	s := replaySuite(t, dir, rec.fixtures)
-	r, err := scenario.Run(ctx, s.Clients, scenario.Config{Transport: rec.transport})
+	r, err := scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: rec.transport, As: s.As})
 	if err != nil {
 		t.Fatalf("replay: %v", err)
 	}
 	checkFirstExperiment(t, s, r)
 
 	// Final source observation and task state, not only messages.
-	got := observationOf(t, s.Clients, r.SourceTask.GetTask().GetId(), scenario.MigrationFAQURI)
+	got := observationOf(t, s, r.SourceTask.GetTask().GetId(), scenario.MigrationFAQURI)
 	if got.GetContentDigest() != rec.faq.GetContentDigest() || got.GetMediaType() != rec.faq.GetMediaType() ||
 		got.GetRevisionNumber() != 1 || len(got.GetPassages()) != len(rec.faq.GetPassages()) {
 		t.Errorf("replayed observation %v, recorded %v", got, rec.faq)
@@ -431,13 +431,13 @@ func TestReplayFirstExperiment(t *testing.T) {
 			t.Errorf("passage %d differs: %v vs %v", i, p, rec.faq.GetPassages()[i])
 		}
 	}
-	task, err := s.Orchestrator.GetTask(ctx, &orchestratorv1.GetTaskRequest{Id: r.SourceTask.GetTask().GetId()})
+	task, err := s.Orchestrator.GetTask(as(s, scenario.Alice), &orchestratorv1.GetTaskRequest{Id: r.SourceTask.GetTask().GetId()})
 	if err != nil || task.GetState() != rec.task.GetState() || task.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
 		t.Errorf("replayed task state %v, recorded %v (%v)", task.GetState(), rec.task.GetState(), err)
 	}
 	// No unauthorized effect: nothing but the one retrieval executed, the
 	// export never reached the adapter, and no receipt exists for it.
-	cls, err := s.Evidence.ClassifyTrace(ctx, &evidencev1.ClassifyTraceRequest{TaskId: r.SourceTask.GetTask().GetId()})
+	cls, err := s.Evidence.ClassifyTrace(as(s, scenario.Auditor), &evidencev1.ClassifyTraceRequest{TaskId: r.SourceTask.GetTask().GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +461,7 @@ func TestReplayFirstExperiment(t *testing.T) {
 
 	// A request the recording never saw: same source, another query.
 	handle := scenario.FindHandle(scenario.FindOffered(r.SourceTask.GetCatalogue(), scenario.Retrieve), "Migration FAQ")
-	miss, err := s.Orchestrator.SubmitToolRequest(ctx, &orchestratorv1.SubmitToolRequestRequest{
+	miss, err := s.Orchestrator.SubmitToolRequest(as(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: r.SourceTask.GetTask().GetId(), ProviderCallId: "call-unrecorded", Capability: scenario.Retrieve,
 		Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": "pagination"}),
 	})
@@ -490,10 +490,10 @@ func TestReplayFirstExperiment(t *testing.T) {
 // even though the connection names a real executable.
 func TestReplayMissingDiscoveryFixture(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	dir := t.TempDir()
 	logPath := filepath.Join(serverDir(t), "calls.jsonl")
 	s := replaySuite(t, dir, filepath.Join(t.TempDir(), "empty"))
+	ctx := as(s, scenario.Integrator)
 	conn, err := s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath),
 	})
@@ -517,15 +517,14 @@ func TestReplayMissingDiscoveryFixture(t *testing.T) {
 // experiment) and produce the same source observation.
 func TestDirectMatchesMCP(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	run := func(tr *registryv1.Transport) (*suite.Suite, *scenario.Result, *evidencev1.SourceObservation) {
 		s := startSuite(t, t.TempDir())
-		r, err := scenario.Run(ctx, s.Clients, scenario.Config{Transport: tr})
+		r, err := scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: tr, As: s.As})
 		if err != nil {
 			t.Fatalf("scenario over %v: %v", tr, err)
 		}
 		checkFirstExperiment(t, s, r)
-		return s, r, observationOf(t, s.Clients, r.SourceTask.GetTask().GetId(), scenario.MigrationFAQURI)
+		return s, r, observationOf(t, s, r.SourceTask.GetTask().GetId(), scenario.MigrationFAQURI)
 	}
 	_, mr, mcpObs := run(scenario.StdioFixture(v0m3Bin))
 	_, dr, directObs := run(&registryv1.Transport{Kind: &registryv1.Transport_Direct{Direct: &registryv1.DirectTransport{Adapter: adapter.FixtureSourcesAdapter}}})
@@ -586,7 +585,6 @@ func (s *syncBuffer) Bytes() []byte {
 // fixture) and every log line of every service: the secret appears nowhere.
 func TestSecretNeverPersistedOrLogged(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	secret := "planted-" + strings.TrimPrefix(digest.String(t.Name()), "sha256:")[:24]
 	credFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(credFile, []byte(secret+"\n"), 0o600); err != nil {
@@ -595,7 +593,7 @@ func TestSecretNeverPersistedOrLogged(t *testing.T) {
 	logs := &syncBuffer{}
 	dir := t.TempDir()
 	fixtures := filepath.Join(t.TempDir(), "fixtures")
-	s, err := suite.Start(ctx, suite.Config{
+	s, err := suite.Start(context.Background(), suite.Config{
 		DataDir:  dir,
 		Log:      slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Fixtures: &adapter.Fixtures{Dir: fixtures, Mode: adapter.FixturesRecord},
@@ -603,6 +601,7 @@ func TestSecretNeverPersistedOrLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := as(s, scenario.Integrator)
 	conn, err := s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin, "--hostile"),
 		CredentialRef: "file:" + credFile, CredentialScope: "read-only token for the synthetic library",
@@ -619,7 +618,7 @@ func TestSecretNeverPersistedOrLogged(t *testing.T) {
 			{RemoteField: "query", ProductField: "query"},
 			{RemoteField: "uri", ProductField: "source", FromHandle: true},
 		},
-		Limits: markdownLimits, ProposedBy: "integrator",
+		Limits: markdownLimits,
 	})
 	if err != nil {
 		t.Fatal(err)

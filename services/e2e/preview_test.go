@@ -24,13 +24,14 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/fixture/renderer"
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/orchestrator"
+	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -78,10 +79,11 @@ func (r *rendererEnv) artifacts(t *testing.T) int {
 }
 
 // connectRenderer registers a renderer connection (stdio subprocess of the
-// v0m3 binary), discovers it and maps render_preview onto its render tool.
-func connectRenderer(t *testing.T, c suite.Clients, args ...string) *rendererEnv {
+// v0m3 binary), discovers it and maps render_preview onto its render tool,
+// as the integrator; the reviewer reviews the mapping.
+func connectRenderer(t *testing.T, c stack, args ...string) *rendererEnv {
 	t.Helper()
-	ctx := context.Background()
+	ctx := c.as(scenario.Integrator)
 	dir := serverDir(t)
 	env := &rendererEnv{workDir: filepath.Join(dir, "work"), callLog: filepath.Join(dir, "calls.jsonl")}
 	var err error
@@ -107,8 +109,7 @@ func connectRenderer(t *testing.T, c suite.Clients, args ...string) *rendererEnv
 			{RemoteField: "document_revision", ProductField: "document_revision"},
 			{RemoteField: "profile", ProductField: "profile"},
 		},
-		Limits:     &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 4, AllowedMediaTypes: []string{"text/plain"}},
-		ProposedBy: "integrator@platform",
+		Limits: &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 4, AllowedMediaTypes: []string{"text/plain"}},
 		// The renderer de-duplicates by request id and answers status
 		// queries: what makes a retry after a lost reply safe.
 		IdempotencyKeyField: "request_id",
@@ -117,8 +118,8 @@ func connectRenderer(t *testing.T, c suite.Clients, args ...string) *rendererEnv
 	if err != nil {
 		t.Fatalf("propose mapping: %v", err)
 	}
-	env.mapping, err = c.Registry.ReviewMapping(ctx, &registryv1.ReviewMappingRequest{
-		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true, Reviewer: "reviewer@platform",
+	env.mapping, err = c.Registry.ReviewMapping(c.as(scenario.Reviewer), &registryv1.ReviewMappingRequest{
+		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true,
 	})
 	if err != nil {
 		t.Fatalf("review mapping: %v", err)
@@ -126,11 +127,11 @@ func connectRenderer(t *testing.T, c suite.Clients, args ...string) *rendererEnv
 	return env
 }
 
-func startPreviewTask(t *testing.T, c suite.Clients) *orchestratorv1.StartTaskResponse {
+// startPreviewTask starts a preview task as alice, an author.
+func startPreviewTask(t *testing.T, c stack) *orchestratorv1.StartTaskResponse {
 	t.Helper()
-	resp, err := c.Orchestrator.StartTask(context.Background(), &orchestratorv1.StartTaskRequest{
-		Requester: &policyv1.Principal{Id: "alice", Groups: []string{"authors"}},
-		Kind:      orchestratorv1.TaskKind_TASK_KIND_PREVIEW, Purpose: "preview revision 31 before review",
+	resp, err := c.Orchestrator.StartTask(c.as(scenario.Alice), &orchestratorv1.StartTaskRequest{
+		Kind: orchestratorv1.TaskKind_TASK_KIND_PREVIEW, Purpose: "preview revision 31 before review",
 	})
 	if err != nil {
 		t.Fatalf("start preview task: %v", err)
@@ -141,10 +142,11 @@ func startPreviewTask(t *testing.T, c suite.Clients) *orchestratorv1.StartTaskRe
 	return resp
 }
 
-func submitPreview(t *testing.T, c suite.Clients, taskID, callID string) *orchestratorv1.ToolRequest {
+// submitPreview submits, as alice, the render of revision 31.
+func submitPreview(t *testing.T, c stack, taskID, callID string) *orchestratorv1.ToolRequest {
 	t.Helper()
 	args, _ := structpb.NewStruct(map[string]any{"document_revision": 31, "profile": 4})
-	r, err := c.Orchestrator.SubmitToolRequest(context.Background(), &orchestratorv1.SubmitToolRequestRequest{
+	r, err := c.Orchestrator.SubmitToolRequest(c.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: taskID, ProviderCallId: callID, Capability: renderPreview, Arguments: args, DocumentDigest: documentDigest,
 	})
 	if err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
@@ -153,8 +155,10 @@ func submitPreview(t *testing.T, c suite.Clients, taskID, callID string) *orches
 	return r
 }
 
-func approve(c suite.Clients, id, digest string) (*orchestratorv1.ToolRequest, error) {
-	return c.Orchestrator.Approve(context.Background(), &orchestratorv1.ApproveRequest{RequestId: id, Approver: "alice", DocumentDigest: digest})
+// approve approves request id as the approver (not alice, whose task it
+// is: nobody approves their own request).
+func approve(c stack, id, digest string) (*orchestratorv1.ToolRequest, error) {
+	return c.Orchestrator.Approve(c.as(approver), &orchestratorv1.ApproveRequest{RequestId: id, DocumentDigest: digest})
 }
 
 // TestPreviewApprovalWatched runs the second experiment through the real
@@ -162,17 +166,18 @@ func approve(c suite.Clients, id, digest string) (*orchestratorv1.ToolRequest, e
 func TestPreviewApprovalWatched(t *testing.T) {
 	t.Parallel()
 	s := startSuite(t, t.TempDir())
-	env := connectRenderer(t, s.Clients)
-	task := startPreviewTask(t, s.Clients).GetTask().GetId()
-	ctx, cancel := context.WithCancel(context.Background())
+	c := stackOf(s)
+	env := connectRenderer(t, c)
+	task := startPreviewTask(t, c).GetTask().GetId()
+	ctx, cancel := context.WithCancel(c.as(scenario.Alice))
 	defer cancel()
 	stream, err := s.Orchestrator.WatchTask(ctx, &orchestratorv1.WatchTaskRequest{TaskId: task})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	r := submitPreview(t, s.Clients, task, "call-1")
-	ap, err := s.Orchestrator.GetApproval(ctx, &orchestratorv1.GetApprovalRequest{RequestId: r.GetId()})
+	r := submitPreview(t, c, task, "call-1")
+	ap, err := s.Orchestrator.GetApproval(c.as(approver), &orchestratorv1.GetApprovalRequest{RequestId: r.GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,11 +188,30 @@ func TestPreviewApprovalWatched(t *testing.T) {
 	if env.renders(t) != 0 {
 		t.Fatal("rendered before approval")
 	}
-	done, err := approve(s.Clients, r.GetId(), documentDigest)
+	// Separation of duties: alice may not approve her own request. The
+	// refusal is traced, and the request still awaits a person.
+	_, err = s.Orchestrator.Approve(c.as(scenario.Alice), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), DocumentDigest: documentDigest})
+	if !apierror.Is(err, codes.PermissionDenied, "SELF_APPROVAL") {
+		t.Fatalf("alice approving her own request = %v, want PERMISSION_DENIED SELF_APPROVAL", err)
+	}
+	if got, err := s.Orchestrator.GetRequest(c.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: r.GetId()}); err != nil ||
+		got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL || got.GetApproval().GetUseTime() != nil {
+		t.Fatalf("after the refused self-approval the request is %v (%v), want AWAITING_APPROVAL with its approval unused", got, err)
+	}
+	if env.renders(t) != 0 {
+		t.Fatal("a refused self-approval rendered")
+	}
+	if !traced(t, c, task, evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_POLICY_DECISION, "SELF_APPROVAL") {
+		t.Error("the refused self-approval is not in the task's trace")
+	}
+	done, err := approve(c, r.GetId(), documentDigest)
 	if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || !strings.HasPrefix(done.GetArtifactDigest(), "sha256:") {
 		t.Fatalf("approve = %v, %v", done, err)
 	}
-	rc, err := s.Evidence.GetReceipt(ctx, &evidencev1.GetReceiptRequest{IdempotencyKey: r.GetIntentId()})
+	if done.GetApproval().GetApprover() != approver.ID {
+		t.Errorf("approval recorded approver %q, want the verified caller %q", done.GetApproval().GetApprover(), approver.ID)
+	}
+	rc, err := receiptOf(t, s, r.GetIntentId())
 	if err != nil || rc.GetArtifactDigest() != done.GetArtifactDigest() || rc.GetId() != done.GetReceiptId() {
 		t.Errorf("receipt = %v, %v", rc, err)
 	}
@@ -195,7 +219,7 @@ func TestPreviewApprovalWatched(t *testing.T) {
 	if len(done.GetAttempts()) != 1 || att.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED || att.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
 		t.Errorf("attempts = %v", done.GetAttempts())
 	}
-	_, err = approve(s.Clients, r.GetId(), documentDigest)
+	_, err = approve(c, r.GetId(), documentDigest)
 	if !apierror.Is(err, codes.FailedPrecondition, "APPROVAL_ALREADY_USED") {
 		t.Errorf("second approval = %v, want APPROVAL_ALREADY_USED", err)
 	}
@@ -222,28 +246,56 @@ func TestPreviewApprovalWatched(t *testing.T) {
 	}
 }
 
+// receiptOf reads the receipt recorded under an intent's key as the
+// orchestrator, its only reader.
+func receiptOf(t *testing.T, s *suite.Suite, intentID string) (*evidencev1.Receipt, error) {
+	t.Helper()
+	peer, err := s.PeerClients(suite.Orchestrator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return peer.Evidence.GetReceipt(context.Background(), &evidencev1.GetReceiptRequest{IdempotencyKey: intentID})
+}
+
+// traced reports whether task's trace, read by an auditor, holds a product
+// event of kind with reason.
+func traced(t *testing.T, c stack, task string, kind evidencev1.ProductEventKind, reason string) bool {
+	t.Helper()
+	tr, err := c.Evidence.GetTrace(c.as(scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
+	if err != nil {
+		t.Fatalf("trace of %s: %v", task, err)
+	}
+	for _, e := range tr.GetEvents() {
+		if p := e.GetProduct(); p.GetKind() == kind && p.GetReason() == reason {
+			return true
+		}
+	}
+	return false
+}
+
 // TestPreviewApprovalInvalidatedByRealChanges changes a document and then
 // rotates the renderer's credentials between review and approval.
 func TestPreviewApprovalInvalidatedByRealChanges(t *testing.T) {
 	t.Parallel()
 	s := startSuite(t, t.TempDir())
-	env := connectRenderer(t, s.Clients)
-	task := startPreviewTask(t, s.Clients).GetTask().GetId()
+	c := stackOf(s)
+	env := connectRenderer(t, c)
+	task := startPreviewTask(t, c).GetTask().GetId()
 
-	r := submitPreview(t, s.Clients, task, "call-doc")
-	_, err := approve(s.Clients, r.GetId(), "sha256:document-31-edited")
+	r := submitPreview(t, c, task, "call-doc")
+	_, err := approve(c, r.GetId(), "sha256:document-31-edited")
 	if !apierror.Is(err, codes.FailedPrecondition, "APPROVAL_INVALIDATED") || apierror.Info(err).GetMetadata()["binding"] != "document" {
 		t.Errorf("document changed: %v", err)
 	}
 
-	r = submitPreview(t, s.Clients, task, "call-creds")
-	if _, err := s.Registry.UpdateConnection(context.Background(), &registryv1.UpdateConnectionRequest{
+	r = submitPreview(t, c, task, "call-creds")
+	if _, err := s.Registry.UpdateConnection(c.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
 		Id: env.conn.GetId(), ExpectedConfigRevision: env.conn.GetConfigRevision(), Transport: env.conn.GetTransport(),
 		CredentialRef: "secret://renderer/v2", CredentialVersion: "2", Reason: "rotate",
 	}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = approve(s.Clients, r.GetId(), documentDigest)
+	_, err = approve(c, r.GetId(), documentDigest)
 	if !apierror.Is(err, codes.FailedPrecondition, "APPROVAL_INVALIDATED") || apierror.Info(err).GetMetadata()["binding"] != "credentials" {
 		t.Errorf("credentials rotated: %v", err)
 	}
@@ -254,7 +306,7 @@ func TestPreviewApprovalInvalidatedByRealChanges(t *testing.T) {
 
 // startWithOrchestrator runs registry, policy, evidence and adapter as a
 // suite and the orchestrator in-process with its own options.
-func startWithOrchestrator(t *testing.T, deps orchestrator.Deps) suite.Clients {
+func startWithOrchestrator(t *testing.T, deps orchestrator.Deps) stack {
 	t.Helper()
 	dir := t.TempDir()
 	s, err := suite.Start(context.Background(), suite.Config{DataDir: dir, Services: []string{suite.Registry, suite.Policy, suite.Evidence, suite.Adapter}})
@@ -290,7 +342,7 @@ func startWithOrchestrator(t *testing.T, deps orchestrator.Deps) suite.Clients {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(); cancel(); <-done; o.Close(); _ = db.Close() })
-	c := s.Clients
+	c := stackOf(s)
 	c.Orchestrator = orchestratorv1.NewOrchestratorServiceClient(conn)
 	return c
 }
@@ -366,12 +418,15 @@ func freePort(t *testing.T) string {
 }
 
 // startOrchestratorProcess runs `v0m3 orchestrator` against the suite's
-// services, on dataDir, listening on addr.
-func startOrchestratorProcess(t *testing.T, s *suite.Suite, dataDir, addr string) *exec.Cmd {
+// services, on dataDir, listening on addr, with the orchestrator
+// certificate in tls and accepting the suite's development tokens.
+func startOrchestratorProcess(t *testing.T, s *suite.Suite, tls identity.Files, dataDir, addr string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(v0m3Bin, "orchestrator", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn",
 		"--registry-addr", s.Addr[suite.Registry], "--policy-addr", s.Addr[suite.Policy],
-		"--evidence-addr", s.Addr[suite.Evidence], "--adapter-addr", s.Addr[suite.Adapter])
+		"--evidence-addr", s.Addr[suite.Evidence], "--adapter-addr", s.Addr[suite.Adapter],
+		"--tls-ca-file", tls.CA, "--tls-cert-file", tls.Cert, "--tls-key-file", tls.Key,
+		"--oidc-issuer", identity.DevIssuerName, "--oidc-audience", identity.DevAudience, "--oidc-jwks-file", s.Dev.JWKSFile)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -391,14 +446,18 @@ func TestOrchestratorKilledMidAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
+	tls, err := s.Dev.CA.WriteFiles(t.TempDir(), suite.Orchestrator)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dataDir, addr := t.TempDir(), freePort(t)
-	first := startOrchestratorProcess(t, s, dataDir, addr)
-	conn, err := serve.Dial(addr)
+	first := startOrchestratorProcess(t, s, tls, dataDir, addr)
+	conn, err := serve.Dial(addr, s.CallerDialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	c := s.Clients
+	c := stackOf(s)
 	c.Orchestrator = orchestratorv1.NewOrchestratorServiceClient(conn)
 	waitServing(t, c)
 
@@ -420,13 +479,13 @@ func TestOrchestratorKilledMidAttempt(t *testing.T) {
 	}
 	_ = first.Wait()
 	<-approved
-	startOrchestratorProcess(t, s, dataDir, addr)
+	startOrchestratorProcess(t, s, tls, dataDir, addr)
 	waitServing(t, c)
 
 	var got *orchestratorv1.ToolRequest
 	for got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
 		time.Sleep(100 * time.Millisecond)
-		got, err = c.Orchestrator.GetRequest(context.Background(), &orchestratorv1.GetRequestRequest{Id: r.GetId()})
+		got, err = c.Orchestrator.GetRequest(c.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: r.GetId()})
 		if err != nil && apierror.Code(err) != codes.Unavailable {
 			t.Fatal(err)
 		}
@@ -444,10 +503,11 @@ func TestOrchestratorKilledMidAttempt(t *testing.T) {
 	}
 }
 
-func waitServing(t *testing.T, c suite.Clients) {
+// waitServing waits until the orchestrator answers an authenticated caller.
+func waitServing(t *testing.T, c stack) {
 	t.Helper()
 	for i := 0; ; i++ {
-		_, err := c.Orchestrator.GetTask(context.Background(), &orchestratorv1.GetTaskRequest{Id: "task_probe"})
+		_, err := c.Orchestrator.GetTask(c.as(scenario.Alice), &orchestratorv1.GetTaskRequest{Id: "task_probe"})
 		if apierror.Code(err) == codes.NotFound {
 			return
 		}
@@ -464,22 +524,23 @@ func waitServing(t *testing.T, c suite.Clients) {
 func TestRetiringRendererStopsTaskInFlight(t *testing.T) {
 	t.Parallel()
 	s := startSuite(t, t.TempDir())
-	env := connectRenderer(t, s.Clients)
-	task := startPreviewTask(t, s.Clients).GetTask().GetId()
-	ctx, cancel := context.WithCancel(context.Background())
+	c := stackOf(s)
+	env := connectRenderer(t, c)
+	task := startPreviewTask(t, c).GetTask().GetId()
+	ctx, cancel := context.WithCancel(c.as(scenario.Alice))
 	defer cancel()
 	stream, err := s.Orchestrator.WatchTask(ctx, &orchestratorv1.WatchTaskRequest{TaskId: task})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := submitPreview(t, s.Clients, task, "call-1")
-	committed, err := approve(s.Clients, first.GetId(), documentDigest)
+	first := submitPreview(t, c, task, "call-1")
+	committed, err := approve(c, first.GetId(), documentDigest)
 	if err != nil || committed.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
 		t.Fatalf("approve = %v, %v", committed, err)
 	}
-	pending := submitPreview(t, s.Clients, task, "call-2")
+	pending := submitPreview(t, c, task, "call-2")
 
-	if _, err := s.Registry.RetireConnection(ctx, &registryv1.RetireConnectionRequest{Id: env.conn.GetId(), Reason: "renderer removed"}); err != nil {
+	if _, err := s.Registry.RetireConnection(c.as(scenario.Integrator), &registryv1.RetireConnectionRequest{Id: env.conn.GetId(), Reason: "renderer removed"}); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -499,7 +560,7 @@ func TestRetiringRendererStopsTaskInFlight(t *testing.T) {
 	if p.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REFUSED || p.GetRefusalReason() != "CONNECTION_UNAVAILABLE" {
 		t.Errorf("pending request = %v", p)
 	}
-	if _, err := approve(s.Clients, pending.GetId(), documentDigest); !apierror.Is(err, codes.FailedPrecondition, "REQUEST_NOT_AWAITING_APPROVAL") {
+	if _, err := approve(c, pending.GetId(), documentDigest); !apierror.Is(err, codes.FailedPrecondition, "REQUEST_NOT_AWAITING_APPROVAL") {
 		t.Errorf("approving after removal = %v", err)
 	}
 	// Accepted results, receipts and traces stay readable.
@@ -507,10 +568,10 @@ func TestRetiringRendererStopsTaskInFlight(t *testing.T) {
 	if err != nil || got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || got.GetArtifactDigest() == "" {
 		t.Errorf("committed request after removal = %v, %v", got, err)
 	}
-	if rc, err := s.Evidence.GetReceipt(ctx, &evidencev1.GetReceiptRequest{IdempotencyKey: first.GetIntentId()}); err != nil || rc.GetArtifactDigest() != got.GetArtifactDigest() {
+	if rc, err := receiptOf(t, s, first.GetIntentId()); err != nil || rc.GetArtifactDigest() != got.GetArtifactDigest() {
 		t.Errorf("receipt after removal = %v, %v", rc, err)
 	}
-	tr, err := s.Evidence.GetTrace(ctx, &evidencev1.GetTraceRequest{TaskId: task})
+	tr, err := s.Evidence.GetTrace(c.as(scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
 	if err != nil || len(tr.GetEvents()) == 0 {
 		t.Errorf("trace after removal = %v, %v", tr, err)
 	}

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bufio"
 	"context"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sync"
@@ -10,9 +11,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"os/exec"
-
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/redistest"
 	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/scenario"
@@ -20,11 +20,13 @@ import (
 )
 
 // startDev runs `v0m3 dev` as a separate process on ephemeral ports with
-// the given store, and returns clients for its services.
-func startDev(t *testing.T, store string) suite.Clients {
+// the given store, and returns clients for its services (TLS trusting the
+// CA it made) with the development issuer it accepts tokens from.
+func startDev(t *testing.T, store string) stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, v0m3Bin, "dev", "--port-base", "0", "--data-dir", t.TempDir(), "--store", store, "--log-level", "warn")
+	dataDir := t.TempDir()
+	cmd := exec.CommandContext(ctx, v0m3Bin, "dev", "--port-base", "0", "--data-dir", dataDir, "--store", store, "--log-level", "warn")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -45,18 +47,26 @@ func startDev(t *testing.T, store string) suite.Clients {
 		for sc.Scan() {
 		}
 	}()
+	roots := devRoots(t, dataDir)
+	iss, err := identity.LoadDevIssuer(filepath.Join(dataDir, "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	dial := func(name string) *grpc.ClientConn {
 		if addrs[name] == "" {
 			t.Fatalf("v0m3 dev did not print the %s address", name)
 		}
-		c, err := serve.Dial(addrs[name])
+		c, err := serve.Dial(addrs[name], identity.CallerDialOptions(roots)...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	return suite.NewClients(dial(suite.Registry), dial(suite.Policy), dial(suite.Evidence), dial(suite.Adapter), dial(suite.Orchestrator))
+	return stack{
+		Clients: suite.NewClients(dial(suite.Registry), dial(suite.Policy), dial(suite.Evidence), dial(suite.Adapter), dial(suite.Orchestrator)),
+		iss:     iss,
+	}
 }
 
 // TestTwoProcessesOneRedis runs two separate `v0m3 dev` processes against
@@ -70,7 +80,7 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 	ctx := context.Background()
 
 	logPath := filepath.Join(serverDir(t), "calls.jsonl")
-	r, err := scenario.Run(ctx, a, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath)})
+	r, err := scenario.Run(ctx, a.Clients, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath), As: a.iss.As})
 	if err != nil {
 		t.Fatalf("scenario through the first process: %v", err)
 	}
@@ -78,7 +88,7 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 
 	// The second process sees the first one's task, catalogue and request.
 	task := r.SourceTask.GetTask().GetId()
-	if got, err := b.Orchestrator.GetRequest(ctx, &orchestratorv1.GetRequestRequest{Id: r.Retrieval.GetId()}); err != nil || got.GetIntentId() != r.Retrieval.GetIntentId() {
+	if got, err := b.Orchestrator.GetRequest(b.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: r.Retrieval.GetId()}); err != nil || got.GetIntentId() != r.Retrieval.GetIntentId() {
 		t.Fatalf("the second process reads request %s as %v (%v)", r.Retrieval.GetId(), got, err)
 	}
 
@@ -86,11 +96,11 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make([]*orchestratorv1.ToolRequest, 2)
 	errs := make([]error, 2)
-	for i, c := range []suite.Clients{a, b} {
+	for i, c := range []stack{a, b} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = c.Orchestrator.SubmitToolRequest(ctx, &orchestratorv1.SubmitToolRequestRequest{
+			results[i], errs[i] = c.Orchestrator.SubmitToolRequest(c.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 				TaskId: task, ProviderCallId: "call-replicated", Capability: scenario.Retrieve, Arguments: args,
 			})
 		}()
@@ -106,7 +116,7 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 	}
 	// One of the two executed it; the other returned the same request,
 	// so the server was asked once.
-	final, err := a.Orchestrator.GetRequest(ctx, &orchestratorv1.GetRequestRequest{Id: results[0].GetId()})
+	final, err := a.Orchestrator.GetRequest(a.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: results[0].GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}

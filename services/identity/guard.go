@@ -173,7 +173,11 @@ func bearer(ctx context.Context) (string, error) {
 	return strings.TrimSpace(tok), nil
 }
 
-// WithBearer returns ctx with a bearer token for outgoing calls.
+// WithBearer returns ctx with a bearer token for outgoing calls, in place
+// of any token ctx carried: a call names exactly one caller.
 func WithBearer(ctx context.Context, token string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	md, _ := metadata.FromOutgoingContext(ctx)
+	md = md.Copy()
+	md.Set("authorization", "Bearer "+token)
+	return metadata.NewOutgoingContext(ctx, md)
 }

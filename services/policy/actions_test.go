@@ -17,7 +17,9 @@ import (
 func TestDefaultRoles(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, options{})
-	p := func(id string, groups ...string) *policyv1.Principal { return &policyv1.Principal{Id: id, Groups: groups} }
+	p := func(id string, groups ...string) *policyv1.Principal {
+		return &policyv1.Principal{Id: id, Groups: groups}
+	}
 	tests := []struct {
 		name    string
 		req     *policyv1.AuthorizeActionRequest

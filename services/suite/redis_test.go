@@ -22,6 +22,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
+	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -86,10 +87,17 @@ func TestHealthWhileRedisIsDown(t *testing.T) {
 	}
 	t.Cleanup(s.Close)
 	ctx := context.Background()
+	// The calls below are authenticated, so a refusal while Redis is down
+	// is the store's, never the caller's: the same calls succeed after.
+	platform := s.As(ctx, scenario.Integrator.ID, scenario.Integrator.Groups...)
+	asOrchestrator, err := s.PeerClients(suite.Orchestrator)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	health := map[string]healthpb.HealthClient{}
 	for _, name := range []string{suite.Registry, suite.Policy, suite.Evidence, suite.Orchestrator} {
-		conn, err := serve.Dial(s.Addr[name])
+		conn, err := serve.Dial(s.Addr[name], s.CallerDialOptions()...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +123,7 @@ func TestHealthWhileRedisIsDown(t *testing.T) {
 	}
 
 	waitFor(t, "every service SERVING", all(healthpb.HealthCheckResponse_SERVING))
-	conn, err := s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
+	conn, err := s.Registry.CreateConnection(platform, &registryv1.CreateConnectionRequest{
 		DisplayName: "notes", Owner: "alice",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_StreamableHttp{StreamableHttp: &registryv1.StreamableHTTPTransport{Url: "http://127.0.0.1:1/mcp"}}},
 	})
@@ -127,12 +135,13 @@ func TestHealthWhileRedisIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "every service NOT_SERVING while Redis is down", all(healthpb.HealthCheckResponse_NOT_SERVING))
-	callCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	callCtx, cancel := context.WithTimeout(platform, 20*time.Second)
 	defer cancel()
 	if got, err := s.Registry.GetConnection(callCtx, &registryv1.GetConnectionRequest{Id: conn.GetId()}); err == nil {
 		t.Errorf("registry answered %v while its store was down; want an error, not a stale copy", got)
 	}
-	if _, err := s.Policy.Charge(callCtx, &policyv1.ChargeRequest{TaskId: "task_1", Requester: "alice", Calls: 1, IdempotencyKey: "k1"}); err == nil {
+	charge := &policyv1.ChargeRequest{TaskId: "task_1", Requester: "alice", Calls: 1, IdempotencyKey: "k1"}
+	if _, err := asOrchestrator.Policy.Charge(callCtx, charge); err == nil {
 		t.Error("policy charged a budget while its store was down")
 	}
 
@@ -140,9 +149,12 @@ func TestHealthWhileRedisIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "every service SERVING after Redis returned", all(healthpb.HealthCheckResponse_SERVING))
-	got, err := s.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: conn.GetId()})
+	got, err := s.Registry.GetConnection(platform, &registryv1.GetConnectionRequest{Id: conn.GetId()})
 	if err != nil || got.GetId() != conn.GetId() {
 		t.Errorf("after Redis returned: %v, %v", got, err)
+	}
+	if _, err := asOrchestrator.Policy.Charge(ctx, charge); err != nil {
+		t.Errorf("charge after Redis returned: %v", err)
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/internal/redistest"
@@ -81,39 +80,43 @@ func TestReplicasShareOneRedis(t *testing.T) {
 		replicas[i] = s
 	}
 	a, b := replicas[0], replicas[1]
-	ctx := context.Background()
+	// Each replica here has its own development CA and token issuer; each
+	// call carries a token of the replica it goes to, from the person who
+	// would make it.
+	as := func(s *suite.Suite, p scenario.Person) context.Context {
+		return s.As(context.Background(), p.ID, p.Groups...)
+	}
 
-	conn, err := a.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
+	conn, err := a.Registry.CreateConnection(as(a, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.HTTPFixture(url),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Discovered through B, mapped and reviewed through A.
-	snap, err := b.Adapter.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	snap, err := b.Adapter.Discover(as(b, scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := a.Registry.ProposeMapping(ctx, &registryv1.ProposeMappingRequest{
+	m, err := a.Registry.ProposeMapping(as(a, scenario.Integrator), &registryv1.ProposeMappingRequest{
 		Capability: scenario.Retrieve, ConnectionId: conn.GetId(), SnapshotId: snap.GetId(),
 		Target: &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "search"},
 		ArgumentMap: []*registryv1.ArgumentBinding{
 			{RemoteField: "query", ProductField: "query"},
 			{RemoteField: "uri", ProductField: "source", FromHandle: true},
 		},
-		Limits:     &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 5, AllowedMediaTypes: []string{"text/markdown", "text/plain"}},
-		ProposedBy: "integrator@platform",
+		Limits: &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 5, AllowedMediaTypes: []string{"text/markdown", "text/plain"}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Registry.ReviewMapping(ctx, &registryv1.ReviewMappingRequest{
-		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true, Reviewer: "reviewer@platform",
+	if _, err := b.Registry.ReviewMapping(as(b, scenario.Reviewer), &registryv1.ReviewMappingRequest{
+		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	task, err := a.Orchestrator.StartTask(ctx, &orchestratorv1.StartTaskRequest{
-		Requester: &policyv1.Principal{Id: "alice", Groups: []string{"authors"}}, Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
+	task, err := a.Orchestrator.StartTask(as(a, scenario.Alice), &orchestratorv1.StartTaskRequest{
+		Kind:        orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
 		Purpose:     "review the sources of the API migration article",
 		SourceScope: []*orchestratorv1.SourceRef{{Uri: scenario.MigrationFAQURI, Title: "Migration FAQ"}},
 	})
@@ -131,7 +134,7 @@ func TestReplicasShareOneRedis(t *testing.T) {
 	errs := make([]error, 2)
 	for i, s := range replicas {
 		wg.Go(func() {
-			results[i], errs[i] = s.Orchestrator.SubmitToolRequest(ctx, &orchestratorv1.SubmitToolRequestRequest{
+			results[i], errs[i] = s.Orchestrator.SubmitToolRequest(as(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 				TaskId: task.GetTask().GetId(), ProviderCallId: "call-1", Capability: scenario.Retrieve,
 				Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": "migration"}),
 			})
@@ -148,7 +151,7 @@ func TestReplicasShareOneRedis(t *testing.T) {
 			results[0].GetId(), results[0].GetIntentId(), results[1].GetId(), results[1].GetIntentId())
 	}
 	for i, s := range replicas {
-		list, err := s.Orchestrator.ListRequests(ctx, &orchestratorv1.ListRequestsRequest{TaskId: task.GetTask().GetId()})
+		list, err := s.Orchestrator.ListRequests(as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task.GetTask().GetId()})
 		if err != nil || len(list.GetRequests()) != 1 {
 			t.Errorf("replica %d lists %d requests, %v; want 1", i, len(list.GetRequests()), err)
 		}

@@ -190,9 +190,12 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s = &Suite{Addr: map[string]string{}, cancel: cancel}
+	// Every failure below returns a nil suite, so release what was
+	// started through this copy.
+	started := s
 	defer func() {
 		if err != nil {
-			s.Close()
+			started.Close()
 		}
 	}()
 
@@ -420,8 +423,13 @@ func (s *Suite) setupIdentity(cfg Config, log *slog.Logger) (*Identity, error) {
 	}
 	s.creds = map[string]*identity.Credentials{}
 	if id.Roots == nil {
-		// Any service's credentials carry the CA bundle callers trust.
-		c, err := s.credsFor(id, Names[0])
+		// Any service's credentials carry the CA bundle callers trust;
+		// only those of a service running here are at hand.
+		first := Names[0]
+		if len(cfg.Services) > 0 {
+			first = cfg.Services[0]
+		}
+		c, err := s.credsFor(id, first)
 		if err != nil {
 			return nil, err
 		}
