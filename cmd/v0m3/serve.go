@@ -87,6 +87,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, true)
+	pkiDir := fs.String("pki-dir", "", "where the development CA and token issuer live (default <data-dir>/pki); dev processes given one dir trust each other")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -99,7 +100,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	// v0m3 dev always accepts development tokens (`v0m3 token`), and also
 	// those of a real issuer when one is configured.
-	dev, err := identity.NewDev(filepath.Join(*dataDir, "pki"))
+	if *pkiDir == "" {
+		*pkiDir = filepath.Join(*dataDir, "pki")
+	}
+	dev, err := identity.NewDev(*pkiDir)
 	if err != nil {
 		return err
 	}

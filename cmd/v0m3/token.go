@@ -18,6 +18,7 @@ import (
 func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("token", stderr)
 	dataDir := fs.String("data-dir", "./.v0m3-data", "data directory of the `v0m3 dev` that should accept the token")
+	pkiDir := fs.String("pki-dir", "", "its --pki-dir, when it was given one (default <data-dir>/pki)")
 	subject := fs.String("subject", "", "who the token names (sub), e.g. alice")
 	groups := fs.String("groups", "", "comma-separated groups, e.g. authors or platform,reviewers")
 	ttl := fs.Duration("ttl", time.Hour, "lifetime of the token")
@@ -27,7 +28,10 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if *subject == "" {
 		return usageError{"--subject is required"}
 	}
-	iss, err := identity.LoadDevIssuer(filepath.Join(*dataDir, "pki"))
+	if *pkiDir == "" {
+		*pkiDir = filepath.Join(*dataDir, "pki")
+	}
+	iss, err := identity.LoadDevIssuer(*pkiDir)
 	if err != nil {
 		return fmt.Errorf("%w (is `v0m3 dev --data-dir %s` running?)", err, *dataDir)
 	}

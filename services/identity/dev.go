@@ -2,6 +2,7 @@ package identity
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 )
@@ -23,21 +24,36 @@ type Dev struct {
 	JWKSFile string
 }
 
-// NewDev creates a development setup in dir.
+// NewDev creates a development setup in dir, or takes up the one a
+// previous run left there (its CA and issuer keys), so tokens minted for a
+// `v0m3 dev` keep working across its restarts and two development
+// processes given one dir trust each other. A setup that cannot be read
+// is replaced.
 func NewDev(dir string) (*Dev, error) {
-	ca, err := NewCA()
+	caCert, caKey := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	ca, err := LoadCA(caCert, caKey)
 	if err != nil {
-		return nil, err
+		if ca, err = NewCA(); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("identity: %w", err)
+		}
+		if err := ca.WriteKey(caKey); err != nil {
+			return nil, err
+		}
+		if err := writeFile(caCert, ca.CertPEM()); err != nil {
+			return nil, err
+		}
 	}
-	iss, err := NewDevIssuer()
+	iss, err := LoadDevIssuer(dir)
 	if err != nil {
-		return nil, err
+		if iss, err = NewDevIssuer(); err != nil {
+			return nil, err
+		}
 	}
 	jwks, err := iss.WriteFiles(dir)
 	if err != nil {
-		return nil, err
-	}
-	if err := writeFile(filepath.Join(dir, "ca.crt"), ca.CertPEM()); err != nil {
 		return nil, err
 	}
 	return &Dev{Dir: dir, CA: ca, Issuer: iss, JWKSFile: jwks}, nil

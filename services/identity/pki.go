@@ -80,6 +80,44 @@ func NewCA() (*CA, error) {
 	return &CA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
+// WriteKey writes the CA's private key (PEM, 0600) to path, so a later
+// development run can keep issuing under the same CA (LoadCA).
+func (ca *CA) WriteKey(path string) error {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.key)
+	if err != nil {
+		return fmt.Errorf("identity: CA key: %w", err)
+	}
+	return writeFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+}
+
+// LoadCA reads a CA written by CertPEM and WriteKey.
+func LoadCA(certPath, keyPath string) (*CA, error) {
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("identity: CA: %w", err)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("identity: CA: %w", err)
+	}
+	key, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok || !cert.IsCA {
+		return nil, errors.New("identity: not a CA certificate and key")
+	}
+	if time.Now().After(cert.NotAfter.Add(-24 * time.Hour)) {
+		return nil, errors.New("identity: the development CA expires within a day")
+	}
+	return &CA{cert: cert, key: key, certPEM: certPEM}, nil
+}
+
 // CertPEM returns the CA certificate in PEM, what a caller needs to trust
 // the services.
 func (ca *CA) CertPEM() []byte { return ca.certPEM }

@@ -1,6 +1,7 @@
 package identity_test
 
 import (
+	"context"
 	"os"
 	"testing"
 	"time"
@@ -98,5 +99,47 @@ func TestCredentialsFollowTheirFiles(t *testing.T) {
 	// A certificate that names no service is refused at load.
 	if _, err := identity.LoadFiles(identity.Files{CA: files.CA, Cert: files.CA, Key: files.Key}); err == nil {
 		t.Error("a certificate without a service identity was accepted")
+	}
+}
+
+// TestDevSetupSurvivesRestart: a development setup taken up again keeps
+// its CA and issuer, so certificates and tokens of the earlier run stay
+// valid.
+func TestDevSetupSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := identity.NewDev(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := first.Token("alice", "authors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orch, err := first.Credentials(identity.Orchestrator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmt, err := orch.Sign([]byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := identity.NewDev(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := again.Authenticator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := authn.Authenticate(context.Background(), tok); err != nil || c.ID != "alice" {
+		t.Fatalf("token of the earlier run: %v, %v", c, err)
+	}
+	adapter, err := again.Credentials(identity.Adapter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adapter.Verify(stmt, identity.Orchestrator); err != nil {
+		t.Fatalf("statement signed under the earlier run: %v", err)
 	}
 }
