@@ -340,7 +340,7 @@ func TestConfigMoveNeedsReview(t *testing.T) {
 	w.connect(scenario.StdioFixture(v0m3Bin))
 	task := w.startTask()
 
-	moved := filepath.Join(serverDir(t), "v0m3-moved")
+	moved := filepath.Join(binDir(t), "v0m3-moved")
 	copyFile(t, v0m3Bin, moved)
 	conn, err := w.s.Registry.UpdateConnection(ctx, &registryv1.UpdateConnectionRequest{
 		Id: w.conn.GetId(), ExpectedConfigRevision: w.conn.GetConfigRevision(),

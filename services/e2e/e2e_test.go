@@ -81,6 +81,22 @@ func serverDir(t *testing.T) string {
 	return dir
 }
 
+// binDir is a temporary directory for a server's executable: reachable by
+// the server's own uid, writable only by its owner, as an installation is
+// (the adapter never starts a file anyone could have replaced).
+func binDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "v0m3-e2e-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // People the tests act as besides scenario's, each in the groups the
 // default policy gives their role.
 var (

@@ -356,7 +356,7 @@ type recording struct {
 // the fixture executable at a path that is removed afterwards.
 func recordFirstExperiment(t *testing.T) *recording {
 	t.Helper()
-	exe := filepath.Join(serverDir(t), "fixture-server-bin")
+	exe := filepath.Join(binDir(t), "fixture-server-bin")
 	copyFile(t, v0m3Bin, exe)
 	rec := &recording{fixtures: filepath.Join(t.TempDir(), "fixtures"), callLog: filepath.Join(serverDir(t), "calls.jsonl")}
 	rec.transport = scenario.StdioFixture(exe, "--call-log", rec.callLog)
