@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
@@ -32,5 +33,32 @@ func (s *Server) require(ctx context.Context, action, resType, resID string) err
 			"the evidence service has no policy service to decide callers' access", nil)
 	}
 	_, err := s.authz.Require(ctx, action, authz.Resource{Type: resType, ID: resID}, nil)
+	return err
+}
+
+// requireTask checks that the caller may take action on a task's evidence:
+// policy sees the task's requester and actor, as the orchestrator recorded
+// them when the task started, so a requester may read its own task.
+func (s *Server) requireTask(ctx context.Context, action, taskID string) error {
+	if c, ok := identity.CallerFrom(ctx); ok && c.Kind == identity.KindService {
+		return nil
+	}
+	if s.authz == nil {
+		return s.require(ctx, action, "task", taskID)
+	}
+	attrs := map[string]string{}
+	if taskID != "" {
+		events, err := s.st.ListTrace(ctx, taskID)
+		if err != nil {
+			return apierror.Propagate(err, "evidence: read the task's trace")
+		}
+		for _, ev := range events {
+			if p := ev.GetProduct(); p.GetKind() == evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STARTED {
+				attrs["requester"], attrs["actor"] = p.GetRequester(), p.GetActor()
+				break
+			}
+		}
+	}
+	_, err := s.authz.Require(ctx, action, authz.Resource{Type: "task", ID: taskID}, attrs)
 	return err
 }

@@ -22,7 +22,7 @@ var notRecordedCodes = map[string]bool{
 // its request and attempt, a protocol event names the attempt as its
 // request id.
 func (s *Server) ClassifyTrace(ctx context.Context, req *evidencev1.ClassifyTraceRequest) (*evidencev1.TraceClassification, error) {
-	if err := s.require(ctx, authz.TraceRead, "task", req.GetTaskId()); err != nil {
+	if err := s.requireTask(ctx, authz.TraceRead, req.GetTaskId()); err != nil {
 		return nil, err
 	}
 	if req.GetTaskId() == "" {

@@ -108,7 +108,7 @@ func (s *Server) GetObservation(ctx context.Context, req *evidencev1.GetObservat
 // ListObservations returns a task's observations, oldest first. A task with
 // none gets an empty list.
 func (s *Server) ListObservations(ctx context.Context, req *evidencev1.ListObservationsRequest) (*evidencev1.ListObservationsResponse, error) {
-	if err := s.require(ctx, authz.TraceRead, "task", req.GetTaskId()); err != nil {
+	if err := s.requireTask(ctx, authz.TraceRead, req.GetTaskId()); err != nil {
 		return nil, err
 	}
 	if req.GetTaskId() == "" {

@@ -71,7 +71,7 @@ func layerName(ev *evidencev1.TraceEvent) string {
 // GetTrace returns a task's trace, both layers, in sequence order. A task
 // with no events gets an empty trace.
 func (s *Server) GetTrace(ctx context.Context, req *evidencev1.GetTraceRequest) (*evidencev1.Trace, error) {
-	if err := s.require(ctx, authz.TraceRead, "task", req.GetTaskId()); err != nil {
+	if err := s.requireTask(ctx, authz.TraceRead, req.GetTaskId()); err != nil {
 		return nil, err
 	}
 	if req.GetTaskId() == "" {

@@ -106,7 +106,7 @@ func (s *Server) require(ctx context.Context, task *orchestratorv1.Task, action 
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind:   evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_POLICY_DECISION,
 		Reason: ref.Reason,
-		Detail: fmt.Sprintf("%s refused to %s: %s %s (policy %v)", action, ref.Caller, res.Type, res.ID, ref.Policies),
+		Detail: fmt.Sprintf("%s refused: %s on %s %s (policies %v, revision %s)", ref.Caller, action, res.Type, res.ID, ref.Policies, ref.Revision),
 	})
 	return ref.Err()
 }

@@ -180,8 +180,10 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		startedBy = fmt.Sprintf("%s for %s", actor, startedBy)
 	}
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-		Kind:   evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STARTED,
-		Detail: fmt.Sprintf("task %s (%s) started by %s; plan needs %s", task.GetId(), purposeOf(task.GetKind()), startedBy, listOrNone(needed)),
+		Kind:      evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STARTED,
+		Requester: task.GetRequester().GetId(),
+		Actor:     actor,
+		Detail:    fmt.Sprintf("task %s (%s) started by %s; plan needs %s", task.GetId(), purposeOf(task.GetKind()), startedBy, listOrNone(needed)),
 	})
 	s.emit(ctx, task.GetId(), "", "task.started", "plan needs "+listOrNone(needed))
 

@@ -1257,7 +1257,13 @@ type ProductEvent struct {
 	// Safe human detail.
 	Detail string `protobuf:"bytes,10,opt,name=detail,proto3" json:"detail,omitempty"`
 	// Stable reason code when refused, e.g. "CAPABILITY_NOT_OFFERED".
-	Reason        string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	// On TASK_STARTED: the task's requester, as the orchestrator
+	// authenticated it. Policy lets a requester read its own task's trace.
+	Requester string `protobuf:"bytes,12,opt,name=requester,proto3" json:"requester,omitempty"`
+	// On TASK_STARTED: the caller who started the task for the requester
+	// (delegation); empty otherwise.
+	Actor         string `protobuf:"bytes,13,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1365,6 +1371,20 @@ func (x *ProductEvent) GetDetail() string {
 func (x *ProductEvent) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *ProductEvent) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *ProductEvent) GetActor() string {
+	if x != nil {
+		return x.Actor
 	}
 	return ""
 }
@@ -2809,7 +2829,7 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x0eresponse_bytes\x18\b \x01(\x03R\rresponseBytes\x12\x18\n" +
 	"\aoutcome\x18\t \x01(\tR\aoutcome\x125\n" +
 	"\x05error\x18\n" +
-	" \x01(\v2\x1f.v0m3.evidence.v1.ErrorEvidenceR\x05error\"\xfc\x02\n" +
+	" \x01(\v2\x1f.v0m3.evidence.v1.ErrorEvidenceR\x05error\"\xb0\x03\n" +
 	"\fProductEvent\x126\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\".v0m3.evidence.v1.ProductEventKindR\x04kind\x12\x1e\n" +
 	"\n" +
@@ -2827,7 +2847,9 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\aoutcome\x18\t \x01(\tR\aoutcome\x12\x16\n" +
 	"\x06detail\x18\n" +
 	" \x01(\tR\x06detail\x12\x16\n" +
-	"\x06reason\x18\v \x01(\tR\x06reason\"\x85\x02\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12\x1c\n" +
+	"\trequester\x18\f \x01(\tR\trequester\x12\x14\n" +
+	"\x05actor\x18\r \x01(\tR\x05actor\"\x85\x02\n" +
 	"\n" +
 	"TraceEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
