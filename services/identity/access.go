@@ -45,6 +45,7 @@ var table = map[string]map[string]Access{
 		"Eligible":               {Peers: []string{Orchestrator}},
 		"Authorize":              {Peers: []string{Orchestrator, Adapter, Registry, Evidence}},
 		"AuthorizeAction":        {Peers: []string{Orchestrator, Adapter, Registry, Evidence}},
+		"RegisterTask":           {Peers: []string{Orchestrator}},
 		"MintHandle":             {Peers: []string{Orchestrator}},
 		"ResolveHandle":          {Peers: []string{Orchestrator}},
 		"Charge":                 {Peers: []string{Orchestrator}},
