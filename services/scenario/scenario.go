@@ -72,7 +72,7 @@ var (
 	// Integrator installs the server and proposes the mapping; she is a
 	// reviewer too, so only separation of duties stops her reviewing it.
 	Integrator = Person{ID: "integrator@platform", Groups: []string{"platform", "reviewers"}}
-	// Reviewer reviews the mapping.
+	// Reviewer reviews the connection and the mapping.
 	Reviewer = Person{ID: "reviewer@platform", Groups: []string{"reviewers"}}
 	// Alice is the author who runs the tasks.
 	Alice = Person{ID: "alice", Groups: []string{"authors"}}
@@ -136,7 +136,18 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 		return r, fmt.Errorf("create connection: %w", err)
 	}
 	p.line("connection %s %q, config revision %d, %s", r.Connection.GetId(), r.Connection.GetDisplayName(), r.Connection.GetConfigRevision(), describeTransport(r.Connection.GetTransport()))
-	p.line("connecting registers nothing: no capability is usable yet")
+	p.line("connecting registers nothing: no capability is usable yet, and nothing is started or contacted before review")
+
+	p.stage("connection reviewed")
+	r.Connection, err = c.Registry.ReviewConnection(as(Reviewer), &registryv1.ReviewConnectionRequest{
+		ConnectionId: r.Connection.GetId(), ConfigRevision: r.Connection.GetConfigRevision(), Approve: true,
+		Note: "fixture server from the v0m3 binary; read-only synthetic library",
+	})
+	if err != nil {
+		return r, fmt.Errorf("review connection: %w", err)
+	}
+	p.line("proposed by %s, %s by %s at config revision %d", r.Connection.GetProposedBy(),
+		enumName(r.Connection.GetReviewState().String(), "REVIEW_STATE_"), r.Connection.GetReviewedBy(), r.Connection.GetReviewedConfigRevision())
 
 	p.stage("discovered")
 	r.Snapshot, err = c.Adapter.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: r.Connection.GetId()})
