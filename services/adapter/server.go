@@ -185,7 +185,7 @@ func (s *Server) connection(ctx context.Context, id string) (*registryv1.Connect
 			map[string]string{"connection_id": id})
 	}
 	if err := review.Approved(conn); err != nil {
-		s.log.WarnContext(ctx, "refused to use an unreviewed connection", "connection_id", id,
+		s.log.InfoContext(ctx, "refused to use an unreviewed connection", "connection_id", id,
 			"config_revision", conn.GetConfigRevision(), "review_state", conn.GetReviewState().String())
 		return nil, err
 	}

@@ -49,6 +49,7 @@ type Result struct {
 	ExportRefusal  error // deliver_approved_artifact in the source task
 	ForeignHandle  error // a handle from the source task used in another task
 	SelfReview     error // the integrator reviewing the mapping she proposed
+	Unreviewed     error // discovering the connection before its review
 	Anonymous      error // starting a task without a token
 	SourceTrace    *evidencev1.Trace
 	SourceRequests []*orchestratorv1.ToolRequest
@@ -136,7 +137,9 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 		return r, fmt.Errorf("create connection: %w", err)
 	}
 	p.line("connection %s %q, config revision %d, %s", r.Connection.GetId(), r.Connection.GetDisplayName(), r.Connection.GetConfigRevision(), describeTransport(r.Connection.GetTransport()))
-	p.line("connecting registers nothing: no capability is usable yet, and nothing is started or contacted before review")
+	p.line("connecting registers nothing: no capability is usable yet")
+	_, r.Unreviewed = c.Adapter.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: r.Connection.GetId()})
+	p.line("discovering it before review (nothing is started or contacted): %s", describeErr(r.Unreviewed))
 
 	p.stage("connection reviewed")
 	r.Connection, err = c.Registry.ReviewConnection(as(Reviewer), &registryv1.ReviewConnectionRequest{
