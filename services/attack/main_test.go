@@ -1,8 +1,3 @@
-// Package attack_test is the attacker suite of issue 12: each test tries
-// one attack against the real services over gRPC with mutual TLS (peers by
-// certificate, people by bearer token) and shows that it fails and leaves
-// nothing behind: no process started, no remote request, no record
-// changed.
 package attack_test
 
 import (
