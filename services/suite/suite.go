@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -578,9 +577,7 @@ func (s *Suite) Connect(ctx context.Context, req *registryv1.CreateConnectionReq
 // ApproveConnection has the development reviewer approve c at its current
 // config revision, e.g. again after a change to what it runs or reaches.
 func (s *Suite) ApproveConnection(ctx context.Context, c *registryv1.Connection) (*registryv1.Connection, error) {
-	// The reviewer's token replaces whatever caller ctx carries.
-	rctx := s.As(metadata.NewOutgoingContext(ctx, nil), DevReviewer, "reviewers")
-	r, err := s.Registry.ReviewConnection(rctx, &registryv1.ReviewConnectionRequest{
+	r, err := s.Registry.ReviewConnection(s.As(ctx, DevReviewer, "reviewers"), &registryv1.ReviewConnectionRequest{
 		ConnectionId: c.GetId(), ConfigRevision: c.GetConfigRevision(), Approve: true, Note: "approved by the development reviewer",
 	})
 	if err != nil {
