@@ -45,7 +45,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	if r.ExportRefusal == nil || r.ForeignHandle == nil || r.UnknownField == nil || r.SelfReview == nil || r.Anonymous == nil {
+	if r.ExportRefusal == nil || r.ForeignHandle == nil || r.UnknownField == nil || r.SelfReview == nil || r.Anonymous == nil || r.Unreviewed == nil {
 		return fmt.Errorf("demo: a request that must be refused was accepted")
 	}
 	fmt.Fprintln(stdout, "demo complete: discovered, registered, offered, requested, executed, observed, refused")

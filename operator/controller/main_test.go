@@ -25,13 +25,17 @@ import (
 )
 
 // One real kube-apiserver + etcd (envtest) and one real registry (over
-// mutual TLS, reached with the operator's certificate) serve every test;
-// each test works in a namespace of its own.
+// gRPC with mutual TLS, deciding reviews with the real policy service)
+// serve every test; each test works in a namespace of its own.
 var (
-	cfg      *rest.Config
-	k8s      client.Client
-	scheme   = runtime.NewScheme()
+	cfg    *rest.Config
+	k8s    client.Client
+	scheme = runtime.NewScheme()
+	// registry reaches the registry as the operator service, with its
+	// certificate: what the reconciler uses.
 	registry registryv1.RegistryServiceClient
+	// services is the running registry and policy, for acting as a person.
+	services *suite.Suite
 )
 
 func TestMain(m *testing.M) {
@@ -76,13 +80,13 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	// The registry asks the policy service about people's actions; the
 	// operator is a peer the access table admits by its certificate.
-	reg, err := suite.Start(context.Background(), suite.Config{DataDir: dir, Services: []string{suite.Registry, suite.Policy}})
+	services, err = suite.Start(context.Background(), suite.Config{DataDir: dir, Services: []string{suite.Registry, suite.Policy}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start registry:", err)
 		return 1
 	}
-	defer reg.Close()
-	operator, err := reg.PeerClients(identity.Operator)
+	defer services.Close()
+	operator, err := services.PeerClients(identity.Operator)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "operator clients:", err)
 		return 1

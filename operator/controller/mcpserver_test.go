@@ -123,6 +123,20 @@ func (f *fixture) condition(s *v1alpha1.MCPServer, typ string) metav1.Condition 
 	return *c
 }
 
+// approve has a reviewer approve name's registry connection at its current
+// config revision, as a person would after the operator registered it.
+func (f *fixture) approve(name string) {
+	f.t.Helper()
+	id := f.server(name).Status.ConnectionID
+	conn, err := registry.GetConnection(f.ctx, &registryv1.GetConnectionRequest{Id: id})
+	if err != nil {
+		f.t.Fatalf("GetConnection: %v", err)
+	}
+	if _, err := services.ApproveConnection(f.ctx, conn); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
 func (f *fixture) revisions(connID string) []*registryv1.ConfigRevision {
 	f.t.Helper()
 	out, err := registry.ListConfigRevisions(f.ctx, &registryv1.ListConfigRevisionsRequest{ConnectionId: connID})
@@ -174,9 +188,28 @@ func TestReconcileCreatesWorkloadAndConnection(t *testing.T) {
 	f := newFixture(t)
 	sec := f.secret("search-token", "s3cr3t-value-1")
 	f.create(f.stdioServer("search"))
+	// Registered, but nothing runs before a reviewer approves it.
+	if res := f.reconcile("search"); res.RequeueAfter <= 0 {
+		t.Errorf("reconcile of a server pending review = %+v; want a requeue to notice the review", res)
+	}
+	s := f.server("search")
+	if err := k8s.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "search"}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("Deployment get = %v; want none before the connection is reviewed", err)
+	}
+	if c := f.condition(s, v1alpha1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonConnectionPending ||
+		!strings.Contains(c.Message, s.Status.ConnectionID) {
+		t.Errorf("Ready = %+v; want False/ConnectionPendingReview naming the connection", c)
+	}
+	if c := f.condition(s, v1alpha1.ConditionReviewRequired); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonConnectionPending {
+		t.Errorf("ReviewRequired = %s/%s; want True/ConnectionPendingReview", c.Status, c.Reason)
+	}
+	if !f.events.has(v1alpha1.ReasonConnectionPending) {
+		t.Errorf("events = %v; want ConnectionPendingReview", f.events.events)
+	}
+	f.approve("search")
 	f.reconcile("search")
 
-	s := f.server("search")
+	s = f.server("search")
 	if !strings.Contains(strings.Join(s.Finalizers, ","), controller.Finalizer) {
 		t.Errorf("finalizers = %v; want %s", s.Finalizers, controller.Finalizer)
 	}
@@ -298,8 +331,8 @@ func TestReconcileCreatesWorkloadAndConnection(t *testing.T) {
 	if c := f.condition(s, v1alpha1.ConditionCredentialsReady); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonCredentialsCurrent {
 		t.Errorf("CredentialsReady = %s/%s; want True/CredentialsCurrent", c.Status, c.Reason)
 	}
-	if c := f.condition(s, v1alpha1.ConditionReviewRequired); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonConnectionPending {
-		t.Errorf("ReviewRequired = %s/%s; want True/ConnectionPendingReview", c.Status, c.Reason)
+	if c := f.condition(s, v1alpha1.ConditionReviewRequired); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonReviewed {
+		t.Errorf("ReviewRequired = %s/%s; want False/Reviewed", c.Status, c.Reason)
 	}
 	if c := f.condition(s, v1alpha1.ConditionDiscovered); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonAwaitingDiscovery {
 		t.Errorf("Discovered = %s/%s; want False/AwaitingDiscovery", c.Status, c.Reason)
@@ -320,7 +353,8 @@ func TestReconcileIsIdempotent(t *testing.T) {
 	f.secret("search-token", "v1")
 	f.create(f.stdioServer("search"))
 	f.reconcile("search")
-	f.reconcile("search") // the first pass adds the finalizer and status
+	f.approve("search")
+	f.reconcile("search") // the first passes add the finalizer, status and workload
 
 	versions := func() map[string]string {
 		out := map[string]string{}
@@ -353,6 +387,8 @@ func TestSecretRotation(t *testing.T) {
 	sec := f.secret("search-token", "old-token")
 	f.create(f.stdioServer("search"))
 	f.reconcile("search")
+	f.approve("search")
+	f.reconcile("search")
 	var d appsv1.Deployment
 	f.get("search", &d)
 	oldHash := d.Spec.Template.Annotations[controller.AnnotationConfigHash]
@@ -382,6 +418,11 @@ func TestSecretRotation(t *testing.T) {
 	}
 	if d.Spec.Template.Annotations[controller.AnnotationConfigRevision] != "2" {
 		t.Errorf("pod template revision = %q; want 2", d.Spec.Template.Annotations[controller.AnnotationConfigRevision])
+	}
+	// A credential rotation keeps the review: the pods roll without one.
+	if conn, err := registry.GetConnection(f.ctx, &registryv1.GetConnectionRequest{Id: s.Status.ConnectionID}); err != nil ||
+		conn.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_APPROVED {
+		t.Errorf("connection after rotation: %v, %v; want still APPROVED", conn.GetReviewState(), err)
 	}
 	if s.Status.ConfigRevision != 2 || s.Status.Rotation == nil || s.Status.Rotation.FromRevision != 1 ||
 		s.Status.Rotation.ToRevision != 2 || s.Status.Rotation.CompletionTime != nil {
@@ -414,12 +455,15 @@ func TestSecretRotation(t *testing.T) {
 }
 
 // A spec change that reshapes the workload (here, the arguments) is a new
-// config revision too, not just a rolled Deployment.
+// config revision too, pending review: the Deployment keeps the reviewed
+// pod template until a reviewer approves the new one.
 func TestSpecChangeCreatesRevision(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.secret("search-token", "t")
 	f.create(f.stdioServer("search"))
+	f.reconcile("search")
+	f.approve("search")
 	f.reconcile("search")
 	s := f.server("search")
 	s.Spec.Args = []string{"--transport", "stdio", "--schema", "v2"}
@@ -431,6 +475,22 @@ func TestSpecChangeCreatesRevision(t *testing.T) {
 	revs := f.revisions(s.Status.ConnectionID)
 	if len(revs) != 2 || s.Status.ConfigRevision != 2 || s.Status.Rotation != nil {
 		t.Errorf("revisions %d, status revision %d, rotation %+v; want revision 2 and no rotation", len(revs), s.Status.ConfigRevision, s.Status.Rotation)
+	}
+	runs := func() string {
+		var d appsv1.Deployment
+		f.get("search", &d)
+		return strings.Join(d.Spec.Template.Spec.Containers[0].Args, " ")
+	}
+	if strings.Contains(runs(), "--schema v2") {
+		t.Errorf("the Deployment runs the unreviewed arguments: %s", runs())
+	}
+	if c := f.condition(s, v1alpha1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonConnectionPending {
+		t.Errorf("Ready = %s/%s; want False/ConnectionPendingReview", c.Status, c.Reason)
+	}
+	f.approve("search")
+	f.reconcile("search")
+	if !strings.Contains(runs(), "--schema v2") {
+		t.Errorf("after review the Deployment runs %s; want the new arguments", runs())
 	}
 }
 
@@ -487,5 +547,32 @@ func TestDeletionRetiresConnection(t *testing.T) {
 	}
 	if !f.events.has("Retired") {
 		t.Errorf("events = %v; want Retired", f.events.events)
+	}
+}
+
+// A connection rejected in review never gets a Deployment, and Ready says
+// why.
+func TestRejectedConnectionStartsNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.secret("search-token", "t")
+	f.create(f.stdioServer("search"))
+	f.reconcile("search")
+	id := f.server("search").Status.ConnectionID
+	if _, err := services.Registry.ReviewConnection(services.As(f.ctx, "rita@review", "reviewers"), &registryv1.ReviewConnectionRequest{
+		ConnectionId: id, ConfigRevision: 1, Approve: false, Note: "unknown publisher"}); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile("search")
+	s := f.server("search")
+	if err := k8s.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "search"}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Deployment get = %v; want none for a rejected connection", err)
+	}
+	if c := f.condition(s, v1alpha1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonConnectionRejected ||
+		!strings.Contains(c.Message, "rita@review") {
+		t.Errorf("Ready = %+v; want False/ConnectionRejected naming the reviewer", c)
+	}
+	if !f.events.has(v1alpha1.ReasonConnectionRejected) {
+		t.Errorf("events = %v; want ConnectionRejected", f.events.events)
 	}
 }

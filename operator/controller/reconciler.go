@@ -41,6 +41,11 @@ const secretIndex = ".spec.credentials.secretRef.name"
 // signal.
 const resyncPeriod = 2 * time.Minute
 
+// reviewPollPeriod is how often an MCPServer whose registry connection
+// waits for review is looked at again, so its Deployment starts soon after
+// a reviewer approves it.
+const reviewPollPeriod = 15 * time.Second
+
 // Options configures the reconciler.
 type Options struct {
 	// BridgeImage holds the v0m3 binary; stdio servers' init container
@@ -198,6 +203,13 @@ func (r *Reconciler) reconcile(ctx context.Context, s *v1alpha1.MCPServer) (reco
 	conn, err := r.register(ctx, s, shape, credVersion)
 	if err != nil || conn == nil {
 		return reconcile.Result{}, err
+	}
+	// Nothing of a configuration a reviewer has not approved runs: the
+	// Deployment is applied only for an approved connection. The registry
+	// cannot signal the operator, so a pending one is looked at again soon.
+	if !r.reviewed(s, conn) {
+		r.observeRegistry(ctx, s, conn)
+		return reconcile.Result{RequeueAfter: reviewPollPeriod}, nil
 	}
 	s.Status.ConfigHash = hash
 

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
@@ -140,6 +141,30 @@ func (r *Reconciler) register(ctx context.Context, s *v1alpha1.MCPServer, shape,
 	s.Status.CredentialVersion = conn.GetCredentialVersion()
 	s.Status.Endpoint = r.endpoint(s)
 	return conn, nil
+}
+
+// reviewed reports whether conn's current configuration was approved in
+// review. When it was not, Ready says what the server waits for and an
+// event records the transition.
+func (r *Reconciler) reviewed(s *v1alpha1.MCPServer, conn *registryv1.Connection) bool {
+	typ, reason, msg := corev1.EventTypeNormal, "", ""
+	switch conn.GetReviewState() {
+	case registryv1.ReviewState_REVIEW_STATE_APPROVED:
+		return true
+	case registryv1.ReviewState_REVIEW_STATE_REJECTED:
+		typ, reason = corev1.EventTypeWarning, v1alpha1.ReasonConnectionRejected
+		msg = fmt.Sprintf("registry connection %s was rejected in review by %s at config revision %d; no pod of it is started. Change the MCPServer to propose a new configuration",
+			conn.GetId(), conn.GetReviewedBy(), conn.GetReviewedConfigRevision())
+	default:
+		reason = v1alpha1.ReasonConnectionPending
+		msg = fmt.Sprintf("the Deployment for config revision %d starts once a reviewer approves registry connection %s (RegistryService/ReviewConnection); no pod of an unreviewed configuration is started",
+			conn.GetConfigRevision(), conn.GetId())
+	}
+	if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason != reason || c.Message != msg {
+		r.event(s, typ, reason, "AwaitReview", msg)
+	}
+	r.setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	return false
 }
 
 // currentConnection returns s's connection. With no id in the status it

@@ -157,6 +157,9 @@ func (f *fakeRegistry) add(c *registryv1.Connection) *registryv1.Connection {
 	if c.State == registryv1.ConnectionState_CONNECTION_STATE_UNSPECIFIED {
 		c.State = registryv1.ConnectionState_CONNECTION_STATE_ACTIVE
 	}
+	if c.ReviewState == registryv1.ReviewState_REVIEW_STATE_UNSPECIFIED {
+		c.ReviewState = registryv1.ReviewState_REVIEW_STATE_APPROVED
+	}
 	f.conns[c.Id] = c
 	return proto.CloneOf(c)
 }

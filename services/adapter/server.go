@@ -31,6 +31,7 @@ import (
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/reach"
+	"github.com/v0m3/v0m3/services/internal/review"
 )
 
 // Deps are the services the adapter calls.
@@ -170,7 +171,9 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// connection fetches a connection and refuses a retired one.
+// connection fetches a connection and refuses a retired one and one a
+// reviewer has not approved at its current configuration. Discover,
+// Execute and Health call it before they start, dial or send anything.
 func (s *Server) connection(ctx context.Context, id string) (*registryv1.Connection, error) {
 	conn, err := s.deps.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: id})
 	if err != nil {
@@ -180,6 +183,11 @@ func (s *Server) connection(ctx context.Context, id string) (*registryv1.Connect
 		return nil, apierror.New(codes.FailedPrecondition, "CONNECTION_RETIRED",
 			fmt.Sprintf("connection %s is retired; it is kept for history and never used again", id),
 			map[string]string{"connection_id": id})
+	}
+	if err := review.Approved(conn); err != nil {
+		s.log.InfoContext(ctx, "refused to use an unreviewed connection", "connection_id", id,
+			"config_revision", conn.GetConfigRevision(), "review_state", conn.GetReviewState().String())
+		return nil, err
 	}
 	return conn, nil
 }

@@ -117,7 +117,7 @@ func (tp *thirdParty) connect(t *testing.T, name string, args ...string) (*regis
 	t.Helper()
 	node, _ := exec.LookPath("node")
 	ctx := tp.s.As(context.Background(), "integrator@adapter-tests", "platform")
-	conn, err := tp.s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
+	conn, err := tp.s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: name, Owner: "adapter-tests",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: node, Args: args}}},
 	})

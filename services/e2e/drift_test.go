@@ -77,7 +77,7 @@ func (w *world) connect(tr *registryv1.Transport) {
 	t := w.t
 	t.Helper()
 	var err error
-	w.conn, err = w.s.Registry.CreateConnection(w.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+	w.conn, err = w.s.Connect(w.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: tr,
 	})
 	if err != nil {
@@ -349,8 +349,9 @@ func TestConfigMoveNeedsReview(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if conn.GetConfigRevision() != 2 || conn.GetDisplayName() != "V0M3 Sources" || conn.GetId() != w.conn.GetId() {
-		t.Fatalf("moved connection: %v", conn)
+	if conn.GetConfigRevision() != 2 || conn.GetDisplayName() != "V0M3 Sources" || conn.GetId() != w.conn.GetId() ||
+		conn.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_PENDING {
+		t.Fatalf("moved connection: %v, want revision 2 of the same connection, pending review", conn)
 	}
 	if st := w.mappingNow().GetState(); st != registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED {
 		t.Fatalf("mapping after the move is %v, want REVIEW_REQUIRED", st)
@@ -371,7 +372,7 @@ func TestSameNameTwoServers(t *testing.T) {
 	w := &world{t: t, s: startSuite(t, t.TempDir())}
 	ctx := w.as(scenario.Integrator)
 	w.connect(scenario.StdioFixture(v0m3Bin))
-	other, err := w.s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
+	other, err := w.s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "another-team", Transport: scenario.StdioFixture(v0m3Bin, "--library", "b"),
 	})
 	if err != nil {

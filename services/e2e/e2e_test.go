@@ -371,6 +371,10 @@ func checkFirstExperiment(t *testing.T, s *suite.Suite, r *scenario.Result) {
 	if !apierror.Is(r.Anonymous, codes.Unauthenticated, "CREDENTIALS_MISSING") {
 		t.Errorf("task without a token: got %v, want UNAUTHENTICATED CREDENTIALS_MISSING", r.Anonymous)
 	}
+	// Nothing is discovered before the connection's review.
+	if !apierror.Is(r.Unreviewed, codes.FailedPrecondition, "CONNECTION_NOT_REVIEWED") {
+		t.Errorf("discovery before review: got %v, want FAILED_PRECONDITION CONNECTION_NOT_REVIEWED", r.Unreviewed)
+	}
 }
 
 func offeredNames(c *orchestratorv1.OfferedCatalogue) []string {

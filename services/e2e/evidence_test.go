@@ -44,7 +44,7 @@ func evidenceWorld(t *testing.T, cfg suite.Config, limits *registryv1.Limits, fi
 	w := &world{t: t, s: s, callLog: filepath.Join(serverDir(t), "calls.jsonl"), addr: freeAddr(t)}
 	w.restartFixture(fixtureArgs...)
 	ctx := w.as(scenario.Integrator)
-	w.conn, err = s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
+	w.conn, err = s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.HTTPFixture("http://" + w.addr + "/mcp"),
 	})
 	if err != nil {
@@ -494,7 +494,7 @@ func TestReplayMissingDiscoveryFixture(t *testing.T) {
 	logPath := filepath.Join(serverDir(t), "calls.jsonl")
 	s := replaySuite(t, dir, filepath.Join(t.TempDir(), "empty"))
 	ctx := as(s, scenario.Integrator)
-	conn, err := s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
+	conn, err := s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath),
 	})
 	if err != nil {
@@ -602,7 +602,7 @@ func TestSecretNeverPersistedOrLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := as(s, scenario.Integrator)
-	conn, err := s.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
+	conn, err := s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin, "--hostile"),
 		CredentialRef: "file:" + credFile, CredentialScope: "read-only token for the synthetic library",
 	})

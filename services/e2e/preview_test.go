@@ -80,7 +80,7 @@ func (r *rendererEnv) artifacts(t *testing.T) int {
 
 // connectRenderer registers a renderer connection (stdio subprocess of the
 // v0m3 binary), discovers it and maps render_preview onto its render tool,
-// as the integrator; the reviewer reviews the mapping.
+// as the integrator; the reviewer reviews the connection and the mapping.
 func connectRenderer(t *testing.T, c stack, args ...string) *rendererEnv {
 	t.Helper()
 	ctx := c.as(scenario.Integrator)
@@ -97,6 +97,11 @@ func connectRenderer(t *testing.T, c stack, args ...string) *rendererEnv {
 	})
 	if err != nil {
 		t.Fatalf("create connection: %v", err)
+	}
+	env.conn, err = c.Registry.ReviewConnection(c.as(scenario.Reviewer), &registryv1.ReviewConnectionRequest{
+		ConnectionId: env.conn.GetId(), ConfigRevision: env.conn.GetConfigRevision(), Approve: true})
+	if err != nil {
+		t.Fatalf("review connection: %v", err)
 	}
 	snap, err := c.Adapter.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: env.conn.GetId()})
 	if err != nil {

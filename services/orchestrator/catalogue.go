@@ -84,6 +84,20 @@ func (s *Server) compileCatalogue(ctx context.Context, task *orchestratorv1.Task
 	return cat, nil
 }
 
+// registerTask records the task's requester and source scope with policy.
+func (s *Server) registerTask(ctx context.Context, task *orchestratorv1.Task) error {
+	scope := make([]string, 0, len(task.GetSourceScope()))
+	for _, src := range task.GetSourceScope() {
+		scope = append(scope, src.GetUri())
+	}
+	if _, err := s.deps.Policy.RegisterTask(ctx, &policyv1.RegisterTaskRequest{
+		TaskId: task.GetId(), Requester: task.GetRequester().GetId(), SourceScope: scope,
+	}); err != nil {
+		return fmt.Errorf("register task scope with policy: %w", err)
+	}
+	return nil
+}
+
 // offerable reports whether policy let a capability through: eligible (the
 // orchestrator is what compiles it into context) or already marked offered.
 func offerable(ce *policyv1.CapabilityEligibility) bool {

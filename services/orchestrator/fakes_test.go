@@ -266,6 +266,12 @@ func (p *fakePolicy) Eligible(_ context.Context, in *policyv1.EligibleRequest) (
 	return &policyv1.EligibleResponse{Capabilities: out, PolicyRevision: testPolicyRevision}, nil
 }
 
+// RegisterTask accepts every registration; the real policy's scope rules
+// are tested in the policy package and end to end.
+func (p *fakePolicy) RegisterTask(_ context.Context, in *policyv1.RegisterTaskRequest) (*policyv1.TaskScope, error) {
+	return &policyv1.TaskScope{TaskId: in.GetTaskId(), Requester: in.GetRequester(), SourceScope: in.GetSourceScope()}, nil
+}
+
 func (p *fakePolicy) MintHandle(_ context.Context, in *policyv1.MintHandleRequest) (*policyv1.Handle, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

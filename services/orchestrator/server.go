@@ -187,7 +187,13 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	})
 	s.emit(ctx, task.GetId(), "", "task.started", "plan needs "+listOrNone(needed))
 
-	cat, err := s.compileCatalogue(ctx, task)
+	// Policy learns the task's requester and source scope before it is
+	// asked for any handle: it mints handles only within that scope.
+	var cat *orchestratorv1.OfferedCatalogue
+	err = s.registerTask(ctx, task)
+	if err == nil {
+		cat, err = s.compileCatalogue(ctx, task)
+	}
 	if err != nil {
 		// A task that could not be given a catalogue cannot do anything;
 		// stop it visibly rather than leave it active with nothing offered.

@@ -48,8 +48,9 @@ func tokenPrefix(token string) string {
 	return fmt.Sprintf("%q…", token[:min(len(token), 6)])
 }
 
-// MintHandle creates an opaque, short-lived handle for one target. The token
-// is random: it carries nothing of the target, which stays server-side.
+// MintHandle creates an opaque, short-lived handle for one target in the
+// task's registered source scope, for the task's requester. The token is
+// random: it carries nothing of the target, which stays server-side.
 func (s *Server) MintHandle(ctx context.Context, req *policyv1.MintHandleRequest) (*policyv1.Handle, error) {
 	var bad []apierror.FieldViolation
 	for _, f := range []struct{ name, v string }{
@@ -79,6 +80,11 @@ func (s *Server) MintHandle(ctx context.Context, req *policyv1.MintHandleRequest
 	}
 	if len(bad) > 0 {
 		return nil, apierror.InvalidArgument("INVALID_HANDLE_REQUEST", "the handle request is invalid", bad...)
+	}
+	if err := s.inScope(ctx, req.GetTaskId(), req.GetRequester(), req.GetTarget()); err != nil {
+		s.log.WarnContext(ctx, "handle refused", "reason", apierror.Reason(err), "task_id", req.GetTaskId(),
+			"requester", req.GetRequester(), "capability", req.GetCapability())
+		return nil, err
 	}
 
 	exp := timestamppb.New(s.now().Add(ttl))

@@ -22,8 +22,23 @@ const (
 	privateTarget = "notes://private/salary-review"
 )
 
+// task1Scope is the source scope task_1 is registered with.
+var task1Scope = []string{publicTarget, privateTarget}
+
+// registerTask1 registers task_1 for alice with task1Scope; registering it
+// again is a no-op.
+func registerTask1(t *testing.T, e *env) {
+	t.Helper()
+	if _, err := e.client.RegisterTask(context.Background(), &policyv1.RegisterTaskRequest{
+		TaskId: "task_1", Requester: "alice", SourceScope: task1Scope,
+	}); err != nil {
+		t.Fatalf("RegisterTask: %v", err)
+	}
+}
+
 func mint(t *testing.T, e *env, target string, ttl *durationpb.Duration) *policyv1.Handle {
 	t.Helper()
+	registerTask1(t, e)
 	h, err := e.client.MintHandle(context.Background(), &policyv1.MintHandleRequest{
 		TaskId: "task_1", Requester: "alice", Capability: capRetrieve, Target: target,
 		Label: "note: API migration guide", MappingId: mapRetrieve, MappingRevision: 2, Ttl: ttl,

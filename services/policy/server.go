@@ -1,6 +1,8 @@
 // Package policy is the V0M3 policy service: Cedar authorization,
 // eligibility (which capabilities one task may be offered, and why the others
-// were not), opaque handles in place of raw targets, and atomic budgets.
+// were not), opaque handles in place of raw targets (minted only within the
+// source scope the orchestrator registered for the task), and atomic
+// budgets.
 //
 // Nothing a remote server says about itself grants anything here: effect
 // classes come from the registry's capability contracts, connections from

@@ -11,7 +11,8 @@ import (
 
 // Store is the policy service's persistence contract. Every implementation
 // must make Charge atomic (both budgets and the idempotency record change
-// together or not at all) and CreateHandle create-if-absent.
+// together or not at all), and CreateHandle and CreateTaskScope
+// create-if-absent.
 type Store interface {
 	// CreateHandle stores a handle binding under key, failing with
 	// store.ErrExists if the key is taken.
@@ -27,6 +28,13 @@ type Store interface {
 	// exceeded, and ErrIdempotencyConflict when op.Key was already used for
 	// a different charge.
 	Charge(ctx context.Context, op ChargeOp) (ChargeResult, error)
+
+	// CreateTaskScope stores a task's scope under its task id, failing with
+	// store.ErrExists if the task is already registered: a scope never
+	// changes once written.
+	CreateTaskScope(ctx context.Context, ts *policyv1.TaskScope) error
+	// GetTaskScope returns a task's scope, or store.ErrNotFound.
+	GetTaskScope(ctx context.Context, taskID string) (*policyv1.TaskScope, error)
 
 	// PutHealth records the latest health of a connection.
 	PutHealth(ctx context.Context, h *policyv1.ConnectionHealth) error

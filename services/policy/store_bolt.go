@@ -17,6 +17,7 @@ const (
 	bucketBudgets = "budgets"
 	bucketCharges = "charges"
 	bucketHealth  = "health"
+	bucketTasks   = "tasks"
 )
 
 // boltStore is the embedded-file Store.
@@ -132,6 +133,24 @@ func loadBudget(tx *store.Tx, tmpl *policyv1.Budget) (*policyv1.Budget, error) {
 		return nil, err
 	}
 	return withLimits(b, tmpl), nil
+}
+
+func (b *boltStore) CreateTaskScope(ctx context.Context, ts *policyv1.TaskScope) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return b.db.Update(func(tx *store.Tx) error { return tx.Create(bucketTasks, ts.GetTaskId(), ts) })
+}
+
+func (b *boltStore) GetTaskScope(ctx context.Context, taskID string) (*policyv1.TaskScope, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ts := &policyv1.TaskScope{}
+	if err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketTasks, taskID, ts) }); err != nil {
+		return nil, err
+	}
+	return ts, nil
 }
 
 func (b *boltStore) PutHealth(ctx context.Context, h *policyv1.ConnectionHealth) error {

@@ -22,6 +22,7 @@ import (
 //	budget:<scope>    Budget
 //	charge:<key>      ChargeRequest recorded under an idempotency key
 //	health:<conn>     ConnectionHealth
+//	task:<id>         TaskScope, written once (SET NX)
 //
 // A handle's Redis TTL ends handleRetention after its expire time, so Redis
 // forgets it on its own even if no sweep runs, while a late use inside the
@@ -181,6 +182,29 @@ func (r *redisPolicyStore) loadBudget(ctx context.Context, tx *redis.Tx, key str
 		return nil, err
 	}
 	return withLimits(b, tmpl), nil
+}
+
+func (r *redisPolicyStore) CreateTaskScope(ctx context.Context, ts *policyv1.TaskScope) error {
+	v, err := redisstore.Marshal(ts)
+	if err != nil {
+		return err
+	}
+	ok, err := r.c.SetNX(ctx, r.k.Key("task", ts.GetTaskId()), v, 0).Result()
+	if err != nil {
+		return fmt.Errorf("create task scope: %w", err)
+	}
+	if !ok {
+		return store.ErrExists
+	}
+	return nil
+}
+
+func (r *redisPolicyStore) GetTaskScope(ctx context.Context, taskID string) (*policyv1.TaskScope, error) {
+	ts := &policyv1.TaskScope{}
+	if err := redisstore.Get(ctx, r.c, r.k.Key("task", taskID), ts); err != nil {
+		return nil, err
+	}
+	return ts, nil
 }
 
 func (r *redisPolicyStore) PutHealth(ctx context.Context, h *policyv1.ConnectionHealth) error {

@@ -1,8 +1,6 @@
 package registry
 
 import (
-	"github.com/v0m3/v0m3/services/internal/authz"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -26,7 +24,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/reach"
@@ -41,7 +41,8 @@ var credentialRefPattern = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:\S+$`)
 // CreateConnection records a new local identity for one configured server,
 // at config revision 1 and review state PENDING.
 func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateConnectionRequest) (*registryv1.Connection, error) {
-	if _, err := s.require(ctx, authz.ConnectionCreate, authz.Resource{Type: "connection"}, map[string]string{"owner": req.GetOwner()}); err != nil {
+	creator, err := s.require(ctx, authz.ConnectionCreate, authz.Resource{Type: "connection"}, map[string]string{"owner": req.GetOwner()})
+	if err != nil {
 		return nil, err
 	}
 	var v []apierror.FieldViolation
@@ -73,6 +74,8 @@ func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateCon
 		CredentialRef:     req.GetCredentialRef(),
 		CredentialVersion: req.GetCredentialVersion(),
 		WorkloadDigest:    req.GetWorkloadDigest(),
+		CreatedBy:         actor(creator),
+		ProposedBy:        actor(creator),
 	}
 	d, err := configDigest(c)
 	if err != nil {
@@ -80,13 +83,15 @@ func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateCon
 	}
 	c.ConfigDigest = d
 	rev := configRevisionOf(c, "created", now)
+	rev.ReviewRequired = true
 	ev := s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_CREATED, c.GetId(), "", "",
-		fmt.Sprintf("connection %q created for owner %q at config revision 1 (%s)", c.GetDisplayName(), c.GetOwner(), transportKind(c.GetTransport())))
+		fmt.Sprintf("connection %q created by %s for owner %q at config revision 1 (%s); pending review", c.GetDisplayName(), c.GetCreatedBy(), c.GetOwner(), transportKind(c.GetTransport())))
 	if err := s.st.CreateConnection(ctx, c, rev, ev); err != nil {
 		return nil, s.storeError(ctx, err, "create connection", nil)
 	}
 	s.notify()
-	s.log.InfoContext(ctx, "connection created", "connection_id", c.GetId(), "transport", transportKind(c.GetTransport()), "config_digest", c.GetConfigDigest())
+	s.log.InfoContext(ctx, "connection created", "connection_id", c.GetId(), "transport", transportKind(c.GetTransport()),
+		"config_digest", c.GetConfigDigest(), "created_by", c.GetCreatedBy())
 	return c, nil
 }
 
@@ -134,7 +139,8 @@ func (s *Server) ListConnections(ctx context.Context, req *registryv1.ListConnec
 // Without a transport the configuration is left as it is: only descriptive
 // fields change and no revision is created.
 func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateConnectionRequest) (*registryv1.Connection, error) {
-	if _, err := s.require(ctx, authz.ConnectionUpdate, authz.Resource{Type: "connection", ID: req.GetId()}, nil); err != nil {
+	changer, err := s.require(ctx, authz.ConnectionUpdate, authz.Resource{Type: "connection", ID: req.GetId()}, nil)
+	if err != nil {
 		return nil, err
 	}
 	var v []apierror.FieldViolation
@@ -161,7 +167,7 @@ func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateCon
 
 	var out *registryv1.Connection
 	var revised bool
-	err := s.updateConnection(ctx, req.GetId(), func(u *ConnectionUpdate) error {
+	err = s.updateConnection(ctx, req.GetId(), func(u *ConnectionUpdate) error {
 		revised = false
 		c := u.Connection
 		if c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
@@ -201,7 +207,7 @@ func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateCon
 				if reason == "" {
 					reason = "configuration updated"
 				}
-				s.reviseConfig(u, next, d, reason, now)
+				s.reviseConfig(u, next, d, reason, actor(changer), now)
 				c, changed, revised = u.Connection, true, true
 			}
 		}
@@ -219,22 +225,34 @@ func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateCon
 		return nil, err
 	}
 	if revised {
-		s.log.InfoContext(ctx, "connection config revised", "connection_id", out.GetId(), "config_revision", out.GetConfigRevision(), "config_digest", out.GetConfigDigest())
+		s.log.InfoContext(ctx, "connection config revised", "connection_id", out.GetId(), "config_revision", out.GetConfigRevision(),
+			"config_digest", out.GetConfigDigest(), "review_state", out.GetReviewState().String(), "by", actor(changer))
 	}
 	return out, nil
 }
 
 // reviseConfig makes next (with digest d) the connection's new config
-// revision and sends every active mapping of the connection back to review:
-// they were reviewed against a configuration that no longer exists.
-func (s *Server) reviseConfig(u *ConnectionUpdate, next *registryv1.Connection, d, reason string, now *timestamppb.Timestamp) {
+// revision, made by who, and sends every active mapping of the connection
+// back to review: they were reviewed against a configuration that no
+// longer exists. When what runs or is reached changed, the connection
+// itself is pending review again, proposed by who; a credential-only
+// change keeps its review state.
+func (s *Server) reviseConfig(u *ConnectionUpdate, next *registryv1.Connection, d, reason, who string, now *timestamppb.Timestamp) {
 	prev := u.Connection.GetConfigRevision()
+	rereview := reviewedConfigChanged(u.Connection, next)
 	next.ConfigRevision = prev + 1
 	next.ConfigDigest = d
+	detail := fmt.Sprintf("config revision %d (%s) replaced revision %d", next.GetConfigRevision(), reason, prev)
+	if rereview {
+		next.ReviewState = registryv1.ReviewState_REVIEW_STATE_PENDING
+		next.ProposedBy = who
+		detail += "; what runs or is reached changed, so the connection is pending review"
+	}
 	u.Connection = next
 	u.Revision = configRevisionOf(next, reason, now)
-	u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONFIG_REVISED, next.GetId(), "", "",
-		fmt.Sprintf("config revision %d (%s) replaced revision %d", next.GetConfigRevision(), reason, prev)))
+	u.Revision.CreatedBy = who
+	u.Revision.ReviewRequired = rereview
+	u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONFIG_REVISED, next.GetId(), "", "", detail))
 	for _, m := range u.Mappings {
 		if m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
 			continue
@@ -457,6 +475,31 @@ func configDigest(c *registryv1.Connection) (string, error) {
 	})
 }
 
+// reviewedConfig is the part of a connection's configuration a review
+// accepts: what runs (executable, arguments, environment, executable
+// digest, image, workload) and what is reached (endpoint, direct adapter).
+// The credential (reference, version, scope) is not part of it: rotating
+// it keeps the review.
+func reviewedConfig(c *registryv1.Connection) *registryv1.Connection {
+	return &registryv1.Connection{Transport: c.GetTransport(), ImageDigest: c.GetImageDigest(), WorkloadDigest: c.GetWorkloadDigest()}
+}
+
+// reviewedConfigChanged reports whether next changes what a review of prev
+// accepted.
+func reviewedConfigChanged(prev, next *registryv1.Connection) bool {
+	return !proto.Equal(reviewedConfig(prev), reviewedConfig(next))
+}
+
+// actor is how a record names who acted: a person's or product service's
+// verified id, or the SPIFFE URI of a V0M3 service, which no person's id
+// can be mistaken for.
+func actor(c identity.Caller) string {
+	if c.Kind == identity.KindService {
+		return identity.ServiceURI(c.ID)
+	}
+	return c.ID
+}
+
 func configRevisionOf(c *registryv1.Connection, reason string, now *timestamppb.Timestamp) *registryv1.ConfigRevision {
 	return &registryv1.ConfigRevision{
 		ConnectionId:      c.GetId(),
@@ -470,6 +513,7 @@ func configRevisionOf(c *registryv1.Connection, reason string, now *timestamppb.
 		WorkloadDigest:    c.GetWorkloadDigest(),
 		Reason:            reason,
 		CreateTime:        now,
+		CreatedBy:         c.GetProposedBy(),
 	}
 }
 

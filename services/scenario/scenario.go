@@ -49,6 +49,7 @@ type Result struct {
 	ExportRefusal  error // deliver_approved_artifact in the source task
 	ForeignHandle  error // a handle from the source task used in another task
 	SelfReview     error // the integrator reviewing the mapping she proposed
+	Unreviewed     error // discovering the connection before its review
 	Anonymous      error // starting a task without a token
 	SourceTrace    *evidencev1.Trace
 	SourceRequests []*orchestratorv1.ToolRequest
@@ -72,7 +73,7 @@ var (
 	// Integrator installs the server and proposes the mapping; she is a
 	// reviewer too, so only separation of duties stops her reviewing it.
 	Integrator = Person{ID: "integrator@platform", Groups: []string{"platform", "reviewers"}}
-	// Reviewer reviews the mapping.
+	// Reviewer reviews the connection and the mapping.
 	Reviewer = Person{ID: "reviewer@platform", Groups: []string{"reviewers"}}
 	// Alice is the author who runs the tasks.
 	Alice = Person{ID: "alice", Groups: []string{"authors"}}
@@ -137,6 +138,19 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	}
 	p.line("connection %s %q, config revision %d, %s", r.Connection.GetId(), r.Connection.GetDisplayName(), r.Connection.GetConfigRevision(), describeTransport(r.Connection.GetTransport()))
 	p.line("connecting registers nothing: no capability is usable yet")
+	_, r.Unreviewed = c.Adapter.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: r.Connection.GetId()})
+	p.line("discovering it before review (nothing is started or contacted): %s", describeErr(r.Unreviewed))
+
+	p.stage("connection reviewed")
+	r.Connection, err = c.Registry.ReviewConnection(as(Reviewer), &registryv1.ReviewConnectionRequest{
+		ConnectionId: r.Connection.GetId(), ConfigRevision: r.Connection.GetConfigRevision(), Approve: true,
+		Note: "fixture server from the v0m3 binary; read-only synthetic library",
+	})
+	if err != nil {
+		return r, fmt.Errorf("review connection: %w", err)
+	}
+	p.line("proposed by %s, %s by %s at config revision %d", r.Connection.GetProposedBy(),
+		enumName(r.Connection.GetReviewState().String(), "REVIEW_STATE_"), r.Connection.GetReviewedBy(), r.Connection.GetReviewedConfigRevision())
 
 	p.stage("discovered")
 	r.Snapshot, err = c.Adapter.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: r.Connection.GetId()})

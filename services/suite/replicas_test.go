@@ -87,7 +87,7 @@ func TestReplicasShareOneRedis(t *testing.T) {
 		return s.As(context.Background(), p.ID, p.Groups...)
 	}
 
-	conn, err := a.Registry.CreateConnection(as(a, scenario.Integrator), &registryv1.CreateConnectionRequest{
+	conn, err := a.Connect(as(a, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.HTTPFixture(url),
 	})
 	if err != nil {

@@ -558,3 +558,30 @@ func NewClients(registry, policy, evidence, adapter, orchestrator grpc.ClientCon
 		Orchestrator: orchestratorv1.NewOrchestratorServiceClient(orchestrator),
 	}
 }
+
+// DevReviewer is the development reviewer Connect and ApproveConnection act
+// as: in the group the default policy lets review connections.
+const DevReviewer = "reviewer@v0m3.dev"
+
+// Connect creates a connection as ctx's caller and has the development
+// reviewer approve it, for tests and demos whose subject is not the review
+// itself. It needs the development identity (see As).
+func (s *Suite) Connect(ctx context.Context, req *registryv1.CreateConnectionRequest) (*registryv1.Connection, error) {
+	c, err := s.Registry.CreateConnection(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("create connection: %w", err)
+	}
+	return s.ApproveConnection(ctx, c)
+}
+
+// ApproveConnection has the development reviewer approve c at its current
+// config revision, e.g. again after a change to what it runs or reaches.
+func (s *Suite) ApproveConnection(ctx context.Context, c *registryv1.Connection) (*registryv1.Connection, error) {
+	r, err := s.Registry.ReviewConnection(s.As(ctx, DevReviewer, "reviewers"), &registryv1.ReviewConnectionRequest{
+		ConnectionId: c.GetId(), ConfigRevision: c.GetConfigRevision(), Approve: true, Note: "approved by the development reviewer",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("review connection %s: %w", c.GetId(), err)
+	}
+	return r, nil
+}

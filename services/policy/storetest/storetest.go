@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +34,7 @@ func Run(t *testing.T, newStore func(t *testing.T) policy.Store) {
 		{"ConcurrentChargesRespectLimits", testConcurrentCharges},
 		{"ConcurrentReplaysChargeOnce", testConcurrentReplays},
 		{"Health", testHealth},
+		{"TaskScopeWrittenOnce", testTaskScope},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -268,5 +270,54 @@ func testHealth(t *testing.T, st policy.Store) {
 		if err != nil || got.GetState() != state {
 			t.Errorf("health = %v, %v; want %v", got, err, state)
 		}
+	}
+}
+
+func testTaskScope(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	if _, err := st.GetTaskScope(ctx, "task_missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing task: err = %v, want ErrNotFound", err)
+	}
+	first := &policyv1.TaskScope{TaskId: "task_1", Requester: "alice", SourceScope: []string{"notes://a", "notes://b"},
+		RegisterTime: timestamppb.New(time.Now().Truncate(time.Microsecond))}
+	if err := st.CreateTaskScope(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	wider := proto.CloneOf(first)
+	wider.Requester, wider.SourceScope = "mallory", append(wider.SourceScope, "notes://secret")
+	if err := st.CreateTaskScope(ctx, wider); !errors.Is(err, store.ErrExists) {
+		t.Errorf("second create: err = %v, want ErrExists", err)
+	}
+	got, err := st.GetTaskScope(ctx, "task_1")
+	if err != nil || !proto.Equal(got, first) {
+		t.Errorf("get = %v, %v; want the first scope unchanged", got, err)
+	}
+
+	// Concurrent registrations of one task with different scopes: exactly
+	// one is stored, whole.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won := map[string]bool{}
+	for i := range 20 {
+		wg.Go(func() {
+			ts := &policyv1.TaskScope{TaskId: "task_race", Requester: fmt.Sprintf("user_%d", i), SourceScope: []string{fmt.Sprintf("notes://%d", i)}}
+			err := st.CreateTaskScope(ctx, ts)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won[ts.GetRequester()] = true
+			case !errors.Is(err, store.ErrExists):
+				t.Errorf("create: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(won) != 1 {
+		t.Fatalf("%d concurrent registrations of one task succeeded, want 1", len(won))
+	}
+	got, err = st.GetTaskScope(ctx, "task_race")
+	if err != nil || !won[got.GetRequester()] || len(got.GetSourceScope()) != 1 || got.GetSourceScope()[0] != "notes://"+strings.TrimPrefix(got.GetRequester(), "user_") {
+		t.Errorf("stored scope %v, %v is not the winner's", got, err)
 	}
 }

@@ -750,6 +750,145 @@ func (x *AuthorizeResponse) GetRefusalReason() string {
 	return ""
 }
 
+// RegisterTaskRequest records a task's scope.
+type RegisterTaskRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Task id.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Required. The task's authenticated requester id.
+	Requester string `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"`
+	// The targets (e.g. resource URIs) the task may read; handles are minted
+	// only for these. Duplicates fail; empty means no handle can be minted.
+	SourceScope   []string `protobuf:"bytes,3,rep,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterTaskRequest) Reset() {
+	*x = RegisterTaskRequest{}
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterTaskRequest) ProtoMessage() {}
+
+func (x *RegisterTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterTaskRequest.ProtoReflect.Descriptor instead.
+func (*RegisterTaskRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RegisterTaskRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *RegisterTaskRequest) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *RegisterTaskRequest) GetSourceScope() []string {
+	if x != nil {
+		return x.SourceScope
+	}
+	return nil
+}
+
+// TaskScope is what policy knows of a task: whom it serves and which
+// targets it may reach. Immutable once registered.
+type TaskScope struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Task id.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Requester id.
+	Requester string `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"`
+	// Targets in scope, sorted.
+	SourceScope []string `protobuf:"bytes,3,rep,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
+	// When it was registered.
+	RegisterTime  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=register_time,json=registerTime,proto3" json:"register_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskScope) Reset() {
+	*x = TaskScope{}
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskScope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskScope) ProtoMessage() {}
+
+func (x *TaskScope) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskScope.ProtoReflect.Descriptor instead.
+func (*TaskScope) Descriptor() ([]byte, []int) {
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TaskScope) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskScope) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *TaskScope) GetSourceScope() []string {
+	if x != nil {
+		return x.SourceScope
+	}
+	return nil
+}
+
+func (x *TaskScope) GetRegisterTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RegisterTime
+	}
+	return nil
+}
+
 // MintHandleRequest asks for a handle.
 type MintHandleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -759,8 +898,8 @@ type MintHandleRequest struct {
 	Requester string `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"`
 	// Required. Capability the handle may be used with.
 	Capability string `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
-	// Required. Server-side target, e.g. a resource URI. Never shown to the
-	// model.
+	// Required. Server-side target, e.g. a resource URI, in the task's
+	// registered source scope. Never shown to the model.
 	Target string `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
 	// Label the model may see, e.g. "note: API migration guide".
 	Label string `protobuf:"bytes,5,opt,name=label,proto3" json:"label,omitempty"`
@@ -776,7 +915,7 @@ type MintHandleRequest struct {
 
 func (x *MintHandleRequest) Reset() {
 	*x = MintHandleRequest{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[6]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +927,7 @@ func (x *MintHandleRequest) String() string {
 func (*MintHandleRequest) ProtoMessage() {}
 
 func (x *MintHandleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[6]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +940,7 @@ func (x *MintHandleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintHandleRequest.ProtoReflect.Descriptor instead.
 func (*MintHandleRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{6}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MintHandleRequest) GetTaskId() string {
@@ -875,7 +1014,7 @@ type Handle struct {
 
 func (x *Handle) Reset() {
 	*x = Handle{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[7]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1026,7 @@ func (x *Handle) String() string {
 func (*Handle) ProtoMessage() {}
 
 func (x *Handle) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[7]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1039,7 @@ func (x *Handle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handle.ProtoReflect.Descriptor instead.
 func (*Handle) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{7}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Handle) GetToken() string {
@@ -949,7 +1088,7 @@ type HandleBinding struct {
 
 func (x *HandleBinding) Reset() {
 	*x = HandleBinding{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[8]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1100,7 @@ func (x *HandleBinding) String() string {
 func (*HandleBinding) ProtoMessage() {}
 
 func (x *HandleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[8]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1113,7 @@ func (x *HandleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleBinding.ProtoReflect.Descriptor instead.
 func (*HandleBinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{8}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HandleBinding) GetTaskId() string {
@@ -1058,7 +1197,7 @@ type ResolveHandleRequest struct {
 
 func (x *ResolveHandleRequest) Reset() {
 	*x = ResolveHandleRequest{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[9]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1209,7 @@ func (x *ResolveHandleRequest) String() string {
 func (*ResolveHandleRequest) ProtoMessage() {}
 
 func (x *ResolveHandleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[9]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1222,7 @@ func (x *ResolveHandleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveHandleRequest.ProtoReflect.Descriptor instead.
 func (*ResolveHandleRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{9}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResolveHandleRequest) GetToken() string {
@@ -1155,7 +1294,7 @@ type ResolveHandleResponse struct {
 
 func (x *ResolveHandleResponse) Reset() {
 	*x = ResolveHandleResponse{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[10]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1306,7 @@ func (x *ResolveHandleResponse) String() string {
 func (*ResolveHandleResponse) ProtoMessage() {}
 
 func (x *ResolveHandleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[10]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1319,7 @@ func (x *ResolveHandleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveHandleResponse.ProtoReflect.Descriptor instead.
 func (*ResolveHandleResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{10}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResolveHandleResponse) GetBinding() *HandleBinding {
@@ -1220,7 +1359,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[11]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1371,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[11]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1384,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{11}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Budget) GetScope() string {
@@ -1318,7 +1457,7 @@ type ChargeRequest struct {
 
 func (x *ChargeRequest) Reset() {
 	*x = ChargeRequest{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[12]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1469,7 @@ func (x *ChargeRequest) String() string {
 func (*ChargeRequest) ProtoMessage() {}
 
 func (x *ChargeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[12]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1482,7 @@ func (x *ChargeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChargeRequest.ProtoReflect.Descriptor instead.
 func (*ChargeRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{12}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ChargeRequest) GetTaskId() string {
@@ -1401,7 +1540,7 @@ type ChargeResponse struct {
 
 func (x *ChargeResponse) Reset() {
 	*x = ChargeResponse{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[13]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1552,7 @@ func (x *ChargeResponse) String() string {
 func (*ChargeResponse) ProtoMessage() {}
 
 func (x *ChargeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[13]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1565,7 @@ func (x *ChargeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChargeResponse.ProtoReflect.Descriptor instead.
 func (*ChargeResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{13}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ChargeResponse) GetTask() *Budget {
@@ -1458,7 +1597,7 @@ type ReportConnectionHealthRequest struct {
 
 func (x *ReportConnectionHealthRequest) Reset() {
 	*x = ReportConnectionHealthRequest{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[14]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1609,7 @@ func (x *ReportConnectionHealthRequest) String() string {
 func (*ReportConnectionHealthRequest) ProtoMessage() {}
 
 func (x *ReportConnectionHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[14]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1622,7 @@ func (x *ReportConnectionHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportConnectionHealthRequest.ProtoReflect.Descriptor instead.
 func (*ReportConnectionHealthRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportConnectionHealthRequest) GetConnectionId() string {
@@ -1524,7 +1663,7 @@ type ConnectionHealth struct {
 
 func (x *ConnectionHealth) Reset() {
 	*x = ConnectionHealth{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[15]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1675,7 @@ func (x *ConnectionHealth) String() string {
 func (*ConnectionHealth) ProtoMessage() {}
 
 func (x *ConnectionHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[15]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1688,7 @@ func (x *ConnectionHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionHealth.ProtoReflect.Descriptor instead.
 func (*ConnectionHealth) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ConnectionHealth) GetConnectionId() string {
@@ -1589,7 +1728,7 @@ type GetPolicyRevisionRequest struct {
 
 func (x *GetPolicyRevisionRequest) Reset() {
 	*x = GetPolicyRevisionRequest{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[16]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1740,7 @@ func (x *GetPolicyRevisionRequest) String() string {
 func (*GetPolicyRevisionRequest) ProtoMessage() {}
 
 func (x *GetPolicyRevisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[16]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1753,7 @@ func (x *GetPolicyRevisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRevisionRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRevisionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{18}
 }
 
 // AuthorizeActionRequest asks whether a principal may take an action on a
@@ -1641,7 +1780,7 @@ type AuthorizeActionRequest struct {
 
 func (x *AuthorizeActionRequest) Reset() {
 	*x = AuthorizeActionRequest{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[17]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1792,7 @@ func (x *AuthorizeActionRequest) String() string {
 func (*AuthorizeActionRequest) ProtoMessage() {}
 
 func (x *AuthorizeActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[17]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1805,7 @@ func (x *AuthorizeActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthorizeActionRequest.ProtoReflect.Descriptor instead.
 func (*AuthorizeActionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AuthorizeActionRequest) GetPrincipal() *Principal {
@@ -1713,7 +1852,7 @@ type ReloadPolicyRequest struct {
 
 func (x *ReloadPolicyRequest) Reset() {
 	*x = ReloadPolicyRequest{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[18]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1864,7 @@ func (x *ReloadPolicyRequest) String() string {
 func (*ReloadPolicyRequest) ProtoMessage() {}
 
 func (x *ReloadPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[18]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1877,7 @@ func (x *ReloadPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ReloadPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{20}
 }
 
 // PolicyRevision identifies the policy set in force.
@@ -1756,7 +1895,7 @@ type PolicyRevision struct {
 
 func (x *PolicyRevision) Reset() {
 	*x = PolicyRevision{}
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[19]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1907,7 @@ func (x *PolicyRevision) String() string {
 func (*PolicyRevision) ProtoMessage() {}
 
 func (x *PolicyRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[19]
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1920,7 @@ func (x *PolicyRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRevision.ProtoReflect.Descriptor instead.
 func (*PolicyRevision) Descriptor() ([]byte, []int) {
-	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PolicyRevision) GetRevision() string {
@@ -1851,7 +1990,16 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\areasons\x18\x02 \x03(\tR\areasons\x12'\n" +
 	"\x0fpolicy_revision\x18\x03 \x01(\tR\x0epolicyRevision\x12+\n" +
 	"\x11approval_required\x18\x04 \x01(\bR\x10approvalRequired\x12%\n" +
-	"\x0erefusal_reason\x18\x05 \x01(\tR\rrefusalReason\"\x8f\x02\n" +
+	"\x0erefusal_reason\x18\x05 \x01(\tR\rrefusalReason\"o\n" +
+	"\x13RegisterTaskRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
+	"\trequester\x18\x02 \x01(\tR\trequester\x12!\n" +
+	"\fsource_scope\x18\x03 \x03(\tR\vsourceScope\"\xa6\x01\n" +
+	"\tTaskScope\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
+	"\trequester\x18\x02 \x01(\tR\trequester\x12!\n" +
+	"\fsource_scope\x18\x03 \x03(\tR\vsourceScope\x12?\n" +
+	"\rregister_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisterTime\"\x8f\x02\n" +
 	"\x11MintHandleRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\tR\trequester\x12\x1e\n" +
@@ -1966,10 +2114,11 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\vHealthState\x12\x1c\n" +
 	"\x18HEALTH_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14HEALTH_STATE_HEALTHY\x10\x01\x12\x19\n" +
-	"\x15HEALTH_STATE_DEGRADED\x10\x022\x9d\x06\n" +
+	"\x15HEALTH_STATE_DEGRADED\x10\x022\xed\x06\n" +
 	"\rPolicyService\x12M\n" +
 	"\bEligible\x12\x1f.v0m3.policy.v1.EligibleRequest\x1a .v0m3.policy.v1.EligibleResponse\x12P\n" +
-	"\tAuthorize\x12 .v0m3.policy.v1.AuthorizeRequest\x1a!.v0m3.policy.v1.AuthorizeResponse\x12G\n" +
+	"\tAuthorize\x12 .v0m3.policy.v1.AuthorizeRequest\x1a!.v0m3.policy.v1.AuthorizeResponse\x12N\n" +
+	"\fRegisterTask\x12#.v0m3.policy.v1.RegisterTaskRequest\x1a\x19.v0m3.policy.v1.TaskScope\x12G\n" +
 	"\n" +
 	"MintHandle\x12!.v0m3.policy.v1.MintHandleRequest\x1a\x16.v0m3.policy.v1.Handle\x12\\\n" +
 	"\rResolveHandle\x12$.v0m3.policy.v1.ResolveHandleRequest\x1a%.v0m3.policy.v1.ResolveHandleResponse\x12G\n" +
@@ -1992,7 +2141,7 @@ func file_v0m3_policy_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_policy_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_v0m3_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_v0m3_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_v0m3_policy_v1_policy_proto_goTypes = []any{
 	(EligibilityStage)(0),                 // 0: v0m3.policy.v1.EligibilityStage
 	(NotOfferedReason)(0),                 // 1: v0m3.policy.v1.NotOfferedReason
@@ -2004,72 +2153,77 @@ var file_v0m3_policy_v1_policy_proto_goTypes = []any{
 	(*EligibleResponse)(nil),              // 7: v0m3.policy.v1.EligibleResponse
 	(*AuthorizeRequest)(nil),              // 8: v0m3.policy.v1.AuthorizeRequest
 	(*AuthorizeResponse)(nil),             // 9: v0m3.policy.v1.AuthorizeResponse
-	(*MintHandleRequest)(nil),             // 10: v0m3.policy.v1.MintHandleRequest
-	(*Handle)(nil),                        // 11: v0m3.policy.v1.Handle
-	(*HandleBinding)(nil),                 // 12: v0m3.policy.v1.HandleBinding
-	(*ResolveHandleRequest)(nil),          // 13: v0m3.policy.v1.ResolveHandleRequest
-	(*ResolveHandleResponse)(nil),         // 14: v0m3.policy.v1.ResolveHandleResponse
-	(*Budget)(nil),                        // 15: v0m3.policy.v1.Budget
-	(*ChargeRequest)(nil),                 // 16: v0m3.policy.v1.ChargeRequest
-	(*ChargeResponse)(nil),                // 17: v0m3.policy.v1.ChargeResponse
-	(*ReportConnectionHealthRequest)(nil), // 18: v0m3.policy.v1.ReportConnectionHealthRequest
-	(*ConnectionHealth)(nil),              // 19: v0m3.policy.v1.ConnectionHealth
-	(*GetPolicyRevisionRequest)(nil),      // 20: v0m3.policy.v1.GetPolicyRevisionRequest
-	(*AuthorizeActionRequest)(nil),        // 21: v0m3.policy.v1.AuthorizeActionRequest
-	(*ReloadPolicyRequest)(nil),           // 22: v0m3.policy.v1.ReloadPolicyRequest
-	(*PolicyRevision)(nil),                // 23: v0m3.policy.v1.PolicyRevision
-	nil,                                   // 24: v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
-	(v1.EffectClass)(0),                   // 25: v0m3.registry.v1.EffectClass
-	(*durationpb.Duration)(nil),           // 26: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 27: google.protobuf.Timestamp
+	(*RegisterTaskRequest)(nil),           // 10: v0m3.policy.v1.RegisterTaskRequest
+	(*TaskScope)(nil),                     // 11: v0m3.policy.v1.TaskScope
+	(*MintHandleRequest)(nil),             // 12: v0m3.policy.v1.MintHandleRequest
+	(*Handle)(nil),                        // 13: v0m3.policy.v1.Handle
+	(*HandleBinding)(nil),                 // 14: v0m3.policy.v1.HandleBinding
+	(*ResolveHandleRequest)(nil),          // 15: v0m3.policy.v1.ResolveHandleRequest
+	(*ResolveHandleResponse)(nil),         // 16: v0m3.policy.v1.ResolveHandleResponse
+	(*Budget)(nil),                        // 17: v0m3.policy.v1.Budget
+	(*ChargeRequest)(nil),                 // 18: v0m3.policy.v1.ChargeRequest
+	(*ChargeResponse)(nil),                // 19: v0m3.policy.v1.ChargeResponse
+	(*ReportConnectionHealthRequest)(nil), // 20: v0m3.policy.v1.ReportConnectionHealthRequest
+	(*ConnectionHealth)(nil),              // 21: v0m3.policy.v1.ConnectionHealth
+	(*GetPolicyRevisionRequest)(nil),      // 22: v0m3.policy.v1.GetPolicyRevisionRequest
+	(*AuthorizeActionRequest)(nil),        // 23: v0m3.policy.v1.AuthorizeActionRequest
+	(*ReloadPolicyRequest)(nil),           // 24: v0m3.policy.v1.ReloadPolicyRequest
+	(*PolicyRevision)(nil),                // 25: v0m3.policy.v1.PolicyRevision
+	nil,                                   // 26: v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
+	(v1.EffectClass)(0),                   // 27: v0m3.registry.v1.EffectClass
+	(*timestamppb.Timestamp)(nil),         // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 29: google.protobuf.Duration
 }
 var file_v0m3_policy_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: v0m3.policy.v1.CapabilityEligibility.stage:type_name -> v0m3.policy.v1.EligibilityStage
 	1,  // 1: v0m3.policy.v1.CapabilityEligibility.reason:type_name -> v0m3.policy.v1.NotOfferedReason
-	25, // 2: v0m3.policy.v1.CapabilityEligibility.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	27, // 2: v0m3.policy.v1.CapabilityEligibility.effect_class:type_name -> v0m3.registry.v1.EffectClass
 	4,  // 3: v0m3.policy.v1.EligibleRequest.requester:type_name -> v0m3.policy.v1.Principal
 	5,  // 4: v0m3.policy.v1.EligibleResponse.capabilities:type_name -> v0m3.policy.v1.CapabilityEligibility
 	4,  // 5: v0m3.policy.v1.AuthorizeRequest.principal:type_name -> v0m3.policy.v1.Principal
-	25, // 6: v0m3.policy.v1.AuthorizeRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	27, // 6: v0m3.policy.v1.AuthorizeRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
 	2,  // 7: v0m3.policy.v1.AuthorizeResponse.decision:type_name -> v0m3.policy.v1.Decision
-	26, // 8: v0m3.policy.v1.MintHandleRequest.ttl:type_name -> google.protobuf.Duration
-	27, // 9: v0m3.policy.v1.Handle.expire_time:type_name -> google.protobuf.Timestamp
-	27, // 10: v0m3.policy.v1.HandleBinding.expire_time:type_name -> google.protobuf.Timestamp
-	4,  // 11: v0m3.policy.v1.ResolveHandleRequest.requester:type_name -> v0m3.policy.v1.Principal
-	25, // 12: v0m3.policy.v1.ResolveHandleRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	12, // 13: v0m3.policy.v1.ResolveHandleResponse.binding:type_name -> v0m3.policy.v1.HandleBinding
-	9,  // 14: v0m3.policy.v1.ResolveHandleResponse.authorization:type_name -> v0m3.policy.v1.AuthorizeResponse
-	15, // 15: v0m3.policy.v1.ChargeResponse.task:type_name -> v0m3.policy.v1.Budget
-	15, // 16: v0m3.policy.v1.ChargeResponse.requester:type_name -> v0m3.policy.v1.Budget
-	3,  // 17: v0m3.policy.v1.ReportConnectionHealthRequest.state:type_name -> v0m3.policy.v1.HealthState
-	3,  // 18: v0m3.policy.v1.ConnectionHealth.state:type_name -> v0m3.policy.v1.HealthState
-	27, // 19: v0m3.policy.v1.ConnectionHealth.report_time:type_name -> google.protobuf.Timestamp
-	4,  // 20: v0m3.policy.v1.AuthorizeActionRequest.principal:type_name -> v0m3.policy.v1.Principal
-	24, // 21: v0m3.policy.v1.AuthorizeActionRequest.attributes:type_name -> v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
-	27, // 22: v0m3.policy.v1.PolicyRevision.load_time:type_name -> google.protobuf.Timestamp
-	6,  // 23: v0m3.policy.v1.PolicyService.Eligible:input_type -> v0m3.policy.v1.EligibleRequest
-	8,  // 24: v0m3.policy.v1.PolicyService.Authorize:input_type -> v0m3.policy.v1.AuthorizeRequest
-	10, // 25: v0m3.policy.v1.PolicyService.MintHandle:input_type -> v0m3.policy.v1.MintHandleRequest
-	13, // 26: v0m3.policy.v1.PolicyService.ResolveHandle:input_type -> v0m3.policy.v1.ResolveHandleRequest
-	16, // 27: v0m3.policy.v1.PolicyService.Charge:input_type -> v0m3.policy.v1.ChargeRequest
-	18, // 28: v0m3.policy.v1.PolicyService.ReportConnectionHealth:input_type -> v0m3.policy.v1.ReportConnectionHealthRequest
-	20, // 29: v0m3.policy.v1.PolicyService.GetPolicyRevision:input_type -> v0m3.policy.v1.GetPolicyRevisionRequest
-	21, // 30: v0m3.policy.v1.PolicyService.AuthorizeAction:input_type -> v0m3.policy.v1.AuthorizeActionRequest
-	22, // 31: v0m3.policy.v1.PolicyService.ReloadPolicy:input_type -> v0m3.policy.v1.ReloadPolicyRequest
-	7,  // 32: v0m3.policy.v1.PolicyService.Eligible:output_type -> v0m3.policy.v1.EligibleResponse
-	9,  // 33: v0m3.policy.v1.PolicyService.Authorize:output_type -> v0m3.policy.v1.AuthorizeResponse
-	11, // 34: v0m3.policy.v1.PolicyService.MintHandle:output_type -> v0m3.policy.v1.Handle
-	14, // 35: v0m3.policy.v1.PolicyService.ResolveHandle:output_type -> v0m3.policy.v1.ResolveHandleResponse
-	17, // 36: v0m3.policy.v1.PolicyService.Charge:output_type -> v0m3.policy.v1.ChargeResponse
-	19, // 37: v0m3.policy.v1.PolicyService.ReportConnectionHealth:output_type -> v0m3.policy.v1.ConnectionHealth
-	23, // 38: v0m3.policy.v1.PolicyService.GetPolicyRevision:output_type -> v0m3.policy.v1.PolicyRevision
-	9,  // 39: v0m3.policy.v1.PolicyService.AuthorizeAction:output_type -> v0m3.policy.v1.AuthorizeResponse
-	23, // 40: v0m3.policy.v1.PolicyService.ReloadPolicy:output_type -> v0m3.policy.v1.PolicyRevision
-	32, // [32:41] is the sub-list for method output_type
-	23, // [23:32] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	28, // 8: v0m3.policy.v1.TaskScope.register_time:type_name -> google.protobuf.Timestamp
+	29, // 9: v0m3.policy.v1.MintHandleRequest.ttl:type_name -> google.protobuf.Duration
+	28, // 10: v0m3.policy.v1.Handle.expire_time:type_name -> google.protobuf.Timestamp
+	28, // 11: v0m3.policy.v1.HandleBinding.expire_time:type_name -> google.protobuf.Timestamp
+	4,  // 12: v0m3.policy.v1.ResolveHandleRequest.requester:type_name -> v0m3.policy.v1.Principal
+	27, // 13: v0m3.policy.v1.ResolveHandleRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	14, // 14: v0m3.policy.v1.ResolveHandleResponse.binding:type_name -> v0m3.policy.v1.HandleBinding
+	9,  // 15: v0m3.policy.v1.ResolveHandleResponse.authorization:type_name -> v0m3.policy.v1.AuthorizeResponse
+	17, // 16: v0m3.policy.v1.ChargeResponse.task:type_name -> v0m3.policy.v1.Budget
+	17, // 17: v0m3.policy.v1.ChargeResponse.requester:type_name -> v0m3.policy.v1.Budget
+	3,  // 18: v0m3.policy.v1.ReportConnectionHealthRequest.state:type_name -> v0m3.policy.v1.HealthState
+	3,  // 19: v0m3.policy.v1.ConnectionHealth.state:type_name -> v0m3.policy.v1.HealthState
+	28, // 20: v0m3.policy.v1.ConnectionHealth.report_time:type_name -> google.protobuf.Timestamp
+	4,  // 21: v0m3.policy.v1.AuthorizeActionRequest.principal:type_name -> v0m3.policy.v1.Principal
+	26, // 22: v0m3.policy.v1.AuthorizeActionRequest.attributes:type_name -> v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
+	28, // 23: v0m3.policy.v1.PolicyRevision.load_time:type_name -> google.protobuf.Timestamp
+	6,  // 24: v0m3.policy.v1.PolicyService.Eligible:input_type -> v0m3.policy.v1.EligibleRequest
+	8,  // 25: v0m3.policy.v1.PolicyService.Authorize:input_type -> v0m3.policy.v1.AuthorizeRequest
+	10, // 26: v0m3.policy.v1.PolicyService.RegisterTask:input_type -> v0m3.policy.v1.RegisterTaskRequest
+	12, // 27: v0m3.policy.v1.PolicyService.MintHandle:input_type -> v0m3.policy.v1.MintHandleRequest
+	15, // 28: v0m3.policy.v1.PolicyService.ResolveHandle:input_type -> v0m3.policy.v1.ResolveHandleRequest
+	18, // 29: v0m3.policy.v1.PolicyService.Charge:input_type -> v0m3.policy.v1.ChargeRequest
+	20, // 30: v0m3.policy.v1.PolicyService.ReportConnectionHealth:input_type -> v0m3.policy.v1.ReportConnectionHealthRequest
+	22, // 31: v0m3.policy.v1.PolicyService.GetPolicyRevision:input_type -> v0m3.policy.v1.GetPolicyRevisionRequest
+	23, // 32: v0m3.policy.v1.PolicyService.AuthorizeAction:input_type -> v0m3.policy.v1.AuthorizeActionRequest
+	24, // 33: v0m3.policy.v1.PolicyService.ReloadPolicy:input_type -> v0m3.policy.v1.ReloadPolicyRequest
+	7,  // 34: v0m3.policy.v1.PolicyService.Eligible:output_type -> v0m3.policy.v1.EligibleResponse
+	9,  // 35: v0m3.policy.v1.PolicyService.Authorize:output_type -> v0m3.policy.v1.AuthorizeResponse
+	11, // 36: v0m3.policy.v1.PolicyService.RegisterTask:output_type -> v0m3.policy.v1.TaskScope
+	13, // 37: v0m3.policy.v1.PolicyService.MintHandle:output_type -> v0m3.policy.v1.Handle
+	16, // 38: v0m3.policy.v1.PolicyService.ResolveHandle:output_type -> v0m3.policy.v1.ResolveHandleResponse
+	19, // 39: v0m3.policy.v1.PolicyService.Charge:output_type -> v0m3.policy.v1.ChargeResponse
+	21, // 40: v0m3.policy.v1.PolicyService.ReportConnectionHealth:output_type -> v0m3.policy.v1.ConnectionHealth
+	25, // 41: v0m3.policy.v1.PolicyService.GetPolicyRevision:output_type -> v0m3.policy.v1.PolicyRevision
+	9,  // 42: v0m3.policy.v1.PolicyService.AuthorizeAction:output_type -> v0m3.policy.v1.AuthorizeResponse
+	25, // 43: v0m3.policy.v1.PolicyService.ReloadPolicy:output_type -> v0m3.policy.v1.PolicyRevision
+	34, // [34:44] is the sub-list for method output_type
+	24, // [24:34] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_policy_v1_policy_proto_init() }
@@ -2083,7 +2237,7 @@ func file_v0m3_policy_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_policy_v1_policy_proto_rawDesc), len(file_v0m3_policy_v1_policy_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

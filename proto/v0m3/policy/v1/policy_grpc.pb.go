@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	PolicyService_Eligible_FullMethodName               = "/v0m3.policy.v1.PolicyService/Eligible"
 	PolicyService_Authorize_FullMethodName              = "/v0m3.policy.v1.PolicyService/Authorize"
+	PolicyService_RegisterTask_FullMethodName           = "/v0m3.policy.v1.PolicyService/RegisterTask"
 	PolicyService_MintHandle_FullMethodName             = "/v0m3.policy.v1.PolicyService/MintHandle"
 	PolicyService_ResolveHandle_FullMethodName          = "/v0m3.policy.v1.PolicyService/ResolveHandle"
 	PolicyService_Charge_FullMethodName                 = "/v0m3.policy.v1.PolicyService/Charge"
@@ -43,8 +44,19 @@ type PolicyServiceClient interface {
 	Eligible(ctx context.Context, in *EligibleRequest, opts ...grpc.CallOption) (*EligibleResponse, error)
 	// Authorize evaluates the current policy for one request.
 	Authorize(ctx context.Context, in *AuthorizeRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error)
+	// RegisterTask records a task's requester and source scope, so that
+	// handles are minted only for targets in it. The orchestrator calls it
+	// when it starts a task, before it asks for handles. The record is
+	// immutable: registering the same task again with the same requester and
+	// scope returns the record; anything else fails with ALREADY_EXISTS
+	// (TASK_ALREADY_REGISTERED).
+	RegisterTask(ctx context.Context, in *RegisterTaskRequest, opts ...grpc.CallOption) (*TaskScope, error)
 	// MintHandle creates an opaque, short-lived handle for one target in a
-	// task's source scope.
+	// task's registered source scope, for the task's requester. A task that
+	// was not registered fails with FAILED_PRECONDITION
+	// (TASK_NOT_REGISTERED); another requester or a target outside the scope
+	// fails with PERMISSION_DENIED (TASK_REQUESTER_MISMATCH,
+	// HANDLE_TARGET_OUT_OF_SCOPE), and nothing is stored.
 	MintHandle(ctx context.Context, in *MintHandleRequest, opts ...grpc.CallOption) (*Handle, error)
 	// ResolveHandle checks a handle against the caller's task, requester,
 	// capability and mapping revision, re-authorizes current state, and
@@ -91,6 +103,16 @@ func (c *policyServiceClient) Authorize(ctx context.Context, in *AuthorizeReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AuthorizeResponse)
 	err := c.cc.Invoke(ctx, PolicyService_Authorize_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *policyServiceClient) RegisterTask(ctx context.Context, in *RegisterTaskRequest, opts ...grpc.CallOption) (*TaskScope, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TaskScope)
+	err := c.cc.Invoke(ctx, PolicyService_RegisterTask_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -180,8 +202,19 @@ type PolicyServiceServer interface {
 	Eligible(context.Context, *EligibleRequest) (*EligibleResponse, error)
 	// Authorize evaluates the current policy for one request.
 	Authorize(context.Context, *AuthorizeRequest) (*AuthorizeResponse, error)
+	// RegisterTask records a task's requester and source scope, so that
+	// handles are minted only for targets in it. The orchestrator calls it
+	// when it starts a task, before it asks for handles. The record is
+	// immutable: registering the same task again with the same requester and
+	// scope returns the record; anything else fails with ALREADY_EXISTS
+	// (TASK_ALREADY_REGISTERED).
+	RegisterTask(context.Context, *RegisterTaskRequest) (*TaskScope, error)
 	// MintHandle creates an opaque, short-lived handle for one target in a
-	// task's source scope.
+	// task's registered source scope, for the task's requester. A task that
+	// was not registered fails with FAILED_PRECONDITION
+	// (TASK_NOT_REGISTERED); another requester or a target outside the scope
+	// fails with PERMISSION_DENIED (TASK_REQUESTER_MISMATCH,
+	// HANDLE_TARGET_OUT_OF_SCOPE), and nothing is stored.
 	MintHandle(context.Context, *MintHandleRequest) (*Handle, error)
 	// ResolveHandle checks a handle against the caller's task, requester,
 	// capability and mapping revision, re-authorizes current state, and
@@ -219,6 +252,9 @@ func (UnimplementedPolicyServiceServer) Eligible(context.Context, *EligibleReque
 }
 func (UnimplementedPolicyServiceServer) Authorize(context.Context, *AuthorizeRequest) (*AuthorizeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Authorize not implemented")
+}
+func (UnimplementedPolicyServiceServer) RegisterTask(context.Context, *RegisterTaskRequest) (*TaskScope, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterTask not implemented")
 }
 func (UnimplementedPolicyServiceServer) MintHandle(context.Context, *MintHandleRequest) (*Handle, error) {
 	return nil, status.Error(codes.Unimplemented, "method MintHandle not implemented")
@@ -294,6 +330,24 @@ func _PolicyService_Authorize_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(PolicyServiceServer).Authorize(ctx, req.(*AuthorizeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PolicyService_RegisterTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).RegisterTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_RegisterTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).RegisterTask(ctx, req.(*RegisterTaskRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -438,6 +492,10 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Authorize",
 			Handler:    _PolicyService_Authorize_Handler,
+		},
+		{
+			MethodName: "RegisterTask",
+			Handler:    _PolicyService_RegisterTask_Handler,
 		},
 		{
 			MethodName: "MintHandle",

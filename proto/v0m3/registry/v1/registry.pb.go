@@ -201,7 +201,8 @@ type ReviewState int32
 const (
 	// Not set.
 	ReviewState_REVIEW_STATE_UNSPECIFIED ReviewState = 0
-	// Created, not reviewed.
+	// Created, or what runs or is reached changed, and not reviewed since:
+	// no process is started and no request is sent to the server.
 	ReviewState_REVIEW_STATE_PENDING ReviewState = 1
 	// Reviewed and accepted.
 	ReviewState_REVIEW_STATE_APPROVED ReviewState = 2
@@ -615,21 +616,24 @@ const (
 	RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_RETIRED RegistryEventType = 8
 	// Display name, owner or recorded sandbox changed (no new revision).
 	RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_UPDATED RegistryEventType = 9
+	// Connection reviewed: approved or rejected (the detail says which).
+	RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED RegistryEventType = 10
 )
 
 // Enum value maps for RegistryEventType.
 var (
 	RegistryEventType_name = map[int32]string{
-		0: "REGISTRY_EVENT_TYPE_UNSPECIFIED",
-		1: "REGISTRY_EVENT_TYPE_CONNECTION_CREATED",
-		2: "REGISTRY_EVENT_TYPE_CONFIG_REVISED",
-		3: "REGISTRY_EVENT_TYPE_CONNECTION_RETIRED",
-		4: "REGISTRY_EVENT_TYPE_SNAPSHOT_RECORDED",
-		5: "REGISTRY_EVENT_TYPE_MAPPING_PROPOSED",
-		6: "REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED",
-		7: "REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED",
-		8: "REGISTRY_EVENT_TYPE_MAPPING_RETIRED",
-		9: "REGISTRY_EVENT_TYPE_CONNECTION_UPDATED",
+		0:  "REGISTRY_EVENT_TYPE_UNSPECIFIED",
+		1:  "REGISTRY_EVENT_TYPE_CONNECTION_CREATED",
+		2:  "REGISTRY_EVENT_TYPE_CONFIG_REVISED",
+		3:  "REGISTRY_EVENT_TYPE_CONNECTION_RETIRED",
+		4:  "REGISTRY_EVENT_TYPE_SNAPSHOT_RECORDED",
+		5:  "REGISTRY_EVENT_TYPE_MAPPING_PROPOSED",
+		6:  "REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED",
+		7:  "REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED",
+		8:  "REGISTRY_EVENT_TYPE_MAPPING_RETIRED",
+		9:  "REGISTRY_EVENT_TYPE_CONNECTION_UPDATED",
+		10: "REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED",
 	}
 	RegistryEventType_value = map[string]int32{
 		"REGISTRY_EVENT_TYPE_UNSPECIFIED":             0,
@@ -642,6 +646,7 @@ var (
 		"REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED": 7,
 		"REGISTRY_EVENT_TYPE_MAPPING_RETIRED":         8,
 		"REGISTRY_EVENT_TYPE_CONNECTION_UPDATED":      9,
+		"REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED":     10,
 	}
 )
 
@@ -726,8 +731,24 @@ type Connection struct {
 	// the operator for an MCPServer. Part of the configuration: a change is a
 	// new config revision.
 	WorkloadDigest string `protobuf:"bytes,20,opt,name=workload_digest,json=workloadDigest,proto3" json:"workload_digest,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Output only. Who created the connection: the authenticated caller, or
+	// "spiffe://v0m3/service/<name>" for a V0M3 service (the operator).
+	CreatedBy string `protobuf:"bytes,21,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// Output only. Who proposed the configuration awaiting or given review:
+	// the creator, or whoever last changed what runs or is reached (transport,
+	// image or workload digest). Nobody reviews what they proposed.
+	ProposedBy string `protobuf:"bytes,22,opt,name=proposed_by,json=proposedBy,proto3" json:"proposed_by,omitempty"`
+	// Output only. Who last reviewed the connection.
+	ReviewedBy string `protobuf:"bytes,23,opt,name=reviewed_by,json=reviewedBy,proto3" json:"reviewed_by,omitempty"`
+	// Output only. The reviewer's note.
+	ReviewNote string `protobuf:"bytes,24,opt,name=review_note,json=reviewNote,proto3" json:"review_note,omitempty"`
+	// Output only. When the connection was last reviewed.
+	ReviewTime *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=review_time,json=reviewTime,proto3" json:"review_time,omitempty"`
+	// Output only. The config revision the last review decided on. A later
+	// revision that changed only the credential keeps the decision.
+	ReviewedConfigRevision int64 `protobuf:"varint,26,opt,name=reviewed_config_revision,json=reviewedConfigRevision,proto3" json:"reviewed_config_revision,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Connection) Reset() {
@@ -898,6 +919,48 @@ func (x *Connection) GetWorkloadDigest() string {
 		return x.WorkloadDigest
 	}
 	return ""
+}
+
+func (x *Connection) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *Connection) GetProposedBy() string {
+	if x != nil {
+		return x.ProposedBy
+	}
+	return ""
+}
+
+func (x *Connection) GetReviewedBy() string {
+	if x != nil {
+		return x.ReviewedBy
+	}
+	return ""
+}
+
+func (x *Connection) GetReviewNote() string {
+	if x != nil {
+		return x.ReviewNote
+	}
+	return ""
+}
+
+func (x *Connection) GetReviewTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReviewTime
+	}
+	return nil
+}
+
+func (x *Connection) GetReviewedConfigRevision() int64 {
+	if x != nil {
+		return x.ReviewedConfigRevision
+	}
+	return 0
 }
 
 // Transport says how a server is reached.
@@ -1509,6 +1572,12 @@ type ConfigRevision struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Workload digest at this revision.
 	WorkloadDigest string `protobuf:"bytes,11,opt,name=workload_digest,json=workloadDigest,proto3" json:"workload_digest,omitempty"`
+	// Who made this revision: the authenticated caller, or
+	// "spiffe://v0m3/service/<name>" for a V0M3 service.
+	CreatedBy string `protobuf:"bytes,12,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// Whether this revision changed what runs or is reached (transport, image
+	// or workload digest), and so needed a new review of the connection.
+	ReviewRequired bool `protobuf:"varint,13,opt,name=review_required,json=reviewRequired,proto3" json:"review_required,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1618,6 +1687,20 @@ func (x *ConfigRevision) GetWorkloadDigest() string {
 		return x.WorkloadDigest
 	}
 	return ""
+}
+
+func (x *ConfigRevision) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *ConfigRevision) GetReviewRequired() bool {
+	if x != nil {
+		return x.ReviewRequired
+	}
+	return false
 }
 
 // CreateConnectionRequest creates a connection.
@@ -2114,6 +2197,80 @@ func (x *ListConfigRevisionsRequest) GetConnectionId() string {
 	return ""
 }
 
+// ReviewConnectionRequest approves or rejects a pending connection.
+type ReviewConnectionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Connection id.
+	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
+	// Required. The config revision reviewed; ABORTED if it is no longer the
+	// connection's current revision.
+	ConfigRevision int64 `protobuf:"varint,2,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
+	// Approve (true) or reject (false).
+	Approve bool `protobuf:"varint,3,opt,name=approve,proto3" json:"approve,omitempty"`
+	// Note for the record.
+	Note          string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReviewConnectionRequest) Reset() {
+	*x = ReviewConnectionRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReviewConnectionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReviewConnectionRequest) ProtoMessage() {}
+
+func (x *ReviewConnectionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReviewConnectionRequest.ProtoReflect.Descriptor instead.
+func (*ReviewConnectionRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReviewConnectionRequest) GetConnectionId() string {
+	if x != nil {
+		return x.ConnectionId
+	}
+	return ""
+}
+
+func (x *ReviewConnectionRequest) GetConfigRevision() int64 {
+	if x != nil {
+		return x.ConfigRevision
+	}
+	return 0
+}
+
+func (x *ReviewConnectionRequest) GetApprove() bool {
+	if x != nil {
+		return x.Approve
+	}
+	return false
+}
+
+func (x *ReviewConnectionRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
 // ListConfigRevisionsResponse holds revisions.
 type ListConfigRevisionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2125,7 +2282,7 @@ type ListConfigRevisionsResponse struct {
 
 func (x *ListConfigRevisionsResponse) Reset() {
 	*x = ListConfigRevisionsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2294,7 @@ func (x *ListConfigRevisionsResponse) String() string {
 func (*ListConfigRevisionsResponse) ProtoMessage() {}
 
 func (x *ListConfigRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2307,7 @@ func (x *ListConfigRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConfigRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListConfigRevisionsResponse) GetRevisions() []*ConfigRevision {
@@ -2188,7 +2345,7 @@ type DiscoverySnapshot struct {
 
 func (x *DiscoverySnapshot) Reset() {
 	*x = DiscoverySnapshot{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2357,7 @@ func (x *DiscoverySnapshot) String() string {
 func (*DiscoverySnapshot) ProtoMessage() {}
 
 func (x *DiscoverySnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2370,7 @@ func (x *DiscoverySnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverySnapshot.ProtoReflect.Descriptor instead.
 func (*DiscoverySnapshot) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DiscoverySnapshot) GetId() string {
@@ -2310,7 +2467,7 @@ type ToolIdentity struct {
 
 func (x *ToolIdentity) Reset() {
 	*x = ToolIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2479,7 @@ func (x *ToolIdentity) String() string {
 func (*ToolIdentity) ProtoMessage() {}
 
 func (x *ToolIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2492,7 @@ func (x *ToolIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolIdentity.ProtoReflect.Descriptor instead.
 func (*ToolIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolIdentity) GetName() string {
@@ -2431,7 +2588,7 @@ type ResourceIdentity struct {
 
 func (x *ResourceIdentity) Reset() {
 	*x = ResourceIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2600,7 @@ func (x *ResourceIdentity) String() string {
 func (*ResourceIdentity) ProtoMessage() {}
 
 func (x *ResourceIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2613,7 @@ func (x *ResourceIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceIdentity.ProtoReflect.Descriptor instead.
 func (*ResourceIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResourceIdentity) GetUri() string {
@@ -2519,7 +2676,7 @@ type RecordSnapshotRequest struct {
 
 func (x *RecordSnapshotRequest) Reset() {
 	*x = RecordSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2688,7 @@ func (x *RecordSnapshotRequest) String() string {
 func (*RecordSnapshotRequest) ProtoMessage() {}
 
 func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2701,7 @@ func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RecordSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RecordSnapshotRequest) GetSnapshot() *DiscoverySnapshot {
@@ -2565,7 +2722,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2734,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2747,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetSnapshotRequest) GetId() string {
@@ -2611,7 +2768,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +2780,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +2793,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListSnapshotsRequest) GetConnectionId() string {
@@ -2657,7 +2814,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2826,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2839,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*DiscoverySnapshot {
@@ -2705,7 +2862,7 @@ type DiffSnapshotsRequest struct {
 
 func (x *DiffSnapshotsRequest) Reset() {
 	*x = DiffSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2717,7 +2874,7 @@ func (x *DiffSnapshotsRequest) String() string {
 func (*DiffSnapshotsRequest) ProtoMessage() {}
 
 func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2730,7 +2887,7 @@ func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*DiffSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DiffSnapshotsRequest) GetBaseSnapshotId() string {
@@ -2766,7 +2923,7 @@ type SnapshotDiff struct {
 
 func (x *SnapshotDiff) Reset() {
 	*x = SnapshotDiff{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2935,7 @@ func (x *SnapshotDiff) String() string {
 func (*SnapshotDiff) ProtoMessage() {}
 
 func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2948,7 @@ func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDiff.ProtoReflect.Descriptor instead.
 func (*SnapshotDiff) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SnapshotDiff) GetBaseSnapshotId() string {
@@ -2844,7 +3001,7 @@ type ItemChange struct {
 
 func (x *ItemChange) Reset() {
 	*x = ItemChange{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2856,7 +3013,7 @@ func (x *ItemChange) String() string {
 func (*ItemChange) ProtoMessage() {}
 
 func (x *ItemChange) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2869,7 +3026,7 @@ func (x *ItemChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemChange.ProtoReflect.Descriptor instead.
 func (*ItemChange) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ItemChange) GetName() string {
@@ -2928,7 +3085,7 @@ type Capability struct {
 
 func (x *Capability) Reset() {
 	*x = Capability{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3097,7 @@ func (x *Capability) String() string {
 func (*Capability) ProtoMessage() {}
 
 func (x *Capability) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3110,7 @@ func (x *Capability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capability.ProtoReflect.Descriptor instead.
 func (*Capability) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Capability) GetName() string {
@@ -3051,7 +3208,7 @@ type GetCapabilityRequest struct {
 
 func (x *GetCapabilityRequest) Reset() {
 	*x = GetCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3220,7 @@ func (x *GetCapabilityRequest) String() string {
 func (*GetCapabilityRequest) ProtoMessage() {}
 
 func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3233,7 @@ func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetCapabilityRequest) GetName() string {
@@ -3095,7 +3252,7 @@ type ListCapabilitiesRequest struct {
 
 func (x *ListCapabilitiesRequest) Reset() {
 	*x = ListCapabilitiesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3264,7 @@ func (x *ListCapabilitiesRequest) String() string {
 func (*ListCapabilitiesRequest) ProtoMessage() {}
 
 func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3277,7 @@ func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
 }
 
 // ListCapabilitiesResponse holds capabilities.
@@ -3134,7 +3291,7 @@ type ListCapabilitiesResponse struct {
 
 func (x *ListCapabilitiesResponse) Reset() {
 	*x = ListCapabilitiesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3303,7 @@ func (x *ListCapabilitiesResponse) String() string {
 func (*ListCapabilitiesResponse) ProtoMessage() {}
 
 func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3316,7 @@ func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListCapabilitiesResponse) GetCapabilities() []*Capability {
@@ -3182,7 +3339,7 @@ type RemoteTarget struct {
 
 func (x *RemoteTarget) Reset() {
 	*x = RemoteTarget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3351,7 @@ func (x *RemoteTarget) String() string {
 func (*RemoteTarget) ProtoMessage() {}
 
 func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3364,7 @@ func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteTarget.ProtoReflect.Descriptor instead.
 func (*RemoteTarget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoteTarget) GetKind() RemoteKind {
@@ -3240,7 +3397,7 @@ type ArgumentBinding struct {
 
 func (x *ArgumentBinding) Reset() {
 	*x = ArgumentBinding{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3409,7 @@ func (x *ArgumentBinding) String() string {
 func (*ArgumentBinding) ProtoMessage() {}
 
 func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3422,7 @@ func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArgumentBinding.ProtoReflect.Descriptor instead.
 func (*ArgumentBinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ArgumentBinding) GetRemoteField() string {
@@ -3306,7 +3463,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3318,7 +3475,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3331,7 +3488,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Limits) GetMaxResponseBytes() int64 {
@@ -3424,7 +3581,7 @@ type Mapping struct {
 
 func (x *Mapping) Reset() {
 	*x = Mapping{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +3593,7 @@ func (x *Mapping) String() string {
 func (*Mapping) ProtoMessage() {}
 
 func (x *Mapping) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +3606,7 @@ func (x *Mapping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mapping.ProtoReflect.Descriptor instead.
 func (*Mapping) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Mapping) GetId() string {
@@ -3645,7 +3802,7 @@ type ProposeMappingRequest struct {
 
 func (x *ProposeMappingRequest) Reset() {
 	*x = ProposeMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3657,7 +3814,7 @@ func (x *ProposeMappingRequest) String() string {
 func (*ProposeMappingRequest) ProtoMessage() {}
 
 func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3670,7 +3827,7 @@ func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeMappingRequest.ProtoReflect.Descriptor instead.
 func (*ProposeMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ProposeMappingRequest) GetMappingId() string {
@@ -3760,7 +3917,7 @@ type ReviewMappingRequest struct {
 
 func (x *ReviewMappingRequest) Reset() {
 	*x = ReviewMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +3929,7 @@ func (x *ReviewMappingRequest) String() string {
 func (*ReviewMappingRequest) ProtoMessage() {}
 
 func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +3942,7 @@ func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewMappingRequest.ProtoReflect.Descriptor instead.
 func (*ReviewMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReviewMappingRequest) GetMappingId() string {
@@ -3829,7 +3986,7 @@ type GetMappingRequest struct {
 
 func (x *GetMappingRequest) Reset() {
 	*x = GetMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +3998,7 @@ func (x *GetMappingRequest) String() string {
 func (*GetMappingRequest) ProtoMessage() {}
 
 func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +4011,7 @@ func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMappingRequest.ProtoReflect.Descriptor instead.
 func (*GetMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetMappingRequest) GetId() string {
@@ -3886,7 +4043,7 @@ type ListMappingsRequest struct {
 
 func (x *ListMappingsRequest) Reset() {
 	*x = ListMappingsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3898,7 +4055,7 @@ func (x *ListMappingsRequest) String() string {
 func (*ListMappingsRequest) ProtoMessage() {}
 
 func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3911,7 +4068,7 @@ func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsRequest.ProtoReflect.Descriptor instead.
 func (*ListMappingsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListMappingsRequest) GetCapability() string {
@@ -3946,7 +4103,7 @@ type ListMappingsResponse struct {
 
 func (x *ListMappingsResponse) Reset() {
 	*x = ListMappingsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3958,7 +4115,7 @@ func (x *ListMappingsResponse) String() string {
 func (*ListMappingsResponse) ProtoMessage() {}
 
 func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3971,7 +4128,7 @@ func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsResponse.ProtoReflect.Descriptor instead.
 func (*ListMappingsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListMappingsResponse) GetMappings() []*Mapping {
@@ -3999,7 +4156,7 @@ type ResolveMappingRequest struct {
 
 func (x *ResolveMappingRequest) Reset() {
 	*x = ResolveMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4011,7 +4168,7 @@ func (x *ResolveMappingRequest) String() string {
 func (*ResolveMappingRequest) ProtoMessage() {}
 
 func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4024,7 +4181,7 @@ func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveMappingRequest.ProtoReflect.Descriptor instead.
 func (*ResolveMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ResolveMappingRequest) GetCapability() string {
@@ -4066,7 +4223,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4078,7 +4235,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4091,7 +4248,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchEventsRequest) GetAfterSequence() int64 {
@@ -4124,7 +4281,7 @@ type RegistryEvent struct {
 
 func (x *RegistryEvent) Reset() {
 	*x = RegistryEvent{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4136,7 +4293,7 @@ func (x *RegistryEvent) String() string {
 func (*RegistryEvent) ProtoMessage() {}
 
 func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4149,7 +4306,7 @@ func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryEvent.ProtoReflect.Descriptor instead.
 func (*RegistryEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RegistryEvent) GetSequence() int64 {
@@ -4205,7 +4362,7 @@ var File_v0m3_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"\x1fv0m3/registry/v1/registry.proto\x12\x10v0m3.registry.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\a\n" +
+	"\x1fv0m3/registry/v1/registry.proto\x12\x10v0m3.registry.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\t\n" +
 	"\n" +
 	"Connection\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
@@ -4231,7 +4388,18 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"updateTime\x12;\n" +
 	"\vretire_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"retireTime\x12'\n" +
-	"\x0fworkload_digest\x18\x14 \x01(\tR\x0eworkloadDigest\"\xe0\x01\n" +
+	"\x0fworkload_digest\x18\x14 \x01(\tR\x0eworkloadDigest\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x15 \x01(\tR\tcreatedBy\x12\x1f\n" +
+	"\vproposed_by\x18\x16 \x01(\tR\n" +
+	"proposedBy\x12\x1f\n" +
+	"\vreviewed_by\x18\x17 \x01(\tR\n" +
+	"reviewedBy\x12\x1f\n" +
+	"\vreview_note\x18\x18 \x01(\tR\n" +
+	"reviewNote\x12;\n" +
+	"\vreview_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reviewTime\x128\n" +
+	"\x18reviewed_config_revision\x18\x1a \x01(\x03R\x16reviewedConfigRevision\"\xe0\x01\n" +
 	"\tTransport\x128\n" +
 	"\x05stdio\x18\x01 \x01(\v2 .v0m3.registry.v1.StdioTransportH\x00R\x05stdio\x12T\n" +
 	"\x0fstreamable_http\x18\x02 \x01(\v2).v0m3.registry.v1.StreamableHTTPTransportH\x00R\x0estreamableHttp\x12;\n" +
@@ -4274,7 +4442,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x03gid\x18\x03 \x01(\rR\x03gid\x12#\n" +
 	"\rnamespace_uid\x18\x04 \x01(\rR\fnamespaceUid\x12&\n" +
 	"\x0frange_first_uid\x18\x05 \x01(\rR\rrangeFirstUid\x12&\n" +
-	"\x0frange_uid_count\x18\x06 \x01(\rR\rrangeUidCount\"\xd3\x03\n" +
+	"\x0frange_uid_count\x18\x06 \x01(\rR\rrangeUidCount\"\x9b\x04\n" +
 	"\x0eConfigRevision\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12#\n" +
@@ -4288,7 +4456,10 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\vcreate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12'\n" +
-	"\x0fworkload_digest\x18\v \x01(\tR\x0eworkloadDigest\"\xda\x02\n" +
+	"\x0fworkload_digest\x18\v \x01(\tR\x0eworkloadDigest\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\f \x01(\tR\tcreatedBy\x12'\n" +
+	"\x0freview_required\x18\r \x01(\bR\x0ereviewRequired\"\xda\x02\n" +
 	"\x17CreateConnectionRequest\x12!\n" +
 	"\fdisplay_name\x18\x01 \x01(\tR\vdisplayName\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x129\n" +
@@ -4322,7 +4493,12 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"A\n" +
 	"\x1aListConfigRevisionsRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"]\n" +
+	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\x95\x01\n" +
+	"\x17ReviewConnectionRequest\x12#\n" +
+	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12'\n" +
+	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12\x18\n" +
+	"\aapprove\x18\x03 \x01(\bR\aapprove\x12\x12\n" +
+	"\x04note\x18\x04 \x01(\tR\x04note\"]\n" +
 	"\x1bListConfigRevisionsResponse\x12>\n" +
 	"\trevisions\x18\x01 \x03(\v2 .v0m3.registry.v1.ConfigRevisionR\trevisions\"\xac\x03\n" +
 	"\x11DiscoverySnapshot\x12\x0e\n" +
@@ -4550,7 +4726,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"RemoteKind\x12\x1b\n" +
 	"\x17REMOTE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10REMOTE_KIND_TOOL\x10\x01\x12\x18\n" +
-	"\x14REMOTE_KIND_RESOURCE\x10\x02*\xbe\x03\n" +
+	"\x14REMOTE_KIND_RESOURCE\x10\x02*\xeb\x03\n" +
 	"\x11RegistryEventType\x12#\n" +
 	"\x1fREGISTRY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12*\n" +
 	"&REGISTRY_EVENT_TYPE_CONNECTION_CREATED\x10\x01\x12&\n" +
@@ -4561,14 +4737,17 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"%REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED\x10\x06\x12/\n" +
 	"+REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED\x10\a\x12'\n" +
 	"#REGISTRY_EVENT_TYPE_MAPPING_RETIRED\x10\b\x12*\n" +
-	"&REGISTRY_EVENT_TYPE_CONNECTION_UPDATED\x10\t2\x97\r\n" +
+	"&REGISTRY_EVENT_TYPE_CONNECTION_UPDATED\x10\t\x12+\n" +
+	"'REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED\x10\n" +
+	"2\xf4\r\n" +
 	"\x0fRegistryService\x12[\n" +
 	"\x10CreateConnection\x12).v0m3.registry.v1.CreateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
 	"\rGetConnection\x12&.v0m3.registry.v1.GetConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12f\n" +
 	"\x0fListConnections\x12(.v0m3.registry.v1.ListConnectionsRequest\x1a).v0m3.registry.v1.ListConnectionsResponse\x12[\n" +
 	"\x10UpdateConnection\x12).v0m3.registry.v1.UpdateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12[\n" +
 	"\x10RetireConnection\x12).v0m3.registry.v1.RetireConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12r\n" +
-	"\x13ListConfigRevisions\x12,.v0m3.registry.v1.ListConfigRevisionsRequest\x1a-.v0m3.registry.v1.ListConfigRevisionsResponse\x12^\n" +
+	"\x13ListConfigRevisions\x12,.v0m3.registry.v1.ListConfigRevisionsRequest\x1a-.v0m3.registry.v1.ListConfigRevisionsResponse\x12[\n" +
+	"\x10ReviewConnection\x12).v0m3.registry.v1.ReviewConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12^\n" +
 	"\x0eRecordSnapshot\x12'.v0m3.registry.v1.RecordSnapshotRequest\x1a#.v0m3.registry.v1.DiscoverySnapshot\x12X\n" +
 	"\vGetSnapshot\x12$.v0m3.registry.v1.GetSnapshotRequest\x1a#.v0m3.registry.v1.DiscoverySnapshot\x12`\n" +
 	"\rListSnapshots\x12&.v0m3.registry.v1.ListSnapshotsRequest\x1a'.v0m3.registry.v1.ListSnapshotsResponse\x12W\n" +
@@ -4596,7 +4775,7 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(IdentityKind)(0),                   // 0: v0m3.registry.v1.IdentityKind
 	(Enforcement)(0),                    // 1: v0m3.registry.v1.Enforcement
@@ -4625,36 +4804,37 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(*UpdateConnectionRequest)(nil),     // 24: v0m3.registry.v1.UpdateConnectionRequest
 	(*RetireConnectionRequest)(nil),     // 25: v0m3.registry.v1.RetireConnectionRequest
 	(*ListConfigRevisionsRequest)(nil),  // 26: v0m3.registry.v1.ListConfigRevisionsRequest
-	(*ListConfigRevisionsResponse)(nil), // 27: v0m3.registry.v1.ListConfigRevisionsResponse
-	(*DiscoverySnapshot)(nil),           // 28: v0m3.registry.v1.DiscoverySnapshot
-	(*ToolIdentity)(nil),                // 29: v0m3.registry.v1.ToolIdentity
-	(*ResourceIdentity)(nil),            // 30: v0m3.registry.v1.ResourceIdentity
-	(*RecordSnapshotRequest)(nil),       // 31: v0m3.registry.v1.RecordSnapshotRequest
-	(*GetSnapshotRequest)(nil),          // 32: v0m3.registry.v1.GetSnapshotRequest
-	(*ListSnapshotsRequest)(nil),        // 33: v0m3.registry.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 34: v0m3.registry.v1.ListSnapshotsResponse
-	(*DiffSnapshotsRequest)(nil),        // 35: v0m3.registry.v1.DiffSnapshotsRequest
-	(*SnapshotDiff)(nil),                // 36: v0m3.registry.v1.SnapshotDiff
-	(*ItemChange)(nil),                  // 37: v0m3.registry.v1.ItemChange
-	(*Capability)(nil),                  // 38: v0m3.registry.v1.Capability
-	(*GetCapabilityRequest)(nil),        // 39: v0m3.registry.v1.GetCapabilityRequest
-	(*ListCapabilitiesRequest)(nil),     // 40: v0m3.registry.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil),    // 41: v0m3.registry.v1.ListCapabilitiesResponse
-	(*RemoteTarget)(nil),                // 42: v0m3.registry.v1.RemoteTarget
-	(*ArgumentBinding)(nil),             // 43: v0m3.registry.v1.ArgumentBinding
-	(*Limits)(nil),                      // 44: v0m3.registry.v1.Limits
-	(*Mapping)(nil),                     // 45: v0m3.registry.v1.Mapping
-	(*ProposeMappingRequest)(nil),       // 46: v0m3.registry.v1.ProposeMappingRequest
-	(*ReviewMappingRequest)(nil),        // 47: v0m3.registry.v1.ReviewMappingRequest
-	(*GetMappingRequest)(nil),           // 48: v0m3.registry.v1.GetMappingRequest
-	(*ListMappingsRequest)(nil),         // 49: v0m3.registry.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),        // 50: v0m3.registry.v1.ListMappingsResponse
-	(*ResolveMappingRequest)(nil),       // 51: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 52: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 53: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 54: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 55: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 56: google.protobuf.Struct
+	(*ReviewConnectionRequest)(nil),     // 27: v0m3.registry.v1.ReviewConnectionRequest
+	(*ListConfigRevisionsResponse)(nil), // 28: v0m3.registry.v1.ListConfigRevisionsResponse
+	(*DiscoverySnapshot)(nil),           // 29: v0m3.registry.v1.DiscoverySnapshot
+	(*ToolIdentity)(nil),                // 30: v0m3.registry.v1.ToolIdentity
+	(*ResourceIdentity)(nil),            // 31: v0m3.registry.v1.ResourceIdentity
+	(*RecordSnapshotRequest)(nil),       // 32: v0m3.registry.v1.RecordSnapshotRequest
+	(*GetSnapshotRequest)(nil),          // 33: v0m3.registry.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),        // 34: v0m3.registry.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 35: v0m3.registry.v1.ListSnapshotsResponse
+	(*DiffSnapshotsRequest)(nil),        // 36: v0m3.registry.v1.DiffSnapshotsRequest
+	(*SnapshotDiff)(nil),                // 37: v0m3.registry.v1.SnapshotDiff
+	(*ItemChange)(nil),                  // 38: v0m3.registry.v1.ItemChange
+	(*Capability)(nil),                  // 39: v0m3.registry.v1.Capability
+	(*GetCapabilityRequest)(nil),        // 40: v0m3.registry.v1.GetCapabilityRequest
+	(*ListCapabilitiesRequest)(nil),     // 41: v0m3.registry.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),    // 42: v0m3.registry.v1.ListCapabilitiesResponse
+	(*RemoteTarget)(nil),                // 43: v0m3.registry.v1.RemoteTarget
+	(*ArgumentBinding)(nil),             // 44: v0m3.registry.v1.ArgumentBinding
+	(*Limits)(nil),                      // 45: v0m3.registry.v1.Limits
+	(*Mapping)(nil),                     // 46: v0m3.registry.v1.Mapping
+	(*ProposeMappingRequest)(nil),       // 47: v0m3.registry.v1.ProposeMappingRequest
+	(*ReviewMappingRequest)(nil),        // 48: v0m3.registry.v1.ReviewMappingRequest
+	(*GetMappingRequest)(nil),           // 49: v0m3.registry.v1.GetMappingRequest
+	(*ListMappingsRequest)(nil),         // 50: v0m3.registry.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),        // 51: v0m3.registry.v1.ListMappingsResponse
+	(*ResolveMappingRequest)(nil),       // 52: v0m3.registry.v1.ResolveMappingRequest
+	(*WatchEventsRequest)(nil),          // 53: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 54: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 55: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 56: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 57: google.protobuf.Struct
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	12, // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
@@ -4662,99 +4842,102 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	4,  // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
 	16, // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
 	17, // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	55, // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	55, // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	55, // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	13, // 8: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
-	14, // 9: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
-	15, // 10: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	54, // 11: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
-	2,  // 12: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
-	18, // 13: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
-	1,  // 14: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
-	1,  // 15: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
-	1,  // 16: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
-	0,  // 17: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
-	12, // 18: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	55, // 19: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
-	12, // 20: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	11, // 21: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
-	12, // 22: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	17, // 23: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	19, // 24: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
-	16, // 25: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
-	29, // 26: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
-	30, // 27: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	55, // 28: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	56, // 29: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	56, // 30: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	56, // 31: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	28, // 32: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	28, // 33: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	37, // 34: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	37, // 35: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
-	5,  // 36: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
-	6,  // 37: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	56, // 38: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
-	7,  // 39: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	38, // 40: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
-	9,  // 41: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	42, // 42: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	43, // 43: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	56, // 44: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	44, // 45: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	8,  // 46: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	55, // 47: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	55, // 48: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	42, // 49: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	43, // 50: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	56, // 51: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	44, // 52: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	8,  // 53: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	45, // 54: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	10, // 55: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	55, // 56: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	20, // 57: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	21, // 58: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	22, // 59: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	24, // 60: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	25, // 61: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	26, // 62: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	31, // 63: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	32, // 64: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	33, // 65: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	35, // 66: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	39, // 67: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	40, // 68: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	46, // 69: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	47, // 70: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	48, // 71: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	49, // 72: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	51, // 73: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	52, // 74: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	11, // 75: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	11, // 76: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	23, // 77: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	11, // 78: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	11, // 79: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	27, // 80: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	28, // 81: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	28, // 82: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	34, // 83: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	36, // 84: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	38, // 85: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	41, // 86: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	45, // 87: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	45, // 88: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	45, // 89: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	50, // 90: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	45, // 91: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	53, // 92: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	75, // [75:93] is the sub-list for method output_type
-	57, // [57:75] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	56, // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	56, // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	56, // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	56, // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	13, // 9: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
+	14, // 10: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
+	15, // 11: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
+	55, // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	2,  // 13: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
+	18, // 14: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
+	1,  // 15: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
+	1,  // 16: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
+	1,  // 17: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
+	0,  // 18: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
+	12, // 19: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
+	56, // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	12, // 21: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	11, // 22: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
+	12, // 23: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	17, // 24: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	19, // 25: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
+	16, // 26: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
+	30, // 27: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
+	31, // 28: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
+	56, // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	57, // 30: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	57, // 31: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	57, // 32: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	29, // 33: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	29, // 34: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	38, // 35: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	38, // 36: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	5,  // 37: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
+	6,  // 38: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	57, // 39: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	7,  // 40: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
+	39, // 41: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	9,  // 42: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
+	43, // 43: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	44, // 44: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	57, // 45: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	45, // 46: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	8,  // 47: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	56, // 48: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	56, // 49: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	43, // 50: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	44, // 51: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	57, // 52: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	45, // 53: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	8,  // 54: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	46, // 55: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	10, // 56: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	56, // 57: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	20, // 58: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	21, // 59: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	22, // 60: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	24, // 61: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	25, // 62: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	26, // 63: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	27, // 64: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	32, // 65: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	33, // 66: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	34, // 67: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	36, // 68: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	40, // 69: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	41, // 70: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	47, // 71: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	48, // 72: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	49, // 73: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	50, // 74: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	52, // 75: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	53, // 76: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	11, // 77: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	11, // 78: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	23, // 79: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	11, // 80: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	11, // 81: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	28, // 82: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	11, // 83: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	29, // 84: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	29, // 85: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	35, // 86: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	37, // 87: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	39, // 88: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	42, // 89: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	46, // 90: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	46, // 91: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	46, // 92: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	51, // 93: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	46, // 94: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	54, // 95: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	77, // [77:96] is the sub-list for method output_type
+	58, // [58:77] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -4773,7 +4956,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	RegistryService_UpdateConnection_FullMethodName    = "/v0m3.registry.v1.RegistryService/UpdateConnection"
 	RegistryService_RetireConnection_FullMethodName    = "/v0m3.registry.v1.RegistryService/RetireConnection"
 	RegistryService_ListConfigRevisions_FullMethodName = "/v0m3.registry.v1.RegistryService/ListConfigRevisions"
+	RegistryService_ReviewConnection_FullMethodName    = "/v0m3.registry.v1.RegistryService/ReviewConnection"
 	RegistryService_RecordSnapshot_FullMethodName      = "/v0m3.registry.v1.RegistryService/RecordSnapshot"
 	RegistryService_GetSnapshot_FullMethodName         = "/v0m3.registry.v1.RegistryService/GetSnapshot"
 	RegistryService_ListSnapshots_FullMethodName       = "/v0m3.registry.v1.RegistryService/ListSnapshots"
@@ -51,7 +52,9 @@ const (
 // mapping, and even then only for tasks that policy makes it eligible for.
 type RegistryServiceClient interface {
 	// CreateConnection records a new local identity for one configured server.
-	// The connection starts at config revision 1 and review state PENDING.
+	// The connection starts at config revision 1 and review state PENDING:
+	// no process is started and no request is sent to it until a reviewer
+	// approves it (ReviewConnection). The creator is the authenticated caller.
 	CreateConnection(ctx context.Context, in *CreateConnectionRequest, opts ...grpc.CallOption) (*Connection, error)
 	// GetConnection returns one connection, retired or not.
 	GetConnection(ctx context.Context, in *GetConnectionRequest, opts ...grpc.CallOption) (*Connection, error)
@@ -60,13 +63,22 @@ type RegistryServiceClient interface {
 	// UpdateConnection changes a connection's configuration. Any change to the
 	// transport, endpoint, executable, image or credential version creates a new
 	// config revision and moves the connection's active mappings to
-	// REVIEW_REQUIRED. It is a compare-and-set on the current revision.
+	// REVIEW_REQUIRED. A revision that changes what runs or is reached (the
+	// transport: executable, arguments, environment, endpoint; the image or
+	// workload digest) also sends the connection itself back to review
+	// state PENDING; a credential-only change keeps its review state. It is a
+	// compare-and-set on the current revision.
 	UpdateConnection(ctx context.Context, in *UpdateConnectionRequest, opts ...grpc.CallOption) (*Connection, error)
 	// RetireConnection retires a connection and its mappings. Every record that
 	// refers to it stays readable.
 	RetireConnection(ctx context.Context, in *RetireConnectionRequest, opts ...grpc.CallOption) (*Connection, error)
 	// ListConfigRevisions returns every configuration revision of a connection.
 	ListConfigRevisions(ctx context.Context, in *ListConfigRevisionsRequest, opts ...grpc.CallOption) (*ListConfigRevisionsResponse, error)
+	// ReviewConnection approves or rejects a pending connection at its current
+	// config revision. The reviewer is the authenticated caller; policy
+	// decides who may review (action connection.review) and refuses anyone
+	// reviewing a configuration they proposed (SELF_REVIEW).
+	ReviewConnection(ctx context.Context, in *ReviewConnectionRequest, opts ...grpc.CallOption) (*Connection, error)
 	// RecordSnapshot stores an immutable discovery snapshot. The registry
 	// computes every digest itself; digests in the request are ignored. Active
 	// mappings whose tool changed move to REVIEW_REQUIRED.
@@ -165,6 +177,16 @@ func (c *registryServiceClient) ListConfigRevisions(ctx context.Context, in *Lis
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListConfigRevisionsResponse)
 	err := c.cc.Invoke(ctx, RegistryService_ListConfigRevisions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) ReviewConnection(ctx context.Context, in *ReviewConnectionRequest, opts ...grpc.CallOption) (*Connection, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Connection)
+	err := c.cc.Invoke(ctx, RegistryService_ReviewConnection_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +334,9 @@ type RegistryService_WatchEventsClient = grpc.ServerStreamingClient[RegistryEven
 // mapping, and even then only for tasks that policy makes it eligible for.
 type RegistryServiceServer interface {
 	// CreateConnection records a new local identity for one configured server.
-	// The connection starts at config revision 1 and review state PENDING.
+	// The connection starts at config revision 1 and review state PENDING:
+	// no process is started and no request is sent to it until a reviewer
+	// approves it (ReviewConnection). The creator is the authenticated caller.
 	CreateConnection(context.Context, *CreateConnectionRequest) (*Connection, error)
 	// GetConnection returns one connection, retired or not.
 	GetConnection(context.Context, *GetConnectionRequest) (*Connection, error)
@@ -321,13 +345,22 @@ type RegistryServiceServer interface {
 	// UpdateConnection changes a connection's configuration. Any change to the
 	// transport, endpoint, executable, image or credential version creates a new
 	// config revision and moves the connection's active mappings to
-	// REVIEW_REQUIRED. It is a compare-and-set on the current revision.
+	// REVIEW_REQUIRED. A revision that changes what runs or is reached (the
+	// transport: executable, arguments, environment, endpoint; the image or
+	// workload digest) also sends the connection itself back to review
+	// state PENDING; a credential-only change keeps its review state. It is a
+	// compare-and-set on the current revision.
 	UpdateConnection(context.Context, *UpdateConnectionRequest) (*Connection, error)
 	// RetireConnection retires a connection and its mappings. Every record that
 	// refers to it stays readable.
 	RetireConnection(context.Context, *RetireConnectionRequest) (*Connection, error)
 	// ListConfigRevisions returns every configuration revision of a connection.
 	ListConfigRevisions(context.Context, *ListConfigRevisionsRequest) (*ListConfigRevisionsResponse, error)
+	// ReviewConnection approves or rejects a pending connection at its current
+	// config revision. The reviewer is the authenticated caller; policy
+	// decides who may review (action connection.review) and refuses anyone
+	// reviewing a configuration they proposed (SELF_REVIEW).
+	ReviewConnection(context.Context, *ReviewConnectionRequest) (*Connection, error)
 	// RecordSnapshot stores an immutable discovery snapshot. The registry
 	// computes every digest itself; digests in the request are ignored. Active
 	// mappings whose tool changed move to REVIEW_REQUIRED.
@@ -389,6 +422,9 @@ func (UnimplementedRegistryServiceServer) RetireConnection(context.Context, *Ret
 }
 func (UnimplementedRegistryServiceServer) ListConfigRevisions(context.Context, *ListConfigRevisionsRequest) (*ListConfigRevisionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListConfigRevisions not implemented")
+}
+func (UnimplementedRegistryServiceServer) ReviewConnection(context.Context, *ReviewConnectionRequest) (*Connection, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReviewConnection not implemented")
 }
 func (UnimplementedRegistryServiceServer) RecordSnapshot(context.Context, *RecordSnapshotRequest) (*DiscoverySnapshot, error) {
 	return nil, status.Error(codes.Unimplemented, "method RecordSnapshot not implemented")
@@ -551,6 +587,24 @@ func _RegistryService_ListConfigRevisions_Handler(srv interface{}, ctx context.C
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RegistryServiceServer).ListConfigRevisions(ctx, req.(*ListConfigRevisionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_ReviewConnection_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReviewConnectionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).ReviewConnection(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_ReviewConnection_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).ReviewConnection(ctx, req.(*ReviewConnectionRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -794,6 +848,10 @@ var RegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListConfigRevisions",
 			Handler:    _RegistryService_ListConfigRevisions_Handler,
+		},
+		{
+			MethodName: "ReviewConnection",
+			Handler:    _RegistryService_ReviewConnection_Handler,
 		},
 		{
 			MethodName: "RecordSnapshot",

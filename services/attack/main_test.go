@@ -1,0 +1,94 @@
+package attack_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/v0m3/v0m3/services/suite"
+)
+
+// fixtureBin is the fixture MCP server, built once, in a directory only
+// this user can write to (an executable anyone could replace is never
+// started).
+var fixtureBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "v0m3-attack-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// Readable by a server running as an identity of its own.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fixtureBin = filepath.Join(dir, "fixture")
+	build := exec.Command("go", "build", "-o", fixtureBin, "github.com/v0m3/v0m3/services/adapter/internal/fixturecmd")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build fixture:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// start runs the five services with the development identity: an
+// ephemeral CA, a certificate per service, and a token issuer for people.
+// The adapter may start executables from /usr/bin (where /bin/sh lies)
+// and the fixture's directory, and reach loopback servers: what the
+// attacks below use is allowed by reachability, so only review stops them.
+func start(t *testing.T) *suite.Suite {
+	t.Helper()
+	s, err := suite.Start(context.Background(), suite.Config{
+		DataDir: t.TempDir(),
+		Reach:   &suite.Reach{StdioRoots: []string{"/usr/bin", "/bin", filepath.Dir(fixtureBin)}, AllowLoopback: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// peers returns clients that call as the V0M3 service name, with its
+// certificate.
+func peers(t *testing.T, s *suite.Suite, name string) suite.Clients {
+	t.Helper()
+	c, err := s.PeerClients(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// person is someone acting with a verified token.
+type person struct {
+	id     string
+	groups []string
+}
+
+var (
+	// pat installs servers and is also a reviewer: separation of duties
+	// must stop pat from reviewing what pat proposed.
+	pat = person{"pat@platform", []string{"platform", "reviewers"}}
+	// ivan installs servers.
+	ivan = person{"ivan@platform", []string{"platform"}}
+	// rita reviews.
+	rita = person{"rita@review", []string{"reviewers"}}
+	// alice is an author.
+	alice = person{"alice", []string{"authors"}}
+)
+
+func as(s *suite.Suite, p person) context.Context {
+	return s.As(context.Background(), p.id, p.groups...)
+}

@@ -1,0 +1,132 @@
+package policy
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+)
+
+// storedHandles counts the handles in e's store (by sweeping everything
+// that expires before the far future: the store has no other listing).
+func storedHandles(t *testing.T, e *env) int {
+	t.Helper()
+	n, err := e.srv.store.DeleteExpiredHandles(context.Background(), time.Now().AddDate(100, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestRegisterTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, options{})
+	ctx := context.Background()
+	first, err := e.client.RegisterTask(ctx, &policyv1.RegisterTaskRequest{
+		TaskId: "task_7", Requester: "alice", SourceScope: []string{privateTarget, publicTarget}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.GetTaskId() != "task_7" || first.GetRequester() != "alice" || first.GetRegisterTime() == nil ||
+		!slices.Equal(first.GetSourceScope(), []string{publicTarget, privateTarget}) {
+		t.Errorf("registered %v", first)
+	}
+	// A retry (in any order) is answered with the record.
+	again, err := e.client.RegisterTask(ctx, &policyv1.RegisterTaskRequest{
+		TaskId: "task_7", Requester: "alice", SourceScope: []string{publicTarget, privateTarget}})
+	if err != nil || !again.GetRegisterTime().AsTime().Equal(first.GetRegisterTime().AsTime()) {
+		t.Errorf("retry = %v, %v; want the first record", again, err)
+	}
+
+	// Nothing replaces a registered scope.
+	for _, change := range []*policyv1.RegisterTaskRequest{
+		{TaskId: "task_7", Requester: "mallory", SourceScope: []string{publicTarget, privateTarget}},
+		{TaskId: "task_7", Requester: "alice", SourceScope: []string{publicTarget, privateTarget, "notes://private/board-minutes"}},
+		{TaskId: "task_7", Requester: "alice", SourceScope: []string{publicTarget}},
+	} {
+		_, err := e.client.RegisterTask(ctx, change)
+		if !apierror.Is(err, codes.AlreadyExists, "TASK_ALREADY_REGISTERED") {
+			t.Errorf("re-register %v: err = %v, want ALREADY_EXISTS TASK_ALREADY_REGISTERED", change, err)
+		}
+	}
+	stored, err := e.srv.store.GetTaskScope(ctx, "task_7")
+	if err != nil || stored.GetRequester() != "alice" || !slices.Equal(stored.GetSourceScope(), first.GetSourceScope()) {
+		t.Errorf("stored scope %v, %v; want the first registration", stored, err)
+	}
+
+	bad := []struct {
+		name  string
+		req   *policyv1.RegisterTaskRequest
+		field string
+	}{
+		{"no task", &policyv1.RegisterTaskRequest{Requester: "alice"}, "task_id"},
+		{"no requester", &policyv1.RegisterTaskRequest{TaskId: "task_8"}, "requester"},
+		{"empty target", &policyv1.RegisterTaskRequest{TaskId: "task_8", Requester: "alice", SourceScope: []string{publicTarget, ""}}, "source_scope[1]"},
+		{"duplicate target", &policyv1.RegisterTaskRequest{TaskId: "task_8", Requester: "alice", SourceScope: []string{publicTarget, publicTarget}}, "source_scope[1]"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.client.RegisterTask(ctx, tc.req)
+			if !apierror.Is(err, codes.InvalidArgument, "INVALID_TASK_SCOPE") || !slices.Equal(apierror.Fields(err), []string{tc.field}) {
+				t.Errorf("err = %v (fields %v), want INVALID_ARGUMENT on %s", err, apierror.Fields(err), tc.field)
+			}
+		})
+	}
+	if _, err := e.srv.store.GetTaskScope(ctx, "task_8"); err == nil {
+		t.Error("an invalid registration was stored")
+	}
+}
+
+// TestMintHandleOnlyInScope: a handle is minted only for a registered
+// task's requester and a target in its source scope; a refusal stores
+// nothing.
+func TestMintHandleOnlyInScope(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, options{})
+	if _, err := e.client.RegisterTask(context.Background(), &policyv1.RegisterTaskRequest{
+		TaskId: "task_1", Requester: "alice", SourceScope: []string{publicTarget}}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		mutate     func(*policyv1.MintHandleRequest)
+		wantCode   codes.Code
+		wantReason string
+	}{
+		{"target outside the scope", func(r *policyv1.MintHandleRequest) { r.Target = privateTarget }, codes.PermissionDenied, "HANDLE_TARGET_OUT_OF_SCOPE"},
+		{"target that only shares a prefix", func(r *policyv1.MintHandleRequest) { r.Target = publicTarget + "/../salary-review" }, codes.PermissionDenied, "HANDLE_TARGET_OUT_OF_SCOPE"},
+		{"another requester", func(r *policyv1.MintHandleRequest) { r.Requester = "mallory" }, codes.PermissionDenied, "TASK_REQUESTER_MISMATCH"},
+		{"unregistered task", func(r *policyv1.MintHandleRequest) { r.TaskId = "task_unknown" }, codes.FailedPrecondition, "TASK_NOT_REGISTERED"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &policyv1.MintHandleRequest{TaskId: "task_1", Requester: "alice", Capability: capRetrieve, Target: publicTarget,
+				MappingId: mapRetrieve, MappingRevision: 2}
+			tc.mutate(req)
+			h, err := e.client.MintHandle(context.Background(), req)
+			if !apierror.Is(err, tc.wantCode, tc.wantReason) {
+				t.Fatalf("MintHandle = %v, %v; want %v %s", h, err, tc.wantCode, tc.wantReason)
+			}
+			if strings.Contains(err.Error(), req.GetTarget()) {
+				t.Errorf("the refusal names the target: %v", err)
+			}
+			if n := storedHandles(t, e); n != 0 {
+				t.Errorf("a refused mint stored %d handles", n)
+			}
+		})
+	}
+	// In scope, for the requester: minted.
+	if _, err := e.client.MintHandle(context.Background(), &policyv1.MintHandleRequest{TaskId: "task_1", Requester: "alice",
+		Capability: capRetrieve, Target: publicTarget, MappingId: mapRetrieve, MappingRevision: 2}); err != nil {
+		t.Fatalf("in-scope mint: %v", err)
+	}
+	if n := storedHandles(t, e); n != 1 {
+		t.Errorf("%d handles stored after one mint, want 1", n)
+	}
+}
