@@ -46,7 +46,7 @@ func call(t *testing.T, conn *registryv1.Connection, tool string, a map[string]a
 
 func execute(t *testing.T, e *env, req *adapterv1.ExecuteRequest) *adapterv1.ExecuteResponse {
 	t.Helper()
-	resp, err := e.srv.Execute(context.Background(), req)
+	resp, err := e.srv.Execute(context.Background(), granted(t, req))
 	if err != nil {
 		t.Fatalf("Execute: %v", err)
 	}
@@ -256,12 +256,12 @@ func TestPreconditions(t *testing.T) {
 
 	req := call(t, conn, "search", map[string]any{"query": "x"}, nil)
 	req.ConfigRevision = 2
-	if _, err := e.srv.Execute(ctx, req); !apierror.Is(err, codes.FailedPrecondition, "CONFIG_REVISION_CHANGED") {
+	if _, err := e.srv.Execute(ctx, granted(t, req)); !apierror.Is(err, codes.FailedPrecondition, "CONFIG_REVISION_CHANGED") {
 		t.Errorf("changed revision: %v", err)
 	}
 
 	retired := e.registry.add(&registryv1.Connection{State: registryv1.ConnectionState_CONNECTION_STATE_RETIRED, Transport: conn.GetTransport()})
-	if _, err := e.srv.Execute(ctx, call(t, retired, "search", map[string]any{"query": "x"}, nil)); !apierror.Is(err, codes.FailedPrecondition, "CONNECTION_RETIRED") {
+	if _, err := e.srv.Execute(ctx, granted(t, call(t, retired, "search", map[string]any{"query": "x"}, nil))); !apierror.Is(err, codes.FailedPrecondition, "CONNECTION_RETIRED") {
 		t.Errorf("retired execute: %v", err)
 	}
 	if _, err := e.srv.Discover(asOperator(ctx), &adapterv1.DiscoverRequest{ConnectionId: retired.GetId()}); !apierror.Is(err, codes.FailedPrecondition, "CONNECTION_RETIRED") {
@@ -271,7 +271,7 @@ func TestPreconditions(t *testing.T) {
 		t.Errorf("missing connection: %v", err)
 	}
 
-	_, err := e.srv.Execute(ctx, &adapterv1.ExecuteRequest{ConnectionId: conn.GetId(), Limits: &registryv1.Limits{MaxResponseBytes: 1 << 40}})
+	_, err := e.srv.Execute(ctx, granted(t, &adapterv1.ExecuteRequest{ConnectionId: conn.GetId(), Limits: &registryv1.Limits{MaxResponseBytes: 1 << 40}}))
 	want := []string{"attempt_id", "config_revision", "limits.max_items", "limits.max_response_bytes", "mapping_id", "mapping_revision", "target"}
 	if apierror.Code(err) != codes.InvalidArgument || !slices.Equal(apierror.Fields(err), want) {
 		t.Errorf("invalid request: %v fields %v", err, apierror.Fields(err))

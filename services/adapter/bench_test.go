@@ -63,7 +63,8 @@ func BenchmarkRefuse256MiB(b *testing.B) {
 	var read int64
 	b.ResetTimer()
 	for b.Loop() {
-		resp, err := e.srv.Execute(context.Background(), req)
+		// Each call needs its own grant: a grant is used once.
+		resp, err := e.srv.Execute(context.Background(), granted(b, req))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -63,7 +63,16 @@ const (
 // Request and precondition failures are gRPC errors; from the moment the
 // call is prepared, every outcome is an ExecuteResponse carrying the
 // furthest delivery stage reached.
+//
+// Nothing happens without the orchestrator's execution grant for exactly
+// this request (see checkGrant): it is verified first, and spent once the
+// connection is known to be at the granted config revision, before any
+// process starts or any byte is sent.
 func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+	g, granted, err := s.checkGrant(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	if err := validateExecute(req); err != nil {
 		return nil, err
 	}
@@ -80,6 +89,11 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 				"current_revision": fmt.Sprint(conn.GetConfigRevision()),
 				"request_revision": fmt.Sprint(req.GetConfigRevision()),
 			})
+	}
+	if granted {
+		if err := s.useGrant(ctx, req, g); err != nil {
+			return nil, err
+		}
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -99,6 +113,9 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 	}
 	if s.recording() {
 		s.recordExecute(ctx, conn, req, resp)
+	}
+	if granted {
+		s.attest(ctx, g, req, resp)
 	}
 	s.log.Info("executed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(),
 		"method", resp.GetMethod(), "outcome", outcomeName(resp.GetOutcome()), "stage", resp.GetStage().String(),

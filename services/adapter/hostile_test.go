@@ -53,7 +53,7 @@ func TestHostileServers(t *testing.T) {
 				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
 				defer cancel()
 			}
-			resp, err := e.srv.Execute(ctx, call(t, conn, "echo", map[string]any{}, nil))
+			resp, err := e.srv.Execute(ctx, granted(t, call(t, conn, "echo", map[string]any{}, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,6 +27,8 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/grant"
+	"github.com/v0m3/v0m3/services/internal/ids"
 )
 
 // secretEnv is set in the test process; no local server may see it.
@@ -239,10 +242,12 @@ func newEnvWith(t testing.TB, log *slog.Logger, configure func(*Deps)) *env {
 		t.Fatal(err)
 	}
 	deps := Deps{
-		Registry: registryv1.NewRegistryServiceClient(cc),
-		Policy:   policyv1.NewPolicyServiceClient(cc),
-		Evidence: evidencev1.NewEvidenceServiceClient(cc),
-		WorkDir:  t.TempDir(),
+		// The adapter's own certificate: grants verify against its CA.
+		Credentials: testPKI(t).adapter,
+		Registry:    registryv1.NewRegistryServiceClient(cc),
+		Policy:      policyv1.NewPolicyServiceClient(cc),
+		Evidence:    evidencev1.NewEvidenceServiceClient(cc),
+		WorkDir:     t.TempDir(),
 		// The fixture's build directory is the only stdio root; the HTTP
 		// fixture listens on loopback.
 		StdioRoots:    []string{filepath.Dir(fixtureBin)},
@@ -293,4 +298,57 @@ var _ adapterv1.AdapterServiceServer = (*Server)(nil)
 // peer: these tests call the adapter's handlers in process.
 func asOperator(ctx context.Context) context.Context {
 	return identity.WithCaller(identity.WithPeer(ctx, identity.Operator), identity.Caller{ID: identity.Operator, Kind: identity.KindService})
+}
+
+// pki is a CA with the two identities an Execute involves: the
+// orchestrator that signs grants and the adapter that verifies them.
+type pki struct {
+	ca                    *identity.CA
+	adapter, orchestrator *identity.Credentials
+}
+
+var testPKIOnce = sync.OnceValues(func() (*pki, error) {
+	ca, err := identity.NewCA()
+	if err != nil {
+		return nil, err
+	}
+	p := &pki{ca: ca}
+	if p.adapter, err = ca.Issue(identity.Adapter); err != nil {
+		return nil, err
+	}
+	if p.orchestrator, err = ca.Issue(identity.Orchestrator); err != nil {
+		return nil, err
+	}
+	return p, nil
+})
+
+// testPKI returns the CA every test adapter trusts.
+func testPKI(t testing.TB) *pki {
+	t.Helper()
+	p, err := testPKIOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// granted returns req carrying the orchestrator's execution grant for
+// exactly it, as the orchestrator sends every call.
+func granted(t testing.TB, req *adapterv1.ExecuteRequest) *adapterv1.ExecuteRequest {
+	t.Helper()
+	return grantedBy(t, testPKI(t).orchestrator, req, time.Minute)
+}
+
+// grantedBy is granted with the signer and lifetime given.
+func grantedBy(t testing.TB, signer *identity.Credentials, req *adapterv1.ExecuteRequest, ttl time.Duration) *adapterv1.ExecuteRequest {
+	t.Helper()
+	g, err := grant.For(req, ids.New("grant"), "int_test", "test_capability", time.Now(), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req = proto.CloneOf(req)
+	if req.Grant, err = grant.Sign(signer, g); err != nil {
+		t.Fatal(err)
+	}
+	return req
 }

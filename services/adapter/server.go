@@ -29,7 +29,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/grant"
 	"github.com/v0m3/v0m3/services/internal/reach"
 	"github.com/v0m3/v0m3/services/internal/review"
 )
@@ -74,6 +76,18 @@ type Deps struct {
 	// (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), e.g. in-cluster
 	// servers. Refused when false. Flag: --allow-private-networks.
 	AllowPrivateNetworks bool
+
+	// Credentials are the adapter's own service credentials: Execute
+	// verifies the orchestrator's execution grants against their CA and
+	// signs receipt attestations with them. Without them no grant can be
+	// verified and Execute refuses every call (GRANT_UNVERIFIABLE), unless
+	// InsecureUngranted is set.
+	Credentials *identity.Credentials
+	// InsecureUngranted lets an adapter without Credentials execute calls
+	// that carry no verifiable grant. It is for plaintext development only
+	// (--insecure-plaintext), where no peer is authenticated anyway;
+	// NewServer logs it loudly. It has no effect when Credentials are set.
+	InsecureUngranted bool
 }
 
 // reachPolicy is the policy deps configure for an adapter working in
@@ -116,6 +130,9 @@ type Server struct {
 	direct        map[string]DirectSource
 	fixtures      *Fixtures
 
+	// grants remembers the execution grants already used.
+	grants *grant.Ledger
+
 	mu     sync.Mutex
 	live   map[*session]struct{}
 	closed bool
@@ -147,7 +164,15 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 	if fx != nil && fx.Mode == FixturesOff {
 		fx = nil
 	}
-	return &Server{deps: deps, log: log, workDir: wd, reach: policy, sandbox: newSandboxer(deps.Sandbox, wd, log), httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx}
+	if deps.Credentials == nil {
+		if deps.InsecureUngranted {
+			log.Warn("INSECURE: the adapter has no certificate and executes calls without a verified execution grant; anyone who reaches its port can run any connection. Development only.")
+		} else {
+			log.Warn("the adapter has no certificate: it cannot verify execution grants and refuses every Execute")
+		}
+	}
+	return &Server{deps: deps, log: log, workDir: wd, reach: policy, sandbox: newSandboxer(deps.Sandbox, wd, log), httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx,
+		grants: grant.NewLedger()}
 }
 
 // Close shuts the adapter down cleanly: it refuses new sessions, closes

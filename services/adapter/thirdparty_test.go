@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -18,6 +19,8 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/adapter"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/grant"
+	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -91,6 +94,8 @@ func reachableTempDir(t *testing.T) string {
 type thirdParty struct {
 	s  *suite.Suite
 	ad *adapter.Server
+	// orchestrator signs the execution grants these tests send.
+	orchestrator *identity.Credentials
 }
 
 func startThirdParty(t *testing.T) *thirdParty {
@@ -106,10 +111,18 @@ func startThirdParty(t *testing.T) *thirdParty {
 	}
 	// node is the one executable these servers need.
 	node, _ := exec.LookPath("node")
+	creds, err := s.Credentials(suite.Adapter)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ad := adapter.NewServer(adapter.Deps{Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence, WorkDir: t.TempDir(),
-		StdioRoots: []string{node}}, slog.New(slog.DiscardHandler))
+		StdioRoots: []string{node}, Credentials: creds}, slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { _ = ad.Close() })
-	return &thirdParty{s: s, ad: ad}
+	orch, err := s.Credentials(suite.Orchestrator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &thirdParty{s: s, ad: ad, orchestrator: orch}
 }
 
 // connect registers a node server and discovers it.
@@ -180,6 +193,13 @@ func (tp *thirdParty) execute(t *testing.T, conn *registryv1.Connection, m *regi
 			t.Fatal(err)
 		}
 		req.Arguments = s
+	}
+	g, err := grant.For(req, ids.New("grant"), "int_thirdparty", m.GetCapability(), time.Now(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Grant, err = grant.Sign(tp.orchestrator, g); err != nil {
+		t.Fatal(err)
 	}
 	resp, err := tp.ad.Execute(asOrchestrator(context.Background()), req)
 	if err != nil {

@@ -2,12 +2,16 @@ package evidence
 
 import (
 	"context"
+	"errors"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/receipt"
 	"github.com/v0m3/v0m3/services/internal/redact"
 )
 
@@ -16,11 +20,29 @@ const maxIdempotencyKeyBytes = 1024
 
 // RecordReceipt stores evidence that an effect happened. Recording the same
 // idempotency key again returns the first receipt unchanged, so a retried
-// delivery can never produce a second receipt for one intent.
+// delivery can never produce a second receipt for one intent. A receipt is
+// stored only with the adapter's attestation of exactly it (same intent,
+// task, attempt, artifact and delivery): whoever calls, a receipt the
+// adapter did not observe is refused and changes nothing.
 func (s *Server) RecordReceipt(ctx context.Context, req *evidencev1.RecordReceiptRequest) (*evidencev1.Receipt, error) {
 	in := req.GetReceipt()
 	if vs := validateReceipt(in); len(vs) > 0 {
 		return nil, apierror.InvalidArgument("RECEIPT_INVALID", "the receipt is incomplete or malformed; see the field violations", vs...)
+	}
+	if s.creds != nil {
+		if _, err := receipt.Check(s.creds, in); err != nil {
+			var re *receipt.Error
+			if !errors.As(err, &re) {
+				re = &receipt.Error{Reason: receipt.ReasonInvalid, Msg: err.Error()}
+			}
+			s.log.WarnContext(ctx, "receipt refused: not attested by the adapter", "reason", re.Reason, "field", re.Field,
+				"task_id", in.GetTaskId(), "attempt_id", in.GetAttemptId(), "caller", identity.PeerFrom(ctx))
+			var md map[string]string
+			if re.Field != "" {
+				md = map[string]string{"field": re.Field}
+			}
+			return nil, apierror.New(codes.PermissionDenied, re.Reason, re.Msg, md)
+		}
 	}
 	r := proto.CloneOf(in)
 	r.Id = ids.New("rcpt")

@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/authz"
 
 	"context"
@@ -31,6 +32,9 @@ type Server struct {
 	maxInline int64
 	// authz decides what people and product services may do here.
 	authz authz.Decider
+	// creds verify the adapter's receipt attestations; nil (plaintext
+	// development) stores receipts unverified.
+	creds *identity.Credentials
 }
 
 // NewServer returns an evidence server persisting to st and logging to log.
@@ -58,6 +62,16 @@ func (s *Server) WithMaxInlineBytes(n int64) *Server {
 	if n > 0 {
 		s.maxInline = n
 	}
+	return s
+}
+
+// WithCredentials gives the server its service credentials and returns
+// it: RecordReceipt then stores only receipts the adapter attested (see
+// services/internal/receipt). Without them (plaintext development, where
+// no peer is authenticated) receipts are stored unverified, and the
+// orchestrator never trusts one it reads back.
+func (s *Server) WithCredentials(c *identity.Credentials) *Server {
+	s.creds = c
 	return s
 }
 

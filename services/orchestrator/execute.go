@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -16,6 +17,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/receipt"
 )
 
 // maxUntrustedDetail bounds untrusted error text kept in a record.
@@ -57,7 +59,7 @@ func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req
 	}
 	// The intent id is the idempotency key: every attempt at one intent
 	// carries the same key, so the server can refuse to repeat the effect.
-	if k := p.mapping.GetIdempotencyKeyField(); k != "" {
+	if k := p.mapping.GetIdempotencyKeyField(); k != "" && p.target.GetKind() == registryv1.RemoteKind_REMOTE_KIND_TOOL {
 		remote.Fields[k] = structpb.NewStringValue(req.GetIntentId())
 	}
 	for {
@@ -126,22 +128,35 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		return nil, nil, nil, s.internal(ctx, "persist the prepared attempt", err)
 	}
 
-	callCtx, cancel := context.WithTimeout(ctx, s.attemptTimeout)
-	resp, callErr := s.deps.Adapter.Execute(callCtx, &adapterv1.ExecuteRequest{
+	in := &adapterv1.ExecuteRequest{
 		ConnectionId:    p.mapping.GetConnectionId(),
 		ConfigRevision:  p.connection.GetConfigRevision(),
 		MappingId:       p.mapping.GetId(),
 		MappingRevision: p.mapping.GetRevision(),
-		Target:          p.mapping.GetTarget(),
+		Target:          p.target,
 		Arguments:       remote,
 		Limits:          p.mapping.GetLimits(),
 		TaskId:          task.GetId(),
 		AttemptId:       att.GetId(),
 		SnapshotId:      p.mapping.GetSnapshotId(),
-	})
-	cancel()
+	}
+	resp, grantID, callErr := s.call(ctx, in, req.GetIntentId(), req.GetCapability())
 	if callErr != nil {
 		resp = responseFromCallError(callErr)
+	}
+	if resp.GetOutcome() == adapterv1.Outcome_OUTCOME_OK && p.capability.GetEffectClass() != registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
+		// An effect is believed only with the adapter's attestation of
+		// exactly this call; without one, what happened is not known.
+		if resp.ReceiptAttestation, err = s.attestation(in, resp, grantID, req.GetIntentId()); err != nil {
+			s.log.ErrorContext(ctx, "adapter result without a valid receipt attestation", "request", req.GetId(), "attempt", att.GetId(), "err", err)
+			reason := receipt.ReasonInvalid
+			var re *receipt.Error
+			if errors.As(err, &re) {
+				reason = re.Reason
+			}
+			resp = &adapterv1.ExecuteResponse{Outcome: adapterv1.Outcome_OUTCOME_UNKNOWN, Stage: resp.GetStage(), Method: resp.GetMethod(),
+				ResponseBytes: resp.GetResponseBytes(), Error: &adapterv1.ErrorEvidence{SafeCode: reason}}
+		}
 	}
 	outcome := resp.GetOutcome()
 	if outcome == adapterv1.Outcome_OUTCOME_UNKNOWN && p.capability.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
@@ -187,8 +202,7 @@ func (s *Server) complete(ctx context.Context, task *orchestratorv1.Task, req *o
 		}
 		return s.commit(ctx, task, req, att, obs, nil)
 	}
-	fields := resp.GetStructuredContent().GetFields()
-	artifact, delivery := fields["artifact_digest"].GetStringValue(), fields["delivery_id"].GetStringValue()
+	artifact, delivery := receipt.Fields(resp.GetStructuredContent())
 	if artifact == "" && delivery == "" {
 		// The server says it succeeded but shows no evidence of the effect:
 		// whether it happened is not known.
@@ -196,7 +210,7 @@ func (s *Server) complete(ctx context.Context, task *orchestratorv1.Task, req *o
 		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeReceiptMissing}
 		return s.fail(ctx, req, att)
 	}
-	rc, err := s.recordReceipt(ctx, req, att.GetId(), artifact, delivery, "reply of attempt "+att.GetId())
+	rc, err := s.recordReceipt(ctx, req, att.GetId(), artifact, delivery, resp.GetReceiptAttestation(), "reply of attempt "+att.GetId())
 	if err != nil {
 		att.Outcome = adapterv1.Outcome_OUTCOME_UNKNOWN
 		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeReceiptNotRecorded}
@@ -207,8 +221,10 @@ func (s *Server) complete(ctx context.Context, task *orchestratorv1.Task, req *o
 }
 
 // recordReceipt records the evidence of an effect under the intent id, the
-// idempotency key: recording it again returns the first receipt.
-func (s *Server) recordReceipt(ctx context.Context, req *orchestratorv1.ToolRequest, attemptID, artifact, delivery, source string) (*evidencev1.Receipt, error) {
+// idempotency key: recording it again returns the first receipt. The
+// adapter's attestation goes with it; evidence refuses a receipt it does
+// not attest.
+func (s *Server) recordReceipt(ctx context.Context, req *orchestratorv1.ToolRequest, attemptID, artifact, delivery, attestation, source string) (*evidencev1.Receipt, error) {
 	detail, err := structpb.NewStruct(map[string]any{
 		"capability":      req.GetCapability(),
 		"summary":         req.GetSummary(),
@@ -218,10 +234,20 @@ func (s *Server) recordReceipt(ctx context.Context, req *orchestratorv1.ToolRequ
 	if err != nil {
 		return nil, err
 	}
-	return s.deps.Evidence.RecordReceipt(ctx, &evidencev1.RecordReceiptRequest{Receipt: &evidencev1.Receipt{
+	rc, err := s.deps.Evidence.RecordReceipt(ctx, &evidencev1.RecordReceiptRequest{Receipt: &evidencev1.Receipt{
 		IdempotencyKey: req.GetIntentId(), TaskId: req.GetTaskId(), AttemptId: attemptID,
-		ArtifactDigest: artifact, DeliveryId: delivery, Detail: detail,
+		ArtifactDigest: artifact, DeliveryId: delivery, Detail: detail, Attestation: attestation,
 	}})
+	if err != nil {
+		return nil, err
+	}
+	// The key may already hold a receipt: the first one, which stands only
+	// if the adapter attested it for this intent.
+	same := rc.GetAttemptId() == attemptID && rc.GetArtifactDigest() == artifact && rc.GetDeliveryId() == delivery && rc.GetAttestation() == attestation
+	if !same && !s.trusted(ctx, req, rc) {
+		return nil, fmt.Errorf("the intent's receipt key holds receipt %s, which the adapter did not attest for this intent", rc.GetId())
+	}
+	return rc, nil
 }
 
 // commit persists the receipt stage (when there is a receipt), then the
@@ -327,10 +353,63 @@ func (s *Server) fail(ctx context.Context, req *orchestratorv1.ToolRequest, att 
 	return out, nil
 }
 
+// callTarget returns what a call through m reaches. A tool is the
+// reviewed tool. A resource read takes no arguments, so a handle cannot
+// steer it through them: when the mapping binds a handle field, the read
+// is of exactly that handle's resolved target; when it binds none, it
+// reads the mapping's fixed URI, and every handle the request used must
+// name that URI, or the request is refused before anything is sent.
+func callTarget(m *registryv1.Mapping, targets map[string]string) (*registryv1.RemoteTarget, error) {
+	t := m.GetTarget()
+	if t.GetKind() != registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
+		return t, nil
+	}
+	unusable := func(format string, args ...any) error {
+		return apierror.New(codes.FailedPrecondition, "MAPPING_UNUSABLE",
+			fmt.Sprintf("resource mapping %s r%d: ", m.GetId(), m.GetRevision())+fmt.Sprintf(format, args...),
+			map[string]string{"mapping_id": m.GetId()})
+	}
+	if len(m.GetDefaults().GetFields()) > 0 {
+		return nil, unusable("a resource read takes no arguments, but the mapping has defaults")
+	}
+	var bound []string
+	for _, b := range m.GetArgumentMap() {
+		if !b.GetFromHandle() {
+			return nil, unusable("a resource read takes no arguments; product field %q is bound as a value", b.GetProductField())
+		}
+		bound = append(bound, b.GetProductField())
+	}
+	switch len(bound) {
+	case 0:
+		for field, target := range targets {
+			if target != t.GetName() {
+				return nil, apierror.New(codes.PermissionDenied, "HANDLE_TARGET_MISMATCH",
+					fmt.Sprintf("the handle in %s names another source than resource mapping %s r%d reads; the mapping must bind the handle to read it", field, m.GetId(), m.GetRevision()),
+					map[string]string{"field": field, "mapping_id": m.GetId()})
+			}
+		}
+		return t, nil
+	case 1:
+		target, ok := targets[bound[0]]
+		if !ok {
+			return nil, apierror.InvalidArgument("HANDLE_REQUIRED",
+				fmt.Sprintf("resource mapping %s r%d reads the source the handle in %s names; the request carries none", m.GetId(), m.GetRevision(), bound[0]),
+				apierror.FieldViolation{Field: bound[0], Description: "a handle is required"})
+		}
+		return &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_RESOURCE, Name: target}, nil
+	default:
+		return nil, unusable("a resource read reads one source, but %d handle fields are bound", len(bound))
+	}
+}
+
 // remoteArguments builds the remote call's arguments from the mapping:
 // reviewed defaults first, then each bound product field (a handle field
-// carries its resolved server-side target, never the token).
+// carries its resolved server-side target, never the token). A resource
+// read has none: its target is the read (see callTarget).
 func remoteArguments(m *registryv1.Mapping, normalized map[string]any, targets map[string]string) (*structpb.Struct, error) {
+	if m.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
+		return &structpb.Struct{Fields: map[string]*structpb.Value{}}, nil
+	}
 	remote := map[string]any{}
 	maps.Copy(remote, m.GetDefaults().AsMap())
 	for _, b := range m.GetArgumentMap() {

@@ -477,7 +477,9 @@ type harness struct {
 	clock atomic.Int64
 }
 
-func newHarness(t *testing.T) *harness {
+// newHarness returns a harness; configure, when given, changes the
+// orchestrator's dependencies before it starts.
+func newHarness(t *testing.T, configure ...func(*Deps)) *harness {
 	t.Helper()
 	db, err := store.Open(filepath.Join(t.TempDir(), "orchestrator.db"))
 	if err != nil {
@@ -499,13 +501,17 @@ func newHarness(t *testing.T) *harness {
 	policyv1.RegisterPolicyServiceServer(gs, h.policy)
 	adapterv1.RegisterAdapterServiceServer(gs, h.adapter)
 	evidencev1.RegisterEvidenceServiceServer(gs, h.evidence)
-	h.server = NewServer(NewBoltStore(db), Deps{
+	deps := Deps{
 		Registry: registryv1.NewRegistryServiceClient(conn),
 		Policy:   policyv1.NewPolicyServiceClient(conn),
 		Adapter:  adapterv1.NewAdapterServiceClient(conn),
 		Evidence: evidencev1.NewEvidenceServiceClient(conn),
 		Now:      func() time.Time { return time.Now().Add(time.Duration(h.clock.Load())) },
-	}, slog.New(slog.DiscardHandler))
+	}
+	for _, c := range configure {
+		c(&deps)
+	}
+	h.server = NewServer(NewBoltStore(db), deps, slog.New(slog.DiscardHandler))
 	orchestratorv1.RegisterOrchestratorServiceServer(gs, h.server)
 	go func() { _ = gs.Serve(lis) }()
 	h.client = orchestratorv1.NewOrchestratorServiceClient(conn)

@@ -38,8 +38,8 @@ type previewHarness struct {
 	renderFault func(call int64) string
 }
 
-func newPreviewHarness(t *testing.T) *previewHarness {
-	h := &previewHarness{harness: newHarness(t), artifacts: map[string]string{}}
+func newPreviewHarness(t *testing.T, configure ...func(*Deps)) *previewHarness {
+	h := &previewHarness{harness: newHarness(t, configure...), artifacts: map[string]string{}}
 	h.registry.mu.Lock()
 	c := h.registry.capabilities[capRenderPreview]
 	c.RetryRule = registryv1.RetryRule_RETRY_RULE_CHECK_RECEIPT

@@ -13,7 +13,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/receipt"
 )
 
 // action is what follows a failed attempt.
@@ -84,22 +84,27 @@ func (s *Server) afterFailure(ctx context.Context, task *orchestratorv1.Task, re
 		}
 		rc, err := s.deps.Evidence.GetReceipt(ctx, &evidencev1.GetReceiptRequest{IdempotencyKey: req.GetIntentId()})
 		switch {
-		case err == nil:
+		case err == nil && s.trusted(ctx, req, rc):
 			att.Resolution = joinResolution(att.GetResolution(), fmt.Sprintf("settled by receipt %s already recorded for intent %s", rc.GetId(), req.GetIntentId()))
 			return next{action: actionSettled, att: att, receipt: rc}
+		case err == nil:
+			// An unattested receipt is no evidence either way: ask the
+			// server, as if there were none.
+			att.Resolution = joinResolution(att.GetResolution(), fmt.Sprintf("receipt %s ignored: not attested by the adapter for this intent", rc.GetId()))
 		case status.Code(err) != codes.NotFound:
 			s.log.WarnContext(ctx, "look up receipt", "request", req.GetId(), "err", err)
 			return stop("receipt lookup failed; not attempted again")
 		}
-		done, artifact, err := s.queryStatus(ctx, task, req, m, conn)
+		st, err := s.queryStatus(ctx, task, req, att, m, conn)
 		if err != nil {
 			s.log.WarnContext(ctx, "query render status", "request", req.GetId(), "err", err)
 			return stop("no receipt, and the server's status could not be read; not attempted again")
 		}
-		if !done {
+		if st == nil {
 			return retry("no receipt, and the server's status has no artifact for request id " + req.GetIntentId())
 		}
-		rc, err = s.recordReceipt(ctx, req, att.GetId(), artifact, "", "server status for request id "+req.GetIntentId())
+		artifact := st.artifact
+		rc, err = s.recordReceipt(ctx, req, att.GetId(), st.artifact, st.delivery, st.attestation, "server status for request id "+req.GetIntentId())
 		if err != nil {
 			s.log.ErrorContext(ctx, "record receipt from status", "request", req.GetId(), "err", err)
 			return stop("the server reports artifact " + artifact + " but its receipt could not be recorded")
@@ -113,18 +118,21 @@ func (s *Server) afterFailure(ctx context.Context, task *orchestratorv1.Task, re
 
 // queryStatus asks the connection's status tool whether the request id
 // (the intent id) produced an artifact. It is a read under the same
-// connection, configuration revision, mapping and limits as the attempt.
-func (s *Server) queryStatus(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, m *registryv1.Mapping, conn *registryv1.Connection) (bool, string, error) {
+// connection, configuration revision, mapping and limits as the attempt,
+// made for that attempt (its own grant, the attempt's id), so the
+// adapter's attestation of the answer binds the artifact to the attempt
+// and intent. It returns nil when the server has no artifact for the
+// request id.
+func (s *Server) queryStatus(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
+	m *registryv1.Mapping, conn *registryv1.Connection) (*statusAnswer, error) {
 	if m.GetStatusTool() == "" || m.GetIdempotencyKeyField() == "" {
-		return false, "", fmt.Errorf("mapping %s r%d declares no status tool queried by idempotency key", m.GetId(), m.GetRevision())
+		return nil, fmt.Errorf("mapping %s r%d declares no status tool queried by idempotency key", m.GetId(), m.GetRevision())
 	}
 	args, err := structpb.NewStruct(map[string]any{m.GetIdempotencyKeyField(): req.GetIntentId()})
 	if err != nil {
-		return false, "", err
+		return nil, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, s.attemptTimeout)
-	defer cancel()
-	resp, err := s.deps.Adapter.Execute(callCtx, &adapterv1.ExecuteRequest{
+	in := &adapterv1.ExecuteRequest{
 		ConnectionId:    m.GetConnectionId(),
 		ConfigRevision:  conn.GetConfigRevision(),
 		MappingId:       m.GetId(),
@@ -133,27 +141,38 @@ func (s *Server) queryStatus(ctx context.Context, task *orchestratorv1.Task, req
 		Arguments:       args,
 		Limits:          m.GetLimits(),
 		TaskId:          task.GetId(),
-		AttemptId:       ids.New("chk"),
+		AttemptId:       att.GetId(),
 		SnapshotId:      m.GetSnapshotId(),
-	})
+	}
+	resp, grantID, err := s.call(ctx, in, req.GetIntentId(), req.GetCapability())
 	if err != nil {
-		return false, "", err
+		return nil, err
 	}
 	if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
-		return false, "", fmt.Errorf("status tool: %s (%s)", outcomeName(resp.GetOutcome()), resp.GetError().GetSafeCode())
+		return nil, fmt.Errorf("status tool: %s (%s)", outcomeName(resp.GetOutcome()), resp.GetError().GetSafeCode())
 	}
-	f := resp.GetStructuredContent().GetFields()
-	switch f["state"].GetStringValue() {
+	switch resp.GetStructuredContent().GetFields()["state"].GetStringValue() {
 	case "done":
-		if a := f["artifact_digest"].GetStringValue(); a != "" {
-			return true, a, nil
+		st := &statusAnswer{}
+		st.artifact, st.delivery = receipt.Fields(resp.GetStructuredContent())
+		if st.artifact == "" {
+			return nil, fmt.Errorf("status tool: done without an artifact digest")
 		}
-		return false, "", fmt.Errorf("status tool: done without an artifact digest")
+		if st.attestation, err = s.attestation(in, resp, grantID, req.GetIntentId()); err != nil {
+			return nil, fmt.Errorf("status tool: %w", err)
+		}
+		return st, nil
 	case "not_found":
-		return false, "", nil
+		return nil, nil
 	default:
-		return false, "", fmt.Errorf("status tool: unrecognized state")
+		return nil, fmt.Errorf("status tool: unrecognized state")
 	}
+}
+
+// statusAnswer is a server status that shows the artifact of a request id,
+// with the adapter's attestation of it.
+type statusAnswer struct {
+	artifact, delivery, attestation string
 }
 
 func joinResolution(a, b string) string {

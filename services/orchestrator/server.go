@@ -21,6 +21,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/ids"
@@ -49,6 +50,13 @@ type Deps struct {
 	// mapping allows asset references stores its content as an evidence
 	// asset; zero means DefaultAssetThreshold.
 	AssetThreshold int64
+	// Credentials are the orchestrator's own service credentials: it signs
+	// the execution grant of every adapter call with them, and verifies
+	// the adapter's receipt attestations against their CA. nil is
+	// plaintext development mode: calls carry no grant (only an adapter
+	// started for plaintext accepts them) and a receipt read back from
+	// evidence is never trusted, so recovery asks the server's status.
+	Credentials *identity.Credentials
 }
 
 // Server implements orchestratorv1.OrchestratorServiceServer.

@@ -33,6 +33,8 @@ type prepared struct {
 	argsDigest string
 	// targets maps a handle field to its resolved server-side target.
 	targets map[string]string
+	// target is what the call reaches (see callTarget).
+	target *registryv1.RemoteTarget
 	// labels maps a server-side target to the label the model saw.
 	labels map[string]string
 	// fieldLabels maps a handle field to the label the model saw.
@@ -199,6 +201,10 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 		if res.GetAuthorization() != nil {
 			decisions = append(decisions, res.GetAuthorization())
 		}
+	}
+
+	if p.target, err = callTarget(p.mapping, p.targets); err != nil {
+		return p, err
 	}
 
 	p.summary = summarize(p.capability, p.normalized, p.fieldLabels)

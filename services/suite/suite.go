@@ -274,6 +274,9 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		if err != nil {
 			return nil, err
 		}
+		// creds are the service's own credentials (nil in plaintext
+		// development): what it signs grants and attestations with.
+		creds := guard.Creds
 		peers, err := s.PeerClients(name)
 		if err != nil {
 			return nil, err
@@ -310,7 +313,8 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			if err != nil {
 				return nil, err
 			}
-			e := evidence.NewServer(st, log.With("service", name)).WithAuthorizer(authz.Remote(peers.Policy)).WithAssets(assets).WithMaxInlineBytes(cfg.EvidenceMaxInlineBytes)
+			e := evidence.NewServer(st, log.With("service", name)).WithAuthorizer(authz.Remote(peers.Policy)).WithAssets(assets).WithMaxInlineBytes(cfg.EvidenceMaxInlineBytes).
+				WithCredentials(creds)
 			if cfg.RetentionAge > 0 {
 				every := cfg.RetentionInterval
 				if every <= 0 {
@@ -324,6 +328,9 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence,
 				WorkDir: filepath.Join(cfg.DataDir, "work"), Direct: cfg.Direct, Fixtures: cfg.Fixtures,
 				StdioRoots: reach.StdioRoots, AllowLoopback: reach.AllowLoopback, AllowPrivateNetworks: reach.AllowPrivateNetworks,
+				// Plaintext is the explicit development flag; only there
+				// does the adapter run calls it cannot verify a grant for.
+				Credentials: creds, InsecureUngranted: s.ident.Insecure,
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, func() { _ = a.Close() })
 			adapterv1.RegisterAdapterServiceServer(srv.GRPC, a)
@@ -334,7 +341,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			}
 			o := orchestrator.NewServer(st, orchestrator.Deps{
 				Registry: peers.Registry, Policy: peers.Policy, Adapter: peers.Adapter, Evidence: peers.Evidence,
-				AssetThreshold: cfg.AssetThreshold,
+				AssetThreshold: cfg.AssetThreshold, Credentials: creds,
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, o.Close)
 			orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)

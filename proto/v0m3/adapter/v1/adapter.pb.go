@@ -236,7 +236,21 @@ type ExecuteRequest struct {
 	// Required. Attempt id; the MCP request carries it as evidence.
 	AttemptId string `protobuf:"bytes,9,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
 	// Snapshot id, for the protocol trace.
-	SnapshotId    string `protobuf:"bytes,10,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	SnapshotId string `protobuf:"bytes,10,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// Required. The execution grant: a compact JWS signed with the
+	// orchestrator's service certificate (x5c) whose payload binds the grant
+	// id, attempt, intent, task, capability, mapping id and revision,
+	// connection id and config revision, the target (tool name or the exact
+	// resource URI read), the digests of the remote arguments and of the
+	// limits, and an expiry. The adapter verifies the signature, the signer,
+	// the expiry and that every field of this request matches the grant
+	// before it starts a process or sends anything, and accepts each grant
+	// once. A missing, invalid, expired, reused or mismatched grant fails
+	// with PERMISSION_DENIED (reasons GRANT_MISSING, GRANT_INVALID,
+	// GRANT_EXPIRED, GRANT_USED, GRANT_MISMATCH with metadata "field") and
+	// changes nothing. Only an adapter started for plaintext development
+	// (no certificates) runs without one.
+	Grant         string `protobuf:"bytes,11,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +351,13 @@ func (x *ExecuteRequest) GetAttemptId() string {
 func (x *ExecuteRequest) GetSnapshotId() string {
 	if x != nil {
 		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *ExecuteRequest) GetGrant() string {
+	if x != nil {
+		return x.Grant
 	}
 	return ""
 }
@@ -532,9 +553,18 @@ type ExecuteResponse struct {
 	// When the result was observed.
 	ObserveTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=observe_time,json=observeTime,proto3" json:"observe_time,omitempty"`
 	// Server identity as observed during this call.
-	ServerInfo    *v1.ServerInfo `protobuf:"bytes,11,opt,name=server_info,json=serverInfo,proto3" json:"server_info,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ServerInfo *v1.ServerInfo `protobuf:"bytes,11,opt,name=server_info,json=serverInfo,proto3" json:"server_info,omitempty"`
+	// Receipt attestation, when the outcome is OK: a compact JWS signed with
+	// the adapter's service certificate whose payload binds the attempt,
+	// grant, intent and task ids to the response digest the adapter observed
+	// and the artifact digest and delivery id the result carried. The
+	// orchestrator stores it with the receipt (evidence Receipt.attestation),
+	// and both evidence and the orchestrator verify it before they trust the
+	// receipt. Empty when the adapter has no certificate (plaintext
+	// development).
+	ReceiptAttestation string `protobuf:"bytes,12,opt,name=receipt_attestation,json=receiptAttestation,proto3" json:"receipt_attestation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ExecuteResponse) Reset() {
@@ -642,6 +672,13 @@ func (x *ExecuteResponse) GetServerInfo() *v1.ServerInfo {
 		return x.ServerInfo
 	}
 	return nil
+}
+
+func (x *ExecuteResponse) GetReceiptAttestation() string {
+	if x != nil {
+		return x.ReceiptAttestation
+	}
+	return ""
 }
 
 // HealthRequest names a connection.
@@ -769,7 +806,7 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"\n" +
 	"\x1dv0m3/adapter/v1/adapter.proto\x12\x0fv0m3.adapter.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fv0m3/registry/v1/registry.proto\"6\n" +
 	"\x0fDiscoverRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\xa2\x03\n" +
+	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\xb8\x03\n" +
 	"\x0eExecuteRequest\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12'\n" +
 	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12\x1d\n" +
@@ -784,7 +821,8 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"attempt_id\x18\t \x01(\tR\tattemptId\x12\x1f\n" +
 	"\vsnapshot_id\x18\n" +
 	" \x01(\tR\n" +
-	"snapshotId\"\xb1\x02\n" +
+	"snapshotId\x12\x14\n" +
+	"\x05grant\x18\v \x01(\tR\x05grant\"\xb1\x02\n" +
 	"\vContentItem\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1d\n" +
 	"\n" +
@@ -800,7 +838,7 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"\rErrorEvidence\x12\x1b\n" +
 	"\tsafe_code\x18\x01 \x01(\tR\bsafeCode\x12)\n" +
 	"\x10untrusted_detail\x18\x02 \x01(\tR\x0funtrustedDetail\x12%\n" +
-	"\x0eadapter_detail\x18\x03 \x01(\tR\radapterDetail\"\xcc\x04\n" +
+	"\x0eadapter_detail\x18\x03 \x01(\tR\radapterDetail\"\xfd\x04\n" +
 	"\x0fExecuteResponse\x122\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x18.v0m3.adapter.v1.OutcomeR\aoutcome\x124\n" +
 	"\x05stage\x18\x02 \x01(\x0e2\x1e.v0m3.adapter.v1.DeliveryStageR\x05stage\x122\n" +
@@ -814,7 +852,8 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"\fobserve_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vobserveTime\x12=\n" +
 	"\vserver_info\x18\v \x01(\v2\x1c.v0m3.registry.v1.ServerInfoR\n" +
-	"serverInfo\"4\n" +
+	"serverInfo\x12/\n" +
+	"\x13receipt_attestation\x18\f \x01(\tR\x12receiptAttestation\"4\n" +
 	"\rHealthRequest\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\x86\x01\n" +
 	"\x0eHealthResponse\x12#\n" +

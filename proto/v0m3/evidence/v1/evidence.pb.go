@@ -1677,7 +1677,17 @@ type Receipt struct {
 	// Further safe detail.
 	Detail *structpb.Struct `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
 	// When it was recorded.
-	RecordTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=record_time,json=recordTime,proto3" json:"record_time,omitempty"`
+	RecordTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=record_time,json=recordTime,proto3" json:"record_time,omitempty"`
+	// Required when the evidence service has a certificate: the adapter's
+	// receipt attestation of the attempt (adapter ExecuteResponse
+	// .receipt_attestation). Evidence stores a receipt only when the
+	// attestation is signed by the adapter service and names the same
+	// idempotency key (intent), task, attempt, artifact digest and delivery
+	// id; otherwise RecordReceipt fails with PERMISSION_DENIED
+	// (RECEIPT_ATTESTATION_MISSING, RECEIPT_ATTESTATION_INVALID,
+	// RECEIPT_ATTESTATION_MISMATCH). The orchestrator verifies it again
+	// before it trusts a receipt it reads back.
+	Attestation   string `protobuf:"bytes,9,opt,name=attestation,proto3" json:"attestation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1766,6 +1776,13 @@ func (x *Receipt) GetRecordTime() *timestamppb.Timestamp {
 		return x.RecordTime
 	}
 	return nil
+}
+
+func (x *Receipt) GetAttestation() string {
+	if x != nil {
+		return x.Attestation
+	}
+	return ""
 }
 
 // RecordReceiptRequest records a receipt; recording the same key twice
@@ -2865,7 +2882,7 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"V\n" +
 	"\x05Trace\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x124\n" +
-	"\x06events\x18\x02 \x03(\v2\x1c.v0m3.evidence.v1.TraceEventR\x06events\"\xb2\x02\n" +
+	"\x06events\x18\x02 \x03(\v2\x1c.v0m3.evidence.v1.TraceEventR\x06events\"\xd4\x02\n" +
 	"\aReceipt\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x17\n" +
@@ -2877,7 +2894,8 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"deliveryId\x12/\n" +
 	"\x06detail\x18\a \x01(\v2\x17.google.protobuf.StructR\x06detail\x12;\n" +
 	"\vrecord_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"recordTime\"K\n" +
+	"recordTime\x12 \n" +
+	"\vattestation\x18\t \x01(\tR\vattestation\"K\n" +
 	"\x14RecordReceiptRequest\x123\n" +
 	"\areceipt\x18\x01 \x01(\v2\x19.v0m3.evidence.v1.ReceiptR\areceipt\"<\n" +
 	"\x11GetReceiptRequest\x12'\n" +
