@@ -11,10 +11,11 @@ import (
 	"github.com/v0m3/v0m3/services/suite"
 )
 
-// fixtureBin is the fixture MCP server, built once, in a directory only
-// this user can write to (an executable anyone could replace is never
-// started).
-var fixtureBin string
+// fixtureBin is the fixture MCP server and v0m3Bin the real binary (the
+// renderer's executable and the orchestrator process a test kills), built
+// once, in a directory only this user can write to (an executable anyone
+// could replace is never started).
+var fixtureBin, v0m3Bin string
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -32,12 +33,14 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fixtureBin = filepath.Join(dir, "fixture")
-	build := exec.Command("go", "build", "-o", fixtureBin, "github.com/v0m3/v0m3/services/adapter/internal/fixturecmd")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build fixture:", err)
-		return 1
+	fixtureBin, v0m3Bin = filepath.Join(dir, "fixture"), filepath.Join(dir, "v0m3")
+	for bin, pkg := range map[string]string{fixtureBin: "github.com/v0m3/v0m3/services/adapter/internal/fixturecmd", v0m3Bin: "github.com/v0m3/v0m3/cmd/v0m3"} {
+		build := exec.Command("go", "build", "-o", bin, pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", pkg+":", err)
+			return 1
+		}
 	}
 	return m.Run()
 }

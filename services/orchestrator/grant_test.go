@@ -305,3 +305,44 @@ func TestResourceReadFollowsTheHandle(t *testing.T) {
 		})
 	}
 }
+
+// TestCallTarget covers what a resource read may read, including the
+// refusals no product schema lets a request reach today.
+func TestCallTarget(t *testing.T) {
+	t.Parallel()
+	resource := func(bindings ...*registryv1.ArgumentBinding) *registryv1.Mapping {
+		return &registryv1.Mapping{Id: "map_r", Revision: 1, ArgumentMap: bindings,
+			Target: &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_RESOURCE, Name: "note://fixed"}}
+	}
+	handle := func(field string) *registryv1.ArgumentBinding {
+		return &registryv1.ArgumentBinding{RemoteField: "uri", ProductField: field, FromHandle: true}
+	}
+	tool := &registryv1.Mapping{Target: &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "search"}}
+	defaulted := resource()
+	defaulted.Defaults = mustStruct(t, map[string]any{"format": "markdown"})
+	tests := []struct {
+		name    string
+		m       *registryv1.Mapping
+		targets map[string]string
+		want    string
+		reason  string
+	}{
+		{"a tool is the reviewed tool", tool, map[string]string{"source": "note://a"}, "search", ""},
+		{"bound handle", resource(handle("source")), map[string]string{"source": "note://a"}, "note://a", ""},
+		{"bound handle missing", resource(handle("source")), nil, "", "HANDLE_REQUIRED"},
+		{"two bound handles", resource(handle("source"), handle("other")), map[string]string{"source": "note://a", "other": "note://b"}, "", "MAPPING_UNUSABLE"},
+		{"defaults on a read", defaulted, nil, "", "MAPPING_UNUSABLE"},
+		{"fixed URI, no handle", resource(), nil, "note://fixed", ""},
+		{"fixed URI, handle for it", resource(), map[string]string{"source": "note://fixed"}, "note://fixed", ""},
+		{"fixed URI, handle for another source", resource(), map[string]string{"source": "note://a"}, "", "HANDLE_TARGET_MISMATCH"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := callTarget(tc.m, tc.targets)
+			if apierror.Reason(err) != tc.reason || got.GetName() != tc.want {
+				t.Errorf("callTarget = %v, %v; want %q, reason %q", got, err, tc.want, tc.reason)
+			}
+		})
+	}
+}
