@@ -27,7 +27,8 @@ import (
 // server process has started.
 func (e *env) loggedConn(t *testing.T) (*registryv1.Connection, string) {
 	t.Helper()
-	log := filepath.Join(t.TempDir(), "calls.jsonl")
+	// A root adapter runs the server under a uid of its own.
+	log := filepath.Join(reachableDir(t), "calls.jsonl")
 	return e.stdioConn("--hostile", "--call-log", log), log
 }
 

@@ -195,7 +195,7 @@ func TestSandboxHostileChild(t *testing.T) {
 	// The victim runs, holding its credential, until released.
 	held := make(chan *adapterv1.ExecuteResponse, 1)
 	go func() {
-		resp, err := e.srv.Execute(context.Background(), call(t, victim, escape.ToolHold, map[string]any{}, nil))
+		resp, err := e.srv.Execute(context.Background(), granted(t, call(t, victim, escape.ToolHold, map[string]any{}, nil)))
 		if err != nil {
 			t.Error(err)
 		}

@@ -327,12 +327,14 @@ func startWithOrchestrator(t *testing.T, deps orchestrator.Deps) stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps.Registry, deps.Policy, deps.Adapter, deps.Evidence = peers.Registry, peers.Policy, peers.Adapter, peers.Evidence
-	o := orchestrator.NewServer(orchestrator.NewBoltStore(db), deps, slog.New(slog.DiscardHandler))
 	guard, err := s.Guard(suite.Orchestrator, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
+	deps.Registry, deps.Policy, deps.Adapter, deps.Evidence = peers.Registry, peers.Policy, peers.Adapter, peers.Evidence
+	// Its own certificate signs the execution grants the adapter requires.
+	deps.Credentials = guard.Creds
+	o := orchestrator.NewServer(orchestrator.NewBoltStore(db), deps, slog.New(slog.DiscardHandler))
 	srv := serve.New(suite.Orchestrator, slog.New(slog.DiscardHandler), guard)
 	orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
