@@ -43,9 +43,11 @@ type next struct {
 //   - CHECK_RECEIPT (a transformation with a durable request id): an
 //     attempt that never reached the server is tried again; one whose
 //     outcome is unknown first looks for a receipt under the intent id in
-//     evidence, then asks the server's status tool; an artifact found either
-//     way settles the request without another render; only a definite "not
-//     found" allows another attempt, under the same request id.
+//     evidence (trusted only with the adapter's attestation for one of this
+//     request's attempts, see trusted), then asks the server's status tool;
+//     an artifact found either way settles the request without another
+//     render; only a definite "not found" allows another attempt, under the
+//     same request id.
 //   - NEVER_BLIND (and anything unknown): never tried again automatically;
 //     an unknown outcome waits for a person.
 //
@@ -103,13 +105,12 @@ func (s *Server) afterFailure(ctx context.Context, task *orchestratorv1.Task, re
 		if st == nil {
 			return retry("no receipt, and the server's status has no artifact for request id " + req.GetIntentId())
 		}
-		artifact := st.artifact
 		rc, err = s.recordReceipt(ctx, req, att.GetId(), st.artifact, st.delivery, st.attestation, "server status for request id "+req.GetIntentId())
 		if err != nil {
 			s.log.ErrorContext(ctx, "record receipt from status", "request", req.GetId(), "err", err)
-			return stop("the server reports artifact " + artifact + " but its receipt could not be recorded")
+			return stop("the server reports artifact " + st.artifact + " but its receipt could not be recorded")
 		}
-		att.Resolution = joinResolution(att.GetResolution(), "settled by the server's status: artifact "+artifact+" exists for request id "+req.GetIntentId())
+		att.Resolution = joinResolution(att.GetResolution(), "settled by the server's status: artifact "+st.artifact+" exists for request id "+req.GetIntentId())
 		return next{action: actionSettled, att: att, receipt: rc}
 	default:
 		return stop("")
