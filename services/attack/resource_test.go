@@ -51,7 +51,7 @@ func reads(t *testing.T, callLog string) []string {
 func TestResourceReadIsTheHandlesTarget(t *testing.T) {
 	t.Parallel()
 	s := startServices(t)
-	callLog := filepath.Join(t.TempDir(), "notes.jsonl")
+	callLog := filepath.Join(serverDir(t), "notes.jsonl")
 	conn, err := s.Registry.CreateConnection(as(s, ivan), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin, "--call-log", callLog),
 	})

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc/codes"
@@ -74,11 +75,13 @@ func refusedUnreviewed(t *testing.T, s *suite.Suite, who person, conn *registryv
 			return err
 		}},
 		{"Execute by the orchestrator", func() error {
-			_, err := orchestrator.Adapter.Execute(context.Background(), &adapterv1.ExecuteRequest{
+			// With a valid execution grant for exactly this call: what
+			// refuses it must be the review.
+			_, err := orchestrator.Adapter.Execute(context.Background(), sign(t, creds(t, s, identity.Orchestrator), &adapterv1.ExecuteRequest{
 				ConnectionId: conn.GetId(), ConfigRevision: conn.GetConfigRevision(), MappingId: "map_forged", MappingRevision: 1,
 				AttemptId: "att_forged", Target: &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "search"},
 				Limits: &registryv1.Limits{MaxResponseBytes: 1 << 16, MaxItems: 5},
-			})
+			}, nil, time.Minute))
 			return err
 		}},
 	}
