@@ -6,8 +6,6 @@ package chart_test
 // only on request, and caller authentication settings.
 
 import (
-	"github.com/v0m3/v0m3/services/identity"
-
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -32,6 +30,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/v0m3/v0m3/services/identity"
 )
 
 // wantCallers is the access table (services/identity) reduced to the

@@ -1,9 +1,6 @@
 package adapter
 
 import (
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/authz"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,7 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/authz"
 )
 
 // Discovery bounds: a server cannot make discovery unbounded by paging

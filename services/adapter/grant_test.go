@@ -20,6 +20,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/grant"
 	"github.com/v0m3/v0m3/services/internal/receipt"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // loggedConn registers a stdio fixture connection whose server logs every
@@ -28,7 +29,7 @@ import (
 func (e *env) loggedConn(t *testing.T) (*registryv1.Connection, string) {
 	t.Helper()
 	// A root adapter runs the server under a uid of its own.
-	log := filepath.Join(reachableDir(t), "calls.jsonl")
+	log := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
 	return e.stdioConn("--hostile", "--call-log", log), log
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/v0m3/v0m3/services/adapter/internal/escape"
 	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 func textOf(t *testing.T, resp *adapterv1.ExecuteResponse) string {
@@ -442,7 +443,7 @@ func TestSandboxSetupRefused(t *testing.T) {
 			if tc.prepare != nil {
 				tc.prepare(t, e.srv.workDir)
 			}
-			marker := filepath.Join(reachableDir(t), "started")
+			marker := filepath.Join(testkit.WritableDir(t), "started")
 			conn := e.registry.add(&registryv1.Connection{DisplayName: "touch", Transport: &registryv1.Transport{
 				Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: "/bin/touch", Args: []string{marker}}},
 			}})
@@ -470,20 +471,6 @@ func TestSandboxSetupRefused(t *testing.T) {
 			}
 		})
 	}
-}
-
-// reachableDir is a temporary directory every uid may write.
-func reachableDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "v0m3-sandbox-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // TestUIDClaims: each connection keeps the uid it claimed, no two

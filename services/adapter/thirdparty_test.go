@@ -21,6 +21,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/grant"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -65,7 +66,7 @@ func thirdPartyDir(t *testing.T) string {
 // reachable by their uid, as in production.
 func reachableCopy(t *testing.T, dir string) string {
 	t.Helper()
-	dst := reachableTempDir(t)
+	dst := testkit.ReachableDir(t)
 	out := filepath.Join(dst, filepath.Base(dir))
 	if b, err := exec.Command("cp", "-a", dir, dst).CombinedOutput(); err != nil {
 		t.Fatalf("copy the third-party servers: %v: %s", err, b)
@@ -74,21 +75,6 @@ func reachableCopy(t *testing.T, dir string) string {
 		t.Fatalf("open the third-party servers to every uid: %v: %s", err, b)
 	}
 	return out
-}
-
-// reachableTempDir is a temporary directory every uid may traverse
-// (t.TempDir's parent is 0700).
-func reachableTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "v0m3-reachable-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 type thirdParty struct {
@@ -221,7 +207,7 @@ func TestThirdPartyFilesystem(t *testing.T) {
 	tp := startThirdParty(t)
 	// The server runs under a uid of its own: it must be able to read the
 	// directory it serves.
-	root := reachableTempDir(t)
+	root := testkit.ReachableDir(t)
 	content := "# Migration guide\n\nRetry after the interval the server names.\n"
 	path := filepath.Join(root, "guide.md")
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {

@@ -11,6 +11,7 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/fixture/renderer"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -37,22 +38,6 @@ func startServices(t *testing.T, services ...string) *suite.Suite {
 	}
 	t.Cleanup(s.Close)
 	return s
-}
-
-// serverDir is a temporary directory for what a local server writes (its
-// call log, work files): a root adapter runs it under a uid of its own,
-// and t.TempDir is closed to other uids.
-func serverDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "v0m3-attack-server-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // rendererEnv is one renderer connection (the real `v0m3
@@ -109,7 +94,7 @@ func (r *rendererEnv) artifacts(t *testing.T) []string {
 // reviewed by rita); without, no process has ever started for it.
 func newRenderer(t *testing.T, s *suite.Suite, c suite.Clients, mapped bool, args ...string) *rendererEnv {
 	t.Helper()
-	dir := serverDir(t)
+	dir := testkit.WritableDir(t)
 	r := &rendererEnv{workDir: filepath.Join(dir, "work"), callLog: filepath.Join(dir, "calls.jsonl")}
 	conn, err := c.Registry.CreateConnection(as(s, ivan), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Renderer", Owner: "platform-team", CredentialScope: "local renderer; no credential",

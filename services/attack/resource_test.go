@@ -19,6 +19,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/grant"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -51,7 +52,7 @@ func reads(t *testing.T, callLog string) []string {
 func TestResourceReadIsTheHandlesTarget(t *testing.T) {
 	t.Parallel()
 	s := startServices(t)
-	callLog := filepath.Join(serverDir(t), "notes.jsonl")
+	callLog := filepath.Join(testkit.WritableDir(t), "notes.jsonl")
 	conn, err := s.Registry.CreateConnection(as(s, ivan), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin, "--call-log", callLog),
 	})

@@ -19,23 +19,9 @@ import (
 	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/suite"
 )
-
-// markerDir returns a directory a started server can write its marker
-// into, whatever identity it runs as.
-func markerDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "v0m3-attack-marker-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // markingStdio is a stdio transport whose shell creates marker, then runs
 // the fixture server: if the marker exists, a process was started.
@@ -130,7 +116,7 @@ func wantState(t *testing.T, s *suite.Suite, id string, want registryv1.ReviewSt
 func TestUnreviewedStdioNeverStarts(t *testing.T) {
 	t.Parallel()
 	s := start(t)
-	dir := markerDir(t)
+	dir := testkit.WritableDir(t)
 	first, second := filepath.Join(dir, "first"), filepath.Join(dir, "second")
 
 	conn, err := s.Registry.CreateConnection(as(s, pat), &registryv1.CreateConnectionRequest{

@@ -19,6 +19,7 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -54,7 +55,7 @@ func freeAddr(t *testing.T) string {
 // connects, discovers and maps it.
 func newHTTPWorld(t *testing.T, fixtureArgs ...string) *world {
 	t.Helper()
-	w := &world{t: t, s: startSuite(t, t.TempDir()), callLog: filepath.Join(serverDir(t), "calls.jsonl"), addr: freeAddr(t)}
+	w := &world{t: t, s: startSuite(t, t.TempDir()), callLog: filepath.Join(testkit.WritableDir(t), "calls.jsonl"), addr: freeAddr(t)}
 	w.restartFixture(fixtureArgs...)
 	w.connect(scenario.HTTPFixture("http://" + w.addr + "/mcp"))
 	return w
@@ -340,7 +341,7 @@ func TestConfigMoveNeedsReview(t *testing.T) {
 	w.connect(scenario.StdioFixture(v0m3Bin))
 	task := w.startTask()
 
-	moved := filepath.Join(binDir(t), "v0m3-moved")
+	moved := filepath.Join(testkit.ReachableDir(t), "v0m3-moved")
 	copyFile(t, v0m3Bin, moved)
 	conn, err := w.s.Registry.UpdateConnection(ctx, &registryv1.UpdateConnectionRequest{
 		Id: w.conn.GetId(), ExpectedConfigRevision: w.conn.GetConfigRevision(),

@@ -31,6 +31,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/serve"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -62,39 +63,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// serverDir is a temporary directory for what a local server reads or
-// writes (its executable, call log, work files). A root adapter runs each
-// local server under a uid of its own, and t.TempDir is closed to other
-// uids.
-func serverDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "v0m3-e2e-server-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// binDir is a temporary directory for a server's executable: reachable by
-// the server's own uid, writable only by its owner, as an installation is
-// (the adapter never starts a file anyone could have replaced).
-func binDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "v0m3-e2e-bin-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // People the tests act as besides scenario's, each in the groups the
@@ -221,7 +189,7 @@ func TestFirstExperiment(t *testing.T) {
 	for _, transport := range []string{"stdio", "http"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			logPath := filepath.Join(serverDir(t), "calls.jsonl")
+			logPath := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
 			var tr *registryv1.Transport
 			if transport == "stdio" {
 				tr = scenario.StdioFixture(v0m3Bin, "--call-log", logPath)

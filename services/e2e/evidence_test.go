@@ -23,6 +23,7 @@ import (
 	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -41,7 +42,7 @@ func evidenceWorld(t *testing.T, cfg suite.Config, limits *registryv1.Limits, fi
 		t.Fatalf("start suite: %v", err)
 	}
 	t.Cleanup(s.Close)
-	w := &world{t: t, s: s, callLog: filepath.Join(serverDir(t), "calls.jsonl"), addr: freeAddr(t)}
+	w := &world{t: t, s: s, callLog: filepath.Join(testkit.WritableDir(t), "calls.jsonl"), addr: freeAddr(t)}
 	w.restartFixture(fixtureArgs...)
 	ctx := w.as(scenario.Integrator)
 	w.conn, err = s.Connect(ctx, &registryv1.CreateConnectionRequest{
@@ -356,9 +357,9 @@ type recording struct {
 // the fixture executable at a path that is removed afterwards.
 func recordFirstExperiment(t *testing.T) *recording {
 	t.Helper()
-	exe := filepath.Join(binDir(t), "fixture-server-bin")
+	exe := filepath.Join(testkit.ReachableDir(t), "fixture-server-bin")
 	copyFile(t, v0m3Bin, exe)
-	rec := &recording{fixtures: filepath.Join(t.TempDir(), "fixtures"), callLog: filepath.Join(serverDir(t), "calls.jsonl")}
+	rec := &recording{fixtures: filepath.Join(t.TempDir(), "fixtures"), callLog: filepath.Join(testkit.WritableDir(t), "calls.jsonl")}
 	rec.transport = scenario.StdioFixture(exe, "--call-log", rec.callLog)
 	s, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), Fixtures: &adapter.Fixtures{Dir: rec.fixtures, Mode: adapter.FixturesRecord}})
 	if err != nil {
@@ -491,7 +492,7 @@ func TestReplayFirstExperiment(t *testing.T) {
 func TestReplayMissingDiscoveryFixture(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	logPath := filepath.Join(serverDir(t), "calls.jsonl")
+	logPath := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
 	s := replaySuite(t, dir, filepath.Join(t.TempDir(), "empty"))
 	ctx := as(s, scenario.Integrator)
 	conn, err := s.Connect(ctx, &registryv1.CreateConnectionRequest{

@@ -30,6 +30,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
@@ -84,7 +85,7 @@ func (r *rendererEnv) artifacts(t *testing.T) int {
 func connectRenderer(t *testing.T, c stack, args ...string) *rendererEnv {
 	t.Helper()
 	ctx := c.as(scenario.Integrator)
-	dir := serverDir(t)
+	dir := testkit.WritableDir(t)
 	env := &rendererEnv{workDir: filepath.Join(dir, "work"), callLog: filepath.Join(dir, "calls.jsonl")}
 	var err error
 	env.conn, err = c.Registry.CreateConnection(ctx, &registryv1.CreateConnectionRequest{
@@ -380,7 +381,7 @@ func TestRendererFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := startWithOrchestrator(t, orchestrator.Deps{AttemptTimeout: 2 * time.Second})
-			down := filepath.Join(serverDir(t), "down")
+			down := filepath.Join(testkit.WritableDir(t), "down")
 			args := append([]string(nil), tc.args...)
 			for i, a := range args {
 				if a == "DOWN" {

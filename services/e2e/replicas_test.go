@@ -15,6 +15,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/redistest"
 	"github.com/v0m3/v0m3/services/internal/serve"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -79,7 +80,7 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 	a, b := startDev(t, store), startDev(t, store)
 	ctx := context.Background()
 
-	logPath := filepath.Join(serverDir(t), "calls.jsonl")
+	logPath := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
 	r, err := scenario.Run(ctx, a.Clients, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath), As: a.iss.As})
 	if err != nil {
 		t.Fatalf("scenario through the first process: %v", err)

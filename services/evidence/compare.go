@@ -1,14 +1,13 @@
 package evidence
 
 import (
-	"github.com/v0m3/v0m3/services/internal/authz"
-
 	"context"
 
 	"google.golang.org/grpc/codes"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/authz"
 )
 
 // CompareRevisions compares two observations of one source, typically the

@@ -1,13 +1,12 @@
 package evidence
 
 import (
-	"github.com/v0m3/v0m3/services/internal/authz"
-
 	"context"
 	"time"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/authz"
 )
 
 // Prune applies trace retention now (see PruneOlderThan). Only trace

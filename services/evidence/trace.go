@@ -1,14 +1,13 @@
 package evidence
 
 import (
-	"github.com/v0m3/v0m3/services/internal/authz"
-
 	"context"
 
 	"google.golang.org/protobuf/proto"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/redact"
 )

@@ -3,9 +3,6 @@ package identity_test
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // TestTokenReviewAgainstAPIServer authenticates real ServiceAccount tokens
@@ -25,7 +23,10 @@ import (
 // and a forged one are refused.
 func TestTokenReviewAgainstAPIServer(t *testing.T) {
 	t.Parallel()
-	assets := envtestAssets(t)
+	assets, err := testkit.EnvtestAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	cfg, err := env.Start()
 	if err != nil {
@@ -85,20 +86,4 @@ func tamper(tok string) string {
 		b[i] = 'A'
 	}
 	return string(b)
-}
-
-// envtestAssets returns the kube-apiserver and etcd scripts/envtest.sh
-// builds (once, cached).
-func envtestAssets(t *testing.T) string {
-	t.Helper()
-	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
-		return d
-	}
-	cmd := exec.Command("bash", filepath.Join("..", "..", "scripts", "envtest.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("scripts/envtest.sh: %v", err)
-	}
-	return strings.TrimSpace(string(out))
 }

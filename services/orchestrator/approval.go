@@ -104,15 +104,7 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	if in.GetRequestId() == "" {
 		return nil, missing("request_id")
 	}
-	req, err := s.loadRequest(ctx, in.GetRequestId())
-	if err != nil {
-		return nil, err
-	}
-	task, err := s.loadTask(ctx, req.GetTaskId())
-	if err != nil {
-		return nil, err
-	}
-	approver, err := s.decider(ctx, task, req, authz.RequestApprove)
+	req, task, approver, err := s.decider(ctx, in.GetRequestId(), authz.RequestApprove)
 	if err != nil {
 		return nil, err
 	}
@@ -159,20 +151,29 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	return s.execute(ctx, task, req, p)
 }
 
-// decider returns who decides req when policy lets the caller take action
-// (approve or deny) on it. Separation of duties is policy: the default
-// forbids approving a request of one's own task.
-func (s *Server) decider(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, action string) (string, error) {
+// decider loads a request and its task and returns who decides it when
+// policy lets the caller take action (approve or deny) on it. Separation
+// of duties is policy: the default forbids approving a request of one's
+// own task.
+func (s *Server) decider(ctx context.Context, id, action string) (*orchestratorv1.ToolRequest, *orchestratorv1.Task, string, error) {
 	c, err := caller(ctx)
 	if err != nil {
-		return "", err
+		return nil, nil, "", err
+	}
+	req, err := s.loadRequest(ctx, id)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	task, err := s.loadTask(ctx, req.GetTaskId())
+	if err != nil {
+		return nil, nil, "", err
 	}
 	attrs := taskAttributes(task)
 	attrs["capability"] = req.GetCapability()
 	if err := s.require(ctx, task, action, authz.Resource{Type: "request", ID: req.GetId()}, attrs); err != nil {
-		return "", err
+		return nil, nil, "", err
 	}
-	return c.ID, nil
+	return req, task, c.ID, nil
 }
 
 // approvable says why a request cannot be approved now, or nil.
@@ -306,15 +307,7 @@ func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (*orc
 	if in.GetRequestId() == "" {
 		return nil, missing("request_id")
 	}
-	req, err := s.loadRequest(ctx, in.GetRequestId())
-	if err != nil {
-		return nil, err
-	}
-	task, err := s.loadTask(ctx, req.GetTaskId())
-	if err != nil {
-		return nil, err
-	}
-	approver, err := s.decider(ctx, task, req, authz.RequestDeny)
+	_, _, approver, err := s.decider(ctx, in.GetRequestId(), authz.RequestDeny)
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +315,7 @@ func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (*orc
 	if in.GetReason() != "" {
 		detail += ": " + in.GetReason()
 	}
-	req, err = s.decide(ctx, in.GetRequestId(), orchestratorv1.RequestState_REQUEST_STATE_DENIED, "APPROVAL_DENIED", detail)
+	req, err := s.decide(ctx, in.GetRequestId(), orchestratorv1.RequestState_REQUEST_STATE_DENIED, "APPROVAL_DENIED", detail)
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,6 @@
 package orchestrator
 
 import (
-	"github.com/v0m3/v0m3/services/identity"
-
 	"context"
 	"path/filepath"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/store"
 )

@@ -1,8 +1,6 @@
 package registry_test
 
 import (
-	"github.com/v0m3/v0m3/services/identity/identitytest"
-
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/registry"
 )

@@ -10,8 +10,6 @@
 package registry
 
 import (
-	"github.com/v0m3/v0m3/services/internal/authz"
-
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +24,7 @@ import (
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/reach"
 	"github.com/v0m3/v0m3/services/internal/store"
 )

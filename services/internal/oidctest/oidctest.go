@@ -50,6 +50,8 @@ import (
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
+
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // BinaryEnv names the environment variable that holds the hydra binary's
@@ -119,21 +121,11 @@ func Binary(t testing.TB) string {
 // findScript finds scripts/hydra.sh in the working directory or one of its
 // parents, since tests run in their own package's directory.
 func findScript() (string, error) {
-	dir, err := os.Getwd()
+	p, err := testkit.Script("hydra.sh")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w; set %s", err, BinaryEnv)
 	}
-	for {
-		p := filepath.Join(dir, "scripts", "hydra.sh")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("scripts/hydra.sh not found above the working directory; set " + BinaryEnv)
-		}
-		dir = parent
-	}
+	return p, nil
 }
 
 // Start runs a fresh Hydra (its own in-memory store, signing keys and

@@ -7,7 +7,6 @@
 package policyv1
 
 import (
-	v1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -15,6 +14,8 @@ import (
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
+
+	v1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
 
 const (
