@@ -576,3 +576,39 @@ func TestRejectedConnectionStartsNothing(t *testing.T) {
 		t.Errorf("events = %v; want ConnectionRejected", f.events.events)
 	}
 }
+
+// A create whose status write was lost (the connection exists, the status
+// does not name it) is found again by its endpoint, not created twice.
+func TestLostStatusWriteFindsItsConnection(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.secret("search-token", "v1")
+	f.create(f.stdioServer("search"))
+	f.reconcile("search")
+	s := f.server("search")
+	id := s.Status.ConnectionID
+	if id == "" {
+		t.Fatal("the first reconcile registered no connection")
+	}
+	s.Status.ConnectionID = ""
+	if err := k8s.Status().Update(f.ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile("search")
+	if got := f.server("search").Status.ConnectionID; got != id {
+		t.Fatalf("after a lost status write the server names connection %q, want %q again", got, id)
+	}
+	list, err := registry.ListConnections(f.ctx, &registryv1.ListConnectionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range list.GetConnections() {
+		if strings.Contains(c.GetTransport().GetStreamableHttp().GetUrl(), "."+f.ns+".") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d connections for the server, want 1", n)
+	}
+}

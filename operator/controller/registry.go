@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -182,10 +181,13 @@ func (r *Reconciler) currentConnection(ctx context.Context, s *v1alpha1.MCPServe
 	if err != nil {
 		return nil, err
 	}
-	prefix := r.endpoint(s) + "#"
+	// The endpoint names the server's own Service in its namespace, so no
+	// other MCPServer registers it.
+	endpoint := r.endpoint(s)
 	var found *registryv1.Connection
 	for _, c := range list.GetConnections() {
-		if strings.HasPrefix(c.GetTransport().GetStreamableHttp().GetUrl(), prefix) && c.GetOwner() == s.Spec.Owner {
+		if c.GetTransport().GetStreamableHttp().GetUrl() == endpoint && c.GetOwner() == s.Spec.Owner &&
+			c.GetState() != registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
 			found = c // newest wins: the list is oldest first
 		}
 	}
