@@ -7,6 +7,8 @@
 package orchestratorv1
 
 import (
+	v11 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	v1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -14,9 +16,6 @@ import (
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
-
-	v11 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
-	v1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 )
 
 const (

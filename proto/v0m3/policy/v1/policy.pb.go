@@ -7,6 +7,7 @@
 package policyv1
 
 import (
+	v1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -14,8 +15,6 @@ import (
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
-
-	v1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
 
 const (
