@@ -1,9 +1,11 @@
 package e2e_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -92,5 +94,64 @@ func TestRotationWithinScope(t *testing.T) {
 	}
 	if n := env.renders(t); n != 1 {
 		t.Errorf("renders after the scope change = %d, want still 1", n)
+	}
+}
+
+// TestGovernedReadsContinueThroughRotations makes governed retrievals
+// through the orchestrator without pause while the connection's credential
+// is rotated, within its declared scope, again and again: no read fails,
+// and the mapping is active throughout.
+func TestGovernedReadsContinueThroughRotations(t *testing.T) {
+	t.Parallel()
+	w := newHTTPWorld(t)
+	task := w.startTask()
+	dir := testkit.WritableDir(t)
+
+	stop := make(chan struct{})
+	type result struct{ ok, failed int }
+	done := make(chan result)
+	go func() {
+		var r result
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- r
+				return
+			default:
+			}
+			got, err := w.retrieve(task, fmt.Sprintf("call-%d", i))
+			if err != nil || got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+				r.failed++
+				t.Errorf("read %d during rotation: %v %v (%s)", i, got.GetState(), err, got.GetRefusalDetail())
+				continue
+			}
+			r.ok++
+		}
+	}()
+
+	conn := w.conn
+	const rotations = 6
+	for i := range rotations {
+		path := filepath.Join(dir, fmt.Sprintf("token-%d", i))
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("token-%d\n", i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		conn, err = w.s.Registry.UpdateConnection(w.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
+			Id: conn.GetId(), ExpectedConfigRevision: conn.GetConfigRevision(), Transport: conn.GetTransport(),
+			CredentialScope: conn.GetCredentialScope(), CredentialRef: "file:" + path, CredentialVersion: fmt.Sprint(i), Reason: "credential rotation",
+		})
+		if err != nil {
+			t.Fatalf("rotation %d: %v", i, err)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	close(stop)
+	r := <-done
+	if r.failed != 0 || r.ok < rotations {
+		t.Errorf("%d reads succeeded and %d failed across %d rotations; want none failed", r.ok, r.failed, rotations)
+	}
+	if st := w.mappingNow().GetState(); st != registryv1.MappingState_MAPPING_STATE_ACTIVE {
+		t.Errorf("mapping after %d rotations is %v, want ACTIVE", rotations, st)
 	}
 }
