@@ -87,3 +87,32 @@ func TestRetrievalFollowsRotation(t *testing.T) {
 		})
 	}
 }
+
+// TestApprovedCallDoesNotFollowRotation: a person approved the call at one
+// config revision; when the connection moves on between approval and the
+// call, the orchestrator does not carry the approval over to the new
+// revision: the request fails and the render is never sent again.
+func TestApprovedCallDoesNotFollowRotation(t *testing.T) {
+	t.Parallel()
+	h := newPreviewHarness(t)
+	rendered := h.adapter.respond
+	h.adapter.setRespond(func(in *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+		if in.GetTarget().GetName() == "render" {
+			h.registry.rotate()
+			return nil, apierror.New(codes.FailedPrecondition, reasonConfigRevisionChanged, "connection moved on", nil)
+		}
+		return rendered(in)
+	})
+	task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
+	r := h.submitPreview(t, task.GetId(), "call_1")
+	got, err := h.approve(t, r.GetId())
+	if err == nil && got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		t.Fatalf("approved call executed at a revision it was not approved at: %v", got)
+	}
+	if n := h.adapter.calls.Load(); n != 1 {
+		t.Errorf("adapter calls = %d, want 1: the approved call is not sent again at the new revision", n)
+	}
+	if h.renders.Load() != 0 {
+		t.Errorf("rendered %d times", h.renders.Load())
+	}
+}
