@@ -44,7 +44,7 @@ Together:
 Kubernetes:
   operator        reconcile MCPServer resources into sandboxed pods and registry connections
   bridge          serve a stdio MCP server over streamable HTTP (runs inside MCPServer pods)
-  rotation        show credential rotation state across MCPServers
+  rotation        show credential rotation state across MCPServers (--wait: until rolled out)
 
 Fixtures:
   fixture-server  the synthetic "V0M3 Sources" MCP server (stdio or streamable HTTP)

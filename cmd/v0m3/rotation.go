@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 func runRotation(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("rotation", stderr)
 	namespace := fs.String("namespace", "", "only this namespace; empty lists all namespaces")
+	wait := fs.Bool("wait", false, "wait until every listed server's credentials are current (its latest rotation rolled out); exit non-zero if that does not happen within --timeout")
+	timeout := fs.Duration("timeout", 5*time.Minute, "with --wait, how long to wait")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -35,11 +38,70 @@ func runRotation(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	var list v1alpha1.MCPServerList
-	if err := c.List(ctx, &list, client.InNamespace(*namespace)); err != nil {
-		return fmt.Errorf("list MCPServers: %w", err)
+	list := func(ctx context.Context) ([]v1alpha1.MCPServer, error) {
+		var l v1alpha1.MCPServerList
+		if err := c.List(ctx, &l, client.InNamespace(*namespace)); err != nil {
+			return nil, fmt.Errorf("list MCPServers: %w", err)
+		}
+		return l.Items, nil
 	}
-	return printRotation(stdout, list.Items, time.Now())
+	if !*wait {
+		servers, err := list(ctx)
+		if err != nil {
+			return err
+		}
+		return printRotation(stdout, servers, time.Now())
+	}
+	wctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	return waitRotation(wctx, list, 2*time.Second, stdout)
+}
+
+// waitRotation lists servers every interval until none is rotating, then
+// prints the table and returns nil. When ctx ends first it prints the
+// table and returns an error naming the servers still rotating, so a
+// script's exit code says whether the rotation completed.
+func waitRotation(ctx context.Context, list func(context.Context) ([]v1alpha1.MCPServer, error), interval time.Duration, w io.Writer) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var last []v1alpha1.MCPServer
+	for {
+		servers, err := list(ctx)
+		switch {
+		case err == nil:
+			last = servers
+			if pending := rotating(servers); len(pending) == 0 {
+				return printRotation(w, servers, time.Now())
+			}
+		case ctx.Err() == nil:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			if perr := printRotation(w, last, time.Now()); perr != nil {
+				return perr
+			}
+			return fmt.Errorf("rotation not complete: %s still rolling out when the wait ended (%w)", strings.Join(rotating(last), ", "), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// rotating names ("namespace/name") the servers whose latest rotation has
+// not completed: a rotation recorded without a completion time, or
+// credentials reported as not yet current.
+func rotating(servers []v1alpha1.MCPServer) []string {
+	var out []string
+	for _, s := range servers {
+		inProgress := s.Status.Rotation != nil && s.Status.Rotation.CompletionTime == nil
+		if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionCredentialsReady); c != nil && c.Reason == v1alpha1.ReasonRotationInProgress {
+			inProgress = true
+		}
+		if inProgress {
+			out = append(out, s.Namespace+"/"+s.Name)
+		}
+	}
+	return out
 }
 
 // printRotation writes one line per MCPServer.

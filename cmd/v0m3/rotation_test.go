@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -48,5 +51,61 @@ func TestPrintRotation(t *testing.T) {
 				t.Errorf("line %q lacks %q", lines[i+1], w)
 			}
 		}
+	}
+}
+
+// waitRotation returns once no listed server is rotating, and fails naming
+// the servers still rolling out when the wait ends first.
+func TestWaitRotation(t *testing.T) {
+	t.Parallel()
+	rolling := v1alpha1.MCPServer{ObjectMeta: metav1.ObjectMeta{Namespace: "mcp", Name: "search"}, Status: v1alpha1.MCPServerStatus{
+		ConfigRevision: 3,
+		Conditions:     []metav1.Condition{{Type: v1alpha1.ConditionCredentialsReady, Reason: v1alpha1.ReasonRotationInProgress}},
+		Rotation:       &v1alpha1.RotationStatus{FromRevision: 2, ToRevision: 3, StartTime: metav1.Now()},
+	}}
+	current := *rolling.DeepCopy()
+	done := metav1.Now()
+	current.Status.Rotation.CompletionTime = &done
+	current.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionCredentialsReady, Reason: v1alpha1.ReasonCredentialsCurrent}}
+	idle := v1alpha1.MCPServer{ObjectMeta: metav1.ObjectMeta{Namespace: "mcp", Name: "render"}, Status: v1alpha1.MCPServerStatus{ConfigRevision: 1}}
+
+	tests := []struct {
+		name    string
+		states  [][]v1alpha1.MCPServer // what each successive list returns; the last repeats
+		wantErr string
+	}{
+		{"completes after rolling", [][]v1alpha1.MCPServer{{rolling, idle}, {rolling, idle}, {current, idle}}, ""},
+		{"nothing rotating", [][]v1alpha1.MCPServer{{idle}}, ""},
+		{"still rolling when the wait ends", [][]v1alpha1.MCPServer{{rolling, idle}}, "mcp/search still rolling out"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			calls := 0
+			list := func(context.Context) ([]v1alpha1.MCPServer, error) {
+				s := tc.states[min(calls, len(tc.states)-1)]
+				calls++
+				return s, nil
+			}
+			var out bytes.Buffer
+			err := waitRotation(ctx, list, 10*time.Millisecond, &out)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("wait: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("wait = %v; want an error saying %q", err, tc.wantErr)
+			}
+			if !strings.Contains(out.String(), "NAMESPACE") {
+				t.Errorf("no table printed:\n%s", out.String())
+			}
+		})
+	}
+
+	// A list that fails ends the wait with its error.
+	boom := errors.New("list MCPServers: connection refused")
+	if err := waitRotation(t.Context(), func(context.Context) ([]v1alpha1.MCPServer, error) { return nil, boom }, time.Millisecond, io.Discard); !errors.Is(err, boom) {
+		t.Errorf("wait with a failing list = %v, want %v", err, boom)
 	}
 }

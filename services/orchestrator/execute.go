@@ -39,6 +39,42 @@ const (
 	codeOrchestratorRestarted  = "ORCHESTRATOR_RESTARTED"
 )
 
+// reasonConfigRevisionChanged is the adapter's refusal of a call granted
+// at a config revision the connection has left; nothing was sent.
+const reasonConfigRevisionChanged = "CONFIG_REVISION_CHANGED"
+
+// maxRevisionFollows bounds how many rotations one execution follows: more
+// in the time of one call means the connection is not settling.
+const maxRevisionFollows = 3
+
+// followRotation decides whether an attempt the adapter refused because
+// the connection moved to a new config revision may be made again at that
+// revision, and returns the connection there with the reason, or nil. It
+// may when nothing was sent, no person approved the request (an approval
+// binds the revision it was given at: that stays invalidated), and the
+// mapping the call was authorized through is still the active one at the
+// new revision, the connection still approved: a rotation within the
+// declared credential scope, which the registry says by keeping the
+// mapping active. Policy decided on the mapping revision, which did not
+// change. A new grant binds the new revision.
+func (s *Server) followRotation(ctx context.Context, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt, p *prepared) (*registryv1.Connection, string) {
+	if att.GetError().GetSafeCode() != reasonConfigRevisionChanged || att.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED || req.GetApproval() != nil {
+		return nil, ""
+	}
+	conn, err := s.deps.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: p.connection.GetId()})
+	if err != nil || conn.GetConfigRevision() <= p.connection.GetConfigRevision() ||
+		conn.GetState() != registryv1.ConnectionState_CONNECTION_STATE_ACTIVE || conn.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_APPROVED {
+		return nil, ""
+	}
+	if _, err := s.deps.Registry.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{
+		Capability: req.GetCapability(), MappingId: p.mapping.GetId(), Revision: p.mapping.GetRevision(), ConnectionId: conn.GetId(),
+	}); err != nil {
+		return nil, ""
+	}
+	return conn, fmt.Sprintf("connection %s moved from config revision %d to %d (mapping %s r%d still active); attempting again at revision %d",
+		conn.GetId(), p.connection.GetConfigRevision(), conn.GetConfigRevision(), p.mapping.GetId(), p.mapping.GetRevision(), conn.GetConfigRevision())
+}
+
 // maxAutomaticRetries is how many further attempts one execution may make
 // on its own, when the capability's retry rule allows any.
 const maxAutomaticRetries = 1
@@ -62,6 +98,7 @@ func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req
 	if k := p.mapping.GetIdempotencyKeyField(); k != "" && p.target.GetKind() == registryv1.RemoteKind_REMOTE_KIND_TOOL {
 		remote.Fields[k] = structpb.NewStringValue(req.GetIntentId())
 	}
+	follows := 0
 	for {
 		var (
 			att  *orchestratorv1.Attempt
@@ -85,6 +122,19 @@ func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req
 		}
 		if code := att.GetError().GetSafeCode(); code == codeResponseLimitExceeded {
 			return s.fail(ctx, req, att)
+		}
+		if follows < maxRevisionFollows {
+			if conn, why := s.followRotation(ctx, req, att, p); conn != nil {
+				follows++
+				att.Resolution = joinResolution(att.GetResolution(), why)
+				att.EndTime = s.timestamp()
+				if req, err = s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
+					return nil, s.internal(ctx, "end the attempt refused at the old config revision", err)
+				}
+				p.connection = conn
+				s.emit(ctx, task.GetId(), req.GetId(), "request.revision_followed", why)
+				continue
+			}
 		}
 		next := s.afterFailure(ctx, task, req, att, p.capability, p.mapping, p.connection, retries)
 		switch next.action {

@@ -174,7 +174,8 @@ func (r *fakeRegistry) ResolveMapping(_ context.Context, in *registryv1.ResolveM
 func (r *fakeRegistry) GetConnection(_ context.Context, in *registryv1.GetConnectionRequest) (*registryv1.Connection, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return &registryv1.Connection{Id: in.GetId(), ConfigRevision: r.configRevision, State: registryv1.ConnectionState_CONNECTION_STATE_ACTIVE}, nil
+	return &registryv1.Connection{Id: in.GetId(), ConfigRevision: r.configRevision, State: registryv1.ConnectionState_CONNECTION_STATE_ACTIVE,
+		ReviewState: registryv1.ReviewState_REVIEW_STATE_APPROVED}, nil
 }
 
 func (r *fakeRegistry) GetMapping(_ context.Context, in *registryv1.GetMappingRequest) (*registryv1.Mapping, error) {

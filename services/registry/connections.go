@@ -132,9 +132,11 @@ func (s *Server) ListConnections(ctx context.Context, req *registryv1.ListConnec
 
 // UpdateConnection replaces a connection's configuration (when transport is
 // set) and its descriptive fields (display name, owner, sandbox: those that
-// are set). A different configuration digest creates a new config revision
-// and moves every active mapping of the connection to REVIEW_REQUIRED. The
-// update is a compare-and-set on expected_config_revision.
+// are set). A different configuration digest creates a new config revision;
+// it moves every active mapping of the connection to REVIEW_REQUIRED unless
+// it is a rotation within the declared credential scope
+// (rotationKeepsMappings). The update is a compare-and-set on
+// expected_config_revision.
 //
 // Without a transport the configuration is left as it is: only descriptive
 // fields change and no revision is created.
@@ -232,14 +234,18 @@ func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateCon
 }
 
 // reviseConfig makes next (with digest d) the connection's new config
-// revision, made by who, and sends every active mapping of the connection
-// back to review: they were reviewed against a configuration that no
-// longer exists. When what runs or is reached changed, the connection
-// itself is pending review again, proposed by who; a credential-only
-// change keeps its review state.
+// revision, made by who. When what runs or is reached changed, the
+// connection itself is pending review again, proposed by who; a
+// credential-only change keeps its review state. Active mappings stay
+// active only through a rotation (see rotationKeepsMappings): anything else
+// sends them back to review, because they were reviewed against a
+// configuration whose meaning no longer holds. Approvals are bound to the
+// config revision either way, so the new revision invalidates every
+// approval given under the old one.
 func (s *Server) reviseConfig(u *ConnectionUpdate, next *registryv1.Connection, d, reason, who string, now *timestamppb.Timestamp) {
 	prev := u.Connection.GetConfigRevision()
 	rereview := reviewedConfigChanged(u.Connection, next)
+	keep := rotationKeepsMappings(u.Connection, next)
 	next.ConfigRevision = prev + 1
 	next.ConfigDigest = d
 	detail := fmt.Sprintf("config revision %d (%s) replaced revision %d", next.GetConfigRevision(), reason, prev)
@@ -248,11 +254,25 @@ func (s *Server) reviseConfig(u *ConnectionUpdate, next *registryv1.Connection, 
 		next.ProposedBy = who
 		detail += "; what runs or is reached changed, so the connection is pending review"
 	}
+	var kept []string
+	for _, m := range u.Mappings {
+		if m.GetState() == registryv1.MappingState_MAPPING_STATE_ACTIVE && keep {
+			kept = append(kept, m.GetId())
+		}
+	}
+	if keep {
+		detail += fmt.Sprintf("; the credential changed within its declared scope, so %d active mapping(s) stay active and approvals bound to revision %d are invalidated", len(kept), prev)
+	} else if !rereview && u.Connection.GetCredentialScope() != next.GetCredentialScope() {
+		detail += fmt.Sprintf("; the declared credential scope changed (%q to %q), so active mappings need review", u.Connection.GetCredentialScope(), next.GetCredentialScope())
+	}
 	u.Connection = next
 	u.Revision = configRevisionOf(next, reason, now)
 	u.Revision.CreatedBy = who
 	u.Revision.ReviewRequired = rereview
 	u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONFIG_REVISED, next.GetId(), "", "", detail))
+	if keep {
+		return
+	}
 	for _, m := range u.Mappings {
 		if m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
 			continue
@@ -264,6 +284,17 @@ func (s *Server) reviseConfig(u *ConnectionUpdate, next *registryv1.Connection, 
 		u.Events = append(u.Events, s.event(registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED,
 			next.GetId(), m.GetId(), "", m.GetStateReason()))
 	}
+}
+
+// rotationKeepsMappings reports whether the change from prev to next is a
+// credential rotation that keeps what its mappings were reviewed for: what
+// runs and is reached is unchanged, and so is the declared credential
+// scope. Only the credential's reference or version differ. A mapping's
+// meaning (which tool, what it may do with the caller's data) does not
+// depend on which copy of an equally scoped credential the server holds;
+// a broadened or narrowed scope does change it, and goes back to review.
+func rotationKeepsMappings(prev, next *registryv1.Connection) bool {
+	return !reviewedConfigChanged(prev, next) && prev.GetCredentialScope() == next.GetCredentialScope()
 }
 
 // RetireConnection retires a connection and its mappings. Everything that

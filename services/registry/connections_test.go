@@ -141,8 +141,11 @@ func TestUpdateConnection(t *testing.T) {
 		name         string
 		update       func(c *registryv1.Connection) *registryv1.UpdateConnectionRequest
 		wantRevision int64
-		wantCode     codes.Code
-		wantReason   string
+		// keepsMappings: the new revision is a rotation within the declared
+		// credential scope, so the active mapping stays active.
+		keepsMappings bool
+		wantCode      codes.Code
+		wantReason    string
 	}{
 		{
 			name: "display name, owner and sandbox only",
@@ -165,6 +168,38 @@ func TestUpdateConnection(t *testing.T) {
 			update: func(c *registryv1.Connection) *registryv1.UpdateConnectionRequest {
 				return &registryv1.UpdateConnectionRequest{Id: c.GetId(), ExpectedConfigRevision: 1, Transport: c.GetTransport(),
 					CredentialScope: c.GetCredentialScope(), CredentialRef: c.GetCredentialRef(), CredentialVersion: "2", Reason: "credential rotation"}
+			},
+			wantRevision: 2, keepsMappings: true,
+		},
+		{
+			name: "credential moved to another reference, same scope",
+			update: func(c *registryv1.Connection) *registryv1.UpdateConnectionRequest {
+				return &registryv1.UpdateConnectionRequest{Id: c.GetId(), ExpectedConfigRevision: 1, Transport: c.GetTransport(),
+					CredentialScope: c.GetCredentialScope(), CredentialRef: c.GetCredentialRef() + "-2", CredentialVersion: "1", Reason: "credential rotation"}
+			},
+			wantRevision: 2, keepsMappings: true,
+		},
+		{
+			name: "credential scope broadened",
+			update: func(c *registryv1.Connection) *registryv1.UpdateConnectionRequest {
+				return &registryv1.UpdateConnectionRequest{Id: c.GetId(), ExpectedConfigRevision: 1, Transport: c.GetTransport(),
+					CredentialScope: "read-write access to the synthetic library", CredentialRef: c.GetCredentialRef(), CredentialVersion: "2", Reason: "credential rotation"}
+			},
+			wantRevision: 2,
+		},
+		{
+			name: "credential scope dropped",
+			update: func(c *registryv1.Connection) *registryv1.UpdateConnectionRequest {
+				return &registryv1.UpdateConnectionRequest{Id: c.GetId(), ExpectedConfigRevision: 1, Transport: c.GetTransport(),
+					CredentialRef: c.GetCredentialRef(), CredentialVersion: "2"}
+			},
+			wantRevision: 2,
+		},
+		{
+			name: "image change with the same credential scope",
+			update: func(c *registryv1.Connection) *registryv1.UpdateConnectionRequest {
+				return &registryv1.UpdateConnectionRequest{Id: c.GetId(), ExpectedConfigRevision: 1, Transport: c.GetTransport(), ImageDigest: "sha256:" + strings.Repeat("b", 64),
+					CredentialScope: c.GetCredentialScope(), CredentialRef: c.GetCredentialRef(), CredentialVersion: "2"}
 			},
 			wantRevision: 2,
 		},
@@ -230,14 +265,19 @@ func TestUpdateConnection(t *testing.T) {
 				t.Errorf("latest revision record %v does not match connection %v", last, got)
 			}
 
-			// A new configuration sends the active mapping back to review.
+			// A rotation within the declared scope keeps the mapping in
+			// use; any other new configuration sends it back to review.
 			_, err = r.client.ResolveMapping(t.Context(), &registryv1.ResolveMappingRequest{Capability: m.GetCapability(), MappingId: m.GetId()})
-			if tt.wantRevision == 1 {
+			if tt.wantRevision == 1 || tt.keepsMappings {
 				if err != nil {
-					t.Errorf("mapping stopped resolving without a config change: %v", err)
+					t.Errorf("mapping stopped resolving: %v", err)
+				}
+				if tt.keepsMappings {
+					wantRevisedEvent(t, r.client, conn.GetId(), "stay active")
 				}
 				return
 			}
+			wantRevisedEvent(t, r.client, conn.GetId(), "replaced revision 1")
 			wantErr(t, err, codes.FailedPrecondition, "MAPPING_REVIEW_REQUIRED")
 			if !strings.Contains(err.Error(), "config revision 2") {
 				t.Errorf("error %q does not say what changed", err)

@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -214,4 +216,29 @@ func wantErr(t *testing.T, err error, code codes.Code, reason string) {
 // end to end.
 func allowAll(context.Context, *policyv1.AuthorizeActionRequest) (*policyv1.AuthorizeResponse, error) {
 	return &policyv1.AuthorizeResponse{Decision: policyv1.Decision_DECISION_ALLOW}, nil
+}
+
+// wantRevisedEvent reads the connection's first CONFIG_REVISED event and
+// checks that its detail says what happened to the mappings.
+func wantRevisedEvent(t *testing.T, c registryv1.RegistryServiceClient, connID, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	stream, err := c.WatchEvents(ctx, &registryv1.WatchEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("no CONFIG_REVISED event for %s: %v", connID, err)
+		}
+		if ev.GetType() != registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONFIG_REVISED || ev.GetConnectionId() != connID {
+			continue
+		}
+		if !strings.Contains(ev.GetDetail(), want) {
+			t.Errorf("CONFIG_REVISED detail %q does not say %q", ev.GetDetail(), want)
+		}
+		return
+	}
 }

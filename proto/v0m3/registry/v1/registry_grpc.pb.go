@@ -62,8 +62,11 @@ type RegistryServiceClient interface {
 	ListConnections(ctx context.Context, in *ListConnectionsRequest, opts ...grpc.CallOption) (*ListConnectionsResponse, error)
 	// UpdateConnection changes a connection's configuration. Any change to the
 	// transport, endpoint, executable, image or credential version creates a new
-	// config revision and moves the connection's active mappings to
-	// REVIEW_REQUIRED. A revision that changes what runs or is reached (the
+	// config revision, which invalidates approvals bound to the previous one.
+	// A rotation (only the credential reference or version changes, the
+	// declared credential_scope is kept) leaves the active mappings active;
+	// any other change moves them to REVIEW_REQUIRED. A revision that changes
+	// what runs or is reached (the
 	// transport: executable, arguments, environment, endpoint; the image or
 	// workload digest) also sends the connection itself back to review
 	// state PENDING; a credential-only change keeps its review state. It is a
@@ -344,8 +347,11 @@ type RegistryServiceServer interface {
 	ListConnections(context.Context, *ListConnectionsRequest) (*ListConnectionsResponse, error)
 	// UpdateConnection changes a connection's configuration. Any change to the
 	// transport, endpoint, executable, image or credential version creates a new
-	// config revision and moves the connection's active mappings to
-	// REVIEW_REQUIRED. A revision that changes what runs or is reached (the
+	// config revision, which invalidates approvals bound to the previous one.
+	// A rotation (only the credential reference or version changes, the
+	// declared credential_scope is kept) leaves the active mappings active;
+	// any other change moves them to REVIEW_REQUIRED. A revision that changes
+	// what runs or is reached (the
 	// transport: executable, arguments, environment, endpoint; the image or
 	// workload digest) also sends the connection itself back to review
 	// state PENDING; a credential-only change keeps its review state. It is a

@@ -1,0 +1,157 @@
+package e2e_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/testkit"
+	"github.com/v0m3/v0m3/services/scenario"
+)
+
+// TestRotationWithinScope rotates a connection's credential through the
+// registry, keeping its declared scope, while an approval waits: the
+// approval bound to the old config revision is refused naming the
+// credentials binding and renders nothing, the mapping stays active, and
+// a governed call submitted after the rotation is approved and executes
+// on the new revision without anyone reviewing the mapping again. A second
+// rotation that broadens the declared scope sends the mapping to review.
+func TestRotationWithinScope(t *testing.T) {
+	t.Parallel()
+	s := startSuite(t, t.TempDir())
+	c := stackOf(s)
+	env := connectRenderer(t, c)
+	task := startPreviewTask(t, c).GetTask().GetId()
+	dir := testkit.WritableDir(t)
+	rotate := func(rev int64, scope, token string) (*registryv1.Connection, error) {
+		t.Helper()
+		path := filepath.Join(dir, token)
+		if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return s.Registry.UpdateConnection(c.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
+			Id: env.conn.GetId(), ExpectedConfigRevision: rev, Transport: env.conn.GetTransport(),
+			CredentialScope: scope, CredentialRef: "file:" + path, CredentialVersion: token, Reason: "credential rotation",
+		})
+	}
+	mappingState := func() registryv1.MappingState {
+		t.Helper()
+		m, err := s.Registry.GetMapping(c.as(scenario.Integrator), &registryv1.GetMappingRequest{Id: env.mapping.GetId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.GetState()
+	}
+
+	waiting := submitPreview(t, c, task, "call-before")
+	rotated, err := rotate(env.conn.GetConfigRevision(), env.conn.GetCredentialScope(), "token-2")
+	if err != nil {
+		t.Fatalf("rotate within scope: %v", err)
+	}
+	if rotated.GetConfigRevision() != env.conn.GetConfigRevision()+1 || rotated.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_APPROVED {
+		t.Fatalf("after rotation: revision %d %v; want a new revision, still approved", rotated.GetConfigRevision(), rotated.GetReviewState())
+	}
+
+	_, err = approve(c, waiting.GetId(), documentDigest)
+	if !apierror.Is(err, codes.FailedPrecondition, "APPROVAL_INVALIDATED") || apierror.Info(err).GetMetadata()["binding"] != "credentials" {
+		t.Fatalf("approving a request reviewed under the old revision: %v; want APPROVAL_INVALIDATED naming credentials", err)
+	}
+	if n := env.renders(t); n != 0 {
+		t.Fatalf("an invalidated approval rendered %d times", n)
+	}
+	if st := mappingState(); st != registryv1.MappingState_MAPPING_STATE_ACTIVE {
+		t.Fatalf("mapping after a rotation within scope is %v, want ACTIVE", st)
+	}
+
+	after := submitPreview(t, c, task, "call-after")
+	done, err := approve(c, after.GetId(), documentDigest)
+	if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		t.Fatalf("governed call after the rotation: %v, %v; want EXECUTED", done.GetState(), err)
+	}
+	if n := env.renders(t); n != 1 {
+		t.Errorf("renders after the rotation = %d, want 1", n)
+	}
+
+	broadened, err := rotate(rotated.GetConfigRevision(), "local renderer; may publish previews", "token-3")
+	if err != nil {
+		t.Fatalf("rotate with a broader scope: %v", err)
+	}
+	if st := mappingState(); st != registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED {
+		t.Fatalf("mapping after the declared scope changed is %v, want REVIEW_REQUIRED", st)
+	}
+	r, err := s.Orchestrator.SubmitToolRequest(c.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+		TaskId: task, ProviderCallId: "call-broadened", Capability: renderPreview, Arguments: after.GetArguments(), DocumentDigest: documentDigest,
+	})
+	if !apierror.Is(err, codes.FailedPrecondition, "MAPPING_REVIEW_REQUIRED") {
+		t.Errorf("submit at revision %d after a scope change = %v, %v; want MAPPING_REVIEW_REQUIRED", broadened.GetConfigRevision(), r.GetState(), err)
+	}
+	if n := env.renders(t); n != 1 {
+		t.Errorf("renders after the scope change = %d, want still 1", n)
+	}
+}
+
+// TestGovernedReadsContinueThroughRotations makes governed retrievals
+// through the orchestrator without pause while the connection's credential
+// is rotated, within its declared scope, again and again: no read fails,
+// and the mapping is active throughout.
+func TestGovernedReadsContinueThroughRotations(t *testing.T) {
+	t.Parallel()
+	w := newHTTPWorld(t)
+	task := w.startTask()
+	dir := testkit.WritableDir(t)
+
+	stop := make(chan struct{})
+	type result struct{ ok, failed int }
+	done := make(chan result)
+	go func() {
+		var r result
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- r
+				return
+			default:
+			}
+			got, err := w.retrieve(task, fmt.Sprintf("call-%d", i))
+			if err != nil || got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+				r.failed++
+				t.Errorf("read %d during rotation: %v %v (%s)", i, got.GetState(), err, got.GetRefusalDetail())
+				continue
+			}
+			r.ok++
+		}
+	}()
+
+	conn := w.conn
+	const rotations = 6
+	for i := range rotations {
+		path := filepath.Join(dir, fmt.Sprintf("token-%d", i))
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("token-%d\n", i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		conn, err = w.s.Registry.UpdateConnection(w.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
+			Id: conn.GetId(), ExpectedConfigRevision: conn.GetConfigRevision(), Transport: conn.GetTransport(),
+			CredentialScope: conn.GetCredentialScope(), CredentialRef: "file:" + path, CredentialVersion: fmt.Sprint(i), Reason: "credential rotation",
+		})
+		if err != nil {
+			t.Fatalf("rotation %d: %v", i, err)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	close(stop)
+	r := <-done
+	if r.failed != 0 || r.ok < rotations {
+		t.Errorf("%d reads succeeded and %d failed across %d rotations; want none failed", r.ok, r.failed, rotations)
+	}
+	if st := w.mappingNow().GetState(); st != registryv1.MappingState_MAPPING_STATE_ACTIVE {
+		t.Errorf("mapping after %d rotations is %v, want ACTIVE", rotations, st)
+	}
+}
