@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 )
@@ -272,13 +271,6 @@ func toStruct(v any) (*structpb.Struct, error) {
 // server and describe it: a peer the access table admitted, or a person
 // whom policy grants connection.discover.
 func (s *Server) mayDiscover(ctx context.Context, connectionID string) error {
-	c, ok := identity.CallerFrom(ctx)
-	if ok && c.Kind == identity.KindService {
-		return nil
-	}
-	if s.deps.Policy == nil {
-		return apierror.New(codes.FailedPrecondition, "AUTHORIZATION_NOT_CONFIGURED", "the adapter has no policy service to decide who may discover", nil)
-	}
 	_, err := authz.Remote(s.deps.Policy).Require(ctx, authz.ConnectionDiscover, authz.Resource{Type: "connection", ID: connectionID}, nil)
 	return err
 }

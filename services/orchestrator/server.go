@@ -98,9 +98,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{st: st, deps: deps, log: log, now: now, notes: newNotifier(), ctx: ctx, cancel: cancel,
 		approvalTTL: deps.ApprovalTTL, attemptTimeout: deps.AttemptTimeout}
-	if deps.Policy != nil {
-		s.authz = authz.Remote(deps.Policy)
-	}
+	s.authz = authz.Remote(deps.Policy)
 	if s.approvalTTL <= 0 {
 		s.approvalTTL = DefaultApprovalTTL
 	}

@@ -41,7 +41,7 @@ var credentialRefPattern = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:\S+$`)
 // CreateConnection records a new local identity for one configured server,
 // at config revision 1 and review state PENDING.
 func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateConnectionRequest) (*registryv1.Connection, error) {
-	creator, err := s.require(ctx, authz.ConnectionCreate, authz.Resource{Type: "connection"}, map[string]string{"owner": req.GetOwner()})
+	creator, err := s.authz.Require(ctx, authz.ConnectionCreate, authz.Resource{Type: "connection"}, map[string]string{"owner": req.GetOwner()})
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (s *Server) ListConnections(ctx context.Context, req *registryv1.ListConnec
 // Without a transport the configuration is left as it is: only descriptive
 // fields change and no revision is created.
 func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateConnectionRequest) (*registryv1.Connection, error) {
-	changer, err := s.require(ctx, authz.ConnectionUpdate, authz.Resource{Type: "connection", ID: req.GetId()}, nil)
+	changer, err := s.authz.Require(ctx, authz.ConnectionUpdate, authz.Resource{Type: "connection", ID: req.GetId()}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +300,7 @@ func rotationKeepsMappings(prev, next *registryv1.Connection) bool {
 // RetireConnection retires a connection and its mappings. Everything that
 // refers to it stays readable. Retiring a retired connection changes nothing.
 func (s *Server) RetireConnection(ctx context.Context, req *registryv1.RetireConnectionRequest) (*registryv1.Connection, error) {
-	if _, err := s.require(ctx, authz.ConnectionRetire, authz.Resource{Type: "connection", ID: req.GetId()}, nil); err != nil {
+	if _, err := s.authz.Require(ctx, authz.ConnectionRetire, authz.Resource{Type: "connection", ID: req.GetId()}, nil); err != nil {
 		return nil, err
 	}
 	if req.GetId() == "" {

@@ -24,7 +24,7 @@ import (
 // Either way the proposal is PENDING_REVIEW and serves nothing until
 // reviewed.
 func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMappingRequest) (*registryv1.Mapping, error) {
-	proposer, err := s.require(ctx, authz.MappingPropose, authz.Resource{Type: "mapping", ID: req.GetMappingId()},
+	proposer, err := s.authz.Require(ctx, authz.MappingPropose, authz.Resource{Type: "mapping", ID: req.GetMappingId()},
 		map[string]string{"capability": req.GetCapability(), "connection_id": req.GetConnectionId()})
 	if err != nil {
 		return nil, err
@@ -274,7 +274,7 @@ func (s *Server) ReviewMapping(ctx context.Context, req *registryv1.ReviewMappin
 	}
 	// The revision reviewed must be the current one (checked again below);
 	// its proposer is who separation of duties compares the reviewer with.
-	reviewer, err := s.require(ctx, authz.MappingReview, authz.Resource{Type: "mapping", ID: cur.GetId()},
+	reviewer, err := s.authz.Require(ctx, authz.MappingReview, authz.Resource{Type: "mapping", ID: cur.GetId()},
 		map[string]string{"proposed_by": cur.GetProposedBy(), "capability": cur.GetCapability(), "connection_id": cur.GetConnectionId()})
 	if err != nil {
 		return nil, err

@@ -36,7 +36,7 @@ func (s *Server) ReviewConnection(ctx context.Context, req *registryv1.ReviewCon
 	// Separation of duties compares the reviewer with whoever proposed the
 	// configuration under review; the transaction below checks that it is
 	// still the one policy was asked about.
-	reviewer, err := s.require(ctx, authz.ConnectionReview, authz.Resource{Type: "connection", ID: cur.GetId()},
+	reviewer, err := s.authz.Require(ctx, authz.ConnectionReview, authz.Resource{Type: "connection", ID: cur.GetId()},
 		map[string]string{"proposed_by": cur.GetProposedBy(), "created_by": cur.GetCreatedBy(), "owner": cur.GetOwner()})
 	if err != nil {
 		return nil, err

@@ -41,8 +41,12 @@ const (
 // AuthorizeAction, remote or in process).
 type Decider func(ctx context.Context, req *policyv1.AuthorizeActionRequest) (*policyv1.AuthorizeResponse, error)
 
-// Remote returns a Decider asking the policy service over gRPC.
+// Remote returns a Decider asking the policy service over gRPC; nil for a
+// nil client.
 func Remote(c policyv1.PolicyServiceClient) Decider {
+	if c == nil {
+		return nil
+	}
 	return func(ctx context.Context, req *policyv1.AuthorizeActionRequest) (*policyv1.AuthorizeResponse, error) {
 		return c.AuthorizeAction(ctx, req)
 	}
@@ -84,7 +88,8 @@ func (r *Refusal) Err() error {
 // Check returns the authenticated caller of ctx when it may take action on
 // res, a *Refusal when policy says no, and another error when the question
 // could not be asked. A V0M3 service (a peer the access table admitted) is
-// not a principal of these policies: the table already decided.
+// not a principal of these policies: the table already decided. A nil
+// Decider (no policy service configured) refuses every other caller.
 func (d Decider) Check(ctx context.Context, action string, res Resource, attrs map[string]string) (identity.Caller, *Refusal, error) {
 	c, ok := identity.CallerFrom(ctx)
 	if !ok {
@@ -92,6 +97,10 @@ func (d Decider) Check(ctx context.Context, action string, res Resource, attrs m
 	}
 	if c.Kind == identity.KindService {
 		return c, nil, nil
+	}
+	if d == nil {
+		return c, nil, apierror.New(codes.FailedPrecondition, "AUTHORIZATION_NOT_CONFIGURED",
+			"no policy service is configured to decide what people and product services may do here", nil)
 	}
 	resp, err := d(ctx, &policyv1.AuthorizeActionRequest{
 		Principal: &policyv1.Principal{Id: c.ID, Groups: c.Groups}, Action: action,
