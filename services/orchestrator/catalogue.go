@@ -59,7 +59,7 @@ func (s *Server) compileCatalogue(ctx context.Context, task *orchestratorv1.Task
 		}
 		// A handle is bound to the capability, not to one field, so one
 		// handle per source serves every handle field of the capability.
-		if len(capb.GetHandleFields()) > 0 {
+		if len(capb.GetHandles()) > 0 {
 			for _, src := range task.GetSourceScope() {
 				h, err := s.deps.Policy.MintHandle(ctx, &policyv1.MintHandleRequest{
 					TaskId:          task.GetId(),

@@ -80,9 +80,9 @@ func newFakeRegistry(t testing.TB) *fakeRegistry {
 	}
 	r.capabilities[capRetrieveAuthorizedSource] = &registryv1.Capability{
 		Name: capRetrieveAuthorizedSource, Revision: 1, EffectClass: registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL,
-		Description:  localRetrieveDescription,
-		HandleFields: []string{"source"},
-		RetryRule:    registryv1.RetryRule_RETRY_RULE_RETRY,
+		Description: localRetrieveDescription,
+		Handles:     []*registryv1.HandleField{{Field: "source", RefersTo: "source"}},
+		RetryRule:   registryv1.RetryRule_RETRY_RULE_RETRY,
 		InputSchema: mustStruct(t, map[string]any{
 			"type": "object",
 			"properties": map[string]any{

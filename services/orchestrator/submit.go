@@ -174,7 +174,8 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	// e. Handles resolve against this task, requester, capability and
 	// mapping revision, or the request stops here.
 	var decisions []*policyv1.AuthorizeResponse
-	for _, field := range p.capability.GetHandleFields() {
+	for _, hf := range p.capability.GetHandles() {
+		field := hf.GetField()
 		v, ok := p.normalized[field]
 		if !ok {
 			continue

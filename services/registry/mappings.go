@@ -215,10 +215,11 @@ func validateBindings(req *registryv1.ProposeMappingRequest, cp *registryv1.Capa
 			add(at+".product_field", fmt.Sprintf("product field %q is not in the input schema of capability %s (fields: %s)", pf, cp.GetName(), fieldList(productFields)))
 			continue
 		}
-		isHandle := slices.Contains(cp.GetHandleFields(), pf)
+		handleFields := handleFieldNames(cp)
+		isHandle := slices.Contains(handleFields, pf)
 		switch {
 		case b.GetFromHandle() && !isHandle:
-			add(at+".from_handle", fmt.Sprintf("product field %q is a value, not a handle; handle fields of %s: %s", pf, cp.GetName(), strings.Join(cp.GetHandleFields(), ", ")))
+			add(at+".from_handle", fmt.Sprintf("product field %q is a value, not a handle; handle fields of %s: %s", pf, cp.GetName(), strings.Join(handleFields, ", ")))
 		case !b.GetFromHandle() && isHandle:
 			add(at+".from_handle", fmt.Sprintf("product field %q carries a handle; set from_handle so the remote receives the handle's resolved target, never the handle itself", pf))
 		}

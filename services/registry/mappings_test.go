@@ -46,7 +46,7 @@ func TestCapabilities(t *testing.T) {
 		}
 		slices.Sort(fields)
 		if c.GetRevision() != 1 || c.GetEffectClass() != w.effect || c.GetRetryRule() != w.retry ||
-			!slices.Equal(c.GetHandleFields(), w.handles) || !slices.Equal(fields, w.fields) ||
+			!slices.Equal(registry.HandleFieldNames(c), w.handles) || !slices.Equal(fields, w.fields) ||
 			schema["additionalProperties"] != false || c.GetDescription() == "" || c.GetRecoveryLimits() == "" {
 			t.Errorf("capability %s = %v", c.GetName(), c)
 		}

@@ -25,7 +25,9 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// TaskKind is what a task is for; the planner derives its needs from it.
+// TaskKind names one of the seed's default task profiles. Deprecated:
+// set StartTaskRequest.profile; a kind is read as the profile of the same
+// name in lower snake case (TASK_KIND_SOURCE_REVIEW is "source_review").
 type TaskKind int32
 
 const (
@@ -354,7 +356,7 @@ type Task struct {
 	Requester *v1.Principal `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"`
 	// Purpose in words.
 	Purpose string `protobuf:"bytes,3,opt,name=purpose,proto3" json:"purpose,omitempty"`
-	// Kind.
+	// Deprecated: see profile. Kept as given for tasks started with a kind.
 	Kind TaskKind `protobuf:"varint,4,opt,name=kind,proto3,enum=v0m3.orchestrator.v1.TaskKind" json:"kind,omitempty"`
 	// Sources the task may read.
 	SourceScope []*SourceRef `protobuf:"bytes,5,rep,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
@@ -372,9 +374,13 @@ type Task struct {
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Output only. The authenticated caller who started the task for the
 	// requester (delegation); empty when the requester started it.
-	Actor         string `protobuf:"bytes,12,opt,name=actor,proto3" json:"actor,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Actor string `protobuf:"bytes,12,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Output only. The task profile it was started with.
+	Profile string `protobuf:"bytes,13,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Output only. The profile revision the plan was derived from.
+	ProfileRevision int64 `protobuf:"varint,14,opt,name=profile_revision,json=profileRevision,proto3" json:"profile_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -489,6 +495,20 @@ func (x *Task) GetActor() string {
 		return x.Actor
 	}
 	return ""
+}
+
+func (x *Task) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *Task) GetProfileRevision() int64 {
+	if x != nil {
+		return x.ProfileRevision
+	}
+	return 0
 }
 
 // HandleOffer is a handle in the catalogue.
@@ -732,7 +752,7 @@ func (x *OfferedCatalogue) GetCompileTime() *timestamppb.Timestamp {
 // caller, never a field of this message.
 type StartTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Kind.
+	// Deprecated: use profile. Read as the default profile of the same name.
 	Kind TaskKind `protobuf:"varint,2,opt,name=kind,proto3,enum=v0m3.orchestrator.v1.TaskKind" json:"kind,omitempty"`
 	// Purpose in words.
 	Purpose string `protobuf:"bytes,3,opt,name=purpose,proto3" json:"purpose,omitempty"`
@@ -744,7 +764,12 @@ type StartTaskRequest struct {
 	// only where policy grants the caller delegation (action
 	// "task.act_for"); the task then records both: the user as requester and
 	// the caller as actor.
-	OnBehalfOf    *v1.Principal `protobuf:"bytes,6,opt,name=on_behalf_of,json=onBehalfOf,proto3" json:"on_behalf_of,omitempty"`
+	OnBehalfOf *v1.Principal `protobuf:"bytes,6,opt,name=on_behalf_of,json=onBehalfOf,proto3" json:"on_behalf_of,omitempty"`
+	// Required (or kind). The task profile, e.g. "source_review": the
+	// planner derives the task's needed capabilities, purpose and default
+	// budget from its current revision. A deprecated or unknown profile
+	// fails.
+	Profile       string `protobuf:"bytes,7,opt,name=profile,proto3" json:"profile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -812,6 +837,13 @@ func (x *StartTaskRequest) GetOnBehalfOf() *v1.Principal {
 		return x.OnBehalfOf
 	}
 	return nil
+}
+
+func (x *StartTaskRequest) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
 }
 
 // StartTaskResponse is a started task and its catalogue.
@@ -2297,7 +2329,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"'v0m3/orchestrator/v1/orchestrator.proto\x12\x14v0m3.orchestrator.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dv0m3/adapter/v1/adapter.proto\x1a\x1bv0m3/policy/v1/policy.proto\"3\n" +
 	"\tSourceRef\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x14\n" +
-	"\x05title\x18\x02 \x01(\tR\x05title\"\xa4\x04\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\"\xe9\x04\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\trequester\x18\x02 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\trequester\x12\x18\n" +
@@ -2315,7 +2347,9 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x14\n" +
-	"\x05actor\x18\f \x01(\tR\x05actor\"x\n" +
+	"\x05actor\x18\f \x01(\tR\x05actor\x12\x18\n" +
+	"\aprofile\x18\r \x01(\tR\aprofile\x12)\n" +
+	"\x10profile_revision\x18\x0e \x01(\x03R\x0fprofileRevision\"x\n" +
 	"\vHandleOffer\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12;\n" +
@@ -2336,14 +2370,15 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"considered\x18\x03 \x03(\v2%.v0m3.policy.v1.CapabilityEligibilityR\n" +
 	"considered\x12'\n" +
 	"\x0fpolicy_revision\x18\x04 \x01(\tR\x0epolicyRevision\x12=\n" +
-	"\fcompile_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompileTime\"\x9d\x02\n" +
+	"\fcompile_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompileTime\"\xb7\x02\n" +
 	"\x10StartTaskRequest\x122\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.v0m3.orchestrator.v1.TaskKindR\x04kind\x12\x18\n" +
 	"\apurpose\x18\x03 \x01(\tR\apurpose\x12B\n" +
 	"\fsource_scope\x18\x04 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\vsourceScope\x12)\n" +
 	"\x10evidence_present\x18\x05 \x01(\bR\x0fevidencePresent\x12;\n" +
 	"\fon_behalf_of\x18\x06 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\n" +
-	"onBehalfOfJ\x04\b\x01\x10\x02R\trequester\"\x89\x01\n" +
+	"onBehalfOf\x12\x18\n" +
+	"\aprofile\x18\a \x01(\tR\aprofileJ\x04\b\x01\x10\x02R\trequester\"\x89\x01\n" +
 	"\x11StartTaskResponse\x12.\n" +
 	"\x04task\x18\x01 \x01(\v2\x1a.v0m3.orchestrator.v1.TaskR\x04task\x12D\n" +
 	"\tcatalogue\x18\x02 \x01(\v2&.v0m3.orchestrator.v1.OfferedCatalogueR\tcatalogue\" \n" +

@@ -759,7 +759,10 @@ type RegisterTaskRequest struct {
 	Requester string `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"`
 	// The targets (e.g. resource URIs) the task may read; handles are minted
 	// only for these. Duplicates fail; empty means no handle can be minted.
-	SourceScope   []string `protobuf:"bytes,3,rep,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
+	SourceScope []string `protobuf:"bytes,3,rep,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
+	// The task's budget limits from its profile; a dimension left 0 takes
+	// policy's configured task default, and no dimension may exceed it.
+	Budget        *v1.TaskBudget `protobuf:"bytes,4,opt,name=budget,proto3" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -815,6 +818,13 @@ func (x *RegisterTaskRequest) GetSourceScope() []string {
 	return nil
 }
 
+func (x *RegisterTaskRequest) GetBudget() *v1.TaskBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
 // TaskScope is what policy knows of a task: whom it serves and which
 // targets it may reach. Immutable once registered.
 type TaskScope struct {
@@ -826,7 +836,9 @@ type TaskScope struct {
 	// Targets in scope, sorted.
 	SourceScope []string `protobuf:"bytes,3,rep,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
 	// When it was registered.
-	RegisterTime  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=register_time,json=registerTime,proto3" json:"register_time,omitempty"`
+	RegisterTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=register_time,json=registerTime,proto3" json:"register_time,omitempty"`
+	// The task's budget limits as registered.
+	Budget        *v1.TaskBudget `protobuf:"bytes,5,opt,name=budget,proto3" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -885,6 +897,13 @@ func (x *TaskScope) GetSourceScope() []string {
 func (x *TaskScope) GetRegisterTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.RegisterTime
+	}
+	return nil
+}
+
+func (x *TaskScope) GetBudget() *v1.TaskBudget {
+	if x != nil {
+		return x.Budget
 	}
 	return nil
 }
@@ -1990,16 +2009,18 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\areasons\x18\x02 \x03(\tR\areasons\x12'\n" +
 	"\x0fpolicy_revision\x18\x03 \x01(\tR\x0epolicyRevision\x12+\n" +
 	"\x11approval_required\x18\x04 \x01(\bR\x10approvalRequired\x12%\n" +
-	"\x0erefusal_reason\x18\x05 \x01(\tR\rrefusalReason\"o\n" +
+	"\x0erefusal_reason\x18\x05 \x01(\tR\rrefusalReason\"\xa5\x01\n" +
 	"\x13RegisterTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\tR\trequester\x12!\n" +
-	"\fsource_scope\x18\x03 \x03(\tR\vsourceScope\"\xa6\x01\n" +
+	"\fsource_scope\x18\x03 \x03(\tR\vsourceScope\x124\n" +
+	"\x06budget\x18\x04 \x01(\v2\x1c.v0m3.registry.v1.TaskBudgetR\x06budget\"\xdc\x01\n" +
 	"\tTaskScope\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\tR\trequester\x12!\n" +
 	"\fsource_scope\x18\x03 \x03(\tR\vsourceScope\x12?\n" +
-	"\rregister_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisterTime\"\x8f\x02\n" +
+	"\rregister_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisterTime\x124\n" +
+	"\x06budget\x18\x05 \x01(\v2\x1c.v0m3.registry.v1.TaskBudgetR\x06budget\"\x8f\x02\n" +
 	"\x11MintHandleRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\tR\trequester\x12\x1e\n" +
@@ -2171,8 +2192,9 @@ var file_v0m3_policy_v1_policy_proto_goTypes = []any{
 	(*PolicyRevision)(nil),                // 25: v0m3.policy.v1.PolicyRevision
 	nil,                                   // 26: v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
 	(v1.EffectClass)(0),                   // 27: v0m3.registry.v1.EffectClass
-	(*timestamppb.Timestamp)(nil),         // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 29: google.protobuf.Duration
+	(*v1.TaskBudget)(nil),                 // 28: v0m3.registry.v1.TaskBudget
+	(*timestamppb.Timestamp)(nil),         // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 30: google.protobuf.Duration
 }
 var file_v0m3_policy_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: v0m3.policy.v1.CapabilityEligibility.stage:type_name -> v0m3.policy.v1.EligibilityStage
@@ -2183,47 +2205,49 @@ var file_v0m3_policy_v1_policy_proto_depIdxs = []int32{
 	4,  // 5: v0m3.policy.v1.AuthorizeRequest.principal:type_name -> v0m3.policy.v1.Principal
 	27, // 6: v0m3.policy.v1.AuthorizeRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
 	2,  // 7: v0m3.policy.v1.AuthorizeResponse.decision:type_name -> v0m3.policy.v1.Decision
-	28, // 8: v0m3.policy.v1.TaskScope.register_time:type_name -> google.protobuf.Timestamp
-	29, // 9: v0m3.policy.v1.MintHandleRequest.ttl:type_name -> google.protobuf.Duration
-	28, // 10: v0m3.policy.v1.Handle.expire_time:type_name -> google.protobuf.Timestamp
-	28, // 11: v0m3.policy.v1.HandleBinding.expire_time:type_name -> google.protobuf.Timestamp
-	4,  // 12: v0m3.policy.v1.ResolveHandleRequest.requester:type_name -> v0m3.policy.v1.Principal
-	27, // 13: v0m3.policy.v1.ResolveHandleRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	14, // 14: v0m3.policy.v1.ResolveHandleResponse.binding:type_name -> v0m3.policy.v1.HandleBinding
-	9,  // 15: v0m3.policy.v1.ResolveHandleResponse.authorization:type_name -> v0m3.policy.v1.AuthorizeResponse
-	17, // 16: v0m3.policy.v1.ChargeResponse.task:type_name -> v0m3.policy.v1.Budget
-	17, // 17: v0m3.policy.v1.ChargeResponse.requester:type_name -> v0m3.policy.v1.Budget
-	3,  // 18: v0m3.policy.v1.ReportConnectionHealthRequest.state:type_name -> v0m3.policy.v1.HealthState
-	3,  // 19: v0m3.policy.v1.ConnectionHealth.state:type_name -> v0m3.policy.v1.HealthState
-	28, // 20: v0m3.policy.v1.ConnectionHealth.report_time:type_name -> google.protobuf.Timestamp
-	4,  // 21: v0m3.policy.v1.AuthorizeActionRequest.principal:type_name -> v0m3.policy.v1.Principal
-	26, // 22: v0m3.policy.v1.AuthorizeActionRequest.attributes:type_name -> v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
-	28, // 23: v0m3.policy.v1.PolicyRevision.load_time:type_name -> google.protobuf.Timestamp
-	6,  // 24: v0m3.policy.v1.PolicyService.Eligible:input_type -> v0m3.policy.v1.EligibleRequest
-	8,  // 25: v0m3.policy.v1.PolicyService.Authorize:input_type -> v0m3.policy.v1.AuthorizeRequest
-	10, // 26: v0m3.policy.v1.PolicyService.RegisterTask:input_type -> v0m3.policy.v1.RegisterTaskRequest
-	12, // 27: v0m3.policy.v1.PolicyService.MintHandle:input_type -> v0m3.policy.v1.MintHandleRequest
-	15, // 28: v0m3.policy.v1.PolicyService.ResolveHandle:input_type -> v0m3.policy.v1.ResolveHandleRequest
-	18, // 29: v0m3.policy.v1.PolicyService.Charge:input_type -> v0m3.policy.v1.ChargeRequest
-	20, // 30: v0m3.policy.v1.PolicyService.ReportConnectionHealth:input_type -> v0m3.policy.v1.ReportConnectionHealthRequest
-	22, // 31: v0m3.policy.v1.PolicyService.GetPolicyRevision:input_type -> v0m3.policy.v1.GetPolicyRevisionRequest
-	23, // 32: v0m3.policy.v1.PolicyService.AuthorizeAction:input_type -> v0m3.policy.v1.AuthorizeActionRequest
-	24, // 33: v0m3.policy.v1.PolicyService.ReloadPolicy:input_type -> v0m3.policy.v1.ReloadPolicyRequest
-	7,  // 34: v0m3.policy.v1.PolicyService.Eligible:output_type -> v0m3.policy.v1.EligibleResponse
-	9,  // 35: v0m3.policy.v1.PolicyService.Authorize:output_type -> v0m3.policy.v1.AuthorizeResponse
-	11, // 36: v0m3.policy.v1.PolicyService.RegisterTask:output_type -> v0m3.policy.v1.TaskScope
-	13, // 37: v0m3.policy.v1.PolicyService.MintHandle:output_type -> v0m3.policy.v1.Handle
-	16, // 38: v0m3.policy.v1.PolicyService.ResolveHandle:output_type -> v0m3.policy.v1.ResolveHandleResponse
-	19, // 39: v0m3.policy.v1.PolicyService.Charge:output_type -> v0m3.policy.v1.ChargeResponse
-	21, // 40: v0m3.policy.v1.PolicyService.ReportConnectionHealth:output_type -> v0m3.policy.v1.ConnectionHealth
-	25, // 41: v0m3.policy.v1.PolicyService.GetPolicyRevision:output_type -> v0m3.policy.v1.PolicyRevision
-	9,  // 42: v0m3.policy.v1.PolicyService.AuthorizeAction:output_type -> v0m3.policy.v1.AuthorizeResponse
-	25, // 43: v0m3.policy.v1.PolicyService.ReloadPolicy:output_type -> v0m3.policy.v1.PolicyRevision
-	34, // [34:44] is the sub-list for method output_type
-	24, // [24:34] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	28, // 8: v0m3.policy.v1.RegisterTaskRequest.budget:type_name -> v0m3.registry.v1.TaskBudget
+	29, // 9: v0m3.policy.v1.TaskScope.register_time:type_name -> google.protobuf.Timestamp
+	28, // 10: v0m3.policy.v1.TaskScope.budget:type_name -> v0m3.registry.v1.TaskBudget
+	30, // 11: v0m3.policy.v1.MintHandleRequest.ttl:type_name -> google.protobuf.Duration
+	29, // 12: v0m3.policy.v1.Handle.expire_time:type_name -> google.protobuf.Timestamp
+	29, // 13: v0m3.policy.v1.HandleBinding.expire_time:type_name -> google.protobuf.Timestamp
+	4,  // 14: v0m3.policy.v1.ResolveHandleRequest.requester:type_name -> v0m3.policy.v1.Principal
+	27, // 15: v0m3.policy.v1.ResolveHandleRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	14, // 16: v0m3.policy.v1.ResolveHandleResponse.binding:type_name -> v0m3.policy.v1.HandleBinding
+	9,  // 17: v0m3.policy.v1.ResolveHandleResponse.authorization:type_name -> v0m3.policy.v1.AuthorizeResponse
+	17, // 18: v0m3.policy.v1.ChargeResponse.task:type_name -> v0m3.policy.v1.Budget
+	17, // 19: v0m3.policy.v1.ChargeResponse.requester:type_name -> v0m3.policy.v1.Budget
+	3,  // 20: v0m3.policy.v1.ReportConnectionHealthRequest.state:type_name -> v0m3.policy.v1.HealthState
+	3,  // 21: v0m3.policy.v1.ConnectionHealth.state:type_name -> v0m3.policy.v1.HealthState
+	29, // 22: v0m3.policy.v1.ConnectionHealth.report_time:type_name -> google.protobuf.Timestamp
+	4,  // 23: v0m3.policy.v1.AuthorizeActionRequest.principal:type_name -> v0m3.policy.v1.Principal
+	26, // 24: v0m3.policy.v1.AuthorizeActionRequest.attributes:type_name -> v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
+	29, // 25: v0m3.policy.v1.PolicyRevision.load_time:type_name -> google.protobuf.Timestamp
+	6,  // 26: v0m3.policy.v1.PolicyService.Eligible:input_type -> v0m3.policy.v1.EligibleRequest
+	8,  // 27: v0m3.policy.v1.PolicyService.Authorize:input_type -> v0m3.policy.v1.AuthorizeRequest
+	10, // 28: v0m3.policy.v1.PolicyService.RegisterTask:input_type -> v0m3.policy.v1.RegisterTaskRequest
+	12, // 29: v0m3.policy.v1.PolicyService.MintHandle:input_type -> v0m3.policy.v1.MintHandleRequest
+	15, // 30: v0m3.policy.v1.PolicyService.ResolveHandle:input_type -> v0m3.policy.v1.ResolveHandleRequest
+	18, // 31: v0m3.policy.v1.PolicyService.Charge:input_type -> v0m3.policy.v1.ChargeRequest
+	20, // 32: v0m3.policy.v1.PolicyService.ReportConnectionHealth:input_type -> v0m3.policy.v1.ReportConnectionHealthRequest
+	22, // 33: v0m3.policy.v1.PolicyService.GetPolicyRevision:input_type -> v0m3.policy.v1.GetPolicyRevisionRequest
+	23, // 34: v0m3.policy.v1.PolicyService.AuthorizeAction:input_type -> v0m3.policy.v1.AuthorizeActionRequest
+	24, // 35: v0m3.policy.v1.PolicyService.ReloadPolicy:input_type -> v0m3.policy.v1.ReloadPolicyRequest
+	7,  // 36: v0m3.policy.v1.PolicyService.Eligible:output_type -> v0m3.policy.v1.EligibleResponse
+	9,  // 37: v0m3.policy.v1.PolicyService.Authorize:output_type -> v0m3.policy.v1.AuthorizeResponse
+	11, // 38: v0m3.policy.v1.PolicyService.RegisterTask:output_type -> v0m3.policy.v1.TaskScope
+	13, // 39: v0m3.policy.v1.PolicyService.MintHandle:output_type -> v0m3.policy.v1.Handle
+	16, // 40: v0m3.policy.v1.PolicyService.ResolveHandle:output_type -> v0m3.policy.v1.ResolveHandleResponse
+	19, // 41: v0m3.policy.v1.PolicyService.Charge:output_type -> v0m3.policy.v1.ChargeResponse
+	21, // 42: v0m3.policy.v1.PolicyService.ReportConnectionHealth:output_type -> v0m3.policy.v1.ConnectionHealth
+	25, // 43: v0m3.policy.v1.PolicyService.GetPolicyRevision:output_type -> v0m3.policy.v1.PolicyRevision
+	9,  // 44: v0m3.policy.v1.PolicyService.AuthorizeAction:output_type -> v0m3.policy.v1.AuthorizeResponse
+	25, // 45: v0m3.policy.v1.PolicyService.ReloadPolicy:output_type -> v0m3.policy.v1.PolicyRevision
+	36, // [36:46] is the sub-list for method output_type
+	26, // [26:36] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_policy_v1_policy_proto_init() }

@@ -477,6 +477,236 @@ func (RetryRule) EnumDescriptor() ([]byte, []int) {
 	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
 }
 
+// ResultKind says what a capability's successful result becomes in V0M3.
+type ResultKind int32
+
+const (
+	// Not set: derived from the effect class (retrieval: source observation;
+	// local transformation: artifact; external effect: receipt).
+	ResultKind_RESULT_KIND_UNSPECIFIED ResultKind = 0
+	// Source observations: quoted passages attributed to a source identity
+	// (see Mapping.provenance), each content digest a source revision.
+	ResultKind_RESULT_KIND_SOURCE_OBSERVATION ResultKind = 1
+	// A local artifact with a receipt binding its digest.
+	ResultKind_RESULT_KIND_ARTIFACT ResultKind = 2
+	// A receipt that an external effect happened.
+	ResultKind_RESULT_KIND_RECEIPT ResultKind = 3
+	// Structured data from a tool, recorded as an observation of the tool
+	// call and returned as quoted data, never as instructions.
+	ResultKind_RESULT_KIND_DATA ResultKind = 4
+)
+
+// Enum value maps for ResultKind.
+var (
+	ResultKind_name = map[int32]string{
+		0: "RESULT_KIND_UNSPECIFIED",
+		1: "RESULT_KIND_SOURCE_OBSERVATION",
+		2: "RESULT_KIND_ARTIFACT",
+		3: "RESULT_KIND_RECEIPT",
+		4: "RESULT_KIND_DATA",
+	}
+	ResultKind_value = map[string]int32{
+		"RESULT_KIND_UNSPECIFIED":        0,
+		"RESULT_KIND_SOURCE_OBSERVATION": 1,
+		"RESULT_KIND_ARTIFACT":           2,
+		"RESULT_KIND_RECEIPT":            3,
+		"RESULT_KIND_DATA":               4,
+	}
+)
+
+func (x ResultKind) Enum() *ResultKind {
+	p := new(ResultKind)
+	*p = x
+	return p
+}
+
+func (x ResultKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ResultKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_registry_v1_registry_proto_enumTypes[8].Descriptor()
+}
+
+func (ResultKind) Type() protoreflect.EnumType {
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[8]
+}
+
+func (x ResultKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ResultKind.Descriptor instead.
+func (ResultKind) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+}
+
+// ApprovalRequirement says when a person must approve a request.
+type ApprovalRequirement int32
+
+const (
+	// Not set: by effect class (external effects always, others as policy
+	// decides).
+	ApprovalRequirement_APPROVAL_REQUIREMENT_UNSPECIFIED ApprovalRequirement = 0
+	// Workspace policy decides per request (Cedar).
+	ApprovalRequirement_APPROVAL_REQUIREMENT_POLICY ApprovalRequirement = 1
+	// Every request needs a person's approval of the exact consequence.
+	// External effects always have this requirement.
+	ApprovalRequirement_APPROVAL_REQUIREMENT_ALWAYS ApprovalRequirement = 2
+)
+
+// Enum value maps for ApprovalRequirement.
+var (
+	ApprovalRequirement_name = map[int32]string{
+		0: "APPROVAL_REQUIREMENT_UNSPECIFIED",
+		1: "APPROVAL_REQUIREMENT_POLICY",
+		2: "APPROVAL_REQUIREMENT_ALWAYS",
+	}
+	ApprovalRequirement_value = map[string]int32{
+		"APPROVAL_REQUIREMENT_UNSPECIFIED": 0,
+		"APPROVAL_REQUIREMENT_POLICY":      1,
+		"APPROVAL_REQUIREMENT_ALWAYS":      2,
+	}
+)
+
+func (x ApprovalRequirement) Enum() *ApprovalRequirement {
+	p := new(ApprovalRequirement)
+	*p = x
+	return p
+}
+
+func (x ApprovalRequirement) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApprovalRequirement) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_registry_v1_registry_proto_enumTypes[9].Descriptor()
+}
+
+func (ApprovalRequirement) Type() protoreflect.EnumType {
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[9]
+}
+
+func (x ApprovalRequirement) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApprovalRequirement.Descriptor instead.
+func (ApprovalRequirement) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
+}
+
+// DefinitionState is the lifecycle of a declared capability or profile.
+type DefinitionState int32
+
+const (
+	// Not set.
+	DefinitionState_DEFINITION_STATE_UNSPECIFIED DefinitionState = 0
+	// In force.
+	DefinitionState_DEFINITION_STATE_ACTIVE DefinitionState = 1
+	// Not offered to new tasks; kept readable.
+	DefinitionState_DEFINITION_STATE_DEPRECATED DefinitionState = 2
+)
+
+// Enum value maps for DefinitionState.
+var (
+	DefinitionState_name = map[int32]string{
+		0: "DEFINITION_STATE_UNSPECIFIED",
+		1: "DEFINITION_STATE_ACTIVE",
+		2: "DEFINITION_STATE_DEPRECATED",
+	}
+	DefinitionState_value = map[string]int32{
+		"DEFINITION_STATE_UNSPECIFIED": 0,
+		"DEFINITION_STATE_ACTIVE":      1,
+		"DEFINITION_STATE_DEPRECATED":  2,
+	}
+)
+
+func (x DefinitionState) Enum() *DefinitionState {
+	p := new(DefinitionState)
+	*p = x
+	return p
+}
+
+func (x DefinitionState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DefinitionState) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_registry_v1_registry_proto_enumTypes[10].Descriptor()
+}
+
+func (DefinitionState) Type() protoreflect.EnumType {
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[10]
+}
+
+func (x DefinitionState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DefinitionState.Descriptor instead.
+func (DefinitionState) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
+}
+
+// NeedCondition says when a profile needs a capability.
+type NeedCondition int32
+
+const (
+	// Not set: always.
+	NeedCondition_NEED_CONDITION_UNSPECIFIED NeedCondition = 0
+	// Always needed.
+	NeedCondition_NEED_CONDITION_ALWAYS NeedCondition = 1
+	// Needed only while the task has no evidence yet (the product says so
+	// with StartTask's evidence_present).
+	NeedCondition_NEED_CONDITION_EVIDENCE_ABSENT NeedCondition = 2
+	// Needed only once evidence is present.
+	NeedCondition_NEED_CONDITION_EVIDENCE_PRESENT NeedCondition = 3
+)
+
+// Enum value maps for NeedCondition.
+var (
+	NeedCondition_name = map[int32]string{
+		0: "NEED_CONDITION_UNSPECIFIED",
+		1: "NEED_CONDITION_ALWAYS",
+		2: "NEED_CONDITION_EVIDENCE_ABSENT",
+		3: "NEED_CONDITION_EVIDENCE_PRESENT",
+	}
+	NeedCondition_value = map[string]int32{
+		"NEED_CONDITION_UNSPECIFIED":      0,
+		"NEED_CONDITION_ALWAYS":           1,
+		"NEED_CONDITION_EVIDENCE_ABSENT":  2,
+		"NEED_CONDITION_EVIDENCE_PRESENT": 3,
+	}
+)
+
+func (x NeedCondition) Enum() *NeedCondition {
+	p := new(NeedCondition)
+	*p = x
+	return p
+}
+
+func (x NeedCondition) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NeedCondition) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_registry_v1_registry_proto_enumTypes[11].Descriptor()
+}
+
+func (NeedCondition) Type() protoreflect.EnumType {
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[11]
+}
+
+func (x NeedCondition) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NeedCondition.Descriptor instead.
+func (NeedCondition) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
+}
+
 // MappingState is the review state of a mapping revision.
 type MappingState int32
 
@@ -523,11 +753,11 @@ func (x MappingState) String() string {
 }
 
 func (MappingState) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[8].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[12].Descriptor()
 }
 
 func (MappingState) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[8]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[12]
 }
 
 func (x MappingState) Number() protoreflect.EnumNumber {
@@ -536,7 +766,7 @@ func (x MappingState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MappingState.Descriptor instead.
 func (MappingState) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
 }
 
 // RemoteKind says whether a mapping targets a tool or a resource.
@@ -576,11 +806,11 @@ func (x RemoteKind) String() string {
 }
 
 func (RemoteKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[9].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[13].Descriptor()
 }
 
 func (RemoteKind) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[9]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[13]
 }
 
 func (x RemoteKind) Number() protoreflect.EnumNumber {
@@ -589,7 +819,7 @@ func (x RemoteKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RemoteKind.Descriptor instead.
 func (RemoteKind) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
 // RegistryEventType classifies a registry event.
@@ -618,6 +848,12 @@ const (
 	RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_UPDATED RegistryEventType = 9
 	// Connection reviewed: approved or rejected (the detail says which).
 	RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED RegistryEventType = 10
+	// A capability was declared or revised (the detail names its revision).
+	RegistryEventType_REGISTRY_EVENT_TYPE_CAPABILITY_REVISED RegistryEventType = 11
+	// A capability was deprecated.
+	RegistryEventType_REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED RegistryEventType = 12
+	// A task profile was declared, revised or deprecated.
+	RegistryEventType_REGISTRY_EVENT_TYPE_PROFILE_REVISED RegistryEventType = 13
 )
 
 // Enum value maps for RegistryEventType.
@@ -634,6 +870,9 @@ var (
 		8:  "REGISTRY_EVENT_TYPE_MAPPING_RETIRED",
 		9:  "REGISTRY_EVENT_TYPE_CONNECTION_UPDATED",
 		10: "REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED",
+		11: "REGISTRY_EVENT_TYPE_CAPABILITY_REVISED",
+		12: "REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED",
+		13: "REGISTRY_EVENT_TYPE_PROFILE_REVISED",
 	}
 	RegistryEventType_value = map[string]int32{
 		"REGISTRY_EVENT_TYPE_UNSPECIFIED":             0,
@@ -647,6 +886,9 @@ var (
 		"REGISTRY_EVENT_TYPE_MAPPING_RETIRED":         8,
 		"REGISTRY_EVENT_TYPE_CONNECTION_UPDATED":      9,
 		"REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED":     10,
+		"REGISTRY_EVENT_TYPE_CAPABILITY_REVISED":      11,
+		"REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED":   12,
+		"REGISTRY_EVENT_TYPE_PROFILE_REVISED":         13,
 	}
 )
 
@@ -661,11 +903,11 @@ func (x RegistryEventType) String() string {
 }
 
 func (RegistryEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[10].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[14].Descriptor()
 }
 
 func (RegistryEventType) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[10]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[14]
 }
 
 func (x RegistryEventType) Number() protoreflect.EnumNumber {
@@ -674,7 +916,7 @@ func (x RegistryEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RegistryEventType.Descriptor instead.
 func (RegistryEventType) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
 }
 
 // Connection is the local registry identity of one configured server.
@@ -3050,22 +3292,82 @@ func (x *ItemChange) GetChangedDigests() []string {
 	return nil
 }
 
-// Capability is a V0M3 product contract. The model sees its local
-// description and product schema, never a remote tool's.
+// HandleField is one product field that carries a handle, not a value.
+type HandleField struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Top-level product field name; must be a string property of
+	// the input schema.
+	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	// Required. What the handle names, in product words the model and the
+	// reviewer see, e.g. "source", "link", "artifact", "destination".
+	// Handles are minted from the task's source scope.
+	RefersTo      string `protobuf:"bytes,2,opt,name=refers_to,json=refersTo,proto3" json:"refers_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandleField) Reset() {
+	*x = HandleField{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandleField) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandleField) ProtoMessage() {}
+
+func (x *HandleField) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandleField.ProtoReflect.Descriptor instead.
+func (*HandleField) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *HandleField) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *HandleField) GetRefersTo() string {
+	if x != nil {
+		return x.RefersTo
+	}
+	return ""
+}
+
+// Capability is a V0M3 product contract: declared, versioned data. The
+// model sees its local description and product schema, never a remote
+// tool's.
 type Capability struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Stable name, e.g. "retrieve_authorized_source".
+	// Required. Stable name: lower snake case, 3 to 64 characters, e.g.
+	// "retrieve_authorized_source".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Revision of the contract.
+	// Output only. Revision of the contract, starting at 1.
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	// Effect class.
+	// Required. Effect class.
 	EffectClass EffectClass `protobuf:"varint,3,opt,name=effect_class,json=effectClass,proto3,enum=v0m3.registry.v1.EffectClass" json:"effect_class,omitempty"`
-	// JSON Schema of the product request. Unknown fields fail.
+	// Required. JSON Schema (2020-12) of the product request, a type
+	// "object". Local "$defs"/"$ref" are resolved before it is digested and
+	// stored; unknown fields always fail whatever the schema says.
 	InputSchema *structpb.Struct `protobuf:"bytes,4,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
-	// Product fields that carry handles rather than values.
-	HandleFields []string `protobuf:"bytes,5,rep,name=handle_fields,json=handleFields,proto3" json:"handle_fields,omitempty"`
-	// Local description authored around the product consequence; the only
-	// description the model receives.
+	// Required. Local description authored around the product consequence;
+	// the only description the model receives.
 	Description string `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
 	// Preconditions, in words.
 	Preconditions []string `protobuf:"bytes,7,rep,name=preconditions,proto3" json:"preconditions,omitempty"`
@@ -3075,17 +3377,49 @@ type Capability struct {
 	Authority string `protobuf:"bytes,9,opt,name=authority,proto3" json:"authority,omitempty"`
 	// What evidence it leaves.
 	Evidence string `protobuf:"bytes,10,opt,name=evidence,proto3" json:"evidence,omitempty"`
-	// Retry rule.
+	// Required. Retry rule.
 	RetryRule RetryRule `protobuf:"varint,11,opt,name=retry_rule,json=retryRule,proto3,enum=v0m3.registry.v1.RetryRule" json:"retry_rule,omitempty"`
 	// Known recovery limits, in words.
 	RecoveryLimits string `protobuf:"bytes,12,opt,name=recovery_limits,json=recoveryLimits,proto3" json:"recovery_limits,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Product fields that carry handles rather than values.
+	Handles []*HandleField `protobuf:"bytes,13,rep,name=handles,proto3" json:"handles,omitempty"`
+	// What a successful result becomes.
+	ResultKind ResultKind `protobuf:"varint,14,opt,name=result_kind,json=resultKind,proto3,enum=v0m3.registry.v1.ResultKind" json:"result_kind,omitempty"`
+	// An external effect must be recoverable: a mapping is offered only when
+	// it names an idempotency key field or a status tool. Required (true)
+	// for external effects.
+	IdempotencyRequired bool `protobuf:"varint,15,opt,name=idempotency_required,json=idempotencyRequired,proto3" json:"idempotency_required,omitempty"`
+	// Limits a new mapping starts from when its proposal names none.
+	DefaultLimits *Limits `protobuf:"bytes,16,opt,name=default_limits,json=defaultLimits,proto3" json:"default_limits,omitempty"`
+	// When a person must approve.
+	Approval ApprovalRequirement `protobuf:"varint,17,opt,name=approval,proto3,enum=v0m3.registry.v1.ApprovalRequirement" json:"approval,omitempty"`
+	// How a request reads on an approval page, in product terms, with
+	// "{field}" placeholders for product fields, e.g. "Render preview of
+	// document revision {document_revision} using profile {profile}". A
+	// handle field shows the handle's label, never its target. Empty: the
+	// capability name in words and its fields.
+	SummaryTemplate string `protobuf:"bytes,18,opt,name=summary_template,json=summaryTemplate,proto3" json:"summary_template,omitempty"`
+	// Output only. Lifecycle state.
+	State DefinitionState `protobuf:"varint,19,opt,name=state,proto3,enum=v0m3.registry.v1.DefinitionState" json:"state,omitempty"`
+	// Output only. "sha256:" + hex of the canonical JSON of the resolved
+	// input schema.
+	InputSchemaDigest string `protobuf:"bytes,20,opt,name=input_schema_digest,json=inputSchemaDigest,proto3" json:"input_schema_digest,omitempty"`
+	// Output only. When this revision was declared.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Output only. Who declared this revision (the authenticated caller).
+	CreatedBy string `protobuf:"bytes,22,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// Who manages the definition, e.g. "v0m3/defaults" or
+	// "kubernetes/<namespace>/<name>"; informational.
+	ManagedBy string `protobuf:"bytes,23,opt,name=managed_by,json=managedBy,proto3" json:"managed_by,omitempty"`
+	// Output only. Why it was deprecated.
+	DeprecationReason string `protobuf:"bytes,24,opt,name=deprecation_reason,json=deprecationReason,proto3" json:"deprecation_reason,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Capability) Reset() {
 	*x = Capability{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3097,7 +3431,7 @@ func (x *Capability) String() string {
 func (*Capability) ProtoMessage() {}
 
 func (x *Capability) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3110,7 +3444,7 @@ func (x *Capability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capability.ProtoReflect.Descriptor instead.
 func (*Capability) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Capability) GetName() string {
@@ -3137,13 +3471,6 @@ func (x *Capability) GetEffectClass() EffectClass {
 func (x *Capability) GetInputSchema() *structpb.Struct {
 	if x != nil {
 		return x.InputSchema
-	}
-	return nil
-}
-
-func (x *Capability) GetHandleFields() []string {
-	if x != nil {
-		return x.HandleFields
 	}
 	return nil
 }
@@ -3197,18 +3524,262 @@ func (x *Capability) GetRecoveryLimits() string {
 	return ""
 }
 
+func (x *Capability) GetHandles() []*HandleField {
+	if x != nil {
+		return x.Handles
+	}
+	return nil
+}
+
+func (x *Capability) GetResultKind() ResultKind {
+	if x != nil {
+		return x.ResultKind
+	}
+	return ResultKind_RESULT_KIND_UNSPECIFIED
+}
+
+func (x *Capability) GetIdempotencyRequired() bool {
+	if x != nil {
+		return x.IdempotencyRequired
+	}
+	return false
+}
+
+func (x *Capability) GetDefaultLimits() *Limits {
+	if x != nil {
+		return x.DefaultLimits
+	}
+	return nil
+}
+
+func (x *Capability) GetApproval() ApprovalRequirement {
+	if x != nil {
+		return x.Approval
+	}
+	return ApprovalRequirement_APPROVAL_REQUIREMENT_UNSPECIFIED
+}
+
+func (x *Capability) GetSummaryTemplate() string {
+	if x != nil {
+		return x.SummaryTemplate
+	}
+	return ""
+}
+
+func (x *Capability) GetState() DefinitionState {
+	if x != nil {
+		return x.State
+	}
+	return DefinitionState_DEFINITION_STATE_UNSPECIFIED
+}
+
+func (x *Capability) GetInputSchemaDigest() string {
+	if x != nil {
+		return x.InputSchemaDigest
+	}
+	return ""
+}
+
+func (x *Capability) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Capability) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *Capability) GetManagedBy() string {
+	if x != nil {
+		return x.ManagedBy
+	}
+	return ""
+}
+
+func (x *Capability) GetDeprecationReason() string {
+	if x != nil {
+		return x.DeprecationReason
+	}
+	return ""
+}
+
+// CreateCapabilityRequest declares a capability.
+type CreateCapabilityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The contract; output-only fields are ignored.
+	Capability    *Capability `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateCapabilityRequest) Reset() {
+	*x = CreateCapabilityRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateCapabilityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateCapabilityRequest) ProtoMessage() {}
+
+func (x *CreateCapabilityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateCapabilityRequest.ProtoReflect.Descriptor instead.
+func (*CreateCapabilityRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *CreateCapabilityRequest) GetCapability() *Capability {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
+}
+
+// UpdateCapabilityRequest declares a new revision.
+type UpdateCapabilityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The new contract for capability.name; output-only fields are
+	// ignored.
+	Capability *Capability `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Optional. The revision the caller read; ABORTED (REVISION_CONFLICT)
+	// when it is no longer current.
+	ExpectedRevision int64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *UpdateCapabilityRequest) Reset() {
+	*x = UpdateCapabilityRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateCapabilityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateCapabilityRequest) ProtoMessage() {}
+
+func (x *UpdateCapabilityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateCapabilityRequest.ProtoReflect.Descriptor instead.
+func (*UpdateCapabilityRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *UpdateCapabilityRequest) GetCapability() *Capability {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
+}
+
+func (x *UpdateCapabilityRequest) GetExpectedRevision() int64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+// DeprecateCapabilityRequest deprecates a capability.
+type DeprecateCapabilityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Capability name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Required. Why, for reviewers and task owners.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeprecateCapabilityRequest) Reset() {
+	*x = DeprecateCapabilityRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeprecateCapabilityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeprecateCapabilityRequest) ProtoMessage() {}
+
+func (x *DeprecateCapabilityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeprecateCapabilityRequest.ProtoReflect.Descriptor instead.
+func (*DeprecateCapabilityRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *DeprecateCapabilityRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeprecateCapabilityRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // GetCapabilityRequest names a capability.
 type GetCapabilityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Capability name.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Optional. A past revision; 0 means current.
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetCapabilityRequest) Reset() {
 	*x = GetCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3220,7 +3791,7 @@ func (x *GetCapabilityRequest) String() string {
 func (*GetCapabilityRequest) ProtoMessage() {}
 
 func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3233,7 +3804,7 @@ func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetCapabilityRequest) GetName() string {
@@ -3243,16 +3814,25 @@ func (x *GetCapabilityRequest) GetName() string {
 	return ""
 }
 
+func (x *GetCapabilityRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 // ListCapabilitiesRequest lists capabilities.
 type ListCapabilitiesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Include deprecated capabilities.
+	ShowDeprecated bool `protobuf:"varint,1,opt,name=show_deprecated,json=showDeprecated,proto3" json:"show_deprecated,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListCapabilitiesRequest) Reset() {
 	*x = ListCapabilitiesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3264,7 +3844,7 @@ func (x *ListCapabilitiesRequest) String() string {
 func (*ListCapabilitiesRequest) ProtoMessage() {}
 
 func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3277,7 +3857,14 @@ func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListCapabilitiesRequest) GetShowDeprecated() bool {
+	if x != nil {
+		return x.ShowDeprecated
+	}
+	return false
 }
 
 // ListCapabilitiesResponse holds capabilities.
@@ -3291,7 +3878,7 @@ type ListCapabilitiesResponse struct {
 
 func (x *ListCapabilitiesResponse) Reset() {
 	*x = ListCapabilitiesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3890,7 @@ func (x *ListCapabilitiesResponse) String() string {
 func (*ListCapabilitiesResponse) ProtoMessage() {}
 
 func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,12 +3903,573 @@ func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListCapabilitiesResponse) GetCapabilities() []*Capability {
 	if x != nil {
 		return x.Capabilities
+	}
+	return nil
+}
+
+// ProfileNeed is one capability a profile may need.
+type ProfileNeed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Capability name.
+	Capability string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	// When it is needed.
+	When          NeedCondition `protobuf:"varint,2,opt,name=when,proto3,enum=v0m3.registry.v1.NeedCondition" json:"when,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfileNeed) Reset() {
+	*x = ProfileNeed{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileNeed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileNeed) ProtoMessage() {}
+
+func (x *ProfileNeed) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileNeed.ProtoReflect.Descriptor instead.
+func (*ProfileNeed) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ProfileNeed) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *ProfileNeed) GetWhen() NeedCondition {
+	if x != nil {
+		return x.When
+	}
+	return NeedCondition_NEED_CONDITION_UNSPECIFIED
+}
+
+// TaskBudget is a task's default budget; 0 in a dimension means policy's
+// configured default.
+type TaskBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Maximum governed calls.
+	MaxCalls int64 `protobuf:"varint,1,opt,name=max_calls,json=maxCalls,proto3" json:"max_calls,omitempty"`
+	// Maximum response bytes.
+	MaxResponseBytes int64 `protobuf:"varint,2,opt,name=max_response_bytes,json=maxResponseBytes,proto3" json:"max_response_bytes,omitempty"`
+	// Maximum cost, micro-units.
+	MaxCostMicros int64 `protobuf:"varint,3,opt,name=max_cost_micros,json=maxCostMicros,proto3" json:"max_cost_micros,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskBudget) Reset() {
+	*x = TaskBudget{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskBudget) ProtoMessage() {}
+
+func (x *TaskBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskBudget.ProtoReflect.Descriptor instead.
+func (*TaskBudget) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *TaskBudget) GetMaxCalls() int64 {
+	if x != nil {
+		return x.MaxCalls
+	}
+	return 0
+}
+
+func (x *TaskBudget) GetMaxResponseBytes() int64 {
+	if x != nil {
+		return x.MaxResponseBytes
+	}
+	return 0
+}
+
+func (x *TaskBudget) GetMaxCostMicros() int64 {
+	if x != nil {
+		return x.MaxCostMicros
+	}
+	return 0
+}
+
+// TaskProfile is declared data: what a kind of task needs. The planner
+// derives a task's needed capabilities from its profile and nothing else.
+type TaskProfile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Stable name: lower snake case, e.g. "source_review".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Output only. Revision, starting at 1.
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// What the kind of task is for, in words.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// The purpose policy evaluates; empty means the profile name.
+	Purpose string `protobuf:"bytes,4,opt,name=purpose,proto3" json:"purpose,omitempty"`
+	// Capabilities it may need and when. A capability not named here is
+	// never offered to its tasks.
+	Needs []*ProfileNeed `protobuf:"bytes,5,rep,name=needs,proto3" json:"needs,omitempty"`
+	// Default budget of its tasks.
+	DefaultBudget *TaskBudget `protobuf:"bytes,6,opt,name=default_budget,json=defaultBudget,proto3" json:"default_budget,omitempty"`
+	// Output only. Lifecycle state.
+	State DefinitionState `protobuf:"varint,7,opt,name=state,proto3,enum=v0m3.registry.v1.DefinitionState" json:"state,omitempty"`
+	// Output only. When this revision was declared.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Output only. Who declared this revision.
+	CreatedBy string `protobuf:"bytes,9,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// Who manages it, e.g. "v0m3/defaults"; informational.
+	ManagedBy string `protobuf:"bytes,10,opt,name=managed_by,json=managedBy,proto3" json:"managed_by,omitempty"`
+	// Output only. Why it was deprecated.
+	DeprecationReason string `protobuf:"bytes,11,opt,name=deprecation_reason,json=deprecationReason,proto3" json:"deprecation_reason,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TaskProfile) Reset() {
+	*x = TaskProfile{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskProfile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskProfile) ProtoMessage() {}
+
+func (x *TaskProfile) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskProfile.ProtoReflect.Descriptor instead.
+func (*TaskProfile) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *TaskProfile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TaskProfile) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *TaskProfile) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *TaskProfile) GetPurpose() string {
+	if x != nil {
+		return x.Purpose
+	}
+	return ""
+}
+
+func (x *TaskProfile) GetNeeds() []*ProfileNeed {
+	if x != nil {
+		return x.Needs
+	}
+	return nil
+}
+
+func (x *TaskProfile) GetDefaultBudget() *TaskBudget {
+	if x != nil {
+		return x.DefaultBudget
+	}
+	return nil
+}
+
+func (x *TaskProfile) GetState() DefinitionState {
+	if x != nil {
+		return x.State
+	}
+	return DefinitionState_DEFINITION_STATE_UNSPECIFIED
+}
+
+func (x *TaskProfile) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *TaskProfile) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *TaskProfile) GetManagedBy() string {
+	if x != nil {
+		return x.ManagedBy
+	}
+	return ""
+}
+
+func (x *TaskProfile) GetDeprecationReason() string {
+	if x != nil {
+		return x.DeprecationReason
+	}
+	return ""
+}
+
+// CreateTaskProfileRequest declares a profile.
+type CreateTaskProfileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The profile; output-only fields are ignored.
+	Profile       *TaskProfile `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTaskProfileRequest) Reset() {
+	*x = CreateTaskProfileRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTaskProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTaskProfileRequest) ProtoMessage() {}
+
+func (x *CreateTaskProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTaskProfileRequest.ProtoReflect.Descriptor instead.
+func (*CreateTaskProfileRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *CreateTaskProfileRequest) GetProfile() *TaskProfile {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
+// UpdateTaskProfileRequest declares a new revision.
+type UpdateTaskProfileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The new profile for profile.name.
+	Profile *TaskProfile `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Optional. The revision the caller read; ABORTED when not current.
+	ExpectedRevision int64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *UpdateTaskProfileRequest) Reset() {
+	*x = UpdateTaskProfileRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTaskProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTaskProfileRequest) ProtoMessage() {}
+
+func (x *UpdateTaskProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTaskProfileRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTaskProfileRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *UpdateTaskProfileRequest) GetProfile() *TaskProfile {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
+func (x *UpdateTaskProfileRequest) GetExpectedRevision() int64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+// DeprecateTaskProfileRequest deprecates a profile.
+type DeprecateTaskProfileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Profile name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Required. Why.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeprecateTaskProfileRequest) Reset() {
+	*x = DeprecateTaskProfileRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeprecateTaskProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeprecateTaskProfileRequest) ProtoMessage() {}
+
+func (x *DeprecateTaskProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeprecateTaskProfileRequest.ProtoReflect.Descriptor instead.
+func (*DeprecateTaskProfileRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DeprecateTaskProfileRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeprecateTaskProfileRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// GetTaskProfileRequest names a profile.
+type GetTaskProfileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Profile name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Optional. A past revision; 0 means current.
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTaskProfileRequest) Reset() {
+	*x = GetTaskProfileRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTaskProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTaskProfileRequest) ProtoMessage() {}
+
+func (x *GetTaskProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTaskProfileRequest.ProtoReflect.Descriptor instead.
+func (*GetTaskProfileRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *GetTaskProfileRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetTaskProfileRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// ListTaskProfilesRequest lists profiles.
+type ListTaskProfilesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Include deprecated profiles.
+	ShowDeprecated bool `protobuf:"varint,1,opt,name=show_deprecated,json=showDeprecated,proto3" json:"show_deprecated,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListTaskProfilesRequest) Reset() {
+	*x = ListTaskProfilesRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTaskProfilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTaskProfilesRequest) ProtoMessage() {}
+
+func (x *ListTaskProfilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTaskProfilesRequest.ProtoReflect.Descriptor instead.
+func (*ListTaskProfilesRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListTaskProfilesRequest) GetShowDeprecated() bool {
+	if x != nil {
+		return x.ShowDeprecated
+	}
+	return false
+}
+
+// ListTaskProfilesResponse holds profiles.
+type ListTaskProfilesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Profiles, sorted by name.
+	Profiles      []*TaskProfile `protobuf:"bytes,1,rep,name=profiles,proto3" json:"profiles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTaskProfilesResponse) Reset() {
+	*x = ListTaskProfilesResponse{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTaskProfilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTaskProfilesResponse) ProtoMessage() {}
+
+func (x *ListTaskProfilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTaskProfilesResponse.ProtoReflect.Descriptor instead.
+func (*ListTaskProfilesResponse) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListTaskProfilesResponse) GetProfiles() []*TaskProfile {
+	if x != nil {
+		return x.Profiles
 	}
 	return nil
 }
@@ -3339,7 +4487,7 @@ type RemoteTarget struct {
 
 func (x *RemoteTarget) Reset() {
 	*x = RemoteTarget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +4499,7 @@ func (x *RemoteTarget) String() string {
 func (*RemoteTarget) ProtoMessage() {}
 
 func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +4512,7 @@ func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteTarget.ProtoReflect.Descriptor instead.
 func (*RemoteTarget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemoteTarget) GetKind() RemoteKind {
@@ -3397,7 +4545,7 @@ type ArgumentBinding struct {
 
 func (x *ArgumentBinding) Reset() {
 	*x = ArgumentBinding{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +4557,7 @@ func (x *ArgumentBinding) String() string {
 func (*ArgumentBinding) ProtoMessage() {}
 
 func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +4570,7 @@ func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArgumentBinding.ProtoReflect.Descriptor instead.
 func (*ArgumentBinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ArgumentBinding) GetRemoteField() string {
@@ -3463,7 +4611,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3475,7 +4623,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3488,7 +4636,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Limits) GetMaxResponseBytes() int64 {
@@ -3581,7 +4729,7 @@ type Mapping struct {
 
 func (x *Mapping) Reset() {
 	*x = Mapping{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +4741,7 @@ func (x *Mapping) String() string {
 func (*Mapping) ProtoMessage() {}
 
 func (x *Mapping) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +4754,7 @@ func (x *Mapping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mapping.ProtoReflect.Descriptor instead.
 func (*Mapping) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Mapping) GetId() string {
@@ -3802,7 +4950,7 @@ type ProposeMappingRequest struct {
 
 func (x *ProposeMappingRequest) Reset() {
 	*x = ProposeMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3814,7 +4962,7 @@ func (x *ProposeMappingRequest) String() string {
 func (*ProposeMappingRequest) ProtoMessage() {}
 
 func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3827,7 +4975,7 @@ func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeMappingRequest.ProtoReflect.Descriptor instead.
 func (*ProposeMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ProposeMappingRequest) GetMappingId() string {
@@ -3917,7 +5065,7 @@ type ReviewMappingRequest struct {
 
 func (x *ReviewMappingRequest) Reset() {
 	*x = ReviewMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3929,7 +5077,7 @@ func (x *ReviewMappingRequest) String() string {
 func (*ReviewMappingRequest) ProtoMessage() {}
 
 func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3942,7 +5090,7 @@ func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewMappingRequest.ProtoReflect.Descriptor instead.
 func (*ReviewMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReviewMappingRequest) GetMappingId() string {
@@ -3986,7 +5134,7 @@ type GetMappingRequest struct {
 
 func (x *GetMappingRequest) Reset() {
 	*x = GetMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +5146,7 @@ func (x *GetMappingRequest) String() string {
 func (*GetMappingRequest) ProtoMessage() {}
 
 func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +5159,7 @@ func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMappingRequest.ProtoReflect.Descriptor instead.
 func (*GetMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetMappingRequest) GetId() string {
@@ -4043,7 +5191,7 @@ type ListMappingsRequest struct {
 
 func (x *ListMappingsRequest) Reset() {
 	*x = ListMappingsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +5203,7 @@ func (x *ListMappingsRequest) String() string {
 func (*ListMappingsRequest) ProtoMessage() {}
 
 func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +5216,7 @@ func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsRequest.ProtoReflect.Descriptor instead.
 func (*ListMappingsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListMappingsRequest) GetCapability() string {
@@ -4103,7 +5251,7 @@ type ListMappingsResponse struct {
 
 func (x *ListMappingsResponse) Reset() {
 	*x = ListMappingsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4115,7 +5263,7 @@ func (x *ListMappingsResponse) String() string {
 func (*ListMappingsResponse) ProtoMessage() {}
 
 func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4128,7 +5276,7 @@ func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsResponse.ProtoReflect.Descriptor instead.
 func (*ListMappingsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListMappingsResponse) GetMappings() []*Mapping {
@@ -4156,7 +5304,7 @@ type ResolveMappingRequest struct {
 
 func (x *ResolveMappingRequest) Reset() {
 	*x = ResolveMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4168,7 +5316,7 @@ func (x *ResolveMappingRequest) String() string {
 func (*ResolveMappingRequest) ProtoMessage() {}
 
 func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4181,7 +5329,7 @@ func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveMappingRequest.ProtoReflect.Descriptor instead.
 func (*ResolveMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ResolveMappingRequest) GetCapability() string {
@@ -4223,7 +5371,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4235,7 +5383,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4248,7 +5396,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WatchEventsRequest) GetAfterSequence() int64 {
@@ -4274,14 +5422,16 @@ type RegistryEvent struct {
 	// Human detail.
 	Detail string `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
 	// When it happened.
-	Time          *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	// Capability or task profile concerned.
+	Definition    string `protobuf:"bytes,8,opt,name=definition,proto3" json:"definition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegistryEvent) Reset() {
 	*x = RegistryEvent{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4293,7 +5443,7 @@ func (x *RegistryEvent) String() string {
 func (*RegistryEvent) ProtoMessage() {}
 
 func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4306,7 +5456,7 @@ func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryEvent.ProtoReflect.Descriptor instead.
 func (*RegistryEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RegistryEvent) GetSequence() int64 {
@@ -4356,6 +5506,13 @@ func (x *RegistryEvent) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *RegistryEvent) GetDefinition() string {
+	if x != nil {
+		return x.Definition
+	}
+	return ""
 }
 
 var File_v0m3_registry_v1_registry_proto protoreflect.FileDescriptor
@@ -4553,14 +5710,16 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"ItemChange\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.v0m3.registry.v1.ChangeKindR\x04kind\x12'\n" +
-	"\x0fchanged_digests\x18\x03 \x03(\tR\x0echangedDigests\"\xe9\x03\n" +
+	"\x0fchanged_digests\x18\x03 \x03(\tR\x0echangedDigests\"@\n" +
+	"\vHandleField\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x12\x1b\n" +
+	"\trefers_to\x18\x02 \x01(\tR\brefersTo\"\xc6\b\n" +
 	"\n" +
 	"Capability\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12@\n" +
 	"\feffect_class\x18\x03 \x01(\x0e2\x1d.v0m3.registry.v1.EffectClassR\veffectClass\x12:\n" +
-	"\finput_schema\x18\x04 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12#\n" +
-	"\rhandle_fields\x18\x05 \x03(\tR\fhandleFields\x12 \n" +
+	"\finput_schema\x18\x04 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12 \n" +
 	"\vdescription\x18\x06 \x01(\tR\vdescription\x12$\n" +
 	"\rpreconditions\x18\a \x03(\tR\rpreconditions\x12!\n" +
 	"\fresult_state\x18\b \x01(\tR\vresultState\x12\x1c\n" +
@@ -4569,12 +5728,83 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	" \x01(\tR\bevidence\x12:\n" +
 	"\n" +
 	"retry_rule\x18\v \x01(\x0e2\x1b.v0m3.registry.v1.RetryRuleR\tretryRule\x12'\n" +
-	"\x0frecovery_limits\x18\f \x01(\tR\x0erecoveryLimits\"*\n" +
+	"\x0frecovery_limits\x18\f \x01(\tR\x0erecoveryLimits\x127\n" +
+	"\ahandles\x18\r \x03(\v2\x1d.v0m3.registry.v1.HandleFieldR\ahandles\x12=\n" +
+	"\vresult_kind\x18\x0e \x01(\x0e2\x1c.v0m3.registry.v1.ResultKindR\n" +
+	"resultKind\x121\n" +
+	"\x14idempotency_required\x18\x0f \x01(\bR\x13idempotencyRequired\x12?\n" +
+	"\x0edefault_limits\x18\x10 \x01(\v2\x18.v0m3.registry.v1.LimitsR\rdefaultLimits\x12A\n" +
+	"\bapproval\x18\x11 \x01(\x0e2%.v0m3.registry.v1.ApprovalRequirementR\bapproval\x12)\n" +
+	"\x10summary_template\x18\x12 \x01(\tR\x0fsummaryTemplate\x127\n" +
+	"\x05state\x18\x13 \x01(\x0e2!.v0m3.registry.v1.DefinitionStateR\x05state\x12.\n" +
+	"\x13input_schema_digest\x18\x14 \x01(\tR\x11inputSchemaDigest\x12;\n" +
+	"\vcreate_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x16 \x01(\tR\tcreatedBy\x12\x1d\n" +
+	"\n" +
+	"managed_by\x18\x17 \x01(\tR\tmanagedBy\x12-\n" +
+	"\x12deprecation_reason\x18\x18 \x01(\tR\x11deprecationReasonJ\x04\b\x05\x10\x06R\rhandle_fields\"W\n" +
+	"\x17CreateCapabilityRequest\x12<\n" +
+	"\n" +
+	"capability\x18\x01 \x01(\v2\x1c.v0m3.registry.v1.CapabilityR\n" +
+	"capability\"\x84\x01\n" +
+	"\x17UpdateCapabilityRequest\x12<\n" +
+	"\n" +
+	"capability\x18\x01 \x01(\v2\x1c.v0m3.registry.v1.CapabilityR\n" +
+	"capability\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x03R\x10expectedRevision\"H\n" +
+	"\x1aDeprecateCapabilityRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"F\n" +
 	"\x14GetCapabilityRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x19\n" +
-	"\x17ListCapabilitiesRequest\"\\\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"B\n" +
+	"\x17ListCapabilitiesRequest\x12'\n" +
+	"\x0fshow_deprecated\x18\x01 \x01(\bR\x0eshowDeprecated\"\\\n" +
 	"\x18ListCapabilitiesResponse\x12@\n" +
-	"\fcapabilities\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.CapabilityR\fcapabilities\"T\n" +
+	"\fcapabilities\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.CapabilityR\fcapabilities\"b\n" +
+	"\vProfileNeed\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x01 \x01(\tR\n" +
+	"capability\x123\n" +
+	"\x04when\x18\x02 \x01(\x0e2\x1f.v0m3.registry.v1.NeedConditionR\x04when\"\x7f\n" +
+	"\n" +
+	"TaskBudget\x12\x1b\n" +
+	"\tmax_calls\x18\x01 \x01(\x03R\bmaxCalls\x12,\n" +
+	"\x12max_response_bytes\x18\x02 \x01(\x03R\x10maxResponseBytes\x12&\n" +
+	"\x0fmax_cost_micros\x18\x03 \x01(\x03R\rmaxCostMicros\"\xd6\x03\n" +
+	"\vTaskProfile\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x18\n" +
+	"\apurpose\x18\x04 \x01(\tR\apurpose\x123\n" +
+	"\x05needs\x18\x05 \x03(\v2\x1d.v0m3.registry.v1.ProfileNeedR\x05needs\x12C\n" +
+	"\x0edefault_budget\x18\x06 \x01(\v2\x1c.v0m3.registry.v1.TaskBudgetR\rdefaultBudget\x127\n" +
+	"\x05state\x18\a \x01(\x0e2!.v0m3.registry.v1.DefinitionStateR\x05state\x12;\n" +
+	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\t \x01(\tR\tcreatedBy\x12\x1d\n" +
+	"\n" +
+	"managed_by\x18\n" +
+	" \x01(\tR\tmanagedBy\x12-\n" +
+	"\x12deprecation_reason\x18\v \x01(\tR\x11deprecationReason\"S\n" +
+	"\x18CreateTaskProfileRequest\x127\n" +
+	"\aprofile\x18\x01 \x01(\v2\x1d.v0m3.registry.v1.TaskProfileR\aprofile\"\x80\x01\n" +
+	"\x18UpdateTaskProfileRequest\x127\n" +
+	"\aprofile\x18\x01 \x01(\v2\x1d.v0m3.registry.v1.TaskProfileR\aprofile\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x03R\x10expectedRevision\"I\n" +
+	"\x1bDeprecateTaskProfileRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"G\n" +
+	"\x15GetTaskProfileRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"B\n" +
+	"\x17ListTaskProfilesRequest\x12'\n" +
+	"\x0fshow_deprecated\x18\x01 \x01(\bR\x0eshowDeprecated\"U\n" +
+	"\x18ListTaskProfilesResponse\x129\n" +
+	"\bprofiles\x18\x01 \x03(\v2\x1d.v0m3.registry.v1.TaskProfileR\bprofiles\"T\n" +
 	"\fRemoteTarget\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.v0m3.registry.v1.RemoteKindR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"z\n" +
@@ -4666,7 +5896,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12#\n" +
 	"\rconnection_id\x18\x04 \x01(\tR\fconnectionId\";\n" +
 	"\x12WatchEventsRequest\x12%\n" +
-	"\x0eafter_sequence\x18\x01 \x01(\x03R\rafterSequence\"\x91\x02\n" +
+	"\x0eafter_sequence\x18\x01 \x01(\x03R\rafterSequence\"\xb1\x02\n" +
 	"\rRegistryEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x127\n" +
 	"\x04type\x18\x02 \x01(\x0e2#.v0m3.registry.v1.RegistryEventTypeR\x04type\x12#\n" +
@@ -4676,7 +5906,10 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\vsnapshot_id\x18\x05 \x01(\tR\n" +
 	"snapshotId\x12\x16\n" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12.\n" +
-	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time*\x90\x01\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1e\n" +
+	"\n" +
+	"definition\x18\b \x01(\tR\n" +
+	"definition*\x90\x01\n" +
 	"\fIdentityKind\x12\x1d\n" +
 	"\x19IDENTITY_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bIDENTITY_KIND_DEDICATED_UID\x10\x01\x12 \n" +
@@ -4715,7 +5948,27 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x16RETRY_RULE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10RETRY_RULE_RETRY\x10\x01\x12\x1c\n" +
 	"\x18RETRY_RULE_CHECK_RECEIPT\x10\x02\x12\x1a\n" +
-	"\x16RETRY_RULE_NEVER_BLIND\x10\x03*\xa7\x01\n" +
+	"\x16RETRY_RULE_NEVER_BLIND\x10\x03*\x96\x01\n" +
+	"\n" +
+	"ResultKind\x12\x1b\n" +
+	"\x17RESULT_KIND_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eRESULT_KIND_SOURCE_OBSERVATION\x10\x01\x12\x18\n" +
+	"\x14RESULT_KIND_ARTIFACT\x10\x02\x12\x17\n" +
+	"\x13RESULT_KIND_RECEIPT\x10\x03\x12\x14\n" +
+	"\x10RESULT_KIND_DATA\x10\x04*}\n" +
+	"\x13ApprovalRequirement\x12$\n" +
+	" APPROVAL_REQUIREMENT_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bAPPROVAL_REQUIREMENT_POLICY\x10\x01\x12\x1f\n" +
+	"\x1bAPPROVAL_REQUIREMENT_ALWAYS\x10\x02*q\n" +
+	"\x0fDefinitionState\x12 \n" +
+	"\x1cDEFINITION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17DEFINITION_STATE_ACTIVE\x10\x01\x12\x1f\n" +
+	"\x1bDEFINITION_STATE_DEPRECATED\x10\x02*\x93\x01\n" +
+	"\rNeedCondition\x12\x1e\n" +
+	"\x1aNEED_CONDITION_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15NEED_CONDITION_ALWAYS\x10\x01\x12\"\n" +
+	"\x1eNEED_CONDITION_EVIDENCE_ABSENT\x10\x02\x12#\n" +
+	"\x1fNEED_CONDITION_EVIDENCE_PRESENT\x10\x03*\xa7\x01\n" +
 	"\fMappingState\x12\x1d\n" +
 	"\x19MAPPING_STATE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cMAPPING_STATE_PENDING_REVIEW\x10\x01\x12\x18\n" +
@@ -4726,7 +5979,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"RemoteKind\x12\x1b\n" +
 	"\x17REMOTE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10REMOTE_KIND_TOOL\x10\x01\x12\x18\n" +
-	"\x14REMOTE_KIND_RESOURCE\x10\x02*\xeb\x03\n" +
+	"\x14REMOTE_KIND_RESOURCE\x10\x02*\xef\x04\n" +
 	"\x11RegistryEventType\x12#\n" +
 	"\x1fREGISTRY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12*\n" +
 	"&REGISTRY_EVENT_TYPE_CONNECTION_CREATED\x10\x01\x12&\n" +
@@ -4739,7 +5992,10 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"#REGISTRY_EVENT_TYPE_MAPPING_RETIRED\x10\b\x12*\n" +
 	"&REGISTRY_EVENT_TYPE_CONNECTION_UPDATED\x10\t\x12+\n" +
 	"'REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED\x10\n" +
-	"2\xf4\r\n" +
+	"\x12*\n" +
+	"&REGISTRY_EVENT_TYPE_CAPABILITY_REVISED\x10\v\x12-\n" +
+	")REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED\x10\f\x12'\n" +
+	"#REGISTRY_EVENT_TYPE_PROFILE_REVISED\x10\r2\xfc\x13\n" +
 	"\x0fRegistryService\x12[\n" +
 	"\x10CreateConnection\x12).v0m3.registry.v1.CreateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
 	"\rGetConnection\x12&.v0m3.registry.v1.GetConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12f\n" +
@@ -4751,9 +6007,17 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x0eRecordSnapshot\x12'.v0m3.registry.v1.RecordSnapshotRequest\x1a#.v0m3.registry.v1.DiscoverySnapshot\x12X\n" +
 	"\vGetSnapshot\x12$.v0m3.registry.v1.GetSnapshotRequest\x1a#.v0m3.registry.v1.DiscoverySnapshot\x12`\n" +
 	"\rListSnapshots\x12&.v0m3.registry.v1.ListSnapshotsRequest\x1a'.v0m3.registry.v1.ListSnapshotsResponse\x12W\n" +
-	"\rDiffSnapshots\x12&.v0m3.registry.v1.DiffSnapshotsRequest\x1a\x1e.v0m3.registry.v1.SnapshotDiff\x12U\n" +
+	"\rDiffSnapshots\x12&.v0m3.registry.v1.DiffSnapshotsRequest\x1a\x1e.v0m3.registry.v1.SnapshotDiff\x12[\n" +
+	"\x10CreateCapability\x12).v0m3.registry.v1.CreateCapabilityRequest\x1a\x1c.v0m3.registry.v1.Capability\x12[\n" +
+	"\x10UpdateCapability\x12).v0m3.registry.v1.UpdateCapabilityRequest\x1a\x1c.v0m3.registry.v1.Capability\x12a\n" +
+	"\x13DeprecateCapability\x12,.v0m3.registry.v1.DeprecateCapabilityRequest\x1a\x1c.v0m3.registry.v1.Capability\x12U\n" +
 	"\rGetCapability\x12&.v0m3.registry.v1.GetCapabilityRequest\x1a\x1c.v0m3.registry.v1.Capability\x12i\n" +
-	"\x10ListCapabilities\x12).v0m3.registry.v1.ListCapabilitiesRequest\x1a*.v0m3.registry.v1.ListCapabilitiesResponse\x12T\n" +
+	"\x10ListCapabilities\x12).v0m3.registry.v1.ListCapabilitiesRequest\x1a*.v0m3.registry.v1.ListCapabilitiesResponse\x12^\n" +
+	"\x11CreateTaskProfile\x12*.v0m3.registry.v1.CreateTaskProfileRequest\x1a\x1d.v0m3.registry.v1.TaskProfile\x12^\n" +
+	"\x11UpdateTaskProfile\x12*.v0m3.registry.v1.UpdateTaskProfileRequest\x1a\x1d.v0m3.registry.v1.TaskProfile\x12d\n" +
+	"\x14DeprecateTaskProfile\x12-.v0m3.registry.v1.DeprecateTaskProfileRequest\x1a\x1d.v0m3.registry.v1.TaskProfile\x12X\n" +
+	"\x0eGetTaskProfile\x12'.v0m3.registry.v1.GetTaskProfileRequest\x1a\x1d.v0m3.registry.v1.TaskProfile\x12i\n" +
+	"\x10ListTaskProfiles\x12).v0m3.registry.v1.ListTaskProfilesRequest\x1a*.v0m3.registry.v1.ListTaskProfilesResponse\x12T\n" +
 	"\x0eProposeMapping\x12'.v0m3.registry.v1.ProposeMappingRequest\x1a\x19.v0m3.registry.v1.Mapping\x12R\n" +
 	"\rReviewMapping\x12&.v0m3.registry.v1.ReviewMappingRequest\x1a\x19.v0m3.registry.v1.Mapping\x12L\n" +
 	"\n" +
@@ -4774,8 +6038,8 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 	return file_v0m3_registry_v1_registry_proto_rawDescData
 }
 
-var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 15)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(IdentityKind)(0),                   // 0: v0m3.registry.v1.IdentityKind
 	(Enforcement)(0),                    // 1: v0m3.registry.v1.Enforcement
@@ -4785,159 +6049,208 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(ChangeKind)(0),                     // 5: v0m3.registry.v1.ChangeKind
 	(EffectClass)(0),                    // 6: v0m3.registry.v1.EffectClass
 	(RetryRule)(0),                      // 7: v0m3.registry.v1.RetryRule
-	(MappingState)(0),                   // 8: v0m3.registry.v1.MappingState
-	(RemoteKind)(0),                     // 9: v0m3.registry.v1.RemoteKind
-	(RegistryEventType)(0),              // 10: v0m3.registry.v1.RegistryEventType
-	(*Connection)(nil),                  // 11: v0m3.registry.v1.Connection
-	(*Transport)(nil),                   // 12: v0m3.registry.v1.Transport
-	(*StdioTransport)(nil),              // 13: v0m3.registry.v1.StdioTransport
-	(*StreamableHTTPTransport)(nil),     // 14: v0m3.registry.v1.StreamableHTTPTransport
-	(*DirectTransport)(nil),             // 15: v0m3.registry.v1.DirectTransport
-	(*ServerInfo)(nil),                  // 16: v0m3.registry.v1.ServerInfo
-	(*SandboxConstraints)(nil),          // 17: v0m3.registry.v1.SandboxConstraints
-	(*SandboxIdentity)(nil),             // 18: v0m3.registry.v1.SandboxIdentity
-	(*ConfigRevision)(nil),              // 19: v0m3.registry.v1.ConfigRevision
-	(*CreateConnectionRequest)(nil),     // 20: v0m3.registry.v1.CreateConnectionRequest
-	(*GetConnectionRequest)(nil),        // 21: v0m3.registry.v1.GetConnectionRequest
-	(*ListConnectionsRequest)(nil),      // 22: v0m3.registry.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),     // 23: v0m3.registry.v1.ListConnectionsResponse
-	(*UpdateConnectionRequest)(nil),     // 24: v0m3.registry.v1.UpdateConnectionRequest
-	(*RetireConnectionRequest)(nil),     // 25: v0m3.registry.v1.RetireConnectionRequest
-	(*ListConfigRevisionsRequest)(nil),  // 26: v0m3.registry.v1.ListConfigRevisionsRequest
-	(*ReviewConnectionRequest)(nil),     // 27: v0m3.registry.v1.ReviewConnectionRequest
-	(*ListConfigRevisionsResponse)(nil), // 28: v0m3.registry.v1.ListConfigRevisionsResponse
-	(*DiscoverySnapshot)(nil),           // 29: v0m3.registry.v1.DiscoverySnapshot
-	(*ToolIdentity)(nil),                // 30: v0m3.registry.v1.ToolIdentity
-	(*ResourceIdentity)(nil),            // 31: v0m3.registry.v1.ResourceIdentity
-	(*RecordSnapshotRequest)(nil),       // 32: v0m3.registry.v1.RecordSnapshotRequest
-	(*GetSnapshotRequest)(nil),          // 33: v0m3.registry.v1.GetSnapshotRequest
-	(*ListSnapshotsRequest)(nil),        // 34: v0m3.registry.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 35: v0m3.registry.v1.ListSnapshotsResponse
-	(*DiffSnapshotsRequest)(nil),        // 36: v0m3.registry.v1.DiffSnapshotsRequest
-	(*SnapshotDiff)(nil),                // 37: v0m3.registry.v1.SnapshotDiff
-	(*ItemChange)(nil),                  // 38: v0m3.registry.v1.ItemChange
-	(*Capability)(nil),                  // 39: v0m3.registry.v1.Capability
-	(*GetCapabilityRequest)(nil),        // 40: v0m3.registry.v1.GetCapabilityRequest
-	(*ListCapabilitiesRequest)(nil),     // 41: v0m3.registry.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil),    // 42: v0m3.registry.v1.ListCapabilitiesResponse
-	(*RemoteTarget)(nil),                // 43: v0m3.registry.v1.RemoteTarget
-	(*ArgumentBinding)(nil),             // 44: v0m3.registry.v1.ArgumentBinding
-	(*Limits)(nil),                      // 45: v0m3.registry.v1.Limits
-	(*Mapping)(nil),                     // 46: v0m3.registry.v1.Mapping
-	(*ProposeMappingRequest)(nil),       // 47: v0m3.registry.v1.ProposeMappingRequest
-	(*ReviewMappingRequest)(nil),        // 48: v0m3.registry.v1.ReviewMappingRequest
-	(*GetMappingRequest)(nil),           // 49: v0m3.registry.v1.GetMappingRequest
-	(*ListMappingsRequest)(nil),         // 50: v0m3.registry.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),        // 51: v0m3.registry.v1.ListMappingsResponse
-	(*ResolveMappingRequest)(nil),       // 52: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 53: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 54: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 55: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 56: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 57: google.protobuf.Struct
+	(ResultKind)(0),                     // 8: v0m3.registry.v1.ResultKind
+	(ApprovalRequirement)(0),            // 9: v0m3.registry.v1.ApprovalRequirement
+	(DefinitionState)(0),                // 10: v0m3.registry.v1.DefinitionState
+	(NeedCondition)(0),                  // 11: v0m3.registry.v1.NeedCondition
+	(MappingState)(0),                   // 12: v0m3.registry.v1.MappingState
+	(RemoteKind)(0),                     // 13: v0m3.registry.v1.RemoteKind
+	(RegistryEventType)(0),              // 14: v0m3.registry.v1.RegistryEventType
+	(*Connection)(nil),                  // 15: v0m3.registry.v1.Connection
+	(*Transport)(nil),                   // 16: v0m3.registry.v1.Transport
+	(*StdioTransport)(nil),              // 17: v0m3.registry.v1.StdioTransport
+	(*StreamableHTTPTransport)(nil),     // 18: v0m3.registry.v1.StreamableHTTPTransport
+	(*DirectTransport)(nil),             // 19: v0m3.registry.v1.DirectTransport
+	(*ServerInfo)(nil),                  // 20: v0m3.registry.v1.ServerInfo
+	(*SandboxConstraints)(nil),          // 21: v0m3.registry.v1.SandboxConstraints
+	(*SandboxIdentity)(nil),             // 22: v0m3.registry.v1.SandboxIdentity
+	(*ConfigRevision)(nil),              // 23: v0m3.registry.v1.ConfigRevision
+	(*CreateConnectionRequest)(nil),     // 24: v0m3.registry.v1.CreateConnectionRequest
+	(*GetConnectionRequest)(nil),        // 25: v0m3.registry.v1.GetConnectionRequest
+	(*ListConnectionsRequest)(nil),      // 26: v0m3.registry.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),     // 27: v0m3.registry.v1.ListConnectionsResponse
+	(*UpdateConnectionRequest)(nil),     // 28: v0m3.registry.v1.UpdateConnectionRequest
+	(*RetireConnectionRequest)(nil),     // 29: v0m3.registry.v1.RetireConnectionRequest
+	(*ListConfigRevisionsRequest)(nil),  // 30: v0m3.registry.v1.ListConfigRevisionsRequest
+	(*ReviewConnectionRequest)(nil),     // 31: v0m3.registry.v1.ReviewConnectionRequest
+	(*ListConfigRevisionsResponse)(nil), // 32: v0m3.registry.v1.ListConfigRevisionsResponse
+	(*DiscoverySnapshot)(nil),           // 33: v0m3.registry.v1.DiscoverySnapshot
+	(*ToolIdentity)(nil),                // 34: v0m3.registry.v1.ToolIdentity
+	(*ResourceIdentity)(nil),            // 35: v0m3.registry.v1.ResourceIdentity
+	(*RecordSnapshotRequest)(nil),       // 36: v0m3.registry.v1.RecordSnapshotRequest
+	(*GetSnapshotRequest)(nil),          // 37: v0m3.registry.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),        // 38: v0m3.registry.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 39: v0m3.registry.v1.ListSnapshotsResponse
+	(*DiffSnapshotsRequest)(nil),        // 40: v0m3.registry.v1.DiffSnapshotsRequest
+	(*SnapshotDiff)(nil),                // 41: v0m3.registry.v1.SnapshotDiff
+	(*ItemChange)(nil),                  // 42: v0m3.registry.v1.ItemChange
+	(*HandleField)(nil),                 // 43: v0m3.registry.v1.HandleField
+	(*Capability)(nil),                  // 44: v0m3.registry.v1.Capability
+	(*CreateCapabilityRequest)(nil),     // 45: v0m3.registry.v1.CreateCapabilityRequest
+	(*UpdateCapabilityRequest)(nil),     // 46: v0m3.registry.v1.UpdateCapabilityRequest
+	(*DeprecateCapabilityRequest)(nil),  // 47: v0m3.registry.v1.DeprecateCapabilityRequest
+	(*GetCapabilityRequest)(nil),        // 48: v0m3.registry.v1.GetCapabilityRequest
+	(*ListCapabilitiesRequest)(nil),     // 49: v0m3.registry.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),    // 50: v0m3.registry.v1.ListCapabilitiesResponse
+	(*ProfileNeed)(nil),                 // 51: v0m3.registry.v1.ProfileNeed
+	(*TaskBudget)(nil),                  // 52: v0m3.registry.v1.TaskBudget
+	(*TaskProfile)(nil),                 // 53: v0m3.registry.v1.TaskProfile
+	(*CreateTaskProfileRequest)(nil),    // 54: v0m3.registry.v1.CreateTaskProfileRequest
+	(*UpdateTaskProfileRequest)(nil),    // 55: v0m3.registry.v1.UpdateTaskProfileRequest
+	(*DeprecateTaskProfileRequest)(nil), // 56: v0m3.registry.v1.DeprecateTaskProfileRequest
+	(*GetTaskProfileRequest)(nil),       // 57: v0m3.registry.v1.GetTaskProfileRequest
+	(*ListTaskProfilesRequest)(nil),     // 58: v0m3.registry.v1.ListTaskProfilesRequest
+	(*ListTaskProfilesResponse)(nil),    // 59: v0m3.registry.v1.ListTaskProfilesResponse
+	(*RemoteTarget)(nil),                // 60: v0m3.registry.v1.RemoteTarget
+	(*ArgumentBinding)(nil),             // 61: v0m3.registry.v1.ArgumentBinding
+	(*Limits)(nil),                      // 62: v0m3.registry.v1.Limits
+	(*Mapping)(nil),                     // 63: v0m3.registry.v1.Mapping
+	(*ProposeMappingRequest)(nil),       // 64: v0m3.registry.v1.ProposeMappingRequest
+	(*ReviewMappingRequest)(nil),        // 65: v0m3.registry.v1.ReviewMappingRequest
+	(*GetMappingRequest)(nil),           // 66: v0m3.registry.v1.GetMappingRequest
+	(*ListMappingsRequest)(nil),         // 67: v0m3.registry.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),        // 68: v0m3.registry.v1.ListMappingsResponse
+	(*ResolveMappingRequest)(nil),       // 69: v0m3.registry.v1.ResolveMappingRequest
+	(*WatchEventsRequest)(nil),          // 70: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 71: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 72: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 73: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 74: google.protobuf.Struct
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
-	12, // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
-	3,  // 1: v0m3.registry.v1.Connection.review_state:type_name -> v0m3.registry.v1.ReviewState
-	4,  // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
-	16, // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
-	17, // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	56, // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	56, // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	56, // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	56, // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
-	13, // 9: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
-	14, // 10: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
-	15, // 11: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	55, // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
-	2,  // 13: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
-	18, // 14: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
-	1,  // 15: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
-	1,  // 16: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
-	1,  // 17: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
-	0,  // 18: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
-	12, // 19: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	56, // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
-	12, // 21: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	11, // 22: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
-	12, // 23: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	17, // 24: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	19, // 25: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
-	16, // 26: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
-	30, // 27: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
-	31, // 28: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	56, // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	57, // 30: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	57, // 31: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	57, // 32: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	29, // 33: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	29, // 34: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	38, // 35: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	38, // 36: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
-	5,  // 37: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
-	6,  // 38: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	57, // 39: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
-	7,  // 40: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	39, // 41: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
-	9,  // 42: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	43, // 43: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	44, // 44: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	57, // 45: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	45, // 46: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	8,  // 47: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	56, // 48: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	56, // 49: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	43, // 50: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	44, // 51: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	57, // 52: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	45, // 53: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	8,  // 54: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	46, // 55: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	10, // 56: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	56, // 57: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	20, // 58: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	21, // 59: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	22, // 60: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	24, // 61: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	25, // 62: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	26, // 63: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	27, // 64: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	32, // 65: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	33, // 66: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	34, // 67: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	36, // 68: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	40, // 69: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	41, // 70: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	47, // 71: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	48, // 72: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	49, // 73: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	50, // 74: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	52, // 75: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	53, // 76: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	11, // 77: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	11, // 78: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	23, // 79: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	11, // 80: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	11, // 81: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	28, // 82: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	11, // 83: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	29, // 84: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	29, // 85: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	35, // 86: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	37, // 87: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	39, // 88: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	42, // 89: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	46, // 90: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	46, // 91: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	46, // 92: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	51, // 93: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	46, // 94: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	54, // 95: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	77, // [77:96] is the sub-list for method output_type
-	58, // [58:77] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	16,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
+	3,   // 1: v0m3.registry.v1.Connection.review_state:type_name -> v0m3.registry.v1.ReviewState
+	4,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
+	20,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
+	21,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	73,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	73,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	73,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	73,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	17,  // 9: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
+	18,  // 10: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
+	19,  // 11: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
+	72,  // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	2,   // 13: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
+	22,  // 14: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
+	1,   // 15: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
+	1,   // 16: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
+	1,   // 17: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
+	0,   // 18: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
+	16,  // 19: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
+	73,  // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	16,  // 21: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	15,  // 22: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
+	16,  // 23: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	21,  // 24: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	23,  // 25: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
+	20,  // 26: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
+	34,  // 27: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
+	35,  // 28: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
+	73,  // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	74,  // 30: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	74,  // 31: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	74,  // 32: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	33,  // 33: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	33,  // 34: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	42,  // 35: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	42,  // 36: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	5,   // 37: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
+	6,   // 38: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	74,  // 39: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	7,   // 40: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
+	43,  // 41: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
+	8,   // 42: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
+	62,  // 43: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
+	9,   // 44: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
+	10,  // 45: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
+	73,  // 46: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	44,  // 47: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	44,  // 48: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	44,  // 49: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	11,  // 50: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
+	51,  // 51: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
+	52,  // 52: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
+	10,  // 53: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
+	73,  // 54: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	53,  // 55: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	53,  // 56: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	53,  // 57: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
+	13,  // 58: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
+	60,  // 59: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	61,  // 60: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	74,  // 61: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	62,  // 62: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	12,  // 63: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	73,  // 64: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	73,  // 65: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	60,  // 66: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	61,  // 67: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	74,  // 68: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	62,  // 69: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	12,  // 70: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	63,  // 71: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	14,  // 72: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	73,  // 73: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	24,  // 74: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	25,  // 75: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	26,  // 76: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	28,  // 77: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	29,  // 78: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	30,  // 79: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	31,  // 80: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	36,  // 81: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	37,  // 82: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	38,  // 83: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	40,  // 84: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	45,  // 85: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	46,  // 86: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	47,  // 87: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	48,  // 88: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	49,  // 89: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	54,  // 90: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	55,  // 91: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	56,  // 92: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	57,  // 93: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	58,  // 94: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	64,  // 95: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	65,  // 96: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	66,  // 97: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	67,  // 98: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	69,  // 99: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	70,  // 100: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	15,  // 101: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	15,  // 102: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	27,  // 103: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	15,  // 104: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	15,  // 105: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	32,  // 106: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	15,  // 107: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	33,  // 108: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	33,  // 109: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	39,  // 110: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	41,  // 111: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	44,  // 112: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	44,  // 113: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	44,  // 114: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	44,  // 115: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	50,  // 116: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	53,  // 117: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	53,  // 118: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	53,  // 119: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	53,  // 120: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	59,  // 121: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	63,  // 122: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	63,  // 123: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	63,  // 124: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	68,  // 125: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	63,  // 126: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	71,  // 127: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	101, // [101:128] is the sub-list for method output_type
+	74,  // [74:101] is the sub-list for method input_type
+	74,  // [74:74] is the sub-list for extension type_name
+	74,  // [74:74] is the sub-list for extension extendee
+	0,   // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -4955,8 +6268,8 @@ func file_v0m3_registry_v1_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
-			NumEnums:      11,
-			NumMessages:   45,
+			NumEnums:      15,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,25 +19,33 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RegistryService_CreateConnection_FullMethodName    = "/v0m3.registry.v1.RegistryService/CreateConnection"
-	RegistryService_GetConnection_FullMethodName       = "/v0m3.registry.v1.RegistryService/GetConnection"
-	RegistryService_ListConnections_FullMethodName     = "/v0m3.registry.v1.RegistryService/ListConnections"
-	RegistryService_UpdateConnection_FullMethodName    = "/v0m3.registry.v1.RegistryService/UpdateConnection"
-	RegistryService_RetireConnection_FullMethodName    = "/v0m3.registry.v1.RegistryService/RetireConnection"
-	RegistryService_ListConfigRevisions_FullMethodName = "/v0m3.registry.v1.RegistryService/ListConfigRevisions"
-	RegistryService_ReviewConnection_FullMethodName    = "/v0m3.registry.v1.RegistryService/ReviewConnection"
-	RegistryService_RecordSnapshot_FullMethodName      = "/v0m3.registry.v1.RegistryService/RecordSnapshot"
-	RegistryService_GetSnapshot_FullMethodName         = "/v0m3.registry.v1.RegistryService/GetSnapshot"
-	RegistryService_ListSnapshots_FullMethodName       = "/v0m3.registry.v1.RegistryService/ListSnapshots"
-	RegistryService_DiffSnapshots_FullMethodName       = "/v0m3.registry.v1.RegistryService/DiffSnapshots"
-	RegistryService_GetCapability_FullMethodName       = "/v0m3.registry.v1.RegistryService/GetCapability"
-	RegistryService_ListCapabilities_FullMethodName    = "/v0m3.registry.v1.RegistryService/ListCapabilities"
-	RegistryService_ProposeMapping_FullMethodName      = "/v0m3.registry.v1.RegistryService/ProposeMapping"
-	RegistryService_ReviewMapping_FullMethodName       = "/v0m3.registry.v1.RegistryService/ReviewMapping"
-	RegistryService_GetMapping_FullMethodName          = "/v0m3.registry.v1.RegistryService/GetMapping"
-	RegistryService_ListMappings_FullMethodName        = "/v0m3.registry.v1.RegistryService/ListMappings"
-	RegistryService_ResolveMapping_FullMethodName      = "/v0m3.registry.v1.RegistryService/ResolveMapping"
-	RegistryService_WatchEvents_FullMethodName         = "/v0m3.registry.v1.RegistryService/WatchEvents"
+	RegistryService_CreateConnection_FullMethodName     = "/v0m3.registry.v1.RegistryService/CreateConnection"
+	RegistryService_GetConnection_FullMethodName        = "/v0m3.registry.v1.RegistryService/GetConnection"
+	RegistryService_ListConnections_FullMethodName      = "/v0m3.registry.v1.RegistryService/ListConnections"
+	RegistryService_UpdateConnection_FullMethodName     = "/v0m3.registry.v1.RegistryService/UpdateConnection"
+	RegistryService_RetireConnection_FullMethodName     = "/v0m3.registry.v1.RegistryService/RetireConnection"
+	RegistryService_ListConfigRevisions_FullMethodName  = "/v0m3.registry.v1.RegistryService/ListConfigRevisions"
+	RegistryService_ReviewConnection_FullMethodName     = "/v0m3.registry.v1.RegistryService/ReviewConnection"
+	RegistryService_RecordSnapshot_FullMethodName       = "/v0m3.registry.v1.RegistryService/RecordSnapshot"
+	RegistryService_GetSnapshot_FullMethodName          = "/v0m3.registry.v1.RegistryService/GetSnapshot"
+	RegistryService_ListSnapshots_FullMethodName        = "/v0m3.registry.v1.RegistryService/ListSnapshots"
+	RegistryService_DiffSnapshots_FullMethodName        = "/v0m3.registry.v1.RegistryService/DiffSnapshots"
+	RegistryService_CreateCapability_FullMethodName     = "/v0m3.registry.v1.RegistryService/CreateCapability"
+	RegistryService_UpdateCapability_FullMethodName     = "/v0m3.registry.v1.RegistryService/UpdateCapability"
+	RegistryService_DeprecateCapability_FullMethodName  = "/v0m3.registry.v1.RegistryService/DeprecateCapability"
+	RegistryService_GetCapability_FullMethodName        = "/v0m3.registry.v1.RegistryService/GetCapability"
+	RegistryService_ListCapabilities_FullMethodName     = "/v0m3.registry.v1.RegistryService/ListCapabilities"
+	RegistryService_CreateTaskProfile_FullMethodName    = "/v0m3.registry.v1.RegistryService/CreateTaskProfile"
+	RegistryService_UpdateTaskProfile_FullMethodName    = "/v0m3.registry.v1.RegistryService/UpdateTaskProfile"
+	RegistryService_DeprecateTaskProfile_FullMethodName = "/v0m3.registry.v1.RegistryService/DeprecateTaskProfile"
+	RegistryService_GetTaskProfile_FullMethodName       = "/v0m3.registry.v1.RegistryService/GetTaskProfile"
+	RegistryService_ListTaskProfiles_FullMethodName     = "/v0m3.registry.v1.RegistryService/ListTaskProfiles"
+	RegistryService_ProposeMapping_FullMethodName       = "/v0m3.registry.v1.RegistryService/ProposeMapping"
+	RegistryService_ReviewMapping_FullMethodName        = "/v0m3.registry.v1.RegistryService/ReviewMapping"
+	RegistryService_GetMapping_FullMethodName           = "/v0m3.registry.v1.RegistryService/GetMapping"
+	RegistryService_ListMappings_FullMethodName         = "/v0m3.registry.v1.RegistryService/ListMappings"
+	RegistryService_ResolveMapping_FullMethodName       = "/v0m3.registry.v1.RegistryService/ResolveMapping"
+	RegistryService_WatchEvents_FullMethodName          = "/v0m3.registry.v1.RegistryService/WatchEvents"
 )
 
 // RegistryServiceClient is the client API for RegistryService service.
@@ -93,10 +101,44 @@ type RegistryServiceClient interface {
 	// DiffSnapshots says which tools and resources were added, removed or
 	// changed between two snapshots, and which digests changed.
 	DiffSnapshots(ctx context.Context, in *DiffSnapshotsRequest, opts ...grpc.CallOption) (*SnapshotDiff, error)
-	// GetCapability returns one V0M3 product capability.
+	// CreateCapability declares a new V0M3 product capability at revision 1.
+	// Capabilities are data a platform team declares (through this API or a
+	// Capability resource); the seed's four are default definitions loaded
+	// on first start. The creator is the authenticated caller; policy
+	// decides who may declare capabilities (action capability.write).
+	CreateCapability(ctx context.Context, in *CreateCapabilityRequest, opts ...grpc.CallOption) (*Capability, error)
+	// UpdateCapability declares a new revision of a capability. A contract
+	// identical to the current one changes nothing and returns the current
+	// revision, so applying the same definition twice is harmless. A new
+	// revision moves every active mapping of the capability to
+	// REVIEW_REQUIRED (a person reviews the mapping against the new
+	// contract), which also invalidates approvals bound to the old mapping
+	// revision. It is a compare-and-set when expected_revision is given.
+	UpdateCapability(ctx context.Context, in *UpdateCapabilityRequest, opts ...grpc.CallOption) (*Capability, error)
+	// DeprecateCapability stops a capability from being offered to new
+	// tasks. Its revisions, mappings and every record that refers to it
+	// stay readable; an update un-deprecates it.
+	DeprecateCapability(ctx context.Context, in *DeprecateCapabilityRequest, opts ...grpc.CallOption) (*Capability, error)
+	// GetCapability returns one capability at its current revision, or at a
+	// past revision.
 	GetCapability(ctx context.Context, in *GetCapabilityRequest, opts ...grpc.CallOption) (*Capability, error)
-	// ListCapabilities returns every known capability.
+	// ListCapabilities returns capabilities at their current revisions.
 	ListCapabilities(ctx context.Context, in *ListCapabilitiesRequest, opts ...grpc.CallOption) (*ListCapabilitiesResponse, error)
+	// CreateTaskProfile declares what a kind of task needs: capabilities and
+	// the rules that select them, its purpose for policy and its default
+	// budget. The seed's four task kinds are default profiles loaded on
+	// first start. Policy decides who may declare profiles (action
+	// profile.write).
+	CreateTaskProfile(ctx context.Context, in *CreateTaskProfileRequest, opts ...grpc.CallOption) (*TaskProfile, error)
+	// UpdateTaskProfile declares a new revision of a profile; an identical
+	// profile changes nothing. Tasks keep the revision they started with.
+	UpdateTaskProfile(ctx context.Context, in *UpdateTaskProfileRequest, opts ...grpc.CallOption) (*TaskProfile, error)
+	// DeprecateTaskProfile stops new tasks from starting with a profile.
+	DeprecateTaskProfile(ctx context.Context, in *DeprecateTaskProfileRequest, opts ...grpc.CallOption) (*TaskProfile, error)
+	// GetTaskProfile returns one profile at its current or a past revision.
+	GetTaskProfile(ctx context.Context, in *GetTaskProfileRequest, opts ...grpc.CallOption) (*TaskProfile, error)
+	// ListTaskProfiles returns profiles at their current revisions.
+	ListTaskProfiles(ctx context.Context, in *ListTaskProfilesRequest, opts ...grpc.CallOption) (*ListTaskProfilesResponse, error)
 	// ProposeMapping proposes a binding of a capability onto one remote tool or
 	// resource observed in one snapshot. The new mapping (or the new revision
 	// of an existing one) starts PENDING_REVIEW.
@@ -236,6 +278,36 @@ func (c *registryServiceClient) DiffSnapshots(ctx context.Context, in *DiffSnaps
 	return out, nil
 }
 
+func (c *registryServiceClient) CreateCapability(ctx context.Context, in *CreateCapabilityRequest, opts ...grpc.CallOption) (*Capability, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Capability)
+	err := c.cc.Invoke(ctx, RegistryService_CreateCapability_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) UpdateCapability(ctx context.Context, in *UpdateCapabilityRequest, opts ...grpc.CallOption) (*Capability, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Capability)
+	err := c.cc.Invoke(ctx, RegistryService_UpdateCapability_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) DeprecateCapability(ctx context.Context, in *DeprecateCapabilityRequest, opts ...grpc.CallOption) (*Capability, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Capability)
+	err := c.cc.Invoke(ctx, RegistryService_DeprecateCapability_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *registryServiceClient) GetCapability(ctx context.Context, in *GetCapabilityRequest, opts ...grpc.CallOption) (*Capability, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Capability)
@@ -250,6 +322,56 @@ func (c *registryServiceClient) ListCapabilities(ctx context.Context, in *ListCa
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListCapabilitiesResponse)
 	err := c.cc.Invoke(ctx, RegistryService_ListCapabilities_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) CreateTaskProfile(ctx context.Context, in *CreateTaskProfileRequest, opts ...grpc.CallOption) (*TaskProfile, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TaskProfile)
+	err := c.cc.Invoke(ctx, RegistryService_CreateTaskProfile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) UpdateTaskProfile(ctx context.Context, in *UpdateTaskProfileRequest, opts ...grpc.CallOption) (*TaskProfile, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TaskProfile)
+	err := c.cc.Invoke(ctx, RegistryService_UpdateTaskProfile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) DeprecateTaskProfile(ctx context.Context, in *DeprecateTaskProfileRequest, opts ...grpc.CallOption) (*TaskProfile, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TaskProfile)
+	err := c.cc.Invoke(ctx, RegistryService_DeprecateTaskProfile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) GetTaskProfile(ctx context.Context, in *GetTaskProfileRequest, opts ...grpc.CallOption) (*TaskProfile, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TaskProfile)
+	err := c.cc.Invoke(ctx, RegistryService_GetTaskProfile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) ListTaskProfiles(ctx context.Context, in *ListTaskProfilesRequest, opts ...grpc.CallOption) (*ListTaskProfilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTaskProfilesResponse)
+	err := c.cc.Invoke(ctx, RegistryService_ListTaskProfiles_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -378,10 +500,44 @@ type RegistryServiceServer interface {
 	// DiffSnapshots says which tools and resources were added, removed or
 	// changed between two snapshots, and which digests changed.
 	DiffSnapshots(context.Context, *DiffSnapshotsRequest) (*SnapshotDiff, error)
-	// GetCapability returns one V0M3 product capability.
+	// CreateCapability declares a new V0M3 product capability at revision 1.
+	// Capabilities are data a platform team declares (through this API or a
+	// Capability resource); the seed's four are default definitions loaded
+	// on first start. The creator is the authenticated caller; policy
+	// decides who may declare capabilities (action capability.write).
+	CreateCapability(context.Context, *CreateCapabilityRequest) (*Capability, error)
+	// UpdateCapability declares a new revision of a capability. A contract
+	// identical to the current one changes nothing and returns the current
+	// revision, so applying the same definition twice is harmless. A new
+	// revision moves every active mapping of the capability to
+	// REVIEW_REQUIRED (a person reviews the mapping against the new
+	// contract), which also invalidates approvals bound to the old mapping
+	// revision. It is a compare-and-set when expected_revision is given.
+	UpdateCapability(context.Context, *UpdateCapabilityRequest) (*Capability, error)
+	// DeprecateCapability stops a capability from being offered to new
+	// tasks. Its revisions, mappings and every record that refers to it
+	// stay readable; an update un-deprecates it.
+	DeprecateCapability(context.Context, *DeprecateCapabilityRequest) (*Capability, error)
+	// GetCapability returns one capability at its current revision, or at a
+	// past revision.
 	GetCapability(context.Context, *GetCapabilityRequest) (*Capability, error)
-	// ListCapabilities returns every known capability.
+	// ListCapabilities returns capabilities at their current revisions.
 	ListCapabilities(context.Context, *ListCapabilitiesRequest) (*ListCapabilitiesResponse, error)
+	// CreateTaskProfile declares what a kind of task needs: capabilities and
+	// the rules that select them, its purpose for policy and its default
+	// budget. The seed's four task kinds are default profiles loaded on
+	// first start. Policy decides who may declare profiles (action
+	// profile.write).
+	CreateTaskProfile(context.Context, *CreateTaskProfileRequest) (*TaskProfile, error)
+	// UpdateTaskProfile declares a new revision of a profile; an identical
+	// profile changes nothing. Tasks keep the revision they started with.
+	UpdateTaskProfile(context.Context, *UpdateTaskProfileRequest) (*TaskProfile, error)
+	// DeprecateTaskProfile stops new tasks from starting with a profile.
+	DeprecateTaskProfile(context.Context, *DeprecateTaskProfileRequest) (*TaskProfile, error)
+	// GetTaskProfile returns one profile at its current or a past revision.
+	GetTaskProfile(context.Context, *GetTaskProfileRequest) (*TaskProfile, error)
+	// ListTaskProfiles returns profiles at their current revisions.
+	ListTaskProfiles(context.Context, *ListTaskProfilesRequest) (*ListTaskProfilesResponse, error)
 	// ProposeMapping proposes a binding of a capability onto one remote tool or
 	// resource observed in one snapshot. The new mapping (or the new revision
 	// of an existing one) starts PENDING_REVIEW.
@@ -444,11 +600,35 @@ func (UnimplementedRegistryServiceServer) ListSnapshots(context.Context, *ListSn
 func (UnimplementedRegistryServiceServer) DiffSnapshots(context.Context, *DiffSnapshotsRequest) (*SnapshotDiff, error) {
 	return nil, status.Error(codes.Unimplemented, "method DiffSnapshots not implemented")
 }
+func (UnimplementedRegistryServiceServer) CreateCapability(context.Context, *CreateCapabilityRequest) (*Capability, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateCapability not implemented")
+}
+func (UnimplementedRegistryServiceServer) UpdateCapability(context.Context, *UpdateCapabilityRequest) (*Capability, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateCapability not implemented")
+}
+func (UnimplementedRegistryServiceServer) DeprecateCapability(context.Context, *DeprecateCapabilityRequest) (*Capability, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeprecateCapability not implemented")
+}
 func (UnimplementedRegistryServiceServer) GetCapability(context.Context, *GetCapabilityRequest) (*Capability, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetCapability not implemented")
 }
 func (UnimplementedRegistryServiceServer) ListCapabilities(context.Context, *ListCapabilitiesRequest) (*ListCapabilitiesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCapabilities not implemented")
+}
+func (UnimplementedRegistryServiceServer) CreateTaskProfile(context.Context, *CreateTaskProfileRequest) (*TaskProfile, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateTaskProfile not implemented")
+}
+func (UnimplementedRegistryServiceServer) UpdateTaskProfile(context.Context, *UpdateTaskProfileRequest) (*TaskProfile, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateTaskProfile not implemented")
+}
+func (UnimplementedRegistryServiceServer) DeprecateTaskProfile(context.Context, *DeprecateTaskProfileRequest) (*TaskProfile, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeprecateTaskProfile not implemented")
+}
+func (UnimplementedRegistryServiceServer) GetTaskProfile(context.Context, *GetTaskProfileRequest) (*TaskProfile, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTaskProfile not implemented")
+}
+func (UnimplementedRegistryServiceServer) ListTaskProfiles(context.Context, *ListTaskProfilesRequest) (*ListTaskProfilesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTaskProfiles not implemented")
 }
 func (UnimplementedRegistryServiceServer) ProposeMapping(context.Context, *ProposeMappingRequest) (*Mapping, error) {
 	return nil, status.Error(codes.Unimplemented, "method ProposeMapping not implemented")
@@ -687,6 +867,60 @@ func _RegistryService_DiffSnapshots_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RegistryService_CreateCapability_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateCapabilityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).CreateCapability(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_CreateCapability_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).CreateCapability(ctx, req.(*CreateCapabilityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_UpdateCapability_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateCapabilityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).UpdateCapability(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_UpdateCapability_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).UpdateCapability(ctx, req.(*UpdateCapabilityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_DeprecateCapability_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeprecateCapabilityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).DeprecateCapability(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_DeprecateCapability_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).DeprecateCapability(ctx, req.(*DeprecateCapabilityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RegistryService_GetCapability_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetCapabilityRequest)
 	if err := dec(in); err != nil {
@@ -719,6 +953,96 @@ func _RegistryService_ListCapabilities_Handler(srv interface{}, ctx context.Cont
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RegistryServiceServer).ListCapabilities(ctx, req.(*ListCapabilitiesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_CreateTaskProfile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateTaskProfileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).CreateTaskProfile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_CreateTaskProfile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).CreateTaskProfile(ctx, req.(*CreateTaskProfileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_UpdateTaskProfile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateTaskProfileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).UpdateTaskProfile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_UpdateTaskProfile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).UpdateTaskProfile(ctx, req.(*UpdateTaskProfileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_DeprecateTaskProfile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeprecateTaskProfileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).DeprecateTaskProfile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_DeprecateTaskProfile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).DeprecateTaskProfile(ctx, req.(*DeprecateTaskProfileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_GetTaskProfile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTaskProfileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).GetTaskProfile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_GetTaskProfile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).GetTaskProfile(ctx, req.(*GetTaskProfileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_ListTaskProfiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTaskProfilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).ListTaskProfiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_ListTaskProfiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).ListTaskProfiles(ctx, req.(*ListTaskProfilesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -876,12 +1200,44 @@ var RegistryService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _RegistryService_DiffSnapshots_Handler,
 		},
 		{
+			MethodName: "CreateCapability",
+			Handler:    _RegistryService_CreateCapability_Handler,
+		},
+		{
+			MethodName: "UpdateCapability",
+			Handler:    _RegistryService_UpdateCapability_Handler,
+		},
+		{
+			MethodName: "DeprecateCapability",
+			Handler:    _RegistryService_DeprecateCapability_Handler,
+		},
+		{
 			MethodName: "GetCapability",
 			Handler:    _RegistryService_GetCapability_Handler,
 		},
 		{
 			MethodName: "ListCapabilities",
 			Handler:    _RegistryService_ListCapabilities_Handler,
+		},
+		{
+			MethodName: "CreateTaskProfile",
+			Handler:    _RegistryService_CreateTaskProfile_Handler,
+		},
+		{
+			MethodName: "UpdateTaskProfile",
+			Handler:    _RegistryService_UpdateTaskProfile_Handler,
+		},
+		{
+			MethodName: "DeprecateTaskProfile",
+			Handler:    _RegistryService_DeprecateTaskProfile_Handler,
+		},
+		{
+			MethodName: "GetTaskProfile",
+			Handler:    _RegistryService_GetTaskProfile_Handler,
+		},
+		{
+			MethodName: "ListTaskProfiles",
+			Handler:    _RegistryService_ListTaskProfiles_Handler,
 		},
 		{
 			MethodName: "ProposeMapping",

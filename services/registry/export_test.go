@@ -1,0 +1,4 @@
+package registry
+
+// HandleFieldNames exposes handleFieldNames to the external tests.
+var HandleFieldNames = handleFieldNames
