@@ -21,7 +21,7 @@ func (s *Server) compileCatalogue(ctx context.Context, task *orchestratorv1.Task
 	el, err := s.deps.Policy.Eligible(ctx, &policyv1.EligibleRequest{
 		TaskId:             task.GetId(),
 		Requester:          task.GetRequester(),
-		Purpose:            purposeOf(task.GetKind()),
+		Purpose:            purposeOf(task),
 		NeededCapabilities: task.GetNeededCapabilities(),
 	})
 	if err != nil {
@@ -84,14 +84,15 @@ func (s *Server) compileCatalogue(ctx context.Context, task *orchestratorv1.Task
 	return cat, nil
 }
 
-// registerTask records the task's requester and source scope with policy.
-func (s *Server) registerTask(ctx context.Context, task *orchestratorv1.Task) error {
+// registerTask records the task's requester, source scope and budget (its
+// profile's default budget) with policy.
+func (s *Server) registerTask(ctx context.Context, task *orchestratorv1.Task, budget *registryv1.TaskBudget) error {
 	scope := make([]string, 0, len(task.GetSourceScope()))
 	for _, src := range task.GetSourceScope() {
 		scope = append(scope, src.GetUri())
 	}
 	if _, err := s.deps.Policy.RegisterTask(ctx, &policyv1.RegisterTaskRequest{
-		TaskId: task.GetId(), Requester: task.GetRequester().GetId(), SourceScope: scope,
+		TaskId: task.GetId(), Requester: task.GetRequester().GetId(), SourceScope: scope, Budget: budget,
 	}); err != nil {
 		return fmt.Errorf("register task scope with policy: %w", err)
 	}

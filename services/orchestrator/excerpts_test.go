@@ -3,12 +3,7 @@ package orchestrator
 import (
 	"slices"
 	"testing"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
-
-func codeOf(err error) codes.Code { return status.Code(err) }
 
 func TestSplitPassages(t *testing.T) {
 	t.Parallel()

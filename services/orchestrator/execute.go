@@ -194,7 +194,7 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 	if callErr != nil {
 		resp = responseFromCallError(callErr)
 	}
-	if resp.GetOutcome() == adapterv1.Outcome_OUTCOME_OK && p.capability.GetEffectClass() != registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
+	if resp.GetOutcome() == adapterv1.Outcome_OUTCOME_OK && !observes(p.capability) {
 		// An effect is believed only with the adapter's attestation of
 		// exactly this call; without one, what happened is not known.
 		if resp.ReceiptAttestation, err = s.attestation(in, resp, grantID, req.GetIntentId()); err != nil {
@@ -234,14 +234,14 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 	return req, att, resp, nil
 }
 
-// complete turns a successful attempt into product state: a retrieval's
-// content items become source observations and quoted excerpts; any other
-// effect must come with a receipt (artifact digest or delivery id), which
-// is recorded in evidence (stage RECEIPT_VERIFIED) before the request is
-// committed.
+// complete turns a successful attempt into product state, by what the
+// capability's result becomes (see observes): observed content items
+// become source observations and quoted excerpts; any other result must
+// come with a receipt (artifact digest or delivery id), which is recorded
+// in evidence (stage RECEIPT_VERIFIED) before the request is committed.
 func (s *Server) complete(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
 	p *prepared, remote *structpb.Struct, resp *adapterv1.ExecuteResponse) (*orchestratorv1.ToolRequest, error) {
-	if p.capability.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
+	if observes(p.capability) {
 		obs, err := s.observe(ctx, task, req, att, p, remote, resp)
 		if err != nil {
 			// The remote call completed but its result did not become
@@ -503,4 +503,23 @@ func responseFromCallError(err error) *adapterv1.ExecuteResponse {
 		Stage:   adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED,
 		Error:   &adapterv1.ErrorEvidence{SafeCode: code, UntrustedDetail: truncate(st.Message(), maxUntrustedDetail)},
 	}
+}
+
+// observes reports whether a capability's successful result is observed
+// content (source observations, or data, which is quoted the same way for
+// now) rather than an effect proven by a receipt. The declared result kind
+// decides; when none is declared, the effect class does (a retrieval is
+// observed, anything else needs a receipt). An external effect is believed
+// only with a receipt, whatever its declaration says.
+func observes(c *registryv1.Capability) bool {
+	if c.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT {
+		return false
+	}
+	switch c.GetResultKind() {
+	case registryv1.ResultKind_RESULT_KIND_SOURCE_OBSERVATION, registryv1.ResultKind_RESULT_KIND_DATA:
+		return true
+	case registryv1.ResultKind_RESULT_KIND_ARTIFACT, registryv1.ResultKind_RESULT_KIND_RECEIPT:
+		return false
+	}
+	return c.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL
 }

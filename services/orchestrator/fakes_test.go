@@ -38,6 +38,21 @@ import (
 // gRPC connection (bufconn), small enough to read, and they record what
 // the orchestrator asked of them.
 
+// The seed's capability names, as the default definitions declare them.
+// The orchestrator itself knows no capability by name.
+const (
+	capRetrieveAuthorizedSource = "retrieve_authorized_source"
+	capRenderPreview            = "render_preview"
+	capDeliverApprovedArtifact  = "deliver_approved_artifact"
+)
+
+// The seed's summary templates, as the default definitions declare them.
+const (
+	retrieveSummaryTemplate = "Retrieve passages about {query} from source {source}"
+	previewSummaryTemplate  = "Render preview of document revision {document_revision} using profile {profile}"
+	deliverSummaryTemplate  = "Deliver artifact {artifact} to destination {destination}"
+)
+
 const (
 	testConnection           = "conn_fixture"
 	localRetrieveDescription = "Retrieve one authorized source passage by handle. Content is quoted evidence."
@@ -53,11 +68,13 @@ func mustStruct(t testing.TB, m map[string]any) *structpb.Struct {
 	return s
 }
 
-// fakeRegistry knows three capabilities, one active mapping each.
+// fakeRegistry knows three capabilities, one active mapping each, and the
+// seed's four task profiles.
 type fakeRegistry struct {
 	registryv1.UnimplementedRegistryServiceServer
 	mu             sync.Mutex
 	capabilities   map[string]*registryv1.Capability
+	profiles       map[string]*registryv1.TaskProfile
 	mappings       map[string]*registryv1.Mapping // by capability
 	reviewRequired map[string]bool                // by mapping id
 	events         chan *registryv1.RegistryEvent
@@ -73,6 +90,7 @@ const (
 func newFakeRegistry(t testing.TB) *fakeRegistry {
 	r := &fakeRegistry{
 		capabilities:   map[string]*registryv1.Capability{},
+		profiles:       map[string]*registryv1.TaskProfile{},
 		mappings:       map[string]*registryv1.Mapping{},
 		reviewRequired: map[string]bool{},
 		events:         make(chan *registryv1.RegistryEvent, 8),
@@ -80,9 +98,10 @@ func newFakeRegistry(t testing.TB) *fakeRegistry {
 	}
 	r.capabilities[capRetrieveAuthorizedSource] = &registryv1.Capability{
 		Name: capRetrieveAuthorizedSource, Revision: 1, EffectClass: registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL,
-		Description: localRetrieveDescription,
-		Handles:     []*registryv1.HandleField{{Field: "source", RefersTo: "source"}},
-		RetryRule:   registryv1.RetryRule_RETRY_RULE_RETRY,
+		Description:     localRetrieveDescription,
+		Handles:         []*registryv1.HandleField{{Field: "source", RefersTo: "source"}},
+		RetryRule:       registryv1.RetryRule_RETRY_RULE_RETRY,
+		SummaryTemplate: retrieveSummaryTemplate,
 		InputSchema: mustStruct(t, map[string]any{
 			"type": "object",
 			"properties": map[string]any{
@@ -95,7 +114,8 @@ func newFakeRegistry(t testing.TB) *fakeRegistry {
 	}
 	r.capabilities[capRenderPreview] = &registryv1.Capability{
 		Name: capRenderPreview, Revision: 1, EffectClass: registryv1.EffectClass_EFFECT_CLASS_LOCAL_TRANSFORMATION,
-		Description: "Render a preview of one document revision without publishing it.",
+		Description:     "Render a preview of one document revision without publishing it.",
+		SummaryTemplate: previewSummaryTemplate,
 		InputSchema: mustStruct(t, map[string]any{
 			"type":       "object",
 			"properties": map[string]any{"document_revision": map[string]any{"type": "integer"}},
@@ -104,8 +124,9 @@ func newFakeRegistry(t testing.TB) *fakeRegistry {
 	}
 	r.capabilities[capDeliverApprovedArtifact] = &registryv1.Capability{
 		Name: capDeliverApprovedArtifact, Revision: 1, EffectClass: registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT,
-		Description: "Deliver one approved artifact to one destination.",
-		RetryRule:   registryv1.RetryRule_RETRY_RULE_NEVER_BLIND,
+		Description:     "Deliver one approved artifact to one destination.",
+		RetryRule:       registryv1.RetryRule_RETRY_RULE_NEVER_BLIND,
+		SummaryTemplate: deliverSummaryTemplate,
 		InputSchema: mustStruct(t, map[string]any{
 			"type":       "object",
 			"properties": map[string]any{"artifact": map[string]any{"type": "string"}, "destination": map[string]any{"type": "string"}},
@@ -144,7 +165,51 @@ func newFakeRegistry(t testing.TB) *fakeRegistry {
 		Limits: &registryv1.Limits{MaxResponseBytes: 1024, MaxItems: 1},
 		State:  registryv1.MappingState_MAPPING_STATE_ACTIVE,
 	}
+	always, absent := registryv1.NeedCondition_NEED_CONDITION_ALWAYS, registryv1.NeedCondition_NEED_CONDITION_EVIDENCE_ABSENT
+	for _, p := range []*registryv1.TaskProfile{
+		{Name: "source_review", Needs: []*registryv1.ProfileNeed{{Capability: capRetrieveAuthorizedSource, When: always}}},
+		{Name: "rewrite", Needs: []*registryv1.ProfileNeed{{Capability: capRetrieveAuthorizedSource, When: absent}}},
+		{Name: "preview", Needs: []*registryv1.ProfileNeed{{Capability: capRenderPreview, When: always}}},
+		{Name: "export", Needs: []*registryv1.ProfileNeed{{Capability: capDeliverApprovedArtifact, When: always}}},
+	} {
+		p.Revision, p.State = 1, registryv1.DefinitionState_DEFINITION_STATE_ACTIVE
+		r.profiles[p.GetName()] = p
+	}
 	return r
+}
+
+// putProfile declares a profile at its next revision.
+func (r *fakeRegistry) putProfile(p *registryv1.TaskProfile) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p = proto.CloneOf(p)
+	p.Revision = r.profiles[p.GetName()].GetRevision() + 1
+	if p.State == registryv1.DefinitionState_DEFINITION_STATE_UNSPECIFIED {
+		p.State = registryv1.DefinitionState_DEFINITION_STATE_ACTIVE
+	}
+	r.profiles[p.GetName()] = p
+}
+
+func (r *fakeRegistry) GetTaskProfile(_ context.Context, in *registryv1.GetTaskProfileRequest) (*registryv1.TaskProfile, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.profiles[in.GetName()]
+	if !ok || (in.GetRevision() != 0 && in.GetRevision() != p.GetRevision()) {
+		return nil, apierror.New(codes.NotFound, "PROFILE_NOT_FOUND", "no task profile "+in.GetName(), nil)
+	}
+	return proto.CloneOf(p), nil
+}
+
+func (r *fakeRegistry) ListTaskProfiles(context.Context, *registryv1.ListTaskProfilesRequest) (*registryv1.ListTaskProfilesResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := &registryv1.ListTaskProfilesResponse{}
+	for _, p := range r.profiles {
+		if p.GetState() != registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED {
+			out.Profiles = append(out.Profiles, proto.CloneOf(p))
+		}
+	}
+	return out, nil
 }
 
 func (r *fakeRegistry) GetCapability(_ context.Context, in *registryv1.GetCapabilityRequest) (*registryv1.Capability, error) {
@@ -234,6 +299,10 @@ type fakePolicy struct {
 	approvalRequired map[string]bool
 	charges          map[string]int // by idempotency key
 	revision         string
+	registered       []*policyv1.RegisterTaskRequest
+	// purposes are the purposes Eligible, Authorize and ResolveHandle
+	// were asked about, in order.
+	purposes []string
 }
 
 func newFakePolicy(reg *fakeRegistry) *fakePolicy {
@@ -243,6 +312,9 @@ func newFakePolicy(reg *fakeRegistry) *fakePolicy {
 const testPolicyRevision = "sha256:policy"
 
 func (p *fakePolicy) Eligible(_ context.Context, in *policyv1.EligibleRequest) (*policyv1.EligibleResponse, error) {
+	p.mu.Lock()
+	p.purposes = append(p.purposes, in.GetPurpose())
+	p.mu.Unlock()
 	p.reg.mu.Lock()
 	defer p.reg.mu.Unlock()
 	var out []*policyv1.CapabilityEligibility
@@ -270,6 +342,9 @@ func (p *fakePolicy) Eligible(_ context.Context, in *policyv1.EligibleRequest) (
 // RegisterTask accepts every registration; the real policy's scope rules
 // are tested in the policy package and end to end.
 func (p *fakePolicy) RegisterTask(_ context.Context, in *policyv1.RegisterTaskRequest) (*policyv1.TaskScope, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.registered = append(p.registered, proto.CloneOf(in))
 	return &policyv1.TaskScope{TaskId: in.GetTaskId(), Requester: in.GetRequester(), SourceScope: in.GetSourceScope()}, nil
 }
 
@@ -288,6 +363,7 @@ func (p *fakePolicy) MintHandle(_ context.Context, in *policyv1.MintHandleReques
 func (p *fakePolicy) ResolveHandle(_ context.Context, in *policyv1.ResolveHandleRequest) (*policyv1.ResolveHandleResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.purposes = append(p.purposes, in.GetPurpose())
 	b, ok := p.handles[in.GetToken()]
 	if !ok {
 		return nil, apierror.New(codes.PermissionDenied, "HANDLE_UNKNOWN", "the handle is not known", nil)
@@ -301,6 +377,7 @@ func (p *fakePolicy) ResolveHandle(_ context.Context, in *policyv1.ResolveHandle
 func (p *fakePolicy) Authorize(_ context.Context, in *policyv1.AuthorizeRequest) (*policyv1.AuthorizeResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.purposes = append(p.purposes, in.GetPurpose())
 	return &policyv1.AuthorizeResponse{
 		Decision: policyv1.Decision_DECISION_ALLOW, Reasons: []string{"policy0"}, PolicyRevision: p.revision,
 		ApprovalRequired: p.approvalRequired[in.GetCapability()],
@@ -530,16 +607,17 @@ var (
 	releaseNotes   = &orchestratorv1.SourceRef{Uri: "note://library/private/release-notes.md"}
 )
 
-func (h *harness) start(t *testing.T, kind orchestratorv1.TaskKind, evidencePresent bool) *orchestratorv1.StartTaskResponse {
+// start starts a task of profile as alice.
+func (h *harness) start(t *testing.T, profile string, evidencePresent bool) *orchestratorv1.StartTaskResponse {
 	t.Helper()
 	resp, err := h.client.StartTask(t.Context(), &orchestratorv1.StartTaskRequest{
-		Kind:            kind,
+		Profile:         profile,
 		Purpose:         "check the migration claims",
 		SourceScope:     []*orchestratorv1.SourceRef{migrationGuide, releaseNotes},
 		EvidencePresent: evidencePresent,
 	})
 	if err != nil {
-		t.Fatalf("StartTask(%s): %v", kind, err)
+		t.Fatalf("StartTask(%s): %v", profile, err)
 	}
 	return resp
 }

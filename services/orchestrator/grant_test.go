@@ -85,7 +85,7 @@ func (s *signed) seen() []grant.Grant {
 func TestExecutionCarriesGrantAndAttestedReceipt(t *testing.T) {
 	t.Parallel()
 	h := newSigned(t)
-	task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
+	task := h.start(t, "preview", false).GetTask()
 	r := h.submitPreview(t, task.GetId(), "call_1")
 	done, err := h.approve(t, r.GetId())
 	if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
@@ -137,7 +137,7 @@ func TestUnattestedResultIsNoReceipt(t *testing.T) {
 				}
 				return resp, err
 			})
-			task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
+			task := h.start(t, "preview", false).GetTask()
 			r := h.submitPreview(t, task.GetId(), "call_1")
 			got, err := h.approve(t, r.GetId())
 			if err != nil || got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || got.GetArtifactDigest() != "" {
@@ -186,7 +186,7 @@ func TestForgedReceiptIsNeverTrusted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newSigned(t)
-			task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
+			task := h.start(t, "preview", false).GetTask()
 			r := h.submitPreview(t, task.GetId(), "call_1")
 			if _, err := h.server.st.UseApproval(t.Context(), r.GetId(), "bob", timestamppb.Now()); err != nil {
 				t.Fatal(err)
@@ -284,7 +284,7 @@ func TestResourceReadFollowsTheHandle(t *testing.T) {
 			m.Target = &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_RESOURCE, Name: releaseNotes.GetUri()}
 			m.ArgumentMap, m.Defaults = tc.bindings, nil
 			h.registry.mu.Unlock()
-			cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+			cat := h.start(t, "source_review", false).GetCatalogue()
 			handle := handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
 			_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource, map[string]any{"source": handle, "max_passages": 2})
 			if tc.code != codes.OK {

@@ -50,7 +50,7 @@ func TestTitleAndLinkIsNotASource(t *testing.T) {
 				}, nil
 			}
 			h.adapter.mu.Unlock()
-			cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+			cat := h.start(t, "source_review", false).GetCatalogue()
 			handle := handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
 			r, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource, map[string]any{"source": handle})
 			if err != nil {

@@ -119,7 +119,7 @@ func (h *previewHarness) approve(t *testing.T, id string) (*orchestratorv1.ToolR
 func TestPreviewApprovalReadsInProductTermsAndRendersOnce(t *testing.T) {
 	t.Parallel()
 	h := newPreviewHarness(t)
-	task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
+	task := h.start(t, "preview", false).GetTask()
 	r := h.submitPreview(t, task.GetId(), "call_1")
 	const want = "Render preview of document revision 31 using profile 4"
 	if r.GetSummary() != want {
@@ -169,7 +169,7 @@ func TestPreviewApprovalReadsInProductTermsAndRendersOnce(t *testing.T) {
 func TestApprovalUsedOnceUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	h := newPreviewHarness(t)
-	task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
+	task := h.start(t, "preview", false).GetTask()
 	r := h.submitPreview(t, task.GetId(), "call_1")
 	var (
 		wg       sync.WaitGroup
@@ -226,7 +226,7 @@ func TestEachApprovalBindingInvalidatesInTurn(t *testing.T) {
 		t.Run(tc.binding, func(t *testing.T) {
 			t.Parallel()
 			h := newPreviewHarness(t)
-			task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
+			task := h.start(t, "preview", false).GetTask()
 			r := h.submitPreview(t, task.GetId(), "call_1")
 			tc.change(t, h, r)
 			_, err := h.client.Approve(as(t.Context(), "bob", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), DocumentDigest: tc.document})
@@ -263,7 +263,7 @@ func TestCheckReceiptRetryRule(t *testing.T) {
 			t.Parallel()
 			h := newPreviewHarness(t)
 			h.renderFault = tc.fault
-			task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
+			task := h.start(t, "preview", false).GetTask()
 			r := h.submitPreview(t, task.GetId(), "call_1")
 			done, err := h.approve(t, r.GetId())
 			if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || done.GetArtifactDigest() == "" {
@@ -290,7 +290,7 @@ func TestUnknownExternalEffectIsNeverRetriedBlindly(t *testing.T) {
 		return &adapterv1.ExecuteResponse{Outcome: adapterv1.Outcome_OUTCOME_UNKNOWN, Stage: adapterv1.DeliveryStage_DELIVERY_STAGE_SENT,
 			Error: &adapterv1.ErrorEvidence{SafeCode: "TRANSPORT_CLOSED", UntrustedDetail: "delivered? retry please"}}, nil
 	})
-	task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_EXPORT, false).GetTask()
+	task := h.start(t, "export", false).GetTask()
 	r, _ := h.submit(t, task.GetId(), "call_1", capDeliverApprovedArtifact, map[string]any{"artifact": "art_1", "destination": "dest_1"})
 	got, err := h.client.Approve(as(t.Context(), "bob", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId()})
 	if err != nil || got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_FAILED || got.GetOutcome() != adapterv1.Outcome_OUTCOME_UNKNOWN {
@@ -309,7 +309,7 @@ func TestResumeSettlesAnOpenAttemptWithoutRenderingAgain(t *testing.T) {
 	t.Parallel()
 	h := newPreviewHarness(t)
 	h.renderFault = func(int64) string { return "crash" }
-	task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
+	task := h.start(t, "preview", false).GetTask()
 	r := h.submitPreview(t, task.GetId(), "call_1")
 	// Render happened remotely; the process died before hearing back.
 	h.mu.Lock()

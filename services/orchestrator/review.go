@@ -10,11 +10,18 @@ import (
 )
 
 // summarize is the review surface of a request: the consequence in product
-// terms, built from the capability and the normalized product arguments,
-// e.g. "Render preview of document revision 31 using profile 4". It is
-// the only place that phrases one: approvals, events and traces show this
-// text, never a remote method and a JSON payload. Handle fields show the
-// label the model saw, never the handle or its server-side target.
+// terms, built from the capability's declared summary template and the
+// normalized product arguments, e.g. "Render preview of document revision
+// 31 using profile 4". It is the only place that phrases one: approvals,
+// events and traces show this text, never a remote method and a JSON
+// payload. Handle fields show the label the model saw, never the handle or
+// its server-side target.
+//
+// A "{field}" placeholder in the template takes the field's value: a
+// handle's label or a string quoted (so a value can never pass for the
+// template's own words), anything else as written. A template naming a
+// field the request lacks, or a capability without one, reads as the
+// capability's name in words and its product fields.
 func summarize(capability *registryv1.Capability, normalized map[string]any, handleLabels map[string]string) string {
 	value := func(field string) string {
 		if l, ok := handleLabels[field]; ok {
@@ -22,35 +29,23 @@ func summarize(capability *registryv1.Capability, normalized map[string]any, han
 		}
 		return fmt.Sprint(normalized[field])
 	}
-	has := func(fields ...string) bool {
-		for _, f := range fields {
-			if _, ok := normalized[f]; !ok {
-				return false
+	if t := capability.GetSummaryTemplate(); t != "" {
+		if s, ok := fillTemplate(t, func(field string) (string, bool) {
+			v, ok := normalized[field]
+			if !ok {
+				return "", false
 			}
-		}
-		return true
-	}
-	switch capability.GetName() {
-	case capRenderPreview:
-		if has("document_revision", "profile") {
-			return fmt.Sprintf("Render preview of document revision %s using profile %s", value("document_revision"), value("profile"))
-		}
-		if has("document_revision") {
-			return fmt.Sprintf("Render preview of document revision %s", value("document_revision"))
-		}
-	case capRetrieveAuthorizedSource:
-		if has("source", "query") {
-			return fmt.Sprintf("Retrieve passages about %q from source %s", normalized["query"], value("source"))
-		}
-		if has("source") {
-			return fmt.Sprintf("Retrieve passages from source %s", value("source"))
-		}
-	case capDeliverApprovedArtifact:
-		if has("artifact", "destination") {
-			return fmt.Sprintf("Deliver artifact %s to destination %s", value("artifact"), value("destination"))
+			if s, isString := v.(string); isString {
+				if _, isHandle := handleLabels[field]; !isHandle {
+					return fmt.Sprintf("%q", s), true
+				}
+			}
+			return value(field), true
+		}); ok {
+			return s
 		}
 	}
-	// A capability without its own phrase still reads as a product
+	// A capability without a usable template still reads as a product
 	// action: its name in words and its product fields, sorted.
 	var parts []string
 	for _, f := range slices.Sorted(maps.Keys(normalized)) {
@@ -65,4 +60,51 @@ func summarize(capability *registryv1.Capability, normalized map[string]any, han
 		return head
 	}
 	return head + " with " + strings.Join(parts, ", ")
+}
+
+// fillTemplate replaces every "{field}" placeholder of t (a field name:
+// letters, digits and underscores) with value(field). Braces around
+// anything else are kept as written. It reports false when value lacks a
+// field the template names.
+func fillTemplate(t string, value func(field string) (string, bool)) (string, bool) {
+	var b strings.Builder
+	for {
+		open := strings.IndexByte(t, '{')
+		if open < 0 {
+			b.WriteString(t)
+			return b.String(), true
+		}
+		end := strings.IndexByte(t[open+1:], '}')
+		if end < 0 {
+			b.WriteString(t)
+			return b.String(), true
+		}
+		field := t[open+1 : open+1+end]
+		if !isFieldName(field) {
+			// Not a placeholder: keep the brace and look further on.
+			b.WriteString(t[:open+1])
+			t = t[open+1:]
+			continue
+		}
+		v, ok := value(field)
+		if !ok {
+			return "", false
+		}
+		b.WriteString(t[:open])
+		b.WriteString(v)
+		t = t[open+1+end+1:]
+	}
+}
+
+// isFieldName reports whether s can name a product field in a template.
+func isFieldName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r != '_' && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
 }

@@ -61,7 +61,7 @@ func TestRetrievalFollowsRotation(t *testing.T) {
 				}
 				return okRetrieval(in)
 			})
-			cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+			cat := h.start(t, "source_review", false).GetCatalogue()
 			handle := handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
 			r, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource, map[string]any{"source": handle, "max_passages": 3})
 			if err != nil {
@@ -103,7 +103,7 @@ func TestApprovedCallDoesNotFollowRotation(t *testing.T) {
 		}
 		return rendered(in)
 	})
-	task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
+	task := h.start(t, "preview", false).GetTask()
 	r := h.submitPreview(t, task.GetId(), "call_1")
 	got, err := h.approve(t, r.GetId())
 	if err == nil && got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {

@@ -144,10 +144,6 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	if err != nil {
 		return nil, err
 	}
-	needed, err := plan(req.GetKind(), req.GetEvidencePresent())
-	if err != nil {
-		return nil, err
-	}
 	seen := map[string]bool{}
 	for i, src := range req.GetSourceScope() {
 		field := fmt.Sprintf("source_scope[%d].uri", i)
@@ -161,17 +157,28 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		}
 		seen[src.GetUri()] = true
 	}
+	// The request is checked before the registry is asked anything, and a
+	// refused profile leaves nothing behind: no task, no registration.
+	profile, err := s.profileOf(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	needed := plan(profile, req.GetEvidencePresent())
 
 	now := s.timestamp()
 	task := &orchestratorv1.Task{
-		Id:                 ids.New("task"),
-		Requester:          requester,
-		Actor:              actor,
-		Purpose:            req.GetPurpose(),
+		Id:        ids.New("task"),
+		Requester: requester,
+		Actor:     actor,
+		Purpose:   req.GetPurpose(),
+		//lint:ignore SA1019 a task records the deprecated kind as it was given.
 		Kind:               req.GetKind(),
 		SourceScope:        req.GetSourceScope(),
 		EvidencePresent:    req.GetEvidencePresent(),
 		NeededCapabilities: needed,
+		Profile:            profile.GetName(),
+		ProfileRevision:    profile.GetRevision(),
+		PolicyPurpose:      profilePurpose(profile),
 		State:              orchestratorv1.TaskState_TASK_STATE_ACTIVE,
 		Checkpoint:         "task started; nothing executed",
 		CreateTime:         now,
@@ -180,7 +187,7 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	if err := s.st.CreateTask(ctx, task); err != nil {
 		return nil, s.internal(ctx, "persist task", err)
 	}
-	s.log.InfoContext(ctx, "task started", "task", task.GetId(), "kind", task.GetKind().String(), "requester", task.GetRequester().GetId(), "actor", actor, "needed", needed)
+	s.log.InfoContext(ctx, "task started", "task", task.GetId(), "profile", task.GetProfile(), "profile_revision", task.GetProfileRevision(), "requester", task.GetRequester().GetId(), "actor", actor, "needed", needed)
 	startedBy := task.GetRequester().GetId()
 	if actor != "" {
 		startedBy = fmt.Sprintf("%s for %s", actor, startedBy)
@@ -189,14 +196,15 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		Kind:      evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STARTED,
 		Requester: task.GetRequester().GetId(),
 		Actor:     actor,
-		Detail:    fmt.Sprintf("task %s (%s) started by %s; plan needs %s", task.GetId(), purposeOf(task.GetKind()), startedBy, listOrNone(needed)),
+		Detail: fmt.Sprintf("task %s (profile %s r%d, purpose %s) started by %s; plan needs %s", task.GetId(), task.GetProfile(), task.GetProfileRevision(),
+			purposeOf(task), startedBy, listOrNone(needed)),
 	})
 	s.emit(ctx, task.GetId(), "", "task.started", "plan needs "+listOrNone(needed))
 
 	// Policy learns the task's requester and source scope before it is
 	// asked for any handle: it mints handles only within that scope.
 	var cat *orchestratorv1.OfferedCatalogue
-	err = s.registerTask(ctx, task)
+	err = s.registerTask(ctx, task, profile.GetDefaultBudget())
 	if err == nil {
 		cat, err = s.compileCatalogue(ctx, task)
 	}

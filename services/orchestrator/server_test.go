@@ -49,26 +49,26 @@ func productKinds(evs []*evidencev1.ProductEvent) []evidencev1.ProductEventKind 
 	return out
 }
 
-func TestCatalogueFollowsTaskKind(t *testing.T) {
+func TestCatalogueFollowsTaskProfile(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name            string
-		kind            orchestratorv1.TaskKind
+		profile         string
 		evidencePresent bool
 		offered         []string
 		handles         int
 	}{
-		{"source review sees one retrieval capability", orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false, []string{capRetrieveAuthorizedSource}, 2},
-		{"rewrite with evidence present sees none", orchestratorv1.TaskKind_TASK_KIND_REWRITE, true, nil, 0},
-		{"rewrite without evidence may retrieve", orchestratorv1.TaskKind_TASK_KIND_REWRITE, false, []string{capRetrieveAuthorizedSource}, 2},
-		{"preview sees render_preview", orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false, []string{capRenderPreview}, 0},
-		{"export sees delivery", orchestratorv1.TaskKind_TASK_KIND_EXPORT, false, []string{capDeliverApprovedArtifact}, 0},
+		{"source review sees one retrieval capability", "source_review", false, []string{capRetrieveAuthorizedSource}, 2},
+		{"rewrite with evidence present sees none", "rewrite", true, nil, 0},
+		{"rewrite without evidence may retrieve", "rewrite", false, []string{capRetrieveAuthorizedSource}, 2},
+		{"preview sees render_preview", "preview", false, []string{capRenderPreview}, 0},
+		{"export sees delivery", "export", false, []string{capDeliverApprovedArtifact}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
-			resp := h.start(t, tc.kind, tc.evidencePresent)
+			resp := h.start(t, tc.profile, tc.evidencePresent)
 			cat := resp.GetCatalogue()
 			if got := offeredNames(cat); !slices.Equal(got, tc.offered) {
 				t.Fatalf("offered = %v, want %v", got, tc.offered)
@@ -123,7 +123,7 @@ func TestCatalogueFollowsTaskKind(t *testing.T) {
 func TestSourceReviewCatalogueUsesLocalDescriptionAndLabels(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+	cat := h.start(t, "source_review", false).GetCatalogue()
 	oc := cat.GetOffered()[0]
 	if oc.GetDescription() != localRetrieveDescription {
 		t.Errorf("description = %q, want the local one", oc.GetDescription())
@@ -148,9 +148,9 @@ func TestStartTaskValidates(t *testing.T) {
 		name string
 		req  *orchestratorv1.StartTaskRequest
 	}{
-		{"delegation without a user", &orchestratorv1.StartTaskRequest{Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, OnBehalfOf: &policyv1.Principal{}}},
+		{"delegation without a user", &orchestratorv1.StartTaskRequest{Profile: "source_review", OnBehalfOf: &policyv1.Principal{}}},
 		{"no kind", &orchestratorv1.StartTaskRequest{}},
-		{"source without uri", &orchestratorv1.StartTaskRequest{Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, SourceScope: []*orchestratorv1.SourceRef{{Title: "x"}}}},
+		{"source without uri", &orchestratorv1.StartTaskRequest{Profile: "source_review", SourceScope: []*orchestratorv1.SourceRef{{Title: "x"}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -165,7 +165,7 @@ func TestStartTaskValidates(t *testing.T) {
 func TestRefusesCapabilityNotOffered(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetTask()
+	task := h.start(t, "source_review", false).GetTask()
 
 	// The hostile page's instruction, followed by a model: ask for export.
 	_, err := h.submit(t, task.GetId(), "call_1", capDeliverApprovedArtifact, map[string]any{"artifact": "workspace", "destination": "anywhere"})
@@ -202,7 +202,7 @@ func TestRefusesCapabilityNotOffered(t *testing.T) {
 func TestArgumentRefusals(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+	cat := h.start(t, "source_review", false).GetCatalogue()
 	handle := handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
 	tests := []struct {
 		name   string
@@ -233,7 +233,7 @@ func TestArgumentRefusals(t *testing.T) {
 func TestMappingReviewRequiredPassesThrough(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+	cat := h.start(t, "source_review", false).GetCatalogue()
 	h.registry.setReviewRequired("map_retrieve")
 	_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
 		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
@@ -254,8 +254,8 @@ func TestMappingReviewRequiredPassesThrough(t *testing.T) {
 func TestForeignOrGuessedHandleFailsBeforeAnyRemoteCall(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	taskA := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
-	taskB := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+	taskA := h.start(t, "source_review", false).GetCatalogue()
+	taskB := h.start(t, "source_review", false).GetCatalogue()
 	foreign := handleFor(t, taskA, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
 
 	_, err := h.submit(t, taskB.GetTaskId(), "call_1", capRetrieveAuthorizedSource, map[string]any{"source": foreign})
@@ -271,7 +271,7 @@ func TestForeignOrGuessedHandleFailsBeforeAnyRemoteCall(t *testing.T) {
 func TestRetrievalRecordsObservationsAndQuotesExcerpts(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+	cat := h.start(t, "source_review", false).GetCatalogue()
 	handle := handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
 
 	r, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource, map[string]any{"source": handle, "max_passages": 3})
@@ -374,7 +374,7 @@ func TestRetrievalRecordsObservationsAndQuotesExcerpts(t *testing.T) {
 func TestResubmissionIsIdempotent(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+	cat := h.start(t, "source_review", false).GetCatalogue()
 	args := map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())}
 
 	first, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource, args)
@@ -457,7 +457,7 @@ func TestFailedAttempts(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
 			h.adapter.setRespond(tc.respond)
-			cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+			cat := h.start(t, "source_review", false).GetCatalogue()
 			r, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
 				map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
 			if tc.wantReason != "" {
@@ -498,7 +498,7 @@ func TestApprovalRequiredWaitsForAPerson(t *testing.T) {
 		return &adapterv1.ExecuteResponse{Outcome: adapterv1.Outcome_OUTCOME_OK, Stage: adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED,
 			StructuredContent: mustStruct(t, map[string]any{"delivery_id": "dlv_1"})}, nil
 	})
-	task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_EXPORT, false).GetTask()
+	task := h.start(t, "export", false).GetTask()
 	args := map[string]any{"artifact": "art_1", "destination": "dest_1"}
 
 	r, err := h.submit(t, task.GetId(), "call_1", capDeliverApprovedArtifact, args)
@@ -548,7 +548,7 @@ func TestCancelTaskRefusesPendingAndLaterRequests(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.policy.approvalRequired[capDeliverApprovedArtifact] = true
-	task := h.start(t, orchestratorv1.TaskKind_TASK_KIND_EXPORT, false).GetTask()
+	task := h.start(t, "export", false).GetTask()
 	args := map[string]any{"artifact": "art_1", "destination": "dest_1"}
 	pending, _ := h.submit(t, task.GetId(), "call_1", capDeliverApprovedArtifact, args)
 
@@ -603,7 +603,7 @@ func nextEvent(t *testing.T, stream interface {
 func TestWatchTaskReplaysAndFollows(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+	cat := h.start(t, "source_review", false).GetCatalogue()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stream, err := h.client.WatchTask(ctx, &orchestratorv1.WatchTaskRequest{TaskId: cat.GetTaskId()})
@@ -649,8 +649,8 @@ func TestWatchTaskReplaysAndFollows(t *testing.T) {
 func TestRetiredConnectionStopsActiveTasks(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	review := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
-	preview := h.start(t, orchestratorv1.TaskKind_TASK_KIND_PREVIEW, false).GetTask()
+	review := h.start(t, "source_review", false).GetCatalogue()
+	preview := h.start(t, "preview", false).GetTask()
 	r, err := h.submit(t, review.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
 		map[string]any{"source": handleFor(t, review, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
 	if err != nil {
@@ -689,7 +689,7 @@ func TestResultThatDidNotBecomeEvidenceIsNotCommitted(t *testing.T) {
 	h.evidence.mu.Lock()
 	h.evidence.down = true
 	h.evidence.mu.Unlock()
-	cat := h.start(t, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, false).GetCatalogue()
+	cat := h.start(t, "source_review", false).GetCatalogue()
 	r, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
 		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
 	if err != nil {

@@ -184,7 +184,7 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 		res, err := s.deps.Policy.ResolveHandle(ctx, &policyv1.ResolveHandleRequest{
 			Token: token, TaskId: task.GetId(), Requester: task.GetRequester(), Capability: name,
 			MappingId: p.mapping.GetId(), MappingRevision: p.mapping.GetRevision(),
-			Purpose: purposeOf(task.GetKind()), EffectClass: p.capability.GetEffectClass(),
+			Purpose: purposeOf(task), EffectClass: p.capability.GetEffectClass(),
 		})
 		if err != nil {
 			return p, apierror.Propagate(err, "resolve handle")
@@ -214,7 +214,7 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	if len(decisions) == 0 {
 		az, err := s.deps.Policy.Authorize(ctx, &policyv1.AuthorizeRequest{
 			Principal: task.GetRequester(), Capability: name, Resource: p.mapping.GetConnectionId(),
-			TaskId: task.GetId(), Purpose: purposeOf(task.GetKind()), EffectClass: p.capability.GetEffectClass(),
+			TaskId: task.GetId(), Purpose: purposeOf(task), EffectClass: p.capability.GetEffectClass(),
 			MappingId: p.mapping.GetId(), MappingRevision: p.mapping.GetRevision(),
 		})
 		if err != nil {

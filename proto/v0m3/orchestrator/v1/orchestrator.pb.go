@@ -379,8 +379,13 @@ type Task struct {
 	Profile string `protobuf:"bytes,13,opt,name=profile,proto3" json:"profile,omitempty"`
 	// Output only. The profile revision the plan was derived from.
 	ProfileRevision int64 `protobuf:"varint,14,opt,name=profile_revision,json=profileRevision,proto3" json:"profile_revision,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Output only. The purpose policy evaluates for this task: the profile's
+	// purpose (its name when it declares none) at profile_revision, fixed
+	// when the task starts. Empty for tasks started before profiles, whose
+	// purpose is the kind's name in lower snake case.
+	PolicyPurpose string `protobuf:"bytes,15,opt,name=policy_purpose,json=policyPurpose,proto3" json:"policy_purpose,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -509,6 +514,13 @@ func (x *Task) GetProfileRevision() int64 {
 		return x.ProfileRevision
 	}
 	return 0
+}
+
+func (x *Task) GetPolicyPurpose() string {
+	if x != nil {
+		return x.PolicyPurpose
+	}
+	return ""
 }
 
 // HandleOffer is a handle in the catalogue.
@@ -2329,7 +2341,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"'v0m3/orchestrator/v1/orchestrator.proto\x12\x14v0m3.orchestrator.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dv0m3/adapter/v1/adapter.proto\x1a\x1bv0m3/policy/v1/policy.proto\"3\n" +
 	"\tSourceRef\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x14\n" +
-	"\x05title\x18\x02 \x01(\tR\x05title\"\xe9\x04\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\"\x90\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\trequester\x18\x02 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\trequester\x12\x18\n" +
@@ -2349,7 +2361,8 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"updateTime\x12\x14\n" +
 	"\x05actor\x18\f \x01(\tR\x05actor\x12\x18\n" +
 	"\aprofile\x18\r \x01(\tR\aprofile\x12)\n" +
-	"\x10profile_revision\x18\x0e \x01(\x03R\x0fprofileRevision\"x\n" +
+	"\x10profile_revision\x18\x0e \x01(\x03R\x0fprofileRevision\x12%\n" +
+	"\x0epolicy_purpose\x18\x0f \x01(\tR\rpolicyPurpose\"x\n" +
 	"\vHandleOffer\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12;\n" +
