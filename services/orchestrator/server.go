@@ -167,12 +167,10 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 
 	now := s.timestamp()
 	task := &orchestratorv1.Task{
-		Id:        ids.New("task"),
-		Requester: requester,
-		Actor:     actor,
-		Purpose:   req.GetPurpose(),
-		//lint:ignore SA1019 a task records the deprecated kind as it was given.
-		Kind:               req.GetKind(),
+		Id:                 ids.New("task"),
+		Requester:          requester,
+		Actor:              actor,
+		Purpose:            req.GetPurpose(),
 		SourceScope:        req.GetSourceScope(),
 		EvidencePresent:    req.GetEvidencePresent(),
 		NeededCapabilities: needed,
@@ -184,6 +182,8 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		CreateTime:         now,
 		UpdateTime:         now,
 	}
+	//lint:ignore SA1019 a task records the deprecated kind as it was given.
+	task.Kind = req.GetKind()
 	if err := s.st.CreateTask(ctx, task); err != nil {
 		return nil, s.internal(ctx, "persist task", err)
 	}
