@@ -46,10 +46,12 @@ type query struct {
 	connectionID string
 	// target, when set, makes the resource V0M3::Source::"<target>" in the
 	// connection. It is never logged.
-	target          string
-	taskID          string
-	purpose         string
-	effect          registryv1.EffectClass
+	target  string
+	taskID  string
+	purpose string
+	effect  registryv1.EffectClass
+	// approval is the capability's declared approval requirement.
+	approval        registryv1.ApprovalRequirement
 	mappingID       string
 	mappingRevision int64
 }
@@ -87,18 +89,17 @@ func (s *Server) decide(ctx context.Context, q query) *policyv1.AuthorizeRespons
 	dec, diag := cedar.Authorize(pol.set, entities, req)
 
 	resp := &policyv1.AuthorizeResponse{
-		Decision:       policyv1.Decision_DECISION_DENY,
-		PolicyRevision: pol.revision,
-		// Effects outside V0M3 always need exact human approval. An
-		// unspecified effect class is treated as the most dangerous one.
-		ApprovalRequired: q.effect == registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT ||
-			q.effect == registryv1.EffectClass_EFFECT_CLASS_UNSPECIFIED,
+		Decision:         policyv1.Decision_DECISION_DENY,
+		PolicyRevision:   pol.revision,
+		ApprovalRequired: approvalAlways(q.effect, q.approval),
 	}
 	if dec == cedar.Allow {
 		resp.Decision = policyv1.Decision_DECISION_ALLOW
 	}
 	for _, r := range diag.Reasons {
 		resp.Reasons = append(resp.Reasons, string(r.PolicyID))
+		// Otherwise workspace policy decides: a permit annotated
+		// @approval("required") asks for a person.
 		if dec == cedar.Allow && pol.approval[r.PolicyID] {
 			resp.ApprovalRequired = true
 		}
@@ -120,12 +121,32 @@ func (s *Server) decide(ctx context.Context, q query) *policyv1.AuthorizeRespons
 		"task_id", q.taskID,
 		"purpose", q.purpose,
 		"effect_class", effectClassName(q.effect),
+		"approval", approvalName(q.approval),
 		"connection_id", q.connectionID,
 		"resource_kind", resourceKind,
 		"mapping_id", q.mappingID,
 		"mapping_revision", q.mappingRevision,
 	)
 	return resp
+}
+
+// approvalAlways reports whether every request for a capability needs a
+// person's approval, whatever the Cedar policy says: when its contract
+// declares APPROVAL_REQUIREMENT_ALWAYS, and for every effect outside V0M3
+// (and an unspecified effect class, treated as the most dangerous one)
+// whatever the contract declares. Otherwise (POLICY, or nothing declared)
+// the permitting Cedar policies decide.
+func approvalAlways(effect registryv1.EffectClass, approval registryv1.ApprovalRequirement) bool {
+	switch effect {
+	case registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT, registryv1.EffectClass_EFFECT_CLASS_UNSPECIFIED:
+		return true
+	}
+	return approval == registryv1.ApprovalRequirement_APPROVAL_REQUIREMENT_ALWAYS
+}
+
+// approvalName is an approval requirement as logs show it, e.g. "always".
+func approvalName(a registryv1.ApprovalRequirement) string {
+	return strings.ToLower(strings.TrimPrefix(a.String(), "APPROVAL_REQUIREMENT_"))
 }
 
 func decisionName(d policyv1.Decision) string {
@@ -154,7 +175,7 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 		return nil, apierror.InvalidArgument("INVALID_AUTHORIZE_REQUEST", "the authorization request is incomplete", bad...)
 	}
 
-	effect, err := s.effectClass(ctx, req.GetCapability(), req.GetEffectClass())
+	c, err := s.capability(ctx, req.GetCapability(), req.GetEffectClass())
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +185,8 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 		connectionID:    req.GetResource(),
 		taskID:          req.GetTaskId(),
 		purpose:         req.GetPurpose(),
-		effect:          effect,
+		effect:          c.GetEffectClass(),
+		approval:        c.GetApproval(),
 		mappingID:       req.GetMappingId(),
 		mappingRevision: req.GetMappingRevision(),
 	}
@@ -181,20 +203,22 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 	return s.decide(ctx, q), nil
 }
 
-// effectClass returns the capability's effect class from the registry.
-// A caller that names a different class is refused rather than trusted.
-func (s *Server) effectClass(ctx context.Context, capability string, claimed registryv1.EffectClass) (registryv1.EffectClass, error) {
+// capability returns the capability's current contract from the registry:
+// its effect class and approval requirement decide, never the caller's. A
+// caller that names a different effect class is refused rather than
+// trusted.
+func (s *Server) capability(ctx context.Context, capability string, claimed registryv1.EffectClass) (*registryv1.Capability, error) {
 	c, err := s.deps.Registry.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: capability})
 	if err != nil {
-		return 0, apierror.Propagate(err, "policy: look up capability")
+		return nil, apierror.Propagate(err, "policy: look up capability")
 	}
 	if claimed != registryv1.EffectClass_EFFECT_CLASS_UNSPECIFIED && claimed != c.GetEffectClass() {
-		return 0, apierror.New(codes.FailedPrecondition, "EFFECT_CLASS_MISMATCH",
+		return nil, apierror.New(codes.FailedPrecondition, "EFFECT_CLASS_MISMATCH",
 			fmt.Sprintf("capability %s has effect class %s, not %s; the registry's contract decides", capability,
 				effectClassName(c.GetEffectClass()), effectClassName(claimed)),
 			map[string]string{"capability": capability, "effect_class": effectClassName(c.GetEffectClass())})
 	}
-	return c.GetEffectClass(), nil
+	return c, nil
 }
 
 // mapping returns a mapping's current revision from the registry and checks

@@ -12,12 +12,15 @@ import (
 
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // Charge atomically charges a task's and a requester's budgets. If either
 // would exceed any limit, nothing is charged and the error names the budget
 // and dimension. Charging the same idempotency key again charges nothing
-// and returns the current budgets.
+// and returns the current budgets. A task is charged against the budget it
+// was registered with (see RegisterTask); an unregistered task against the
+// configured task budget.
 func (s *Server) Charge(ctx context.Context, req *policyv1.ChargeRequest) (*policyv1.ChargeResponse, error) {
 	var bad []apierror.FieldViolation
 	for _, f := range []struct{ name, v string }{
@@ -40,6 +43,12 @@ func (s *Server) Charge(ctx context.Context, req *policyv1.ChargeRequest) (*poli
 	}
 
 	tl, rl := s.deps.TaskBudget, s.deps.RequesterBudget
+	switch ts, err := s.store.GetTaskScope(ctx, req.GetTaskId()); {
+	case err == nil:
+		tl = taskLimits(ts.GetBudget(), s.deps.TaskBudget)
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, apierror.Propagate(fmt.Errorf("read task scope: %w", err), "policy: charge budgets")
+	}
 	op := ChargeOp{
 		// Keys are scoped to the task, so two tasks cannot collide.
 		Key: "task/" + req.GetTaskId() + "\x00" + req.GetIdempotencyKey(),

@@ -135,13 +135,18 @@ func (e *eligibility) evaluate(ctx context.Context, c *registryv1.Capability, ma
 			}
 			continue
 		}
-		if c.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT && !effectRecoverable(m) {
-			// An external effect whose outcome can be unknown must have a
-			// way to find out whether it happened; without one, a
-			// disconnect could only be answered by a blind retry.
+		if idempotencyRequired(c) && !effectRecoverable(m) {
+			// A capability whose outcome can be unknown must have a way to
+			// find out whether it happened; without one, a disconnect could
+			// only be answered by a blind retry.
 			cand.Reason = policyv1.NotOfferedReason_NOT_OFFERED_REASON_POLICY_DENIED
-			cand.PolicyReasons = []string{ExternalEffectNeedsIdempotency}
-			cand.Detail = fmt.Sprintf("external effect disabled: mapping %s revision %d declares neither an idempotency key field nor a status tool", m.GetId(), m.GetRevision())
+			if c.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT {
+				cand.PolicyReasons = []string{ExternalEffectNeedsIdempotency}
+				cand.Detail = fmt.Sprintf("external effect disabled: mapping %s revision %d declares neither an idempotency key field nor a status tool", m.GetId(), m.GetRevision())
+			} else {
+				cand.PolicyReasons = []string{CapabilityNeedsIdempotency}
+				cand.Detail = fmt.Sprintf("capability %s requires idempotency: mapping %s revision %d declares neither an idempotency key field nor a status tool", c.GetName(), m.GetId(), m.GetRevision())
+			}
 			if denied == nil {
 				denied = cand
 			}
@@ -154,6 +159,7 @@ func (e *eligibility) evaluate(ctx context.Context, c *registryv1.Capability, ma
 			taskID:          e.req.GetTaskId(),
 			purpose:         e.req.GetPurpose(),
 			effect:          c.GetEffectClass(),
+			approval:        c.GetApproval(),
 			mappingID:       m.GetId(),
 			mappingRevision: m.GetRevision(),
 		})
@@ -218,10 +224,25 @@ func mappingStateName(st registryv1.MappingState) string {
 	return strings.ToLower(strings.TrimPrefix(st.String(), "MAPPING_STATE_"))
 }
 
-// ExternalEffectNeedsIdempotency is the built-in rule (reported as a policy
-// reason) that keeps an external effect disabled on a mapping whose server
-// offers no idempotency key and no status query.
-const ExternalEffectNeedsIdempotency = "builtin:external-effect-needs-idempotency"
+// The built-in rule (reported as a policy reason) that keeps a capability
+// requiring idempotency disabled on a mapping whose server offers no
+// idempotency key and no status query; see idempotencyRequired.
+const (
+	// ExternalEffectNeedsIdempotency is the rule's reason for an external
+	// effect.
+	ExternalEffectNeedsIdempotency = "builtin:external-effect-needs-idempotency"
+	// CapabilityNeedsIdempotency is the rule's reason for any other
+	// capability that declares idempotency_required.
+	CapabilityNeedsIdempotency = "builtin:capability-needs-idempotency"
+)
+
+// idempotencyRequired reports whether a capability may be offered only on
+// a mapping that can learn an attempt's outcome without repeating it: when
+// its contract says so, and for every external effect whatever its
+// contract says.
+func idempotencyRequired(c *registryv1.Capability) bool {
+	return c.GetIdempotencyRequired() || c.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT
+}
 
 // effectRecoverable reports whether a mapping lets V0M3 learn the outcome
 // of an attempt without repeating it.

@@ -183,45 +183,67 @@ func TestReportConnectionHealthValidates(t *testing.T) {
 	}
 }
 
-// An external effect is offered only when its mapping lets V0M3 find out
-// whether an attempt happened: an idempotency key or a status query.
-func TestExternalEffectNeedsIdempotencyOrStatus(t *testing.T) {
+// A capability that requires idempotency is offered only when its mapping
+// lets V0M3 find out whether an attempt happened: an idempotency key or a
+// status query. An external effect always requires it, whatever its
+// contract declares.
+func TestIdempotencyRequiredNeedsKeyOrStatus(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name       string
+		capability string
+		required   bool
 		key        string
 		statusTool string
 		offered    bool
+		reason     string
 	}{
-		{"neither", "", "", false},
-		{"idempotency key", "request_id", "", true},
-		{"status query", "", "delivery_status", true},
+		{"external, declared, neither", capDeliver, true, "", "", false, ExternalEffectNeedsIdempotency},
+		{"external, not declared, neither: required anyway", capDeliver, false, "", "", false, ExternalEffectNeedsIdempotency},
+		{"external, idempotency key", capDeliver, false, "request_id", "", true, ""},
+		{"external, status query", capDeliver, true, "", "delivery_status", true, ""},
+		{"local, not declared, neither", capPreview, false, "", "", true, ""},
+		{"local, declared, neither", capPreview, true, "", "", false, CapabilityNeedsIdempotency},
+		{"local, declared, idempotency key", capPreview, true, "request_id", "", true, ""},
+		{"local, declared, status query", capPreview, true, "", "render_status", true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, options{})
 			e.reg.mu.Lock()
-			m := e.reg.mappings["map_deliver"]
-			m.IdempotencyKeyField, m.StatusTool = tt.key, tt.statusTool
+			e.reg.caps[tt.capability].IdempotencyRequired = tt.required
+			for _, m := range e.reg.mappings {
+				if m.GetCapability() == tt.capability {
+					m.IdempotencyKeyField, m.StatusTool = tt.key, tt.statusTool
+				}
+			}
 			e.reg.mu.Unlock()
+			// Carol publishes and bob authors: the default policy permits
+			// each the capability it is asked about.
+			requester := carol()
+			if tt.capability == capPreview {
+				requester = bob()
+			}
 			resp, err := e.client.Eligible(context.Background(), &policyv1.EligibleRequest{
-				TaskId: "task_x", Requester: carol(), Purpose: "export", NeededCapabilities: []string{capDeliver},
+				TaskId: "task_x", Requester: requester, Purpose: "export", NeededCapabilities: []string{tt.capability},
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, c := range resp.GetCapabilities() {
-				if c.GetCapability() != capDeliver {
-					continue
+			var c *policyv1.CapabilityEligibility
+			for _, ce := range resp.GetCapabilities() {
+				if ce.GetCapability() == tt.capability {
+					c = ce
 				}
-				got := c.GetStage() == policyv1.EligibilityStage_ELIGIBILITY_STAGE_OFFERED
-				if got != tt.offered {
-					t.Errorf("offered = %v (%v %v %q), want %v", got, c.GetStage(), c.GetReason(), c.GetDetail(), tt.offered)
-				}
-				if !tt.offered && !slices.Contains(c.GetPolicyReasons(), ExternalEffectNeedsIdempotency) {
-					t.Errorf("policy reasons %v lack %s", c.GetPolicyReasons(), ExternalEffectNeedsIdempotency)
-				}
+			}
+			got := c.GetStage() == policyv1.EligibilityStage_ELIGIBILITY_STAGE_OFFERED
+			if got != tt.offered {
+				t.Errorf("offered = %v (%v %v %q), want %v", got, c.GetStage(), c.GetReason(), c.GetDetail(), tt.offered)
+			}
+			if !tt.offered && (c.GetReason() != policyv1.NotOfferedReason_NOT_OFFERED_REASON_POLICY_DENIED ||
+				!slices.Equal(c.GetPolicyReasons(), []string{tt.reason}) || !strings.Contains(c.GetDetail(), "declares neither an idempotency key field nor a status tool")) {
+				t.Errorf("not offered as %v %v %q, want POLICY_DENIED by %s", c.GetReason(), c.GetPolicyReasons(), c.GetDetail(), tt.reason)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/redistest"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
 
@@ -60,6 +61,9 @@ type options struct {
 	policyFile string
 	task       Limits
 	requester  Limits
+	// redisAddr, when set, puts the server on a Redis store at this
+	// address (see redistest.Start) instead of a bbolt file.
+	redisAddr string
 }
 
 // env is a policy server on a real bbolt file, served over gRPC (bufconn),
@@ -72,6 +76,8 @@ type env struct {
 	clock  *clock
 	logs   *logBuffer
 	dbPath string
+	// redisPrefix keeps a Redis-backed env on the same keys across reopen.
+	redisPrefix string
 
 	db     *store.DB
 	srv    *Server
@@ -125,12 +131,24 @@ func newEnv(t *testing.T, opts options) *env {
 
 // start opens the database and serves a new policy server on it.
 func (e *env) start() error {
-	db, err := store.Open(e.dbPath)
-	if err != nil {
-		return err
+	var (
+		st Store
+		db *store.DB
+	)
+	if e.opts.redisAddr != "" {
+		if e.redisPrefix == "" {
+			e.redisPrefix = redistest.Prefix(e.t)
+		}
+		st = NewRedisStore(redistest.Client(e.t, e.opts.redisAddr), e.redisPrefix)
+	} else {
+		var err error
+		if db, err = store.Open(e.dbPath); err != nil {
+			return err
+		}
+		st = NewBoltStore(db)
 	}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv, err := NewServer(NewBoltStore(db), Deps{
+	srv, err := NewServer(st, Deps{
 		Registry:        e.regCli,
 		PolicyFile:      e.opts.policyFile,
 		Now:             e.clock.Now,
@@ -138,7 +156,9 @@ func (e *env) start() error {
 		RequesterBudget: e.opts.requester,
 	}, log)
 	if err != nil {
-		_ = db.Close()
+		if db != nil {
+			_ = db.Close()
+		}
 		return err
 	}
 	lis := bufconn.Listen(1 << 20)
@@ -159,7 +179,9 @@ func (e *env) stop() {
 	_ = e.conn.Close()
 	e.gsrv.Stop()
 	e.srv.Close()
-	_ = e.db.Close()
+	if e.db != nil {
+		_ = e.db.Close()
+	}
 	e.srv = nil
 }
 

@@ -170,7 +170,7 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 			fmt.Sprintf("handle %s is bound to mapping %s revision %d, which is now revision %d and %s; mint a new one",
 				tok, m.GetId(), b.GetMappingRevision(), m.GetRevision(), mappingStateName(m.GetState())))
 	}
-	effect, err := s.effectClass(ctx, b.GetCapability(), req.GetEffectClass())
+	c, err := s.capability(ctx, b.GetCapability(), req.GetEffectClass())
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +181,8 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 		target:          b.GetTarget(),
 		taskID:          b.GetTaskId(),
 		purpose:         req.GetPurpose(),
-		effect:          effect,
+		effect:          c.GetEffectClass(),
+		approval:        c.GetApproval(),
 		mappingID:       m.GetId(),
 		mappingRevision: m.GetRevision(),
 	})

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
@@ -21,9 +23,16 @@ const (
 	maxTargetBytes  = 4096
 )
 
-// RegisterTask records a task's requester and source scope, once. Policy
-// does not own tasks; it keeps what it needs to mint handles only within
-// a task's scope, written by the orchestrator when the task starts.
+// RegisterTask records a task's requester, source scope and budget, once.
+// Policy does not own tasks; it keeps what it needs to mint handles only
+// within a task's scope and to charge the task against its own budget,
+// written by the orchestrator when the task starts.
+//
+// The budget is the task profile's default budget. A dimension left 0
+// takes the configured task budget (Deps.TaskBudget) when charged; the
+// configured task budget is also the platform's ceiling, and a budget above
+// it in any dimension is refused (BUDGET_ABOVE_CEILING) rather than
+// quietly lowered, so a profile never promises what policy will not give.
 func (s *Server) RegisterTask(ctx context.Context, req *policyv1.RegisterTaskRequest) (*policyv1.TaskScope, error) {
 	var bad []apierror.FieldViolation
 	if req.GetTaskId() == "" {
@@ -48,14 +57,40 @@ func (s *Server) RegisterTask(ctx context.Context, req *policyv1.RegisterTaskReq
 		}
 		seen[t] = true
 	}
+	for _, d := range taskBudgetDims(req.GetBudget(), s.deps.TaskBudget) {
+		if d.value < 0 {
+			bad = append(bad, apierror.FieldViolation{Field: "budget." + d.field, Description: "must not be negative"})
+		}
+	}
 	if len(bad) > 0 {
 		return nil, apierror.InvalidArgument("INVALID_TASK_SCOPE", "the task registration is invalid", bad...)
+	}
+	var above []apierror.FieldViolation
+	var words []string
+	for _, d := range taskBudgetDims(req.GetBudget(), s.deps.TaskBudget) {
+		if d.value > d.ceiling {
+			above = append(above, apierror.FieldViolation{Field: "budget." + d.field,
+				Description: fmt.Sprintf("%d is above the ceiling %d", d.value, d.ceiling)})
+			words = append(words, fmt.Sprintf("%s %d > %d", d.field, d.value, d.ceiling))
+		}
+	}
+	if len(above) > 0 {
+		s.log.WarnContext(ctx, "task registration refused: budget above the ceiling", "task_id", req.GetTaskId(), "above", words)
+		return nil, apierror.InvalidArgument("BUDGET_ABOVE_CEILING",
+			fmt.Sprintf("the task's budget is above policy's configured task budget, the platform's ceiling (%s); lower the task profile's default budget or raise policy's task budget",
+				strings.Join(words, ", ")), above...)
+	}
+	budget := req.GetBudget()
+	if proto.Equal(budget, &registryv1.TaskBudget{}) {
+		// No budget and an all-default budget are the same registration.
+		budget = nil
 	}
 	ts := &policyv1.TaskScope{
 		TaskId:       req.GetTaskId(),
 		Requester:    req.GetRequester(),
 		SourceScope:  slices.Sorted(slices.Values(req.GetSourceScope())),
 		RegisterTime: timestamppb.New(s.now()),
+		Budget:       proto.CloneOf(budget),
 	}
 	err := s.store.CreateTaskScope(ctx, ts)
 	if errors.Is(err, store.ErrExists) {
@@ -65,12 +100,12 @@ func (s *Server) RegisterTask(ctx context.Context, req *policyv1.RegisterTaskReq
 		}
 		// A retry of the same registration is answered with the record;
 		// a different one never replaces it.
-		if prev.GetRequester() == ts.GetRequester() && slices.Equal(prev.GetSourceScope(), ts.GetSourceScope()) {
+		if prev.GetRequester() == ts.GetRequester() && slices.Equal(prev.GetSourceScope(), ts.GetSourceScope()) && proto.Equal(prev.GetBudget(), ts.GetBudget()) {
 			return prev, nil
 		}
 		s.log.WarnContext(ctx, "task registration refused: already registered differently", "task_id", ts.GetTaskId())
 		return nil, apierror.New(codes.AlreadyExists, "TASK_ALREADY_REGISTERED",
-			fmt.Sprintf("task %s is already registered with another requester or source scope; a task's scope never changes", ts.GetTaskId()),
+			fmt.Sprintf("task %s is already registered with another requester, source scope or budget; a task's scope never changes", ts.GetTaskId()),
 			map[string]string{"task_id": ts.GetTaskId()})
 	}
 	if err != nil {
@@ -104,4 +139,38 @@ func (s *Server) inScope(ctx context.Context, taskID, requester, target string) 
 			map[string]string{"task_id": taskID})
 	}
 	return nil
+}
+
+// taskBudgetDim is one dimension of a registered task budget beside the
+// configured ceiling.
+type taskBudgetDim struct {
+	field          string
+	value, ceiling int64
+}
+
+// taskBudgetDims lists a task budget's dimensions with their ceilings.
+func taskBudgetDims(b *registryv1.TaskBudget, ceiling Limits) []taskBudgetDim {
+	return []taskBudgetDim{
+		{"max_calls", b.GetMaxCalls(), ceiling.Calls},
+		{"max_response_bytes", b.GetMaxResponseBytes(), ceiling.ResponseBytes},
+		{"max_cost_micros", b.GetMaxCostMicros(), ceiling.CostMicros},
+	}
+}
+
+// taskLimits are the limits a task is charged against: its registered
+// budget, a dimension left 0 taking the configured task budget, and none
+// above it (registration refuses that; the ceiling holds here too should
+// the configuration have been lowered since).
+func taskLimits(b *registryv1.TaskBudget, ceiling Limits) Limits {
+	pick := func(v, c int64) int64 {
+		if v <= 0 || v > c {
+			return c
+		}
+		return v
+	}
+	return Limits{
+		Calls:         pick(b.GetMaxCalls(), ceiling.Calls),
+		ResponseBytes: pick(b.GetMaxResponseBytes(), ceiling.ResponseBytes),
+		CostMicros:    pick(b.GetMaxCostMicros(), ceiling.CostMicros),
+	}
 }

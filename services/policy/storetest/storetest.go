@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/policy"
 )
@@ -278,13 +279,16 @@ func testTaskScope(t *testing.T, st policy.Store) {
 	if _, err := st.GetTaskScope(ctx, "task_missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("missing task: err = %v, want ErrNotFound", err)
 	}
+	// The scope keeps the task's budget with it.
 	first := &policyv1.TaskScope{TaskId: "task_1", Requester: "alice", SourceScope: []string{"notes://a", "notes://b"},
-		RegisterTime: timestamppb.New(time.Now().Truncate(time.Microsecond))}
+		RegisterTime: timestamppb.New(time.Now().Truncate(time.Microsecond)),
+		Budget:       &registryv1.TaskBudget{MaxCalls: 3, MaxCostMicros: 250}}
 	if err := st.CreateTaskScope(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	wider := proto.CloneOf(first)
 	wider.Requester, wider.SourceScope = "mallory", append(wider.SourceScope, "notes://secret")
+	wider.Budget.MaxCalls = 1000
 	if err := st.CreateTaskScope(ctx, wider); !errors.Is(err, store.ErrExists) {
 		t.Errorf("second create: err = %v, want ErrExists", err)
 	}
