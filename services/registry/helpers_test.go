@@ -34,6 +34,9 @@ type running struct {
 	// base is the last event sequence once the server started: the
 	// default definitions' events on a new store.
 	base int64
+	// st is the server's store, for reading what a test must see was (or
+	// was not) written.
+	st registry.Store
 }
 
 // start serves a registry on a fresh database file in t.TempDir().
@@ -90,7 +93,7 @@ func startWith(t *testing.T, path string, configure func(*registry.Server) *regi
 		})
 	}
 	t.Cleanup(stop)
-	return &running{client: registryv1.NewRegistryServiceClient(conn), path: path, stop: stop, base: base}
+	return &running{client: registryv1.NewRegistryServiceClient(conn), path: path, stop: stop, base: base, st: st}
 }
 
 func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
