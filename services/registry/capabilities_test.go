@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/summary"
 	"github.com/v0m3/v0m3/services/registry"
 )
 
@@ -544,5 +546,44 @@ func TestDefaultsLoadedOnceNeverOverwritten(t *testing.T) {
 	p, err := second.client.GetTaskProfile(ctx, &registryv1.GetTaskProfileRequest{Name: "rewrite"})
 	if err != nil || p.GetState() != registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED {
 		t.Errorf("after restart rewrite = %v, %v; want it still deprecated", p, err)
+	}
+}
+
+// TestDefaultSummaryTemplatesReadAsBefore: the default templates, rendered
+// the way the seed's phrases were written (strings and handle labels
+// quoted, numbers plain), read exactly as the compiled-in phrases did.
+func TestDefaultSummaryTemplatesReadAsBefore(t *testing.T) {
+	t.Parallel()
+	caps, err := registry.DefaultCapabilities()
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]any{"query": "migration", "source": "Migration FAQ", "document_revision": 31, "profile": 4,
+		"artifact": "Quarterly report", "destination": "Publisher feed"}
+	want := map[string]string{
+		"retrieve_authorized_source": `Retrieve passages about "migration" from source "Migration FAQ"`,
+		"render_preview":             "Render preview of document revision 31 using profile 4",
+		"deliver_approved_artifact":  `Deliver artifact "Quarterly report" to destination "Publisher feed"`,
+	}
+	for _, c := range caps {
+		w, ok := want[c.GetName()]
+		if !ok {
+			if c.GetSummaryTemplate() != "" {
+				t.Errorf("%s has template %q; the seed phrased it generically", c.GetName(), c.GetSummaryTemplate())
+			}
+			continue
+		}
+		got, ok := summary.Render(c.GetSummaryTemplate(), func(f string) (string, bool) {
+			switch v := values[f].(type) {
+			case string:
+				return strconv.Quote(v), true
+			case int:
+				return strconv.Itoa(v), true
+			}
+			return "", false
+		})
+		if !ok || got != w {
+			t.Errorf("%s renders %q, %v; want %q", c.GetName(), got, ok, w)
+		}
 	}
 }

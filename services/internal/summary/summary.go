@@ -6,7 +6,10 @@
 //
 // A placeholder is "{field}", field a product field name (letters,
 // digits, underscores, not starting with a digit). "{{" and "}}" stand
-// for literal braces; any other brace is an error.
+// for literal braces; any other brace is an error. How a value is written
+// is the renderer's choice; the seed's phrases quote strings and handle
+// labels (as %q does) and write numbers plainly, e.g. `Retrieve passages
+// about "migration" from source "Migration FAQ"`.
 package summary
 
 import (
