@@ -5,6 +5,7 @@
 //	v0m3 demo                                            the first experiment, end to end
 //	v0m3 fixture-server                                  the synthetic "V0M3 Sources" MCP server
 //	v0m3 operator | bridge | rotation                    Kubernetes operator, stdio bridge, rotation state
+//	v0m3 capability | profile apply|list|get|deprecate   declared capabilities and task profiles
 //	v0m3 fixture-renderer                                the synthetic "V0M3 Renderer" MCP server
 //
 // Every flag has an environment variable (V0M3_<FLAG>, upper case, dashes
@@ -40,6 +41,10 @@ Together:
   dev             run all five services in one process, over real gRPC on loopback
   token           print a development bearer token a running 'v0m3 dev' accepts
   demo            run the seed's first experiment end to end and print each stage
+
+Declared definitions (as you, with --token):
+  capability      apply, list, get or deprecate capabilities: 'v0m3 capability apply -f FILE'
+  profile         apply, list, get or deprecate task profiles: 'v0m3 profile apply -f FILE'
 
 Kubernetes:
   operator        reconcile MCPServer resources into sandboxed pods and registry connections
@@ -97,6 +102,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runBridge(ctx, rest, stderr)
 	case "rotation":
 		return runRotation(ctx, rest, stdout, stderr)
+	case "capability":
+		return runCapability(ctx, rest, stdout, stderr)
+	case "profile":
+		return runProfile(ctx, rest, stdout, stderr)
 	case "fixture-renderer":
 		return runRenderer(ctx, rest, stderr)
 	case "help", "-h", "--help":

@@ -29,7 +29,10 @@ func FuzzNormalizeArguments(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	caps := registry.Capabilities()
+	caps, err := registry.DefaultCapabilities()
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var m map[string]any
 		if json.Unmarshal(raw, &m) != nil {

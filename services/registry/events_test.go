@@ -9,7 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/registry"
 )
 
 // watchContext bounds a watch so that a missing event fails the test
@@ -42,7 +41,7 @@ func TestWatchEventsInOrderThenFollows(t *testing.T) {
 
 	ctx, cancel := watchContext(t)
 	defer cancel()
-	stream, err := r.client.WatchEvents(ctx, &registryv1.WatchEventsRequest{})
+	stream, err := r.client.WatchEvents(ctx, &registryv1.WatchEventsRequest{AfterSequence: r.base})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +51,9 @@ func TestWatchEventsInOrderThenFollows(t *testing.T) {
 		if err != nil {
 			t.Fatalf("event %d: %v", i, err)
 		}
-		if ev.GetSequence() != int64(i+1) || ev.GetType() != want[i].typ || ev.GetConnectionId() != conn.GetId() ||
+		if ev.GetSequence() != r.base+int64(i+1) || ev.GetType() != want[i].typ || ev.GetConnectionId() != conn.GetId() ||
 			ev.GetMappingId() != want[i].mapping || ev.GetTime() == nil {
-			t.Errorf("event %d = %v, want sequence %d type %v", i, ev, i+1, want[i].typ)
+			t.Errorf("event %d = %v, want sequence %d type %v", i, ev, r.base+int64(i+1), want[i].typ)
 		}
 		return ev
 	}
@@ -78,7 +77,7 @@ func TestWatchEventsInOrderThenFollows(t *testing.T) {
 	// after_sequence skips what the watcher already has.
 	ctx2, cancel2 := watchContext(t)
 	defer cancel2()
-	stream, err = r.client.WatchEvents(ctx2, &registryv1.WatchEventsRequest{AfterSequence: 6})
+	stream, err = r.client.WatchEvents(ctx2, &registryv1.WatchEventsRequest{AfterSequence: r.base + 6})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +105,7 @@ func TestStateSurvivesReopen(t *testing.T) {
 	if got, err := second.client.ListConfigRevisions(ctx, &registryv1.ListConfigRevisionsRequest{ConnectionId: conn.GetId()}); err != nil || !proto.Equal(got, revs) {
 		t.Errorf("config revisions after reopen = %v, %v", got, err)
 	}
-	got, err := second.client.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{Capability: registry.CapabilityRetrieveAuthorizedSource})
+	got, err := second.client.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{Capability: "retrieve_authorized_source"})
 	if err != nil || !proto.Equal(got, m) {
 		t.Errorf("ResolveMapping after reopen = %v, %v; want %v", got, err, m)
 	}
@@ -118,12 +117,14 @@ func TestStateSurvivesReopen(t *testing.T) {
 	}
 	wctx, cancel := watchContext(t)
 	defer cancel()
-	stream, err := second.client.WatchEvents(wctx, &registryv1.WatchEventsRequest{AfterSequence: 4})
+	// Reopening declared no default again: the sequence continues from
+	// the connection's four events.
+	stream, err := second.client.WatchEvents(wctx, &registryv1.WatchEventsRequest{AfterSequence: first.base + 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ev, err := stream.Recv()
-	if err != nil || ev.GetSequence() != 5 || ev.GetType() != registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_RETIRED {
-		t.Errorf("first event after reopen = %v, %v; want sequence 5 CONNECTION_RETIRED", ev, err)
+	if err != nil || ev.GetSequence() != first.base+5 || ev.GetType() != registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_RETIRED {
+		t.Errorf("first event after reopen = %v, %v; want sequence %d CONNECTION_RETIRED", ev, err, first.base+5)
 	}
 }

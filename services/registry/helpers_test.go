@@ -31,6 +31,12 @@ type running struct {
 	client registryv1.RegistryServiceClient
 	path   string
 	stop   func()
+	// base is the last event sequence once the server started: the
+	// default definitions' events on a new store.
+	base int64
+	// st is the server's store, for reading what a test must see was (or
+	// was not) written.
+	st registry.Store
 }
 
 // start serves a registry on a fresh database file in t.TempDir().
@@ -56,7 +62,18 @@ func startWith(t *testing.T, path string, configure func(*registry.Server) *regi
 	log := slog.New(slog.DiscardHandler)
 	// Without a named caller, an integrator of the platform team calls.
 	srv := grpc.NewServer(identitytest.ServerOptions(identity.Caller{ID: "integrator", Groups: []string{"platform"}, Kind: identity.KindUser})...)
-	registryv1.RegisterRegistryServiceServer(srv, configure(registry.NewServer(registry.NewBoltStore(db), log).WithAuthorizer(allowAll)))
+	st := registry.NewBoltStore(db)
+	reg := configure(registry.NewServer(st, log).WithAuthorizer(allowAll))
+	if err := reg.EnsureDefaults(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var base int64
+	if evs, err := st.ListEvents(t.Context(), 0, 1000); err != nil {
+		t.Fatal(err)
+	} else if len(evs) > 0 {
+		base = evs[len(evs)-1].GetSequence()
+	}
+	registryv1.RegisterRegistryServiceServer(srv, reg)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///registry",
@@ -76,7 +93,7 @@ func startWith(t *testing.T, path string, configure func(*registry.Server) *regi
 		})
 	}
 	t.Cleanup(stop)
-	return &running{client: registryv1.NewRegistryServiceClient(conn), path: path, stop: stop}
+	return &running{client: registryv1.NewRegistryServiceClient(conn), path: path, stop: stop, base: base, st: st}
 }
 
 func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
@@ -158,7 +175,7 @@ func record(t *testing.T, c registryv1.RegistryServiceClient, conn *registryv1.C
 // tool of snap.
 func proposal(snap *registryv1.DiscoverySnapshot) *registryv1.ProposeMappingRequest {
 	return &registryv1.ProposeMappingRequest{
-		Capability:   registry.CapabilityRetrieveAuthorizedSource,
+		Capability:   "retrieve_authorized_source",
 		ConnectionId: snap.GetConnectionId(),
 		SnapshotId:   snap.GetId(),
 		Target:       &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "search"},

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // ProposeMapping proposes a binding of a capability onto one remote tool or
@@ -32,9 +34,21 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 	if err := validateProposalShape(req); err != nil {
 		return nil, err
 	}
-	cp := capability(req.GetCapability())
-	if cp == nil {
-		return nil, capabilityUnknown(req.GetCapability())
+	cp, err := s.capability(ctx, req.GetCapability(), 0)
+	if err != nil {
+		return nil, err
+	}
+	if cp.GetState() == registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED {
+		return nil, capabilityDeprecated(cp)
+	}
+	limits := req.GetLimits()
+	if limits == nil {
+		// The capability's default limits are where a proposal starts.
+		limits = cp.GetDefaultLimits()
+	}
+	if limits == nil {
+		return nil, apierror.InvalidArgument("INVALID_MAPPING", "invalid mapping: limits are required: capability "+cp.GetName()+" declares no default_limits",
+			apierror.FieldViolation{Field: "limits", Description: "limits are required: max_response_bytes and max_items"})
 	}
 	if id := req.GetMappingId(); id != "" {
 		prev, err := s.getMapping(ctx, id, 0)
@@ -65,7 +79,7 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 		Target:              proto.CloneOf(req.GetTarget()),
 		ArgumentMap:         cloneBindings(req.GetArgumentMap()),
 		Defaults:            proto.CloneOf(req.GetDefaults()),
-		Limits:              proto.CloneOf(req.GetLimits()),
+		Limits:              proto.CloneOf(limits),
 		State:               registryv1.MappingState_MAPPING_STATE_PENDING_REVIEW,
 		ProposedBy:          proposer.ID,
 		IdempotencyKeyField: req.GetIdempotencyKeyField(),
@@ -100,6 +114,20 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 		c := u.Connection
 		if c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
 			return connectionRetired(c)
+		}
+		// The contract validated against must still be current: a
+		// concurrent revision or deprecation makes this proposal stale.
+		latestCap, err := u.Capability(cp.GetName())
+		if errors.Is(err, store.ErrNotFound) {
+			return capabilityUnknown(cp.GetName(), 0)
+		}
+		if err != nil {
+			return err
+		}
+		if latestCap.GetRevision() != cp.GetRevision() || latestCap.GetState() != cp.GetState() {
+			return apierror.New(codes.Aborted, "CAPABILITY_REVISED",
+				fmt.Sprintf("capability %s changed to revision %d while the mapping was proposed; propose again against the current contract", cp.GetName(), latestCap.GetRevision()),
+				map[string]string{"capability": cp.GetName()})
 		}
 		if snap.GetConfigRevision() != c.GetConfigRevision() {
 			return snapshotStale(snap, fmt.Sprintf("snapshot %s was taken at config revision %d but connection %s is at revision %d; discover again and propose against the new snapshot",
@@ -164,16 +192,11 @@ func validateProposalShape(req *registryv1.ProposeMappingRequest) error {
 	if req.GetTarget() != nil && req.GetTarget().GetName() == "" {
 		add("target.name", "the tool name or resource URI is required")
 	}
-	switch l := req.GetLimits(); {
-	case l == nil:
-		add("limits", "limits are required: max_response_bytes and max_items")
-	default:
-		if l.GetMaxResponseBytes() <= 0 {
-			add("limits.max_response_bytes", "must be > 0")
-		}
-		if l.GetMaxItems() <= 0 {
-			add("limits.max_items", "must be > 0")
-		}
+	if l := req.GetLimits(); l != nil {
+		// Without limits the capability's default limits apply.
+		lv := &violations{}
+		limitViolations(lv, "INVALID_MAPPING", "limits", l)
+		v = append(v, lv.list...)
 	}
 	for i, b := range req.GetArgumentMap() {
 		if b.GetRemoteField() == "" {
@@ -311,7 +334,11 @@ func (s *Server) ReviewMapping(ctx context.Context, req *registryv1.ReviewMappin
 			out = m
 			return nil
 		}
-		if why := staleness(m, u); why != "" {
+		cp, err := u.Capability(m.GetCapability())
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if why := staleness(m, u, cp); why != "" {
 			return apierror.New(codes.FailedPrecondition, "MAPPING_STALE",
 				fmt.Sprintf("mapping %s revision %d cannot be approved: %s; propose a new revision against the latest snapshot", m.GetId(), m.GetRevision(), why),
 				mappingMeta(m))
@@ -341,8 +368,9 @@ func (s *Server) ReviewMapping(ctx context.Context, req *registryv1.ReviewMappin
 }
 
 // staleness says why a mapping's reviewed evidence no longer describes the
-// connection, or "".
-func staleness(m *registryv1.Mapping, u *ConnectionUpdate) string {
+// connection or its capability (cp, the current revision; nil if absent),
+// or "".
+func staleness(m *registryv1.Mapping, u *ConnectionUpdate, cp *registryv1.Capability) string {
 	c := u.Connection
 	if c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
 		return "connection " + c.GetId() + " is retired"
@@ -350,8 +378,11 @@ func staleness(m *registryv1.Mapping, u *ConnectionUpdate) string {
 	if m.GetConfigRevision() != c.GetConfigRevision() {
 		return fmt.Sprintf("it was proposed at config revision %d and the connection is at revision %d", m.GetConfigRevision(), c.GetConfigRevision())
 	}
-	if cp := capability(m.GetCapability()); cp == nil || cp.GetRevision() != m.GetCapabilityRevision() {
+	if cp == nil || cp.GetRevision() != m.GetCapabilityRevision() {
 		return fmt.Sprintf("capability %s revision %d is no longer current", m.GetCapability(), m.GetCapabilityRevision())
+	}
+	if cp.GetState() == registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED {
+		return fmt.Sprintf("capability %s is deprecated", m.GetCapability())
 	}
 	if u.LatestSnapshot == nil {
 		return "the connection has no discovery snapshot"
@@ -438,15 +469,40 @@ func (s *Server) ResolveMapping(ctx context.Context, req *registryv1.ResolveMapp
 	if err := usable(m); err != nil {
 		return nil, err
 	}
+	cp, err := s.capability(ctx, m.GetCapability(), 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := contractCurrent(m, cp); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// contractCurrent refuses an active mapping reviewed against a capability
+// revision that is no longer current. A capability revision moves its
+// active mappings to review in the same transaction, so this holds
+// already; checking it here keeps "is this still current?" answered from
+// the contract itself, not only from the state it left.
+func contractCurrent(m *registryv1.Mapping, cp *registryv1.Capability) error {
+	if m.GetCapabilityRevision() == cp.GetRevision() {
+		return nil
+	}
+	meta := mappingMeta(m)
+	meta["capability_revision"] = strconv.FormatInt(m.GetCapabilityRevision(), 10)
+	meta["current_capability_revision"] = strconv.FormatInt(cp.GetRevision(), 10)
+	return apierror.New(codes.FailedPrecondition, "MAPPING_REVIEW_REQUIRED",
+		fmt.Sprintf("mapping %s revision %d was reviewed against capability %s revision %d, and revision %d is current; review it again",
+			m.GetId(), m.GetRevision(), m.GetCapability(), m.GetCapabilityRevision(), cp.GetRevision()), meta)
 }
 
 func (s *Server) resolveByCapability(ctx context.Context, req *registryv1.ResolveMappingRequest) (*registryv1.Mapping, error) {
 	if req.GetCapability() == "" {
 		return nil, required("capability", "the capability to resolve, or mapping_id to check one mapping")
 	}
-	if capability(req.GetCapability()) == nil {
-		return nil, capabilityUnknown(req.GetCapability())
+	cp, err := s.capability(ctx, req.GetCapability(), 0)
+	if err != nil {
+		return nil, err
 	}
 	list, err := s.ListMappings(ctx, &registryv1.ListMappingsRequest{Capability: req.GetCapability(), ConnectionId: req.GetConnectionId()})
 	if err != nil {
@@ -468,6 +524,9 @@ func (s *Server) resolveByCapability(ctx context.Context, req *registryv1.Resolv
 	}
 	switch {
 	case len(active) == 1:
+		if err := contractCurrent(active[0], cp); err != nil {
+			return nil, err
+		}
 		return active[0], nil
 	case len(active) > 1:
 		idsList := make([]string, 0, len(active))

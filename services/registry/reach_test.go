@@ -73,14 +73,14 @@ func TestRefusedConfigurationsLeaveNothing(t *testing.T) {
 	// The first event is the clean connection's: no refused attempt
 	// wrote one.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	stream, err := r.client.WatchEvents(wctx, &registryv1.WatchEventsRequest{})
+	stream, err := r.client.WatchEvents(wctx, &registryv1.WatchEventsRequest{AfterSequence: r.base})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ev, err := stream.Recv()
 	cancel()
-	if err != nil || ev.GetSequence() != 1 || ev.GetConnectionId() != good.GetId() {
-		t.Fatalf("first event = %v, %v; want the clean connection's creation at sequence 1", ev, err)
+	if err != nil || ev.GetSequence() != r.base+1 || ev.GetConnectionId() != good.GetId() {
+		t.Fatalf("first event = %v, %v; want the clean connection's creation at sequence %d", ev, err, r.base+1)
 	}
 
 	for _, tt := range refusedConfigs {

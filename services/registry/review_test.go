@@ -75,7 +75,7 @@ func TestReviewConnection(t *testing.T) {
 	// The review is an event watchers see.
 	ctx, cancel := watchContext(t)
 	defer cancel()
-	stream, err := r.client.WatchEvents(ctx, &registryv1.WatchEventsRequest{})
+	stream, err := r.client.WatchEvents(ctx, &registryv1.WatchEventsRequest{AfterSequence: r.base})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,37 @@ type Store interface {
 	// ListEvents returns up to limit events with a sequence greater than
 	// after, in sequence order.
 	ListEvents(ctx context.Context, after int64, limit int) ([]*registryv1.RegistryEvent, error)
+
+	// CreateCapability stores revision 1 of a new capability and appends
+	// events. It fails with store.ErrExists if the name is taken.
+	CreateCapability(ctx context.Context, c *registryv1.Capability, events []*registryv1.RegistryEvent) error
+	// UpdateCapability loads one capability and the current revision of
+	// every mapping of it (on any connection) into a CapabilityUpdate,
+	// calls fn, and commits what fn left in it, all in one transaction, so
+	// a new revision and the mappings it sends to review are one change.
+	// If fn returns an error nothing is written; like UpdateConnection, fn
+	// may run again after a conflicting write.
+	UpdateCapability(ctx context.Context, name string, fn func(*CapabilityUpdate) error) error
+	// GetCapability returns a capability at its current revision
+	// (revision 0) or at a past revision.
+	GetCapability(ctx context.Context, name string, revision int64) (*registryv1.Capability, error)
+	// ListCapabilities returns every capability at its current revision,
+	// in no particular order.
+	ListCapabilities(ctx context.Context) ([]*registryv1.Capability, error)
+
+	// CreateTaskProfile stores revision 1 of a new task profile and
+	// appends events. It fails with store.ErrExists if the name is taken.
+	CreateTaskProfile(ctx context.Context, p *registryv1.TaskProfile, events []*registryv1.RegistryEvent) error
+	// UpdateTaskProfile loads one profile into a ProfileUpdate, calls fn
+	// and commits what fn left in it, in one transaction (fn may run
+	// again after a conflicting write).
+	UpdateTaskProfile(ctx context.Context, name string, fn func(*ProfileUpdate) error) error
+	// GetTaskProfile returns a profile at its current revision (revision
+	// 0) or at a past revision.
+	GetTaskProfile(ctx context.Context, name string, revision int64) (*registryv1.TaskProfile, error)
+	// ListTaskProfiles returns every profile at its current revision, in
+	// no particular order.
+	ListTaskProfiles(ctx context.Context) ([]*registryv1.TaskProfile, error)
 }
 
 // ConnectionUpdate is one connection's state as read inside a store
@@ -78,6 +109,18 @@ type ConnectionUpdate struct {
 	WriteMappings []*registryv1.Mapping
 	// Events are appended in order; the store assigns their sequences.
 	Events []*registryv1.RegistryEvent
+
+	// capability reads a capability's current revision inside the
+	// transaction (set by the store).
+	capability func(name string) (*registryv1.Capability, error)
+}
+
+// Capability returns the current revision of the named capability as the
+// transaction sees it, so a decision that depends on it (a review, a
+// proposal) conflicts with a concurrent capability revision instead of
+// racing it. An absent capability is an error wrapping store.ErrNotFound.
+func (u *ConnectionUpdate) Capability(name string) (*registryv1.Capability, error) {
+	return u.capability(name)
 }
 
 // Mapping returns the current revision of the mapping with the given id on
@@ -89,4 +132,38 @@ func (u *ConnectionUpdate) Mapping(id string) *registryv1.Mapping {
 		}
 	}
 	return nil
+}
+
+// CapabilityUpdate is one capability as read inside a store transaction,
+// plus what the update function wants committed with it. The loaded
+// messages are private copies.
+type CapabilityUpdate struct {
+	// Current is the capability at its current revision; read-only.
+	Current *registryv1.Capability
+	// Mappings holds the current revision of every mapping of the
+	// capability, on every connection; read-only context.
+	Mappings []*registryv1.Mapping
+
+	// Write, if set, is stored: at Current's revision it replaces the
+	// current revision (a state change such as deprecation); at the next
+	// revision it appends a new revision and makes it current. Any other
+	// revision, or another name, is a conflict. Nil writes no capability.
+	Write *registryv1.Capability
+	// WriteMappings are state changes of mappings listed in Mappings: each
+	// replaces its mapping's current revision (the revision must equal
+	// it).
+	WriteMappings []*registryv1.Mapping
+	// Events are appended in order; the store assigns their sequences.
+	Events []*registryv1.RegistryEvent
+}
+
+// ProfileUpdate is one task profile as read inside a store transaction,
+// plus what the update function wants committed with it.
+type ProfileUpdate struct {
+	// Current is the profile at its current revision; read-only.
+	Current *registryv1.TaskProfile
+	// Write follows the rules of CapabilityUpdate.Write.
+	Write *registryv1.TaskProfile
+	// Events are appended in order; the store assigns their sequences.
+	Events []*registryv1.RegistryEvent
 }

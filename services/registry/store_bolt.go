@@ -56,7 +56,7 @@ func (b *boltStore) UpdateConnection(ctx context.Context, id string, fn func(*Co
 		return err
 	}
 	return b.db.Update(func(tx *store.Tx) error {
-		u := &ConnectionUpdate{Connection: &registryv1.Connection{}}
+		u := &ConnectionUpdate{Connection: &registryv1.Connection{}, capability: boltCapability(tx)}
 		if err := tx.Get(bucketConnections, id, u.Connection); err != nil {
 			return fmt.Errorf("connection %s: %w", id, err)
 		}

@@ -29,6 +29,8 @@ import (
 //	eventseq           last event sequence
 //	events             STREAM; entry id "<sequence>-0", fields seq, event
 //
+// Capabilities and task profiles: see store_redis_definitions.go.
+//
 // Every change is one WATCH/MULTI/EXEC transaction: the keys it decides on
 // are watched, so a concurrent writer makes EXEC fail and the change is
 // recomputed from fresh state. The event stream's entry ids are the event
@@ -148,7 +150,7 @@ func (r *redisStore) UpdateConnection(ctx context.Context, id string, fn func(*C
 	var committed []*registryv1.RegistryEvent
 	var seqs []int64
 	err := redisstore.Update(ctx, r.c, func(tx *redis.Tx) error {
-		u := &ConnectionUpdate{Connection: &registryv1.Connection{}}
+		u := &ConnectionUpdate{Connection: &registryv1.Connection{}, capability: r.redisCapability(ctx, tx)}
 		if err := redisstore.Get(ctx, tx, r.conn(id), u.Connection); err != nil {
 			return fmt.Errorf("connection %s: %w", id, err)
 		}

@@ -288,7 +288,11 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			if err != nil {
 				return nil, err
 			}
-			registryv1.RegisterRegistryServiceServer(srv.GRPC, registry.NewServer(st, log.With("service", name)).WithAuthorizer(authz.Remote(peers.Policy)))
+			reg := registry.NewServer(st, log.With("service", name)).WithAuthorizer(authz.Remote(peers.Policy))
+			if err := reg.EnsureDefaults(ctx); err != nil {
+				return nil, fmt.Errorf("suite: registry default definitions: %w", err)
+			}
+			registryv1.RegisterRegistryServiceServer(srv.GRPC, reg)
 		case Policy:
 			st, err := s.stores.Policy()
 			if err != nil {

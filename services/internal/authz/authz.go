@@ -28,6 +28,8 @@ const (
 	ConnectionDiscover = "connection.discover"
 	MappingPropose     = "mapping.propose"
 	MappingReview      = "mapping.review"
+	CapabilityWrite    = "capability.write"
+	ProfileWrite       = "profile.write"
 	RequestApprove     = "request.approve"
 	RequestDeny        = "request.deny"
 	TaskActFor         = "task.act_for"

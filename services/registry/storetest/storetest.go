@@ -32,6 +32,7 @@ func Run(t *testing.T, newStore func(t *testing.T) registry.Store) {
 		{"EventOrder", testEventOrder},
 		{"ConcurrentUpdatesLoseNothing", testConcurrentUpdates},
 	}
+	tests = append(tests, definitionTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
