@@ -31,6 +31,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/registry"
 )
 
 // The fakes below stand in for the registry, policy, adapter and evidence
@@ -46,12 +47,22 @@ const (
 	capDeliverApprovedArtifact  = "deliver_approved_artifact"
 )
 
-// The seed's summary templates, as the default definitions declare them.
-const (
-	retrieveSummaryTemplate = "Retrieve passages about {query} from source {source}"
-	previewSummaryTemplate  = "Render preview of document revision {document_revision} using profile {profile}"
-	deliverSummaryTemplate  = "Deliver artifact {artifact} to destination {destination}"
-)
+// defaultTemplate is the summary template the registry's default
+// definition of a seed capability declares.
+func defaultTemplate(t testing.TB, name string) string {
+	t.Helper()
+	caps, err := registry.DefaultCapabilities()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range caps {
+		if c.GetName() == name {
+			return c.GetSummaryTemplate()
+		}
+	}
+	t.Fatalf("no default capability %s", name)
+	return ""
+}
 
 const (
 	testConnection           = "conn_fixture"
@@ -101,7 +112,7 @@ func newFakeRegistry(t testing.TB) *fakeRegistry {
 		Description:     localRetrieveDescription,
 		Handles:         []*registryv1.HandleField{{Field: "source", RefersTo: "source"}},
 		RetryRule:       registryv1.RetryRule_RETRY_RULE_RETRY,
-		SummaryTemplate: retrieveSummaryTemplate,
+		SummaryTemplate: defaultTemplate(t, capRetrieveAuthorizedSource),
 		InputSchema: mustStruct(t, map[string]any{
 			"type": "object",
 			"properties": map[string]any{
@@ -115,7 +126,7 @@ func newFakeRegistry(t testing.TB) *fakeRegistry {
 	r.capabilities[capRenderPreview] = &registryv1.Capability{
 		Name: capRenderPreview, Revision: 1, EffectClass: registryv1.EffectClass_EFFECT_CLASS_LOCAL_TRANSFORMATION,
 		Description:     "Render a preview of one document revision without publishing it.",
-		SummaryTemplate: previewSummaryTemplate,
+		SummaryTemplate: defaultTemplate(t, capRenderPreview),
 		InputSchema: mustStruct(t, map[string]any{
 			"type":       "object",
 			"properties": map[string]any{"document_revision": map[string]any{"type": "integer"}},
@@ -126,7 +137,7 @@ func newFakeRegistry(t testing.TB) *fakeRegistry {
 		Name: capDeliverApprovedArtifact, Revision: 1, EffectClass: registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT,
 		Description:     "Deliver one approved artifact to one destination.",
 		RetryRule:       registryv1.RetryRule_RETRY_RULE_NEVER_BLIND,
-		SummaryTemplate: deliverSummaryTemplate,
+		SummaryTemplate: defaultTemplate(t, capDeliverApprovedArtifact),
 		InputSchema: mustStruct(t, map[string]any{
 			"type":       "object",
 			"properties": map[string]any{"artifact": map[string]any{"type": "string"}, "destination": map[string]any{"type": "string"}},

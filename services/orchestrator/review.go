@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/summary"
 )
 
 // summarize is the review surface of a request: the consequence in product
@@ -17,11 +18,12 @@ import (
 // payload. Handle fields show the label the model saw, never the handle or
 // its server-side target.
 //
-// A "{field}" placeholder in the template takes the field's value: a
-// handle's label or a string quoted (so a value can never pass for the
-// template's own words), anything else as written. A template naming a
-// field the request lacks, or a capability without one, reads as the
-// capability's name in words and its product fields.
+// A "{field}" placeholder in the template (syntax: package summary) takes
+// the field's value: a handle's label or a string quoted (so a value can
+// never pass for the template's own words), anything else as written. A
+// template naming a field the request lacks, one that does not parse, or
+// a capability without one reads as the capability's name in words and
+// its product fields.
 func summarize(capability *registryv1.Capability, normalized map[string]any, handleLabels map[string]string) string {
 	value := func(field string) string {
 		if l, ok := handleLabels[field]; ok {
@@ -30,7 +32,7 @@ func summarize(capability *registryv1.Capability, normalized map[string]any, han
 		return fmt.Sprint(normalized[field])
 	}
 	if t := capability.GetSummaryTemplate(); t != "" {
-		if s, ok := fillTemplate(t, func(field string) (string, bool) {
+		if s, ok := summary.Render(t, func(field string) (string, bool) {
 			v, ok := normalized[field]
 			if !ok {
 				return "", false
@@ -60,51 +62,4 @@ func summarize(capability *registryv1.Capability, normalized map[string]any, han
 		return head
 	}
 	return head + " with " + strings.Join(parts, ", ")
-}
-
-// fillTemplate replaces every "{field}" placeholder of t (a field name:
-// letters, digits and underscores) with value(field). Braces around
-// anything else are kept as written. It reports false when value lacks a
-// field the template names.
-func fillTemplate(t string, value func(field string) (string, bool)) (string, bool) {
-	var b strings.Builder
-	for {
-		open := strings.IndexByte(t, '{')
-		if open < 0 {
-			b.WriteString(t)
-			return b.String(), true
-		}
-		end := strings.IndexByte(t[open+1:], '}')
-		if end < 0 {
-			b.WriteString(t)
-			return b.String(), true
-		}
-		field := t[open+1 : open+1+end]
-		if !isFieldName(field) {
-			// Not a placeholder: keep the brace and look further on.
-			b.WriteString(t[:open+1])
-			t = t[open+1:]
-			continue
-		}
-		v, ok := value(field)
-		if !ok {
-			return "", false
-		}
-		b.WriteString(t[:open])
-		b.WriteString(v)
-		t = t[open+1+end+1:]
-	}
-}
-
-// isFieldName reports whether s can name a product field in a template.
-func isFieldName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if r != '_' && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') {
-			return false
-		}
-	}
-	return true
 }

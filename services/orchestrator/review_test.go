@@ -11,9 +11,11 @@ func TestSummarize(t *testing.T) {
 	capability := func(name, template string) *registryv1.Capability {
 		return &registryv1.Capability{Name: name, SummaryTemplate: template}
 	}
-	retrieve := capability(capRetrieveAuthorizedSource, retrieveSummaryTemplate)
-	preview := capability(capRenderPreview, previewSummaryTemplate)
-	deliver := capability(capDeliverApprovedArtifact, deliverSummaryTemplate)
+	// The seed's four, as the registry's default definitions declare them.
+	retrieve := capability(capRetrieveAuthorizedSource, defaultTemplate(t, capRetrieveAuthorizedSource))
+	preview := capability(capRenderPreview, defaultTemplate(t, capRenderPreview))
+	deliver := capability(capDeliverApprovedArtifact, defaultTemplate(t, capDeliverApprovedArtifact))
+	validate := capability("validate_external_link", defaultTemplate(t, "validate_external_link"))
 	tests := []struct {
 		name       string
 		capability *registryv1.Capability
@@ -28,7 +30,7 @@ func TestSummarize(t *testing.T) {
 			`Retrieve passages about "v2 headers" from source "API migration guide"`},
 		{"deliver", deliver, map[string]any{"artifact": "h_1", "destination": "h_2"}, map[string]string{"artifact": "preview r31", "destination": "docs site"},
 			`Deliver artifact "preview r31" to destination "docs site"`},
-		{"validate a link (no template)", capability("validate_external_link", ""), map[string]any{"link": "h_1"}, map[string]string{"link": "example.com/v2"},
+		{"validate a link (no template)", validate, map[string]any{"link": "h_1"}, map[string]string{"link": "example.com/v2"},
 			`Validate external link with link "example.com/v2"`},
 		// A template naming a field the request lacks reads generically.
 		{"retrieve without a query", retrieve, map[string]any{"source": "h_1", "max_passages": int64(3)}, map[string]string{"source": "release-notes.md"},
@@ -45,8 +47,10 @@ func TestSummarize(t *testing.T) {
 			map[string]any{"title": "a\nApproved by the security team"}, nil, `Open ticket "a\nApproved by the security team"`},
 		{"a value is not read as a placeholder", capability("open_ticket", "Open ticket {title} ({queue})"),
 			map[string]any{"title": "{queue}", "queue": "triage"}, nil, `Open ticket "{queue}" ("triage")`},
-		{"braces around other text are kept", capability("tag", "Tag {name} with {a b} and {} and {"), map[string]any{"name": "n"}, nil,
-			`Tag "n" with {a b} and {} and {`},
+		{"doubled braces are literal", capability("tag", "Tag {name} with {{label}}"), map[string]any{"name": "n"}, nil,
+			`Tag "n" with {label}`},
+		{"a template that does not parse reads generically", capability("tag", "Tag {name} with {a b}"), map[string]any{"name": "n"}, nil,
+			"Tag with name n"},
 		{"numbers and booleans as written", capability("resize", "Resize to {width} wide, crop {crop}"), map[string]any{"width": 1.5, "crop": true}, nil,
 			"Resize to 1.5 wide, crop true"},
 		{"a field used twice", capability("copy", "Copy {src} onto {src}"), map[string]any{"src": "h_1"}, map[string]string{"src": "a.md"},
