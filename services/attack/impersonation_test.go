@@ -33,12 +33,12 @@ func TestNobodyActsAsSomeoneElse(t *testing.T) {
 
 	// Starting a task "for alice" needs the delegation role.
 	_, err = s.Orchestrator.StartTask(mallory, &orchestratorv1.StartTaskRequest{
-		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, OnBehalfOf: &policyv1.Principal{Id: "alice", Groups: []string{"authors", "publishers"}}})
+		Profile: "source_review", OnBehalfOf: &policyv1.Principal{Id: "alice", Groups: []string{"authors", "publishers"}}})
 	if !apierror.Is(err, codes.PermissionDenied, "ROLE_NOT_GRANTED") {
 		t.Fatalf("mallory starting a task for alice: %v", err)
 	}
 
-	task, err := s.Orchestrator.StartTask(alice, &orchestratorv1.StartTaskRequest{Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review"})
+	task, err := s.Orchestrator.StartTask(alice, &orchestratorv1.StartTaskRequest{Profile: "source_review", Purpose: "review"})
 	if err != nil {
 		t.Fatal(err)
 	}

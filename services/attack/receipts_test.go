@@ -101,7 +101,7 @@ func TestForgedReceiptIsRefusedAndNeverTrusted(t *testing.T) {
 
 	r := newRenderer(t, s, c, true, "--delay", "60s")
 	task, err := c.Orchestrator.StartTask(as(s, alice), &orchestratorv1.StartTaskRequest{
-		Kind: orchestratorv1.TaskKind_TASK_KIND_PREVIEW, Purpose: "preview revision 31 before review",
+		Profile: "preview", Purpose: "preview revision 31 before review",
 	})
 	if err != nil {
 		t.Fatal(err)

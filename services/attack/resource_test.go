@@ -83,7 +83,7 @@ func TestResourceReadIsTheHandlesTarget(t *testing.T) {
 	}
 
 	task, err := s.Orchestrator.StartTask(as(s, alice), &orchestratorv1.StartTaskRequest{
-		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review the changelog claims",
+		Profile: "source_review", Purpose: "review the changelog claims",
 		SourceScope: []*orchestratorv1.SourceRef{{Uri: changelog, Title: "Changelog"}},
 	})
 	if err != nil {

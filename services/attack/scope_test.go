@@ -38,7 +38,7 @@ func TestHandlesOnlyForTheTaskScope(t *testing.T) {
 
 	// Starting a task registers its requester and scope with policy.
 	started, err := s.Orchestrator.StartTask(as(s, alice), &orchestratorv1.StartTaskRequest{
-		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review the migration sources",
+		Profile: "source_review", Purpose: "review the migration sources",
 		SourceScope: []*orchestratorv1.SourceRef{{Uri: inScope, Title: "API migration guide"}},
 	})
 	if err != nil {

@@ -143,7 +143,7 @@ func (w *world) mappingNow() *registryv1.Mapping {
 func (w *world) startTask() *orchestratorv1.StartTaskResponse {
 	w.t.Helper()
 	resp, err := w.s.Orchestrator.StartTask(w.as(scenario.Alice), &orchestratorv1.StartTaskRequest{
-		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review", SourceScope: faqScope,
+		Profile: "source_review", Purpose: "review", SourceScope: faqScope,
 	})
 	if err != nil {
 		w.t.Fatalf("start task: %v", err)

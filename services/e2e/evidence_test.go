@@ -74,7 +74,7 @@ var markdownLimits = &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 5,
 func (w *world) taskWith(scope ...*orchestratorv1.SourceRef) *orchestratorv1.StartTaskResponse {
 	w.t.Helper()
 	resp, err := w.s.Orchestrator.StartTask(w.as(scenario.Alice), &orchestratorv1.StartTaskRequest{
-		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review", SourceScope: scope,
+		Profile: "source_review", Purpose: "review", SourceScope: scope,
 	})
 	if err != nil {
 		w.t.Fatalf("start task: %v", err)

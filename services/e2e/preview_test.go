@@ -137,7 +137,7 @@ func connectRenderer(t *testing.T, c stack, args ...string) *rendererEnv {
 func startPreviewTask(t *testing.T, c stack) *orchestratorv1.StartTaskResponse {
 	t.Helper()
 	resp, err := c.Orchestrator.StartTask(c.as(scenario.Alice), &orchestratorv1.StartTaskRequest{
-		Kind: orchestratorv1.TaskKind_TASK_KIND_PREVIEW, Purpose: "preview revision 31 before review",
+		Profile: "preview", Purpose: "preview revision 31 before review",
 	})
 	if err != nil {
 		t.Fatalf("start preview task: %v", err)

@@ -51,7 +51,7 @@ func TestProductServiceAuthenticatesWithRealIssuer(t *testing.T) {
 	impostor := other.CreateClient(t, oidctest.Client{ID: "writer-service", Audience: []string{"v0m3"},
 		Claims: map[string]any{"groups": []string{"product-services"}}})
 	bearer := func(tok string) context.Context { return identity.WithBearer(ctx, tok) }
-	start := &orchestratorv1.StartTaskRequest{Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review"}
+	start := &orchestratorv1.StartTaskRequest{Profile: "source_review", Purpose: "review"}
 
 	// The product service acting as itself.
 	own, err := s.Orchestrator.StartTask(bearer(hydra.Token(t, plain, []string{"v0m3"})), start)
@@ -63,7 +63,7 @@ func TestProductServiceAuthenticatesWithRealIssuer(t *testing.T) {
 	}
 
 	// Delegation: granted by policy to product-services only.
-	forAlice := &orchestratorv1.StartTaskRequest{Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review",
+	forAlice := &orchestratorv1.StartTaskRequest{Profile: "source_review", Purpose: "review",
 		OnBehalfOf: &policyv1.Principal{Id: "alice", Groups: []string{"authors"}}}
 	delegated, err := s.Orchestrator.StartTask(bearer(hydra.Token(t, writer, []string{"v0m3"})), forAlice)
 	if err != nil {

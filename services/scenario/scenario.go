@@ -209,7 +209,7 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 		{Uri: MigrationFAQURI, Title: "Migration FAQ"},
 	}
 	r.SourceTask, err = c.Orchestrator.StartTask(ctx, &orchestratorv1.StartTaskRequest{
-		Kind:    orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
+		Profile: "source_review",
 		Purpose: "review the sources of the API migration article", SourceScope: scope,
 	})
 	if err != nil {
@@ -217,7 +217,7 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	}
 	printCatalogue(p, "source-review task", r.SourceTask)
 	r.RewriteTask, err = c.Orchestrator.StartTask(ctx, &orchestratorv1.StartTaskRequest{
-		Kind:    orchestratorv1.TaskKind_TASK_KIND_REWRITE,
+		Profile: "rewrite",
 		Purpose: "tighten the introduction; evidence already linked", EvidencePresent: true, SourceScope: scope,
 	})
 	if err != nil {
@@ -272,10 +272,10 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	p.stage("refused")
 	r.ExportRefusal = submitErr(ctx, c, task, "call-2", Deliver, map[string]any{"artifact": "workspace", "destination": "anywhere"})
 	p.line("the hostile page asked for an export; the model's %s request: %s", Deliver, describeErr(r.ExportRefusal))
-	_, r.Anonymous = c.Orchestrator.StartTask(base, &orchestratorv1.StartTaskRequest{Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, SourceScope: scope})
+	_, r.Anonymous = c.Orchestrator.StartTask(base, &orchestratorv1.StartTaskRequest{Profile: "source_review", SourceScope: scope})
 	p.line("a task started with no bearer token: %s", describeErr(r.Anonymous))
 	r.OtherTask, err = c.Orchestrator.StartTask(as(Bob), &orchestratorv1.StartTaskRequest{
-		Kind:    orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
+		Profile: "source_review",
 		Purpose: "another review", SourceScope: scope[:1],
 	})
 	if err != nil {
@@ -318,6 +318,8 @@ func submitErr(ctx context.Context, c suite.Clients, task, call, capability stri
 
 func printCatalogue(p printer, name string, resp *orchestratorv1.StartTaskResponse) {
 	cat := resp.GetCatalogue()
+	t := resp.GetTask()
+	p.line("%s %s: profile %s r%d, plan needs %s", name, t.GetId(), t.GetProfile(), t.GetProfileRevision(), strings.Join(t.GetNeededCapabilities(), ", "))
 	if len(cat.GetOffered()) == 0 {
 		p.line("%s %s: offered nothing", name, resp.GetTask().GetId())
 	}

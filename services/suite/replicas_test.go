@@ -116,7 +116,7 @@ func TestReplicasShareOneRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	task, err := a.Orchestrator.StartTask(as(a, scenario.Alice), &orchestratorv1.StartTaskRequest{
-		Kind:        orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW,
+		Profile:     "source_review",
 		Purpose:     "review the sources of the API migration article",
 		SourceScope: []*orchestratorv1.SourceRef{{Uri: scenario.MigrationFAQURI, Title: "Migration FAQ"}},
 	})
