@@ -319,7 +319,11 @@ func submitErr(ctx context.Context, c suite.Clients, task, call, capability stri
 func printCatalogue(p printer, name string, resp *orchestratorv1.StartTaskResponse) {
 	cat := resp.GetCatalogue()
 	t := resp.GetTask()
-	p.line("%s %s: profile %s r%d, plan needs %s", name, t.GetId(), t.GetProfile(), t.GetProfileRevision(), strings.Join(t.GetNeededCapabilities(), ", "))
+	needs := strings.Join(t.GetNeededCapabilities(), ", ")
+	if needs == "" {
+		needs = "nothing"
+	}
+	p.line("%s %s: profile %s r%d, plan needs %s", name, t.GetId(), t.GetProfile(), t.GetProfileRevision(), needs)
 	if len(cat.GetOffered()) == 0 {
 		p.line("%s %s: offered nothing", name, resp.GetTask().GetId())
 	}
