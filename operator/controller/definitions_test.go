@@ -364,12 +364,11 @@ func TestCapabilityEditRevisesAndSendsMappingToReview(t *testing.T) {
 func TestCapabilityRefusedByRegistry(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name       string
-		mutate     func(*v1alpha1.Capability)
-		reason     string // the registry's ErrorInfo reason
-		condition  string
-		fields     []string
-		fixedAfter func(*v1alpha1.Capability)
+		name      string
+		mutate    func(*v1alpha1.Capability)
+		reason    string // the registry's ErrorInfo reason
+		condition string
+		fields    []string
 	}{
 		{
 			name:      "refused-schema-not-object",
