@@ -772,3 +772,47 @@ func TestInvalidDefinitionManifestRefused(t *testing.T) {
 		})
 	}
 }
+
+// A name its manager deprecated is released: a resource waiting on it
+// (refused with NameClaimed) declares it at its next resync.
+func TestCapabilityClaimsReleasedName(t *testing.T) {
+	t.Parallel()
+	f := newDefFixture(t)
+	as := services.As(f.ctx, platformEngineer, "platform")
+	theirs := &registryv1.Capability{
+		Name:        "search_team_wiki",
+		EffectClass: registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL,
+		InputSchema: func() *structpb.Struct {
+			s, _ := structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{"page": map[string]any{"type": "string"}}})
+			return s
+		}(),
+		Description: "Search the team's wiki.",
+		RetryRule:   registryv1.RetryRule_RETRY_RULE_RETRY,
+		ManagedBy:   "team-wiki",
+	}
+	if _, err := services.Registry.CreateCapability(as, &registryv1.CreateCapabilityRequest{Capability: theirs}); err != nil {
+		t.Fatal(err)
+	}
+	f.create(projectFileCapability(t, "search-team-wiki"))
+	f.reconcileCap("search-team-wiki")
+	if a := cond(f.capability("search-team-wiki").Status.Conditions, v1alpha1.ConditionAccepted); a.Reason != v1alpha1.ReasonNameClaimed {
+		t.Fatalf("Accepted = %+v; want NameClaimed while team-wiki manages it", a)
+	}
+	if _, err := services.Registry.DeprecateCapability(as, &registryv1.DeprecateCapabilityRequest{
+		Name: "search_team_wiki", Reason: "the platform team declares it in Kubernetes now"}); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcileCap("search-team-wiki")
+	got := f.registered("search_team_wiki")
+	if got.GetRevision() != 2 || got.GetState() != registryv1.DefinitionState_DEFINITION_STATE_ACTIVE ||
+		got.GetManagedBy() != "kubernetes/capabilities.v0m3.dev/search-team-wiki" {
+		t.Errorf("registry after the release = %v; want revision 2, active, managed by the resource", got)
+	}
+	c := f.capability("search-team-wiki")
+	if a := cond(c.Status.Conditions, v1alpha1.ConditionAccepted); a.Status != metav1.ConditionTrue || c.Status.Revision != 2 {
+		t.Errorf("Accepted = %+v, revision %d; want True at revision 2", a, c.Status.Revision)
+	}
+	if !f.events.has("Adopted") {
+		t.Errorf("events = %v; want Adopted", f.events.events)
+	}
+}
