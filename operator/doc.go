@@ -1,7 +1,8 @@
 // Package operator holds the Kubernetes operator that turns MCPServer custom
 // resources (api/v1alpha1) into sandboxed workloads and V0M3 registry
-// connections (controller/), and the stdio bridge those workloads run
-// (bridge/). `v0m3 operator` runs it; `v0m3 rotation` shows rotation state.
+// connections (controller/), declares Capability and TaskProfile resources
+// in the registry, and the stdio bridge MCPServer workloads run (bridge/).
+// `v0m3 operator` runs it; `v0m3 rotation` shows rotation state.
 //
 // # What an MCPServer becomes
 //
@@ -34,4 +35,19 @@
 // Under envtest there is no kube-controller-manager or kubelet, so
 // Deployment status never changes by itself; the tests write it the way the
 // Deployment controller would to prove the rotation's completion path.
+//
+// # What a Capability or TaskProfile becomes
+//
+// A registry definition of the same name with hyphens written as
+// underscores (both kinds are cluster-scoped: registry names are global),
+// managed_by kubernetes/<plural>.v0m3.dev/<name>. The operator creates it,
+// or updates it with a compare-and-set on the revision it read; the
+// registry makes an identical definition a no-op, so a settled resource
+// writes nothing. The registry alone validates: a refusal is recorded in
+// Accepted with the registry's reason and field violations as spec paths
+// and is not retried until the spec changes. A name someone else manages is
+// refused (NameClaimed) unless the resource carries v0m3.dev/adopt=true.
+// Deleting the resource deprecates the definition it manages, never
+// another's. Mappings are still reviewed by a person in the registry; the
+// resource only shows how many wait.
 package operator

@@ -291,6 +291,7 @@ func checkCommon(t *testing.T, m manifests) {
 	if len(m["CustomResourceDefinition"]) == 0 {
 		t.Error("no CRDs rendered")
 	}
+	checkDefinitionCRDs(t, m)
 	pods := 0
 	for _, name := range m.names("Deployment") {
 		var d appsv1.Deployment
@@ -596,4 +597,52 @@ func flagValue(t *testing.T, who string, args []string, name string) string {
 	}
 	t.Errorf("%s: no --%s in %v", who, name, args)
 	return ""
+}
+
+// checkDefinitionCRDs checks that the Capability and TaskProfile CRDs are
+// rendered cluster-scoped with a status subresource (their names are
+// global in the registry), and that the operator's generated ClusterRole
+// lets it read them, write their status and finalizers, and nothing more
+// of them (no create or delete: people declare, the operator carries).
+func checkDefinitionCRDs(t *testing.T, m manifests) {
+	t.Helper()
+	for name, kind := range map[string]string{"capabilities.v0m3.dev": "Capability", "taskprofiles.v0m3.dev": "TaskProfile"} {
+		var crd struct {
+			Spec struct {
+				Scope string `json:"scope"`
+				Names struct {
+					Kind string `json:"kind"`
+				} `json:"names"`
+				Versions []struct {
+					Name         string         `json:"name"`
+					Subresources map[string]any `json:"subresources"`
+				} `json:"versions"`
+			} `json:"spec"`
+		}
+		m.must(t, "CustomResourceDefinition", name, &crd)
+		if crd.Spec.Scope != "Cluster" || crd.Spec.Names.Kind != kind || len(crd.Spec.Versions) != 1 ||
+			crd.Spec.Versions[0].Name != "v1alpha1" || crd.Spec.Versions[0].Subresources["status"] == nil {
+			t.Errorf("CRD %s = %+v; want kind %s, cluster-scoped, v1alpha1 with a status subresource", name, crd.Spec, kind)
+		}
+	}
+	var role rbacv1.ClusterRole
+	m.must(t, "ClusterRole", "v0m3-operator", &role)
+	verbs := map[string][]string{}
+	for _, r := range role.Rules {
+		if !slices.Contains(r.APIGroups, "v0m3.dev") {
+			continue
+		}
+		for _, res := range r.Resources {
+			verbs[res] = append(verbs[res], r.Verbs...)
+		}
+	}
+	for res, want := range map[string][]string{
+		"capabilities": {"get", "list", "patch", "update", "watch"}, "capabilities/status": {"get", "patch", "update"}, "capabilities/finalizers": {"update"},
+		"taskprofiles": {"get", "list", "patch", "update", "watch"}, "taskprofiles/status": {"get", "patch", "update"}, "taskprofiles/finalizers": {"update"},
+	} {
+		got := slices.Sorted(slices.Values(verbs[res]))
+		if !slices.Equal(got, want) {
+			t.Errorf("operator ClusterRole verbs on %s = %v; want %v", res, got, want)
+		}
+	}
 }

@@ -47,7 +47,7 @@ Declared definitions (as you, with --token):
   profile         apply, list, get or deprecate task profiles: 'v0m3 profile apply -f FILE'
 
 Kubernetes:
-  operator        reconcile MCPServer resources into sandboxed pods and registry connections
+  operator        reconcile MCPServer, Capability and TaskProfile resources into the registry
   bridge          serve a stdio MCP server over streamable HTTP (runs inside MCPServer pods)
   rotation        show credential rotation state across MCPServers (--wait: until rolled out)
 

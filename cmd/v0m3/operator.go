@@ -20,7 +20,8 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 )
 
-// operatorScheme knows the built-in types and MCPServer.
+// operatorScheme knows the built-in types, MCPServer, Capability and
+// TaskProfile.
 func operatorScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
@@ -32,9 +33,10 @@ func operatorScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// runOperator runs the MCPServer controller against the cluster in the
-// kubeconfig (or the pod's service account), registering servers with the
-// registry at --registry.
+// runOperator runs the MCPServer, Capability and TaskProfile controllers
+// against the cluster in the kubeconfig (or the pod's service account),
+// registering servers and declaring definitions with the registry at
+// --registry.
 func runOperator(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlags("operator", stderr)
 	registryAddr := fs.String("registry", "v0m3-registry:7401", "registry gRPC address")
@@ -104,6 +106,19 @@ func runOperator(ctx context.Context, args []string, stderr io.Writer) error {
 		},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return err
+	}
+	// Capability and TaskProfile resources are declared in the registry
+	// with the same operator identity.
+	defs := registryv1.NewRegistryServiceClient(conn)
+	if err := (&controller.CapabilityReconciler{
+		Client: mgr.GetClient(), Registry: defs, Events: mgr.GetEventRecorder("v0m3-operator"),
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&controller.TaskProfileReconciler{
+		Client: mgr.GetClient(), Registry: defs, Events: mgr.GetEventRecorder("v0m3-operator"),
+	}).SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -1,7 +1,9 @@
 // Package controller reconciles MCPServer resources into a sandboxed
 // workload (ServiceAccount, Deployment, Service, NetworkPolicy, all owned by
 // the MCPServer) and a V0M3 registry connection, and turns a rotation of the
-// referenced Secret into a new config revision and a rolled Deployment.
+// referenced Secret into a new config revision and a rolled Deployment. It
+// also declares Capability and TaskProfile resources as registry
+// definitions (definitions.go holds what the two share).
 //
 // The reconciler is split into small steps in the style of cert-manager:
 // each step owns one object or one registry call, records what it saw in a

@@ -7,6 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,6 +18,7 @@ import (
 
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	"github.com/v0m3/v0m3/operator/controller"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
 
 // waitFor polls until cond holds. The deadline only bounds a broken run;
@@ -97,4 +101,91 @@ func TestManagerRotatesOnSecretChange(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// Under a running manager, a Capability and a TaskProfile that needs it,
+// applied together (as kubectl apply -f dir/ or a GitOps sync does),
+// both end up declared: the profile, refused while the capability is not
+// declared yet, is woken by the Capability's status change rather than
+// waiting for its resync. Deleting both deprecates both.
+func TestManagerDeclaresDefinitions(t *testing.T) {
+	t.Parallel()
+	// This manager sees only this test's resources: the other tests
+	// reconcile theirs directly and must not race a second reconciler.
+	sel := labels.SelectorFromSet(labels.Set{"v0m3.dev/test": "manager-definitions"})
+	skip := true
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&v1alpha1.Capability{}:  {Label: sel},
+			&v1alpha1.TaskProfile{}: {Label: sel},
+		}},
+		Controller: config.Controller{SkipNameValidation: &skip},
+	})
+	if err != nil {
+		t.Fatalf("manager: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rec := mgr.GetEventRecorder("v0m3-operator")
+	if err := (&controller.CapabilityReconciler{Client: mgr.GetClient(), Registry: registry, Events: rec}).SetupWithManager(mgr); err != nil {
+		t.Fatalf("setup capabilities: %v", err)
+	}
+	if err := (&controller.TaskProfileReconciler{Client: mgr.GetClient(), Registry: registry, Events: rec}).SetupWithManager(ctx, mgr); err != nil {
+		t.Fatalf("setup profiles: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	f := newDefFixture(t)
+	label := map[string]string{"v0m3.dev/test": "manager-definitions"}
+	p := &v1alpha1.TaskProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: "notebook-review", Labels: label},
+		Spec:       v1alpha1.TaskProfileSpec{Needs: []v1alpha1.ProfileNeed{{Capability: "read_notebook"}}},
+	}
+	f.create(p)
+	c := projectFileCapability(t, "read-notebook")
+	c.Labels = label
+	f.create(c)
+
+	waitFor(t, "the TaskProfile accepted once its capability is declared", func() bool {
+		var got v1alpha1.TaskProfile
+		return k8s.Get(f.ctx, client.ObjectKey{Name: "notebook-review"}, &got) == nil && got.Status.Revision == 1 &&
+			cond(got.Status.Conditions, v1alpha1.ConditionAccepted).Status == metav1.ConditionTrue
+	})
+	if got := f.registered("read_notebook"); got.GetRevision() != 1 {
+		t.Errorf("capability revision %d; want 1", got.GetRevision())
+	}
+	waitFor(t, "a Declared event", func() bool {
+		var list eventsv1.EventList
+		if err := k8s.List(f.ctx, &list); err != nil {
+			return false
+		}
+		for _, e := range list.Items {
+			if e.Reason == "Declared" && e.Regarding.Kind == "Capability" && e.Regarding.Name == "read-notebook" {
+				return true
+			}
+		}
+		return false
+	})
+
+	f.delete(p)
+	f.delete(c)
+	waitFor(t, "both resources gone after deprecating their definitions", func() bool {
+		return apierrors.IsNotFound(k8s.Get(f.ctx, client.ObjectKey{Name: "notebook-review"}, &v1alpha1.TaskProfile{})) &&
+			apierrors.IsNotFound(k8s.Get(f.ctx, client.ObjectKey{Name: "read-notebook"}, &v1alpha1.Capability{}))
+	})
+	if got := f.registered("read_notebook"); got.GetState() != registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED {
+		t.Errorf("capability after deletion = %v; want deprecated", got.GetState())
+	}
+	if got, err := registry.GetTaskProfile(f.ctx, &registryv1.GetTaskProfileRequest{Name: "notebook_review"}); err != nil ||
+		got.GetState() != registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED {
+		t.Errorf("profile after deletion = %v, %v; want deprecated", got, err)
+	}
 }

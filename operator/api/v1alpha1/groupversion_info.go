@@ -1,6 +1,8 @@
 // Package v1alpha1 holds the v0m3.dev/v1alpha1 API: the MCPServer custom
 // resource that platform teams apply to run an MCP server in a sandboxed pod
-// and register it with the V0M3 registry.
+// and register it with the V0M3 registry, and the cluster-scoped Capability
+// and TaskProfile resources that declare product capabilities and task
+// profiles in the registry beside it.
 //
 // +kubebuilder:object:generate=true
 // +groupName=v0m3.dev
@@ -25,7 +27,8 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &MCPServer{}, &MCPServerList{})
+	s.AddKnownTypes(GroupVersion, &MCPServer{}, &MCPServerList{},
+		&Capability{}, &CapabilityList{}, &TaskProfile{}, &TaskProfileList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
