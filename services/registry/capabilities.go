@@ -88,22 +88,6 @@ func handleFieldNames(c *registryv1.Capability) []string {
 	return out
 }
 
-// schemaProperties returns the "properties" object of a JSON Schema, or nil.
-func schemaProperties(schema *structpb.Struct) map[string]*structpb.Value {
-	return schema.GetFields()["properties"].GetStructValue().GetFields()
-}
-
-// schemaRequired returns the "required" list of a JSON Schema.
-func schemaRequired(schema *structpb.Struct) []string {
-	var out []string
-	for _, v := range schema.GetFields()["required"].GetListValue().GetValues() {
-		if s, ok := v.GetKind().(*structpb.Value_StringValue); ok {
-			out = append(out, s.StringValue)
-		}
-	}
-	return out
-}
-
 // objectSchema builds a strict JSON Schema object: every property listed,
 // all of them required, unknown fields refused.
 func objectSchema(props map[string]any) *structpb.Struct {
