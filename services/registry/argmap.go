@@ -177,7 +177,11 @@ func (c *argCheck) productField(root argmap.Node, b *binding) (argmap.Node, bool
 			if err != nil || !isArray || el.Impossible() {
 				return unknown()
 			}
-			node, always = el, false
+			// An element is always there only when the array must be
+			// longer than its index.
+			bounds := node.ItemBounds()
+			always = always && len(bounds) > 0 && !slices.ContainsFunc(bounds, func(b argmap.Bounds) bool { return b.Min <= n })
+			node = el
 			continue
 		}
 		child, st, err := node.Field(tok)
