@@ -127,3 +127,33 @@ func TestGetMisses(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPath: any field either fails to parse or parses to a path that
+// round-trips through its pointer form and can be set and read back in
+// an empty arguments object (or is refused, never half-written).
+func FuzzPath(f *testing.F) {
+	for _, s := range []string{"query", "/options/depth", "/paths/0", "/paths/-", "/a~1b/~0", "/items/0/name", "/x/1", "//", "/a/-/b", "/p/01"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, field string) {
+		p, err := Parse(field)
+		if err != nil {
+			return
+		}
+		again, err := Parse(p.String())
+		if err != nil || !slices.Equal(again, p) {
+			t.Fatalf("Parse(%q) = %q; its pointer %q parses to %q, %v", field, p, p.String(), again, err)
+		}
+		root := map[string]any{}
+		concrete, err := Set(root, p, "v")
+		if err != nil {
+			if len(root) != 0 {
+				t.Fatalf("Set(%q) failed but wrote %v", field, root)
+			}
+			return
+		}
+		if got, ok := Get(root, concrete); !ok || got != "v" {
+			t.Fatalf("Set(%q) at %q, then Get = %v, %v", field, concrete, got, ok)
+		}
+	})
+}
