@@ -54,6 +54,7 @@ fuzz: ## Run each fuzz target for a short fixed time.
 	$(GO) test -run '^$$' -fuzz '^FuzzHandleToken$$' -fuzztime $(FUZZTIME) ./services/policy/
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalizeArguments$$' -fuzztime $(FUZZTIME) ./services/orchestrator/
 	$(GO) test -run '^$$' -fuzz '^FuzzIncomingMessage$$' -fuzztime $(FUZZTIME) ./services/adapter/
+	$(GO) test -run '^$$' -fuzz '^FuzzPath$$' -fuzztime $(FUZZTIME) ./services/internal/argmap/
 
 redis: ## Make sure redis-server is installed (the Redis store tests start their own).
 	bash scripts/ensure-redis.sh

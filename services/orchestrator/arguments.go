@@ -12,7 +12,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/argmap"
 )
 
 // Argument refusal reasons.
@@ -289,4 +291,75 @@ func quoteAll(ss []string) []string {
 		out[i] = fmt.Sprintf("%q", s)
 	}
 	return out
+}
+
+// remoteArguments builds the remote call's arguments from the mapping,
+// with the rules review type-checked them by (services/internal/argmap):
+// reviewed defaults first, then each binding in map order at its path,
+// creating the objects and arrays on the way ("-" appends), so a binding
+// wins over a default at the same path and the defaults around it stay.
+// A bound product field keeps its normalized type (an integer stays an
+// integer); a handle field carries its resolved server-side target, never
+// the token; a constant is sent as reviewed. A product field the request
+// does not carry is left out. A resource read has no arguments: its
+// target is the read (see callTarget).
+func remoteArguments(m *registryv1.Mapping, normalized map[string]any, targets map[string]string) (*structpb.Struct, error) {
+	if m.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
+		return &structpb.Struct{Fields: map[string]*structpb.Value{}}, nil
+	}
+	remote := m.GetDefaults().AsMap()
+	if remote == nil {
+		remote = map[string]any{}
+	}
+	for i, b := range m.GetArgumentMap() {
+		at, err := argmap.Parse(b.GetRemoteField())
+		if err != nil {
+			return nil, fmt.Errorf("argument_map[%d].remote_field: %w", i, err)
+		}
+		var v any
+		switch {
+		case b.GetConstant() != nil:
+			v = b.GetConstant().AsInterface()
+		case b.GetFromHandle():
+			field, err := handleField(b)
+			if err != nil {
+				return nil, fmt.Errorf("argument_map[%d].product_field: %w", i, err)
+			}
+			if _, ok := normalized[field]; !ok {
+				continue
+			}
+			t, ok := targets[field]
+			if !ok {
+				return nil, fmt.Errorf("product field %q is bound from a handle but the capability does not declare it a handle field", field)
+			}
+			v = t
+		default:
+			from, err := argmap.Parse(b.GetProductField())
+			if err != nil {
+				return nil, fmt.Errorf("argument_map[%d].product_field: %w", i, err)
+			}
+			var ok bool
+			if v, ok = argmap.Get(normalized, from); !ok {
+				continue
+			}
+		}
+		if _, err := argmap.Set(remote, at, v); err != nil {
+			return nil, fmt.Errorf("argument_map[%d].remote_field %s: %w", i, at, err)
+		}
+	}
+	return structpb.NewStruct(remote)
+}
+
+// handleField is the handle field a from_handle binding names. Handle
+// fields are top-level product fields, named as such or by a one-token
+// pointer.
+func handleField(b *registryv1.ArgumentBinding) (string, error) {
+	p, err := argmap.Parse(b.GetProductField())
+	if err != nil {
+		return "", err
+	}
+	if len(p) != 1 {
+		return "", fmt.Errorf("%q is not a handle field: handle fields are top-level", b.GetProductField())
+	}
+	return p[0], nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -425,9 +424,13 @@ func callTarget(m *registryv1.Mapping, targets map[string]string) (*registryv1.R
 	var bound []string
 	for _, b := range m.GetArgumentMap() {
 		if !b.GetFromHandle() {
-			return nil, unusable("a resource read takes no arguments; product field %q is bound as a value", b.GetProductField())
+			return nil, unusable("a resource read takes no arguments; %s is bound as a value", b.GetRemoteField())
 		}
-		bound = append(bound, b.GetProductField())
+		field, err := handleField(b)
+		if err != nil {
+			return nil, unusable("%v", err)
+		}
+		bound = append(bound, field)
 	}
 	switch len(bound) {
 	case 0:
@@ -450,33 +453,6 @@ func callTarget(m *registryv1.Mapping, targets map[string]string) (*registryv1.R
 	default:
 		return nil, unusable("a resource read reads one source, but %d handle fields are bound", len(bound))
 	}
-}
-
-// remoteArguments builds the remote call's arguments from the mapping:
-// reviewed defaults first, then each bound product field (a handle field
-// carries its resolved server-side target, never the token). A resource
-// read has none: its target is the read (see callTarget).
-func remoteArguments(m *registryv1.Mapping, normalized map[string]any, targets map[string]string) (*structpb.Struct, error) {
-	if m.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
-		return &structpb.Struct{Fields: map[string]*structpb.Value{}}, nil
-	}
-	remote := map[string]any{}
-	maps.Copy(remote, m.GetDefaults().AsMap())
-	for _, b := range m.GetArgumentMap() {
-		v, ok := normalized[b.GetProductField()]
-		if !ok {
-			continue
-		}
-		if b.GetFromHandle() {
-			t, ok := targets[b.GetProductField()]
-			if !ok {
-				return nil, fmt.Errorf("product field %q is bound from a handle but the capability does not declare it a handle field", b.GetProductField())
-			}
-			v = t
-		}
-		remote[b.GetRemoteField()] = v
-	}
-	return structpb.NewStruct(remote)
 }
 
 // responseFromCallError describes a failed adapter call as an attempt

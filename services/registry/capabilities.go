@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -436,13 +437,10 @@ func schemaProperties(schema *structpb.Struct) map[string]*structpb.Value {
 	return schema.GetFields()["properties"].GetStructValue().GetFields()
 }
 
-// schemaRequired returns the "required" list of a JSON Schema.
-func schemaRequired(schema *structpb.Struct) []string {
-	var out []string
-	for _, v := range schema.GetFields()["required"].GetListValue().GetValues() {
-		if s, ok := v.GetKind().(*structpb.Value_StringValue); ok {
-			out = append(out, s.StringValue)
-		}
+// fieldList names a schema's fields for an error message, sorted.
+func fieldList[V any](m map[string]V) string {
+	if len(m) == 0 {
+		return "none"
 	}
-	return out
+	return strings.Join(slices.Sorted(maps.Keys(m)), ", ")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,7 +105,7 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 		return nil, apierror.InvalidArgument("INVALID_MAPPING", fmt.Sprintf("status tool %q is not in snapshot %s", st, snap.GetId()),
 			apierror.FieldViolation{Field: "status_tool", Description: "must name a tool of the snapshot"})
 	}
-	if v := validateBindings(req, cp, tool); len(v) > 0 {
+	if v := validateArgumentMap(req, cp, tool); len(v) > 0 {
 		return nil, apierror.InvalidArgument("INVALID_MAPPING", "invalid mapping: "+violationText(v), v...)
 	}
 
@@ -198,82 +197,11 @@ func validateProposalShape(req *registryv1.ProposeMappingRequest) error {
 		limitViolations(lv, "INVALID_MAPPING", "limits", l)
 		v = append(v, lv.list...)
 	}
-	for i, b := range req.GetArgumentMap() {
-		if b.GetRemoteField() == "" {
-			add(fmt.Sprintf("argument_map[%d].remote_field", i), "the remote argument name is required")
-		}
-		if b.GetProductField() == "" {
-			add(fmt.Sprintf("argument_map[%d].product_field", i), "the product field name is required")
-		}
-	}
+	v = append(v, bindingShapeViolations(req.GetArgumentMap())...)
 	if len(v) > 0 {
 		return apierror.InvalidArgument("INVALID_MAPPING", "invalid mapping: "+violationText(v), v...)
 	}
 	return nil
-}
-
-// validateBindings checks the argument map and defaults against the
-// capability's product schema and, for tools, the remote input schema. A
-// binding to a field that does not exist on either side would fail every
-// call, or worse, pass something unreviewed.
-func validateBindings(req *registryv1.ProposeMappingRequest, cp *registryv1.Capability, tool *registryv1.ToolIdentity) []apierror.FieldViolation {
-	var v []apierror.FieldViolation
-	add := func(field, desc string) { v = append(v, apierror.FieldViolation{Field: field, Description: desc}) }
-	productFields := schemaProperties(cp.GetInputSchema())
-	remoteFields := schemaProperties(tool.GetInputSchema())
-	bound := map[string]bool{}
-	for i, b := range req.GetArgumentMap() {
-		at := fmt.Sprintf("argument_map[%d]", i)
-		rf, pf := b.GetRemoteField(), b.GetProductField()
-		if tool != nil {
-			if _, ok := remoteFields[rf]; !ok {
-				add(at+".remote_field", fmt.Sprintf("remote field %q is not in the input schema of tool %q (fields: %s)", rf, tool.GetName(), fieldList(remoteFields)))
-			}
-		}
-		if bound[rf] {
-			add(at+".remote_field", fmt.Sprintf("remote field %q is bound twice", rf))
-		}
-		bound[rf] = true
-		if _, ok := productFields[pf]; !ok {
-			add(at+".product_field", fmt.Sprintf("product field %q is not in the input schema of capability %s (fields: %s)", pf, cp.GetName(), fieldList(productFields)))
-			continue
-		}
-		handleFields := handleFieldNames(cp)
-		isHandle := slices.Contains(handleFields, pf)
-		switch {
-		case b.GetFromHandle() && !isHandle:
-			add(at+".from_handle", fmt.Sprintf("product field %q is a value, not a handle; handle fields of %s: %s", pf, cp.GetName(), strings.Join(handleFields, ", ")))
-		case !b.GetFromHandle() && isHandle:
-			add(at+".from_handle", fmt.Sprintf("product field %q carries a handle; set from_handle so the remote receives the handle's resolved target, never the handle itself", pf))
-		}
-	}
-	if tool == nil {
-		return v
-	}
-	defaults := req.GetDefaults().GetFields()
-	for _, k := range slices.Sorted(maps.Keys(defaults)) {
-		if _, ok := remoteFields[k]; !ok {
-			add("defaults."+k, fmt.Sprintf("remote field %q is not in the input schema of tool %q", k, tool.GetName()))
-		}
-		if bound[k] {
-			add("defaults."+k, fmt.Sprintf("remote field %q is both mapped and defaulted", k))
-		}
-	}
-	if k := req.GetIdempotencyKeyField(); k != "" {
-		if _, ok := remoteFields[k]; !ok {
-			add("idempotency_key_field", fmt.Sprintf("remote field %q is not in the input schema of tool %q", k, tool.GetName()))
-		}
-		if _, ok := defaults[k]; bound[k] || ok {
-			add("idempotency_key_field", fmt.Sprintf("remote field %q receives the intent id; it cannot also be mapped or defaulted", k))
-		}
-		bound[k] = true
-	}
-	for _, r := range schemaRequired(tool.GetInputSchema()) {
-		if _, ok := defaults[r]; !bound[r] && !ok {
-			add("argument_map", fmt.Sprintf("remote field %q is required by tool %q but neither mapped nor defaulted", r, tool.GetName()))
-		}
-	}
-	return v
 }
 
 // ReviewMapping approves or rejects the current revision of a mapping.
@@ -599,13 +527,6 @@ func cloneBindings(in []*registryv1.ArgumentBinding) []*registryv1.ArgumentBindi
 		out = append(out, proto.CloneOf(b))
 	}
 	return out
-}
-
-func fieldList[V any](m map[string]V) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	return strings.Join(slices.Sorted(maps.Keys(m)), ", ")
 }
 
 func stateName(s registryv1.MappingState) string {

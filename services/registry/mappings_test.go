@@ -256,8 +256,10 @@ func TestNewRevisionAfterDrift(t *testing.T) {
 	tool.InputSchema = structuredSearchSchema(t)
 	next := record(t, r.client, conn, tool)
 
+	// The query is now an object: the new revision binds its text field.
 	req := proposal(next)
 	req.MappingId = m.GetId()
+	req.ArgumentMap[0].RemoteField = "/query/text"
 	rev2 := propose(t, r.client, req)
 	if rev2.GetId() != m.GetId() || rev2.GetRevision() != 2 || rev2.GetState() != registryv1.MappingState_MAPPING_STATE_PENDING_REVIEW ||
 		rev2.GetInputSchemaDigest() != next.GetTools()[0].GetInputSchemaDigest() {

@@ -4529,16 +4529,48 @@ func (x *RemoteTarget) GetName() string {
 	return ""
 }
 
-// ArgumentBinding maps one product field onto one remote argument.
+// ArgumentBinding binds one place in the remote arguments to one product
+// field, or to a constant from reviewed local policy. ProposeMapping
+// type-checks every binding against the capability's product input schema
+// and the snapshot's remote input schema (local $ref and $defs resolved):
+// a path the remote schema does not declare, a value that cannot fit its
+// type, a path bound twice, or a required remote field bound by nothing
+// (no binding, no default, not the idempotency key field) is refused with
+// INVALID_ARGUMENT and a field violation per problem.
+//
+// Paths are either a top-level name ("query", as before JSON Pointers were
+// accepted) or an RFC 6901 JSON Pointer starting with "/": "/options/depth"
+// sets a nested object field (intermediate objects are created),
+// "/paths/0" sets an array element (elements are set in order; a gap is
+// refused), and "/paths/-" appends one element. "-" may only be the last
+// token; bind the fields of an object inside an array at an explicit
+// index, e.g. "/items/0/name". "~1" escapes "/" and "~0" escapes "~".
 type ArgumentBinding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Remote argument name; must exist in the remote input schema.
+	// Required. Where the value goes in the remote arguments: a top-level
+	// name or a JSON Pointer (see above). It must be declared by the remote
+	// input schema (properties, patternProperties or an additionalProperties
+	// schema; array elements by items or prefixItems).
 	RemoteField string `protobuf:"bytes,1,opt,name=remote_field,json=remoteField,proto3" json:"remote_field,omitempty"`
-	// Product field name; must exist in the capability's input schema.
+	// The product field the value comes from: a top-level name or a JSON
+	// Pointer into the product arguments; it must exist in the capability's
+	// input schema and its type must fit the remote type at remote_field
+	// (an integer fits an integer or a number; a string never fits an
+	// array: bind it to "/paths/-" to send a one-element array). Exactly one
+	// of product_field and constant is set.
 	ProductField string `protobuf:"bytes,2,opt,name=product_field,json=productField,proto3" json:"product_field,omitempty"`
 	// The product field holds a handle: the remote receives the handle's
-	// server-side target, resolved after policy passed.
-	FromHandle    bool `protobuf:"varint,3,opt,name=from_handle,json=fromHandle,proto3" json:"from_handle,omitempty"`
+	// server-side target (a string), resolved after policy passed. Required
+	// exactly when product_field is one of the capability's handle fields;
+	// never with constant.
+	FromHandle bool `protobuf:"varint,3,opt,name=from_handle,json=fromHandle,proto3" json:"from_handle,omitempty"`
+	// A constant from reviewed local policy sent at remote_field instead of a
+	// product field, e.g. {"encoding": "utf-8"}: it is validated against the
+	// remote schema at that path, and one that looks like a secret is
+	// refused (credentials come from the connection's credential scope,
+	// never from a mapping). Exactly one of product_field and constant is
+	// set; a JSON null is a constant too (null_value).
+	Constant      *structpb.Value `protobuf:"bytes,4,opt,name=constant,proto3" json:"constant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4592,6 +4624,13 @@ func (x *ArgumentBinding) GetFromHandle() bool {
 		return x.FromHandle
 	}
 	return false
+}
+
+func (x *ArgumentBinding) GetConstant() *structpb.Value {
+	if x != nil {
+		return x.Constant
+	}
+	return nil
 }
 
 // Limits are enforced by the adapter while bytes arrive.
@@ -4693,7 +4732,8 @@ type Mapping struct {
 	DescriptionDigest string `protobuf:"bytes,10,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
 	// Argument map, product to remote.
 	ArgumentMap []*ArgumentBinding `protobuf:"bytes,11,rep,name=argument_map,json=argumentMap,proto3" json:"argument_map,omitempty"`
-	// Remote argument defaults from reviewed local policy.
+	// Remote argument defaults from reviewed local policy, deep-merged under
+	// the argument map: a binding wins over a default at the same path.
 	Defaults *structpb.Struct `protobuf:"bytes,12,opt,name=defaults,proto3" json:"defaults,omitempty"`
 	// Limits.
 	Limits *Limits `protobuf:"bytes,13,opt,name=limits,proto3" json:"limits,omitempty"`
@@ -5807,12 +5847,13 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\bprofiles\x18\x01 \x03(\v2\x1d.v0m3.registry.v1.TaskProfileR\bprofiles\"T\n" +
 	"\fRemoteTarget\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.v0m3.registry.v1.RemoteKindR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"z\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xae\x01\n" +
 	"\x0fArgumentBinding\x12!\n" +
 	"\fremote_field\x18\x01 \x01(\tR\vremoteField\x12#\n" +
 	"\rproduct_field\x18\x02 \x01(\tR\fproductField\x12\x1f\n" +
 	"\vfrom_handle\x18\x03 \x01(\bR\n" +
-	"fromHandle\"\xbb\x01\n" +
+	"fromHandle\x122\n" +
+	"\bconstant\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\bconstant\"\xbb\x01\n" +
 	"\x06Limits\x12,\n" +
 	"\x12max_response_bytes\x18\x01 \x01(\x03R\x10maxResponseBytes\x12\x1b\n" +
 	"\tmax_items\x18\x02 \x01(\x05R\bmaxItems\x12.\n" +
@@ -6116,6 +6157,7 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	nil,                                 // 72: v0m3.registry.v1.StdioTransport.EnvEntry
 	(*timestamppb.Timestamp)(nil),       // 73: google.protobuf.Timestamp
 	(*structpb.Struct)(nil),             // 74: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 75: google.protobuf.Value
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	16,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
@@ -6177,80 +6219,81 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	53,  // 56: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
 	53,  // 57: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
 	13,  // 58: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	60,  // 59: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	61,  // 60: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	74,  // 61: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	62,  // 62: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	12,  // 63: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	73,  // 64: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	73,  // 65: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	60,  // 66: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	61,  // 67: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	74,  // 68: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	62,  // 69: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	12,  // 70: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	63,  // 71: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	14,  // 72: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	73,  // 73: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	24,  // 74: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	25,  // 75: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	26,  // 76: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	28,  // 77: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	29,  // 78: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	30,  // 79: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	31,  // 80: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	36,  // 81: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	37,  // 82: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	38,  // 83: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	40,  // 84: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	45,  // 85: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	46,  // 86: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	47,  // 87: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	48,  // 88: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	49,  // 89: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	54,  // 90: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	55,  // 91: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	56,  // 92: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	57,  // 93: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	58,  // 94: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	64,  // 95: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	65,  // 96: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	66,  // 97: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	67,  // 98: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	69,  // 99: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	70,  // 100: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	15,  // 101: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	15,  // 102: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	27,  // 103: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	15,  // 104: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	15,  // 105: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	32,  // 106: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	15,  // 107: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	33,  // 108: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	33,  // 109: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	39,  // 110: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	41,  // 111: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	44,  // 112: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	44,  // 113: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	44,  // 114: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	44,  // 115: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	50,  // 116: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	53,  // 117: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	53,  // 118: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	53,  // 119: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	53,  // 120: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	59,  // 121: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	63,  // 122: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	63,  // 123: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	63,  // 124: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	68,  // 125: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	63,  // 126: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	71,  // 127: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	101, // [101:128] is the sub-list for method output_type
-	74,  // [74:101] is the sub-list for method input_type
-	74,  // [74:74] is the sub-list for extension type_name
-	74,  // [74:74] is the sub-list for extension extendee
-	0,   // [0:74] is the sub-list for field type_name
+	75,  // 59: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	60,  // 60: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	61,  // 61: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	74,  // 62: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	62,  // 63: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	12,  // 64: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	73,  // 65: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	73,  // 66: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	60,  // 67: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	61,  // 68: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	74,  // 69: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	62,  // 70: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	12,  // 71: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	63,  // 72: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	14,  // 73: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	73,  // 74: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	24,  // 75: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	25,  // 76: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	26,  // 77: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	28,  // 78: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	29,  // 79: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	30,  // 80: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	31,  // 81: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	36,  // 82: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	37,  // 83: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	38,  // 84: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	40,  // 85: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	45,  // 86: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	46,  // 87: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	47,  // 88: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	48,  // 89: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	49,  // 90: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	54,  // 91: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	55,  // 92: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	56,  // 93: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	57,  // 94: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	58,  // 95: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	64,  // 96: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	65,  // 97: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	66,  // 98: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	67,  // 99: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	69,  // 100: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	70,  // 101: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	15,  // 102: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	15,  // 103: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	27,  // 104: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	15,  // 105: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	15,  // 106: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	32,  // 107: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	15,  // 108: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	33,  // 109: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	33,  // 110: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	39,  // 111: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	41,  // 112: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	44,  // 113: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	44,  // 114: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	44,  // 115: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	44,  // 116: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	50,  // 117: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	53,  // 118: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	53,  // 119: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	53,  // 120: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	53,  // 121: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	59,  // 122: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	63,  // 123: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	63,  // 124: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	63,  // 125: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	68,  // 126: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	63,  // 127: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	71,  // 128: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	102, // [102:129] is the sub-list for method output_type
+	75,  // [75:102] is the sub-list for method input_type
+	75,  // [75:75] is the sub-list for extension type_name
+	75,  // [75:75] is the sub-list for extension extendee
+	0,   // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
