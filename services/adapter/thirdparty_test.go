@@ -30,6 +30,7 @@ import (
 const (
 	everythingVersion = "2026.8.31"
 	filesystemVersion = "2026.8.31"
+	memoryVersion     = "2026.8.31"
 )
 
 // thirdPartyDir returns the installed servers' node_modules/@modelcontextprotocol
@@ -44,7 +45,7 @@ func thirdPartyDir(t *testing.T) string {
 		}
 		cache = filepath.Join(home, ".cache", "v0m3", "npm")
 	}
-	dir := filepath.Join(cache, "everything-"+everythingVersion+"_filesystem-"+filesystemVersion)
+	dir := filepath.Join(cache, "everything-"+everythingVersion+"_filesystem-"+filesystemVersion+"_memory-"+memoryVersion)
 	_, statErr := os.Stat(filepath.Join(dir, ".installed"))
 	_, nodeErr := exec.LookPath("node")
 	if statErr != nil || nodeErr != nil {
