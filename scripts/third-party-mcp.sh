@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the third-party MCP servers the adapter's tests run against,
+# Installs the third-party MCP servers the adapter's and end-to-end tests run against,
 # at pinned versions, from the npm registry into a cache directory:
 #
 #   @modelcontextprotocol/server-everything
@@ -7,8 +7,8 @@
 #   @modelcontextprotocol/server-memory
 #
 # The install directory name carries every version, so a pin change installs
-# afresh and an existing install is reused. services/adapter's third-party
-# tests compute the same path (keep the pins in thirdparty_test.go in step).
+# afresh and an existing install is reused. The tests compute the same path
+# (keep the pins in services/internal/testkit/thirdparty.go in step).
 #
 # Without Node this prints a loud message and exits 0, so a laptop without
 # Node can still run `make test`; in CI (CI set) a missing Node fails.
