@@ -110,7 +110,7 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 	case s.replaying():
 		// Replay never falls through to a live call, whatever the
 		// transport: a missing fixture is the answer.
-		resp = s.replayExecute(ctx, conn, req)
+		resp = s.replayExecute(ctx, conn, req, schema)
 	case conn.GetTransport().GetDirect() != nil:
 		resp = s.executeDirect(ctx, conn, req, schema)
 	default:

@@ -3,6 +3,7 @@ package adapter
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -163,4 +164,24 @@ func TestResultDigestUnchangedWithoutDrops(t *testing.T) {
 	if err != nil || got != want {
 		t.Errorf("digest %s, want %s (%v)", got, want, err)
 	}
+}
+
+// TestReplayJudgesByOutputSchema: a recorded result replayed for a request
+// carrying the tool's output schema is judged by it, as a live one is.
+func TestReplayJudgesByOutputSchema(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	limits := &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 5, AllowedMediaTypes: []string{"text/plain"}}
+	rec := newEnvWith(t, slog.New(slog.DiscardHandler), func(d *Deps) { d.Fixtures = &Fixtures{Dir: dir, Mode: FixturesRecord} })
+	if resp := execute(t, rec, call(t, rec.stdioConn("--hostile"), "structured", map[string]any{"shape": fixture.StructuredWrongType}, limits)); resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+		t.Fatalf("recorded call: %v %v", resp.GetOutcome(), resp.GetError())
+	}
+	play := newEnvWith(t, slog.New(slog.DiscardHandler), func(d *Deps) { d.Fixtures = &Fixtures{Dir: dir, Mode: FixturesReplay} })
+	conn := play.stdioConn("--hostile")
+	if resp := execute(t, play, call(t, conn, "structured", map[string]any{"shape": fixture.StructuredWrongType}, limits)); resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+		t.Fatalf("replay without a schema: %v %v", resp.GetOutcome(), resp.GetError())
+	}
+	r := call(t, conn, "structured", map[string]any{"shape": fixture.StructuredWrongType}, limits)
+	r.OutputSchema = structuredSchema(t)
+	wantFailure(t, execute(t, play, r), adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeMalformedResult)
 }
