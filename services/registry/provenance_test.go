@@ -9,7 +9,6 @@ import (
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/registry"
 )
 
 // readTool is a file-reading tool like server-filesystem's read_text_file:
@@ -38,7 +37,7 @@ func readTool(t *testing.T) *registryv1.ToolIdentity {
 
 func readProposal(snap *registryv1.DiscoverySnapshot, p *registryv1.Provenance) *registryv1.ProposeMappingRequest {
 	return &registryv1.ProposeMappingRequest{
-		Capability:   registry.CapabilityRetrieveAuthorizedSource,
+		Capability:   "retrieve_authorized_source",
 		ConnectionId: snap.GetConnectionId(),
 		SnapshotId:   snap.GetId(),
 		Target:       &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "read_text_file"},
@@ -137,14 +136,14 @@ func TestProposeMappingProvenance(t *testing.T) {
 		}, "provenance.mode"},
 		{"a resource read", func() *registryv1.ProposeMappingRequest {
 			return &registryv1.ProposeMappingRequest{
-				Capability: registry.CapabilityRetrieveAuthorizedSource, ConnectionId: resourceConn.GetId(), SnapshotId: resourceSnap.GetId(),
+				Capability: "retrieve_authorized_source", ConnectionId: resourceConn.GetId(), SnapshotId: resourceSnap.GetId(),
 				Target: &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_RESOURCE, Name: "note://a"},
 				Limits: &registryv1.Limits{MaxResponseBytes: 1024, MaxItems: 1}, Provenance: handle("source"),
 			}
 		}, "provenance.mode"},
 		{"a capability whose results are receipts", func() *registryv1.ProposeMappingRequest {
 			req := readProposal(snap, structured("/content"))
-			req.Capability = registry.CapabilityDeliverApprovedArtifact
+			req.Capability = "deliver_approved_artifact"
 			req.ArgumentMap = []*registryv1.ArgumentBinding{{RemoteField: "path", ProductField: "artifact", FromHandle: true}}
 			return req
 		}, "provenance.mode"},
