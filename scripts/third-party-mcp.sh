@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Installs the third-party MCP servers the adapter's tests run against,
+# Installs the third-party MCP servers the adapter's and end-to-end tests run against,
 # at pinned versions, from the npm registry into a cache directory:
 #
 #   @modelcontextprotocol/server-everything
 #   @modelcontextprotocol/server-filesystem
+#   @modelcontextprotocol/server-memory
 #
-# The install directory name carries both versions, so a pin change installs
-# afresh and an existing install is reused. services/adapter's third-party
-# tests compute the same path (keep the pins in thirdparty_test.go in step).
+# The install directory name carries every version, so a pin change installs
+# afresh and an existing install is reused. The tests compute the same path
+# (keep the pins in services/internal/testkit/thirdparty.go in step).
 #
 # Without Node this prints a loud message and exits 0, so a laptop without
 # Node can still run `make test`; in CI (CI set) a missing Node fails.
@@ -19,9 +20,10 @@ set -euo pipefail
 
 EVERYTHING_VERSION=2026.8.31
 FILESYSTEM_VERSION=2026.8.31
+MEMORY_VERSION=2026.8.31
 
 cache="${V0M3_NPM_CACHE:-${HOME}/.cache/v0m3/npm}"
-dir="${cache}/everything-${EVERYTHING_VERSION}_filesystem-${FILESYSTEM_VERSION}"
+dir="${cache}/everything-${EVERYTHING_VERSION}_filesystem-${FILESYSTEM_VERSION}_memory-${MEMORY_VERSION}"
 
 loud() {
 	echo "################################################################" >&2
@@ -57,14 +59,15 @@ cat >"${tmp}/package.json" <<EOF
   "private": true,
   "dependencies": {
     "@modelcontextprotocol/server-everything": "${EVERYTHING_VERSION}",
-    "@modelcontextprotocol/server-filesystem": "${FILESYSTEM_VERSION}"
+    "@modelcontextprotocol/server-filesystem": "${FILESYSTEM_VERSION}",
+    "@modelcontextprotocol/server-memory": "${MEMORY_VERSION}"
   }
 }
 EOF
 # --ignore-scripts: installing must not run code from the packages.
 npm install --prefix "${tmp}" --save-exact --no-audit --no-fund --ignore-scripts --loglevel=error >&2
 
-for pkg in server-everything server-filesystem; do
+for pkg in server-everything server-filesystem server-memory; do
 	if [[ ! -f "${tmp}/node_modules/@modelcontextprotocol/${pkg}/dist/index.js" ]]; then
 		echo "third-party MCP servers: ${pkg} has no dist/index.js after install" >&2
 		exit 1

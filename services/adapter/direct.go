@@ -17,6 +17,7 @@ import (
 	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/resultschema"
 )
 
 // FixtureSourcesAdapter names the direct adapter for the fixture source
@@ -144,7 +145,7 @@ func (s *Server) directSource(conn *registryv1.Connection) (DirectSource, error)
 
 // executeDirect runs one call on a direct adapter under the same limits
 // and checks as an MCP call.
-func (s *Server) executeDirect(ctx context.Context, conn *registryv1.Connection, req *adapterv1.ExecuteRequest) *adapterv1.ExecuteResponse {
+func (s *Server) executeDirect(ctx context.Context, conn *registryv1.Connection, req *adapterv1.ExecuteRequest, schema *resultschema.Schema) *adapterv1.ExecuteResponse {
 	method := "direct/tools/call"
 	if req.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
 		method = "direct/resources/read"
@@ -174,18 +175,19 @@ func (s *Server) executeDirect(ctx context.Context, conn *registryv1.Connection,
 		errors.As(err, &cerr)
 		return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, cerr.code, cerr.detail)
 	}
-	r, err := finish(items, nil, req.GetLimits())
-	if err != nil {
-		var cerr *contentError
-		if errors.As(err, &cerr) {
-			return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, cerr.code, cerr.detail)
-		}
-		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedResult, "")
-	}
-	for _, it := range r.items {
+	for _, it := range items {
 		resp.ResponseBytes += int64(len(it.GetText())) + it.GetBlobSize()
 	}
-	resp.Items, resp.ResponseDigest, resp.Outcome = r.items, r.digest, adapterv1.Outcome_OUTCOME_OK
+	// A direct source returns no structured content: a reviewed output
+	// schema for its tool can never be met.
+	if err := checkStructured(nil, schema); err != nil {
+		return contentFailed(resp, err)
+	}
+	r, err := finish(items, nil, req.GetLimits())
+	if err != nil {
+		return contentFailed(resp, err)
+	}
+	resp.Items, resp.ResponseDigest, resp.Diagnostics, resp.Outcome = r.items, r.digest, r.diagnostics, adapterv1.Outcome_OUTCOME_OK
 	return resp
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/reach"
+	"github.com/v0m3/v0m3/services/internal/resultschema"
 )
 
 // Execution bounds.
@@ -76,6 +77,10 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 	if err := validateExecute(req); err != nil {
 		return nil, err
 	}
+	schema, err := outputSchema(req)
+	if err != nil {
+		return nil, err
+	}
 	conn, err := s.connection(ctx, req.GetConnectionId())
 	if err != nil {
 		return nil, err
@@ -105,11 +110,11 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 	case s.replaying():
 		// Replay never falls through to a live call, whatever the
 		// transport: a missing fixture is the answer.
-		resp = s.replayExecute(ctx, conn, req)
+		resp = s.replayExecute(ctx, conn, req, schema)
 	case conn.GetTransport().GetDirect() != nil:
-		resp = s.executeDirect(ctx, conn, req)
+		resp = s.executeDirect(ctx, conn, req, schema)
 	default:
-		resp = s.execute(ctx, conn, req)
+		resp = s.execute(ctx, conn, req, schema)
 	}
 	if s.recording() {
 		s.recordExecute(ctx, conn, req, resp)
@@ -167,14 +172,36 @@ func validateExecute(req *adapterv1.ExecuteRequest) error {
 			add("limits.max_items", "required, > 0")
 		}
 	}
+	if req.GetOutputSchema() != nil && req.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
+		add("output_schema", "a resource read has no output schema")
+	}
 	if len(v) > 0 {
 		return apierror.InvalidArgument("INVALID_EXECUTE_REQUEST", "the execute request is incomplete or out of range", v...)
 	}
 	return nil
 }
 
-// execute runs the call and builds its response.
-func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *adapterv1.ExecuteRequest) *adapterv1.ExecuteResponse {
+// outputSchema compiles the request's output schema (the tool's, as
+// reviewed with the mapping), nil when there is none. One that cannot be
+// compiled fails the request before anything starts: no result could be
+// judged by it. The registry refuses such schemas at review, so this
+// guards only against a request that did not come from a reviewed
+// mapping.
+func outputSchema(req *adapterv1.ExecuteRequest) (*resultschema.Schema, error) {
+	if req.GetOutputSchema() == nil {
+		return nil, nil
+	}
+	schema, err := resultschema.Compile(req.GetOutputSchema())
+	if err != nil {
+		return nil, apierror.InvalidArgument("OUTPUT_SCHEMA_INVALID", "the request's output schema cannot validate results",
+			apierror.FieldViolation{Field: "output_schema", Description: err.Error()})
+	}
+	return schema, nil
+}
+
+// execute runs the call and builds its response; schema, when not nil,
+// judges a tool result's structured content.
+func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *adapterv1.ExecuteRequest, schema *resultschema.Schema) *adapterv1.ExecuteResponse {
 	method := "tools/call"
 	if req.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
 		method = "resources/read"
@@ -252,20 +279,30 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		if toolRes.IsError {
 			return fail(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeToolError, toolErrorText(toolRes))
 		}
-		r, err = fromToolResult(toolRes, limits)
+		r, err = fromToolResult(toolRes, limits, schema)
 	} else {
 		r, err = fromReadResult(readRes, limits)
 	}
 	if err != nil {
-		var ce *contentError
-		if errors.As(err, &ce) {
-			return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, ce.code, ce.detail)
-		}
-		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedResult, "")
+		return contentFailed(resp, err)
 	}
-	resp.Items, resp.StructuredContent, resp.ResponseDigest = r.items, r.structured, r.digest
+	resp.Items, resp.StructuredContent, resp.ResponseDigest, resp.Diagnostics = r.items, r.structured, r.digest, r.diagnostics
 	resp.Outcome = adapterv1.Outcome_OUTCOME_OK
 	return resp
+}
+
+// contentFailed fails a call whose result was read whole but could not be
+// accepted: a broken limit or output schema is an answer that does not
+// fit (INVALID_REQUEST); anything else is a result nobody can read, whose
+// effect is unknown.
+func contentFailed(resp *adapterv1.ExecuteResponse, err error) *adapterv1.ExecuteResponse {
+	var ce *contentError
+	if errors.As(err, &ce) {
+		resp = failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, ce.code, ce.detail)
+		resp.Error.UntrustedDetail = ce.untrusted
+		return resp
+	}
+	return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedResult, "")
 }
 
 // callFailed maps a failed call onto an outcome by the strongest evidence

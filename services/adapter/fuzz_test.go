@@ -87,7 +87,7 @@ func FuzzIncomingMessage(f *testing.F) {
 			}
 			var tr mcp.CallToolResult
 			if json.Unmarshal(msg.Result, &tr) == nil {
-				checkResult(t, limits)(fromToolResult(&tr, limits))
+				checkResult(t, limits)(fromToolResult(&tr, limits, nil))
 			}
 			var rr mcp.ReadResourceResult
 			if json.Unmarshal(msg.Result, &rr) == nil {

@@ -121,6 +121,9 @@ func TestExecuteWithoutValidGrantChangesNothing(t *testing.T) {
 		})},
 		{"other arguments", mismatch("arguments", func(r *adapterv1.ExecuteRequest) { r.Arguments = args(t, map[string]any{"query": "private"}) })},
 		{"looser limits", mismatch("limits", func(r *adapterv1.ExecuteRequest) { r.Limits.MaxResponseBytes = maxResponseBytesCap })},
+		{"disallowed items dropped instead of failing", mismatch("limits", func(r *adapterv1.ExecuteRequest) { r.Limits.DropDisallowedItems = true })},
+		{"no output schema to judge the result", mismatch("output_schema", func(r *adapterv1.ExecuteRequest) { r.OutputSchema = nil })},
+		{"another output schema", mismatch("output_schema", func(r *adapterv1.ExecuteRequest) { r.OutputSchema = args(t, map[string]any{"type": "object"}) })},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,6 +132,7 @@ func TestExecuteWithoutValidGrantChangesNothing(t *testing.T) {
 			conn, log := e.loggedConn(t)
 			req := call(t, conn, "search", map[string]any{"query": "migration"}, nil)
 			req.TaskId = "task_1"
+			req.OutputSchema = args(t, map[string]any{"type": "object", "properties": map[string]any{"hits": map[string]any{"type": "array"}}})
 			sent, reason, field := tc.attack(t, req)
 			_, err := e.srv.Execute(context.Background(), sent)
 			if !apierror.Is(err, codes.PermissionDenied, reason) || apierror.Info(err).GetMetadata()["field"] != field {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/resultschema"
 )
 
 // Bounds on the metadata kept per item.
@@ -27,9 +28,11 @@ const (
 var defaultMediaTypes = []string{"text/plain", "text/markdown"}
 
 // contentError is a result that was read whole but breaks the mapping's
-// limits.
+// limits or the tool's reviewed output schema. detail is the adapter's own
+// account; untrusted is remote-influenced text (a validation error may
+// quote the content), kept apart.
 type contentError struct {
-	code, detail string
+	code, detail, untrusted string
 }
 
 func (e *contentError) Error() string { return e.code + ": " + e.detail }
@@ -39,9 +42,15 @@ type result struct {
 	items      []*adapterv1.ContentItem
 	structured *structpb.Struct
 	digest     string
+	// diagnostics are the items left out (see Limits.drop_disallowed_items).
+	diagnostics []*adapterv1.ItemDiagnostic
 }
 
-func fromToolResult(res *mcp.CallToolResult, l *registryv1.Limits) (result, error) {
+// fromToolResult converts and checks a tool result. With schema (the
+// tool's reviewed output schema) the structured content must be present
+// and valid against it: the spec obliges a tool that declares one, and a
+// result that breaks its own contract is not believed in part.
+func fromToolResult(res *mcp.CallToolResult, l *registryv1.Limits, schema *resultschema.Schema) (result, error) {
 	if err := checkCount(len(res.Content), l); err != nil {
 		return result{}, err
 	}
@@ -62,7 +71,28 @@ func fromToolResult(res *mcp.CallToolResult, l *registryv1.Limits) (result, erro
 		}
 		structured = s
 	}
+	if err := checkStructured(structured, schema); err != nil {
+		return result{}, err
+	}
 	return finish(items, structured, l)
+}
+
+// checkStructured validates structured content against the tool's reviewed
+// output schema, when there is one.
+func checkStructured(structured *structpb.Struct, schema *resultschema.Schema) error {
+	if schema == nil {
+		return nil
+	}
+	if structured == nil {
+		return &contentError{code: CodeMalformedResult,
+			detail: "the tool declares an output schema but its result has no structured content"}
+	}
+	if err := schema.Validate(structured.AsMap()); err != nil {
+		return &contentError{code: CodeMalformedResult,
+			detail:    "the result's structured content does not match the tool's reviewed output schema",
+			untrusted: truncate(err.Error(), maxDetailBytes)}
+	}
+	return nil
 }
 
 func fromReadResult(res *mcp.ReadResourceResult, l *registryv1.Limits) (result, error) {
@@ -95,7 +125,10 @@ func checkCount(n int, l *registryv1.Limits) error {
 	return nil
 }
 
-// finish checks media types and computes the response digest.
+// finish checks media types and computes the response digest. An item of
+// a media type the mapping does not allow fails the call, or, when the
+// mapping says so, is left out with a diagnostic (its bytes were read and
+// counted all the same).
 func finish(items []*adapterv1.ContentItem, structured *structpb.Struct, l *registryv1.Limits) (result, error) {
 	allowed := l.GetAllowedMediaTypes()
 	if len(allowed) == 0 {
@@ -115,22 +148,35 @@ func finish(items []*adapterv1.ContentItem, structured *structpb.Struct, l *regi
 		return result{}, &contentError{code: CodeResponseLimitExceeded,
 			detail: fmt.Sprintf("response exceeded max_response_bytes=%d", l.GetMaxResponseBytes())}
 	}
+	kept := make([]*adapterv1.ContentItem, 0, len(items))
+	var dropped []*adapterv1.ItemDiagnostic
 	for _, it := range items {
-		if !allow[normalizeMediaType(it.MediaType)] {
+		if allow[normalizeMediaType(it.MediaType)] {
+			kept = append(kept, it)
+			continue
+		}
+		if !l.GetDropDisallowedItems() {
 			return result{}, &contentError{code: CodeMediaTypeNotAllowed,
 				detail: fmt.Sprintf("item %d has media type %q, allowed: %s", it.Index, truncate(it.MediaType, 128), strings.Join(allowed, ", "))}
 		}
+		mt := truncate(normalizeMediaType(it.MediaType), 128)
+		dropped = append(dropped, &adapterv1.ItemDiagnostic{
+			Index: it.Index, MediaType: mt, SafeCode: CodeMediaTypeNotAllowed, ContentDigest: it.ContentDigest,
+			AdapterDetail: fmt.Sprintf("item %d of media type %q left out: the mapping allows %s", it.Index, mt, strings.Join(allowed, ", ")),
+		})
 	}
-	d, err := responseDigest(items, structured)
+	d, err := responseDigest(kept, dropped, structured)
 	if err != nil {
 		return result{}, err
 	}
-	return result{items: items, structured: structured, digest: d}, nil
+	return result{items: kept, structured: structured, digest: d, diagnostics: dropped}, nil
 }
 
 // responseDigest digests the canonical result: each item's identity and
-// content digest, and the structured content.
-func responseDigest(items []*adapterv1.ContentItem, structured *structpb.Struct) (string, error) {
+// content digest, the items left out (position, media type and content
+// digest, so the digest covers everything the server sent), and the
+// structured content.
+func responseDigest(items []*adapterv1.ContentItem, dropped []*adapterv1.ItemDiagnostic, structured *structpb.Struct) (string, error) {
 	type canonItem struct {
 		Index         int32             `json:"index"`
 		URI           string            `json:"uri"`
@@ -139,12 +185,21 @@ func responseDigest(items []*adapterv1.ContentItem, structured *structpb.Struct)
 		BlobSize      int64             `json:"blob_size"`
 		Metadata      map[string]string `json:"metadata"`
 	}
+	type canonDropped struct {
+		Index         int32  `json:"index"`
+		MediaType     string `json:"media_type"`
+		ContentDigest string `json:"content_digest"`
+	}
 	canon := struct {
 		Items      []canonItem    `json:"items"`
+		Dropped    []canonDropped `json:"dropped,omitempty"`
 		Structured map[string]any `json:"structured_content"`
 	}{Items: []canonItem{}}
 	for _, it := range items {
 		canon.Items = append(canon.Items, canonItem{it.Index, it.Uri, it.MediaType, it.ContentDigest, it.BlobSize, it.Metadata})
+	}
+	for _, d := range dropped {
+		canon.Dropped = append(canon.Dropped, canonDropped{d.GetIndex(), d.GetMediaType(), d.GetContentDigest()})
 	}
 	if structured != nil {
 		canon.Structured = structured.AsMap()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/resultschema"
 )
 
 // FixtureMode says what the adapter does with its fixture directory.
@@ -199,7 +200,9 @@ func (s *Server) replayDiscover(conn *registryv1.Connection) (*registryv1.Discov
 
 // replayExecute answers a call from its fixture, or fails it with
 // MISSING_FIXTURE (nothing sent: outcome UNAVAILABLE, stage PREPARED).
-func (s *Server) replayExecute(ctx context.Context, conn *registryv1.Connection, req *adapterv1.ExecuteRequest) *adapterv1.ExecuteResponse {
+// A recorded result is judged by the output schema of the request being
+// replayed, as a live one would be.
+func (s *Server) replayExecute(ctx context.Context, conn *registryv1.Connection, req *adapterv1.ExecuteRequest, schema *resultschema.Schema) *adapterv1.ExecuteResponse {
 	method := callMethod(conn, req)
 	resp := &adapterv1.ExecuteResponse{Method: method, Stage: adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED}
 	id, err := callIdentity(conn, req, method)
@@ -226,6 +229,11 @@ func (s *Server) replayExecute(ctx context.Context, conn *registryv1.Connection,
 	}
 	if out.ObserveTime != nil {
 		out.ObserveTime = now
+	}
+	if out.GetOutcome() == adapterv1.Outcome_OUTCOME_OK && req.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_TOOL {
+		if err := checkStructured(out.GetStructuredContent(), schema); err != nil {
+			return contentFailed(out, err)
+		}
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
@@ -25,57 +26,9 @@ import (
 	"github.com/v0m3/v0m3/services/suite"
 )
 
-// Pinned third-party servers; keep in step with scripts/third-party-mcp.sh,
-// which installs them.
-const (
-	everythingVersion = "2026.8.31"
-	filesystemVersion = "2026.8.31"
-)
-
-// thirdPartyDir returns the installed servers' node_modules/@modelcontextprotocol
-// directory. Without an install it skips loudly, or fails in CI.
-func thirdPartyDir(t *testing.T) string {
-	t.Helper()
-	cache := os.Getenv("V0M3_NPM_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cache = filepath.Join(home, ".cache", "v0m3", "npm")
-	}
-	dir := filepath.Join(cache, "everything-"+everythingVersion+"_filesystem-"+filesystemVersion)
-	_, statErr := os.Stat(filepath.Join(dir, ".installed"))
-	_, nodeErr := exec.LookPath("node")
-	if statErr != nil || nodeErr != nil {
-		msg := "third-party MCP servers are not installed (" + dir + ") or node is missing: run scripts/third-party-mcp.sh"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg + " (CI must run these tests)")
-		}
-		t.Skip("!!! SKIPPING THIRD-PARTY MCP SERVER TESTS: " + msg)
-	}
-	if os.Geteuid() == 0 {
-		dir = reachableCopy(t, dir)
-	}
-	return filepath.Join(dir, "node_modules", "@modelcontextprotocol")
-}
-
-// reachableCopy copies the install into a directory every uid may
-// read. A root adapter runs each local server under a uid of its own,
-// and the install usually lies under root's 0700 home: the servers must be
-// reachable by their uid, as in production.
-func reachableCopy(t *testing.T, dir string) string {
-	t.Helper()
-	dst := testkit.ReachableDir(t)
-	out := filepath.Join(dst, filepath.Base(dir))
-	if b, err := exec.Command("cp", "-a", dir, dst).CombinedOutput(); err != nil {
-		t.Fatalf("copy the third-party servers: %v: %s", err, b)
-	}
-	if b, err := exec.Command("chmod", "-R", "go+rX", out).CombinedOutput(); err != nil {
-		t.Fatalf("open the third-party servers to every uid: %v: %s", err, b)
-	}
-	return out
-}
+// thirdPartyDir returns the installed third-party servers (see
+// testkit.ThirdPartyMCP, which holds the pins).
+func thirdPartyDir(t *testing.T) string { return testkit.ThirdPartyMCP(t) }
 
 type thirdParty struct {
 	s  *suite.Suite
@@ -114,11 +67,17 @@ func startThirdParty(t *testing.T) *thirdParty {
 // connect registers a node server and discovers it.
 func (tp *thirdParty) connect(t *testing.T, name string, args ...string) (*registryv1.Connection, *registryv1.DiscoverySnapshot) {
 	t.Helper()
+	return tp.connectEnv(t, name, nil, args...)
+}
+
+// connectEnv is connect with a (non-secret) environment for the server.
+func (tp *thirdParty) connectEnv(t *testing.T, name string, env map[string]string, args ...string) (*registryv1.Connection, *registryv1.DiscoverySnapshot) {
+	t.Helper()
 	node, _ := exec.LookPath("node")
 	ctx := tp.s.As(context.Background(), "integrator@adapter-tests", "platform")
 	conn, err := tp.s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: name, Owner: "adapter-tests",
-		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: node, Args: args}}},
+		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: node, Args: args, Env: env}}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +109,26 @@ func (tp *thirdParty) connect(t *testing.T, name string, args ...string) (*regis
 func (tp *thirdParty) activate(t *testing.T, conn *registryv1.Connection, snap *registryv1.DiscoverySnapshot, target *registryv1.RemoteTarget,
 	bindings []*registryv1.ArgumentBinding, limits *registryv1.Limits) *registryv1.Mapping {
 	t.Helper()
+	return tp.activateTool(t, conn, snap, target, bindings, limits)
+}
+
+// findTool returns the snapshot's tool of that name.
+func findTool(t *testing.T, snap *registryv1.DiscoverySnapshot, name string) *registryv1.ToolIdentity {
+	t.Helper()
+	for _, ti := range snap.GetTools() {
+		if ti.GetName() == name {
+			return ti
+		}
+	}
+	t.Fatalf("snapshot lists no tool %s", name)
+	return nil
+}
+
+// activateTool proposes and approves a retrieve_authorized_source mapping
+// onto target.
+func (tp *thirdParty) activateTool(t *testing.T, conn *registryv1.Connection, snap *registryv1.DiscoverySnapshot, target *registryv1.RemoteTarget,
+	bindings []*registryv1.ArgumentBinding, limits *registryv1.Limits) *registryv1.Mapping {
+	t.Helper()
 	ctx := tp.s.As(context.Background(), "integrator@adapter-tests", "platform")
 	m, err := tp.s.Registry.ProposeMapping(ctx, &registryv1.ProposeMappingRequest{
 		Capability: "retrieve_authorized_source", ConnectionId: conn.GetId(), SnapshotId: snap.GetId(),
@@ -172,6 +151,11 @@ func (tp *thirdParty) execute(t *testing.T, conn *registryv1.Connection, m *regi
 		ConnectionId: conn.GetId(), ConfigRevision: conn.GetConfigRevision(),
 		MappingId: m.GetId(), MappingRevision: m.GetRevision(),
 		Target: target, Limits: limits, AttemptId: "att_" + strings.ReplaceAll(t.Name(), "/", "_"), TaskId: "task_thirdparty",
+	}
+	// The mapping's reviewed output schema judges its own tool's results,
+	// as the orchestrator sends it.
+	if target.GetKind() == registryv1.RemoteKind_REMOTE_KIND_TOOL && target.GetName() == m.GetTarget().GetName() {
+		req.OutputSchema = m.GetOutputSchema()
 	}
 	if args != nil {
 		s, err := structpb.NewStruct(args)
@@ -216,7 +200,7 @@ func TestThirdPartyFilesystem(t *testing.T) {
 	conn, snap := tp.connect(t, "server-filesystem", filepath.Join(dir, "server-filesystem", "dist", "index.js"), root)
 	tool := "read_text_file"
 	if !slices.ContainsFunc(snap.GetTools(), func(ti *registryv1.ToolIdentity) bool { return ti.GetName() == tool }) {
-		t.Fatalf("server-filesystem %s lists no %s tool", filesystemVersion, tool)
+		t.Fatalf("server-filesystem %s lists no %s tool", testkit.FilesystemVersion, tool)
 	}
 	target := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: tool}
 	limits := &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 1, AllowedMediaTypes: []string{"text/plain"}}
@@ -233,6 +217,12 @@ func TestThirdPartyFilesystem(t *testing.T) {
 		!strings.HasPrefix(resp.GetResponseDigest(), "sha256:") || resp.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED {
 		t.Errorf("item %v (want digest %s), response digest %q, stage %v", it, want, resp.GetResponseDigest(), resp.GetStage())
 	}
+	// The tool declares an output schema; the mapping copied it at review
+	// and the result's structured content was validated against it.
+	if m.GetOutputSchema() == nil || m.GetOutputSchemaDigest() == "" ||
+		resp.GetStructuredContent().GetFields()["content"].GetStringValue() != content {
+		t.Errorf("output schema %v (%q), structured content %v", m.GetOutputSchema(), m.GetOutputSchemaDigest(), resp.GetStructuredContent())
+	}
 	// Outside its allowed directory the server refuses: a tool error.
 	wantCode(t, tp.execute(t, conn, m, target, map[string]any{"path": "/etc/hostname"}, m.GetLimits()), adapter.CodeToolError)
 	// Over the mapping's byte limit.
@@ -247,7 +237,7 @@ func TestThirdPartyEverything(t *testing.T) {
 	conn, snap := tp.connect(t, "server-everything", filepath.Join(dir, "server-everything", "dist", "index.js"), "stdio")
 	const doc = "demo://resource/static/document/architecture.md"
 	if !slices.ContainsFunc(snap.GetResources(), func(r *registryv1.ResourceIdentity) bool { return r.GetUri() == doc }) {
-		t.Fatalf("server-everything %s lists no %s", everythingVersion, doc)
+		t.Fatalf("server-everything %s lists no %s", testkit.EverythingVersion, doc)
 	}
 	target := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_RESOURCE, Name: doc}
 	limits := &registryv1.Limits{MaxResponseBytes: 256 << 10, MaxItems: 1, AllowedMediaTypes: []string{"text/markdown"}}
@@ -277,6 +267,46 @@ func TestThirdPartyEverything(t *testing.T) {
 		wantCode(t, tp.execute(t, conn, m, img, map[string]any{}, &registryv1.Limits{MaxResponseBytes: 256 << 10, MaxItems: 10, AllowedMediaTypes: []string{"text/plain"}}),
 			adapter.CodeMediaTypeNotAllowed)
 	})
+	t.Run("image among texts: fail, or drop it with a diagnostic", func(t *testing.T) {
+		img := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "get-tiny-image"}
+		limits := &registryv1.Limits{MaxResponseBytes: 256 << 10, MaxItems: 10, AllowedMediaTypes: []string{"text/plain"}}
+		wantCode(t, tp.execute(t, conn, m, img, map[string]any{}, limits), adapter.CodeMediaTypeNotAllowed)
+		limits.DropDisallowedItems = true
+		resp := tp.execute(t, conn, m, img, map[string]any{}, limits)
+		if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK || len(resp.GetItems()) != 2 || len(resp.GetDiagnostics()) != 1 ||
+			resp.GetDiagnostics()[0].GetMediaType() != "image/png" || resp.GetDiagnostics()[0].GetIndex() != 1 {
+			t.Fatalf("outcome %v error %v items %v diagnostics %v", resp.GetOutcome(), resp.GetError(), resp.GetItems(), resp.GetDiagnostics())
+		}
+		for _, it := range resp.GetItems() {
+			if it.GetMediaType() != "text/plain" || it.GetText() == "" {
+				t.Errorf("kept item %v", it)
+			}
+		}
+	})
+	t.Run("structured content against the tool's output schema", func(t *testing.T) {
+		tool := findTool(t, snap, "get-structured-content")
+		if tool.GetOutputSchema() == nil {
+			t.Fatalf("server-everything %s declares no output schema for %s", testkit.EverythingVersion, tool.GetName())
+		}
+		weather := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: tool.GetName()}
+		limits := &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 2, AllowedMediaTypes: []string{"text/plain"}}
+		mapped := tp.activateTool(t, conn, snap, weather, []*registryv1.ArgumentBinding{{RemoteField: "location", ProductField: "query"}}, limits)
+		if mapped.GetOutputSchemaDigest() != tool.GetOutputSchemaDigest() {
+			t.Fatalf("mapping output schema digest %q, tool's %q", mapped.GetOutputSchemaDigest(), tool.GetOutputSchemaDigest())
+		}
+		resp := tp.execute(t, conn, mapped, weather, map[string]any{"location": "Chicago"}, limits)
+		if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK || resp.GetStructuredContent().GetFields()["conditions"].GetStringValue() == "" {
+			t.Fatalf("outcome %v error %v structured %v", resp.GetOutcome(), resp.GetError(), resp.GetStructuredContent())
+		}
+		// The same answer judged by another contract (a forecast, not the
+		// current weather) is malformed, and nothing of it is returned.
+		judged := proto.CloneOf(mapped)
+		judged.OutputSchema = must(structpb.NewStruct(map[string]any{
+			"type": "object", "required": []any{"forecast"},
+			"properties": map[string]any{"forecast": map[string]any{"type": "array"}},
+		}))
+		wantCode(t, tp.execute(t, conn, judged, weather, map[string]any{"location": "Chicago"}, limits), adapter.CodeMalformedResult)
+	})
 	t.Run("echo of 1 MiB over a 64 KiB limit is refused while reading", func(t *testing.T) {
 		echo := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "echo"}
 		resp := tp.execute(t, conn, m, echo, map[string]any{"message": strings.Repeat("x", 1<<20)}, &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 1})
@@ -291,4 +321,46 @@ func TestThirdPartyEverything(t *testing.T) {
 // orchestrator: these tests call the adapter's handlers in process.
 func asOrchestrator(ctx context.Context) context.Context {
 	return identity.WithCaller(identity.WithPeer(ctx, identity.Orchestrator), identity.Caller{ID: identity.Orchestrator, Kind: identity.KindService})
+}
+
+// must returns v, panicking on err: for literals that cannot fail.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestThirdPartyMemory: server-memory's search_nodes answers with
+// structured content valid against its declared output schema, which the
+// mapping reviewed; the graph comes from a memory file the test writes.
+func TestThirdPartyMemory(t *testing.T) {
+	t.Parallel()
+	dir := thirdPartyDir(t)
+	tp := startThirdParty(t)
+	// The server runs under a uid of its own and writes its memory file
+	// next to where it reads it.
+	memDir := testkit.WritableDir(t)
+	memFile := filepath.Join(memDir, "memory.jsonl")
+	graph := `{"type":"entity","name":"rate-limits","entityType":"note","observations":["600 requests per minute per key"]}` + "\n" +
+		`{"type":"entity","name":"migration","entityType":"note","observations":["v2 since March"]}`
+	if err := os.WriteFile(memFile, []byte(graph), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	conn, snap := tp.connectEnv(t, "server-memory", map[string]string{"MEMORY_FILE_PATH": memFile}, filepath.Join(dir, "server-memory", "dist", "index.js"))
+	tool := findTool(t, snap, "search_nodes")
+	if tool.GetOutputSchema() == nil {
+		t.Fatalf("server-memory %s declares no output schema for search_nodes", testkit.MemoryVersion)
+	}
+	target := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "search_nodes"}
+	limits := &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 2, AllowedMediaTypes: []string{"text/plain"}}
+	m := tp.activateTool(t, conn, snap, target, []*registryv1.ArgumentBinding{{RemoteField: "query", ProductField: "query"}}, limits)
+	resp := tp.execute(t, conn, m, target, map[string]any{"query": "rate"}, limits)
+	if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+		t.Fatalf("outcome %v error %v", resp.GetOutcome(), resp.GetError())
+	}
+	entities := resp.GetStructuredContent().GetFields()["entities"].GetListValue().GetValues()
+	if len(entities) != 1 || entities[0].GetStructValue().GetFields()["name"].GetStringValue() != "rate-limits" {
+		t.Errorf("structured content = %v", resp.GetStructuredContent())
+	}
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"mime"
 	"regexp"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/provenance"
 )
 
 // Finding codes of observation validation. Stable: callers and traces use
@@ -19,6 +21,9 @@ const (
 	FindingProvenanceIncomplete = "PROVENANCE_INCOMPLETE"
 	FindingTitleAndLinkOnly     = "TITLE_AND_LINK_ONLY"
 	FindingAssetMismatch        = "ASSET_MISMATCH"
+	// FindingIdentityReserved: a source names itself with a tool-data
+	// identity, or tool data names itself with anything else.
+	FindingIdentityReserved = "IDENTITY_RESERVED"
 )
 
 // EvidentiaryMediaTypes are the media types whose content can support a
@@ -26,6 +31,10 @@ const (
 // lists, unknown types) may be fine for a connection to return, but it is
 // a diagnostic result, not evidence. Compared without parameters.
 var EvidentiaryMediaTypes = []string{"text/markdown", "text/plain", "text/html"}
+
+// DataMediaTypes are the media types tool data may also have: structured
+// content is recorded as its JSON.
+var DataMediaTypes = []string{"application/json"}
 
 // titleAndLink matches text that is only a title and a link, the shape of a
 // search hit rather than a source: "Title — https://…", "Title: https://…",
@@ -41,9 +50,29 @@ func Assess(o *evidencev1.SourceObservation) []*evidencev1.ValidationFinding {
 	add := func(code, field, detail string) {
 		out = append(out, &evidencev1.ValidationFinding{Code: code, Field: field, Detail: detail})
 	}
-	if mt := normalizeMediaType(o.GetMediaType()); !isEvidentiaryMediaType(mt) {
+	allowed := EvidentiaryMediaTypes
+	data := o.GetKind() == evidencev1.ObservationKind_OBSERVATION_KIND_TOOL_DATA
+	if data {
+		allowed = append(slices.Clone(EvidentiaryMediaTypes), DataMediaTypes...)
+	}
+	if mt := normalizeMediaType(o.GetMediaType()); !slices.Contains(allowed, mt) {
 		add(FindingMediaTypeUnknown, "observation.media_type",
-			"media type "+quoteBounded(o.GetMediaType())+" is not one of "+strings.Join(EvidentiaryMediaTypes, ", "))
+			"media type "+quoteBounded(o.GetMediaType())+" is not one of "+strings.Join(allowed, ", "))
+	}
+	// Tool data and sources never share an identity: a server cannot name
+	// its content so that it joins a call's data revisions, nor can data
+	// pass for a source.
+	switch uri := o.GetResourceUri(); {
+	case uri == "":
+	case data && !provenance.IsDataURI(uri):
+		add(FindingIdentityReserved, "observation.resource_uri", "tool data is named by its call's "+provenance.DataScheme+": identity")
+	case !data && provenance.IsDataURI(uri):
+		add(FindingIdentityReserved, "observation.resource_uri", "the "+provenance.DataScheme+": scheme names tool data, never a source")
+	}
+	switch o.GetKind() {
+	case evidencev1.ObservationKind_OBSERVATION_KIND_UNSPECIFIED, evidencev1.ObservationKind_OBSERVATION_KIND_SOURCE, evidencev1.ObservationKind_OBSERVATION_KIND_TOOL_DATA:
+	default:
+		add(FindingProvenanceIncomplete, "observation.kind", "unknown observation kind")
 	}
 	for _, f := range [][2]string{
 		{"observation.connection_id", o.GetConnectionId()},
@@ -77,15 +106,6 @@ func observedText(o *evidencev1.SourceObservation) string {
 		parts = append(parts, p.GetText())
 	}
 	return strings.Join(parts, "\n\n")
-}
-
-func isEvidentiaryMediaType(mt string) bool {
-	for _, a := range EvidentiaryMediaTypes {
-		if mt == a {
-			return true
-		}
-	}
-	return false
 }
 
 // normalizeMediaType lowercases a media type and drops its parameters.

@@ -53,6 +53,20 @@ func TestAssess(t *testing.T) {
 		{"bare url", valid(text("https://example.com/limits")), []string{evidence.FindingTitleAndLinkOnly}},
 		{"text citing a url", valid(text("The limit applies per key.\n\nSee https://example.com/limits for details.")), nil},
 		{"asset mismatch", valid(func(o *evidencev1.SourceObservation) { o.AssetDigest = contentDigest("other") }), []string{evidence.FindingAssetMismatch}},
+		// Tool data is named by its call and may be JSON; a source may be
+		// neither.
+		{"tool data as json", valid(func(o *evidencev1.SourceObservation) {
+			o.Kind, o.ResourceUri, o.MediaType = evidencev1.ObservationKind_OBSERVATION_KIND_TOOL_DATA, "v0m3-data:conn_v/tools/search/calls/ab", "application/json"
+		}), nil},
+		{"tool data as text", valid(func(o *evidencev1.SourceObservation) {
+			o.Kind, o.ResourceUri = evidencev1.ObservationKind_OBSERVATION_KIND_TOOL_DATA, "v0m3-data:conn_v/tools/search/calls/ab#text"
+		}), nil},
+		{"json source", valid(func(o *evidencev1.SourceObservation) { o.MediaType = "application/json" }), []string{evidence.FindingMediaTypeUnknown}},
+		{"source taking a data identity", valid(func(o *evidencev1.SourceObservation) { o.ResourceUri = "V0M3-DATA:conn_v/tools/search/calls/ab" }),
+			[]string{evidence.FindingIdentityReserved}},
+		{"tool data under a source URI", valid(func(o *evidencev1.SourceObservation) { o.Kind = evidencev1.ObservationKind_OBSERVATION_KIND_TOOL_DATA }),
+			[]string{evidence.FindingIdentityReserved}},
+		{"unknown kind", valid(func(o *evidencev1.SourceObservation) { o.Kind = evidencev1.ObservationKind(9) }), []string{evidence.FindingProvenanceIncomplete}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/provenance"
 	"github.com/v0m3/v0m3/services/internal/receipt"
 )
 
@@ -36,6 +37,9 @@ const (
 	codeReceiptMissing         = "RECEIPT_MISSING"
 	codeReceiptNotRecorded     = "RECEIPT_NOT_RECORDED"
 	codeOrchestratorRestarted  = "ORCHESTRATOR_RESTARTED"
+	// codeMalformedResult is the adapter's code for a result it could not
+	// accept as the tool's answer (see adapter.CodeMalformedResult).
+	codeMalformedResult = "MALFORMED_RESULT"
 )
 
 // reasonConfigRevisionChanged is the adapter's refusal of a call granted
@@ -188,6 +192,13 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		TaskId:          task.GetId(),
 		AttemptId:       att.GetId(),
 		SnapshotId:      p.mapping.GetSnapshotId(),
+		// The reviewed output schema travels with the mapping the
+		// registry resolved for this call: no further lookup, and the
+		// grant binds it.
+		OutputSchema: p.mapping.GetOutputSchema(),
+	}
+	if p.target.GetKind() != registryv1.RemoteKind_REMOTE_KIND_TOOL {
+		in.OutputSchema = nil
 	}
 	resp, grantID, callErr := s.call(ctx, in, req.GetIntentId(), req.GetCapability())
 	if callErr != nil {
@@ -208,6 +219,12 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		}
 	}
 	outcome := resp.GetOutcome()
+	if outcome == adapterv1.Outcome_OUTCOME_INVALID_REQUEST && resp.GetError().GetSafeCode() == codeMalformedResult &&
+		p.capability.GetEffectClass() != registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
+		// The server answered an effect with a result that breaks its own
+		// output schema: whether the effect happened is not known.
+		outcome = adapterv1.Outcome_OUTCOME_UNKNOWN
+	}
 	if outcome == adapterv1.Outcome_OUTCOME_UNKNOWN && p.capability.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
 		// A bounded read has no effect to duplicate: another attempt is
 		// safe, which is what INTERRUPTED means.
@@ -233,15 +250,21 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 	return req, att, resp, nil
 }
 
-// complete turns a successful attempt into product state, by what the
-// capability's result becomes (see observes): observed content items
-// become source observations and quoted excerpts; any other result must
-// come with a receipt (artifact digest or delivery id), which is recorded
-// in evidence (stage RECEIPT_VERIFIED) before the request is committed.
+// complete turns a successful attempt into product state by what the
+// capability's results become: a retrieval's content becomes source
+// observations and quoted excerpts (see observe), a data capability's an
+// observation of the call quoted as data (see observeData); any other
+// effect must come with a receipt (artifact digest or delivery id), which
+// is recorded in evidence (stage RECEIPT_VERIFIED) before the request is
+// committed.
 func (s *Server) complete(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
 	p *prepared, remote *structpb.Struct, resp *adapterv1.ExecuteResponse) (*orchestratorv1.ToolRequest, error) {
 	if observes(p.capability) {
-		obs, err := s.observe(ctx, task, req, att, p, remote, resp)
+		observe := s.observe
+		if provenance.ResultKind(p.capability) == registryv1.ResultKind_RESULT_KIND_DATA {
+			observe = s.observeData
+		}
+		obs, err := observe(ctx, task, req, att, p, remote, resp)
 		if err != nil {
 			// The remote call completed but its result did not become
 			// evidence: not committed, and said so.

@@ -105,7 +105,9 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 		return nil, apierror.InvalidArgument("INVALID_MAPPING", fmt.Sprintf("status tool %q is not in snapshot %s", st, snap.GetId()),
 			apierror.FieldViolation{Field: "status_tool", Description: "must name a tool of the snapshot"})
 	}
-	if v := validateArgumentMap(req, cp, tool); len(v) > 0 {
+	v := validateArgumentMap(req, cp, tool)
+	v = append(v, reviewResults(m, req, cp, tool)...)
+	if len(v) > 0 {
 		return nil, apierror.InvalidArgument("INVALID_MAPPING", "invalid mapping: "+violationText(v), v...)
 	}
 

@@ -193,11 +193,13 @@ func drifts() []drift {
 		{"unrelated tool added", func(t *testing.T) []*registryv1.ToolIdentity {
 			return []*registryv1.ToolIdentity{searchTool(t), {Name: "export", Description: "Export the workspace."}}
 		}, nil},
+		// Results are validated against the output schema reviewed with
+		// the mapping: a new one is a new contract.
 		{"output schema only", func(t *testing.T) []*registryv1.ToolIdentity {
 			tool := searchTool(t)
 			tool.OutputSchema = mustStruct(t, map[string]any{"type": "object"})
 			return []*registryv1.ToolIdentity{tool}
-		}, nil},
+		}, []string{"output_schema_digest"}},
 	}
 }
 

@@ -27,7 +27,7 @@ const (
 // RecordSnapshot stores an immutable discovery snapshot taken at the
 // connection's current config revision. The registry computes every digest
 // itself. Active mappings whose remote tool or resource disappeared or whose
-// input schema or description changed move to REVIEW_REQUIRED in the same
+// input schema, output schema or description changed move to REVIEW_REQUIRED in the same
 // transaction.
 func (s *Server) RecordSnapshot(ctx context.Context, req *registryv1.RecordSnapshotRequest) (*registryv1.DiscoverySnapshot, error) {
 	snap, err := normalizeSnapshot(req.GetSnapshot())
@@ -224,6 +224,11 @@ func driftReason(m *registryv1.Mapping, snap *registryv1.DiscoverySnapshot) stri
 		}
 		if t.GetDescriptionDigest() != m.GetDescriptionDigest() {
 			changed = append(changed, fieldDescriptionDigest)
+		}
+		// Results are validated against the output schema the mapping
+		// copied at review: another schema is another contract.
+		if t.GetOutputSchemaDigest() != m.GetOutputSchemaDigest() {
+			changed = append(changed, fieldOutputSchemaDigest)
 		}
 	case registryv1.RemoteKind_REMOTE_KIND_RESOURCE:
 		r := findResource(snap, name)

@@ -70,6 +70,10 @@ type Grant struct {
 	// none); LimitsDigest that of the limits enforced.
 	ArgumentsDigest string `json:"arguments_digest"`
 	LimitsDigest    string `json:"limits_digest"`
+	// OutputSchemaDigest is digest.JSON of the output schema the result is
+	// validated against, "" for none: a call cannot be granted under one
+	// schema and judged by another.
+	OutputSchemaDigest string `json:"output_schema_digest,omitempty"`
 	// IssuedAt and ExpiresAt are Unix seconds.
 	IssuedAt  int64 `json:"iat"`
 	ExpiresAt int64 `json:"exp"`
@@ -112,12 +116,18 @@ func fromRequest(req *adapterv1.ExecuteRequest) (Grant, error) {
 	if err != nil {
 		return Grant{}, fmt.Errorf("grant: digest limits: %w", err)
 	}
+	var schema string
+	if s := req.GetOutputSchema(); s != nil {
+		if schema, err = digest.JSON(s.AsMap()); err != nil {
+			return Grant{}, fmt.Errorf("grant: digest output schema: %w", err)
+		}
+	}
 	return Grant{
 		AttemptID: req.GetAttemptId(), TaskID: req.GetTaskId(),
 		MappingID: req.GetMappingId(), MappingRevision: req.GetMappingRevision(),
 		ConnectionID: req.GetConnectionId(), ConfigRevision: req.GetConfigRevision(),
 		TargetKind: kindName(req.GetTarget().GetKind()), Target: req.GetTarget().GetName(),
-		ArgumentsDigest: args, LimitsDigest: limits,
+		ArgumentsDigest: args, LimitsDigest: limits, OutputSchemaDigest: schema,
 	}, nil
 }
 
@@ -147,6 +157,7 @@ func limitsValue(l *registryv1.Limits) map[string]any {
 		"max_items":               l.GetMaxItems(),
 		"allowed_media_types":     types,
 		"asset_reference_allowed": l.GetAssetReferenceAllowed(),
+		"drop_disallowed_items":   l.GetDropDisallowedItems(),
 	}
 }
 
@@ -219,6 +230,7 @@ func (g Grant) Match(req *adapterv1.ExecuteRequest) error {
 		{"target", g.Target, got.Target},
 		{"arguments", g.ArgumentsDigest, got.ArgumentsDigest},
 		{"limits", g.LimitsDigest, got.LimitsDigest},
+		{"output_schema", g.OutputSchemaDigest, got.OutputSchemaDigest},
 	} {
 		if f.want != f.have {
 			// Values are not echoed: a target or argument may be a

@@ -250,7 +250,13 @@ type ExecuteRequest struct {
 	// GRANT_EXPIRED, GRANT_USED, GRANT_MISMATCH with metadata "field") and
 	// changes nothing. Only an adapter started for plaintext development
 	// (no certificates) runs without one.
-	Grant         string `protobuf:"bytes,11,opt,name=grant,proto3" json:"grant,omitempty"`
+	Grant string `protobuf:"bytes,11,opt,name=grant,proto3" json:"grant,omitempty"`
+	// The tool's reviewed output schema (Mapping.output_schema), when it
+	// declares one: the structured content of a result must be present and
+	// valid against it (JSON Schema draft 2020-12 or draft-07), or the
+	// outcome is INVALID_REQUEST with safe code MALFORMED_RESULT and no item
+	// is returned. The grant binds its digest.
+	OutputSchema  *structpb.Struct `protobuf:"bytes,12,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,6 +366,13 @@ func (x *ExecuteRequest) GetGrant() string {
 		return x.Grant
 	}
 	return ""
+}
+
+func (x *ExecuteRequest) GetOutputSchema() *structpb.Struct {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return nil
 }
 
 // ContentItem is one item of a remote result, bounded and typed.
@@ -563,8 +576,12 @@ type ExecuteResponse struct {
 	// receipt. Empty when the adapter has no certificate (plaintext
 	// development).
 	ReceiptAttestation string `protobuf:"bytes,12,opt,name=receipt_attestation,json=receiptAttestation,proto3" json:"receipt_attestation,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Items the adapter left out of an OK result, e.g. of a media type the
+	// mapping does not allow when it drops such items
+	// (Limits.drop_disallowed_items).
+	Diagnostics   []*ItemDiagnostic `protobuf:"bytes,13,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecuteResponse) Reset() {
@@ -681,6 +698,96 @@ func (x *ExecuteResponse) GetReceiptAttestation() string {
 	return ""
 }
 
+func (x *ExecuteResponse) GetDiagnostics() []*ItemDiagnostic {
+	if x != nil {
+		return x.Diagnostics
+	}
+	return nil
+}
+
+// ItemDiagnostic is one item of a result the adapter left out, and why.
+// Adapter-authored: safe to show and log.
+type ItemDiagnostic struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Position of the item in the result.
+	Index int32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The item's media type, normalized (parameters dropped) and bounded.
+	MediaType string `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	// Stable code, e.g. "MEDIA_TYPE_NOT_ALLOWED".
+	SafeCode string `protobuf:"bytes,3,opt,name=safe_code,json=safeCode,proto3" json:"safe_code,omitempty"`
+	// The adapter's account, e.g. which media types the mapping allows.
+	AdapterDetail string `protobuf:"bytes,4,opt,name=adapter_detail,json=adapterDetail,proto3" json:"adapter_detail,omitempty"`
+	// "sha256:" + hex of the item's content, so what was left out is known.
+	ContentDigest string `protobuf:"bytes,5,opt,name=content_digest,json=contentDigest,proto3" json:"content_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ItemDiagnostic) Reset() {
+	*x = ItemDiagnostic{}
+	mi := &file_v0m3_adapter_v1_adapter_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ItemDiagnostic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ItemDiagnostic) ProtoMessage() {}
+
+func (x *ItemDiagnostic) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_adapter_v1_adapter_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ItemDiagnostic.ProtoReflect.Descriptor instead.
+func (*ItemDiagnostic) Descriptor() ([]byte, []int) {
+	return file_v0m3_adapter_v1_adapter_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ItemDiagnostic) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ItemDiagnostic) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *ItemDiagnostic) GetSafeCode() string {
+	if x != nil {
+		return x.SafeCode
+	}
+	return ""
+}
+
+func (x *ItemDiagnostic) GetAdapterDetail() string {
+	if x != nil {
+		return x.AdapterDetail
+	}
+	return ""
+}
+
+func (x *ItemDiagnostic) GetContentDigest() string {
+	if x != nil {
+		return x.ContentDigest
+	}
+	return ""
+}
+
 // HealthRequest names a connection.
 type HealthRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -692,7 +799,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_v0m3_adapter_v1_adapter_proto_msgTypes[5]
+	mi := &file_v0m3_adapter_v1_adapter_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +811,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_adapter_v1_adapter_proto_msgTypes[5]
+	mi := &file_v0m3_adapter_v1_adapter_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +824,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_adapter_v1_adapter_proto_rawDescGZIP(), []int{5}
+	return file_v0m3_adapter_v1_adapter_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HealthRequest) GetConnectionId() string {
@@ -744,7 +851,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_v0m3_adapter_v1_adapter_proto_msgTypes[6]
+	mi := &file_v0m3_adapter_v1_adapter_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +863,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_adapter_v1_adapter_proto_msgTypes[6]
+	mi := &file_v0m3_adapter_v1_adapter_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +876,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_adapter_v1_adapter_proto_rawDescGZIP(), []int{6}
+	return file_v0m3_adapter_v1_adapter_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HealthResponse) GetConnectionId() string {
@@ -806,7 +913,7 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"\n" +
 	"\x1dv0m3/adapter/v1/adapter.proto\x12\x0fv0m3.adapter.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fv0m3/registry/v1/registry.proto\"6\n" +
 	"\x0fDiscoverRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\xb8\x03\n" +
+	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\xf6\x03\n" +
 	"\x0eExecuteRequest\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12'\n" +
 	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12\x1d\n" +
@@ -822,7 +929,8 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"\vsnapshot_id\x18\n" +
 	" \x01(\tR\n" +
 	"snapshotId\x12\x14\n" +
-	"\x05grant\x18\v \x01(\tR\x05grant\"\xb1\x02\n" +
+	"\x05grant\x18\v \x01(\tR\x05grant\x12<\n" +
+	"\routput_schema\x18\f \x01(\v2\x17.google.protobuf.StructR\foutputSchema\"\xb1\x02\n" +
 	"\vContentItem\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1d\n" +
 	"\n" +
@@ -838,7 +946,7 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"\rErrorEvidence\x12\x1b\n" +
 	"\tsafe_code\x18\x01 \x01(\tR\bsafeCode\x12)\n" +
 	"\x10untrusted_detail\x18\x02 \x01(\tR\x0funtrustedDetail\x12%\n" +
-	"\x0eadapter_detail\x18\x03 \x01(\tR\radapterDetail\"\xfd\x04\n" +
+	"\x0eadapter_detail\x18\x03 \x01(\tR\radapterDetail\"\xc0\x05\n" +
 	"\x0fExecuteResponse\x122\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x18.v0m3.adapter.v1.OutcomeR\aoutcome\x124\n" +
 	"\x05stage\x18\x02 \x01(\x0e2\x1e.v0m3.adapter.v1.DeliveryStageR\x05stage\x122\n" +
@@ -853,7 +961,15 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vobserveTime\x12=\n" +
 	"\vserver_info\x18\v \x01(\v2\x1c.v0m3.registry.v1.ServerInfoR\n" +
 	"serverInfo\x12/\n" +
-	"\x13receipt_attestation\x18\f \x01(\tR\x12receiptAttestation\"4\n" +
+	"\x13receipt_attestation\x18\f \x01(\tR\x12receiptAttestation\x12A\n" +
+	"\vdiagnostics\x18\r \x03(\v2\x1f.v0m3.adapter.v1.ItemDiagnosticR\vdiagnostics\"\xb0\x01\n" +
+	"\x0eItemDiagnostic\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x02 \x01(\tR\tmediaType\x12\x1b\n" +
+	"\tsafe_code\x18\x03 \x01(\tR\bsafeCode\x12%\n" +
+	"\x0eadapter_detail\x18\x04 \x01(\tR\radapterDetail\x12%\n" +
+	"\x0econtent_digest\x18\x05 \x01(\tR\rcontentDigest\"4\n" +
 	"\rHealthRequest\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\x86\x01\n" +
 	"\x0eHealthResponse\x12#\n" +
@@ -898,7 +1014,7 @@ func file_v0m3_adapter_v1_adapter_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_adapter_v1_adapter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_v0m3_adapter_v1_adapter_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_v0m3_adapter_v1_adapter_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_v0m3_adapter_v1_adapter_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: v0m3.adapter.v1.Outcome
 	(DeliveryStage)(0),            // 1: v0m3.adapter.v1.DeliveryStage
@@ -907,40 +1023,43 @@ var file_v0m3_adapter_v1_adapter_proto_goTypes = []any{
 	(*ContentItem)(nil),           // 4: v0m3.adapter.v1.ContentItem
 	(*ErrorEvidence)(nil),         // 5: v0m3.adapter.v1.ErrorEvidence
 	(*ExecuteResponse)(nil),       // 6: v0m3.adapter.v1.ExecuteResponse
-	(*HealthRequest)(nil),         // 7: v0m3.adapter.v1.HealthRequest
-	(*HealthResponse)(nil),        // 8: v0m3.adapter.v1.HealthResponse
-	nil,                           // 9: v0m3.adapter.v1.ContentItem.MetadataEntry
-	(*v1.RemoteTarget)(nil),       // 10: v0m3.registry.v1.RemoteTarget
-	(*structpb.Struct)(nil),       // 11: google.protobuf.Struct
-	(*v1.Limits)(nil),             // 12: v0m3.registry.v1.Limits
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*v1.ServerInfo)(nil),         // 14: v0m3.registry.v1.ServerInfo
-	(*v1.DiscoverySnapshot)(nil),  // 15: v0m3.registry.v1.DiscoverySnapshot
+	(*ItemDiagnostic)(nil),        // 7: v0m3.adapter.v1.ItemDiagnostic
+	(*HealthRequest)(nil),         // 8: v0m3.adapter.v1.HealthRequest
+	(*HealthResponse)(nil),        // 9: v0m3.adapter.v1.HealthResponse
+	nil,                           // 10: v0m3.adapter.v1.ContentItem.MetadataEntry
+	(*v1.RemoteTarget)(nil),       // 11: v0m3.registry.v1.RemoteTarget
+	(*structpb.Struct)(nil),       // 12: google.protobuf.Struct
+	(*v1.Limits)(nil),             // 13: v0m3.registry.v1.Limits
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*v1.ServerInfo)(nil),         // 15: v0m3.registry.v1.ServerInfo
+	(*v1.DiscoverySnapshot)(nil),  // 16: v0m3.registry.v1.DiscoverySnapshot
 }
 var file_v0m3_adapter_v1_adapter_proto_depIdxs = []int32{
-	10, // 0: v0m3.adapter.v1.ExecuteRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	11, // 1: v0m3.adapter.v1.ExecuteRequest.arguments:type_name -> google.protobuf.Struct
-	12, // 2: v0m3.adapter.v1.ExecuteRequest.limits:type_name -> v0m3.registry.v1.Limits
-	9,  // 3: v0m3.adapter.v1.ContentItem.metadata:type_name -> v0m3.adapter.v1.ContentItem.MetadataEntry
-	0,  // 4: v0m3.adapter.v1.ExecuteResponse.outcome:type_name -> v0m3.adapter.v1.Outcome
-	1,  // 5: v0m3.adapter.v1.ExecuteResponse.stage:type_name -> v0m3.adapter.v1.DeliveryStage
-	4,  // 6: v0m3.adapter.v1.ExecuteResponse.items:type_name -> v0m3.adapter.v1.ContentItem
-	11, // 7: v0m3.adapter.v1.ExecuteResponse.structured_content:type_name -> google.protobuf.Struct
-	5,  // 8: v0m3.adapter.v1.ExecuteResponse.error:type_name -> v0m3.adapter.v1.ErrorEvidence
-	13, // 9: v0m3.adapter.v1.ExecuteResponse.send_time:type_name -> google.protobuf.Timestamp
-	13, // 10: v0m3.adapter.v1.ExecuteResponse.observe_time:type_name -> google.protobuf.Timestamp
-	14, // 11: v0m3.adapter.v1.ExecuteResponse.server_info:type_name -> v0m3.registry.v1.ServerInfo
-	2,  // 12: v0m3.adapter.v1.AdapterService.Discover:input_type -> v0m3.adapter.v1.DiscoverRequest
-	3,  // 13: v0m3.adapter.v1.AdapterService.Execute:input_type -> v0m3.adapter.v1.ExecuteRequest
-	7,  // 14: v0m3.adapter.v1.AdapterService.Health:input_type -> v0m3.adapter.v1.HealthRequest
-	15, // 15: v0m3.adapter.v1.AdapterService.Discover:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	6,  // 16: v0m3.adapter.v1.AdapterService.Execute:output_type -> v0m3.adapter.v1.ExecuteResponse
-	8,  // 17: v0m3.adapter.v1.AdapterService.Health:output_type -> v0m3.adapter.v1.HealthResponse
-	15, // [15:18] is the sub-list for method output_type
-	12, // [12:15] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	11, // 0: v0m3.adapter.v1.ExecuteRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	12, // 1: v0m3.adapter.v1.ExecuteRequest.arguments:type_name -> google.protobuf.Struct
+	13, // 2: v0m3.adapter.v1.ExecuteRequest.limits:type_name -> v0m3.registry.v1.Limits
+	12, // 3: v0m3.adapter.v1.ExecuteRequest.output_schema:type_name -> google.protobuf.Struct
+	10, // 4: v0m3.adapter.v1.ContentItem.metadata:type_name -> v0m3.adapter.v1.ContentItem.MetadataEntry
+	0,  // 5: v0m3.adapter.v1.ExecuteResponse.outcome:type_name -> v0m3.adapter.v1.Outcome
+	1,  // 6: v0m3.adapter.v1.ExecuteResponse.stage:type_name -> v0m3.adapter.v1.DeliveryStage
+	4,  // 7: v0m3.adapter.v1.ExecuteResponse.items:type_name -> v0m3.adapter.v1.ContentItem
+	12, // 8: v0m3.adapter.v1.ExecuteResponse.structured_content:type_name -> google.protobuf.Struct
+	5,  // 9: v0m3.adapter.v1.ExecuteResponse.error:type_name -> v0m3.adapter.v1.ErrorEvidence
+	14, // 10: v0m3.adapter.v1.ExecuteResponse.send_time:type_name -> google.protobuf.Timestamp
+	14, // 11: v0m3.adapter.v1.ExecuteResponse.observe_time:type_name -> google.protobuf.Timestamp
+	15, // 12: v0m3.adapter.v1.ExecuteResponse.server_info:type_name -> v0m3.registry.v1.ServerInfo
+	7,  // 13: v0m3.adapter.v1.ExecuteResponse.diagnostics:type_name -> v0m3.adapter.v1.ItemDiagnostic
+	2,  // 14: v0m3.adapter.v1.AdapterService.Discover:input_type -> v0m3.adapter.v1.DiscoverRequest
+	3,  // 15: v0m3.adapter.v1.AdapterService.Execute:input_type -> v0m3.adapter.v1.ExecuteRequest
+	8,  // 16: v0m3.adapter.v1.AdapterService.Health:input_type -> v0m3.adapter.v1.HealthRequest
+	16, // 17: v0m3.adapter.v1.AdapterService.Discover:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	6,  // 18: v0m3.adapter.v1.AdapterService.Execute:output_type -> v0m3.adapter.v1.ExecuteResponse
+	9,  // 19: v0m3.adapter.v1.AdapterService.Health:output_type -> v0m3.adapter.v1.HealthResponse
+	17, // [17:20] is the sub-list for method output_type
+	14, // [14:17] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_adapter_v1_adapter_proto_init() }
@@ -954,7 +1073,7 @@ func file_v0m3_adapter_v1_adapter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_adapter_v1_adapter_proto_rawDesc), len(file_v0m3_adapter_v1_adapter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

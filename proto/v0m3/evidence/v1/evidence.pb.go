@@ -24,6 +24,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ObservationKind says what an observation is of.
+type ObservationKind int32
+
+const (
+	// Not set: a source.
+	ObservationKind_OBSERVATION_KIND_UNSPECIFIED ObservationKind = 0
+	// A source: content of the resource its URI names, quoted as passages.
+	ObservationKind_OBSERVATION_KIND_SOURCE ObservationKind = 1
+	// Data a tool returned (a capability whose result kind is data): an
+	// observation of the call itself, named by a "v0m3-data:" identity
+	// derived from the connection, the tool and the digest of the arguments,
+	// never by a URI the server chose. Its media type may be
+	// "application/json". A source observation can never take such an
+	// identity.
+	ObservationKind_OBSERVATION_KIND_TOOL_DATA ObservationKind = 2
+)
+
+// Enum value maps for ObservationKind.
+var (
+	ObservationKind_name = map[int32]string{
+		0: "OBSERVATION_KIND_UNSPECIFIED",
+		1: "OBSERVATION_KIND_SOURCE",
+		2: "OBSERVATION_KIND_TOOL_DATA",
+	}
+	ObservationKind_value = map[string]int32{
+		"OBSERVATION_KIND_UNSPECIFIED": 0,
+		"OBSERVATION_KIND_SOURCE":      1,
+		"OBSERVATION_KIND_TOOL_DATA":   2,
+	}
+)
+
+func (x ObservationKind) Enum() *ObservationKind {
+	p := new(ObservationKind)
+	*p = x
+	return p
+}
+
+func (x ObservationKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ObservationKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_evidence_v1_evidence_proto_enumTypes[0].Descriptor()
+}
+
+func (ObservationKind) Type() protoreflect.EnumType {
+	return &file_v0m3_evidence_v1_evidence_proto_enumTypes[0]
+}
+
+func (x ObservationKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ObservationKind.Descriptor instead.
+func (ObservationKind) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{0}
+}
+
 // ProductEventKind classifies a product-layer event.
 type ProductEventKind int32
 
@@ -98,11 +156,11 @@ func (x ProductEventKind) String() string {
 }
 
 func (ProductEventKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_evidence_v1_evidence_proto_enumTypes[0].Descriptor()
+	return file_v0m3_evidence_v1_evidence_proto_enumTypes[1].Descriptor()
 }
 
 func (ProductEventKind) Type() protoreflect.EnumType {
-	return &file_v0m3_evidence_v1_evidence_proto_enumTypes[0]
+	return &file_v0m3_evidence_v1_evidence_proto_enumTypes[1]
 }
 
 func (x ProductEventKind) Number() protoreflect.EnumNumber {
@@ -111,7 +169,7 @@ func (x ProductEventKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProductEventKind.Descriptor instead.
 func (ProductEventKind) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{0}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{1}
 }
 
 // RequestClass is where one candidate request stopped, read from both
@@ -171,11 +229,11 @@ func (x RequestClass) String() string {
 }
 
 func (RequestClass) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_evidence_v1_evidence_proto_enumTypes[1].Descriptor()
+	return file_v0m3_evidence_v1_evidence_proto_enumTypes[2].Descriptor()
 }
 
 func (RequestClass) Type() protoreflect.EnumType {
-	return &file_v0m3_evidence_v1_evidence_proto_enumTypes[1]
+	return &file_v0m3_evidence_v1_evidence_proto_enumTypes[2]
 }
 
 func (x RequestClass) Number() protoreflect.EnumNumber {
@@ -184,7 +242,7 @@ func (x RequestClass) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RequestClass.Descriptor instead.
 func (RequestClass) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{1}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{2}
 }
 
 // Passage is one quoted part of a source.
@@ -326,7 +384,9 @@ type SourceObservation struct {
 	// Digest of the asset holding the whole content, when the content was
 	// stored as an asset (the mapping allowed it and it was large). It equals
 	// content_digest; passages then carry text_digest and asset positions.
-	AssetDigest   string `protobuf:"bytes,20,opt,name=asset_digest,json=assetDigest,proto3" json:"asset_digest,omitempty"`
+	AssetDigest string `protobuf:"bytes,20,opt,name=asset_digest,json=assetDigest,proto3" json:"asset_digest,omitempty"`
+	// What was observed: a source (the default) or data a tool returned.
+	Kind          ObservationKind `protobuf:"varint,21,opt,name=kind,proto3,enum=v0m3.evidence.v1.ObservationKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -499,6 +559,13 @@ func (x *SourceObservation) GetAssetDigest() string {
 		return x.AssetDigest
 	}
 	return ""
+}
+
+func (x *SourceObservation) GetKind() ObservationKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ObservationKind_OBSERVATION_KIND_UNSPECIFIED
 }
 
 // RecordObservationRequest records an observation.
@@ -2761,7 +2828,7 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\vtext_digest\x18\x04 \x01(\tR\n" +
 	"textDigest\x12!\n" +
 	"\fasset_offset\x18\x05 \x01(\x03R\vassetOffset\x12!\n" +
-	"\fasset_length\x18\x06 \x01(\x03R\vassetLength\"\xf4\x06\n" +
+	"\fasset_length\x18\x06 \x01(\x03R\vassetLength\"\xab\a\n" +
 	"\x11SourceObservation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vrevision_id\x18\x02 \x01(\tR\n" +
@@ -2790,7 +2857,8 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\vserver_name\x18\x12 \x01(\tR\n" +
 	"serverName\x12%\n" +
 	"\x0eserver_version\x18\x13 \x01(\tR\rserverVersion\x12!\n" +
-	"\fasset_digest\x18\x14 \x01(\tR\vassetDigest\x1aC\n" +
+	"\fasset_digest\x18\x14 \x01(\tR\vassetDigest\x125\n" +
+	"\x04kind\x18\x15 \x01(\x0e2!.v0m3.evidence.v1.ObservationKindR\x04kind\x1aC\n" +
 	"\x15RevisionMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
@@ -2965,7 +3033,11 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\n" +
 	"older_than\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\tolderThan\"<\n" +
 	"\rPruneResponse\x12+\n" +
-	"\x11summarized_events\x18\x01 \x01(\x05R\x10summarizedEvents*\xd7\x03\n" +
+	"\x11summarized_events\x18\x01 \x01(\x05R\x10summarizedEvents*p\n" +
+	"\x0fObservationKind\x12 \n" +
+	"\x1cOBSERVATION_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17OBSERVATION_KIND_SOURCE\x10\x01\x12\x1e\n" +
+	"\x1aOBSERVATION_KIND_TOOL_DATA\x10\x02*\xd7\x03\n" +
 	"\x10ProductEventKind\x12\"\n" +
 	"\x1ePRODUCT_EVENT_KIND_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fPRODUCT_EVENT_KIND_TASK_STARTED\x10\x01\x12(\n" +
@@ -3019,111 +3091,113 @@ func file_v0m3_evidence_v1_evidence_proto_rawDescGZIP() []byte {
 	return file_v0m3_evidence_v1_evidence_proto_rawDescData
 }
 
-var file_v0m3_evidence_v1_evidence_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_v0m3_evidence_v1_evidence_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_v0m3_evidence_v1_evidence_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_v0m3_evidence_v1_evidence_proto_goTypes = []any{
-	(ProductEventKind)(0),              // 0: v0m3.evidence.v1.ProductEventKind
-	(RequestClass)(0),                  // 1: v0m3.evidence.v1.RequestClass
-	(*Passage)(nil),                    // 2: v0m3.evidence.v1.Passage
-	(*SourceObservation)(nil),          // 3: v0m3.evidence.v1.SourceObservation
-	(*RecordObservationRequest)(nil),   // 4: v0m3.evidence.v1.RecordObservationRequest
-	(*GetObservationRequest)(nil),      // 5: v0m3.evidence.v1.GetObservationRequest
-	(*ListObservationsRequest)(nil),    // 6: v0m3.evidence.v1.ListObservationsRequest
-	(*ListObservationsResponse)(nil),   // 7: v0m3.evidence.v1.ListObservationsResponse
-	(*SourceRevision)(nil),             // 8: v0m3.evidence.v1.SourceRevision
-	(*ListRevisionsRequest)(nil),       // 9: v0m3.evidence.v1.ListRevisionsRequest
-	(*ListRevisionsResponse)(nil),      // 10: v0m3.evidence.v1.ListRevisionsResponse
-	(*ClaimLink)(nil),                  // 11: v0m3.evidence.v1.ClaimLink
-	(*LinkClaimRequest)(nil),           // 12: v0m3.evidence.v1.LinkClaimRequest
-	(*ErrorEvidence)(nil),              // 13: v0m3.evidence.v1.ErrorEvidence
-	(*ProtocolEvent)(nil),              // 14: v0m3.evidence.v1.ProtocolEvent
-	(*ProductEvent)(nil),               // 15: v0m3.evidence.v1.ProductEvent
-	(*TraceEvent)(nil),                 // 16: v0m3.evidence.v1.TraceEvent
-	(*AppendTraceRequest)(nil),         // 17: v0m3.evidence.v1.AppendTraceRequest
-	(*GetTraceRequest)(nil),            // 18: v0m3.evidence.v1.GetTraceRequest
-	(*Trace)(nil),                      // 19: v0m3.evidence.v1.Trace
-	(*Receipt)(nil),                    // 20: v0m3.evidence.v1.Receipt
-	(*RecordReceiptRequest)(nil),       // 21: v0m3.evidence.v1.RecordReceiptRequest
-	(*GetReceiptRequest)(nil),          // 22: v0m3.evidence.v1.GetReceiptRequest
-	(*ValidationFinding)(nil),          // 23: v0m3.evidence.v1.ValidationFinding
-	(*ValidateObservationRequest)(nil), // 24: v0m3.evidence.v1.ValidateObservationRequest
-	(*ObservationValidation)(nil),      // 25: v0m3.evidence.v1.ObservationValidation
-	(*CompareRevisionsRequest)(nil),    // 26: v0m3.evidence.v1.CompareRevisionsRequest
-	(*RevisionComparison)(nil),         // 27: v0m3.evidence.v1.RevisionComparison
-	(*RequestClassification)(nil),      // 28: v0m3.evidence.v1.RequestClassification
-	(*ClassifyTraceRequest)(nil),       // 29: v0m3.evidence.v1.ClassifyTraceRequest
-	(*TraceClassification)(nil),        // 30: v0m3.evidence.v1.TraceClassification
-	(*Asset)(nil),                      // 31: v0m3.evidence.v1.Asset
-	(*PutAssetRequest)(nil),            // 32: v0m3.evidence.v1.PutAssetRequest
-	(*GetAssetRequest)(nil),            // 33: v0m3.evidence.v1.GetAssetRequest
-	(*PruneRequest)(nil),               // 34: v0m3.evidence.v1.PruneRequest
-	(*PruneResponse)(nil),              // 35: v0m3.evidence.v1.PruneResponse
-	nil,                                // 36: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
-	(*timestamppb.Timestamp)(nil),      // 37: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),            // 38: google.protobuf.Struct
-	(*durationpb.Duration)(nil),        // 39: google.protobuf.Duration
+	(ObservationKind)(0),               // 0: v0m3.evidence.v1.ObservationKind
+	(ProductEventKind)(0),              // 1: v0m3.evidence.v1.ProductEventKind
+	(RequestClass)(0),                  // 2: v0m3.evidence.v1.RequestClass
+	(*Passage)(nil),                    // 3: v0m3.evidence.v1.Passage
+	(*SourceObservation)(nil),          // 4: v0m3.evidence.v1.SourceObservation
+	(*RecordObservationRequest)(nil),   // 5: v0m3.evidence.v1.RecordObservationRequest
+	(*GetObservationRequest)(nil),      // 6: v0m3.evidence.v1.GetObservationRequest
+	(*ListObservationsRequest)(nil),    // 7: v0m3.evidence.v1.ListObservationsRequest
+	(*ListObservationsResponse)(nil),   // 8: v0m3.evidence.v1.ListObservationsResponse
+	(*SourceRevision)(nil),             // 9: v0m3.evidence.v1.SourceRevision
+	(*ListRevisionsRequest)(nil),       // 10: v0m3.evidence.v1.ListRevisionsRequest
+	(*ListRevisionsResponse)(nil),      // 11: v0m3.evidence.v1.ListRevisionsResponse
+	(*ClaimLink)(nil),                  // 12: v0m3.evidence.v1.ClaimLink
+	(*LinkClaimRequest)(nil),           // 13: v0m3.evidence.v1.LinkClaimRequest
+	(*ErrorEvidence)(nil),              // 14: v0m3.evidence.v1.ErrorEvidence
+	(*ProtocolEvent)(nil),              // 15: v0m3.evidence.v1.ProtocolEvent
+	(*ProductEvent)(nil),               // 16: v0m3.evidence.v1.ProductEvent
+	(*TraceEvent)(nil),                 // 17: v0m3.evidence.v1.TraceEvent
+	(*AppendTraceRequest)(nil),         // 18: v0m3.evidence.v1.AppendTraceRequest
+	(*GetTraceRequest)(nil),            // 19: v0m3.evidence.v1.GetTraceRequest
+	(*Trace)(nil),                      // 20: v0m3.evidence.v1.Trace
+	(*Receipt)(nil),                    // 21: v0m3.evidence.v1.Receipt
+	(*RecordReceiptRequest)(nil),       // 22: v0m3.evidence.v1.RecordReceiptRequest
+	(*GetReceiptRequest)(nil),          // 23: v0m3.evidence.v1.GetReceiptRequest
+	(*ValidationFinding)(nil),          // 24: v0m3.evidence.v1.ValidationFinding
+	(*ValidateObservationRequest)(nil), // 25: v0m3.evidence.v1.ValidateObservationRequest
+	(*ObservationValidation)(nil),      // 26: v0m3.evidence.v1.ObservationValidation
+	(*CompareRevisionsRequest)(nil),    // 27: v0m3.evidence.v1.CompareRevisionsRequest
+	(*RevisionComparison)(nil),         // 28: v0m3.evidence.v1.RevisionComparison
+	(*RequestClassification)(nil),      // 29: v0m3.evidence.v1.RequestClassification
+	(*ClassifyTraceRequest)(nil),       // 30: v0m3.evidence.v1.ClassifyTraceRequest
+	(*TraceClassification)(nil),        // 31: v0m3.evidence.v1.TraceClassification
+	(*Asset)(nil),                      // 32: v0m3.evidence.v1.Asset
+	(*PutAssetRequest)(nil),            // 33: v0m3.evidence.v1.PutAssetRequest
+	(*GetAssetRequest)(nil),            // 34: v0m3.evidence.v1.GetAssetRequest
+	(*PruneRequest)(nil),               // 35: v0m3.evidence.v1.PruneRequest
+	(*PruneResponse)(nil),              // 36: v0m3.evidence.v1.PruneResponse
+	nil,                                // 37: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	(*timestamppb.Timestamp)(nil),      // 38: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),            // 39: google.protobuf.Struct
+	(*durationpb.Duration)(nil),        // 40: google.protobuf.Duration
 }
 var file_v0m3_evidence_v1_evidence_proto_depIdxs = []int32{
-	37, // 0: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
-	36, // 1: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
-	2,  // 2: v0m3.evidence.v1.SourceObservation.passages:type_name -> v0m3.evidence.v1.Passage
-	3,  // 3: v0m3.evidence.v1.RecordObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
-	3,  // 4: v0m3.evidence.v1.ListObservationsResponse.observations:type_name -> v0m3.evidence.v1.SourceObservation
-	37, // 5: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
-	8,  // 6: v0m3.evidence.v1.ListRevisionsResponse.revisions:type_name -> v0m3.evidence.v1.SourceRevision
-	37, // 7: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
-	38, // 8: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
-	39, // 9: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
-	13, // 10: v0m3.evidence.v1.ProtocolEvent.error:type_name -> v0m3.evidence.v1.ErrorEvidence
-	0,  // 11: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
-	37, // 12: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
-	14, // 13: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
-	15, // 14: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
-	16, // 15: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
-	16, // 16: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
-	38, // 17: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
-	37, // 18: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
-	20, // 19: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
-	3,  // 20: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
-	23, // 21: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
-	1,  // 22: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
-	28, // 23: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
-	39, // 24: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
-	4,  // 25: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
-	5,  // 26: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
-	6,  // 27: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
-	9,  // 28: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
-	12, // 29: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
-	17, // 30: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
-	18, // 31: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
-	21, // 32: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
-	22, // 33: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
-	24, // 34: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
-	26, // 35: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
-	29, // 36: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
-	32, // 37: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
-	33, // 38: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
-	34, // 39: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
-	3,  // 40: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	3,  // 41: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	7,  // 42: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
-	10, // 43: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
-	11, // 44: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
-	16, // 45: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
-	19, // 46: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
-	20, // 47: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
-	20, // 48: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
-	25, // 49: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
-	27, // 50: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
-	30, // 51: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
-	31, // 52: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
-	31, // 53: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
-	35, // 54: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
-	40, // [40:55] is the sub-list for method output_type
-	25, // [25:40] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	38, // 0: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
+	37, // 1: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	3,  // 2: v0m3.evidence.v1.SourceObservation.passages:type_name -> v0m3.evidence.v1.Passage
+	0,  // 3: v0m3.evidence.v1.SourceObservation.kind:type_name -> v0m3.evidence.v1.ObservationKind
+	4,  // 4: v0m3.evidence.v1.RecordObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
+	4,  // 5: v0m3.evidence.v1.ListObservationsResponse.observations:type_name -> v0m3.evidence.v1.SourceObservation
+	38, // 6: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
+	9,  // 7: v0m3.evidence.v1.ListRevisionsResponse.revisions:type_name -> v0m3.evidence.v1.SourceRevision
+	38, // 8: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
+	39, // 9: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
+	40, // 10: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
+	14, // 11: v0m3.evidence.v1.ProtocolEvent.error:type_name -> v0m3.evidence.v1.ErrorEvidence
+	1,  // 12: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
+	38, // 13: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
+	15, // 14: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
+	16, // 15: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
+	17, // 16: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
+	17, // 17: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
+	39, // 18: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
+	38, // 19: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
+	21, // 20: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
+	4,  // 21: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
+	24, // 22: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
+	2,  // 23: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
+	29, // 24: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
+	40, // 25: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
+	5,  // 26: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
+	6,  // 27: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
+	7,  // 28: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
+	10, // 29: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
+	13, // 30: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
+	18, // 31: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
+	19, // 32: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
+	22, // 33: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
+	23, // 34: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
+	25, // 35: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
+	27, // 36: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
+	30, // 37: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
+	33, // 38: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
+	34, // 39: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
+	35, // 40: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
+	4,  // 41: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	4,  // 42: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	8,  // 43: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
+	11, // 44: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
+	12, // 45: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
+	17, // 46: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
+	20, // 47: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
+	21, // 48: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
+	21, // 49: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
+	26, // 50: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
+	28, // 51: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
+	31, // 52: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
+	32, // 53: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
+	32, // 54: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
+	36, // 55: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
+	41, // [41:56] is the sub-list for method output_type
+	26, // [26:41] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_evidence_v1_evidence_proto_init() }
@@ -3140,7 +3214,7 @@ func file_v0m3_evidence_v1_evidence_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_evidence_v1_evidence_proto_rawDesc), len(file_v0m3_evidence_v1_evidence_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -1021,7 +1021,10 @@ type QuotedExcerpt struct {
 	// Content digest of the observed source.
 	ContentDigest string `protobuf:"bytes,6,opt,name=content_digest,json=contentDigest,proto3" json:"content_digest,omitempty"`
 	// Media type.
-	MediaType     string `protobuf:"bytes,7,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	MediaType string `protobuf:"bytes,7,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	// The excerpt is data a tool returned (a data capability), quoted as
+	// data: the source label names the capability, not a document.
+	ToolData      bool `protobuf:"varint,8,opt,name=tool_data,json=toolData,proto3" json:"tool_data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1103,6 +1106,13 @@ func (x *QuotedExcerpt) GetMediaType() string {
 		return x.MediaType
 	}
 	return ""
+}
+
+func (x *QuotedExcerpt) GetToolData() bool {
+	if x != nil {
+		return x.ToolData
+	}
+	return false
 }
 
 // Attempt is one try at an intent.
@@ -2398,7 +2408,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x0eGetTaskRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\".\n" +
 	"\x13GetCatalogueRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\x80\x02\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\x9d\x02\n" +
 	"\rQuotedExcerpt\x12%\n" +
 	"\x0eobservation_id\x18\x01 \x01(\tR\robservationId\x12\x1f\n" +
 	"\vrevision_id\x18\x02 \x01(\tR\n" +
@@ -2410,7 +2420,8 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"quotedText\x12%\n" +
 	"\x0econtent_digest\x18\x06 \x01(\tR\rcontentDigest\x12\x1d\n" +
 	"\n" +
-	"media_type\x18\a \x01(\tR\tmediaType\"\x80\x03\n" +
+	"media_type\x18\a \x01(\tR\tmediaType\x12\x1b\n" +
+	"\ttool_data\x18\b \x01(\bR\btoolData\"\x80\x03\n" +
 	"\aAttempt\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tintent_id\x18\x02 \x01(\tR\bintentId\x12\x16\n" +

@@ -822,6 +822,71 @@ func (RemoteKind) EnumDescriptor() ([]byte, []int) {
 	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
+// ProvenanceMode says what a tool result is attributed to when it becomes
+// source observations.
+type ProvenanceMode int32
+
+const (
+	// Not set: CONTENT_URI.
+	ProvenanceMode_PROVENANCE_MODE_UNSPECIFIED ProvenanceMode = 0
+	// Each content item is a source observation of the URI it names itself
+	// (an embedded resource's URI); an item that names none stays a
+	// diagnostic. What resource reads always do.
+	ProvenanceMode_PROVENANCE_MODE_CONTENT_URI ProvenanceMode = 1
+	// The result's text is a source observation of the target of the handle
+	// in handle_field: the server-side value the handle named and policy
+	// authorized the call for (e.g. the file a handle named), never a value
+	// the server chose. An item that names another URI than that target
+	// stays a diagnostic.
+	ProvenanceMode_PROVENANCE_MODE_HANDLE_TARGET ProvenanceMode = 2
+	// The result's text is a source observation of the URI at uri_pointer in
+	// the structured content, which the reviewed output schema validated.
+	ProvenanceMode_PROVENANCE_MODE_STRUCTURED_URI ProvenanceMode = 3
+)
+
+// Enum value maps for ProvenanceMode.
+var (
+	ProvenanceMode_name = map[int32]string{
+		0: "PROVENANCE_MODE_UNSPECIFIED",
+		1: "PROVENANCE_MODE_CONTENT_URI",
+		2: "PROVENANCE_MODE_HANDLE_TARGET",
+		3: "PROVENANCE_MODE_STRUCTURED_URI",
+	}
+	ProvenanceMode_value = map[string]int32{
+		"PROVENANCE_MODE_UNSPECIFIED":    0,
+		"PROVENANCE_MODE_CONTENT_URI":    1,
+		"PROVENANCE_MODE_HANDLE_TARGET":  2,
+		"PROVENANCE_MODE_STRUCTURED_URI": 3,
+	}
+)
+
+func (x ProvenanceMode) Enum() *ProvenanceMode {
+	p := new(ProvenanceMode)
+	*p = x
+	return p
+}
+
+func (x ProvenanceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProvenanceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_registry_v1_registry_proto_enumTypes[14].Descriptor()
+}
+
+func (ProvenanceMode) Type() protoreflect.EnumType {
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[14]
+}
+
+func (x ProvenanceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProvenanceMode.Descriptor instead.
+func (ProvenanceMode) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
+}
+
 // RegistryEventType classifies a registry event.
 type RegistryEventType int32
 
@@ -903,11 +968,11 @@ func (x RegistryEventType) String() string {
 }
 
 func (RegistryEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[14].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[15].Descriptor()
 }
 
 func (RegistryEventType) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[14]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[15]
 }
 
 func (x RegistryEventType) Number() protoreflect.EnumNumber {
@@ -916,7 +981,7 @@ func (x RegistryEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RegistryEventType.Descriptor instead.
 func (RegistryEventType) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
 }
 
 // Connection is the local registry identity of one configured server.
@@ -4640,12 +4705,19 @@ type Limits struct {
 	MaxResponseBytes int64 `protobuf:"varint,1,opt,name=max_response_bytes,json=maxResponseBytes,proto3" json:"max_response_bytes,omitempty"`
 	// Maximum content items in one response. Required (> 0).
 	MaxItems int32 `protobuf:"varint,2,opt,name=max_items,json=maxItems,proto3" json:"max_items,omitempty"`
-	// Allowed media types; an item of any other type fails the call.
+	// Allowed media types; an item of any other type fails the call, unless
+	// drop_disallowed_items is set.
 	AllowedMediaTypes []string `protobuf:"bytes,3,rep,name=allowed_media_types,json=allowedMediaTypes,proto3" json:"allowed_media_types,omitempty"`
 	// Whether large content may be stored as an asset reference.
 	AssetReferenceAllowed bool `protobuf:"varint,4,opt,name=asset_reference_allowed,json=assetReferenceAllowed,proto3" json:"asset_reference_allowed,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Drop an item of a media type not allowed, one by one, with a
+	// diagnostic (ExecuteResponse.diagnostics), instead of failing the whole
+	// call. The bytes of a dropped item still count towards
+	// max_response_bytes, and max_items counts every item the server sent:
+	// the limits bound what arrived, not what was kept.
+	DropDisallowedItems bool `protobuf:"varint,5,opt,name=drop_disallowed_items,json=dropDisallowedItems,proto3" json:"drop_disallowed_items,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -4706,6 +4778,83 @@ func (x *Limits) GetAssetReferenceAllowed() bool {
 	return false
 }
 
+func (x *Limits) GetDropDisallowedItems() bool {
+	if x != nil {
+		return x.DropDisallowedItems
+	}
+	return false
+}
+
+// Provenance says how a tool result is attributed: which source a passage
+// the model is given came from. Reviewed with the mapping.
+type Provenance struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How. Not set: CONTENT_URI.
+	Mode ProvenanceMode `protobuf:"varint,1,opt,name=mode,proto3,enum=v0m3.registry.v1.ProvenanceMode" json:"mode,omitempty"`
+	// For HANDLE_TARGET: the product field holding the handle, which must be
+	// one of the capability's handle fields and bound (from_handle) in the
+	// argument map, so the call is about the target the result is
+	// attributed to.
+	HandleField string `protobuf:"bytes,2,opt,name=handle_field,json=handleField,proto3" json:"handle_field,omitempty"`
+	// For STRUCTURED_URI: a JSON Pointer (RFC 6901), e.g. "/uri", to a string
+	// in the structured content naming the source. When the tool declares an
+	// output schema, the pointer must resolve in it.
+	UriPointer    string `protobuf:"bytes,3,opt,name=uri_pointer,json=uriPointer,proto3" json:"uri_pointer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Provenance) Reset() {
+	*x = Provenance{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Provenance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Provenance) ProtoMessage() {}
+
+func (x *Provenance) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Provenance.ProtoReflect.Descriptor instead.
+func (*Provenance) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *Provenance) GetMode() ProvenanceMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ProvenanceMode_PROVENANCE_MODE_UNSPECIFIED
+}
+
+func (x *Provenance) GetHandleField() string {
+	if x != nil {
+		return x.HandleField
+	}
+	return ""
+}
+
+func (x *Provenance) GetUriPointer() string {
+	if x != nil {
+		return x.UriPointer
+	}
+	return ""
+}
+
 // Mapping is a reviewed binding of one capability to one connection's tool
 // or resource at one schema digest and one description digest.
 type Mapping struct {
@@ -4762,14 +4911,27 @@ type Mapping struct {
 	// Remote tool that reports the status of a request by its idempotency
 	// key (called with {idempotency_key_field: key}). Empty when the server
 	// offers none. An external effect stays disabled without either.
-	StatusTool    string `protobuf:"bytes,23,opt,name=status_tool,json=statusTool,proto3" json:"status_tool,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StatusTool string `protobuf:"bytes,23,opt,name=status_tool,json=statusTool,proto3" json:"status_tool,omitempty"`
+	// How the tool's results are attributed as source observations.
+	Provenance *Provenance `protobuf:"bytes,24,opt,name=provenance,proto3" json:"provenance,omitempty"`
+	// Output only. The tool's output schema as observed in the snapshot the
+	// mapping was reviewed against, copied here at proposal so every call
+	// validates structured content against the reviewed schema without
+	// another registry round trip (the orchestrator already resolves the
+	// mapping for each call and hands the schema to the adapter under the
+	// execution grant). Empty when the tool declares none.
+	OutputSchema *structpb.Struct `protobuf:"bytes,25,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	// Output only. Digest of output_schema at review ("" if none). A new
+	// snapshot with another output schema for the tool sends the mapping to
+	// review.
+	OutputSchemaDigest string `protobuf:"bytes,26,opt,name=output_schema_digest,json=outputSchemaDigest,proto3" json:"output_schema_digest,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Mapping) Reset() {
 	*x = Mapping{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4781,7 +4943,7 @@ func (x *Mapping) String() string {
 func (*Mapping) ProtoMessage() {}
 
 func (x *Mapping) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4794,7 +4956,7 @@ func (x *Mapping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mapping.ProtoReflect.Descriptor instead.
 func (*Mapping) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Mapping) GetId() string {
@@ -4958,6 +5120,27 @@ func (x *Mapping) GetStatusTool() string {
 	return ""
 }
 
+func (x *Mapping) GetProvenance() *Provenance {
+	if x != nil {
+		return x.Provenance
+	}
+	return nil
+}
+
+func (x *Mapping) GetOutputSchema() *structpb.Struct {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return nil
+}
+
+func (x *Mapping) GetOutputSchemaDigest() string {
+	if x != nil {
+		return x.OutputSchemaDigest
+	}
+	return ""
+}
+
 // ProposeMappingRequest proposes a mapping or a new revision of one.
 type ProposeMappingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4983,14 +5166,18 @@ type ProposeMappingRequest struct {
 	IdempotencyKeyField string `protobuf:"bytes,10,opt,name=idempotency_key_field,json=idempotencyKeyField,proto3" json:"idempotency_key_field,omitempty"`
 	// Remote tool answering the status of a request by idempotency key; must
 	// exist in the snapshot.
-	StatusTool    string `protobuf:"bytes,11,opt,name=status_tool,json=statusTool,proto3" json:"status_tool,omitempty"`
+	StatusTool string `protobuf:"bytes,11,opt,name=status_tool,json=statusTool,proto3" json:"status_tool,omitempty"`
+	// How results are attributed; not set: CONTENT_URI. HANDLE_TARGET and
+	// STRUCTURED_URI apply to tools of capabilities whose results are source
+	// observations.
+	Provenance    *Provenance `protobuf:"bytes,12,opt,name=provenance,proto3" json:"provenance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProposeMappingRequest) Reset() {
 	*x = ProposeMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5002,7 +5189,7 @@ func (x *ProposeMappingRequest) String() string {
 func (*ProposeMappingRequest) ProtoMessage() {}
 
 func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5015,7 +5202,7 @@ func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeMappingRequest.ProtoReflect.Descriptor instead.
 func (*ProposeMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ProposeMappingRequest) GetMappingId() string {
@@ -5088,6 +5275,13 @@ func (x *ProposeMappingRequest) GetStatusTool() string {
 	return ""
 }
 
+func (x *ProposeMappingRequest) GetProvenance() *Provenance {
+	if x != nil {
+		return x.Provenance
+	}
+	return nil
+}
+
 // ReviewMappingRequest approves or rejects a mapping revision.
 type ReviewMappingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5105,7 +5299,7 @@ type ReviewMappingRequest struct {
 
 func (x *ReviewMappingRequest) Reset() {
 	*x = ReviewMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5117,7 +5311,7 @@ func (x *ReviewMappingRequest) String() string {
 func (*ReviewMappingRequest) ProtoMessage() {}
 
 func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5130,7 +5324,7 @@ func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewMappingRequest.ProtoReflect.Descriptor instead.
 func (*ReviewMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReviewMappingRequest) GetMappingId() string {
@@ -5174,7 +5368,7 @@ type GetMappingRequest struct {
 
 func (x *GetMappingRequest) Reset() {
 	*x = GetMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5186,7 +5380,7 @@ func (x *GetMappingRequest) String() string {
 func (*GetMappingRequest) ProtoMessage() {}
 
 func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5199,7 +5393,7 @@ func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMappingRequest.ProtoReflect.Descriptor instead.
 func (*GetMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetMappingRequest) GetId() string {
@@ -5231,7 +5425,7 @@ type ListMappingsRequest struct {
 
 func (x *ListMappingsRequest) Reset() {
 	*x = ListMappingsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5243,7 +5437,7 @@ func (x *ListMappingsRequest) String() string {
 func (*ListMappingsRequest) ProtoMessage() {}
 
 func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5256,7 +5450,7 @@ func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsRequest.ProtoReflect.Descriptor instead.
 func (*ListMappingsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListMappingsRequest) GetCapability() string {
@@ -5291,7 +5485,7 @@ type ListMappingsResponse struct {
 
 func (x *ListMappingsResponse) Reset() {
 	*x = ListMappingsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5303,7 +5497,7 @@ func (x *ListMappingsResponse) String() string {
 func (*ListMappingsResponse) ProtoMessage() {}
 
 func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5316,7 +5510,7 @@ func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsResponse.ProtoReflect.Descriptor instead.
 func (*ListMappingsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListMappingsResponse) GetMappings() []*Mapping {
@@ -5344,7 +5538,7 @@ type ResolveMappingRequest struct {
 
 func (x *ResolveMappingRequest) Reset() {
 	*x = ResolveMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5356,7 +5550,7 @@ func (x *ResolveMappingRequest) String() string {
 func (*ResolveMappingRequest) ProtoMessage() {}
 
 func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5369,7 +5563,7 @@ func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveMappingRequest.ProtoReflect.Descriptor instead.
 func (*ResolveMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ResolveMappingRequest) GetCapability() string {
@@ -5411,7 +5605,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5423,7 +5617,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5436,7 +5630,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WatchEventsRequest) GetAfterSequence() int64 {
@@ -5471,7 +5665,7 @@ type RegistryEvent struct {
 
 func (x *RegistryEvent) Reset() {
 	*x = RegistryEvent{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5483,7 +5677,7 @@ func (x *RegistryEvent) String() string {
 func (*RegistryEvent) ProtoMessage() {}
 
 func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5496,7 +5690,7 @@ func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryEvent.ProtoReflect.Descriptor instead.
 func (*RegistryEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RegistryEvent) GetSequence() int64 {
@@ -5853,12 +6047,19 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\rproduct_field\x18\x02 \x01(\tR\fproductField\x12\x1f\n" +
 	"\vfrom_handle\x18\x03 \x01(\bR\n" +
 	"fromHandle\x122\n" +
-	"\bconstant\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\bconstant\"\xbb\x01\n" +
+	"\bconstant\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\bconstant\"\xef\x01\n" +
 	"\x06Limits\x12,\n" +
 	"\x12max_response_bytes\x18\x01 \x01(\x03R\x10maxResponseBytes\x12\x1b\n" +
 	"\tmax_items\x18\x02 \x01(\x05R\bmaxItems\x12.\n" +
 	"\x13allowed_media_types\x18\x03 \x03(\tR\x11allowedMediaTypes\x126\n" +
-	"\x17asset_reference_allowed\x18\x04 \x01(\bR\x15assetReferenceAllowed\"\xf3\a\n" +
+	"\x17asset_reference_allowed\x18\x04 \x01(\bR\x15assetReferenceAllowed\x122\n" +
+	"\x15drop_disallowed_items\x18\x05 \x01(\bR\x13dropDisallowedItems\"\x86\x01\n" +
+	"\n" +
+	"Provenance\x124\n" +
+	"\x04mode\x18\x01 \x01(\x0e2 .v0m3.registry.v1.ProvenanceModeR\x04mode\x12!\n" +
+	"\fhandle_field\x18\x02 \x01(\tR\vhandleField\x12\x1f\n" +
+	"\vuri_pointer\x18\x03 \x01(\tR\n" +
+	"uriPointer\"\xa1\t\n" +
 	"\aMapping\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x1e\n" +
@@ -5892,7 +6093,12 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x12remote_description\x18\x15 \x01(\tR\x11remoteDescription\x122\n" +
 	"\x15idempotency_key_field\x18\x16 \x01(\tR\x13idempotencyKeyField\x12\x1f\n" +
 	"\vstatus_tool\x18\x17 \x01(\tR\n" +
-	"statusTool\"\xe9\x03\n" +
+	"statusTool\x12<\n" +
+	"\n" +
+	"provenance\x18\x18 \x01(\v2\x1c.v0m3.registry.v1.ProvenanceR\n" +
+	"provenance\x12<\n" +
+	"\routput_schema\x18\x19 \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x120\n" +
+	"\x14output_schema_digest\x18\x1a \x01(\tR\x12outputSchemaDigest\"\xa7\x04\n" +
 	"\x15ProposeMappingRequest\x12\x1d\n" +
 	"\n" +
 	"mapping_id\x18\x01 \x01(\tR\tmappingId\x12\x1e\n" +
@@ -5909,7 +6115,10 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x15idempotency_key_field\x18\n" +
 	" \x01(\tR\x13idempotencyKeyField\x12\x1f\n" +
 	"\vstatus_tool\x18\v \x01(\tR\n" +
-	"statusToolJ\x04\b\t\x10\n" +
+	"statusTool\x12<\n" +
+	"\n" +
+	"provenance\x18\f \x01(\v2\x1c.v0m3.registry.v1.ProvenanceR\n" +
+	"provenanceJ\x04\b\t\x10\n" +
 	"R\vproposed_by\"\x8f\x01\n" +
 	"\x14ReviewMappingRequest\x12\x1d\n" +
 	"\n" +
@@ -6020,7 +6229,12 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"RemoteKind\x12\x1b\n" +
 	"\x17REMOTE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10REMOTE_KIND_TOOL\x10\x01\x12\x18\n" +
-	"\x14REMOTE_KIND_RESOURCE\x10\x02*\xef\x04\n" +
+	"\x14REMOTE_KIND_RESOURCE\x10\x02*\x99\x01\n" +
+	"\x0eProvenanceMode\x12\x1f\n" +
+	"\x1bPROVENANCE_MODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bPROVENANCE_MODE_CONTENT_URI\x10\x01\x12!\n" +
+	"\x1dPROVENANCE_MODE_HANDLE_TARGET\x10\x02\x12\"\n" +
+	"\x1ePROVENANCE_MODE_STRUCTURED_URI\x10\x03*\xef\x04\n" +
 	"\x11RegistryEventType\x12#\n" +
 	"\x1fREGISTRY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12*\n" +
 	"&REGISTRY_EVENT_TYPE_CONNECTION_CREATED\x10\x01\x12&\n" +
@@ -6079,8 +6293,8 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 	return file_v0m3_registry_v1_registry_proto_rawDescData
 }
 
-var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 15)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 16)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(IdentityKind)(0),                   // 0: v0m3.registry.v1.IdentityKind
 	(Enforcement)(0),                    // 1: v0m3.registry.v1.Enforcement
@@ -6096,204 +6310,210 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(NeedCondition)(0),                  // 11: v0m3.registry.v1.NeedCondition
 	(MappingState)(0),                   // 12: v0m3.registry.v1.MappingState
 	(RemoteKind)(0),                     // 13: v0m3.registry.v1.RemoteKind
-	(RegistryEventType)(0),              // 14: v0m3.registry.v1.RegistryEventType
-	(*Connection)(nil),                  // 15: v0m3.registry.v1.Connection
-	(*Transport)(nil),                   // 16: v0m3.registry.v1.Transport
-	(*StdioTransport)(nil),              // 17: v0m3.registry.v1.StdioTransport
-	(*StreamableHTTPTransport)(nil),     // 18: v0m3.registry.v1.StreamableHTTPTransport
-	(*DirectTransport)(nil),             // 19: v0m3.registry.v1.DirectTransport
-	(*ServerInfo)(nil),                  // 20: v0m3.registry.v1.ServerInfo
-	(*SandboxConstraints)(nil),          // 21: v0m3.registry.v1.SandboxConstraints
-	(*SandboxIdentity)(nil),             // 22: v0m3.registry.v1.SandboxIdentity
-	(*ConfigRevision)(nil),              // 23: v0m3.registry.v1.ConfigRevision
-	(*CreateConnectionRequest)(nil),     // 24: v0m3.registry.v1.CreateConnectionRequest
-	(*GetConnectionRequest)(nil),        // 25: v0m3.registry.v1.GetConnectionRequest
-	(*ListConnectionsRequest)(nil),      // 26: v0m3.registry.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),     // 27: v0m3.registry.v1.ListConnectionsResponse
-	(*UpdateConnectionRequest)(nil),     // 28: v0m3.registry.v1.UpdateConnectionRequest
-	(*RetireConnectionRequest)(nil),     // 29: v0m3.registry.v1.RetireConnectionRequest
-	(*ListConfigRevisionsRequest)(nil),  // 30: v0m3.registry.v1.ListConfigRevisionsRequest
-	(*ReviewConnectionRequest)(nil),     // 31: v0m3.registry.v1.ReviewConnectionRequest
-	(*ListConfigRevisionsResponse)(nil), // 32: v0m3.registry.v1.ListConfigRevisionsResponse
-	(*DiscoverySnapshot)(nil),           // 33: v0m3.registry.v1.DiscoverySnapshot
-	(*ToolIdentity)(nil),                // 34: v0m3.registry.v1.ToolIdentity
-	(*ResourceIdentity)(nil),            // 35: v0m3.registry.v1.ResourceIdentity
-	(*RecordSnapshotRequest)(nil),       // 36: v0m3.registry.v1.RecordSnapshotRequest
-	(*GetSnapshotRequest)(nil),          // 37: v0m3.registry.v1.GetSnapshotRequest
-	(*ListSnapshotsRequest)(nil),        // 38: v0m3.registry.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 39: v0m3.registry.v1.ListSnapshotsResponse
-	(*DiffSnapshotsRequest)(nil),        // 40: v0m3.registry.v1.DiffSnapshotsRequest
-	(*SnapshotDiff)(nil),                // 41: v0m3.registry.v1.SnapshotDiff
-	(*ItemChange)(nil),                  // 42: v0m3.registry.v1.ItemChange
-	(*HandleField)(nil),                 // 43: v0m3.registry.v1.HandleField
-	(*Capability)(nil),                  // 44: v0m3.registry.v1.Capability
-	(*CreateCapabilityRequest)(nil),     // 45: v0m3.registry.v1.CreateCapabilityRequest
-	(*UpdateCapabilityRequest)(nil),     // 46: v0m3.registry.v1.UpdateCapabilityRequest
-	(*DeprecateCapabilityRequest)(nil),  // 47: v0m3.registry.v1.DeprecateCapabilityRequest
-	(*GetCapabilityRequest)(nil),        // 48: v0m3.registry.v1.GetCapabilityRequest
-	(*ListCapabilitiesRequest)(nil),     // 49: v0m3.registry.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil),    // 50: v0m3.registry.v1.ListCapabilitiesResponse
-	(*ProfileNeed)(nil),                 // 51: v0m3.registry.v1.ProfileNeed
-	(*TaskBudget)(nil),                  // 52: v0m3.registry.v1.TaskBudget
-	(*TaskProfile)(nil),                 // 53: v0m3.registry.v1.TaskProfile
-	(*CreateTaskProfileRequest)(nil),    // 54: v0m3.registry.v1.CreateTaskProfileRequest
-	(*UpdateTaskProfileRequest)(nil),    // 55: v0m3.registry.v1.UpdateTaskProfileRequest
-	(*DeprecateTaskProfileRequest)(nil), // 56: v0m3.registry.v1.DeprecateTaskProfileRequest
-	(*GetTaskProfileRequest)(nil),       // 57: v0m3.registry.v1.GetTaskProfileRequest
-	(*ListTaskProfilesRequest)(nil),     // 58: v0m3.registry.v1.ListTaskProfilesRequest
-	(*ListTaskProfilesResponse)(nil),    // 59: v0m3.registry.v1.ListTaskProfilesResponse
-	(*RemoteTarget)(nil),                // 60: v0m3.registry.v1.RemoteTarget
-	(*ArgumentBinding)(nil),             // 61: v0m3.registry.v1.ArgumentBinding
-	(*Limits)(nil),                      // 62: v0m3.registry.v1.Limits
-	(*Mapping)(nil),                     // 63: v0m3.registry.v1.Mapping
-	(*ProposeMappingRequest)(nil),       // 64: v0m3.registry.v1.ProposeMappingRequest
-	(*ReviewMappingRequest)(nil),        // 65: v0m3.registry.v1.ReviewMappingRequest
-	(*GetMappingRequest)(nil),           // 66: v0m3.registry.v1.GetMappingRequest
-	(*ListMappingsRequest)(nil),         // 67: v0m3.registry.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),        // 68: v0m3.registry.v1.ListMappingsResponse
-	(*ResolveMappingRequest)(nil),       // 69: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 70: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 71: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 72: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 73: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 74: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 75: google.protobuf.Value
+	(ProvenanceMode)(0),                 // 14: v0m3.registry.v1.ProvenanceMode
+	(RegistryEventType)(0),              // 15: v0m3.registry.v1.RegistryEventType
+	(*Connection)(nil),                  // 16: v0m3.registry.v1.Connection
+	(*Transport)(nil),                   // 17: v0m3.registry.v1.Transport
+	(*StdioTransport)(nil),              // 18: v0m3.registry.v1.StdioTransport
+	(*StreamableHTTPTransport)(nil),     // 19: v0m3.registry.v1.StreamableHTTPTransport
+	(*DirectTransport)(nil),             // 20: v0m3.registry.v1.DirectTransport
+	(*ServerInfo)(nil),                  // 21: v0m3.registry.v1.ServerInfo
+	(*SandboxConstraints)(nil),          // 22: v0m3.registry.v1.SandboxConstraints
+	(*SandboxIdentity)(nil),             // 23: v0m3.registry.v1.SandboxIdentity
+	(*ConfigRevision)(nil),              // 24: v0m3.registry.v1.ConfigRevision
+	(*CreateConnectionRequest)(nil),     // 25: v0m3.registry.v1.CreateConnectionRequest
+	(*GetConnectionRequest)(nil),        // 26: v0m3.registry.v1.GetConnectionRequest
+	(*ListConnectionsRequest)(nil),      // 27: v0m3.registry.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),     // 28: v0m3.registry.v1.ListConnectionsResponse
+	(*UpdateConnectionRequest)(nil),     // 29: v0m3.registry.v1.UpdateConnectionRequest
+	(*RetireConnectionRequest)(nil),     // 30: v0m3.registry.v1.RetireConnectionRequest
+	(*ListConfigRevisionsRequest)(nil),  // 31: v0m3.registry.v1.ListConfigRevisionsRequest
+	(*ReviewConnectionRequest)(nil),     // 32: v0m3.registry.v1.ReviewConnectionRequest
+	(*ListConfigRevisionsResponse)(nil), // 33: v0m3.registry.v1.ListConfigRevisionsResponse
+	(*DiscoverySnapshot)(nil),           // 34: v0m3.registry.v1.DiscoverySnapshot
+	(*ToolIdentity)(nil),                // 35: v0m3.registry.v1.ToolIdentity
+	(*ResourceIdentity)(nil),            // 36: v0m3.registry.v1.ResourceIdentity
+	(*RecordSnapshotRequest)(nil),       // 37: v0m3.registry.v1.RecordSnapshotRequest
+	(*GetSnapshotRequest)(nil),          // 38: v0m3.registry.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),        // 39: v0m3.registry.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 40: v0m3.registry.v1.ListSnapshotsResponse
+	(*DiffSnapshotsRequest)(nil),        // 41: v0m3.registry.v1.DiffSnapshotsRequest
+	(*SnapshotDiff)(nil),                // 42: v0m3.registry.v1.SnapshotDiff
+	(*ItemChange)(nil),                  // 43: v0m3.registry.v1.ItemChange
+	(*HandleField)(nil),                 // 44: v0m3.registry.v1.HandleField
+	(*Capability)(nil),                  // 45: v0m3.registry.v1.Capability
+	(*CreateCapabilityRequest)(nil),     // 46: v0m3.registry.v1.CreateCapabilityRequest
+	(*UpdateCapabilityRequest)(nil),     // 47: v0m3.registry.v1.UpdateCapabilityRequest
+	(*DeprecateCapabilityRequest)(nil),  // 48: v0m3.registry.v1.DeprecateCapabilityRequest
+	(*GetCapabilityRequest)(nil),        // 49: v0m3.registry.v1.GetCapabilityRequest
+	(*ListCapabilitiesRequest)(nil),     // 50: v0m3.registry.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),    // 51: v0m3.registry.v1.ListCapabilitiesResponse
+	(*ProfileNeed)(nil),                 // 52: v0m3.registry.v1.ProfileNeed
+	(*TaskBudget)(nil),                  // 53: v0m3.registry.v1.TaskBudget
+	(*TaskProfile)(nil),                 // 54: v0m3.registry.v1.TaskProfile
+	(*CreateTaskProfileRequest)(nil),    // 55: v0m3.registry.v1.CreateTaskProfileRequest
+	(*UpdateTaskProfileRequest)(nil),    // 56: v0m3.registry.v1.UpdateTaskProfileRequest
+	(*DeprecateTaskProfileRequest)(nil), // 57: v0m3.registry.v1.DeprecateTaskProfileRequest
+	(*GetTaskProfileRequest)(nil),       // 58: v0m3.registry.v1.GetTaskProfileRequest
+	(*ListTaskProfilesRequest)(nil),     // 59: v0m3.registry.v1.ListTaskProfilesRequest
+	(*ListTaskProfilesResponse)(nil),    // 60: v0m3.registry.v1.ListTaskProfilesResponse
+	(*RemoteTarget)(nil),                // 61: v0m3.registry.v1.RemoteTarget
+	(*ArgumentBinding)(nil),             // 62: v0m3.registry.v1.ArgumentBinding
+	(*Limits)(nil),                      // 63: v0m3.registry.v1.Limits
+	(*Provenance)(nil),                  // 64: v0m3.registry.v1.Provenance
+	(*Mapping)(nil),                     // 65: v0m3.registry.v1.Mapping
+	(*ProposeMappingRequest)(nil),       // 66: v0m3.registry.v1.ProposeMappingRequest
+	(*ReviewMappingRequest)(nil),        // 67: v0m3.registry.v1.ReviewMappingRequest
+	(*GetMappingRequest)(nil),           // 68: v0m3.registry.v1.GetMappingRequest
+	(*ListMappingsRequest)(nil),         // 69: v0m3.registry.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),        // 70: v0m3.registry.v1.ListMappingsResponse
+	(*ResolveMappingRequest)(nil),       // 71: v0m3.registry.v1.ResolveMappingRequest
+	(*WatchEventsRequest)(nil),          // 72: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 73: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 74: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 75: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 76: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 77: google.protobuf.Value
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
-	16,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
+	17,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
 	3,   // 1: v0m3.registry.v1.Connection.review_state:type_name -> v0m3.registry.v1.ReviewState
 	4,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
-	20,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
-	21,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	73,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	73,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	73,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	73,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
-	17,  // 9: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
-	18,  // 10: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
-	19,  // 11: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	72,  // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	21,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
+	22,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	75,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	75,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	75,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	75,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	18,  // 9: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
+	19,  // 10: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
+	20,  // 11: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
+	74,  // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
 	2,   // 13: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
-	22,  // 14: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
+	23,  // 14: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
 	1,   // 15: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
 	1,   // 16: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
 	1,   // 17: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
 	0,   // 18: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
-	16,  // 19: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	73,  // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
-	16,  // 21: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	15,  // 22: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
-	16,  // 23: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	21,  // 24: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	23,  // 25: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
-	20,  // 26: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
-	34,  // 27: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
-	35,  // 28: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	73,  // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	74,  // 30: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	74,  // 31: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	74,  // 32: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	33,  // 33: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	33,  // 34: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	42,  // 35: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	42,  // 36: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	17,  // 19: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
+	75,  // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	17,  // 21: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	16,  // 22: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
+	17,  // 23: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	22,  // 24: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	24,  // 25: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
+	21,  // 26: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
+	35,  // 27: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
+	36,  // 28: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
+	75,  // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	76,  // 30: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	76,  // 31: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	76,  // 32: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	34,  // 33: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	34,  // 34: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	43,  // 35: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	43,  // 36: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
 	5,   // 37: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
 	6,   // 38: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	74,  // 39: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	76,  // 39: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
 	7,   // 40: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	43,  // 41: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
+	44,  // 41: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
 	8,   // 42: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
-	62,  // 43: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
+	63,  // 43: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
 	9,   // 44: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
 	10,  // 45: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	73,  // 46: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
-	44,  // 47: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	44,  // 48: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	44,  // 49: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	75,  // 46: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	45,  // 47: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	45,  // 48: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	45,  // 49: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
 	11,  // 50: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
-	51,  // 51: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
-	52,  // 52: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
+	52,  // 51: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
+	53,  // 52: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
 	10,  // 53: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	73,  // 54: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
-	53,  // 55: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	53,  // 56: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	53,  // 57: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
+	75,  // 54: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	54,  // 55: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	54,  // 56: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	54,  // 57: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
 	13,  // 58: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	75,  // 59: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
-	60,  // 60: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	61,  // 61: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	74,  // 62: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	62,  // 63: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	12,  // 64: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	73,  // 65: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	73,  // 66: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	60,  // 67: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	61,  // 68: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	74,  // 69: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	62,  // 70: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	12,  // 71: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	63,  // 72: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	14,  // 73: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	73,  // 74: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	24,  // 75: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	25,  // 76: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	26,  // 77: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	28,  // 78: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	29,  // 79: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	30,  // 80: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	31,  // 81: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	36,  // 82: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	37,  // 83: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	38,  // 84: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	40,  // 85: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	45,  // 86: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	46,  // 87: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	47,  // 88: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	48,  // 89: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	49,  // 90: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	54,  // 91: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	55,  // 92: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	56,  // 93: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	57,  // 94: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	58,  // 95: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	64,  // 96: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	65,  // 97: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	66,  // 98: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	67,  // 99: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	69,  // 100: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	70,  // 101: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	15,  // 102: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	15,  // 103: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	27,  // 104: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	15,  // 105: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	15,  // 106: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	32,  // 107: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	15,  // 108: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	33,  // 109: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	33,  // 110: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	39,  // 111: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	41,  // 112: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	44,  // 113: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	44,  // 114: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	44,  // 115: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	44,  // 116: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	50,  // 117: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	53,  // 118: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	53,  // 119: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	53,  // 120: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	53,  // 121: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	59,  // 122: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	63,  // 123: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	63,  // 124: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	63,  // 125: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	68,  // 126: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	63,  // 127: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	71,  // 128: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	102, // [102:129] is the sub-list for method output_type
-	75,  // [75:102] is the sub-list for method input_type
-	75,  // [75:75] is the sub-list for extension type_name
-	75,  // [75:75] is the sub-list for extension extendee
-	0,   // [0:75] is the sub-list for field type_name
+	77,  // 59: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	14,  // 60: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
+	61,  // 61: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	62,  // 62: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	76,  // 63: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	63,  // 64: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	12,  // 65: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	75,  // 66: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	75,  // 67: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	64,  // 68: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
+	76,  // 69: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
+	61,  // 70: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	62,  // 71: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	76,  // 72: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	63,  // 73: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	64,  // 74: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
+	12,  // 75: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	65,  // 76: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	15,  // 77: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	75,  // 78: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	25,  // 79: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	26,  // 80: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	27,  // 81: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	29,  // 82: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	30,  // 83: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	31,  // 84: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	32,  // 85: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	37,  // 86: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	38,  // 87: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	39,  // 88: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	41,  // 89: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	46,  // 90: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	47,  // 91: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	48,  // 92: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	49,  // 93: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	50,  // 94: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	55,  // 95: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	56,  // 96: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	57,  // 97: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	58,  // 98: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	59,  // 99: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	66,  // 100: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	67,  // 101: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	68,  // 102: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	69,  // 103: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	71,  // 104: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	72,  // 105: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	16,  // 106: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	16,  // 107: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	28,  // 108: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	16,  // 109: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	16,  // 110: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	33,  // 111: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	16,  // 112: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	34,  // 113: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	34,  // 114: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	40,  // 115: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	42,  // 116: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	45,  // 117: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	45,  // 118: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	45,  // 119: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	45,  // 120: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	51,  // 121: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	54,  // 122: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	54,  // 123: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	54,  // 124: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	54,  // 125: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	60,  // 126: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	65,  // 127: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	65,  // 128: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	65,  // 129: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	70,  // 130: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	65,  // 131: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	73,  // 132: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	106, // [106:133] is the sub-list for method output_type
+	79,  // [79:106] is the sub-list for method input_type
+	79,  // [79:79] is the sub-list for extension type_name
+	79,  // [79:79] is the sub-list for extension extendee
+	0,   // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -6311,8 +6531,8 @@ func file_v0m3_registry_v1_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
-			NumEnums:      15,
-			NumMessages:   58,
+			NumEnums:      16,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
