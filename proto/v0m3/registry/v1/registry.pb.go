@@ -854,6 +854,11 @@ const (
 	RegistryEventType_REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED RegistryEventType = 12
 	// A task profile was declared, revised or deprecated.
 	RegistryEventType_REGISTRY_EVENT_TYPE_PROFILE_REVISED RegistryEventType = 13
+	// A new snapshot describes the server differently from the previous one
+	// (tools, resources, resource templates, prompts or server info), whether
+	// or not a mapping depends on what changed. The detail names what changed
+	// (names and digests only, never remote text).
+	RegistryEventType_REGISTRY_EVENT_TYPE_SURFACE_CHANGED RegistryEventType = 14
 )
 
 // Enum value maps for RegistryEventType.
@@ -873,6 +878,7 @@ var (
 		11: "REGISTRY_EVENT_TYPE_CAPABILITY_REVISED",
 		12: "REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED",
 		13: "REGISTRY_EVENT_TYPE_PROFILE_REVISED",
+		14: "REGISTRY_EVENT_TYPE_SURFACE_CHANGED",
 	}
 	RegistryEventType_value = map[string]int32{
 		"REGISTRY_EVENT_TYPE_UNSPECIFIED":             0,
@@ -889,6 +895,7 @@ var (
 		"REGISTRY_EVENT_TYPE_CAPABILITY_REVISED":      11,
 		"REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED":   12,
 		"REGISTRY_EVENT_TYPE_PROFILE_REVISED":         13,
+		"REGISTRY_EVENT_TYPE_SURFACE_CHANGED":         14,
 	}
 )
 
@@ -2579,8 +2586,12 @@ type DiscoverySnapshot struct {
 	// When the server was asked.
 	RetrieveTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=retrieve_time,json=retrieveTime,proto3" json:"retrieve_time,omitempty"`
 	// Output only. SHA-256 over the canonical JSON of the snapshot's identities
-	// and digests.
-	Digest        string `protobuf:"bytes,9,opt,name=digest,proto3" json:"digest,omitempty"`
+	// and digests: tools, resources, resource templates and prompts.
+	Digest string `protobuf:"bytes,9,opt,name=digest,proto3" json:"digest,omitempty"`
+	// Every resource template the server listed, sorted by URI template.
+	ResourceTemplates []*ResourceTemplateIdentity `protobuf:"bytes,10,rep,name=resource_templates,json=resourceTemplates,proto3" json:"resource_templates,omitempty"`
+	// Every prompt the server listed, sorted by name.
+	Prompts       []*PromptIdentity `protobuf:"bytes,11,rep,name=prompts,proto3" json:"prompts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2678,6 +2689,20 @@ func (x *DiscoverySnapshot) GetDigest() string {
 	return ""
 }
 
+func (x *DiscoverySnapshot) GetResourceTemplates() []*ResourceTemplateIdentity {
+	if x != nil {
+		return x.ResourceTemplates
+	}
+	return nil
+}
+
+func (x *DiscoverySnapshot) GetPrompts() []*PromptIdentity {
+	if x != nil {
+		return x.Prompts
+	}
+	return nil
+}
+
 // ToolIdentity is one tool as observed, with digests.
 type ToolIdentity struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2703,8 +2728,20 @@ type ToolIdentity struct {
 	AnnotationsDigest string `protobuf:"bytes,9,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
 	// Output only. Digest of the description as a JSON string.
 	DescriptionDigest string `protobuf:"bytes,10,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Output only. Digest of the title as a JSON string.
+	TitleDigest string `protobuf:"bytes,11,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
+	// Execution properties as observed (MCP 2025-11-25 and later), if any,
+	// e.g. {"taskSupport": "required"}: a tool that requires task-augmented
+	// calls cannot be called as a plain tools/call.
+	Execution *structpb.Struct `protobuf:"bytes,12,opt,name=execution,proto3" json:"execution,omitempty"`
+	// Output only. Digest of the canonical execution properties ("" if none).
+	ExecutionDigest string `protobuf:"bytes,13,opt,name=execution_digest,json=executionDigest,proto3" json:"execution_digest,omitempty"`
+	// Icons as observed, in the server's order.
+	Icons []*Icon `protobuf:"bytes,14,rep,name=icons,proto3" json:"icons,omitempty"`
+	// Output only. Digest of the canonical icon list ("" if none).
+	IconsDigest   string `protobuf:"bytes,15,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolIdentity) Reset() {
@@ -2807,6 +2844,41 @@ func (x *ToolIdentity) GetDescriptionDigest() string {
 	return ""
 }
 
+func (x *ToolIdentity) GetTitleDigest() string {
+	if x != nil {
+		return x.TitleDigest
+	}
+	return ""
+}
+
+func (x *ToolIdentity) GetExecution() *structpb.Struct {
+	if x != nil {
+		return x.Execution
+	}
+	return nil
+}
+
+func (x *ToolIdentity) GetExecutionDigest() string {
+	if x != nil {
+		return x.ExecutionDigest
+	}
+	return ""
+}
+
+func (x *ToolIdentity) GetIcons() []*Icon {
+	if x != nil {
+		return x.Icons
+	}
+	return nil
+}
+
+func (x *ToolIdentity) GetIconsDigest() string {
+	if x != nil {
+		return x.IconsDigest
+	}
+	return ""
+}
+
 // ResourceIdentity is one resource as observed, with digests.
 type ResourceIdentity struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2824,8 +2896,20 @@ type ResourceIdentity struct {
 	Size int64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
 	// Output only. Digest of the description as a JSON string.
 	DescriptionDigest string `protobuf:"bytes,7,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Annotations as observed (audience, priority, lastModified), if any.
+	Annotations *structpb.Struct `protobuf:"bytes,8,opt,name=annotations,proto3" json:"annotations,omitempty"`
+	// Output only. Digest of the canonical annotations without lastModified,
+	// which dates the content rather than describing the resource ("" if
+	// none).
+	AnnotationsDigest string `protobuf:"bytes,9,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
+	// Icons as observed, in the server's order.
+	Icons []*Icon `protobuf:"bytes,10,rep,name=icons,proto3" json:"icons,omitempty"`
+	// Output only. Digest of the canonical icon list ("" if none).
+	IconsDigest string `protobuf:"bytes,11,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
+	// Output only. Digest of the title as a JSON string.
+	TitleDigest   string `protobuf:"bytes,12,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResourceIdentity) Reset() {
@@ -2907,6 +2991,446 @@ func (x *ResourceIdentity) GetDescriptionDigest() string {
 	return ""
 }
 
+func (x *ResourceIdentity) GetAnnotations() *structpb.Struct {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *ResourceIdentity) GetAnnotationsDigest() string {
+	if x != nil {
+		return x.AnnotationsDigest
+	}
+	return ""
+}
+
+func (x *ResourceIdentity) GetIcons() []*Icon {
+	if x != nil {
+		return x.Icons
+	}
+	return nil
+}
+
+func (x *ResourceIdentity) GetIconsDigest() string {
+	if x != nil {
+		return x.IconsDigest
+	}
+	return ""
+}
+
+func (x *ResourceIdentity) GetTitleDigest() string {
+	if x != nil {
+		return x.TitleDigest
+	}
+	return ""
+}
+
+// ResourceTemplateIdentity is one resource template as observed, with
+// digests.
+type ResourceTemplateIdentity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// RFC 6570 URI template in the server's namespace.
+	UriTemplate string `protobuf:"bytes,1,opt,name=uri_template,json=uriTemplate,proto3" json:"uri_template,omitempty"`
+	// Remote name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Remote title.
+	Title string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	// Remote description.
+	Description string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	// Declared media type of every resource the template names.
+	MimeType string `protobuf:"bytes,5,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// Annotations as observed, if any.
+	Annotations *structpb.Struct `protobuf:"bytes,6,opt,name=annotations,proto3" json:"annotations,omitempty"`
+	// Icons as observed, in the server's order.
+	Icons []*Icon `protobuf:"bytes,7,rep,name=icons,proto3" json:"icons,omitempty"`
+	// Output only. Digest of the description as a JSON string.
+	DescriptionDigest string `protobuf:"bytes,8,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
+	// Output only. Digest of the canonical annotations without lastModified
+	// ("" if none).
+	AnnotationsDigest string `protobuf:"bytes,9,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
+	// Output only. Digest of the canonical icon list ("" if none).
+	IconsDigest string `protobuf:"bytes,10,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
+	// Output only. Digest of the title as a JSON string.
+	TitleDigest   string `protobuf:"bytes,11,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceTemplateIdentity) Reset() {
+	*x = ResourceTemplateIdentity{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceTemplateIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceTemplateIdentity) ProtoMessage() {}
+
+func (x *ResourceTemplateIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceTemplateIdentity.ProtoReflect.Descriptor instead.
+func (*ResourceTemplateIdentity) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ResourceTemplateIdentity) GetUriTemplate() string {
+	if x != nil {
+		return x.UriTemplate
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetAnnotations() *structpb.Struct {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *ResourceTemplateIdentity) GetIcons() []*Icon {
+	if x != nil {
+		return x.Icons
+	}
+	return nil
+}
+
+func (x *ResourceTemplateIdentity) GetDescriptionDigest() string {
+	if x != nil {
+		return x.DescriptionDigest
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetAnnotationsDigest() string {
+	if x != nil {
+		return x.AnnotationsDigest
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetIconsDigest() string {
+	if x != nil {
+		return x.IconsDigest
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetTitleDigest() string {
+	if x != nil {
+		return x.TitleDigest
+	}
+	return ""
+}
+
+// PromptIdentity is one prompt as observed, with digests. Prompts are
+// remote text: shown to reviewers, never given to a model.
+type PromptIdentity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Remote prompt name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Remote title.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// Remote description.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// Arguments in the server's order.
+	Arguments []*PromptArgument `protobuf:"bytes,4,rep,name=arguments,proto3" json:"arguments,omitempty"`
+	// Icons as observed, in the server's order.
+	Icons []*Icon `protobuf:"bytes,5,rep,name=icons,proto3" json:"icons,omitempty"`
+	// Output only. Digest of the description as a JSON string.
+	DescriptionDigest string `protobuf:"bytes,6,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
+	// Output only. Digest of the canonical argument list (names, titles,
+	// descriptions, required).
+	ArgumentsDigest string `protobuf:"bytes,7,opt,name=arguments_digest,json=argumentsDigest,proto3" json:"arguments_digest,omitempty"`
+	// Output only. Digest of the canonical icon list ("" if none).
+	IconsDigest string `protobuf:"bytes,8,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
+	// Output only. Digest of the title as a JSON string.
+	TitleDigest   string `protobuf:"bytes,9,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptIdentity) Reset() {
+	*x = PromptIdentity{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptIdentity) ProtoMessage() {}
+
+func (x *PromptIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptIdentity.ProtoReflect.Descriptor instead.
+func (*PromptIdentity) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PromptIdentity) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetArguments() []*PromptArgument {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+func (x *PromptIdentity) GetIcons() []*Icon {
+	if x != nil {
+		return x.Icons
+	}
+	return nil
+}
+
+func (x *PromptIdentity) GetDescriptionDigest() string {
+	if x != nil {
+		return x.DescriptionDigest
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetArgumentsDigest() string {
+	if x != nil {
+		return x.ArgumentsDigest
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetIconsDigest() string {
+	if x != nil {
+		return x.IconsDigest
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetTitleDigest() string {
+	if x != nil {
+		return x.TitleDigest
+	}
+	return ""
+}
+
+// PromptArgument is one argument a prompt accepts, as observed.
+type PromptArgument struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Remote argument name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Remote title.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// Remote description.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// Whether the server requires it.
+	Required      bool `protobuf:"varint,4,opt,name=required,proto3" json:"required,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptArgument) Reset() {
+	*x = PromptArgument{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptArgument) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptArgument) ProtoMessage() {}
+
+func (x *PromptArgument) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptArgument.ProtoReflect.Descriptor instead.
+func (*PromptArgument) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PromptArgument) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PromptArgument) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *PromptArgument) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *PromptArgument) GetRequired() bool {
+	if x != nil {
+		return x.Required
+	}
+	return false
+}
+
+// Icon is one icon a server declared for a tool, resource, template or
+// prompt. Its source is remote text: a URL or data URI V0M3 never fetches.
+type Icon struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Icon source (URL or data URI), as observed.
+	Src string `protobuf:"bytes,1,opt,name=src,proto3" json:"src,omitempty"`
+	// Declared media type.
+	MimeType string `protobuf:"bytes,2,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// Declared sizes, e.g. "48x48" or "any".
+	Sizes []string `protobuf:"bytes,3,rep,name=sizes,proto3" json:"sizes,omitempty"`
+	// Declared theme: "light" or "dark".
+	Theme         string `protobuf:"bytes,4,opt,name=theme,proto3" json:"theme,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Icon) Reset() {
+	*x = Icon{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Icon) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Icon) ProtoMessage() {}
+
+func (x *Icon) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Icon.ProtoReflect.Descriptor instead.
+func (*Icon) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Icon) GetSrc() string {
+	if x != nil {
+		return x.Src
+	}
+	return ""
+}
+
+func (x *Icon) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *Icon) GetSizes() []string {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+func (x *Icon) GetTheme() string {
+	if x != nil {
+		return x.Theme
+	}
+	return ""
+}
+
 // RecordSnapshotRequest stores a snapshot.
 type RecordSnapshotRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2918,7 +3442,7 @@ type RecordSnapshotRequest struct {
 
 func (x *RecordSnapshotRequest) Reset() {
 	*x = RecordSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3454,7 @@ func (x *RecordSnapshotRequest) String() string {
 func (*RecordSnapshotRequest) ProtoMessage() {}
 
 func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3467,7 @@ func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RecordSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RecordSnapshotRequest) GetSnapshot() *DiscoverySnapshot {
@@ -2964,7 +3488,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2976,7 +3500,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2989,7 +3513,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetSnapshotRequest) GetId() string {
@@ -3010,7 +3534,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3022,7 +3546,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3035,7 +3559,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSnapshotsRequest) GetConnectionId() string {
@@ -3056,7 +3580,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3592,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3605,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*DiscoverySnapshot {
@@ -3104,7 +3628,7 @@ type DiffSnapshotsRequest struct {
 
 func (x *DiffSnapshotsRequest) Reset() {
 	*x = DiffSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3640,7 @@ func (x *DiffSnapshotsRequest) String() string {
 func (*DiffSnapshotsRequest) ProtoMessage() {}
 
 func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3653,7 @@ func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*DiffSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DiffSnapshotsRequest) GetBaseSnapshotId() string {
@@ -3159,13 +3683,17 @@ type SnapshotDiff struct {
 	Resources []*ItemChange `protobuf:"bytes,4,rep,name=resources,proto3" json:"resources,omitempty"`
 	// Whether the server info or protocol version changed.
 	ServerChanged bool `protobuf:"varint,5,opt,name=server_changed,json=serverChanged,proto3" json:"server_changed,omitempty"`
+	// Resource template changes, sorted by URI template.
+	ResourceTemplates []*ItemChange `protobuf:"bytes,6,rep,name=resource_templates,json=resourceTemplates,proto3" json:"resource_templates,omitempty"`
+	// Prompt changes, sorted by name.
+	Prompts       []*ItemChange `protobuf:"bytes,7,rep,name=prompts,proto3" json:"prompts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotDiff) Reset() {
 	*x = SnapshotDiff{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3177,7 +3705,7 @@ func (x *SnapshotDiff) String() string {
 func (*SnapshotDiff) ProtoMessage() {}
 
 func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3190,7 +3718,7 @@ func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDiff.ProtoReflect.Descriptor instead.
 func (*SnapshotDiff) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotDiff) GetBaseSnapshotId() string {
@@ -3228,10 +3756,25 @@ func (x *SnapshotDiff) GetServerChanged() bool {
 	return false
 }
 
-// ItemChange is one added, removed or changed tool or resource.
+func (x *SnapshotDiff) GetResourceTemplates() []*ItemChange {
+	if x != nil {
+		return x.ResourceTemplates
+	}
+	return nil
+}
+
+func (x *SnapshotDiff) GetPrompts() []*ItemChange {
+	if x != nil {
+		return x.Prompts
+	}
+	return nil
+}
+
+// ItemChange is one added, removed or changed tool, resource, resource
+// template or prompt.
 type ItemChange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Tool name or resource URI.
+	// Tool name, resource URI, URI template or prompt name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// What happened.
 	Kind ChangeKind `protobuf:"varint,2,opt,name=kind,proto3,enum=v0m3.registry.v1.ChangeKind" json:"kind,omitempty"`
@@ -3243,7 +3786,7 @@ type ItemChange struct {
 
 func (x *ItemChange) Reset() {
 	*x = ItemChange{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3798,7 @@ func (x *ItemChange) String() string {
 func (*ItemChange) ProtoMessage() {}
 
 func (x *ItemChange) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3811,7 @@ func (x *ItemChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemChange.ProtoReflect.Descriptor instead.
 func (*ItemChange) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ItemChange) GetName() string {
@@ -3308,7 +3851,7 @@ type HandleField struct {
 
 func (x *HandleField) Reset() {
 	*x = HandleField{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +3863,7 @@ func (x *HandleField) String() string {
 func (*HandleField) ProtoMessage() {}
 
 func (x *HandleField) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +3876,7 @@ func (x *HandleField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleField.ProtoReflect.Descriptor instead.
 func (*HandleField) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HandleField) GetField() string {
@@ -3419,7 +3962,7 @@ type Capability struct {
 
 func (x *Capability) Reset() {
 	*x = Capability{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3431,7 +3974,7 @@ func (x *Capability) String() string {
 func (*Capability) ProtoMessage() {}
 
 func (x *Capability) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3444,7 +3987,7 @@ func (x *Capability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capability.ProtoReflect.Descriptor instead.
 func (*Capability) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Capability) GetName() string {
@@ -3619,7 +4162,7 @@ type CreateCapabilityRequest struct {
 
 func (x *CreateCapabilityRequest) Reset() {
 	*x = CreateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3631,7 +4174,7 @@ func (x *CreateCapabilityRequest) String() string {
 func (*CreateCapabilityRequest) ProtoMessage() {}
 
 func (x *CreateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3644,7 +4187,7 @@ func (x *CreateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*CreateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateCapabilityRequest) GetCapability() *Capability {
@@ -3669,7 +4212,7 @@ type UpdateCapabilityRequest struct {
 
 func (x *UpdateCapabilityRequest) Reset() {
 	*x = UpdateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3681,7 +4224,7 @@ func (x *UpdateCapabilityRequest) String() string {
 func (*UpdateCapabilityRequest) ProtoMessage() {}
 
 func (x *UpdateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3694,7 +4237,7 @@ func (x *UpdateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*UpdateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UpdateCapabilityRequest) GetCapability() *Capability {
@@ -3724,7 +4267,7 @@ type DeprecateCapabilityRequest struct {
 
 func (x *DeprecateCapabilityRequest) Reset() {
 	*x = DeprecateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +4279,7 @@ func (x *DeprecateCapabilityRequest) String() string {
 func (*DeprecateCapabilityRequest) ProtoMessage() {}
 
 func (x *DeprecateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +4292,7 @@ func (x *DeprecateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeprecateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*DeprecateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeprecateCapabilityRequest) GetName() string {
@@ -3779,7 +4322,7 @@ type GetCapabilityRequest struct {
 
 func (x *GetCapabilityRequest) Reset() {
 	*x = GetCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3791,7 +4334,7 @@ func (x *GetCapabilityRequest) String() string {
 func (*GetCapabilityRequest) ProtoMessage() {}
 
 func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3804,7 +4347,7 @@ func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetCapabilityRequest) GetName() string {
@@ -3832,7 +4375,7 @@ type ListCapabilitiesRequest struct {
 
 func (x *ListCapabilitiesRequest) Reset() {
 	*x = ListCapabilitiesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3844,7 +4387,7 @@ func (x *ListCapabilitiesRequest) String() string {
 func (*ListCapabilitiesRequest) ProtoMessage() {}
 
 func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3857,7 +4400,7 @@ func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListCapabilitiesRequest) GetShowDeprecated() bool {
@@ -3878,7 +4421,7 @@ type ListCapabilitiesResponse struct {
 
 func (x *ListCapabilitiesResponse) Reset() {
 	*x = ListCapabilitiesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +4433,7 @@ func (x *ListCapabilitiesResponse) String() string {
 func (*ListCapabilitiesResponse) ProtoMessage() {}
 
 func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +4446,7 @@ func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListCapabilitiesResponse) GetCapabilities() []*Capability {
@@ -3926,7 +4469,7 @@ type ProfileNeed struct {
 
 func (x *ProfileNeed) Reset() {
 	*x = ProfileNeed{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4481,7 @@ func (x *ProfileNeed) String() string {
 func (*ProfileNeed) ProtoMessage() {}
 
 func (x *ProfileNeed) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4494,7 @@ func (x *ProfileNeed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileNeed.ProtoReflect.Descriptor instead.
 func (*ProfileNeed) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ProfileNeed) GetCapability() string {
@@ -3984,7 +4527,7 @@ type TaskBudget struct {
 
 func (x *TaskBudget) Reset() {
 	*x = TaskBudget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3996,7 +4539,7 @@ func (x *TaskBudget) String() string {
 func (*TaskBudget) ProtoMessage() {}
 
 func (x *TaskBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4009,7 +4552,7 @@ func (x *TaskBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBudget.ProtoReflect.Descriptor instead.
 func (*TaskBudget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TaskBudget) GetMaxCalls() int64 {
@@ -4066,7 +4609,7 @@ type TaskProfile struct {
 
 func (x *TaskProfile) Reset() {
 	*x = TaskProfile{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4078,7 +4621,7 @@ func (x *TaskProfile) String() string {
 func (*TaskProfile) ProtoMessage() {}
 
 func (x *TaskProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4091,7 +4634,7 @@ func (x *TaskProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskProfile.ProtoReflect.Descriptor instead.
 func (*TaskProfile) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TaskProfile) GetName() string {
@@ -4182,7 +4725,7 @@ type CreateTaskProfileRequest struct {
 
 func (x *CreateTaskProfileRequest) Reset() {
 	*x = CreateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4194,7 +4737,7 @@ func (x *CreateTaskProfileRequest) String() string {
 func (*CreateTaskProfileRequest) ProtoMessage() {}
 
 func (x *CreateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4207,7 +4750,7 @@ func (x *CreateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*CreateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateTaskProfileRequest) GetProfile() *TaskProfile {
@@ -4230,7 +4773,7 @@ type UpdateTaskProfileRequest struct {
 
 func (x *UpdateTaskProfileRequest) Reset() {
 	*x = UpdateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4242,7 +4785,7 @@ func (x *UpdateTaskProfileRequest) String() string {
 func (*UpdateTaskProfileRequest) ProtoMessage() {}
 
 func (x *UpdateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4255,7 +4798,7 @@ func (x *UpdateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UpdateTaskProfileRequest) GetProfile() *TaskProfile {
@@ -4285,7 +4828,7 @@ type DeprecateTaskProfileRequest struct {
 
 func (x *DeprecateTaskProfileRequest) Reset() {
 	*x = DeprecateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4297,7 +4840,7 @@ func (x *DeprecateTaskProfileRequest) String() string {
 func (*DeprecateTaskProfileRequest) ProtoMessage() {}
 
 func (x *DeprecateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4310,7 +4853,7 @@ func (x *DeprecateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeprecateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*DeprecateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeprecateTaskProfileRequest) GetName() string {
@@ -4340,7 +4883,7 @@ type GetTaskProfileRequest struct {
 
 func (x *GetTaskProfileRequest) Reset() {
 	*x = GetTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4352,7 +4895,7 @@ func (x *GetTaskProfileRequest) String() string {
 func (*GetTaskProfileRequest) ProtoMessage() {}
 
 func (x *GetTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4365,7 +4908,7 @@ func (x *GetTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetTaskProfileRequest) GetName() string {
@@ -4393,7 +4936,7 @@ type ListTaskProfilesRequest struct {
 
 func (x *ListTaskProfilesRequest) Reset() {
 	*x = ListTaskProfilesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4405,7 +4948,7 @@ func (x *ListTaskProfilesRequest) String() string {
 func (*ListTaskProfilesRequest) ProtoMessage() {}
 
 func (x *ListTaskProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4418,7 +4961,7 @@ func (x *ListTaskProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListTaskProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListTaskProfilesRequest) GetShowDeprecated() bool {
@@ -4439,7 +4982,7 @@ type ListTaskProfilesResponse struct {
 
 func (x *ListTaskProfilesResponse) Reset() {
 	*x = ListTaskProfilesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4451,7 +4994,7 @@ func (x *ListTaskProfilesResponse) String() string {
 func (*ListTaskProfilesResponse) ProtoMessage() {}
 
 func (x *ListTaskProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4464,7 +5007,7 @@ func (x *ListTaskProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListTaskProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{44}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListTaskProfilesResponse) GetProfiles() []*TaskProfile {
@@ -4487,7 +5030,7 @@ type RemoteTarget struct {
 
 func (x *RemoteTarget) Reset() {
 	*x = RemoteTarget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +5042,7 @@ func (x *RemoteTarget) String() string {
 func (*RemoteTarget) ProtoMessage() {}
 
 func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,7 +5055,7 @@ func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteTarget.ProtoReflect.Descriptor instead.
 func (*RemoteTarget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{45}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RemoteTarget) GetKind() RemoteKind {
@@ -4545,7 +5088,7 @@ type ArgumentBinding struct {
 
 func (x *ArgumentBinding) Reset() {
 	*x = ArgumentBinding{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4557,7 +5100,7 @@ func (x *ArgumentBinding) String() string {
 func (*ArgumentBinding) ProtoMessage() {}
 
 func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4570,7 +5113,7 @@ func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArgumentBinding.ProtoReflect.Descriptor instead.
 func (*ArgumentBinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{46}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ArgumentBinding) GetRemoteField() string {
@@ -4611,7 +5154,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4623,7 +5166,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4636,7 +5179,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{47}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Limits) GetMaxResponseBytes() int64 {
@@ -4722,14 +5265,20 @@ type Mapping struct {
 	// Remote tool that reports the status of a request by its idempotency
 	// key (called with {idempotency_key_field: key}). Empty when the server
 	// offers none. An external effect stays disabled without either.
-	StatusTool    string `protobuf:"bytes,23,opt,name=status_tool,json=statusTool,proto3" json:"status_tool,omitempty"`
+	StatusTool string `protobuf:"bytes,23,opt,name=status_tool,json=statusTool,proto3" json:"status_tool,omitempty"`
+	// Output only. Digests of the rest of the target's remote identity at
+	// review (title, output schema, annotations, execution, icons; for a
+	// resource its media type and the templates that match its URI); a
+	// change in any of them sends an active mapping to review. Absent on
+	// mappings proposed before these were recorded.
+	TargetDigests *TargetDigests `protobuf:"bytes,30,opt,name=target_digests,json=targetDigests,proto3" json:"target_digests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Mapping) Reset() {
 	*x = Mapping{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4741,7 +5290,7 @@ func (x *Mapping) String() string {
 func (*Mapping) ProtoMessage() {}
 
 func (x *Mapping) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4754,7 +5303,7 @@ func (x *Mapping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mapping.ProtoReflect.Descriptor instead.
 func (*Mapping) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Mapping) GetId() string {
@@ -4918,6 +5467,115 @@ func (x *Mapping) GetStatusTool() string {
 	return ""
 }
 
+func (x *Mapping) GetTargetDigests() *TargetDigests {
+	if x != nil {
+		return x.TargetDigests
+	}
+	return nil
+}
+
+// TargetDigests are the digests of a mapping target's remote identity that
+// a reviewer judged, beyond its input schema and description.
+type TargetDigests struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Title digest of the tool or resource.
+	TitleDigest string `protobuf:"bytes,1,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
+	// Output schema digest of a tool ("" if none).
+	OutputSchemaDigest string `protobuf:"bytes,2,opt,name=output_schema_digest,json=outputSchemaDigest,proto3" json:"output_schema_digest,omitempty"`
+	// Annotations digest ("" if none).
+	AnnotationsDigest string `protobuf:"bytes,3,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
+	// Execution digest of a tool ("" if none).
+	ExecutionDigest string `protobuf:"bytes,4,opt,name=execution_digest,json=executionDigest,proto3" json:"execution_digest,omitempty"`
+	// Icons digest ("" if none).
+	IconsDigest string `protobuf:"bytes,5,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
+	// Declared media type of a resource.
+	MimeType string `protobuf:"bytes,6,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// Digest of the resource templates whose URI template matches a
+	// resource's URI, with their digests ("" if none matches).
+	ResourceTemplatesDigest string `protobuf:"bytes,7,opt,name=resource_templates_digest,json=resourceTemplatesDigest,proto3" json:"resource_templates_digest,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *TargetDigests) Reset() {
+	*x = TargetDigests{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetDigests) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetDigests) ProtoMessage() {}
+
+func (x *TargetDigests) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetDigests.ProtoReflect.Descriptor instead.
+func (*TargetDigests) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *TargetDigests) GetTitleDigest() string {
+	if x != nil {
+		return x.TitleDigest
+	}
+	return ""
+}
+
+func (x *TargetDigests) GetOutputSchemaDigest() string {
+	if x != nil {
+		return x.OutputSchemaDigest
+	}
+	return ""
+}
+
+func (x *TargetDigests) GetAnnotationsDigest() string {
+	if x != nil {
+		return x.AnnotationsDigest
+	}
+	return ""
+}
+
+func (x *TargetDigests) GetExecutionDigest() string {
+	if x != nil {
+		return x.ExecutionDigest
+	}
+	return ""
+}
+
+func (x *TargetDigests) GetIconsDigest() string {
+	if x != nil {
+		return x.IconsDigest
+	}
+	return ""
+}
+
+func (x *TargetDigests) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *TargetDigests) GetResourceTemplatesDigest() string {
+	if x != nil {
+		return x.ResourceTemplatesDigest
+	}
+	return ""
+}
+
 // ProposeMappingRequest proposes a mapping or a new revision of one.
 type ProposeMappingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4950,7 +5608,7 @@ type ProposeMappingRequest struct {
 
 func (x *ProposeMappingRequest) Reset() {
 	*x = ProposeMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4962,7 +5620,7 @@ func (x *ProposeMappingRequest) String() string {
 func (*ProposeMappingRequest) ProtoMessage() {}
 
 func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4975,7 +5633,7 @@ func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeMappingRequest.ProtoReflect.Descriptor instead.
 func (*ProposeMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ProposeMappingRequest) GetMappingId() string {
@@ -5065,7 +5723,7 @@ type ReviewMappingRequest struct {
 
 func (x *ReviewMappingRequest) Reset() {
 	*x = ReviewMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5077,7 +5735,7 @@ func (x *ReviewMappingRequest) String() string {
 func (*ReviewMappingRequest) ProtoMessage() {}
 
 func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5090,7 +5748,7 @@ func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewMappingRequest.ProtoReflect.Descriptor instead.
 func (*ReviewMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReviewMappingRequest) GetMappingId() string {
@@ -5134,7 +5792,7 @@ type GetMappingRequest struct {
 
 func (x *GetMappingRequest) Reset() {
 	*x = GetMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5146,7 +5804,7 @@ func (x *GetMappingRequest) String() string {
 func (*GetMappingRequest) ProtoMessage() {}
 
 func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5159,7 +5817,7 @@ func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMappingRequest.ProtoReflect.Descriptor instead.
 func (*GetMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetMappingRequest) GetId() string {
@@ -5191,7 +5849,7 @@ type ListMappingsRequest struct {
 
 func (x *ListMappingsRequest) Reset() {
 	*x = ListMappingsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5203,7 +5861,7 @@ func (x *ListMappingsRequest) String() string {
 func (*ListMappingsRequest) ProtoMessage() {}
 
 func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5216,7 +5874,7 @@ func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsRequest.ProtoReflect.Descriptor instead.
 func (*ListMappingsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListMappingsRequest) GetCapability() string {
@@ -5251,7 +5909,7 @@ type ListMappingsResponse struct {
 
 func (x *ListMappingsResponse) Reset() {
 	*x = ListMappingsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5263,7 +5921,7 @@ func (x *ListMappingsResponse) String() string {
 func (*ListMappingsResponse) ProtoMessage() {}
 
 func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5276,7 +5934,7 @@ func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsResponse.ProtoReflect.Descriptor instead.
 func (*ListMappingsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListMappingsResponse) GetMappings() []*Mapping {
@@ -5304,7 +5962,7 @@ type ResolveMappingRequest struct {
 
 func (x *ResolveMappingRequest) Reset() {
 	*x = ResolveMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5316,7 +5974,7 @@ func (x *ResolveMappingRequest) String() string {
 func (*ResolveMappingRequest) ProtoMessage() {}
 
 func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5329,7 +5987,7 @@ func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveMappingRequest.ProtoReflect.Descriptor instead.
 func (*ResolveMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResolveMappingRequest) GetCapability() string {
@@ -5371,7 +6029,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5383,7 +6041,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5396,7 +6054,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WatchEventsRequest) GetAfterSequence() int64 {
@@ -5431,7 +6089,7 @@ type RegistryEvent struct {
 
 func (x *RegistryEvent) Reset() {
 	*x = RegistryEvent{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5443,7 +6101,7 @@ func (x *RegistryEvent) String() string {
 func (*RegistryEvent) ProtoMessage() {}
 
 func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5456,7 +6114,7 @@ func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryEvent.ProtoReflect.Descriptor instead.
 func (*RegistryEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RegistryEvent) GetSequence() int64 {
@@ -5657,7 +6315,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\aapprove\x18\x03 \x01(\bR\aapprove\x12\x12\n" +
 	"\x04note\x18\x04 \x01(\tR\x04note\"]\n" +
 	"\x1bListConfigRevisionsResponse\x12>\n" +
-	"\trevisions\x18\x01 \x03(\v2 .v0m3.registry.v1.ConfigRevisionR\trevisions\"\xac\x03\n" +
+	"\trevisions\x18\x01 \x03(\v2 .v0m3.registry.v1.ConfigRevisionR\trevisions\"\xc3\x04\n" +
 	"\x11DiscoverySnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
 	"\rconnection_id\x18\x02 \x01(\tR\fconnectionId\x12'\n" +
@@ -5668,7 +6326,10 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x05tools\x18\x06 \x03(\v2\x1e.v0m3.registry.v1.ToolIdentityR\x05tools\x12@\n" +
 	"\tresources\x18\a \x03(\v2\".v0m3.registry.v1.ResourceIdentityR\tresources\x12?\n" +
 	"\rretrieve_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fretrieveTime\x12\x16\n" +
-	"\x06digest\x18\t \x01(\tR\x06digest\"\xcf\x03\n" +
+	"\x06digest\x18\t \x01(\tR\x06digest\x12Y\n" +
+	"\x12resource_templates\x18\n" +
+	" \x03(\v2*.v0m3.registry.v1.ResourceTemplateIdentityR\x11resourceTemplates\x12:\n" +
+	"\aprompts\x18\v \x03(\v2 .v0m3.registry.v1.PromptIdentityR\aprompts\"\xa5\x05\n" +
 	"\fToolIdentity\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12 \n" +
@@ -5680,7 +6341,12 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x14output_schema_digest\x18\b \x01(\tR\x12outputSchemaDigest\x12-\n" +
 	"\x12annotations_digest\x18\t \x01(\tR\x11annotationsDigest\x12-\n" +
 	"\x12description_digest\x18\n" +
-	" \x01(\tR\x11descriptionDigest\"\xd0\x01\n" +
+	" \x01(\tR\x11descriptionDigest\x12!\n" +
+	"\ftitle_digest\x18\v \x01(\tR\vtitleDigest\x125\n" +
+	"\texecution\x18\f \x01(\v2\x17.google.protobuf.StructR\texecution\x12)\n" +
+	"\x10execution_digest\x18\r \x01(\tR\x0fexecutionDigest\x12,\n" +
+	"\x05icons\x18\x0e \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12!\n" +
+	"\ficons_digest\x18\x0f \x01(\tR\viconsDigest\"\xae\x03\n" +
 	"\x10ResourceIdentity\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -5688,7 +6354,46 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x1b\n" +
 	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x12\x12\n" +
 	"\x04size\x18\x06 \x01(\x03R\x04size\x12-\n" +
-	"\x12description_digest\x18\a \x01(\tR\x11descriptionDigest\"X\n" +
+	"\x12description_digest\x18\a \x01(\tR\x11descriptionDigest\x129\n" +
+	"\vannotations\x18\b \x01(\v2\x17.google.protobuf.StructR\vannotations\x12-\n" +
+	"\x12annotations_digest\x18\t \x01(\tR\x11annotationsDigest\x12,\n" +
+	"\x05icons\x18\n" +
+	" \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12!\n" +
+	"\ficons_digest\x18\v \x01(\tR\viconsDigest\x12!\n" +
+	"\ftitle_digest\x18\f \x01(\tR\vtitleDigest\"\xb3\x03\n" +
+	"\x18ResourceTemplateIdentity\x12!\n" +
+	"\furi_template\x18\x01 \x01(\tR\vuriTemplate\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x1b\n" +
+	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x129\n" +
+	"\vannotations\x18\x06 \x01(\v2\x17.google.protobuf.StructR\vannotations\x12,\n" +
+	"\x05icons\x18\a \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12-\n" +
+	"\x12description_digest\x18\b \x01(\tR\x11descriptionDigest\x12-\n" +
+	"\x12annotations_digest\x18\t \x01(\tR\x11annotationsDigest\x12!\n" +
+	"\ficons_digest\x18\n" +
+	" \x01(\tR\viconsDigest\x12!\n" +
+	"\ftitle_digest\x18\v \x01(\tR\vtitleDigest\"\xea\x02\n" +
+	"\x0ePromptIdentity\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12>\n" +
+	"\targuments\x18\x04 \x03(\v2 .v0m3.registry.v1.PromptArgumentR\targuments\x12,\n" +
+	"\x05icons\x18\x05 \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12-\n" +
+	"\x12description_digest\x18\x06 \x01(\tR\x11descriptionDigest\x12)\n" +
+	"\x10arguments_digest\x18\a \x01(\tR\x0fargumentsDigest\x12!\n" +
+	"\ficons_digest\x18\b \x01(\tR\viconsDigest\x12!\n" +
+	"\ftitle_digest\x18\t \x01(\tR\vtitleDigest\"x\n" +
+	"\x0ePromptArgument\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x1a\n" +
+	"\brequired\x18\x04 \x01(\bR\brequired\"a\n" +
+	"\x04Icon\x12\x10\n" +
+	"\x03src\x18\x01 \x01(\tR\x03src\x12\x1b\n" +
+	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x14\n" +
+	"\x05sizes\x18\x03 \x03(\tR\x05sizes\x12\x14\n" +
+	"\x05theme\x18\x04 \x01(\tR\x05theme\"X\n" +
 	"\x15RecordSnapshotRequest\x12?\n" +
 	"\bsnapshot\x18\x01 \x01(\v2#.v0m3.registry.v1.DiscoverySnapshotR\bsnapshot\"$\n" +
 	"\x12GetSnapshotRequest\x12\x0e\n" +
@@ -5699,13 +6404,15 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\tsnapshots\x18\x01 \x03(\v2#.v0m3.registry.v1.DiscoverySnapshotR\tsnapshots\"n\n" +
 	"\x14DiffSnapshotsRequest\x12(\n" +
 	"\x10base_snapshot_id\x18\x01 \x01(\tR\x0ebaseSnapshotId\x12,\n" +
-	"\x12target_snapshot_id\x18\x02 \x01(\tR\x10targetSnapshotId\"\xfd\x01\n" +
+	"\x12target_snapshot_id\x18\x02 \x01(\tR\x10targetSnapshotId\"\x82\x03\n" +
 	"\fSnapshotDiff\x12(\n" +
 	"\x10base_snapshot_id\x18\x01 \x01(\tR\x0ebaseSnapshotId\x12,\n" +
 	"\x12target_snapshot_id\x18\x02 \x01(\tR\x10targetSnapshotId\x122\n" +
 	"\x05tools\x18\x03 \x03(\v2\x1c.v0m3.registry.v1.ItemChangeR\x05tools\x12:\n" +
 	"\tresources\x18\x04 \x03(\v2\x1c.v0m3.registry.v1.ItemChangeR\tresources\x12%\n" +
-	"\x0eserver_changed\x18\x05 \x01(\bR\rserverChanged\"{\n" +
+	"\x0eserver_changed\x18\x05 \x01(\bR\rserverChanged\x12K\n" +
+	"\x12resource_templates\x18\x06 \x03(\v2\x1c.v0m3.registry.v1.ItemChangeR\x11resourceTemplates\x126\n" +
+	"\aprompts\x18\a \x03(\v2\x1c.v0m3.registry.v1.ItemChangeR\aprompts\"{\n" +
 	"\n" +
 	"ItemChange\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
@@ -5817,7 +6524,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x12max_response_bytes\x18\x01 \x01(\x03R\x10maxResponseBytes\x12\x1b\n" +
 	"\tmax_items\x18\x02 \x01(\x05R\bmaxItems\x12.\n" +
 	"\x13allowed_media_types\x18\x03 \x03(\tR\x11allowedMediaTypes\x126\n" +
-	"\x17asset_reference_allowed\x18\x04 \x01(\bR\x15assetReferenceAllowed\"\xf3\a\n" +
+	"\x17asset_reference_allowed\x18\x04 \x01(\bR\x15assetReferenceAllowed\"\xbb\b\n" +
 	"\aMapping\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x1e\n" +
@@ -5851,7 +6558,16 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x12remote_description\x18\x15 \x01(\tR\x11remoteDescription\x122\n" +
 	"\x15idempotency_key_field\x18\x16 \x01(\tR\x13idempotencyKeyField\x12\x1f\n" +
 	"\vstatus_tool\x18\x17 \x01(\tR\n" +
-	"statusTool\"\xe9\x03\n" +
+	"statusTool\x12F\n" +
+	"\x0etarget_digests\x18\x1e \x01(\v2\x1f.v0m3.registry.v1.TargetDigestsR\rtargetDigests\"\xba\x02\n" +
+	"\rTargetDigests\x12!\n" +
+	"\ftitle_digest\x18\x01 \x01(\tR\vtitleDigest\x120\n" +
+	"\x14output_schema_digest\x18\x02 \x01(\tR\x12outputSchemaDigest\x12-\n" +
+	"\x12annotations_digest\x18\x03 \x01(\tR\x11annotationsDigest\x12)\n" +
+	"\x10execution_digest\x18\x04 \x01(\tR\x0fexecutionDigest\x12!\n" +
+	"\ficons_digest\x18\x05 \x01(\tR\viconsDigest\x12\x1b\n" +
+	"\tmime_type\x18\x06 \x01(\tR\bmimeType\x12:\n" +
+	"\x19resource_templates_digest\x18\a \x01(\tR\x17resourceTemplatesDigest\"\xe9\x03\n" +
 	"\x15ProposeMappingRequest\x12\x1d\n" +
 	"\n" +
 	"mapping_id\x18\x01 \x01(\tR\tmappingId\x12\x1e\n" +
@@ -5979,7 +6695,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"RemoteKind\x12\x1b\n" +
 	"\x17REMOTE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10REMOTE_KIND_TOOL\x10\x01\x12\x18\n" +
-	"\x14REMOTE_KIND_RESOURCE\x10\x02*\xef\x04\n" +
+	"\x14REMOTE_KIND_RESOURCE\x10\x02*\x98\x05\n" +
 	"\x11RegistryEventType\x12#\n" +
 	"\x1fREGISTRY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12*\n" +
 	"&REGISTRY_EVENT_TYPE_CONNECTION_CREATED\x10\x01\x12&\n" +
@@ -5995,7 +6711,8 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x12*\n" +
 	"&REGISTRY_EVENT_TYPE_CAPABILITY_REVISED\x10\v\x12-\n" +
 	")REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED\x10\f\x12'\n" +
-	"#REGISTRY_EVENT_TYPE_PROFILE_REVISED\x10\r2\xfc\x13\n" +
+	"#REGISTRY_EVENT_TYPE_PROFILE_REVISED\x10\r\x12'\n" +
+	"#REGISTRY_EVENT_TYPE_SURFACE_CHANGED\x10\x0e2\xfc\x13\n" +
 	"\x0fRegistryService\x12[\n" +
 	"\x10CreateConnection\x12).v0m3.registry.v1.CreateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
 	"\rGetConnection\x12&.v0m3.registry.v1.GetConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12f\n" +
@@ -6039,7 +6756,7 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 15)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(IdentityKind)(0),                   // 0: v0m3.registry.v1.IdentityKind
 	(Enforcement)(0),                    // 1: v0m3.registry.v1.Enforcement
@@ -6077,45 +6794,50 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(*DiscoverySnapshot)(nil),           // 33: v0m3.registry.v1.DiscoverySnapshot
 	(*ToolIdentity)(nil),                // 34: v0m3.registry.v1.ToolIdentity
 	(*ResourceIdentity)(nil),            // 35: v0m3.registry.v1.ResourceIdentity
-	(*RecordSnapshotRequest)(nil),       // 36: v0m3.registry.v1.RecordSnapshotRequest
-	(*GetSnapshotRequest)(nil),          // 37: v0m3.registry.v1.GetSnapshotRequest
-	(*ListSnapshotsRequest)(nil),        // 38: v0m3.registry.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 39: v0m3.registry.v1.ListSnapshotsResponse
-	(*DiffSnapshotsRequest)(nil),        // 40: v0m3.registry.v1.DiffSnapshotsRequest
-	(*SnapshotDiff)(nil),                // 41: v0m3.registry.v1.SnapshotDiff
-	(*ItemChange)(nil),                  // 42: v0m3.registry.v1.ItemChange
-	(*HandleField)(nil),                 // 43: v0m3.registry.v1.HandleField
-	(*Capability)(nil),                  // 44: v0m3.registry.v1.Capability
-	(*CreateCapabilityRequest)(nil),     // 45: v0m3.registry.v1.CreateCapabilityRequest
-	(*UpdateCapabilityRequest)(nil),     // 46: v0m3.registry.v1.UpdateCapabilityRequest
-	(*DeprecateCapabilityRequest)(nil),  // 47: v0m3.registry.v1.DeprecateCapabilityRequest
-	(*GetCapabilityRequest)(nil),        // 48: v0m3.registry.v1.GetCapabilityRequest
-	(*ListCapabilitiesRequest)(nil),     // 49: v0m3.registry.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil),    // 50: v0m3.registry.v1.ListCapabilitiesResponse
-	(*ProfileNeed)(nil),                 // 51: v0m3.registry.v1.ProfileNeed
-	(*TaskBudget)(nil),                  // 52: v0m3.registry.v1.TaskBudget
-	(*TaskProfile)(nil),                 // 53: v0m3.registry.v1.TaskProfile
-	(*CreateTaskProfileRequest)(nil),    // 54: v0m3.registry.v1.CreateTaskProfileRequest
-	(*UpdateTaskProfileRequest)(nil),    // 55: v0m3.registry.v1.UpdateTaskProfileRequest
-	(*DeprecateTaskProfileRequest)(nil), // 56: v0m3.registry.v1.DeprecateTaskProfileRequest
-	(*GetTaskProfileRequest)(nil),       // 57: v0m3.registry.v1.GetTaskProfileRequest
-	(*ListTaskProfilesRequest)(nil),     // 58: v0m3.registry.v1.ListTaskProfilesRequest
-	(*ListTaskProfilesResponse)(nil),    // 59: v0m3.registry.v1.ListTaskProfilesResponse
-	(*RemoteTarget)(nil),                // 60: v0m3.registry.v1.RemoteTarget
-	(*ArgumentBinding)(nil),             // 61: v0m3.registry.v1.ArgumentBinding
-	(*Limits)(nil),                      // 62: v0m3.registry.v1.Limits
-	(*Mapping)(nil),                     // 63: v0m3.registry.v1.Mapping
-	(*ProposeMappingRequest)(nil),       // 64: v0m3.registry.v1.ProposeMappingRequest
-	(*ReviewMappingRequest)(nil),        // 65: v0m3.registry.v1.ReviewMappingRequest
-	(*GetMappingRequest)(nil),           // 66: v0m3.registry.v1.GetMappingRequest
-	(*ListMappingsRequest)(nil),         // 67: v0m3.registry.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),        // 68: v0m3.registry.v1.ListMappingsResponse
-	(*ResolveMappingRequest)(nil),       // 69: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 70: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 71: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 72: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 73: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 74: google.protobuf.Struct
+	(*ResourceTemplateIdentity)(nil),    // 36: v0m3.registry.v1.ResourceTemplateIdentity
+	(*PromptIdentity)(nil),              // 37: v0m3.registry.v1.PromptIdentity
+	(*PromptArgument)(nil),              // 38: v0m3.registry.v1.PromptArgument
+	(*Icon)(nil),                        // 39: v0m3.registry.v1.Icon
+	(*RecordSnapshotRequest)(nil),       // 40: v0m3.registry.v1.RecordSnapshotRequest
+	(*GetSnapshotRequest)(nil),          // 41: v0m3.registry.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),        // 42: v0m3.registry.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 43: v0m3.registry.v1.ListSnapshotsResponse
+	(*DiffSnapshotsRequest)(nil),        // 44: v0m3.registry.v1.DiffSnapshotsRequest
+	(*SnapshotDiff)(nil),                // 45: v0m3.registry.v1.SnapshotDiff
+	(*ItemChange)(nil),                  // 46: v0m3.registry.v1.ItemChange
+	(*HandleField)(nil),                 // 47: v0m3.registry.v1.HandleField
+	(*Capability)(nil),                  // 48: v0m3.registry.v1.Capability
+	(*CreateCapabilityRequest)(nil),     // 49: v0m3.registry.v1.CreateCapabilityRequest
+	(*UpdateCapabilityRequest)(nil),     // 50: v0m3.registry.v1.UpdateCapabilityRequest
+	(*DeprecateCapabilityRequest)(nil),  // 51: v0m3.registry.v1.DeprecateCapabilityRequest
+	(*GetCapabilityRequest)(nil),        // 52: v0m3.registry.v1.GetCapabilityRequest
+	(*ListCapabilitiesRequest)(nil),     // 53: v0m3.registry.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),    // 54: v0m3.registry.v1.ListCapabilitiesResponse
+	(*ProfileNeed)(nil),                 // 55: v0m3.registry.v1.ProfileNeed
+	(*TaskBudget)(nil),                  // 56: v0m3.registry.v1.TaskBudget
+	(*TaskProfile)(nil),                 // 57: v0m3.registry.v1.TaskProfile
+	(*CreateTaskProfileRequest)(nil),    // 58: v0m3.registry.v1.CreateTaskProfileRequest
+	(*UpdateTaskProfileRequest)(nil),    // 59: v0m3.registry.v1.UpdateTaskProfileRequest
+	(*DeprecateTaskProfileRequest)(nil), // 60: v0m3.registry.v1.DeprecateTaskProfileRequest
+	(*GetTaskProfileRequest)(nil),       // 61: v0m3.registry.v1.GetTaskProfileRequest
+	(*ListTaskProfilesRequest)(nil),     // 62: v0m3.registry.v1.ListTaskProfilesRequest
+	(*ListTaskProfilesResponse)(nil),    // 63: v0m3.registry.v1.ListTaskProfilesResponse
+	(*RemoteTarget)(nil),                // 64: v0m3.registry.v1.RemoteTarget
+	(*ArgumentBinding)(nil),             // 65: v0m3.registry.v1.ArgumentBinding
+	(*Limits)(nil),                      // 66: v0m3.registry.v1.Limits
+	(*Mapping)(nil),                     // 67: v0m3.registry.v1.Mapping
+	(*TargetDigests)(nil),               // 68: v0m3.registry.v1.TargetDigests
+	(*ProposeMappingRequest)(nil),       // 69: v0m3.registry.v1.ProposeMappingRequest
+	(*ReviewMappingRequest)(nil),        // 70: v0m3.registry.v1.ReviewMappingRequest
+	(*GetMappingRequest)(nil),           // 71: v0m3.registry.v1.GetMappingRequest
+	(*ListMappingsRequest)(nil),         // 72: v0m3.registry.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),        // 73: v0m3.registry.v1.ListMappingsResponse
+	(*ResolveMappingRequest)(nil),       // 74: v0m3.registry.v1.ResolveMappingRequest
+	(*WatchEventsRequest)(nil),          // 75: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 76: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 77: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 78: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 79: google.protobuf.Struct
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	16,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
@@ -6123,14 +6845,14 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	4,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
 	20,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
 	21,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	73,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	73,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	73,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	73,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	78,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	78,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	78,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	78,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
 	17,  // 9: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
 	18,  // 10: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
 	19,  // 11: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	72,  // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	77,  // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
 	2,   // 13: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
 	22,  // 14: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
 	1,   // 15: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
@@ -6138,7 +6860,7 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	1,   // 17: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
 	0,   // 18: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
 	16,  // 19: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	73,  // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	78,  // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
 	16,  // 21: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
 	15,  // 22: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
 	16,  // 23: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
@@ -6147,110 +6869,123 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	20,  // 26: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
 	34,  // 27: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
 	35,  // 28: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	73,  // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	74,  // 30: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	74,  // 31: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	74,  // 32: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	33,  // 33: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	33,  // 34: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	42,  // 35: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	42,  // 36: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
-	5,   // 37: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
-	6,   // 38: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	74,  // 39: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
-	7,   // 40: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	43,  // 41: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
-	8,   // 42: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
-	62,  // 43: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
-	9,   // 44: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
-	10,  // 45: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	73,  // 46: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
-	44,  // 47: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	44,  // 48: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	44,  // 49: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
-	11,  // 50: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
-	51,  // 51: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
-	52,  // 52: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
-	10,  // 53: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	73,  // 54: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
-	53,  // 55: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	53,  // 56: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	53,  // 57: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
-	13,  // 58: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	60,  // 59: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	61,  // 60: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	74,  // 61: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	62,  // 62: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	12,  // 63: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	73,  // 64: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	73,  // 65: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	60,  // 66: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	61,  // 67: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	74,  // 68: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	62,  // 69: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	12,  // 70: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	63,  // 71: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	14,  // 72: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	73,  // 73: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	24,  // 74: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	25,  // 75: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	26,  // 76: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	28,  // 77: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	29,  // 78: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	30,  // 79: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	31,  // 80: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	36,  // 81: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	37,  // 82: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	38,  // 83: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	40,  // 84: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	45,  // 85: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	46,  // 86: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	47,  // 87: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	48,  // 88: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	49,  // 89: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	54,  // 90: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	55,  // 91: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	56,  // 92: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	57,  // 93: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	58,  // 94: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	64,  // 95: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	65,  // 96: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	66,  // 97: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	67,  // 98: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	69,  // 99: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	70,  // 100: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	15,  // 101: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	15,  // 102: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	27,  // 103: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	15,  // 104: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	15,  // 105: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	32,  // 106: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	15,  // 107: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	33,  // 108: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	33,  // 109: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	39,  // 110: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	41,  // 111: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	44,  // 112: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	44,  // 113: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	44,  // 114: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	44,  // 115: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	50,  // 116: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	53,  // 117: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	53,  // 118: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	53,  // 119: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	53,  // 120: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	59,  // 121: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	63,  // 122: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	63,  // 123: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	63,  // 124: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	68,  // 125: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	63,  // 126: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	71,  // 127: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	101, // [101:128] is the sub-list for method output_type
-	74,  // [74:101] is the sub-list for method input_type
-	74,  // [74:74] is the sub-list for extension type_name
-	74,  // [74:74] is the sub-list for extension extendee
-	0,   // [0:74] is the sub-list for field type_name
+	78,  // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	36,  // 30: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
+	37,  // 31: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
+	79,  // 32: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	79,  // 33: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	79,  // 34: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	79,  // 35: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
+	39,  // 36: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	79,  // 37: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
+	39,  // 38: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	79,  // 39: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
+	39,  // 40: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	38,  // 41: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
+	39,  // 42: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	33,  // 43: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	33,  // 44: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	46,  // 45: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	46,  // 46: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	46,  // 47: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
+	46,  // 48: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
+	5,   // 49: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
+	6,   // 50: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	79,  // 51: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	7,   // 52: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
+	47,  // 53: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
+	8,   // 54: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
+	66,  // 55: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
+	9,   // 56: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
+	10,  // 57: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
+	78,  // 58: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	48,  // 59: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	48,  // 60: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	48,  // 61: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	11,  // 62: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
+	55,  // 63: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
+	56,  // 64: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
+	10,  // 65: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
+	78,  // 66: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	57,  // 67: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	57,  // 68: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	57,  // 69: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
+	13,  // 70: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
+	64,  // 71: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	65,  // 72: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	79,  // 73: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	66,  // 74: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	12,  // 75: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	78,  // 76: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	78,  // 77: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	68,  // 78: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
+	64,  // 79: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	65,  // 80: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	79,  // 81: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	66,  // 82: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	12,  // 83: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	67,  // 84: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	14,  // 85: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	78,  // 86: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	24,  // 87: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	25,  // 88: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	26,  // 89: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	28,  // 90: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	29,  // 91: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	30,  // 92: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	31,  // 93: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	40,  // 94: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	41,  // 95: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	42,  // 96: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	44,  // 97: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	49,  // 98: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	50,  // 99: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	51,  // 100: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	52,  // 101: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	53,  // 102: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	58,  // 103: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	59,  // 104: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	60,  // 105: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	61,  // 106: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	62,  // 107: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	69,  // 108: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	70,  // 109: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	71,  // 110: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	72,  // 111: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	74,  // 112: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	75,  // 113: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	15,  // 114: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	15,  // 115: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	27,  // 116: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	15,  // 117: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	15,  // 118: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	32,  // 119: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	15,  // 120: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	33,  // 121: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	33,  // 122: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	43,  // 123: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	45,  // 124: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	48,  // 125: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	48,  // 126: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	48,  // 127: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	48,  // 128: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	54,  // 129: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	57,  // 130: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	57,  // 131: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	57,  // 132: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	57,  // 133: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	63,  // 134: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	67,  // 135: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	67,  // 136: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	67,  // 137: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	73,  // 138: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	67,  // 139: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	76,  // 140: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	114, // [114:141] is the sub-list for method output_type
+	87,  // [87:114] is the sub-list for method input_type
+	87,  // [87:87] is the sub-list for extension type_name
+	87,  // [87:87] is the sub-list for extension extendee
+	0,   // [0:87] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -6269,7 +7004,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      15,
-			NumMessages:   58,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
