@@ -5267,10 +5267,10 @@ type Mapping struct {
 	// offers none. An external effect stays disabled without either.
 	StatusTool string `protobuf:"bytes,23,opt,name=status_tool,json=statusTool,proto3" json:"status_tool,omitempty"`
 	// Output only. Digests of the rest of the target's remote identity at
-	// review (title, output schema, annotations, execution, icons; for a
-	// resource its media type and the templates that match its URI); a
-	// change in any of them sends an active mapping to review. Absent on
-	// mappings proposed before these were recorded.
+	// review (title, annotations, execution, icons; for a resource its media
+	// type and the templates that match its URI); a change in any of them
+	// sends an active mapping to review. Absent on mappings proposed before
+	// these were recorded. An output schema change alone does not.
 	TargetDigests *TargetDigests `protobuf:"bytes,30,opt,name=target_digests,json=targetDigests,proto3" json:"target_digests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -5480,19 +5480,17 @@ type TargetDigests struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Title digest of the tool or resource.
 	TitleDigest string `protobuf:"bytes,1,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
-	// Output schema digest of a tool ("" if none).
-	OutputSchemaDigest string `protobuf:"bytes,2,opt,name=output_schema_digest,json=outputSchemaDigest,proto3" json:"output_schema_digest,omitempty"`
 	// Annotations digest ("" if none).
-	AnnotationsDigest string `protobuf:"bytes,3,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
+	AnnotationsDigest string `protobuf:"bytes,2,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
 	// Execution digest of a tool ("" if none).
-	ExecutionDigest string `protobuf:"bytes,4,opt,name=execution_digest,json=executionDigest,proto3" json:"execution_digest,omitempty"`
+	ExecutionDigest string `protobuf:"bytes,3,opt,name=execution_digest,json=executionDigest,proto3" json:"execution_digest,omitempty"`
 	// Icons digest ("" if none).
-	IconsDigest string `protobuf:"bytes,5,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
+	IconsDigest string `protobuf:"bytes,4,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
 	// Declared media type of a resource.
-	MimeType string `protobuf:"bytes,6,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	MimeType string `protobuf:"bytes,5,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
 	// Digest of the resource templates whose URI template matches a
 	// resource's URI, with their digests ("" if none matches).
-	ResourceTemplatesDigest string `protobuf:"bytes,7,opt,name=resource_templates_digest,json=resourceTemplatesDigest,proto3" json:"resource_templates_digest,omitempty"`
+	ResourceTemplatesDigest string `protobuf:"bytes,6,opt,name=resource_templates_digest,json=resourceTemplatesDigest,proto3" json:"resource_templates_digest,omitempty"`
 	unknownFields           protoimpl.UnknownFields
 	sizeCache               protoimpl.SizeCache
 }
@@ -5530,13 +5528,6 @@ func (*TargetDigests) Descriptor() ([]byte, []int) {
 func (x *TargetDigests) GetTitleDigest() string {
 	if x != nil {
 		return x.TitleDigest
-	}
-	return ""
-}
-
-func (x *TargetDigests) GetOutputSchemaDigest() string {
-	if x != nil {
-		return x.OutputSchemaDigest
 	}
 	return ""
 }
@@ -6559,15 +6550,14 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x15idempotency_key_field\x18\x16 \x01(\tR\x13idempotencyKeyField\x12\x1f\n" +
 	"\vstatus_tool\x18\x17 \x01(\tR\n" +
 	"statusTool\x12F\n" +
-	"\x0etarget_digests\x18\x1e \x01(\v2\x1f.v0m3.registry.v1.TargetDigestsR\rtargetDigests\"\xba\x02\n" +
+	"\x0etarget_digests\x18\x1e \x01(\v2\x1f.v0m3.registry.v1.TargetDigestsR\rtargetDigests\"\x88\x02\n" +
 	"\rTargetDigests\x12!\n" +
-	"\ftitle_digest\x18\x01 \x01(\tR\vtitleDigest\x120\n" +
-	"\x14output_schema_digest\x18\x02 \x01(\tR\x12outputSchemaDigest\x12-\n" +
-	"\x12annotations_digest\x18\x03 \x01(\tR\x11annotationsDigest\x12)\n" +
-	"\x10execution_digest\x18\x04 \x01(\tR\x0fexecutionDigest\x12!\n" +
-	"\ficons_digest\x18\x05 \x01(\tR\viconsDigest\x12\x1b\n" +
-	"\tmime_type\x18\x06 \x01(\tR\bmimeType\x12:\n" +
-	"\x19resource_templates_digest\x18\a \x01(\tR\x17resourceTemplatesDigest\"\xe9\x03\n" +
+	"\ftitle_digest\x18\x01 \x01(\tR\vtitleDigest\x12-\n" +
+	"\x12annotations_digest\x18\x02 \x01(\tR\x11annotationsDigest\x12)\n" +
+	"\x10execution_digest\x18\x03 \x01(\tR\x0fexecutionDigest\x12!\n" +
+	"\ficons_digest\x18\x04 \x01(\tR\viconsDigest\x12\x1b\n" +
+	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x12:\n" +
+	"\x19resource_templates_digest\x18\x06 \x01(\tR\x17resourceTemplatesDigest\"\xe9\x03\n" +
 	"\x15ProposeMappingRequest\x12\x1d\n" +
 	"\n" +
 	"mapping_id\x18\x01 \x01(\tR\tmappingId\x12\x1e\n" +
