@@ -86,9 +86,9 @@ func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (
 	snap, err := describeStable(ctx, ss)
 	if errors.Is(err, errUnstable) {
 		s.log.Warn("discovery: the server's lists kept changing", "connection_id", conn.GetId(), "listings", maxListings)
-		s.reportHealth(ctx, conn.GetId(), false, "tool or resource list kept changing during discovery")
+		s.reportHealth(ctx, conn.GetId(), false, "the server's lists kept changing during discovery")
 		return nil, apierror.New(codes.Unavailable, "DISCOVERY_UNSTABLE",
-			fmt.Sprintf("connection %s described different tools or resources on each of %d listings; no snapshot was recorded. Try again once the server is stable", conn.GetId(), maxListings),
+			fmt.Sprintf("connection %s described different tools, resources, resource templates or prompts on each of %d listings; no snapshot was recorded. Try again once the server is stable", conn.GetId(), maxListings),
 			map[string]string{"connection_id": conn.GetId()})
 	}
 	if err != nil {
