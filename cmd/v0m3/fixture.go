@@ -19,6 +19,8 @@ func runFixture(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&opts.ToolName, "tool-name", "search", "name of the search tool (renaming it is drift)")
 	fs.StringVar(&opts.Library, "library", "a", "a, or b: the same notes under incompatible source URIs")
 	fs.StringVar(&opts.CallLog, "call-log", "", "append one JSON line per request received to this file")
+	fs.StringVar(&opts.Surface, "surface", "", "resource template and prompts: none, v1, or v2 (redescribed, one more prompt)")
+	fs.StringVar(&opts.Annotations, "annotations", "read-only", "search tool annotations: read-only or destructive")
 	fs.BoolVar(&opts.Hostile, "hostile", false, "add tools that misbehave (flood, many, binary, slow, crash) for adapter tests")
 	if err := parse(fs, args); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -25,14 +26,18 @@ import (
 // Discovery bounds: a server cannot make discovery unbounded by paging
 // forever or describing itself at length.
 const (
-	discoverTimeout   = 60 * time.Second
-	maxListedItems    = 10000
-	maxDescriptionLen = 16 << 10
+	discoverTimeout    = 60 * time.Second
+	maxListedItems     = 10000
+	maxDescriptionLen  = 16 << 10
+	maxNameLen         = 256
+	maxURILen          = 2048
+	maxIcons           = 16
+	maxPromptArguments = 256
 )
 
-// Discover connects to a connection's server, lists every tool and
-// resource, and records what it saw as a registry snapshot. The registry
-// computes the digests.
+// Discover connects to a connection's server, lists every tool, resource,
+// resource template and prompt it declares, and records what it saw as a
+// registry snapshot. The registry computes the digests.
 func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (*registryv1.DiscoverySnapshot, error) {
 	if err := s.mayDiscover(ctx, req.GetConnectionId()); err != nil {
 		return nil, err
@@ -77,12 +82,13 @@ func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (
 		return nil, s.discoveryFailed(ctx, conn.GetId(), err, ss.m)
 	}
 	defer ss.close()
+	ss.m.tap.Store(newWireTap())
 	snap, err := describeStable(ctx, ss)
 	if errors.Is(err, errUnstable) {
 		s.log.Warn("discovery: the server's lists kept changing", "connection_id", conn.GetId(), "listings", maxListings)
-		s.reportHealth(ctx, conn.GetId(), false, "tool or resource list kept changing during discovery")
+		s.reportHealth(ctx, conn.GetId(), false, "the server's lists kept changing during discovery")
 		return nil, apierror.New(codes.Unavailable, "DISCOVERY_UNSTABLE",
-			fmt.Sprintf("connection %s described different tools or resources on each of %d listings; no snapshot was recorded. Try again once the server is stable", conn.GetId(), maxListings),
+			fmt.Sprintf("connection %s described different tools, resources, resource templates or prompts on each of %d listings; no snapshot was recorded. Try again once the server is stable", conn.GetId(), maxListings),
 			map[string]string{"connection_id": conn.GetId()})
 	}
 	if err != nil {
@@ -106,7 +112,8 @@ func (s *Server) recordSnapshot(ctx context.Context, conn *registryv1.Connection
 		return nil, apierror.Propagate(err, "record snapshot")
 	}
 	s.log.Info("discovered", "connection_id", conn.GetId(), "snapshot_id", rec.GetId(),
-		"tools", len(snap.Tools), "resources", len(snap.Resources), "protocol_version", snap.ProtocolVersion)
+		"tools", len(snap.Tools), "resources", len(snap.Resources), "resource_templates", len(snap.ResourceTemplates),
+		"prompts", len(snap.Prompts), "protocol_version", snap.ProtocolVersion)
 	return rec, nil
 }
 
@@ -186,8 +193,9 @@ func (s *Server) discoveryFailed(ctx context.Context, connectionID string, cause
 		map[string]string{"connection_id": connectionID})
 }
 
-// describe lists a session's tools and resources (all pages) into a
-// snapshot without identity fields.
+// describe lists a session's tools, resources, resource templates and
+// prompts (all pages) into a snapshot without identity fields. Templates
+// and prompts are listed only when the server declared them.
 func describe(ctx context.Context, ss *session) (*registryv1.DiscoverySnapshot, error) {
 	init := ss.initializeResult()
 	snap := &registryv1.DiscoverySnapshot{ServerInfo: serverInfo(ss)}
@@ -197,6 +205,9 @@ func describe(ctx context.Context, ss *session) (*registryv1.DiscoverySnapshot, 
 		caps = init.Capabilities
 	}
 	if caps == nil || caps.Tools != nil {
+		if tap := ss.m.tap.Load(); tap != nil {
+			tap.reset()
+		}
 		for t, err := range ss.tools(ctx) {
 			if err != nil {
 				return nil, fmt.Errorf("list tools: %w", err)
@@ -204,22 +215,9 @@ func describe(ctx context.Context, ss *session) (*registryv1.DiscoverySnapshot, 
 			if len(snap.Tools) == maxListedItems {
 				return nil, fmt.Errorf("list tools: more than %d tools", maxListedItems)
 			}
-			ti := &registryv1.ToolIdentity{
-				Name:        truncate(t.Name, 256),
-				Title:       truncate(t.Title, 256),
-				Description: truncate(t.Description, maxDescriptionLen),
-			}
-			var err error
-			if ti.InputSchema, err = toStruct(t.InputSchema); err != nil {
-				return nil, fmt.Errorf("tool input schema: %w", err)
-			}
-			if ti.OutputSchema, err = toStruct(t.OutputSchema); err != nil {
-				return nil, fmt.Errorf("tool output schema: %w", err)
-			}
-			if t.Annotations != nil {
-				if ti.Annotations, err = toStruct(t.Annotations); err != nil {
-					return nil, fmt.Errorf("tool annotations: %w", err)
-				}
+			ti, err := toolIdentity(ss, t)
+			if err != nil {
+				return nil, err
 			}
 			snap.Tools = append(snap.Tools, ti)
 		}
@@ -232,19 +230,149 @@ func describe(ctx context.Context, ss *session) (*registryv1.DiscoverySnapshot, 
 			if len(snap.Resources) == maxListedItems {
 				return nil, fmt.Errorf("list resources: more than %d resources", maxListedItems)
 			}
-			snap.Resources = append(snap.Resources, &registryv1.ResourceIdentity{
-				Uri:         truncate(r.URI, 2048),
-				Name:        truncate(r.Name, 256),
-				Title:       truncate(r.Title, 256),
+			ri := &registryv1.ResourceIdentity{
+				Uri:         truncate(r.URI, maxURILen),
+				Name:        truncate(r.Name, maxNameLen),
+				Title:       truncate(r.Title, maxNameLen),
 				Description: truncate(r.Description, maxDescriptionLen),
-				MimeType:    truncate(r.MIMEType, 256),
+				MimeType:    truncate(r.MIMEType, maxNameLen),
 				Size:        r.Size,
-			})
+				Icons:       icons(r.Icons),
+			}
+			if r.Annotations != nil {
+				if ri.Annotations, err = toStruct(r.Annotations); err != nil {
+					return nil, fmt.Errorf("resource annotations: %w", err)
+				}
+			}
+			snap.Resources = append(snap.Resources, ri)
+		}
+	}
+	if caps != nil && caps.Resources != nil {
+		for rt, err := range ss.resourceTemplates(ctx) {
+			if methodNotFound(err) {
+				// A server may offer resources without templates.
+				snap.ResourceTemplates = nil
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("list resource templates: %w", err)
+			}
+			if len(snap.ResourceTemplates) == maxListedItems {
+				return nil, fmt.Errorf("list resource templates: more than %d templates", maxListedItems)
+			}
+			ti := &registryv1.ResourceTemplateIdentity{
+				UriTemplate: truncate(rt.URITemplate, maxURILen),
+				Name:        truncate(rt.Name, maxNameLen),
+				Title:       truncate(rt.Title, maxNameLen),
+				Description: truncate(rt.Description, maxDescriptionLen),
+				MimeType:    truncate(rt.MIMEType, maxNameLen),
+				Icons:       icons(rt.Icons),
+			}
+			if rt.Annotations != nil {
+				if ti.Annotations, err = toStruct(rt.Annotations); err != nil {
+					return nil, fmt.Errorf("resource template annotations: %w", err)
+				}
+			}
+			snap.ResourceTemplates = append(snap.ResourceTemplates, ti)
+		}
+	}
+	if caps != nil && caps.Prompts != nil {
+		for p, err := range ss.prompts(ctx) {
+			if err != nil {
+				return nil, fmt.Errorf("list prompts: %w", err)
+			}
+			if len(snap.Prompts) == maxListedItems {
+				return nil, fmt.Errorf("list prompts: more than %d prompts", maxListedItems)
+			}
+			if len(p.Arguments) > maxPromptArguments {
+				return nil, fmt.Errorf("list prompts: a prompt has more than %d arguments", maxPromptArguments)
+			}
+			pi := &registryv1.PromptIdentity{
+				Name:        truncate(p.Name, maxNameLen),
+				Title:       truncate(p.Title, maxNameLen),
+				Description: truncate(p.Description, maxDescriptionLen),
+				Icons:       icons(p.Icons),
+			}
+			for _, a := range p.Arguments {
+				if a == nil {
+					continue
+				}
+				pi.Arguments = append(pi.Arguments, &registryv1.PromptArgument{
+					Name:        truncate(a.Name, maxNameLen),
+					Title:       truncate(a.Title, maxNameLen),
+					Description: truncate(a.Description, maxDescriptionLen),
+					Required:    a.Required,
+				})
+			}
+			snap.Prompts = append(snap.Prompts, pi)
 		}
 	}
 	slices.SortFunc(snap.Tools, func(a, b *registryv1.ToolIdentity) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(snap.Resources, func(a, b *registryv1.ResourceIdentity) int { return strings.Compare(a.Uri, b.Uri) })
+	slices.SortFunc(snap.ResourceTemplates, func(a, b *registryv1.ResourceTemplateIdentity) int {
+		return strings.Compare(a.UriTemplate, b.UriTemplate)
+	})
+	slices.SortFunc(snap.Prompts, func(a, b *registryv1.PromptIdentity) int { return strings.Compare(a.Name, b.Name) })
 	return snap, nil
+}
+
+// toolIdentity is one listed tool as the snapshot records it.
+func toolIdentity(ss *session, t *mcp.Tool) (*registryv1.ToolIdentity, error) {
+	ti := &registryv1.ToolIdentity{
+		Name:        truncate(t.Name, maxNameLen),
+		Title:       truncate(t.Title, maxNameLen),
+		Description: truncate(t.Description, maxDescriptionLen),
+		Icons:       icons(t.Icons),
+	}
+	var err error
+	if ti.InputSchema, err = toStruct(t.InputSchema); err != nil {
+		return nil, fmt.Errorf("tool input schema: %w", err)
+	}
+	if ti.OutputSchema, err = toStruct(t.OutputSchema); err != nil {
+		return nil, fmt.Errorf("tool output schema: %w", err)
+	}
+	if t.Annotations != nil {
+		if ti.Annotations, err = toStruct(t.Annotations); err != nil {
+			return nil, fmt.Errorf("tool annotations: %w", err)
+		}
+	}
+	exec, err := ss.toolExecution(t.Name)
+	if err != nil {
+		return nil, err
+	}
+	if ti.Execution, err = toStruct(exec); err != nil {
+		return nil, fmt.Errorf("tool execution: %w", err)
+	}
+	return ti, nil
+}
+
+// icons converts declared icons, keeping the first maxIcons; sources are
+// bounded like descriptions (a data URI can be long).
+func icons(in []mcp.Icon) []*registryv1.Icon {
+	if len(in) > maxIcons {
+		in = in[:maxIcons]
+	}
+	var out []*registryv1.Icon
+	for _, ic := range in {
+		var sizes []string
+		for _, sz := range ic.Sizes[:min(len(ic.Sizes), maxIcons)] {
+			sizes = append(sizes, truncate(sz, 32))
+		}
+		out = append(out, &registryv1.Icon{
+			Src:      truncate(ic.Source, maxDescriptionLen),
+			MimeType: truncate(ic.MIMEType, maxNameLen),
+			Sizes:    sizes,
+			Theme:    truncate(string(ic.Theme), 32),
+		})
+	}
+	return out
+}
+
+// methodNotFound reports whether err is the server's JSON-RPC "method not
+// found".
+func methodNotFound(err error) bool {
+	var w *jsonrpc.Error
+	return err != nil && errors.As(err, &w) && w.Code == jsonrpc.CodeMethodNotFound
 }
 
 // toStruct converts a JSON object value into a Struct; nil and JSON null

@@ -144,6 +144,10 @@ func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if watched && resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		t.m.acknowledged()
 	}
-	resp.Body = &limitedBody{rc: resp.Body, m: t.m}
+	body := &limitedBody{rc: resp.Body, m: t.m}
+	if tap := t.m.tap.Load(); tap != nil {
+		body.frame = bodyFramerFor(tap, resp.Header.Get("Content-Type"))
+	}
+	resp.Body = body
 	return resp, nil
 }

@@ -48,6 +48,9 @@ type meter struct {
 	// refused is the reachability refusal of a dial or redirect, if any.
 	refused atomic.Pointer[reach.Error]
 
+	// tap, when set (discovery), sees every complete inbound message.
+	tap atomic.Pointer[wireTap]
+
 	mu       sync.Mutex
 	watch    []byte // marks the watched request in outbound bytes, e.g. `"method":"tools/call"`
 	sent     bool
@@ -100,10 +103,11 @@ func (m *meter) state() (sent, acked bool, at time.Time) {
 // lineLimitReader counts the bytes of each newline-delimited inbound message
 // (stdio) and fails once one exceeds the meter's limit.
 type lineLimitReader struct {
-	r   io.ReadCloser
-	m   *meter
-	cur int64
-	err error
+	r     io.ReadCloser
+	m     *meter
+	cur   int64
+	err   error
+	frame *lineFramer // set once the meter has a tap
 }
 
 func (l *lineLimitReader) Read(p []byte) (int, error) {
@@ -128,6 +132,15 @@ func (l *lineLimitReader) Read(p []byte) (int, error) {
 			return 0, l.err
 		}
 	}
+	if tap := l.m.tap.Load(); tap != nil {
+		if l.frame == nil || l.frame.tap != tap {
+			l.frame = &lineFramer{tap: tap}
+		}
+		l.frame.feed(p[:n])
+		if err != nil {
+			l.frame.end()
+		}
+	}
 	return n, err
 }
 
@@ -137,10 +150,11 @@ func (l *lineLimitReader) Close() error { return l.r.Close() }
 // exceeds the meter's limit, closing the body so the connection is dropped
 // instead of drained.
 type limitedBody struct {
-	rc  io.ReadCloser
-	m   *meter
-	n   int64
-	err error
+	rc    io.ReadCloser
+	m     *meter
+	n     int64
+	err   error
+	frame framer // the meter's tap's, if it had one when the response came
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -158,6 +172,13 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		b.err = &LimitError{Limit: b.m.limit}
 		_ = b.rc.Close()
 		return 0, b.err
+	}
+	if b.frame != nil {
+		b.frame.feed(p[:n])
+		if err != nil {
+			b.frame.end()
+			b.frame = nil
+		}
 	}
 	return n, err
 }

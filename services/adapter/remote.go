@@ -2,6 +2,8 @@ package adapter
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"iter"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -57,6 +59,35 @@ func (ss *session) tools(ctx context.Context) iter.Seq2[*mcp.Tool, error] {
 // resources lists every resource (all pages).
 func (ss *session) resources(ctx context.Context) iter.Seq2[*mcp.Resource, error] {
 	return scrubbedSeq(ss.creds, ss.cs.Resources(ctx, nil))
+}
+
+// resourceTemplates lists every resource template (all pages).
+func (ss *session) resourceTemplates(ctx context.Context) iter.Seq2[*mcp.ResourceTemplate, error] {
+	return scrubbedSeq(ss.creds, ss.cs.ResourceTemplates(ctx, nil))
+}
+
+// prompts lists every prompt (all pages).
+func (ss *session) prompts(ctx context.Context) iter.Seq2[*mcp.Prompt, error] {
+	return scrubbedSeq(ss.creds, ss.cs.Prompts(ctx, nil))
+}
+
+// toolExecution returns a listed tool's execution properties, read from
+// the wire by the discovery tap (the client library drops them), scrubbed;
+// nil when the listing gave none or the session has no tap.
+func (ss *session) toolExecution(name string) (map[string]any, error) {
+	tap := ss.m.tap.Load()
+	if tap == nil {
+		return nil, nil
+	}
+	raw := tap.executionOf(name)
+	if raw == nil {
+		return nil, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("tool execution is not a JSON object")
+	}
+	return scrubJSON(ss.creds, m)
 }
 
 func scrubbedSeq[T any](c *credentials, seq iter.Seq2[T, error]) iter.Seq2[T, error] {

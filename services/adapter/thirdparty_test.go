@@ -317,6 +317,57 @@ func TestThirdPartyEverything(t *testing.T) {
 	})
 }
 
+// TestThirdPartyEverythingSurface: server-everything's resource templates,
+// prompts and its task-only research tool (execution.taskSupport
+// "required", which the client library drops) are in the snapshot, with
+// the registry's digests.
+func TestThirdPartyEverythingSurface(t *testing.T) {
+	t.Parallel()
+	dir := thirdPartyDir(t)
+	tp := startThirdParty(t)
+	_, snap := tp.connect(t, "server-everything", filepath.Join(dir, "server-everything", "dist", "index.js"), "stdio")
+
+	templates := map[string]*registryv1.ResourceTemplateIdentity{}
+	for _, rt := range snap.GetResourceTemplates() {
+		templates[rt.GetUriTemplate()] = rt
+	}
+	for uri, mime := range map[string]string{
+		"demo://resource/dynamic/text/{resourceId}": "text/plain",
+		"demo://resource/dynamic/blob/{resourceId}": "application/octet-stream",
+	} {
+		rt := templates[uri]
+		if rt == nil || rt.GetMimeType() != mime || rt.GetName() == "" || rt.GetDescription() == "" ||
+			rt.GetDescriptionDigest() != digest.String(rt.GetDescription()) || rt.GetTitleDigest() == "" {
+			t.Errorf("template %s = %v, want it with media type %s and digests (templates: %v)", uri, rt, mime, snap.GetResourceTemplates())
+		}
+	}
+	prompts := map[string]*registryv1.PromptIdentity{}
+	for _, p := range snap.GetPrompts() {
+		prompts[p.GetName()] = p
+	}
+	for _, name := range []string{"simple-prompt", "args-prompt", "completable-prompt", "resource-prompt"} {
+		if p := prompts[name]; p == nil || p.GetDescriptionDigest() == "" {
+			t.Errorf("prompt %s = %v (prompts: %v)", name, p, snap.GetPrompts())
+		}
+	}
+	args := prompts["args-prompt"]
+	if a := args.GetArguments(); len(a) != 2 || a[0].GetName() != "city" || !a[0].GetRequired() || a[1].GetName() != "state" || a[1].GetRequired() ||
+		!strings.HasPrefix(args.GetArgumentsDigest(), "sha256:") || args.GetTitle() != "Arguments Prompt" {
+		t.Errorf("args-prompt = %v", args)
+	}
+	var research *registryv1.ToolIdentity
+	for _, tool := range snap.GetTools() {
+		if tool.GetName() == "simulate-research-query" {
+			research = tool
+		}
+	}
+	want, _ := digest.JSON(map[string]any{"taskSupport": "required"})
+	if research.GetExecution().GetFields()["taskSupport"].GetStringValue() != "required" || research.GetExecutionDigest() != want ||
+		research.GetTitleDigest() != digest.String("Simulate Research Query") || research.GetAnnotationsDigest() == "" {
+		t.Errorf("simulate-research-query = %v", research)
+	}
+}
+
 // asOrchestrator is ctx of a call the access table admitted from the
 // orchestrator: these tests call the adapter's handlers in process.
 func asOrchestrator(ctx context.Context) context.Context {

@@ -34,6 +34,7 @@ func TestWatchEventsInOrderThenFollows(t *testing.T) {
 		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_PROPOSED, m.GetId()},
 		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED, m.GetId()},
 		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_SNAPSHOT_RECORDED, ""},
+		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_SURFACE_CHANGED, ""},
 		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED, m.GetId()},
 		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_CONNECTION_RETIRED, ""},
 		{registryv1.RegistryEventType_REGISTRY_EVENT_TYPE_MAPPING_RETIRED, m.GetId()},
@@ -57,18 +58,18 @@ func TestWatchEventsInOrderThenFollows(t *testing.T) {
 		}
 		return ev
 	}
-	for i := range 6 {
+	for i := range 7 {
 		ev := recv(i)
-		if i == 5 && ev.GetSnapshotId() != snap.GetId() {
-			t.Errorf("review-required event names snapshot %q, want %q", ev.GetSnapshotId(), snap.GetId())
+		if i >= 5 && ev.GetSnapshotId() != snap.GetId() {
+			t.Errorf("event %d (%v) names snapshot %q, want %q", i, ev.GetType(), ev.GetSnapshotId(), snap.GetId())
 		}
 	}
 	// The stream follows changes made after it caught up.
 	if _, err := r.client.RetireConnection(t.Context(), &registryv1.RetireConnectionRequest{Id: conn.GetId()}); err != nil {
 		t.Fatal(err)
 	}
-	recv(6)
 	recv(7)
+	recv(8)
 	cancel()
 	if _, err := stream.Recv(); err == nil {
 		t.Error("stream still open after cancel")
@@ -77,11 +78,11 @@ func TestWatchEventsInOrderThenFollows(t *testing.T) {
 	// after_sequence skips what the watcher already has.
 	ctx2, cancel2 := watchContext(t)
 	defer cancel2()
-	stream, err = r.client.WatchEvents(ctx2, &registryv1.WatchEventsRequest{AfterSequence: r.base + 6})
+	stream, err = r.client.WatchEvents(ctx2, &registryv1.WatchEventsRequest{AfterSequence: r.base + 7})
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv(6)
+	recv(7)
 }
 
 func TestStateSurvivesReopen(t *testing.T) {

@@ -101,6 +101,7 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 		m.DescriptionDigest = r.GetDescriptionDigest()
 		m.RemoteDescription = r.GetDescription()
 	}
+	m.TargetDigests = targetDigests(snap, m.GetTarget())
 	if st := req.GetStatusTool(); st != "" && findTool(snap, st) == nil {
 		return nil, apierror.InvalidArgument("INVALID_MAPPING", fmt.Sprintf("status tool %q is not in snapshot %s", st, snap.GetId()),
 			apierror.FieldViolation{Field: "status_tool", Description: "must name a tool of the snapshot"})

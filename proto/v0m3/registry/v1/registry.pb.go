@@ -919,6 +919,11 @@ const (
 	RegistryEventType_REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED RegistryEventType = 12
 	// A task profile was declared, revised or deprecated.
 	RegistryEventType_REGISTRY_EVENT_TYPE_PROFILE_REVISED RegistryEventType = 13
+	// A new snapshot describes the server differently from the previous one
+	// (tools, resources, resource templates, prompts or server info), whether
+	// or not a mapping depends on what changed. The detail names what changed
+	// (names and digests only, never remote text).
+	RegistryEventType_REGISTRY_EVENT_TYPE_SURFACE_CHANGED RegistryEventType = 14
 )
 
 // Enum value maps for RegistryEventType.
@@ -938,6 +943,7 @@ var (
 		11: "REGISTRY_EVENT_TYPE_CAPABILITY_REVISED",
 		12: "REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED",
 		13: "REGISTRY_EVENT_TYPE_PROFILE_REVISED",
+		14: "REGISTRY_EVENT_TYPE_SURFACE_CHANGED",
 	}
 	RegistryEventType_value = map[string]int32{
 		"REGISTRY_EVENT_TYPE_UNSPECIFIED":             0,
@@ -954,6 +960,7 @@ var (
 		"REGISTRY_EVENT_TYPE_CAPABILITY_REVISED":      11,
 		"REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED":   12,
 		"REGISTRY_EVENT_TYPE_PROFILE_REVISED":         13,
+		"REGISTRY_EVENT_TYPE_SURFACE_CHANGED":         14,
 	}
 )
 
@@ -2644,8 +2651,12 @@ type DiscoverySnapshot struct {
 	// When the server was asked.
 	RetrieveTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=retrieve_time,json=retrieveTime,proto3" json:"retrieve_time,omitempty"`
 	// Output only. SHA-256 over the canonical JSON of the snapshot's identities
-	// and digests.
-	Digest        string `protobuf:"bytes,9,opt,name=digest,proto3" json:"digest,omitempty"`
+	// and digests: tools, resources, resource templates and prompts.
+	Digest string `protobuf:"bytes,9,opt,name=digest,proto3" json:"digest,omitempty"`
+	// Every resource template the server listed, sorted by URI template.
+	ResourceTemplates []*ResourceTemplateIdentity `protobuf:"bytes,10,rep,name=resource_templates,json=resourceTemplates,proto3" json:"resource_templates,omitempty"`
+	// Every prompt the server listed, sorted by name.
+	Prompts       []*PromptIdentity `protobuf:"bytes,11,rep,name=prompts,proto3" json:"prompts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2743,6 +2754,20 @@ func (x *DiscoverySnapshot) GetDigest() string {
 	return ""
 }
 
+func (x *DiscoverySnapshot) GetResourceTemplates() []*ResourceTemplateIdentity {
+	if x != nil {
+		return x.ResourceTemplates
+	}
+	return nil
+}
+
+func (x *DiscoverySnapshot) GetPrompts() []*PromptIdentity {
+	if x != nil {
+		return x.Prompts
+	}
+	return nil
+}
+
 // ToolIdentity is one tool as observed, with digests.
 type ToolIdentity struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2768,8 +2793,20 @@ type ToolIdentity struct {
 	AnnotationsDigest string `protobuf:"bytes,9,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
 	// Output only. Digest of the description as a JSON string.
 	DescriptionDigest string `protobuf:"bytes,10,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Output only. Digest of the title as a JSON string.
+	TitleDigest string `protobuf:"bytes,11,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
+	// Execution properties as observed (MCP 2025-11-25 and later), if any,
+	// e.g. {"taskSupport": "required"}: a tool that requires task-augmented
+	// calls cannot be called as a plain tools/call.
+	Execution *structpb.Struct `protobuf:"bytes,12,opt,name=execution,proto3" json:"execution,omitempty"`
+	// Output only. Digest of the canonical execution properties ("" if none).
+	ExecutionDigest string `protobuf:"bytes,13,opt,name=execution_digest,json=executionDigest,proto3" json:"execution_digest,omitempty"`
+	// Icons as observed, in the server's order.
+	Icons []*Icon `protobuf:"bytes,14,rep,name=icons,proto3" json:"icons,omitempty"`
+	// Output only. Digest of the canonical icon list ("" if none).
+	IconsDigest   string `protobuf:"bytes,15,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolIdentity) Reset() {
@@ -2872,6 +2909,41 @@ func (x *ToolIdentity) GetDescriptionDigest() string {
 	return ""
 }
 
+func (x *ToolIdentity) GetTitleDigest() string {
+	if x != nil {
+		return x.TitleDigest
+	}
+	return ""
+}
+
+func (x *ToolIdentity) GetExecution() *structpb.Struct {
+	if x != nil {
+		return x.Execution
+	}
+	return nil
+}
+
+func (x *ToolIdentity) GetExecutionDigest() string {
+	if x != nil {
+		return x.ExecutionDigest
+	}
+	return ""
+}
+
+func (x *ToolIdentity) GetIcons() []*Icon {
+	if x != nil {
+		return x.Icons
+	}
+	return nil
+}
+
+func (x *ToolIdentity) GetIconsDigest() string {
+	if x != nil {
+		return x.IconsDigest
+	}
+	return ""
+}
+
 // ResourceIdentity is one resource as observed, with digests.
 type ResourceIdentity struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2889,8 +2961,20 @@ type ResourceIdentity struct {
 	Size int64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
 	// Output only. Digest of the description as a JSON string.
 	DescriptionDigest string `protobuf:"bytes,7,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Annotations as observed (audience, priority, lastModified), if any.
+	Annotations *structpb.Struct `protobuf:"bytes,8,opt,name=annotations,proto3" json:"annotations,omitempty"`
+	// Output only. Digest of the canonical annotations without lastModified,
+	// which dates the content rather than describing the resource ("" if
+	// none).
+	AnnotationsDigest string `protobuf:"bytes,9,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
+	// Icons as observed, in the server's order.
+	Icons []*Icon `protobuf:"bytes,10,rep,name=icons,proto3" json:"icons,omitempty"`
+	// Output only. Digest of the canonical icon list ("" if none).
+	IconsDigest string `protobuf:"bytes,11,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
+	// Output only. Digest of the title as a JSON string.
+	TitleDigest   string `protobuf:"bytes,12,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResourceIdentity) Reset() {
@@ -2972,6 +3056,446 @@ func (x *ResourceIdentity) GetDescriptionDigest() string {
 	return ""
 }
 
+func (x *ResourceIdentity) GetAnnotations() *structpb.Struct {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *ResourceIdentity) GetAnnotationsDigest() string {
+	if x != nil {
+		return x.AnnotationsDigest
+	}
+	return ""
+}
+
+func (x *ResourceIdentity) GetIcons() []*Icon {
+	if x != nil {
+		return x.Icons
+	}
+	return nil
+}
+
+func (x *ResourceIdentity) GetIconsDigest() string {
+	if x != nil {
+		return x.IconsDigest
+	}
+	return ""
+}
+
+func (x *ResourceIdentity) GetTitleDigest() string {
+	if x != nil {
+		return x.TitleDigest
+	}
+	return ""
+}
+
+// ResourceTemplateIdentity is one resource template as observed, with
+// digests.
+type ResourceTemplateIdentity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// RFC 6570 URI template in the server's namespace.
+	UriTemplate string `protobuf:"bytes,1,opt,name=uri_template,json=uriTemplate,proto3" json:"uri_template,omitempty"`
+	// Remote name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Remote title.
+	Title string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	// Remote description.
+	Description string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	// Declared media type of every resource the template names.
+	MimeType string `protobuf:"bytes,5,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// Annotations as observed, if any.
+	Annotations *structpb.Struct `protobuf:"bytes,6,opt,name=annotations,proto3" json:"annotations,omitempty"`
+	// Icons as observed, in the server's order.
+	Icons []*Icon `protobuf:"bytes,7,rep,name=icons,proto3" json:"icons,omitempty"`
+	// Output only. Digest of the description as a JSON string.
+	DescriptionDigest string `protobuf:"bytes,8,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
+	// Output only. Digest of the canonical annotations without lastModified
+	// ("" if none).
+	AnnotationsDigest string `protobuf:"bytes,9,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
+	// Output only. Digest of the canonical icon list ("" if none).
+	IconsDigest string `protobuf:"bytes,10,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
+	// Output only. Digest of the title as a JSON string.
+	TitleDigest   string `protobuf:"bytes,11,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceTemplateIdentity) Reset() {
+	*x = ResourceTemplateIdentity{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceTemplateIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceTemplateIdentity) ProtoMessage() {}
+
+func (x *ResourceTemplateIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceTemplateIdentity.ProtoReflect.Descriptor instead.
+func (*ResourceTemplateIdentity) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ResourceTemplateIdentity) GetUriTemplate() string {
+	if x != nil {
+		return x.UriTemplate
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetAnnotations() *structpb.Struct {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *ResourceTemplateIdentity) GetIcons() []*Icon {
+	if x != nil {
+		return x.Icons
+	}
+	return nil
+}
+
+func (x *ResourceTemplateIdentity) GetDescriptionDigest() string {
+	if x != nil {
+		return x.DescriptionDigest
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetAnnotationsDigest() string {
+	if x != nil {
+		return x.AnnotationsDigest
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetIconsDigest() string {
+	if x != nil {
+		return x.IconsDigest
+	}
+	return ""
+}
+
+func (x *ResourceTemplateIdentity) GetTitleDigest() string {
+	if x != nil {
+		return x.TitleDigest
+	}
+	return ""
+}
+
+// PromptIdentity is one prompt as observed, with digests. Prompts are
+// remote text: shown to reviewers, never given to a model.
+type PromptIdentity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Remote prompt name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Remote title.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// Remote description.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// Arguments in the server's order.
+	Arguments []*PromptArgument `protobuf:"bytes,4,rep,name=arguments,proto3" json:"arguments,omitempty"`
+	// Icons as observed, in the server's order.
+	Icons []*Icon `protobuf:"bytes,5,rep,name=icons,proto3" json:"icons,omitempty"`
+	// Output only. Digest of the description as a JSON string.
+	DescriptionDigest string `protobuf:"bytes,6,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
+	// Output only. Digest of the canonical argument list (names, titles,
+	// descriptions, required).
+	ArgumentsDigest string `protobuf:"bytes,7,opt,name=arguments_digest,json=argumentsDigest,proto3" json:"arguments_digest,omitempty"`
+	// Output only. Digest of the canonical icon list ("" if none).
+	IconsDigest string `protobuf:"bytes,8,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
+	// Output only. Digest of the title as a JSON string.
+	TitleDigest   string `protobuf:"bytes,9,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptIdentity) Reset() {
+	*x = PromptIdentity{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptIdentity) ProtoMessage() {}
+
+func (x *PromptIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptIdentity.ProtoReflect.Descriptor instead.
+func (*PromptIdentity) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PromptIdentity) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetArguments() []*PromptArgument {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+func (x *PromptIdentity) GetIcons() []*Icon {
+	if x != nil {
+		return x.Icons
+	}
+	return nil
+}
+
+func (x *PromptIdentity) GetDescriptionDigest() string {
+	if x != nil {
+		return x.DescriptionDigest
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetArgumentsDigest() string {
+	if x != nil {
+		return x.ArgumentsDigest
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetIconsDigest() string {
+	if x != nil {
+		return x.IconsDigest
+	}
+	return ""
+}
+
+func (x *PromptIdentity) GetTitleDigest() string {
+	if x != nil {
+		return x.TitleDigest
+	}
+	return ""
+}
+
+// PromptArgument is one argument a prompt accepts, as observed.
+type PromptArgument struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Remote argument name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Remote title.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// Remote description.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// Whether the server requires it.
+	Required      bool `protobuf:"varint,4,opt,name=required,proto3" json:"required,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptArgument) Reset() {
+	*x = PromptArgument{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptArgument) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptArgument) ProtoMessage() {}
+
+func (x *PromptArgument) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptArgument.ProtoReflect.Descriptor instead.
+func (*PromptArgument) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PromptArgument) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PromptArgument) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *PromptArgument) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *PromptArgument) GetRequired() bool {
+	if x != nil {
+		return x.Required
+	}
+	return false
+}
+
+// Icon is one icon a server declared for a tool, resource, template or
+// prompt. Its source is remote text: a URL or data URI V0M3 never fetches.
+type Icon struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Icon source (URL or data URI), as observed.
+	Src string `protobuf:"bytes,1,opt,name=src,proto3" json:"src,omitempty"`
+	// Declared media type.
+	MimeType string `protobuf:"bytes,2,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// Declared sizes, e.g. "48x48" or "any".
+	Sizes []string `protobuf:"bytes,3,rep,name=sizes,proto3" json:"sizes,omitempty"`
+	// Declared theme: "light" or "dark".
+	Theme         string `protobuf:"bytes,4,opt,name=theme,proto3" json:"theme,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Icon) Reset() {
+	*x = Icon{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Icon) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Icon) ProtoMessage() {}
+
+func (x *Icon) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Icon.ProtoReflect.Descriptor instead.
+func (*Icon) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Icon) GetSrc() string {
+	if x != nil {
+		return x.Src
+	}
+	return ""
+}
+
+func (x *Icon) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *Icon) GetSizes() []string {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+func (x *Icon) GetTheme() string {
+	if x != nil {
+		return x.Theme
+	}
+	return ""
+}
+
 // RecordSnapshotRequest stores a snapshot.
 type RecordSnapshotRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2983,7 +3507,7 @@ type RecordSnapshotRequest struct {
 
 func (x *RecordSnapshotRequest) Reset() {
 	*x = RecordSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3519,7 @@ func (x *RecordSnapshotRequest) String() string {
 func (*RecordSnapshotRequest) ProtoMessage() {}
 
 func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3532,7 @@ func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RecordSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RecordSnapshotRequest) GetSnapshot() *DiscoverySnapshot {
@@ -3029,7 +3553,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3565,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3578,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetSnapshotRequest) GetId() string {
@@ -3075,7 +3599,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3611,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3624,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSnapshotsRequest) GetConnectionId() string {
@@ -3121,7 +3645,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3657,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3670,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*DiscoverySnapshot {
@@ -3169,7 +3693,7 @@ type DiffSnapshotsRequest struct {
 
 func (x *DiffSnapshotsRequest) Reset() {
 	*x = DiffSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3705,7 @@ func (x *DiffSnapshotsRequest) String() string {
 func (*DiffSnapshotsRequest) ProtoMessage() {}
 
 func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3718,7 @@ func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*DiffSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DiffSnapshotsRequest) GetBaseSnapshotId() string {
@@ -3224,13 +3748,17 @@ type SnapshotDiff struct {
 	Resources []*ItemChange `protobuf:"bytes,4,rep,name=resources,proto3" json:"resources,omitempty"`
 	// Whether the server info or protocol version changed.
 	ServerChanged bool `protobuf:"varint,5,opt,name=server_changed,json=serverChanged,proto3" json:"server_changed,omitempty"`
+	// Resource template changes, sorted by URI template.
+	ResourceTemplates []*ItemChange `protobuf:"bytes,6,rep,name=resource_templates,json=resourceTemplates,proto3" json:"resource_templates,omitempty"`
+	// Prompt changes, sorted by name.
+	Prompts       []*ItemChange `protobuf:"bytes,7,rep,name=prompts,proto3" json:"prompts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotDiff) Reset() {
 	*x = SnapshotDiff{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3770,7 @@ func (x *SnapshotDiff) String() string {
 func (*SnapshotDiff) ProtoMessage() {}
 
 func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3255,7 +3783,7 @@ func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDiff.ProtoReflect.Descriptor instead.
 func (*SnapshotDiff) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotDiff) GetBaseSnapshotId() string {
@@ -3293,10 +3821,25 @@ func (x *SnapshotDiff) GetServerChanged() bool {
 	return false
 }
 
-// ItemChange is one added, removed or changed tool or resource.
+func (x *SnapshotDiff) GetResourceTemplates() []*ItemChange {
+	if x != nil {
+		return x.ResourceTemplates
+	}
+	return nil
+}
+
+func (x *SnapshotDiff) GetPrompts() []*ItemChange {
+	if x != nil {
+		return x.Prompts
+	}
+	return nil
+}
+
+// ItemChange is one added, removed or changed tool, resource, resource
+// template or prompt.
 type ItemChange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Tool name or resource URI.
+	// Tool name, resource URI, URI template or prompt name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// What happened.
 	Kind ChangeKind `protobuf:"varint,2,opt,name=kind,proto3,enum=v0m3.registry.v1.ChangeKind" json:"kind,omitempty"`
@@ -3308,7 +3851,7 @@ type ItemChange struct {
 
 func (x *ItemChange) Reset() {
 	*x = ItemChange{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +3863,7 @@ func (x *ItemChange) String() string {
 func (*ItemChange) ProtoMessage() {}
 
 func (x *ItemChange) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +3876,7 @@ func (x *ItemChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemChange.ProtoReflect.Descriptor instead.
 func (*ItemChange) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ItemChange) GetName() string {
@@ -3373,7 +3916,7 @@ type HandleField struct {
 
 func (x *HandleField) Reset() {
 	*x = HandleField{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3928,7 @@ func (x *HandleField) String() string {
 func (*HandleField) ProtoMessage() {}
 
 func (x *HandleField) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3941,7 @@ func (x *HandleField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleField.ProtoReflect.Descriptor instead.
 func (*HandleField) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HandleField) GetField() string {
@@ -3484,7 +4027,7 @@ type Capability struct {
 
 func (x *Capability) Reset() {
 	*x = Capability{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3496,7 +4039,7 @@ func (x *Capability) String() string {
 func (*Capability) ProtoMessage() {}
 
 func (x *Capability) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3509,7 +4052,7 @@ func (x *Capability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capability.ProtoReflect.Descriptor instead.
 func (*Capability) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Capability) GetName() string {
@@ -3684,7 +4227,7 @@ type CreateCapabilityRequest struct {
 
 func (x *CreateCapabilityRequest) Reset() {
 	*x = CreateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +4239,7 @@ func (x *CreateCapabilityRequest) String() string {
 func (*CreateCapabilityRequest) ProtoMessage() {}
 
 func (x *CreateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +4252,7 @@ func (x *CreateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*CreateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateCapabilityRequest) GetCapability() *Capability {
@@ -3734,7 +4277,7 @@ type UpdateCapabilityRequest struct {
 
 func (x *UpdateCapabilityRequest) Reset() {
 	*x = UpdateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +4289,7 @@ func (x *UpdateCapabilityRequest) String() string {
 func (*UpdateCapabilityRequest) ProtoMessage() {}
 
 func (x *UpdateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +4302,7 @@ func (x *UpdateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*UpdateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UpdateCapabilityRequest) GetCapability() *Capability {
@@ -3789,7 +4332,7 @@ type DeprecateCapabilityRequest struct {
 
 func (x *DeprecateCapabilityRequest) Reset() {
 	*x = DeprecateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3801,7 +4344,7 @@ func (x *DeprecateCapabilityRequest) String() string {
 func (*DeprecateCapabilityRequest) ProtoMessage() {}
 
 func (x *DeprecateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3814,7 +4357,7 @@ func (x *DeprecateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeprecateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*DeprecateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeprecateCapabilityRequest) GetName() string {
@@ -3844,7 +4387,7 @@ type GetCapabilityRequest struct {
 
 func (x *GetCapabilityRequest) Reset() {
 	*x = GetCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +4399,7 @@ func (x *GetCapabilityRequest) String() string {
 func (*GetCapabilityRequest) ProtoMessage() {}
 
 func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +4412,7 @@ func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetCapabilityRequest) GetName() string {
@@ -3897,7 +4440,7 @@ type ListCapabilitiesRequest struct {
 
 func (x *ListCapabilitiesRequest) Reset() {
 	*x = ListCapabilitiesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3909,7 +4452,7 @@ func (x *ListCapabilitiesRequest) String() string {
 func (*ListCapabilitiesRequest) ProtoMessage() {}
 
 func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3922,7 +4465,7 @@ func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListCapabilitiesRequest) GetShowDeprecated() bool {
@@ -3943,7 +4486,7 @@ type ListCapabilitiesResponse struct {
 
 func (x *ListCapabilitiesResponse) Reset() {
 	*x = ListCapabilitiesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3955,7 +4498,7 @@ func (x *ListCapabilitiesResponse) String() string {
 func (*ListCapabilitiesResponse) ProtoMessage() {}
 
 func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3968,7 +4511,7 @@ func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListCapabilitiesResponse) GetCapabilities() []*Capability {
@@ -3991,7 +4534,7 @@ type ProfileNeed struct {
 
 func (x *ProfileNeed) Reset() {
 	*x = ProfileNeed{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4003,7 +4546,7 @@ func (x *ProfileNeed) String() string {
 func (*ProfileNeed) ProtoMessage() {}
 
 func (x *ProfileNeed) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4016,7 +4559,7 @@ func (x *ProfileNeed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileNeed.ProtoReflect.Descriptor instead.
 func (*ProfileNeed) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ProfileNeed) GetCapability() string {
@@ -4049,7 +4592,7 @@ type TaskBudget struct {
 
 func (x *TaskBudget) Reset() {
 	*x = TaskBudget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4061,7 +4604,7 @@ func (x *TaskBudget) String() string {
 func (*TaskBudget) ProtoMessage() {}
 
 func (x *TaskBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4074,7 +4617,7 @@ func (x *TaskBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBudget.ProtoReflect.Descriptor instead.
 func (*TaskBudget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TaskBudget) GetMaxCalls() int64 {
@@ -4131,7 +4674,7 @@ type TaskProfile struct {
 
 func (x *TaskProfile) Reset() {
 	*x = TaskProfile{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4143,7 +4686,7 @@ func (x *TaskProfile) String() string {
 func (*TaskProfile) ProtoMessage() {}
 
 func (x *TaskProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4156,7 +4699,7 @@ func (x *TaskProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskProfile.ProtoReflect.Descriptor instead.
 func (*TaskProfile) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TaskProfile) GetName() string {
@@ -4247,7 +4790,7 @@ type CreateTaskProfileRequest struct {
 
 func (x *CreateTaskProfileRequest) Reset() {
 	*x = CreateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4259,7 +4802,7 @@ func (x *CreateTaskProfileRequest) String() string {
 func (*CreateTaskProfileRequest) ProtoMessage() {}
 
 func (x *CreateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4272,7 +4815,7 @@ func (x *CreateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*CreateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateTaskProfileRequest) GetProfile() *TaskProfile {
@@ -4295,7 +4838,7 @@ type UpdateTaskProfileRequest struct {
 
 func (x *UpdateTaskProfileRequest) Reset() {
 	*x = UpdateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4307,7 +4850,7 @@ func (x *UpdateTaskProfileRequest) String() string {
 func (*UpdateTaskProfileRequest) ProtoMessage() {}
 
 func (x *UpdateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4320,7 +4863,7 @@ func (x *UpdateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UpdateTaskProfileRequest) GetProfile() *TaskProfile {
@@ -4350,7 +4893,7 @@ type DeprecateTaskProfileRequest struct {
 
 func (x *DeprecateTaskProfileRequest) Reset() {
 	*x = DeprecateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4362,7 +4905,7 @@ func (x *DeprecateTaskProfileRequest) String() string {
 func (*DeprecateTaskProfileRequest) ProtoMessage() {}
 
 func (x *DeprecateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4375,7 +4918,7 @@ func (x *DeprecateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeprecateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*DeprecateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeprecateTaskProfileRequest) GetName() string {
@@ -4405,7 +4948,7 @@ type GetTaskProfileRequest struct {
 
 func (x *GetTaskProfileRequest) Reset() {
 	*x = GetTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4417,7 +4960,7 @@ func (x *GetTaskProfileRequest) String() string {
 func (*GetTaskProfileRequest) ProtoMessage() {}
 
 func (x *GetTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4430,7 +4973,7 @@ func (x *GetTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetTaskProfileRequest) GetName() string {
@@ -4458,7 +5001,7 @@ type ListTaskProfilesRequest struct {
 
 func (x *ListTaskProfilesRequest) Reset() {
 	*x = ListTaskProfilesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4470,7 +5013,7 @@ func (x *ListTaskProfilesRequest) String() string {
 func (*ListTaskProfilesRequest) ProtoMessage() {}
 
 func (x *ListTaskProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4483,7 +5026,7 @@ func (x *ListTaskProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListTaskProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListTaskProfilesRequest) GetShowDeprecated() bool {
@@ -4504,7 +5047,7 @@ type ListTaskProfilesResponse struct {
 
 func (x *ListTaskProfilesResponse) Reset() {
 	*x = ListTaskProfilesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +5059,7 @@ func (x *ListTaskProfilesResponse) String() string {
 func (*ListTaskProfilesResponse) ProtoMessage() {}
 
 func (x *ListTaskProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +5072,7 @@ func (x *ListTaskProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListTaskProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{44}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListTaskProfilesResponse) GetProfiles() []*TaskProfile {
@@ -4552,7 +5095,7 @@ type RemoteTarget struct {
 
 func (x *RemoteTarget) Reset() {
 	*x = RemoteTarget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4564,7 +5107,7 @@ func (x *RemoteTarget) String() string {
 func (*RemoteTarget) ProtoMessage() {}
 
 func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4577,7 +5120,7 @@ func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteTarget.ProtoReflect.Descriptor instead.
 func (*RemoteTarget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{45}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RemoteTarget) GetKind() RemoteKind {
@@ -4642,7 +5185,7 @@ type ArgumentBinding struct {
 
 func (x *ArgumentBinding) Reset() {
 	*x = ArgumentBinding{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4654,7 +5197,7 @@ func (x *ArgumentBinding) String() string {
 func (*ArgumentBinding) ProtoMessage() {}
 
 func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4667,7 +5210,7 @@ func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArgumentBinding.ProtoReflect.Descriptor instead.
 func (*ArgumentBinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{46}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ArgumentBinding) GetRemoteField() string {
@@ -4722,7 +5265,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4734,7 +5277,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4747,7 +5290,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{47}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Limits) GetMaxResponseBytes() int64 {
@@ -4806,7 +5349,7 @@ type Provenance struct {
 
 func (x *Provenance) Reset() {
 	*x = Provenance{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4818,7 +5361,7 @@ func (x *Provenance) String() string {
 func (*Provenance) ProtoMessage() {}
 
 func (x *Provenance) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4831,7 +5374,7 @@ func (x *Provenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Provenance.ProtoReflect.Descriptor instead.
 func (*Provenance) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Provenance) GetMode() ProvenanceMode {
@@ -4925,13 +5468,20 @@ type Mapping struct {
 	// snapshot with another output schema for the tool sends the mapping to
 	// review.
 	OutputSchemaDigest string `protobuf:"bytes,26,opt,name=output_schema_digest,json=outputSchemaDigest,proto3" json:"output_schema_digest,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Output only. Digests of the rest of the target's remote identity at
+	// review (title, annotations, execution, icons; for a resource its media
+	// type and the templates that match its URI); a change in any of them
+	// sends an active mapping to review. Absent on mappings proposed before
+	// these were recorded. (The output schema is checked through
+	// output_schema_digest.)
+	TargetDigests *TargetDigests `protobuf:"bytes,30,opt,name=target_digests,json=targetDigests,proto3" json:"target_digests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Mapping) Reset() {
 	*x = Mapping{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4943,7 +5493,7 @@ func (x *Mapping) String() string {
 func (*Mapping) ProtoMessage() {}
 
 func (x *Mapping) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4956,7 +5506,7 @@ func (x *Mapping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mapping.ProtoReflect.Descriptor instead.
 func (*Mapping) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Mapping) GetId() string {
@@ -5141,6 +5691,106 @@ func (x *Mapping) GetOutputSchemaDigest() string {
 	return ""
 }
 
+func (x *Mapping) GetTargetDigests() *TargetDigests {
+	if x != nil {
+		return x.TargetDigests
+	}
+	return nil
+}
+
+// TargetDigests are the digests of a mapping target's remote identity that
+// a reviewer judged, beyond its input schema and description.
+type TargetDigests struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Title digest of the tool or resource.
+	TitleDigest string `protobuf:"bytes,1,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
+	// Annotations digest ("" if none).
+	AnnotationsDigest string `protobuf:"bytes,2,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
+	// Execution digest of a tool ("" if none).
+	ExecutionDigest string `protobuf:"bytes,3,opt,name=execution_digest,json=executionDigest,proto3" json:"execution_digest,omitempty"`
+	// Icons digest ("" if none).
+	IconsDigest string `protobuf:"bytes,4,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
+	// Declared media type of a resource.
+	MimeType string `protobuf:"bytes,5,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// Digest of the resource templates whose URI template matches a
+	// resource's URI, with their digests ("" if none matches).
+	ResourceTemplatesDigest string `protobuf:"bytes,6,opt,name=resource_templates_digest,json=resourceTemplatesDigest,proto3" json:"resource_templates_digest,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *TargetDigests) Reset() {
+	*x = TargetDigests{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetDigests) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetDigests) ProtoMessage() {}
+
+func (x *TargetDigests) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetDigests.ProtoReflect.Descriptor instead.
+func (*TargetDigests) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *TargetDigests) GetTitleDigest() string {
+	if x != nil {
+		return x.TitleDigest
+	}
+	return ""
+}
+
+func (x *TargetDigests) GetAnnotationsDigest() string {
+	if x != nil {
+		return x.AnnotationsDigest
+	}
+	return ""
+}
+
+func (x *TargetDigests) GetExecutionDigest() string {
+	if x != nil {
+		return x.ExecutionDigest
+	}
+	return ""
+}
+
+func (x *TargetDigests) GetIconsDigest() string {
+	if x != nil {
+		return x.IconsDigest
+	}
+	return ""
+}
+
+func (x *TargetDigests) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *TargetDigests) GetResourceTemplatesDigest() string {
+	if x != nil {
+		return x.ResourceTemplatesDigest
+	}
+	return ""
+}
+
 // ProposeMappingRequest proposes a mapping or a new revision of one.
 type ProposeMappingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5177,7 +5827,7 @@ type ProposeMappingRequest struct {
 
 func (x *ProposeMappingRequest) Reset() {
 	*x = ProposeMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5189,7 +5839,7 @@ func (x *ProposeMappingRequest) String() string {
 func (*ProposeMappingRequest) ProtoMessage() {}
 
 func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5202,7 +5852,7 @@ func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeMappingRequest.ProtoReflect.Descriptor instead.
 func (*ProposeMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ProposeMappingRequest) GetMappingId() string {
@@ -5299,7 +5949,7 @@ type ReviewMappingRequest struct {
 
 func (x *ReviewMappingRequest) Reset() {
 	*x = ReviewMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5311,7 +5961,7 @@ func (x *ReviewMappingRequest) String() string {
 func (*ReviewMappingRequest) ProtoMessage() {}
 
 func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5324,7 +5974,7 @@ func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewMappingRequest.ProtoReflect.Descriptor instead.
 func (*ReviewMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReviewMappingRequest) GetMappingId() string {
@@ -5368,7 +6018,7 @@ type GetMappingRequest struct {
 
 func (x *GetMappingRequest) Reset() {
 	*x = GetMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5380,7 +6030,7 @@ func (x *GetMappingRequest) String() string {
 func (*GetMappingRequest) ProtoMessage() {}
 
 func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5393,7 +6043,7 @@ func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMappingRequest.ProtoReflect.Descriptor instead.
 func (*GetMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetMappingRequest) GetId() string {
@@ -5425,7 +6075,7 @@ type ListMappingsRequest struct {
 
 func (x *ListMappingsRequest) Reset() {
 	*x = ListMappingsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5437,7 +6087,7 @@ func (x *ListMappingsRequest) String() string {
 func (*ListMappingsRequest) ProtoMessage() {}
 
 func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5450,7 +6100,7 @@ func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsRequest.ProtoReflect.Descriptor instead.
 func (*ListMappingsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListMappingsRequest) GetCapability() string {
@@ -5485,7 +6135,7 @@ type ListMappingsResponse struct {
 
 func (x *ListMappingsResponse) Reset() {
 	*x = ListMappingsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5497,7 +6147,7 @@ func (x *ListMappingsResponse) String() string {
 func (*ListMappingsResponse) ProtoMessage() {}
 
 func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5510,7 +6160,7 @@ func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsResponse.ProtoReflect.Descriptor instead.
 func (*ListMappingsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListMappingsResponse) GetMappings() []*Mapping {
@@ -5538,7 +6188,7 @@ type ResolveMappingRequest struct {
 
 func (x *ResolveMappingRequest) Reset() {
 	*x = ResolveMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5550,7 +6200,7 @@ func (x *ResolveMappingRequest) String() string {
 func (*ResolveMappingRequest) ProtoMessage() {}
 
 func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5563,7 +6213,7 @@ func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveMappingRequest.ProtoReflect.Descriptor instead.
 func (*ResolveMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ResolveMappingRequest) GetCapability() string {
@@ -5605,7 +6255,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5617,7 +6267,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5630,7 +6280,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *WatchEventsRequest) GetAfterSequence() int64 {
@@ -5665,7 +6315,7 @@ type RegistryEvent struct {
 
 func (x *RegistryEvent) Reset() {
 	*x = RegistryEvent{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5677,7 +6327,7 @@ func (x *RegistryEvent) String() string {
 func (*RegistryEvent) ProtoMessage() {}
 
 func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5690,7 +6340,7 @@ func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryEvent.ProtoReflect.Descriptor instead.
 func (*RegistryEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{57}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RegistryEvent) GetSequence() int64 {
@@ -5891,7 +6541,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\aapprove\x18\x03 \x01(\bR\aapprove\x12\x12\n" +
 	"\x04note\x18\x04 \x01(\tR\x04note\"]\n" +
 	"\x1bListConfigRevisionsResponse\x12>\n" +
-	"\trevisions\x18\x01 \x03(\v2 .v0m3.registry.v1.ConfigRevisionR\trevisions\"\xac\x03\n" +
+	"\trevisions\x18\x01 \x03(\v2 .v0m3.registry.v1.ConfigRevisionR\trevisions\"\xc3\x04\n" +
 	"\x11DiscoverySnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
 	"\rconnection_id\x18\x02 \x01(\tR\fconnectionId\x12'\n" +
@@ -5902,7 +6552,10 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x05tools\x18\x06 \x03(\v2\x1e.v0m3.registry.v1.ToolIdentityR\x05tools\x12@\n" +
 	"\tresources\x18\a \x03(\v2\".v0m3.registry.v1.ResourceIdentityR\tresources\x12?\n" +
 	"\rretrieve_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fretrieveTime\x12\x16\n" +
-	"\x06digest\x18\t \x01(\tR\x06digest\"\xcf\x03\n" +
+	"\x06digest\x18\t \x01(\tR\x06digest\x12Y\n" +
+	"\x12resource_templates\x18\n" +
+	" \x03(\v2*.v0m3.registry.v1.ResourceTemplateIdentityR\x11resourceTemplates\x12:\n" +
+	"\aprompts\x18\v \x03(\v2 .v0m3.registry.v1.PromptIdentityR\aprompts\"\xa5\x05\n" +
 	"\fToolIdentity\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12 \n" +
@@ -5914,7 +6567,12 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x14output_schema_digest\x18\b \x01(\tR\x12outputSchemaDigest\x12-\n" +
 	"\x12annotations_digest\x18\t \x01(\tR\x11annotationsDigest\x12-\n" +
 	"\x12description_digest\x18\n" +
-	" \x01(\tR\x11descriptionDigest\"\xd0\x01\n" +
+	" \x01(\tR\x11descriptionDigest\x12!\n" +
+	"\ftitle_digest\x18\v \x01(\tR\vtitleDigest\x125\n" +
+	"\texecution\x18\f \x01(\v2\x17.google.protobuf.StructR\texecution\x12)\n" +
+	"\x10execution_digest\x18\r \x01(\tR\x0fexecutionDigest\x12,\n" +
+	"\x05icons\x18\x0e \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12!\n" +
+	"\ficons_digest\x18\x0f \x01(\tR\viconsDigest\"\xae\x03\n" +
 	"\x10ResourceIdentity\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -5922,7 +6580,46 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x1b\n" +
 	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x12\x12\n" +
 	"\x04size\x18\x06 \x01(\x03R\x04size\x12-\n" +
-	"\x12description_digest\x18\a \x01(\tR\x11descriptionDigest\"X\n" +
+	"\x12description_digest\x18\a \x01(\tR\x11descriptionDigest\x129\n" +
+	"\vannotations\x18\b \x01(\v2\x17.google.protobuf.StructR\vannotations\x12-\n" +
+	"\x12annotations_digest\x18\t \x01(\tR\x11annotationsDigest\x12,\n" +
+	"\x05icons\x18\n" +
+	" \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12!\n" +
+	"\ficons_digest\x18\v \x01(\tR\viconsDigest\x12!\n" +
+	"\ftitle_digest\x18\f \x01(\tR\vtitleDigest\"\xb3\x03\n" +
+	"\x18ResourceTemplateIdentity\x12!\n" +
+	"\furi_template\x18\x01 \x01(\tR\vuriTemplate\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x1b\n" +
+	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x129\n" +
+	"\vannotations\x18\x06 \x01(\v2\x17.google.protobuf.StructR\vannotations\x12,\n" +
+	"\x05icons\x18\a \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12-\n" +
+	"\x12description_digest\x18\b \x01(\tR\x11descriptionDigest\x12-\n" +
+	"\x12annotations_digest\x18\t \x01(\tR\x11annotationsDigest\x12!\n" +
+	"\ficons_digest\x18\n" +
+	" \x01(\tR\viconsDigest\x12!\n" +
+	"\ftitle_digest\x18\v \x01(\tR\vtitleDigest\"\xea\x02\n" +
+	"\x0ePromptIdentity\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12>\n" +
+	"\targuments\x18\x04 \x03(\v2 .v0m3.registry.v1.PromptArgumentR\targuments\x12,\n" +
+	"\x05icons\x18\x05 \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12-\n" +
+	"\x12description_digest\x18\x06 \x01(\tR\x11descriptionDigest\x12)\n" +
+	"\x10arguments_digest\x18\a \x01(\tR\x0fargumentsDigest\x12!\n" +
+	"\ficons_digest\x18\b \x01(\tR\viconsDigest\x12!\n" +
+	"\ftitle_digest\x18\t \x01(\tR\vtitleDigest\"x\n" +
+	"\x0ePromptArgument\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x1a\n" +
+	"\brequired\x18\x04 \x01(\bR\brequired\"a\n" +
+	"\x04Icon\x12\x10\n" +
+	"\x03src\x18\x01 \x01(\tR\x03src\x12\x1b\n" +
+	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x14\n" +
+	"\x05sizes\x18\x03 \x03(\tR\x05sizes\x12\x14\n" +
+	"\x05theme\x18\x04 \x01(\tR\x05theme\"X\n" +
 	"\x15RecordSnapshotRequest\x12?\n" +
 	"\bsnapshot\x18\x01 \x01(\v2#.v0m3.registry.v1.DiscoverySnapshotR\bsnapshot\"$\n" +
 	"\x12GetSnapshotRequest\x12\x0e\n" +
@@ -5933,13 +6630,15 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\tsnapshots\x18\x01 \x03(\v2#.v0m3.registry.v1.DiscoverySnapshotR\tsnapshots\"n\n" +
 	"\x14DiffSnapshotsRequest\x12(\n" +
 	"\x10base_snapshot_id\x18\x01 \x01(\tR\x0ebaseSnapshotId\x12,\n" +
-	"\x12target_snapshot_id\x18\x02 \x01(\tR\x10targetSnapshotId\"\xfd\x01\n" +
+	"\x12target_snapshot_id\x18\x02 \x01(\tR\x10targetSnapshotId\"\x82\x03\n" +
 	"\fSnapshotDiff\x12(\n" +
 	"\x10base_snapshot_id\x18\x01 \x01(\tR\x0ebaseSnapshotId\x12,\n" +
 	"\x12target_snapshot_id\x18\x02 \x01(\tR\x10targetSnapshotId\x122\n" +
 	"\x05tools\x18\x03 \x03(\v2\x1c.v0m3.registry.v1.ItemChangeR\x05tools\x12:\n" +
 	"\tresources\x18\x04 \x03(\v2\x1c.v0m3.registry.v1.ItemChangeR\tresources\x12%\n" +
-	"\x0eserver_changed\x18\x05 \x01(\bR\rserverChanged\"{\n" +
+	"\x0eserver_changed\x18\x05 \x01(\bR\rserverChanged\x12K\n" +
+	"\x12resource_templates\x18\x06 \x03(\v2\x1c.v0m3.registry.v1.ItemChangeR\x11resourceTemplates\x126\n" +
+	"\aprompts\x18\a \x03(\v2\x1c.v0m3.registry.v1.ItemChangeR\aprompts\"{\n" +
 	"\n" +
 	"ItemChange\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
@@ -6059,7 +6758,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x04mode\x18\x01 \x01(\x0e2 .v0m3.registry.v1.ProvenanceModeR\x04mode\x12!\n" +
 	"\fhandle_field\x18\x02 \x01(\tR\vhandleField\x12\x1f\n" +
 	"\vuri_pointer\x18\x03 \x01(\tR\n" +
-	"uriPointer\"\xa1\t\n" +
+	"uriPointer\"\xe9\t\n" +
 	"\aMapping\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x1e\n" +
@@ -6098,7 +6797,15 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"provenance\x18\x18 \x01(\v2\x1c.v0m3.registry.v1.ProvenanceR\n" +
 	"provenance\x12<\n" +
 	"\routput_schema\x18\x19 \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x120\n" +
-	"\x14output_schema_digest\x18\x1a \x01(\tR\x12outputSchemaDigest\"\xa7\x04\n" +
+	"\x14output_schema_digest\x18\x1a \x01(\tR\x12outputSchemaDigest\x12F\n" +
+	"\x0etarget_digests\x18\x1e \x01(\v2\x1f.v0m3.registry.v1.TargetDigestsR\rtargetDigests\"\x88\x02\n" +
+	"\rTargetDigests\x12!\n" +
+	"\ftitle_digest\x18\x01 \x01(\tR\vtitleDigest\x12-\n" +
+	"\x12annotations_digest\x18\x02 \x01(\tR\x11annotationsDigest\x12)\n" +
+	"\x10execution_digest\x18\x03 \x01(\tR\x0fexecutionDigest\x12!\n" +
+	"\ficons_digest\x18\x04 \x01(\tR\viconsDigest\x12\x1b\n" +
+	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x12:\n" +
+	"\x19resource_templates_digest\x18\x06 \x01(\tR\x17resourceTemplatesDigest\"\xa7\x04\n" +
 	"\x15ProposeMappingRequest\x12\x1d\n" +
 	"\n" +
 	"mapping_id\x18\x01 \x01(\tR\tmappingId\x12\x1e\n" +
@@ -6234,7 +6941,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x1bPROVENANCE_MODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bPROVENANCE_MODE_CONTENT_URI\x10\x01\x12!\n" +
 	"\x1dPROVENANCE_MODE_HANDLE_TARGET\x10\x02\x12\"\n" +
-	"\x1ePROVENANCE_MODE_STRUCTURED_URI\x10\x03*\xef\x04\n" +
+	"\x1ePROVENANCE_MODE_STRUCTURED_URI\x10\x03*\x98\x05\n" +
 	"\x11RegistryEventType\x12#\n" +
 	"\x1fREGISTRY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12*\n" +
 	"&REGISTRY_EVENT_TYPE_CONNECTION_CREATED\x10\x01\x12&\n" +
@@ -6250,7 +6957,8 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x12*\n" +
 	"&REGISTRY_EVENT_TYPE_CAPABILITY_REVISED\x10\v\x12-\n" +
 	")REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED\x10\f\x12'\n" +
-	"#REGISTRY_EVENT_TYPE_PROFILE_REVISED\x10\r2\xfc\x13\n" +
+	"#REGISTRY_EVENT_TYPE_PROFILE_REVISED\x10\r\x12'\n" +
+	"#REGISTRY_EVENT_TYPE_SURFACE_CHANGED\x10\x0e2\xfc\x13\n" +
 	"\x0fRegistryService\x12[\n" +
 	"\x10CreateConnection\x12).v0m3.registry.v1.CreateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
 	"\rGetConnection\x12&.v0m3.registry.v1.GetConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12f\n" +
@@ -6294,7 +7002,7 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 16)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(IdentityKind)(0),                   // 0: v0m3.registry.v1.IdentityKind
 	(Enforcement)(0),                    // 1: v0m3.registry.v1.Enforcement
@@ -6333,47 +7041,52 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(*DiscoverySnapshot)(nil),           // 34: v0m3.registry.v1.DiscoverySnapshot
 	(*ToolIdentity)(nil),                // 35: v0m3.registry.v1.ToolIdentity
 	(*ResourceIdentity)(nil),            // 36: v0m3.registry.v1.ResourceIdentity
-	(*RecordSnapshotRequest)(nil),       // 37: v0m3.registry.v1.RecordSnapshotRequest
-	(*GetSnapshotRequest)(nil),          // 38: v0m3.registry.v1.GetSnapshotRequest
-	(*ListSnapshotsRequest)(nil),        // 39: v0m3.registry.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 40: v0m3.registry.v1.ListSnapshotsResponse
-	(*DiffSnapshotsRequest)(nil),        // 41: v0m3.registry.v1.DiffSnapshotsRequest
-	(*SnapshotDiff)(nil),                // 42: v0m3.registry.v1.SnapshotDiff
-	(*ItemChange)(nil),                  // 43: v0m3.registry.v1.ItemChange
-	(*HandleField)(nil),                 // 44: v0m3.registry.v1.HandleField
-	(*Capability)(nil),                  // 45: v0m3.registry.v1.Capability
-	(*CreateCapabilityRequest)(nil),     // 46: v0m3.registry.v1.CreateCapabilityRequest
-	(*UpdateCapabilityRequest)(nil),     // 47: v0m3.registry.v1.UpdateCapabilityRequest
-	(*DeprecateCapabilityRequest)(nil),  // 48: v0m3.registry.v1.DeprecateCapabilityRequest
-	(*GetCapabilityRequest)(nil),        // 49: v0m3.registry.v1.GetCapabilityRequest
-	(*ListCapabilitiesRequest)(nil),     // 50: v0m3.registry.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil),    // 51: v0m3.registry.v1.ListCapabilitiesResponse
-	(*ProfileNeed)(nil),                 // 52: v0m3.registry.v1.ProfileNeed
-	(*TaskBudget)(nil),                  // 53: v0m3.registry.v1.TaskBudget
-	(*TaskProfile)(nil),                 // 54: v0m3.registry.v1.TaskProfile
-	(*CreateTaskProfileRequest)(nil),    // 55: v0m3.registry.v1.CreateTaskProfileRequest
-	(*UpdateTaskProfileRequest)(nil),    // 56: v0m3.registry.v1.UpdateTaskProfileRequest
-	(*DeprecateTaskProfileRequest)(nil), // 57: v0m3.registry.v1.DeprecateTaskProfileRequest
-	(*GetTaskProfileRequest)(nil),       // 58: v0m3.registry.v1.GetTaskProfileRequest
-	(*ListTaskProfilesRequest)(nil),     // 59: v0m3.registry.v1.ListTaskProfilesRequest
-	(*ListTaskProfilesResponse)(nil),    // 60: v0m3.registry.v1.ListTaskProfilesResponse
-	(*RemoteTarget)(nil),                // 61: v0m3.registry.v1.RemoteTarget
-	(*ArgumentBinding)(nil),             // 62: v0m3.registry.v1.ArgumentBinding
-	(*Limits)(nil),                      // 63: v0m3.registry.v1.Limits
-	(*Provenance)(nil),                  // 64: v0m3.registry.v1.Provenance
-	(*Mapping)(nil),                     // 65: v0m3.registry.v1.Mapping
-	(*ProposeMappingRequest)(nil),       // 66: v0m3.registry.v1.ProposeMappingRequest
-	(*ReviewMappingRequest)(nil),        // 67: v0m3.registry.v1.ReviewMappingRequest
-	(*GetMappingRequest)(nil),           // 68: v0m3.registry.v1.GetMappingRequest
-	(*ListMappingsRequest)(nil),         // 69: v0m3.registry.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),        // 70: v0m3.registry.v1.ListMappingsResponse
-	(*ResolveMappingRequest)(nil),       // 71: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 72: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 73: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 74: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 75: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 76: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 77: google.protobuf.Value
+	(*ResourceTemplateIdentity)(nil),    // 37: v0m3.registry.v1.ResourceTemplateIdentity
+	(*PromptIdentity)(nil),              // 38: v0m3.registry.v1.PromptIdentity
+	(*PromptArgument)(nil),              // 39: v0m3.registry.v1.PromptArgument
+	(*Icon)(nil),                        // 40: v0m3.registry.v1.Icon
+	(*RecordSnapshotRequest)(nil),       // 41: v0m3.registry.v1.RecordSnapshotRequest
+	(*GetSnapshotRequest)(nil),          // 42: v0m3.registry.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),        // 43: v0m3.registry.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 44: v0m3.registry.v1.ListSnapshotsResponse
+	(*DiffSnapshotsRequest)(nil),        // 45: v0m3.registry.v1.DiffSnapshotsRequest
+	(*SnapshotDiff)(nil),                // 46: v0m3.registry.v1.SnapshotDiff
+	(*ItemChange)(nil),                  // 47: v0m3.registry.v1.ItemChange
+	(*HandleField)(nil),                 // 48: v0m3.registry.v1.HandleField
+	(*Capability)(nil),                  // 49: v0m3.registry.v1.Capability
+	(*CreateCapabilityRequest)(nil),     // 50: v0m3.registry.v1.CreateCapabilityRequest
+	(*UpdateCapabilityRequest)(nil),     // 51: v0m3.registry.v1.UpdateCapabilityRequest
+	(*DeprecateCapabilityRequest)(nil),  // 52: v0m3.registry.v1.DeprecateCapabilityRequest
+	(*GetCapabilityRequest)(nil),        // 53: v0m3.registry.v1.GetCapabilityRequest
+	(*ListCapabilitiesRequest)(nil),     // 54: v0m3.registry.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),    // 55: v0m3.registry.v1.ListCapabilitiesResponse
+	(*ProfileNeed)(nil),                 // 56: v0m3.registry.v1.ProfileNeed
+	(*TaskBudget)(nil),                  // 57: v0m3.registry.v1.TaskBudget
+	(*TaskProfile)(nil),                 // 58: v0m3.registry.v1.TaskProfile
+	(*CreateTaskProfileRequest)(nil),    // 59: v0m3.registry.v1.CreateTaskProfileRequest
+	(*UpdateTaskProfileRequest)(nil),    // 60: v0m3.registry.v1.UpdateTaskProfileRequest
+	(*DeprecateTaskProfileRequest)(nil), // 61: v0m3.registry.v1.DeprecateTaskProfileRequest
+	(*GetTaskProfileRequest)(nil),       // 62: v0m3.registry.v1.GetTaskProfileRequest
+	(*ListTaskProfilesRequest)(nil),     // 63: v0m3.registry.v1.ListTaskProfilesRequest
+	(*ListTaskProfilesResponse)(nil),    // 64: v0m3.registry.v1.ListTaskProfilesResponse
+	(*RemoteTarget)(nil),                // 65: v0m3.registry.v1.RemoteTarget
+	(*ArgumentBinding)(nil),             // 66: v0m3.registry.v1.ArgumentBinding
+	(*Limits)(nil),                      // 67: v0m3.registry.v1.Limits
+	(*Provenance)(nil),                  // 68: v0m3.registry.v1.Provenance
+	(*Mapping)(nil),                     // 69: v0m3.registry.v1.Mapping
+	(*TargetDigests)(nil),               // 70: v0m3.registry.v1.TargetDigests
+	(*ProposeMappingRequest)(nil),       // 71: v0m3.registry.v1.ProposeMappingRequest
+	(*ReviewMappingRequest)(nil),        // 72: v0m3.registry.v1.ReviewMappingRequest
+	(*GetMappingRequest)(nil),           // 73: v0m3.registry.v1.GetMappingRequest
+	(*ListMappingsRequest)(nil),         // 74: v0m3.registry.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),        // 75: v0m3.registry.v1.ListMappingsResponse
+	(*ResolveMappingRequest)(nil),       // 76: v0m3.registry.v1.ResolveMappingRequest
+	(*WatchEventsRequest)(nil),          // 77: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 78: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 79: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 80: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 81: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 82: google.protobuf.Value
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	17,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
@@ -6381,14 +7094,14 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	4,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
 	21,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
 	22,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	75,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	75,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	75,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	75,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	80,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	80,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	80,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	80,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
 	18,  // 9: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
 	19,  // 10: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
 	20,  // 11: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	74,  // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	79,  // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
 	2,   // 13: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
 	23,  // 14: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
 	1,   // 15: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
@@ -6396,7 +7109,7 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	1,   // 17: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
 	0,   // 18: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
 	17,  // 19: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	75,  // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	80,  // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
 	17,  // 21: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
 	16,  // 22: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
 	17,  // 23: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
@@ -6405,115 +7118,128 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	21,  // 26: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
 	35,  // 27: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
 	36,  // 28: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	75,  // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	76,  // 30: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	76,  // 31: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	76,  // 32: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	34,  // 33: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	34,  // 34: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	43,  // 35: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	43,  // 36: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
-	5,   // 37: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
-	6,   // 38: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	76,  // 39: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
-	7,   // 40: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	44,  // 41: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
-	8,   // 42: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
-	63,  // 43: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
-	9,   // 44: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
-	10,  // 45: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	75,  // 46: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
-	45,  // 47: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	45,  // 48: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	45,  // 49: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
-	11,  // 50: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
-	52,  // 51: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
-	53,  // 52: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
-	10,  // 53: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	75,  // 54: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
-	54,  // 55: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	54,  // 56: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	54,  // 57: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
-	13,  // 58: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	77,  // 59: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
-	14,  // 60: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
-	61,  // 61: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	62,  // 62: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	76,  // 63: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	63,  // 64: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	12,  // 65: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	75,  // 66: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	75,  // 67: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	64,  // 68: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
-	76,  // 69: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
-	61,  // 70: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	62,  // 71: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	76,  // 72: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	63,  // 73: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	64,  // 74: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
-	12,  // 75: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	65,  // 76: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	15,  // 77: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	75,  // 78: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	25,  // 79: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	26,  // 80: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	27,  // 81: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	29,  // 82: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	30,  // 83: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	31,  // 84: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	32,  // 85: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	37,  // 86: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	38,  // 87: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	39,  // 88: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	41,  // 89: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	46,  // 90: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	47,  // 91: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	48,  // 92: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	49,  // 93: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	50,  // 94: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	55,  // 95: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	56,  // 96: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	57,  // 97: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	58,  // 98: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	59,  // 99: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	66,  // 100: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	67,  // 101: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	68,  // 102: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	69,  // 103: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	71,  // 104: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	72,  // 105: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	16,  // 106: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	16,  // 107: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	28,  // 108: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	16,  // 109: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	16,  // 110: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	33,  // 111: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	16,  // 112: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	34,  // 113: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	34,  // 114: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	40,  // 115: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	42,  // 116: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	45,  // 117: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	45,  // 118: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	45,  // 119: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	45,  // 120: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	51,  // 121: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	54,  // 122: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	54,  // 123: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	54,  // 124: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	54,  // 125: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	60,  // 126: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	65,  // 127: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	65,  // 128: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	65,  // 129: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	70,  // 130: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	65,  // 131: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	73,  // 132: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	106, // [106:133] is the sub-list for method output_type
-	79,  // [79:106] is the sub-list for method input_type
-	79,  // [79:79] is the sub-list for extension type_name
-	79,  // [79:79] is the sub-list for extension extendee
-	0,   // [0:79] is the sub-list for field type_name
+	80,  // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	37,  // 30: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
+	38,  // 31: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
+	81,  // 32: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	81,  // 33: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	81,  // 34: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	81,  // 35: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
+	40,  // 36: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	81,  // 37: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
+	40,  // 38: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	81,  // 39: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
+	40,  // 40: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	39,  // 41: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
+	40,  // 42: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	34,  // 43: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	34,  // 44: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	47,  // 45: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	47,  // 46: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	47,  // 47: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
+	47,  // 48: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
+	5,   // 49: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
+	6,   // 50: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	81,  // 51: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	7,   // 52: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
+	48,  // 53: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
+	8,   // 54: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
+	67,  // 55: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
+	9,   // 56: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
+	10,  // 57: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
+	80,  // 58: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	49,  // 59: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	49,  // 60: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	49,  // 61: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	11,  // 62: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
+	56,  // 63: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
+	57,  // 64: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
+	10,  // 65: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
+	80,  // 66: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	58,  // 67: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	58,  // 68: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	58,  // 69: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
+	13,  // 70: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
+	82,  // 71: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	14,  // 72: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
+	65,  // 73: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	66,  // 74: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	81,  // 75: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	67,  // 76: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	12,  // 77: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	80,  // 78: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	80,  // 79: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	68,  // 80: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
+	81,  // 81: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
+	70,  // 82: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
+	65,  // 83: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	66,  // 84: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	81,  // 85: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	67,  // 86: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	68,  // 87: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
+	12,  // 88: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	69,  // 89: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	15,  // 90: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	80,  // 91: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	25,  // 92: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	26,  // 93: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	27,  // 94: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	29,  // 95: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	30,  // 96: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	31,  // 97: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	32,  // 98: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	41,  // 99: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	42,  // 100: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	43,  // 101: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	45,  // 102: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	50,  // 103: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	51,  // 104: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	52,  // 105: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	53,  // 106: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	54,  // 107: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	59,  // 108: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	60,  // 109: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	61,  // 110: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	62,  // 111: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	63,  // 112: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	71,  // 113: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	72,  // 114: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	73,  // 115: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	74,  // 116: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	76,  // 117: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	77,  // 118: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	16,  // 119: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	16,  // 120: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	28,  // 121: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	16,  // 122: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	16,  // 123: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	33,  // 124: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	16,  // 125: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	34,  // 126: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	34,  // 127: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	44,  // 128: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	46,  // 129: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	49,  // 130: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	49,  // 131: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	49,  // 132: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	49,  // 133: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 134: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	58,  // 135: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	58,  // 136: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	58,  // 137: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	58,  // 138: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 139: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	69,  // 140: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	69,  // 141: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	69,  // 142: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	75,  // 143: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	69,  // 144: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	78,  // 145: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	119, // [119:146] is the sub-list for method output_type
+	92,  // [92:119] is the sub-list for method input_type
+	92,  // [92:92] is the sub-list for extension type_name
+	92,  // [92:92] is the sub-list for extension extendee
+	0,   // [0:92] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -6532,7 +7258,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      16,
-			NumMessages:   59,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
