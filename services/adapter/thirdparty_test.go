@@ -290,7 +290,7 @@ func TestThirdPartyEverything(t *testing.T) {
 		}
 		weather := &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: tool.GetName()}
 		limits := &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 2, AllowedMediaTypes: []string{"text/plain"}}
-		mapped := tp.activateTool(t, conn, snap, weather, []*registryv1.ArgumentBinding{{RemoteField: "location", ProductField: "query"}}, limits)
+		mapped := tp.activateTool(t, conn, snap, weather, []*registryv1.ArgumentBinding{{RemoteField: "location", Constant: structpb.NewStringValue("Chicago")}}, limits)
 		if mapped.GetOutputSchemaDigest() != tool.GetOutputSchemaDigest() {
 			t.Fatalf("mapping output schema digest %q, tool's %q", mapped.GetOutputSchemaDigest(), tool.GetOutputSchemaDigest())
 		}
