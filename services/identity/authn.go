@@ -15,8 +15,6 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
-	authnv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Authenticator verifies a bearer token and says who it names.
@@ -215,36 +213,6 @@ func (f *fileKeys) VerifySignature(ctx context.Context, token string) ([]byte, e
 		return nil, err
 	}
 	return (&oidc.StaticKeySet{PublicKeys: keys}).VerifySignature(ctx, token)
-}
-
-// TokenReviewer is the part of a Kubernetes client TokenReview needs.
-type TokenReviewer interface {
-	Create(ctx context.Context, tr *authnv1.TokenReview, opts metav1.CreateOptions) (*authnv1.TokenReview, error)
-}
-
-// TokenReview authenticates Kubernetes ServiceAccount (or other cluster)
-// tokens by asking the API server.
-type TokenReview struct {
-	// Client creates TokenReviews, e.g.
-	// clientset.AuthenticationV1().TokenReviews().
-	Client TokenReviewer
-	// Audiences the token must be valid for; empty means the API server's.
-	Audiences []string
-}
-
-// Authenticate asks the API server whether token is valid.
-func (t *TokenReview) Authenticate(ctx context.Context, token string) (Caller, error) {
-	res, err := t.Client.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: t.Audiences}}, metav1.CreateOptions{})
-	if err != nil {
-		return Caller{}, authErr("TOKEN_REVIEW_UNAVAILABLE", "the Kubernetes API server could not review the token: %v", err)
-	}
-	if !res.Status.Authenticated {
-		return Caller{}, authErr("TOKEN_INVALID", "the Kubernetes API server did not authenticate the token")
-	}
-	if len(t.Audiences) > 0 && !slices.ContainsFunc(res.Status.Audiences, func(a string) bool { return slices.Contains(t.Audiences, a) }) {
-		return Caller{}, authErr("TOKEN_AUDIENCE_MISMATCH", "the token is not valid for audience %s", strings.Join(t.Audiences, ", "))
-	}
-	return Caller{ID: res.Status.User.Username, Groups: res.Status.User.Groups, Issuer: "kubernetes"}, nil
 }
 
 // Chain tries authenticators in order; the first that accepts the token

@@ -2,10 +2,14 @@ package identity_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -86,4 +90,118 @@ func tamper(tok string) string {
 		b[i] = 'A'
 	}
 	return string(b)
+}
+
+// countingReviewer counts the reviews that reach the real API server.
+type countingReviewer struct {
+	identity.TokenReviewer
+	n atomic.Int64
+}
+
+func (c *countingReviewer) Create(ctx context.Context, tr *authnv1.TokenReview, opts metav1.CreateOptions) (*authnv1.TokenReview, error) {
+	c.n.Add(1)
+	return c.TokenReviewer.Create(ctx, tr, opts)
+}
+
+// TestTokenReviewReusesAnswers: a product service presenting the same
+// ServiceAccount token on every call costs one review per cache period,
+// not one per call; a different token, and the same token once the period
+// has passed, are asked about again; a refused token stays refused without
+// asking again; a token that expires before the period ends is not
+// accepted after its expiry.
+func TestTokenReviewReusesAnswers(t *testing.T) {
+	t.Parallel()
+	assets, err := testkit.EnvtestAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "caller-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "product"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	token := func(seconds int64) string {
+		t.Helper()
+		tr, err := cs.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, "product",
+			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{"v0m3"}, ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("request token: %v", err)
+		}
+		return tr.Status.Token
+	}
+	client := &countingReviewer{TokenReviewer: cs.AuthenticationV1().TokenReviews()}
+	const ttl = 2 * time.Second
+	review := &identity.TokenReview{Client: client, Audiences: []string{"v0m3"}, CacheTTL: ttl}
+	authenticate := func(tok string) (identity.Caller, error) { return review.Authenticate(ctx, tok) }
+
+	first, second := token(3600), token(3600)
+	for range 5 {
+		if c, err := authenticate(first); err != nil || c.ID != "system:serviceaccount:"+ns.Name+":product" {
+			t.Fatalf("authenticate = %+v, %v", c, err)
+		}
+	}
+	if n := client.n.Load(); n != 1 {
+		t.Errorf("five calls with one token made %d reviews, want 1", n)
+	}
+	if _, err := authenticate(second); err != nil {
+		t.Fatal(err)
+	}
+	if n := client.n.Load(); n != 2 {
+		t.Errorf("a second token made %d reviews in all, want 2", n)
+	}
+	forged := tamper(first)
+	for range 3 {
+		var ae *identity.AuthError
+		if _, err := authenticate(forged); !errors.As(err, &ae) || ae.Reason != "TOKEN_INVALID" {
+			t.Fatalf("forged token: %v, want TOKEN_INVALID", err)
+		}
+	}
+	if n := client.n.Load(); n != 3 {
+		t.Errorf("a forged token presented three times made %d reviews in all, want 3", n)
+	}
+	time.Sleep(ttl + 100*time.Millisecond)
+	if _, err := authenticate(first); err != nil {
+		t.Fatal(err)
+	}
+	if n := client.n.Load(); n != 4 {
+		t.Errorf("after the cache period the token made %d reviews in all, want 4 (asked again)", n)
+	}
+
+	// An answer is not reused past the token's own expiry, even within
+	// the cache period. The API server issues tokens for at least 10
+	// minutes, so this token is made here: it is refused, and the refusal
+	// is reused only until its exp.
+	long := &identity.TokenReview{Client: client, Audiences: []string{"v0m3"}, CacheTTL: time.Hour}
+	exp := time.Now().Add(time.Second).Unix()
+	payload := base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"sub":"x","exp":%d}`, exp)))
+	soon := "eyJhbGciOiJSUzI1NiJ9." + payload + ".c2ln"
+	before := client.n.Load()
+	for range 2 {
+		if _, err := long.Authenticate(ctx, soon); err == nil {
+			t.Fatal("a made-up token was accepted")
+		}
+	}
+	if n := client.n.Load() - before; n != 1 {
+		t.Errorf("two presentations before its expiry made %d reviews, want 1", n)
+	}
+	time.Sleep(time.Until(time.Unix(exp, 0)) + 100*time.Millisecond)
+	if _, err := long.Authenticate(ctx, soon); err == nil {
+		t.Fatal("a made-up token was accepted")
+	}
+	if n := client.n.Load() - before; n != 2 {
+		t.Errorf("after its expiry the token made %d reviews in all, want 2 (asked again)", n)
+	}
 }
