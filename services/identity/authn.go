@@ -3,6 +3,7 @@ package identity
 import (
 	"context"
 	"crypto"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"github.com/hashicorp/golang-lru/v2/expirable"
 )
 
 // Authenticator verifies a bearer token and says who it names.
@@ -69,6 +71,25 @@ var algorithms = []jose.SignatureAlgorithm{jose.RS256, jose.RS384, jose.RS512, j
 type JWT struct {
 	cfg  JWTConfig
 	keys oidc.KeySet
+	// verified remembers recently verified claims by token digest, so a
+	// product service presenting one token on every call pays for the
+	// signature once per verifiedTTL. Time claims are still checked on
+	// every call.
+	verified *expirable.LRU[[sha256.Size]byte, verifiedClaims]
+}
+
+// verifiedTTL bounds how long a verified signature is reused. A key
+// removed from a remote key set stops verifying tokens already seen at
+// most this much later; a key file that changes invalidates at once.
+const verifiedTTL = 30 * time.Second
+
+// verifiedClaims is a token whose signature verified.
+type verifiedClaims struct {
+	claims jwt.Claims
+	extra  map[string]any
+	// keys is the key file generation it verified against (0 for a remote
+	// key set).
+	keys uint64
 }
 
 // NewJWT returns a JWT authenticator.
@@ -90,7 +111,7 @@ func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	j := &JWT{cfg: cfg}
+	j := &JWT{cfg: cfg, verified: expirable.NewLRU[[sha256.Size]byte, verifiedClaims](4096, nil, verifiedTTL)}
 	if cfg.JWKSURL != "" {
 		// The key set outlives the call that creates it.
 		j.keys = oidc.NewRemoteKeySet(context.WithoutCancel(ctx), cfg.JWKSURL)
@@ -106,21 +127,11 @@ func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
 
 // Authenticate verifies token.
 func (j *JWT) Authenticate(ctx context.Context, token string) (Caller, error) {
-	if _, err := jwt.ParseSigned(token, algorithms); err != nil {
-		return Caller{}, authErr("TOKEN_MALFORMED", "the token is not a signed JWT")
-	}
-	payload, err := j.keys.VerifySignature(ctx, token)
+	v, err := j.verify(ctx, token)
 	if err != nil {
-		return Caller{}, authErr("TOKEN_SIGNATURE_INVALID", "the token's signature does not verify with the issuer's keys")
+		return Caller{}, err
 	}
-	var claims jwt.Claims
-	var extra map[string]any
-	if err := json.Unmarshal(payload, &claims); err != nil {
-		return Caller{}, authErr("TOKEN_MALFORMED", "the token's claims are not valid JSON")
-	}
-	if err := json.Unmarshal(payload, &extra); err != nil {
-		return Caller{}, authErr("TOKEN_MALFORMED", "the token's claims are not valid JSON")
-	}
+	claims, extra := v.claims, v.extra
 	now := j.cfg.Now()
 	switch {
 	case claims.Issuer != j.cfg.Issuer:
@@ -143,6 +154,39 @@ func (j *JWT) Authenticate(ctx context.Context, token string) (Caller, error) {
 		return Caller{}, authErr("TOKEN_MALFORMED", "the token's %q claim must be a string or a list of strings", j.cfg.GroupsClaim)
 	}
 	return Caller{ID: claims.Subject, Groups: groups, Issuer: claims.Issuer}, nil
+}
+
+// verify checks token's signature, or finds that it was checked recently
+// against the same keys, and returns its claims.
+func (j *JWT) verify(ctx context.Context, token string) (verifiedClaims, error) {
+	key := sha256.Sum256([]byte(token))
+	fk, _ := j.keys.(*fileKeys)
+	var gen uint64
+	if fk != nil {
+		if _, err := fk.load(); err != nil {
+			return verifiedClaims{}, authErr("TOKEN_SIGNATURE_INVALID", "the issuer's keys could not be read")
+		}
+		gen = fk.generation()
+	}
+	if v, ok := j.verified.Get(key); ok && v.keys == gen {
+		return v, nil
+	}
+	if _, err := jwt.ParseSigned(token, algorithms); err != nil {
+		return verifiedClaims{}, authErr("TOKEN_MALFORMED", "the token is not a signed JWT")
+	}
+	payload, err := j.keys.VerifySignature(ctx, token)
+	if err != nil {
+		return verifiedClaims{}, authErr("TOKEN_SIGNATURE_INVALID", "the token's signature does not verify with the issuer's keys")
+	}
+	v := verifiedClaims{keys: gen}
+	if err := json.Unmarshal(payload, &v.claims); err != nil {
+		return verifiedClaims{}, authErr("TOKEN_MALFORMED", "the token's claims are not valid JSON")
+	}
+	if err := json.Unmarshal(payload, &v.extra); err != nil {
+		return verifiedClaims{}, authErr("TOKEN_MALFORMED", "the token's claims are not valid JSON")
+	}
+	j.verified.Add(key, v)
+	return v, nil
 }
 
 func stringsClaim(v any) ([]string, error) {
@@ -173,6 +217,15 @@ type fileKeys struct {
 	mu    sync.Mutex
 	mtime time.Time
 	keys  []crypto.PublicKey
+	// gen counts the times the file was (re)loaded.
+	gen uint64
+}
+
+// generation says which load of the file the current keys come from.
+func (f *fileKeys) generation() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gen
 }
 
 func (f *fileKeys) load() ([]crypto.PublicKey, error) {
@@ -203,6 +256,7 @@ func (f *fileKeys) load() ([]crypto.PublicKey, error) {
 		return nil, fmt.Errorf("identity: JWKS file %s holds no public key", f.path)
 	}
 	f.keys, f.mtime = keys, st.ModTime()
+	f.gen++
 	return keys, nil
 }
 

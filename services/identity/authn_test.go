@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,6 +191,93 @@ func TestJWTConfigRefused(t *testing.T) {
 	} {
 		if _, err := identity.NewJWT(context.Background(), cfg); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestJWTVerifiedTokensStayChecked: a token presented again is served from
+// the verification cache, but that never outlives what makes it valid:
+// its expiry is checked on every call, and replacing the issuer's key file
+// refuses a token signed by the removed key at once.
+func TestJWTVerifiedTokensStayChecked(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	var now atomic.Int64
+	now.Store(start.UnixNano())
+	old, next := newSigner(t, "k1"), newSigner(t, "k2")
+	jwks := writeJWKS(t, old.jwks())
+	authn, err := identity.NewJWT(context.Background(), identity.JWTConfig{
+		Issuer: testIssuer, Audience: testAudience, JWKSFile: jwks, Skew: time.Second,
+		Now: func() time.Time { return time.Unix(0, now.Load()) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := old.sign(t, claims(start, map[string]any{"exp": start.Add(time.Minute).Unix()}))
+	authenticate := func() error { _, err := authn.Authenticate(context.Background(), tok); return err }
+	for range 3 {
+		if err := authenticate(); err != nil {
+			t.Fatalf("a valid token was refused: %v", err)
+		}
+	}
+	now.Store(start.Add(2 * time.Minute).UnixNano())
+	var ae *identity.AuthError
+	if err := authenticate(); !errors.As(err, &ae) || ae.Reason != "TOKEN_EXPIRED" {
+		t.Fatalf("an expired token seen before: %v, want TOKEN_EXPIRED", err)
+	}
+	now.Store(start.UnixNano())
+	if err := authenticate(); err != nil {
+		t.Fatalf("within its life again: %v", err)
+	}
+
+	// The issuer rotates its key: the file now holds only the new one.
+	data, err := jsonMarshal(next.jwks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := jwks + ".new"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A later modification time than the first write, whatever the file
+	// system's timestamp resolution.
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(tmp, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, jwks); err != nil {
+		t.Fatal(err)
+	}
+	if err := authenticate(); !errors.As(err, &ae) || ae.Reason != "TOKEN_SIGNATURE_INVALID" {
+		t.Fatalf("a token signed by the removed key: %v, want TOKEN_SIGNATURE_INVALID", err)
+	}
+	if _, err := authn.Authenticate(context.Background(), next.sign(t, claims(start, nil))); err != nil {
+		t.Fatalf("a token signed by the new key: %v", err)
+	}
+}
+
+// BenchmarkJWTAuthenticate measures authenticating the same bearer token
+// again, as a product service's every call does.
+func BenchmarkJWTAuthenticate(b *testing.B) {
+	d, err := identity.NewDevIssuer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	path, err := d.WriteFiles(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := d.Authenticator(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := d.Mint("alice", []string{"authors"}, time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := a.Authenticate(context.Background(), tok); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
