@@ -165,3 +165,50 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestReadReportsMerges: a cell measured in several runs (ROUNDS of
+// scripts/bench-compare.sh) sums its calls, failures and time, takes the
+// median of its percentiles and the call-weighted mean of its CPU per call.
+func TestReadReportsMerges(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name string, cells ...loadgen.Cell) string {
+		var b bytes.Buffer
+		if err := loadgen.WriteJSON(&b, &loadgen.Report{CPUs: 2, Cells: cells}); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	g := loadgen.Cell{Store: "file", Transport: "http", Callers: 1, Mode: loadgen.ModeGoverned}
+	a, b, c := g, g, g
+	a.Calls, a.Seconds, a.P50Ms, a.P99Ms, a.CPUMsPerCall = 100, 10, 10, 50, 4
+	b.Calls, b.Failed, b.Seconds, b.P50Ms, b.P99Ms, b.CPUMsPerCall = 300, 100, 10, 30, 90, 2
+	b.Failures = map[string]int{"BUDGET_EXCEEDED": 100}
+	c.Calls, c.Seconds, c.P50Ms, c.P99Ms, c.CPUMsPerCall = 100, 10, 20, 60, 4
+	d := loadgen.Cell{Store: "file", Transport: "http", Callers: 1, Mode: loadgen.ModeDirect, Calls: 7, Seconds: 1, P50Ms: 1}
+	rep, err := loadgen.ReadReports([]string{write("1.json", d, a), write("2.json", b), write("3.json", c)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Cells) != 2 || rep.Cells[0].Mode != loadgen.ModeDirect || rep.Cells[0].Calls != 7 {
+		t.Fatalf("cells: %+v, want the direct cell first, unchanged, then one governed cell", rep.Cells)
+	}
+	m := rep.Cells[1]
+	if m.Calls != 500 || m.Failed != 100 || m.Failures["BUDGET_EXCEEDED"] != 100 || m.Seconds != 30 {
+		t.Errorf("merged counts: %+v", m)
+	}
+	if m.P50Ms != 20 || m.P99Ms != 60 {
+		t.Errorf("merged percentiles p50 %v p99 %v, want the medians 20 and 60", m.P50Ms, m.P99Ms)
+	}
+	// (100*4 + 400*2 + 100*4) / 600 calls made.
+	if want := 1600.0 / 600; m.CPUMsPerCall != want {
+		t.Errorf("merged CPU per call %v, want %v", m.CPUMsPerCall, want)
+	}
+	if want := 500.0 / 30; m.CallsPerSec != want {
+		t.Errorf("merged calls/s %v, want %v", m.CallsPerSec, want)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 )
 
 // WriteTable prints the report as a Markdown table, one row per cell.
@@ -174,8 +173,8 @@ func median(v []float64) float64 {
 // WriteComparison prints before and after side by side as a Markdown
 // table, with after/before ratios, for cells present in both.
 func WriteComparison(w io.Writer, before, after *Report) {
-	fmt.Fprintln(w, "| cell | p50 before | p50 after | × | p99 before | p99 after | × | calls/s before | calls/s after | × | CPU/call before | CPU/call after | × | failed before/after |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| cell | p50 before | p50 after | × | p99 before | p99 after | × | calls/s before | calls/s after | × | CPU/call before | CPU/call after | × | p50 × direct before/after | failed before/after |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	prev := map[string]Cell{}
 	for _, c := range before.Cells {
 		prev[c.Key()] = c
@@ -189,11 +188,15 @@ func WriteComparison(w io.Writer, before, after *Report) {
 		if a.Mode == ModeGoverned {
 			cpuB, cpuA, cpuX = fmt.Sprintf("%.2f ms", b.CPUMsPerCall), fmt.Sprintf("%.2f ms", a.CPUMsPerCall), ratio(a.CPUMsPerCall, b.CPUMsPerCall)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %s | %s | %s | %s | %d/%d |\n",
-			strings.TrimSuffix(a.Key(), "/"), msStr(b.P50Ms), msStr(a.P50Ms), ratio(a.P50Ms, b.P50Ms),
+		toDirect := "–"
+		if a.Mode == ModeGoverned {
+			toDirect = ratioStr(b.RatioToDirect) + " → " + ratioStr(a.RatioToDirect)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %d/%d |\n",
+			a.Key(), msStr(b.P50Ms), msStr(a.P50Ms), ratio(a.P50Ms, b.P50Ms),
 			msStr(b.P99Ms), msStr(a.P99Ms), ratio(a.P99Ms, b.P99Ms),
 			b.CallsPerSec, a.CallsPerSec, ratio(a.CallsPerSec, b.CallsPerSec),
-			cpuB, cpuA, cpuX, b.Failed, a.Failed)
+			cpuB, cpuA, cpuX, toDirect, b.Failed, a.Failed)
 	}
 	if fs := failureLines(after.Cells); len(fs) > 0 {
 		fmt.Fprintln(w)
