@@ -102,9 +102,15 @@ type Cell struct {
 	// CallsPerSec is succeeded calls per second.
 	CallsPerSec float64 `json:"calls_per_sec"`
 	// CPUMsPerCall is the `v0m3 dev` process's CPU per call (succeeded or
-	// failed), governed cells only; RedisCPUMsPerCall is redis-server's.
+	// failed), governed cells only; RedisCPUMsPerCall is redis-server's
+	// (Redis cells only).
 	CPUMsPerCall      float64 `json:"cpu_ms_per_call,omitempty"`
 	RedisCPUMsPerCall float64 `json:"redis_cpu_ms_per_call,omitempty"`
+	// ServerCPUMsPerCall is the CPU per call of the stdio servers the
+	// adapter started and reaped during the cell (the `v0m3 dev` process's
+	// cutime+cstime): not V0M3's CPU, but the machine's, and what a process
+	// start per call costs.
+	ServerCPUMsPerCall float64 `json:"server_cpu_ms_per_call,omitempty"`
 	// RatioToDirect is this governed cell's p50 over the direct cell's
 	// p50 with the same store, transport and callers.
 	RatioToDirect float64 `json:"ratio_to_direct,omitempty"`
@@ -446,10 +452,10 @@ func (r *runner) measure(ctx context.Context, cell *Cell, sys *devSystem, n int,
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var cpu0, redis0 time.Duration
+	var cpu0, child0, redis0 time.Duration
 	var err error
 	if sys != nil {
-		if cpu0, err = cpuTime(sys.proc.pid()); err != nil {
+		if cpu0, child0, err = cpuTimes(sys.proc.pid()); err != nil {
 			return err
 		}
 		if r.redis != nil && cell.Store == StoreRedis {
@@ -483,11 +489,12 @@ func (r *runner) measure(ctx context.Context, cell *Cell, sys *devSystem, n int,
 	cell.P50Ms = ms(percentile(lat, 0.50))
 	cell.P99Ms = ms(percentile(lat, 0.99))
 	if sys != nil && len(results) > 0 {
-		cpu1, err := cpuTime(sys.proc.pid())
+		cpu1, child1, err := cpuTimes(sys.proc.pid())
 		if err != nil {
 			return err
 		}
 		cell.CPUMsPerCall = ms(cpu1-cpu0) / float64(len(results))
+		cell.ServerCPUMsPerCall = ms(child1-child0) / float64(len(results))
 		if r.redis != nil && cell.Store == StoreRedis {
 			redis1, err := cpuTime(r.redis.pid())
 			if err != nil {

@@ -95,31 +95,40 @@ func (c *child) logTail() string {
 // starts never counts as V0M3's CPU. The resolution is one clock tick
 // (USER_HZ, 100 per second on Linux, fixed by the kernel ABI).
 func cpuTime(pid int) (time.Duration, error) {
+	self, _, err := cpuTimes(pid)
+	return self, err
+}
+
+// cpuTimes returns pid's own CPU time and that of its children it has
+// waited for (cutime + cstime): for `v0m3 dev`, the stdio servers the
+// adapter started and reaped.
+func cpuTimes(pid int) (self, children time.Duration, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, fmt.Errorf("loadgen: read CPU time: %w", err)
+		return 0, 0, fmt.Errorf("loadgen: read CPU time: %w", err)
 	}
 	// The command name (field 2) is in parentheses and may hold spaces;
 	// the fields after the last ')' start at field 3 (state).
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("loadgen: /proc/%d/stat does not parse", pid)
+		return 0, 0, fmt.Errorf("loadgen: /proc/%d/stat does not parse", pid)
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("loadgen: /proc/%d/stat does not parse", pid)
+	if len(f) < 15 {
+		return 0, 0, fmt.Errorf("loadgen: /proc/%d/stat does not parse", pid)
 	}
 	const userHZ = 100
-	var ticks int64
-	for _, field := range f[11:13] { // utime (14), stime (15)
-		n, err := strconv.ParseInt(field, 10, 64)
+	var ticks [4]int64 // utime (14), stime (15), cutime (16), cstime (17)
+	for j := range ticks {
+		n, err := strconv.ParseInt(f[11+j], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("loadgen: /proc/%d/stat does not parse: %w", pid, err)
+			return 0, 0, fmt.Errorf("loadgen: /proc/%d/stat does not parse: %w", pid, err)
 		}
-		ticks += n
+		ticks[j] = n
 	}
-	return time.Duration(ticks) * time.Second / userHZ, nil
+	tick := time.Second / userHZ
+	return time.Duration(ticks[0]+ticks[1]) * tick, time.Duration(ticks[2]+ticks[3]) * tick, nil
 }
 
 // devSystem is a `v0m3 dev` child serving the five services, and clients

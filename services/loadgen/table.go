@@ -11,12 +11,12 @@ import (
 
 // WriteTable prints the report as a Markdown table, one row per cell.
 func WriteTable(w io.Writer, rep *Report) {
-	fmt.Fprintln(w, "| store | transport | callers | mode | calls | failed | p50 | p99 | calls/s | CPU/call (v0m3) | CPU/call (redis) | p50 × direct |")
-	fmt.Fprintln(w, "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| store | transport | callers | mode | calls | failed | p50 | p99 | calls/s | CPU/call (v0m3) | CPU/call (redis) | CPU/call (stdio servers started) | p50 × direct |")
+	fmt.Fprintln(w, "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, c := range rep.Cells {
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %d | %s | %s | %s | %.0f | %s | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %d | %s | %s | %s | %.0f | %s | %s | %s | %s |\n",
 			c.Store, c.Transport, c.Callers, c.Mode, c.Calls, failed(c), msStr(c.P50Ms), msStr(c.P99Ms), c.CallsPerSec,
-			cpuStr(c, c.CPUMsPerCall), redisStr(c), ratioStr(c.RatioToDirect))
+			cpuStr(c, c.CPUMsPerCall), redisStr(c), serverStr(c), ratioStr(c.RatioToDirect))
 	}
 	if fs := failureLines(rep.Cells); len(fs) > 0 {
 		fmt.Fprintln(w)
@@ -69,6 +69,13 @@ func redisStr(c Cell) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f ms", c.RedisCPUMsPerCall)
+}
+
+func serverStr(c Cell) string {
+	if c.Mode != ModeGoverned || c.Transport != TransportStdio {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f ms", c.ServerCPUMsPerCall)
 }
 
 func ratioStr(v float64) string {
@@ -133,7 +140,7 @@ func merge(reps []*Report) *Report {
 		}
 		m := Cell{Store: cs[0].Store, Transport: cs[0].Transport, Callers: cs[0].Callers, Mode: cs[0].Mode}
 		var p50, p99, ratio []float64
-		var cpu, redis float64
+		var cpu, redis, server float64
 		for _, c := range cs {
 			m.Calls += c.Calls
 			m.Failed += c.Failed
@@ -148,12 +155,13 @@ func merge(reps []*Report) *Report {
 			all := float64(c.Calls + c.Failed)
 			cpu += c.CPUMsPerCall * all
 			redis += c.RedisCPUMsPerCall * all
+			server += c.ServerCPUMsPerCall * all
 		}
 		if m.Seconds > 0 {
 			m.CallsPerSec = float64(m.Calls) / m.Seconds
 		}
 		if all := float64(m.Calls + m.Failed); all > 0 {
-			m.CPUMsPerCall, m.RedisCPUMsPerCall = cpu/all, redis/all
+			m.CPUMsPerCall, m.RedisCPUMsPerCall, m.ServerCPUMsPerCall = cpu/all, redis/all, server/all
 		}
 		m.P50Ms, m.P99Ms, m.RatioToDirect = median(p50), median(p99), median(ratio)
 		out.Cells[i] = m
