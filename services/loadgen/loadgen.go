@@ -470,6 +470,13 @@ func (r *runner) measure(ctx context.Context, cell *Cell, sys *devSystem, n int,
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if sys != nil {
+		select {
+		case <-sys.proc.done:
+			return fmt.Errorf("v0m3 dev exited during the cell: %s", sys.proc.logTail())
+		default:
+		}
+	}
 	var lat []time.Duration
 	for _, res := range results {
 		if res.reason == "" {

@@ -152,7 +152,9 @@ func startDev(ctx context.Context, exe, dir, storeURL string, extra []string) (*
 		return nil, err
 	}
 	pr, pw := io.Pipe()
-	args := append([]string{"dev", "--data-dir", dir, "--pki-dir", pki, "--port-base", "0", "--log-level", "warn",
+	// The log level is the default (info), as deployed: what the services
+	// log per call is part of what a call costs. The log goes to a file.
+	args := append([]string{"dev", "--data-dir", dir, "--pki-dir", pki, "--port-base", "0",
 		"--task-budget-calls", budget, "--task-budget-bytes", budget, "--task-budget-cost", budget,
 		"--requester-budget-calls", budget, "--requester-budget-bytes", budget, "--requester-budget-cost", budget,
 	}, extra...)
