@@ -9,7 +9,10 @@
 # NEW_REF the work tree as it is (uncommitted changes included) is the
 # "after". Both refs must contain `v0m3 bench`.
 #
-# The two binaries run alternately, one store/transport group at a time,
+# One harness measures both: the "after" build's `v0m3 bench` (its load
+# generator, its fixture MCP server) runs each build as the system under
+# test (`--system`), so only the system differs between the two columns.
+# The two systems run alternately, one store/transport group at a time,
 # and the order flips every group (base first, then new first, ...), so a
 # change in machine load falls on both alike. Environment:
 #
@@ -64,7 +67,7 @@ build() {
 	echo "bench-compare: building v0m3 at ${ref:-the work tree} ($name)" >&2
 	(cd "$src" && go build -o "$tmp/$name/v0m3" ./cmd/v0m3)
 	if ! "$tmp/$name/v0m3" bench -h >/dev/null 2>&1; then
-		echo "bench-compare: ${ref:-the work tree} has no 'v0m3 bench'" >&2
+		echo "bench-compare: ${ref:-the work tree} has no 'v0m3 bench' (it came with a3b0879)" >&2
 		exit 1
 	fi
 }
@@ -85,7 +88,7 @@ run() {
 	local name=$1 store=$2 transport=$3 out
 	out="$tmp/$name-$group.json"
 	echo "bench-compare: $name ($store, $transport)" >&2
-	"$tmp/$name/v0m3" bench --quiet --stores "$store" --transports "$transport" --json "$out" \
+	"$tmp/new/v0m3" bench --system "$tmp/$name/v0m3" --quiet --stores "$store" --transports "$transport" --json "$out" \
 		--work-dir "$tmp/work-$name-$group" "${extra[@]}" >/dev/null
 	rm -rf "$tmp/work-$name-$group"
 	if [ "$name" = base ]; then before+=("$out"); else after+=("$out"); fi

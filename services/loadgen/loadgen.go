@@ -57,9 +57,12 @@ const (
 
 // Config says what to measure and how long.
 type Config struct {
-	// Exe is the v0m3 binary: it runs `v0m3 dev` and the fixture server.
-	// Required.
+	// Exe is the v0m3 binary that runs the fixture server. Required.
 	Exe string
+	// System is the v0m3 binary run as `v0m3 dev`, the system under test;
+	// "" means Exe. scripts/bench-compare.sh measures two builds with one
+	// harness and one fixture this way, so only the system differs.
+	System string
 	// Stores, Transports and Callers span the cells: every combination is
 	// measured, direct then governed.
 	Stores     []string
@@ -244,7 +247,15 @@ func (r *runner) group(ctx context.Context, store, transport string) ([]Cell, er
 		storeURL = fmt.Sprintf("redis://%s/0?prefix=bench%d", r.redisAddr, r.groups)
 	}
 	fmt.Fprintf(r.progress, "bench: starting v0m3 dev on the %s store (%s transport)\n", store, transport)
-	sys, err := startDev(ctx, r.cfg.Exe, dir, storeURL, r.cfg.DevArgs)
+	system := r.cfg.System
+	if system == "" {
+		system = r.cfg.Exe
+	}
+	// The adapter may start only the fixture binary over stdio (named
+	// explicitly: the system's default roots hold its own binary, which
+	// need not be the fixture's).
+	devArgs := append([]string{"--stdio-roots", r.cfg.Exe}, r.cfg.DevArgs...)
+	sys, err := startDev(ctx, system, dir, storeURL, devArgs)
 	if err != nil {
 		return nil, err
 	}

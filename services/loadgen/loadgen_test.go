@@ -212,3 +212,17 @@ func TestReadReportsMerges(t *testing.T) {
 		t.Errorf("merged calls/s %v, want %v", m.CallsPerSec, want)
 	}
 }
+
+// TestSystemIsTheBinaryMeasured: the system under test is the binary
+// given as System, not the bench's own (bench-compare relies on it).
+func TestSystemIsTheBinaryMeasured(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "no-such-v0m3")
+	_, err := loadgen.Run(context.Background(), loadgen.Config{
+		Exe: v0m3Bin, System: missing, Stores: []string{loadgen.StoreFile}, Transports: []string{loadgen.TransportStdio},
+		Callers: []int{1}, Calls: 1, WorkDir: workDir(t),
+	})
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("Run with a missing system binary: %v, want an error naming it", err)
+	}
+}
