@@ -22,7 +22,7 @@ run: build ## Serve all five services in one process until interrupted.
 # --duration 5s --json bench.json); see `bin/v0m3 bench -h`.
 BENCH_ARGS ?=
 bench: build redis ## Measure a governed call beside a direct one (issue 14): both transports, both stores, 1 and 32 callers.
-	@echo "bench: running $(BIN) bench $(BENCH_ARGS): the five services as one 'v0m3 dev' child on each store, the fixture MCP server over HTTP and stdio; about 4 minutes on 2 cores"
+	@echo "bench: running $(BIN) bench $(BENCH_ARGS): the five services as one 'v0m3 dev' child on each store, the fixture MCP server over HTTP and stdio; about 3 minutes on 2 cores"
 	$(BIN) bench $(BENCH_ARGS)
 
 generate: ## Regenerate protobuf code, deepcopy functions, CRDs and the operator's RBAC.
