@@ -29,8 +29,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	callers := fs.String("callers", "1,32", "comma-separated numbers of concurrent callers")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file ('-' = stdout instead of the table); 'v0m3 bench compare' reads it")
 	workDir := fs.String("work-dir", "", "directory for data and child logs (default: a temporary directory, removed)")
-	devArgs := fs.String("dev-args", "", "extra space-separated flags for the `v0m3 dev` under test")
-	system := fs.String("system", "", "v0m3 binary to measure as `v0m3 dev` (default: this one; the fixture server and the load generator are always this one)")
+	devArgs := fs.String("dev-args", "", "extra space-separated flags for the 'v0m3 dev' under test")
+	system := fs.String("system", "", "v0m3 binary to measure as 'v0m3 dev' (default: this one; the fixture server and the load generator are always this one)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := parse(fs, args); err != nil {
 		return err
