@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := bin/v0m3
 DATA  ?= $(CURDIR)/.v0m3-data
 
-.PHONY: all build demo run test generate envtest hydra check-generate lint vet fmt-check staticcheck unit fuzz chart third-party-mcp redis clean
+.PHONY: all build demo run bench test generate envtest hydra check-generate lint vet fmt-check staticcheck unit fuzz chart third-party-mcp redis clean
 
 all: build
 
@@ -17,6 +17,13 @@ demo: build ## Run the first experiment end to end on the embedded store.
 
 run: build ## Serve all five services in one process until interrupted.
 	$(BIN) dev --data-dir "$(DATA)"
+
+# BENCH_ARGS are passed to `v0m3 bench` (e.g. --stores file --callers 1,32
+# --duration 5s --json bench.json); see `bin/v0m3 bench -h`.
+BENCH_ARGS ?=
+bench: build redis ## Measure a governed call beside a direct one (issue 14): both transports, both stores, 1 and 32 callers.
+	@echo "bench: running $(BIN) bench $(BENCH_ARGS): the five services as one 'v0m3 dev' child on each store, the fixture MCP server over HTTP and stdio; about 3 minutes on 2 cores"
+	$(BIN) bench $(BENCH_ARGS)
 
 generate: ## Regenerate protobuf code, deepcopy functions, CRDs and the operator's RBAC.
 	$(GO) tool buf generate

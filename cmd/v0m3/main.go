@@ -7,6 +7,7 @@
 //	v0m3 operator | bridge | rotation                    Kubernetes operator, stdio bridge, rotation state
 //	v0m3 capability | profile apply|list|get|deprecate   declared capabilities and task profiles
 //	v0m3 fixture-renderer                                the synthetic "V0M3 Renderer" MCP server
+//	v0m3 bench                                           a governed call's cost beside a direct one
 //
 // Every flag has an environment variable (V0M3_<FLAG>, upper case, dashes
 // as underscores), so the same binary runs from a shell or a Deployment.
@@ -41,6 +42,7 @@ Together:
   dev             run all five services in one process, over real gRPC on loopback
   token           print a development bearer token a running 'v0m3 dev' accepts
   demo            run the seed's first experiment end to end and print each stage
+  bench           measure a governed call beside a direct one (p50, p99, calls/s, CPU per call)
 
 Declared definitions (as you, with --token):
   capability      apply, list, get or deprecate capabilities: 'v0m3 capability apply -f FILE'
@@ -94,6 +96,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runToken(ctx, rest, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr)
+	case "bench":
+		return runBench(ctx, rest, stdout, stderr)
 	case "fixture-server":
 		return runFixture(ctx, rest, stderr)
 	case "operator":

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
 	"strconv"
 
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -88,6 +90,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, true)
 	pkiDir := fs.String("pki-dir", "", "where the development CA and token issuer live (default <data-dir>/pki); dev processes given one dir trust each other")
+	bf := addBudgetFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -127,7 +130,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			listen[name] = fmt.Sprintf("%s:%d", *host, port-defaultPorts[suite.Orchestrator]+*portBase)
 		}
 	}
-	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach()})
+	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach(),
+		TaskBudget: bf.task, RequesterBudget: bf.requester})
 	if err != nil {
 		return err
 	}
@@ -146,4 +150,21 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	<-ctx.Done()
 	s.Close()
 	return s.Err()
+}
+
+// budgetFlags override the policy service's default task and requester
+// budgets (the task budget is also the ceiling a profile's budget may
+// reach). `v0m3 bench` raises them so that a measurement is never refused
+// for budget.
+type budgetFlags struct{ task, requester policy.Limits }
+
+func addBudgetFlags(fs *flag.FlagSet) *budgetFlags {
+	b := &budgetFlags{}
+	fs.Int64Var(&b.task.Calls, "task-budget-calls", 0, fmt.Sprintf("calls a task may make (0 = %d)", policy.DefaultTaskCalls))
+	fs.Int64Var(&b.task.ResponseBytes, "task-budget-bytes", 0, fmt.Sprintf("response bytes a task may receive (0 = %d)", policy.DefaultTaskResponseBytes))
+	fs.Int64Var(&b.task.CostMicros, "task-budget-cost", 0, fmt.Sprintf("cost in micros a task may spend (0 = %d)", policy.DefaultTaskCostMicros))
+	fs.Int64Var(&b.requester.Calls, "requester-budget-calls", 0, fmt.Sprintf("calls a requester may make (0 = %d)", policy.DefaultRequesterCalls))
+	fs.Int64Var(&b.requester.ResponseBytes, "requester-budget-bytes", 0, fmt.Sprintf("response bytes a requester may receive (0 = %d)", policy.DefaultRequesterResponseBytes))
+	fs.Int64Var(&b.requester.CostMicros, "requester-budget-cost", 0, fmt.Sprintf("cost in micros a requester may spend (0 = %d)", policy.DefaultRequesterCostMicros))
+	return b
 }
