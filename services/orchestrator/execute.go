@@ -378,7 +378,7 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 		Detail: "committed: " + what,
 	})
 	s.emit(ctx, task.GetId(), out.GetId(), "request.executed", fmt.Sprintf("%s committed with %s", out.GetCapability(), what))
-	s.log.InfoContext(ctx, "request executed", "task", task.GetId(), "request", out.GetId(), "attempt", att.GetId())
+	s.log.DebugContext(ctx, "request executed", "task", task.GetId(), "request", out.GetId(), "attempt", att.GetId())
 	return out, nil
 }
 

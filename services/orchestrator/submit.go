@@ -85,7 +85,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	// The request is recorded; whatever happens next must be recorded too,
 	// even if the caller stops waiting.
 	ctx = context.WithoutCancel(ctx)
-	s.log.InfoContext(ctx, "request received", "task", task.GetId(), "request", req.GetId(), "intent", req.GetIntentId(), "capability", req.GetCapability())
+	s.log.DebugContext(ctx, "request received", "task", task.GetId(), "request", req.GetId(), "intent", req.GetIntentId(), "capability", req.GetCapability())
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, Capability: req.GetCapability(),
 		RequestId: req.GetId(), IntentId: req.GetIntentId(),

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -111,7 +112,13 @@ func (s *Server) decide(ctx context.Context, q query) *policyv1.AuthorizeRespons
 			"policy_id", string(e.PolicyID), "line", e.Position.Line, "column", e.Position.Column,
 			"error", e.Message, "capability", q.capability, "policy_revision", pol.revision)
 	}
-	s.log.InfoContext(ctx, "policy decision",
+	// An allow is the hot path's common case: Debug keeps a default
+	// deployment quiet; a deny is worth a line.
+	lvl := slog.LevelDebug
+	if resp.Decision != policyv1.Decision_DECISION_ALLOW {
+		lvl = slog.LevelInfo
+	}
+	s.log.Log(ctx, lvl, "policy decision",
 		"capability", q.capability,
 		"decision", decisionName(resp.Decision),
 		"policy_ids", resp.Reasons,

@@ -191,7 +191,7 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 			fmt.Sprintf("policy no longer allows capability %s for handle %s", b.GetCapability(), tok),
 			map[string]string{"capability": b.GetCapability(), "policy_revision": authz.GetPolicyRevision()})
 	}
-	s.log.InfoContext(ctx, "handle resolved", "token_prefix", tok, "task_id", b.GetTaskId(),
+	s.log.DebugContext(ctx, "handle resolved", "token_prefix", tok, "task_id", b.GetTaskId(),
 		"capability", b.GetCapability(), "mapping_id", m.GetId(), "mapping_revision", m.GetRevision())
 	return &policyv1.ResolveHandleResponse{Binding: b, Authorization: authz}, nil
 }
