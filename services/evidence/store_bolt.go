@@ -172,24 +172,43 @@ func (b *boltStore) CreateClaimLink(ctx context.Context, link *evidencev1.ClaimL
 }
 
 func (b *boltStore) AppendTrace(ctx context.Context, ev *evidencev1.TraceEvent) (*evidencev1.TraceEvent, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	task, err := scope(ev.GetTaskId())
+	out, err := b.AppendTraces(ctx, []*evidencev1.TraceEvent{ev})
 	if err != nil {
 		return nil, err
 	}
-	out := proto.CloneOf(ev)
-	err = b.db.Update(func(tx *store.Tx) error {
-		last := &wrapperspb.Int64Value{}
-		if err := tx.Get(bucketTraceSequence, task, last); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
+	return out[0], nil
+}
+
+func (b *boltStore) AppendTraces(ctx context.Context, evs []*evidencev1.TraceEvent) ([]*evidencev1.TraceEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]*evidencev1.TraceEvent, len(evs))
+	tasks := make([]string, len(evs))
+	for i, ev := range evs {
+		task, err := scope(ev.GetTaskId())
+		if err != nil {
+			return nil, err
 		}
-		out.Sequence = last.GetValue() + 1
-		if err := tx.Put(bucketTraceSequence, task, wrapperspb.Int64(out.Sequence)); err != nil {
-			return err
+		out[i], tasks[i] = proto.CloneOf(ev), task
+	}
+	// Concurrent calls share a commit; the function sets every sequence
+	// on each run, so running it again is safe.
+	err := b.db.Batch(func(tx *store.Tx) error {
+		for i, ev := range out {
+			last := &wrapperspb.Int64Value{}
+			if err := tx.Get(bucketTraceSequence, tasks[i], last); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			ev.Sequence = last.GetValue() + 1
+			if err := tx.Put(bucketTraceSequence, tasks[i], wrapperspb.Int64(ev.Sequence)); err != nil {
+				return err
+			}
+			if err := tx.Create(bucketTrace, tasks[i]+store.SeqKey(ev.Sequence), ev); err != nil {
+				return err
+			}
 		}
-		return tx.Create(bucketTrace, task+store.SeqKey(out.Sequence), out)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("evidence: append trace: %w", err)

@@ -2,10 +2,12 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -52,33 +54,117 @@ func (n *notifier) notify(taskID string) {
 	}
 }
 
-// emit stores a task event and wakes the task's watchers. A failure is
-// logged, not returned: the state change it describes is already durable.
-func (s *Server) emit(ctx context.Context, taskID, requestID, typ, detail string) {
-	_, err := s.st.AppendEvent(context.WithoutCancel(ctx), &orchestratorv1.TaskEvent{
-		TaskId: taskID, RequestId: requestID, Type: typ, Detail: detail, Time: s.timestamp(),
-	})
-	if err != nil {
-		s.log.WarnContext(ctx, "append task event", "task", taskID, "type", typ, "err", err)
+// checkpoint holds the trace events and task events of one call until the
+// call reaches a checkpoint (before the adapter is called, and before the
+// RPC returns), where they are written together: one AppendTraces round
+// trip instead of one per event. Nobody learns of a held event before it
+// is written: task events, which wake watchers, are held too and written
+// after the trace.
+type checkpoint struct {
+	mu     sync.Mutex
+	traces []*evidencev1.TraceEvent
+	events []*orchestratorv1.TaskEvent
+}
+
+type checkpointKey struct{}
+
+// withCheckpoint returns ctx holding the events traced and emitted under
+// it until flush; the caller must flush before it returns.
+func withCheckpoint(ctx context.Context) context.Context {
+	return context.WithValue(ctx, checkpointKey{}, &checkpoint{})
+}
+
+func checkpointOf(ctx context.Context) *checkpoint {
+	c, _ := ctx.Value(checkpointKey{}).(*checkpoint)
+	return c
+}
+
+// flush writes the trace events and then the task events held in ctx's
+// checkpoint, if any.
+func (s *Server) flush(ctx context.Context) {
+	c := checkpointOf(ctx)
+	if c == nil {
 		return
 	}
-	s.notes.notify(taskID)
+	c.mu.Lock()
+	traces, events := c.traces, c.events
+	c.traces, c.events = nil, nil
+	c.mu.Unlock()
+	if len(traces) > 0 {
+		s.appendTraces(ctx, traces)
+	}
+	for _, e := range events {
+		s.appendEvent(ctx, e)
+	}
+}
+
+// emit stores a task event and wakes the task's watchers (at the call's
+// next checkpoint, when ctx holds one). A failure is logged, not returned:
+// the state change it describes is already durable.
+func (s *Server) emit(ctx context.Context, taskID, requestID, typ, detail string) {
+	e := &orchestratorv1.TaskEvent{TaskId: taskID, RequestId: requestID, Type: typ, Detail: detail, Time: s.timestamp()}
+	if c := checkpointOf(ctx); c != nil {
+		c.mu.Lock()
+		c.events = append(c.events, e)
+		c.mu.Unlock()
+		return
+	}
+	s.appendEvent(ctx, e)
+}
+
+func (s *Server) appendEvent(ctx context.Context, e *orchestratorv1.TaskEvent) {
+	_, err := s.st.AppendEvent(context.WithoutCancel(ctx), e)
+	if err != nil {
+		s.log.WarnContext(ctx, "append task event", "task", e.GetTaskId(), "type", e.GetType(), "err", err)
+		return
+	}
+	s.notes.notify(e.GetTaskId())
 }
 
 // trace appends a product-layer event to the task's trace in the evidence
-// service. The product decision it records has already been made and
-// persisted here, so a trace failure is logged rather than undoing it.
+// service (at the call's next checkpoint, when ctx holds one). The product
+// decision it records has already been made and persisted here, so a
+// trace failure is logged rather than undoing it.
 func (s *Server) trace(ctx context.Context, taskID string, ev *evidencev1.ProductEvent) {
 	if s.deps.Evidence == nil {
 		return
 	}
-	_, err := s.deps.Evidence.AppendTrace(context.WithoutCancel(ctx), &evidencev1.AppendTraceRequest{Event: &evidencev1.TraceEvent{
+	te := &evidencev1.TraceEvent{
 		TaskId: taskID,
 		Time:   s.timestamp(),
 		Layer:  &evidencev1.TraceEvent_Product{Product: ev},
-	}})
+	}
+	if c := checkpointOf(ctx); c != nil {
+		c.mu.Lock()
+		c.traces = append(c.traces, te)
+		c.mu.Unlock()
+		return
+	}
+	s.appendTraces(ctx, []*evidencev1.TraceEvent{te})
+}
+
+// appendTraces writes trace events in one round trip; an evidence service
+// without AppendTraces (an older version during an upgrade) gets them one
+// by one.
+func (s *Server) appendTraces(ctx context.Context, evs []*evidencev1.TraceEvent) {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	if len(evs) == 1 {
+		_, err = s.deps.Evidence.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: evs[0]})
+	} else {
+		_, err = s.deps.Evidence.AppendTraces(ctx, &evidencev1.AppendTracesRequest{Events: evs})
+		if status.Code(err) == codes.Unimplemented {
+			var errs []error
+			for _, ev := range evs {
+				if _, err := s.deps.Evidence.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: ev}); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			err = errors.Join(errs...)
+		}
+	}
 	if err != nil {
-		s.log.WarnContext(ctx, "append product trace", "task", taskID, "kind", ev.GetKind().String(), "err", err)
+		s.log.WarnContext(ctx, "append product trace", "task", evs[0].GetTaskId(), "events", len(evs), "err", err)
 	}
 }
 

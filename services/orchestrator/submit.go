@@ -85,6 +85,10 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	// The request is recorded; whatever happens next must be recorded too,
 	// even if the caller stops waiting.
 	ctx = context.WithoutCancel(ctx)
+	// The call's trace and task events are written together at its
+	// checkpoints: before the adapter is called and before this returns.
+	ctx = withCheckpoint(ctx)
+	defer s.flush(ctx)
 	s.log.DebugContext(ctx, "request received", "task", task.GetId(), "request", req.GetId(), "intent", req.GetIntentId(), "capability", req.GetCapability())
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, Capability: req.GetCapability(),

@@ -174,7 +174,9 @@ func TestGovernedCallCost(t *testing.T) {
 	for _, m := range names {
 		fmt.Fprintf(&b, "  %-28s %.1f\n", m, float64(methods[m])/calls)
 	}
-	for _, l := range loud { t.Log("loud:", l) }
+	for _, l := range loud {
+		t.Log("loud:", l)
+	}
 	t.Logf("per governed call: %.1f internal RPCs, %.1f log lines at Info or above\n%s", float64(total)/calls, float64(len(loud))/calls, b.String())
 }
 
