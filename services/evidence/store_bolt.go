@@ -53,7 +53,9 @@ func (b *boltStore) RecordObservation(ctx context.Context, obs *evidencev1.Sourc
 		return nil, err
 	}
 	out := proto.CloneOf(obs)
-	err = b.db.Update(func(tx *store.Tx) error {
+	// Concurrent calls share a commit (store.DB.Batch); every run sets
+	// out's revision anew.
+	err = b.db.Batch(func(tx *store.Tx) error {
 		var joined *evidencev1.SourceRevision
 		var count int32
 		err := store.List(tx, bucketRevisions, src, newRevision, func(_ string, r *evidencev1.SourceRevision) error {
@@ -279,9 +281,12 @@ func (b *boltStore) CreateReceipt(ctx context.Context, r *evidencev1.Receipt) (*
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	stored := proto.CloneOf(r)
-	created := false
-	err := b.db.Update(func(tx *store.Tx) error {
+	var (
+		stored  *evidencev1.Receipt
+		created bool
+	)
+	err := b.db.Batch(func(tx *store.Tx) error {
+		stored, created = proto.CloneOf(r), false // anew on every run (see store.DB.Batch)
 		err := tx.Create(bucketReceipts, r.GetIdempotencyKey(), r)
 		switch {
 		case err == nil:

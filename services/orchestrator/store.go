@@ -21,7 +21,9 @@ type Store interface {
 	// GetTask returns one task.
 	GetTask(ctx context.Context, id string) (*orchestratorv1.Task, error)
 	// UpdateTask applies fn to the stored task and saves the result in one
-	// transaction. An error from fn aborts the update and is returned.
+	// transaction. An error from fn aborts the update and is returned. fn
+	// may run more than once (a retried transaction, or a group commit
+	// rolled back for another's error): it must only change the task.
 	UpdateTask(ctx context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error)
 	// ListTasks returns every task in the given state (every task when
 	// state is unspecified), in no particular order.
@@ -40,6 +42,7 @@ type Store interface {
 	GetRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error)
 	// UpdateRequest applies fn to the stored request and saves the result in
 	// one transaction. An error from fn aborts the update and is returned.
+	// fn may run more than once, as for UpdateTask.
 	UpdateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error)
 	// SaveAttempt inserts or updates (by attempt id) one attempt of a
 	// request. The persisted stage never moves backwards.

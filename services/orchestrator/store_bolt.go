@@ -53,7 +53,9 @@ func (b *boltStore) GetTask(_ context.Context, id string) (*orchestratorv1.Task,
 
 func (b *boltStore) UpdateTask(_ context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error) {
 	var out *orchestratorv1.Task
-	err := b.db.Update(func(tx *store.Tx) error {
+	// Concurrent updates share a commit (store.DB.Batch): fn may run again,
+	// as the Store contract allows.
+	err := b.db.Batch(func(tx *store.Tx) error {
 		t := &orchestratorv1.Task{}
 		if err := tx.Get(bucketTasks, id, t); err != nil {
 			return fmt.Errorf("get task %s: %w", id, err)
@@ -107,7 +109,8 @@ func (b *boltStore) CreateRequest(_ context.Context, r *orchestratorv1.ToolReque
 		out     *orchestratorv1.ToolRequest
 		created bool
 	)
-	err := b.db.Update(func(tx *store.Tx) error {
+	err := b.db.Batch(func(tx *store.Tx) error {
+		out, created = nil, false // set anew on every run (see store.DB.Batch)
 		key := requestKey(r.GetTaskId(), r.GetProviderCallId())
 		existing := &wrapperspb.StringValue{}
 		switch err := tx.Get(bucketRequestKeys, key, existing); {
@@ -156,7 +159,7 @@ func (b *boltStore) GetRequest(_ context.Context, id string) (*orchestratorv1.To
 
 func (b *boltStore) UpdateRequest(_ context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error) {
 	var out *orchestratorv1.ToolRequest
-	err := b.db.Update(func(tx *store.Tx) error {
+	err := b.db.Batch(func(tx *store.Tx) error {
 		r := &orchestratorv1.ToolRequest{}
 		if err := tx.Get(bucketRequests, id, r); err != nil {
 			return fmt.Errorf("get request %s: %w", id, err)
@@ -220,7 +223,7 @@ func (b *boltStore) ListRequests(_ context.Context, taskID string) ([]*orchestra
 
 func (b *boltStore) AppendEvent(_ context.Context, e *orchestratorv1.TaskEvent) (*orchestratorv1.TaskEvent, error) {
 	e = proto.CloneOf(e)
-	err := b.db.Update(func(tx *store.Tx) error {
+	err := b.db.Batch(func(tx *store.Tx) error {
 		last := &wrapperspb.Int64Value{}
 		if err := tx.Get(bucketEventSeq, e.GetTaskId(), last); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err

@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,7 +160,10 @@ func TestGovernedCallCost(t *testing.T) {
 	g := startGoverned(t, "", slog.New(counter))
 	g.call(t) // the first call may warm caches
 	counter.reset()
-	const calls = 3
+	calls := 3
+	if n, err := strconv.Atoi(os.Getenv("V0M3_COST_CALLS")); err == nil && n > 0 {
+		calls = n // e.g. to count fsyncs per call with strace at two counts
+	}
 	for range calls {
 		g.call(t)
 	}
@@ -172,12 +177,12 @@ func TestGovernedCallCost(t *testing.T) {
 	sort.Strings(names)
 	var b strings.Builder
 	for _, m := range names {
-		fmt.Fprintf(&b, "  %-28s %.1f\n", m, float64(methods[m])/calls)
+		fmt.Fprintf(&b, "  %-28s %.1f\n", m, float64(methods[m])/float64(calls))
 	}
 	for _, l := range loud {
 		t.Log("loud:", l)
 	}
-	t.Logf("per governed call: %.1f internal RPCs, %.1f log lines at Info or above\n%s", float64(total)/calls, float64(len(loud))/calls, b.String())
+	t.Logf("per governed call: %.1f internal RPCs, %.1f log lines at Info or above\n%s", float64(total)/float64(calls), float64(len(loud))/float64(calls), b.String())
 }
 
 // BenchmarkGovernedCallE2E drives governed calls through the five
