@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/internal/redistest"
+	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -87,7 +89,10 @@ func startGoverned(tb testing.TB, store string, log *slog.Logger) *governed {
 	}
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	tb.Cleanup(hs.Close)
-	s, err := suite.Start(context.Background(), suite.Config{DataDir: tb.TempDir(), Store: store, Log: log})
+	// Budgets large enough for a benchmark's calls in one task.
+	unlimited := policy.Limits{Calls: 1 << 40, ResponseBytes: 1 << 50, CostMicros: 1 << 50}
+	s, err := suite.Start(context.Background(), suite.Config{DataDir: tb.TempDir(), Store: store, Log: log,
+		TaskBudget: unlimited, RequesterBudget: unlimited})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -187,20 +192,28 @@ func TestGovernedCallCost(t *testing.T) {
 
 // BenchmarkGovernedCallE2E drives governed calls through the five
 // services over gRPC to a real MCP server (the fixture over streamable
-// HTTP), on each store:
+// HTTP), on each store, with one caller and with 32:
 //
 //	go test -run '^$' -bench GovernedCallE2E ./services/suite
 func BenchmarkGovernedCallE2E(b *testing.B) {
 	run := func(b *testing.B, store string) {
 		g := startGoverned(b, store, nil)
 		g.call(b)
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
+		b.Run("callers=1", func(b *testing.B) {
+			for b.Loop() {
 				g.call(b)
 			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 		})
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+		b.Run("callers=32", func(b *testing.B) {
+			b.SetParallelism((32 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					g.call(b)
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+		})
 	}
 	b.Run("file", func(b *testing.B) { run(b, "") })
 	b.Run("redis", func(b *testing.B) {
