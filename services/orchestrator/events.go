@@ -64,6 +64,15 @@ type checkpoint struct {
 	mu     sync.Mutex
 	traces []*evidencev1.TraceEvent
 	events []*orchestratorv1.TaskEvent
+	// task, when set, is an update of the task's checkpoint text written
+	// with the held events (see commit).
+	task *taskUpdate
+}
+
+// taskUpdate is a held update of one task.
+type taskUpdate struct {
+	id string
+	fn func(*orchestratorv1.Task) error
 }
 
 type checkpointKey struct{}
@@ -80,21 +89,103 @@ func checkpointOf(ctx context.Context) *checkpoint {
 }
 
 // flush writes the trace events and then the task events held in ctx's
-// checkpoint, if any.
+// checkpoint, if any, with the held task update in the same transaction.
 func (s *Server) flush(ctx context.Context) {
+	s.flushTrace(ctx)
 	c := checkpointOf(ctx)
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
-	traces, events := c.traces, c.events
-	c.traces, c.events = nil, nil
+	events, task := c.events, c.task
+	c.events, c.task = nil, nil
+	c.mu.Unlock()
+	if task != nil {
+		_, stored, err := s.st.UpdateTaskEmit(ctx, task.id, task.fn, events)
+		if err == nil {
+			s.notify(stored)
+			return
+		}
+		s.log.WarnContext(ctx, "update task checkpoint", "task", task.id, "err", err)
+	}
+	for _, e := range events {
+		s.appendEvent(ctx, e)
+	}
+}
+
+// flushTrace writes the trace events held in ctx's checkpoint, if any.
+func (s *Server) flushTrace(ctx context.Context) {
+	c := checkpointOf(ctx)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	traces := c.traces
+	c.traces = nil
 	c.mu.Unlock()
 	if len(traces) > 0 {
 		s.appendTraces(ctx, traces)
 	}
-	for _, e := range events {
-		s.appendEvent(ctx, e)
+}
+
+// takeEvents returns the task events held in ctx's checkpoint (after the
+// trace is flushed), for a caller that writes them with its own state
+// change; giveBack returns them when that write failed.
+func (s *Server) takeEvents(ctx context.Context) (events []*orchestratorv1.TaskEvent, giveBack func()) {
+	c := checkpointOf(ctx)
+	if c == nil {
+		return nil, func() {}
+	}
+	s.flushTrace(ctx)
+	c.mu.Lock()
+	events = c.events
+	c.events = nil
+	c.mu.Unlock()
+	return events, func() {
+		c.mu.Lock()
+		c.events = append(events, c.events...)
+		c.mu.Unlock()
+	}
+}
+
+// notify wakes the watchers of the tasks of stored events.
+func (s *Server) notify(stored []*orchestratorv1.TaskEvent) {
+	for i, e := range stored {
+		if i == 0 || e.GetTaskId() != stored[i-1].GetTaskId() {
+			s.notes.notify(e.GetTaskId())
+		}
+	}
+}
+
+// updateTaskAtCheckpoint applies fn to the task: with the events written
+// at ctx's next checkpoint when it holds one (a call's checkpoint text is
+// written with the events that tell of the call's end), else now. A
+// failure is logged: what the task's checkpoint text sums up is already
+// durable in the request.
+func (s *Server) updateTaskAtCheckpoint(ctx context.Context, taskID string, fn func(*orchestratorv1.Task) error) {
+	if c := checkpointOf(ctx); c != nil {
+		c.mu.Lock()
+		prev := c.task
+		if prev == nil || prev.id == taskID {
+			if prev != nil {
+				// Both apply, in order.
+				first, then := prev.fn, fn
+				fn = func(t *orchestratorv1.Task) error {
+					if err := first(t); err != nil {
+						return err
+					}
+					return then(t)
+				}
+			}
+			c.task = &taskUpdate{id: taskID, fn: fn}
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		// A call acts on one task; another's update is not held.
+	}
+	if _, err := s.st.UpdateTask(ctx, taskID, fn); err != nil {
+		s.log.WarnContext(ctx, "update task checkpoint", "task", taskID, "err", err)
 	}
 }
 
