@@ -161,6 +161,7 @@ func (g *governed) call(tb testing.TB) {
 // prints. It fails when the hot path grows back (a trace event per round
 // trip, a registry read per call, Info logs per call).
 func TestGovernedCallCost(t *testing.T) {
+	t.Parallel()
 	counter := newRPCCounter()
 	g := startGoverned(t, "", slog.New(counter))
 	g.call(t) // the first call may warm caches
@@ -184,10 +185,34 @@ func TestGovernedCallCost(t *testing.T) {
 	for _, m := range names {
 		fmt.Fprintf(&b, "  %-28s %.1f\n", m, float64(methods[m])/float64(calls))
 	}
-	for _, l := range loud {
-		t.Log("loud:", l)
+	if len(loud) > 0 {
+		t.Log("log lines at Info or above:", loud)
 	}
 	t.Logf("per governed call: %.1f internal RPCs, %.1f log lines at Info or above\n%s", float64(total)/float64(calls), float64(len(loud))/float64(calls), b.String())
+
+	// What one call may cost at most: the trace written at the call's two
+	// checkpoints (plus the adapter's protocol event), capability
+	// contracts from the cache, no Info line from the services whose hot
+	// path is quiet (the one left is the adapter's).
+	for _, tc := range []struct {
+		what string
+		got  int
+		max  int
+	}{
+		{"internal RPCs", total, 14},
+		{"AppendTrace RPCs", methods["AppendTrace"], 1},
+		{"AppendTraces RPCs", methods["AppendTraces"], 2},
+		{"GetCapability RPCs", methods["GetCapability"], 0},
+		{"ResolveMapping RPCs (the one currency check)", methods["ResolveMapping"], 1},
+		{"log lines at Info or above", len(loud), 1},
+	} {
+		if tc.got > tc.max*calls {
+			t.Errorf("%s: %d in %d calls, want at most %d per call", tc.what, tc.got, calls, tc.max)
+		}
+	}
+	if methods["ResolveMapping"] < calls {
+		t.Errorf("ResolveMapping: %d in %d calls; every call must check that its mapping is current", methods["ResolveMapping"], calls)
+	}
 }
 
 // BenchmarkGovernedCallE2E drives governed calls through the five
