@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"path/filepath"
 	"strconv"
 
@@ -35,6 +37,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	storeURL := fs.String("store", "", "store URL: file:///dir or redis://host:port/db?prefix=name (empty = file store in --data-dir)")
 	policyFile := fs.String("policy-file", "", "Cedar policy file (policy service; empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	pprofAddr := addPprofFlag(fs)
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, false)
 	peers := map[string]*string{}
@@ -68,6 +71,10 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	for p, addr := range peers {
 		cfg.Peers[p] = *addr
 	}
+	// Before anything serves: a refused address starts nothing.
+	if _, err := startPprof(ctx, *pprofAddr, log); err != nil {
+		return err
+	}
 	s, err := suite.Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -87,6 +94,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	portBase := fs.Int("port-base", 7400, "orchestrator port; registry, policy, evidence, adapter follow (+1..+4); 0 = ephemeral ports")
 	policyFile := fs.String("policy-file", "", "Cedar policy file (empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	pprofAddr := addPprofFlag(fs)
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, true)
 	pkiDir := fs.String("pki-dir", "", "where the development CA and token issuer live (default <data-dir>/pki); dev processes given one dir trust each other")
@@ -130,6 +138,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			listen[name] = fmt.Sprintf("%s:%d", *host, port-defaultPorts[suite.Orchestrator]+*portBase)
 		}
 	}
+	profiles, err := startPprof(ctx, *pprofAddr, log)
+	if err != nil {
+		return err
+	}
 	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach(),
 		TaskBudget: bf.task, RequesterBudget: bf.requester})
 	if err != nil {
@@ -139,6 +151,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "v0m3 dev: data in %s\n", *dataDir)
 	for _, name := range suite.Names {
 		fmt.Fprintf(stdout, "  %-13s %s\n", name, s.Addr[name])
+	}
+	if profiles != nil {
+		fmt.Fprintf(stdout, "  %-13s http://%s/debug/pprof/\n", "pprof", profiles)
 	}
 	if *idf.insecure {
 		fmt.Fprintln(stdout, "INSECURE: plaintext, peers not authenticated (--insecure-plaintext)")
@@ -167,4 +182,23 @@ func addBudgetFlags(fs *flag.FlagSet) *budgetFlags {
 	fs.Int64Var(&b.requester.ResponseBytes, "requester-budget-bytes", 0, fmt.Sprintf("response bytes a requester may receive (0 = %d)", policy.DefaultRequesterResponseBytes))
 	fs.Int64Var(&b.requester.CostMicros, "requester-budget-cost", 0, fmt.Sprintf("cost in micros a requester may spend (0 = %d)", policy.DefaultRequesterCostMicros))
 	return b
+}
+
+// addPprofFlag adds --pprof: where to serve runtime profiles, off unless
+// given.
+func addPprofFlag(fs *flag.FlagSet) *string {
+	return fs.String("pprof", "", "serve Go runtime profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060; empty = off")
+}
+
+// startPprof serves runtime profiles on addr when it is set, and returns
+// where (nil when off).
+func startPprof(ctx context.Context, addr string, log *slog.Logger) (net.Addr, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	a, err := suite.ServeProfiles(ctx, addr, log)
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	return a, nil
 }

@@ -45,7 +45,7 @@ func (s *Server) RecordObservation(ctx context.Context, req *evidencev1.RecordOb
 	if err != nil {
 		return nil, s.storeError(ctx, err, "record observation", "", "", nil)
 	}
-	s.log.InfoContext(ctx, "observation recorded",
+	s.log.DebugContext(ctx, "observation recorded",
 		"observation_id", out.GetId(), "task_id", out.GetTaskId(), "connection_id", out.GetConnectionId(),
 		"revision_id", out.GetRevisionId(), "revision_number", out.GetRevisionNumber())
 	return out, nil

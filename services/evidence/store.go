@@ -38,6 +38,10 @@ type Store interface {
 	// next per-task sequence number (from 1) atomically. It returns the
 	// stored event; ev itself is not modified.
 	AppendTrace(ctx context.Context, ev *evidencev1.TraceEvent) (*evidencev1.TraceEvent, error)
+	// AppendTraces is AppendTrace for several events (of any tasks) in one
+	// atomic step, in order: every event is stored or none is. It returns
+	// the stored events in evs's order; evs are not modified.
+	AppendTraces(ctx context.Context, evs []*evidencev1.TraceEvent) ([]*evidencev1.TraceEvent, error)
 	// ListTrace returns a task's events in sequence order.
 	ListTrace(ctx context.Context, taskID string) ([]*evidencev1.TraceEvent, error)
 	// RewriteTrace calls rewrite on every stored event whose time is before

@@ -53,7 +53,9 @@ func (b *boltStore) RecordObservation(ctx context.Context, obs *evidencev1.Sourc
 		return nil, err
 	}
 	out := proto.CloneOf(obs)
-	err = b.db.Update(func(tx *store.Tx) error {
+	// Concurrent calls share a commit (store.DB.Batch); every run sets
+	// out's revision anew.
+	err = b.db.Batch(func(tx *store.Tx) error {
 		var joined *evidencev1.SourceRevision
 		var count int32
 		err := store.List(tx, bucketRevisions, src, newRevision, func(_ string, r *evidencev1.SourceRevision) error {
@@ -172,24 +174,43 @@ func (b *boltStore) CreateClaimLink(ctx context.Context, link *evidencev1.ClaimL
 }
 
 func (b *boltStore) AppendTrace(ctx context.Context, ev *evidencev1.TraceEvent) (*evidencev1.TraceEvent, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	task, err := scope(ev.GetTaskId())
+	out, err := b.AppendTraces(ctx, []*evidencev1.TraceEvent{ev})
 	if err != nil {
 		return nil, err
 	}
-	out := proto.CloneOf(ev)
-	err = b.db.Update(func(tx *store.Tx) error {
-		last := &wrapperspb.Int64Value{}
-		if err := tx.Get(bucketTraceSequence, task, last); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
+	return out[0], nil
+}
+
+func (b *boltStore) AppendTraces(ctx context.Context, evs []*evidencev1.TraceEvent) ([]*evidencev1.TraceEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]*evidencev1.TraceEvent, len(evs))
+	tasks := make([]string, len(evs))
+	for i, ev := range evs {
+		task, err := scope(ev.GetTaskId())
+		if err != nil {
+			return nil, err
 		}
-		out.Sequence = last.GetValue() + 1
-		if err := tx.Put(bucketTraceSequence, task, wrapperspb.Int64(out.Sequence)); err != nil {
-			return err
+		out[i], tasks[i] = proto.CloneOf(ev), task
+	}
+	// Concurrent calls share a commit; the function sets every sequence
+	// on each run, so running it again is safe.
+	err := b.db.Batch(func(tx *store.Tx) error {
+		for i, ev := range out {
+			last := &wrapperspb.Int64Value{}
+			if err := tx.Get(bucketTraceSequence, tasks[i], last); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			ev.Sequence = last.GetValue() + 1
+			if err := tx.Put(bucketTraceSequence, tasks[i], wrapperspb.Int64(ev.Sequence)); err != nil {
+				return err
+			}
+			if err := tx.Create(bucketTrace, tasks[i]+store.SeqKey(ev.Sequence), ev); err != nil {
+				return err
+			}
 		}
-		return tx.Create(bucketTrace, task+store.SeqKey(out.Sequence), out)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("evidence: append trace: %w", err)
@@ -260,9 +281,12 @@ func (b *boltStore) CreateReceipt(ctx context.Context, r *evidencev1.Receipt) (*
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	stored := proto.CloneOf(r)
-	created := false
-	err := b.db.Update(func(tx *store.Tx) error {
+	var (
+		stored  *evidencev1.Receipt
+		created bool
+	)
+	err := b.db.Batch(func(tx *store.Tx) error {
+		stored, created = proto.CloneOf(r), false // anew on every run (see store.DB.Batch)
 		err := tx.Create(bucketReceipts, r.GetIdempotencyKey(), r)
 		switch {
 		case err == nil:

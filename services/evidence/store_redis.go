@@ -190,33 +190,63 @@ func (r *redisEvidenceStore) CreateClaimLink(ctx context.Context, link *evidence
 	return nil
 }
 
-// appendTrace assigns the task's next sequence and stores the event under
-// it in one step. The stored bytes carry no sequence: the hash field is
-// the sequence, and readers set it from there.
-var appendTrace = redis.NewScript(`
-local seq = redis.call('INCR', KEYS[1])
-redis.call('HSET', KEYS[2], seq, ARGV[1])
-redis.call('SADD', KEYS[3], ARGV[2])
-return seq
+// appendTraces assigns each event its task's next sequence and stores it
+// under it, all in one step. KEYS are (sequence, trace) pairs, one per
+// event, then the set of traced tasks; ARGV are (event, task) pairs. The
+// stored bytes carry no sequence: the hash field is the sequence, and
+// readers set it from there.
+var appendTraces = redis.NewScript(`
+local n = #ARGV / 2
+local out = {}
+for i = 1, n do
+  local seq = redis.call('INCR', KEYS[2*i-1])
+  redis.call('HSET', KEYS[2*i], seq, ARGV[2*i-1])
+  redis.call('SADD', KEYS[2*n+1], ARGV[2*i])
+  out[i] = seq
+end
+return out
 `)
 
 func (r *redisEvidenceStore) AppendTrace(ctx context.Context, ev *evidencev1.TraceEvent) (*evidencev1.TraceEvent, error) {
-	task, err := scope(ev.GetTaskId())
+	out, err := r.AppendTraces(ctx, []*evidencev1.TraceEvent{ev})
 	if err != nil {
 		return nil, err
 	}
-	out := proto.CloneOf(ev)
-	out.Sequence = 0
-	v, err := redisstore.Marshal(out)
-	if err != nil {
-		return nil, err
+	return out[0], nil
+}
+
+func (r *redisEvidenceStore) AppendTraces(ctx context.Context, evs []*evidencev1.TraceEvent) ([]*evidencev1.TraceEvent, error) {
+	out := make([]*evidencev1.TraceEvent, len(evs))
+	keys := make([]string, 0, 2*len(evs)+1)
+	args := make([]any, 0, 2*len(evs))
+	for i, ev := range evs {
+		task, err := scope(ev.GetTaskId())
+		if err != nil {
+			return nil, err
+		}
+		out[i] = proto.CloneOf(ev)
+		out[i].Sequence = 0
+		v, err := redisstore.Marshal(out[i])
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, r.k.Key("traceseq", task), r.k.Key("trace", task))
+		args = append(args, v, task)
 	}
-	seq, err := appendTrace.Run(ctx, r.c,
-		[]string{r.k.Key("traceseq", task), r.k.Key("trace", task), r.k.Key("tracetasks")}, v, task).Int64()
+	if len(evs) == 0 {
+		return out, nil
+	}
+	keys = append(keys, r.k.Key("tracetasks"))
+	seqs, err := appendTraces.Run(ctx, r.c, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("evidence: append trace: %w", err)
 	}
-	out.Sequence = seq
+	if len(seqs) != len(out) {
+		return nil, fmt.Errorf("evidence: append trace: %d sequences for %d events", len(seqs), len(out))
+	}
+	for i, seq := range seqs {
+		out[i].Sequence = seq
+	}
 	return out, nil
 }
 

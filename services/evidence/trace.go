@@ -2,6 +2,8 @@ package evidence
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -15,29 +17,73 @@ import (
 // Redacted replaces the value of any field whose name looks secret.
 const Redacted = redact.Placeholder
 
+// maxAppendTraces bounds the events of one AppendTraces call.
+const maxAppendTraces = 256
+
 // AppendTrace appends one event, of either layer, to a task's trace. The
 // event gets an id and the task's next sequence number; its time defaults
 // to now. Protocol arguments whose names look secret are stored as
 // "[redacted]" whatever the caller sent.
 func (s *Server) AppendTrace(ctx context.Context, req *evidencev1.AppendTraceRequest) (*evidencev1.TraceEvent, error) {
-	in := req.GetEvent()
-	if vs := validateTraceEvent(in); len(vs) > 0 {
+	if vs := validateTraceEvent(req.GetEvent()); len(vs) > 0 {
 		return nil, apierror.InvalidArgument("TRACE_EVENT_INVALID", "the trace event is incomplete or malformed; see the field violations", vs...)
 	}
-	ev := proto.CloneOf(in)
-	ev.Id, ev.Sequence = ids.New("evt"), 0
-	if ev.Time == nil {
-		ev.Time = s.timestamp()
+	out, err := s.appendTraces(ctx, []*evidencev1.TraceEvent{req.GetEvent()})
+	if err != nil {
+		return nil, err
 	}
-	if p := ev.GetProtocol(); p != nil {
-		p.SafeArguments = redact.Struct(p.GetSafeArguments())
+	return out[0], nil
+}
+
+// AppendTraces appends several events as AppendTrace does each, in one
+// step and in order: a call's events written together. One invalid event
+// refuses them all, and nothing is stored.
+func (s *Server) AppendTraces(ctx context.Context, req *evidencev1.AppendTracesRequest) (*evidencev1.AppendTracesResponse, error) {
+	evs := req.GetEvents()
+	if len(evs) == 0 || len(evs) > maxAppendTraces {
+		return nil, apierror.InvalidArgument("TRACE_EVENT_INVALID", fmt.Sprintf("between 1 and %d events are required, not %d", maxAppendTraces, len(evs)),
+			apierror.FieldViolation{Field: "events", Description: fmt.Sprintf("1 to %d events", maxAppendTraces)})
 	}
-	out, err := s.st.AppendTrace(ctx, ev)
+	var vs []apierror.FieldViolation
+	for i, ev := range evs {
+		for _, v := range validateTraceEvent(ev) {
+			v.Field = fmt.Sprintf("events[%d]%s", i, strings.TrimPrefix(v.Field, "event"))
+			vs = append(vs, v)
+		}
+	}
+	if len(vs) > 0 {
+		return nil, apierror.InvalidArgument("TRACE_EVENT_INVALID", "a trace event is incomplete or malformed; see the field violations; nothing was stored", vs...)
+	}
+	out, err := s.appendTraces(ctx, evs)
+	if err != nil {
+		return nil, err
+	}
+	return &evidencev1.AppendTracesResponse{Events: out}, nil
+}
+
+// appendTraces stores valid events: ids assigned, times defaulted, secret
+// protocol arguments redacted.
+func (s *Server) appendTraces(ctx context.Context, in []*evidencev1.TraceEvent) ([]*evidencev1.TraceEvent, error) {
+	evs := make([]*evidencev1.TraceEvent, len(in))
+	for i, e := range in {
+		ev := proto.CloneOf(e)
+		ev.Id, ev.Sequence = ids.New("evt"), 0
+		if ev.Time == nil {
+			ev.Time = s.timestamp()
+		}
+		if p := ev.GetProtocol(); p != nil {
+			p.SafeArguments = redact.Struct(p.GetSafeArguments())
+		}
+		evs[i] = ev
+	}
+	out, err := s.st.AppendTraces(ctx, evs)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "append trace", "", "", nil)
 	}
-	s.log.DebugContext(ctx, "trace appended", "task_id", out.GetTaskId(), "event_id", out.GetId(),
-		"sequence", out.GetSequence(), "layer", layerName(out))
+	for _, ev := range out {
+		s.log.DebugContext(ctx, "trace appended", "task_id", ev.GetTaskId(), "event_id", ev.GetId(),
+			"sequence", ev.GetSequence(), "layer", layerName(ev))
+	}
 	return out, nil
 }
 

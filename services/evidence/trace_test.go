@@ -212,3 +212,60 @@ func TestTraceRedactsSecretLookingArguments(t *testing.T) {
 		t.Errorf("safe arguments changed: %v", got)
 	}
 }
+
+// AppendTraces stores a call's events together, in order, with the same
+// treatment as AppendTrace (ids, sequences, redaction); one invalid event
+// refuses the batch and stores nothing.
+func TestAppendTraces(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const secret = "s3cr3t-batch"
+	resp, err := e.client.AppendTraces(t.Context(), &evidencev1.AppendTracesRequest{Events: []*evidencev1.TraceEvent{
+		productEvent("task_b", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, "first"),
+		protocolEvent("task_b", "tools/call", map[string]any{"api_key": secret, "query": "q"}),
+		productEvent("task_b", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE, "last"),
+	}})
+	if err != nil {
+		t.Fatalf("AppendTraces: %v", err)
+	}
+	trace, err := e.client.GetTrace(t.Context(), &evidencev1.GetTraceRequest{TaskId: "task_b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetEvents()) != 3 || len(trace.GetEvents()) != 3 {
+		t.Fatalf("appended %d, stored %d; want 3 and 3", len(resp.GetEvents()), len(trace.GetEvents()))
+	}
+	for i, ev := range trace.GetEvents() {
+		if ev.GetSequence() != int64(i+1) || ev.GetId() == "" || ev.GetId() != resp.GetEvents()[i].GetId() || ev.GetTime() == nil {
+			t.Errorf("event %d: sequence %d id %q time %v; returned id %q", i, ev.GetSequence(), ev.GetId(), ev.GetTime(), resp.GetEvents()[i].GetId())
+		}
+	}
+	if d := trace.GetEvents()[2].GetProduct().GetDetail(); d != "last" {
+		t.Errorf("third event = %q, want the batch's order", d)
+	}
+	if strings.Contains(prototext.Format(trace), secret) || strings.Contains(prototext.Format(resp), secret) {
+		t.Errorf("a batch stored or returned a secret-looking argument")
+	}
+
+	tests := []struct {
+		name   string
+		events []*evidencev1.TraceEvent
+		fields []string
+	}{
+		{"none", nil, []string{"events"}},
+		{"too many", make([]*evidencev1.TraceEvent, 257), []string{"events"}},
+		{"one invalid", []*evidencev1.TraceEvent{
+			productEvent("task_i", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, "fine"),
+			productEvent("", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_UNSPECIFIED, "broken"),
+		}, []string{"events[1].task_id", "events[1].product.kind"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.client.AppendTraces(t.Context(), &evidencev1.AppendTracesRequest{Events: tc.events})
+			wantError(t, err, codes.InvalidArgument, "TRACE_EVENT_INVALID", tc.fields...)
+		})
+	}
+	if trace, err := e.client.GetTrace(t.Context(), &evidencev1.GetTraceRequest{TaskId: "task_i"}); err != nil || len(trace.GetEvents()) != 0 {
+		t.Errorf("a refused batch stored %d events (%v)", len(trace.GetEvents()), err)
+	}
+}

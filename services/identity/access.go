@@ -69,6 +69,7 @@ var table = map[string]map[string]Access{
 		"RecordReceipt":       {Peers: []string{Orchestrator}},
 		"GetReceipt":          {Peers: []string{Orchestrator}},
 		"AppendTrace":         {Peers: []string{Orchestrator, Adapter}},
+		"AppendTraces":        {Peers: []string{Orchestrator, Adapter}},
 		"GetObservation":      {Peers: []string{Orchestrator}, Callers: true},
 		"ListObservations":    {Peers: []string{Orchestrator}, Callers: true},
 		"ListRevisions":       {Peers: []string{Orchestrator}, Callers: true},

@@ -111,7 +111,8 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	if err := approvable(req); err != nil {
 		return nil, err
 	}
-	ctx = context.WithoutCancel(ctx)
+	ctx = withCheckpoint(context.WithoutCancel(ctx))
+	defer s.flush(ctx)
 	binding, detail, err := s.checkBindings(ctx, task, req, in.GetDocumentDigest(), true)
 	if err != nil {
 		return nil, apierror.Propagate(err, "check approval bindings")

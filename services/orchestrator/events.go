@@ -2,10 +2,12 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -52,33 +54,208 @@ func (n *notifier) notify(taskID string) {
 	}
 }
 
-// emit stores a task event and wakes the task's watchers. A failure is
-// logged, not returned: the state change it describes is already durable.
-func (s *Server) emit(ctx context.Context, taskID, requestID, typ, detail string) {
-	_, err := s.st.AppendEvent(context.WithoutCancel(ctx), &orchestratorv1.TaskEvent{
-		TaskId: taskID, RequestId: requestID, Type: typ, Detail: detail, Time: s.timestamp(),
-	})
-	if err != nil {
-		s.log.WarnContext(ctx, "append task event", "task", taskID, "type", typ, "err", err)
+// checkpoint holds the trace events and task events of one call until the
+// call reaches a checkpoint (before the adapter is called, and before the
+// RPC returns), where they are written together: one AppendTraces round
+// trip instead of one per event. Nobody learns of a held event before it
+// is written: task events, which wake watchers, are held too and written
+// after the trace.
+type checkpoint struct {
+	mu     sync.Mutex
+	traces []*evidencev1.TraceEvent
+	events []*orchestratorv1.TaskEvent
+	// task, when set, is an update of the task's checkpoint text written
+	// with the held events (see commit).
+	task *taskUpdate
+}
+
+// taskUpdate is a held update of one task.
+type taskUpdate struct {
+	id string
+	fn func(*orchestratorv1.Task) error
+}
+
+type checkpointKey struct{}
+
+// withCheckpoint returns ctx holding the events traced and emitted under
+// it until flush; the caller must flush before it returns.
+func withCheckpoint(ctx context.Context) context.Context {
+	return context.WithValue(ctx, checkpointKey{}, &checkpoint{})
+}
+
+func checkpointOf(ctx context.Context) *checkpoint {
+	c, _ := ctx.Value(checkpointKey{}).(*checkpoint)
+	return c
+}
+
+// flush writes the trace events and then the task events held in ctx's
+// checkpoint, if any, with the held task update in the same transaction.
+func (s *Server) flush(ctx context.Context) {
+	s.flushTrace(ctx)
+	c := checkpointOf(ctx)
+	if c == nil {
 		return
 	}
-	s.notes.notify(taskID)
+	c.mu.Lock()
+	events, task := c.events, c.task
+	c.events, c.task = nil, nil
+	c.mu.Unlock()
+	if task != nil {
+		_, stored, err := s.st.UpdateTaskEmit(ctx, task.id, task.fn, events)
+		if err == nil {
+			s.notify(stored)
+			return
+		}
+		s.log.WarnContext(ctx, "update task checkpoint", "task", task.id, "err", err)
+	}
+	for _, e := range events {
+		s.appendEvent(ctx, e)
+	}
+}
+
+// flushTrace writes the trace events held in ctx's checkpoint, if any.
+func (s *Server) flushTrace(ctx context.Context) {
+	c := checkpointOf(ctx)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	traces := c.traces
+	c.traces = nil
+	c.mu.Unlock()
+	if len(traces) > 0 {
+		s.appendTraces(ctx, traces)
+	}
+}
+
+// takeEvents returns the task events held in ctx's checkpoint (after the
+// trace is flushed), for a caller that writes them with its own state
+// change; giveBack returns them when that write failed.
+func (s *Server) takeEvents(ctx context.Context) (events []*orchestratorv1.TaskEvent, giveBack func()) {
+	c := checkpointOf(ctx)
+	if c == nil {
+		return nil, func() {}
+	}
+	s.flushTrace(ctx)
+	c.mu.Lock()
+	events = c.events
+	c.events = nil
+	c.mu.Unlock()
+	return events, func() {
+		c.mu.Lock()
+		c.events = append(events, c.events...)
+		c.mu.Unlock()
+	}
+}
+
+// notify wakes the watchers of the tasks of stored events.
+func (s *Server) notify(stored []*orchestratorv1.TaskEvent) {
+	for i, e := range stored {
+		if i == 0 || e.GetTaskId() != stored[i-1].GetTaskId() {
+			s.notes.notify(e.GetTaskId())
+		}
+	}
+}
+
+// updateTaskAtCheckpoint applies fn to the task: with the events written
+// at ctx's next checkpoint when it holds one (a call's checkpoint text is
+// written with the events that tell of the call's end), else now. A
+// failure is logged: what the task's checkpoint text sums up is already
+// durable in the request.
+func (s *Server) updateTaskAtCheckpoint(ctx context.Context, taskID string, fn func(*orchestratorv1.Task) error) {
+	if c := checkpointOf(ctx); c != nil {
+		c.mu.Lock()
+		prev := c.task
+		if prev == nil || prev.id == taskID {
+			if prev != nil {
+				// Both apply, in order.
+				first, then := prev.fn, fn
+				fn = func(t *orchestratorv1.Task) error {
+					if err := first(t); err != nil {
+						return err
+					}
+					return then(t)
+				}
+			}
+			c.task = &taskUpdate{id: taskID, fn: fn}
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		// A call acts on one task; another's update is not held.
+	}
+	if _, err := s.st.UpdateTask(ctx, taskID, fn); err != nil {
+		s.log.WarnContext(ctx, "update task checkpoint", "task", taskID, "err", err)
+	}
+}
+
+// emit stores a task event and wakes the task's watchers (at the call's
+// next checkpoint, when ctx holds one). A failure is logged, not returned:
+// the state change it describes is already durable.
+func (s *Server) emit(ctx context.Context, taskID, requestID, typ, detail string) {
+	e := &orchestratorv1.TaskEvent{TaskId: taskID, RequestId: requestID, Type: typ, Detail: detail, Time: s.timestamp()}
+	if c := checkpointOf(ctx); c != nil {
+		c.mu.Lock()
+		c.events = append(c.events, e)
+		c.mu.Unlock()
+		return
+	}
+	s.appendEvent(ctx, e)
+}
+
+func (s *Server) appendEvent(ctx context.Context, e *orchestratorv1.TaskEvent) {
+	_, err := s.st.AppendEvent(context.WithoutCancel(ctx), e)
+	if err != nil {
+		s.log.WarnContext(ctx, "append task event", "task", e.GetTaskId(), "type", e.GetType(), "err", err)
+		return
+	}
+	s.notes.notify(e.GetTaskId())
 }
 
 // trace appends a product-layer event to the task's trace in the evidence
-// service. The product decision it records has already been made and
-// persisted here, so a trace failure is logged rather than undoing it.
+// service (at the call's next checkpoint, when ctx holds one). The product
+// decision it records has already been made and persisted here, so a
+// trace failure is logged rather than undoing it.
 func (s *Server) trace(ctx context.Context, taskID string, ev *evidencev1.ProductEvent) {
 	if s.deps.Evidence == nil {
 		return
 	}
-	_, err := s.deps.Evidence.AppendTrace(context.WithoutCancel(ctx), &evidencev1.AppendTraceRequest{Event: &evidencev1.TraceEvent{
+	te := &evidencev1.TraceEvent{
 		TaskId: taskID,
 		Time:   s.timestamp(),
 		Layer:  &evidencev1.TraceEvent_Product{Product: ev},
-	}})
+	}
+	if c := checkpointOf(ctx); c != nil {
+		c.mu.Lock()
+		c.traces = append(c.traces, te)
+		c.mu.Unlock()
+		return
+	}
+	s.appendTraces(ctx, []*evidencev1.TraceEvent{te})
+}
+
+// appendTraces writes trace events in one round trip; an evidence service
+// without AppendTraces (an older version during an upgrade) gets them one
+// by one.
+func (s *Server) appendTraces(ctx context.Context, evs []*evidencev1.TraceEvent) {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	if len(evs) == 1 {
+		_, err = s.deps.Evidence.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: evs[0]})
+	} else {
+		_, err = s.deps.Evidence.AppendTraces(ctx, &evidencev1.AppendTracesRequest{Events: evs})
+		if status.Code(err) == codes.Unimplemented {
+			var errs []error
+			for _, ev := range evs {
+				if _, err := s.deps.Evidence.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: ev}); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			err = errors.Join(errs...)
+		}
+	}
 	if err != nil {
-		s.log.WarnContext(ctx, "append product trace", "task", taskID, "kind", ev.GetKind().String(), "err", err)
+		s.log.WarnContext(ctx, "append product trace", "task", evs[0].GetTaskId(), "events", len(evs), "err", err)
 	}
 }
 

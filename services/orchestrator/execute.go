@@ -170,16 +170,21 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		Stage:     adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED,
 		StartTime: s.timestamp(),
 	}
-	req, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+	// The call's trace so far is written first; the task events held
+	// until now are written with the prepared attempt, in one transaction.
+	events, giveBack := s.takeEvents(ctx)
+	req, stored, err := s.st.UpdateRequestEmit(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		mergeAttempt(r, att)
 		p.record(r)
 		r.UpdateTime = s.timestamp()
 		return nil
-	})
+	}, events)
 	if err != nil {
+		giveBack()
 		// Nothing was sent; the caller may resubmit under a new call id.
 		return nil, nil, nil, s.internal(ctx, "persist the prepared attempt", err)
 	}
+	s.notify(stored)
 
 	in := &adapterv1.ExecuteRequest{
 		ConnectionId:    p.mapping.GetConnectionId(),
@@ -352,13 +357,11 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 		return nil, s.internal(ctx, "commit the executed request", err)
 	}
 	checkpoint := fmt.Sprintf("last committed: request %s (%s), attempt %s #%d", out.GetId(), out.GetCapability(), att.GetId(), att.GetNumber())
-	if _, err := s.st.UpdateTask(ctx, task.GetId(), func(t *orchestratorv1.Task) error {
+	s.updateTaskAtCheckpoint(ctx, task.GetId(), func(t *orchestratorv1.Task) error {
 		t.Checkpoint = checkpoint
 		t.UpdateTime = s.timestamp()
 		return nil
-	}); err != nil {
-		s.log.WarnContext(ctx, "update task checkpoint", "task", task.GetId(), "err", err)
-	}
+	})
 	what := fmt.Sprintf("%d quoted excerpts", len(obs.GetExcerpts()))
 	if rc != nil {
 		what = "receipt " + rc.GetId()
@@ -378,7 +381,7 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 		Detail: "committed: " + what,
 	})
 	s.emit(ctx, task.GetId(), out.GetId(), "request.executed", fmt.Sprintf("%s committed with %s", out.GetCapability(), what))
-	s.log.InfoContext(ctx, "request executed", "task", task.GetId(), "request", out.GetId(), "attempt", att.GetId())
+	s.log.DebugContext(ctx, "request executed", "task", task.GetId(), "request", out.GetId(), "attempt", att.GetId())
 	return out, nil
 }
 

@@ -474,6 +474,10 @@ type fakeEvidence struct {
 	observations []*evidencev1.SourceObservation
 	down         bool // RecordObservation fails while set
 	receipts     map[string]*evidencev1.Receipt
+	// noBatch makes AppendTraces unimplemented (an older evidence
+	// service); batches counts the AppendTraces calls served.
+	noBatch bool
+	batches int
 }
 
 func newFakeEvidence() *fakeEvidence {
@@ -509,6 +513,27 @@ func (e *fakeEvidence) AppendTrace(_ context.Context, in *evidencev1.AppendTrace
 	ev.Sequence = int64(len(e.traces[ev.GetTaskId()]) + 1)
 	e.traces[ev.GetTaskId()] = append(e.traces[ev.GetTaskId()], ev)
 	return ev, nil
+}
+
+func (e *fakeEvidence) AppendTraces(ctx context.Context, in *evidencev1.AppendTracesRequest) (*evidencev1.AppendTracesResponse, error) {
+	e.mu.Lock()
+	noBatch := e.noBatch
+	if !noBatch {
+		e.batches++
+	}
+	e.mu.Unlock()
+	if noBatch {
+		return e.UnimplementedEvidenceServiceServer.AppendTraces(ctx, in)
+	}
+	out := &evidencev1.AppendTracesResponse{}
+	for _, ev := range in.GetEvents() {
+		got, err := e.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: ev})
+		if err != nil {
+			return nil, err
+		}
+		out.Events = append(out.Events, got)
+	}
+	return out, nil
 }
 
 func (e *fakeEvidence) RecordObservation(_ context.Context, in *evidencev1.RecordObservationRequest) (*evidencev1.SourceObservation, error) {

@@ -24,6 +24,8 @@ const grantMargin = 30 * time.Second
 // adapter. It returns the grant id ("" without credentials: plaintext
 // development, where no grant is sent).
 func (s *Server) call(ctx context.Context, in *adapterv1.ExecuteRequest, intentID, capability string) (*adapterv1.ExecuteResponse, string, error) {
+	// What led to the call is on record before anything is sent.
+	s.flush(ctx)
 	var grantID string
 	if creds := s.deps.Credentials; creds != nil {
 		g, err := grant.For(in, ids.New("grant"), intentID, capability, s.now(), s.attemptTimeout+grantMargin)

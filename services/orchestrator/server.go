@@ -24,6 +24,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
+	"github.com/v0m3/v0m3/services/internal/capcache"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
@@ -70,6 +71,8 @@ type Server struct {
 	notes *notifier
 	// authz asks policy about callers' actions on tasks and requests.
 	authz authz.Decider
+	// caps holds capability contracts by revision (see prepare).
+	caps capcache.Cache
 
 	approvalTTL    time.Duration
 	attemptTimeout time.Duration

@@ -21,8 +21,14 @@ type Store interface {
 	// GetTask returns one task.
 	GetTask(ctx context.Context, id string) (*orchestratorv1.Task, error)
 	// UpdateTask applies fn to the stored task and saves the result in one
-	// transaction. An error from fn aborts the update and is returned.
+	// transaction. An error from fn aborts the update and is returned. fn
+	// may run more than once (a retried transaction, or a group commit
+	// rolled back for another's error): it must only change the task.
 	UpdateTask(ctx context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error)
+	// UpdateTaskEmit is UpdateTask that also appends events (as AppendEvent
+	// does each, in order) in the same transaction: one write for a state
+	// change and the events that tell of it. It returns the stored events.
+	UpdateTaskEmit(ctx context.Context, id string, fn func(*orchestratorv1.Task) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.Task, []*orchestratorv1.TaskEvent, error)
 	// ListTasks returns every task in the given state (every task when
 	// state is unspecified), in no particular order.
 	ListTasks(ctx context.Context, state orchestratorv1.TaskState) ([]*orchestratorv1.Task, error)
@@ -40,7 +46,11 @@ type Store interface {
 	GetRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error)
 	// UpdateRequest applies fn to the stored request and saves the result in
 	// one transaction. An error from fn aborts the update and is returned.
+	// fn may run more than once, as for UpdateTask.
 	UpdateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error)
+	// UpdateRequestEmit is UpdateRequest that also appends events in the
+	// same transaction, as UpdateTaskEmit does.
+	UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.ToolRequest, []*orchestratorv1.TaskEvent, error)
 	// SaveAttempt inserts or updates (by attempt id) one attempt of a
 	// request. The persisted stage never moves backwards.
 	SaveAttempt(ctx context.Context, requestID string, a *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error)

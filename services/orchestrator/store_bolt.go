@@ -51,9 +51,20 @@ func (b *boltStore) GetTask(_ context.Context, id string) (*orchestratorv1.Task,
 	return t, nil
 }
 
-func (b *boltStore) UpdateTask(_ context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error) {
-	var out *orchestratorv1.Task
-	err := b.db.Update(func(tx *store.Tx) error {
+func (b *boltStore) UpdateTask(ctx context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error) {
+	out, _, err := b.UpdateTaskEmit(ctx, id, fn, nil)
+	return out, err
+}
+
+func (b *boltStore) UpdateTaskEmit(_ context.Context, id string, fn func(*orchestratorv1.Task) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.Task, []*orchestratorv1.TaskEvent, error) {
+	var (
+		out     *orchestratorv1.Task
+		emitted []*orchestratorv1.TaskEvent
+	)
+	// Concurrent updates share a commit (store.DB.Batch): fn may run again,
+	// as the Store contract allows; what the closure returns is set anew on
+	// every run.
+	err := b.db.Batch(func(tx *store.Tx) error {
 		t := &orchestratorv1.Task{}
 		if err := tx.Get(bucketTasks, id, t); err != nil {
 			return fmt.Errorf("get task %s: %w", id, err)
@@ -62,12 +73,17 @@ func (b *boltStore) UpdateTask(_ context.Context, id string, fn func(*orchestrat
 			return err
 		}
 		out = t
-		return tx.Put(bucketTasks, id, t)
+		if err := tx.Put(bucketTasks, id, t); err != nil {
+			return err
+		}
+		var err error
+		emitted, err = appendEvents(tx, events)
+		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, emitted, nil
 }
 
 func (b *boltStore) ListTasks(_ context.Context, state orchestratorv1.TaskState) ([]*orchestratorv1.Task, error) {
@@ -107,7 +123,8 @@ func (b *boltStore) CreateRequest(_ context.Context, r *orchestratorv1.ToolReque
 		out     *orchestratorv1.ToolRequest
 		created bool
 	)
-	err := b.db.Update(func(tx *store.Tx) error {
+	err := b.db.Batch(func(tx *store.Tx) error {
+		out, created = nil, false // set anew on every run (see store.DB.Batch)
 		key := requestKey(r.GetTaskId(), r.GetProviderCallId())
 		existing := &wrapperspb.StringValue{}
 		switch err := tx.Get(bucketRequestKeys, key, existing); {
@@ -154,9 +171,17 @@ func (b *boltStore) GetRequest(_ context.Context, id string) (*orchestratorv1.To
 	return r, nil
 }
 
-func (b *boltStore) UpdateRequest(_ context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error) {
-	var out *orchestratorv1.ToolRequest
-	err := b.db.Update(func(tx *store.Tx) error {
+func (b *boltStore) UpdateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error) {
+	out, _, err := b.UpdateRequestEmit(ctx, id, fn, nil)
+	return out, err
+}
+
+func (b *boltStore) UpdateRequestEmit(_ context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.ToolRequest, []*orchestratorv1.TaskEvent, error) {
+	var (
+		out     *orchestratorv1.ToolRequest
+		emitted []*orchestratorv1.TaskEvent
+	)
+	err := b.db.Batch(func(tx *store.Tx) error {
 		r := &orchestratorv1.ToolRequest{}
 		if err := tx.Get(bucketRequests, id, r); err != nil {
 			return fmt.Errorf("get request %s: %w", id, err)
@@ -168,12 +193,17 @@ func (b *boltStore) UpdateRequest(_ context.Context, id string, fn func(*orchest
 		if err := indexOpen(tx, r); err != nil {
 			return err
 		}
-		return tx.Put(bucketRequests, id, r)
+		if err := tx.Put(bucketRequests, id, r); err != nil {
+			return err
+		}
+		var err error
+		emitted, err = appendEvents(tx, events)
+		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, emitted, nil
 }
 
 func (b *boltStore) SaveAttempt(ctx context.Context, requestID string, a *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error) {
@@ -219,22 +249,38 @@ func (b *boltStore) ListRequests(_ context.Context, taskID string) ([]*orchestra
 }
 
 func (b *boltStore) AppendEvent(_ context.Context, e *orchestratorv1.TaskEvent) (*orchestratorv1.TaskEvent, error) {
-	e = proto.CloneOf(e)
-	err := b.db.Update(func(tx *store.Tx) error {
-		last := &wrapperspb.Int64Value{}
-		if err := tx.Get(bucketEventSeq, e.GetTaskId(), last); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		e.Sequence = last.GetValue() + 1
-		if err := tx.Put(bucketEventSeq, e.GetTaskId(), wrapperspb.Int64(e.Sequence)); err != nil {
-			return err
-		}
-		return tx.Put(bucketEvents, e.GetTaskId()+"/"+store.SeqKey(e.Sequence), e)
+	var out []*orchestratorv1.TaskEvent
+	err := b.db.Batch(func(tx *store.Tx) error {
+		var err error
+		out, err = appendEvents(tx, []*orchestratorv1.TaskEvent{e})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("append event to %s: %w", e.GetTaskId(), err)
 	}
-	return e, nil
+	return out[0], nil
+}
+
+// appendEvents stores copies of events, each with its task's next
+// sequence, and returns them.
+func appendEvents(tx *store.Tx, events []*orchestratorv1.TaskEvent) ([]*orchestratorv1.TaskEvent, error) {
+	out := make([]*orchestratorv1.TaskEvent, 0, len(events))
+	for _, e := range events {
+		e = proto.CloneOf(e)
+		last := &wrapperspb.Int64Value{}
+		if err := tx.Get(bucketEventSeq, e.GetTaskId(), last); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		e.Sequence = last.GetValue() + 1
+		if err := tx.Put(bucketEventSeq, e.GetTaskId(), wrapperspb.Int64(e.Sequence)); err != nil {
+			return nil, err
+		}
+		if err := tx.Put(bucketEvents, e.GetTaskId()+"/"+store.SeqKey(e.Sequence), e); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 func (b *boltStore) ListEvents(_ context.Context, taskID string, after int64) ([]*orchestratorv1.TaskEvent, error) {

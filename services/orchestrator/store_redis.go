@@ -75,7 +75,15 @@ func (s *redisOrchestratorStore) GetTask(ctx context.Context, id string) (*orche
 }
 
 func (s *redisOrchestratorStore) UpdateTask(ctx context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error) {
-	var out *orchestratorv1.Task
+	out, _, err := s.UpdateTaskEmit(ctx, id, fn, nil)
+	return out, err
+}
+
+func (s *redisOrchestratorStore) UpdateTaskEmit(ctx context.Context, id string, fn func(*orchestratorv1.Task) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.Task, []*orchestratorv1.TaskEvent, error) {
+	var (
+		out     *orchestratorv1.Task
+		emitted []*orchestratorv1.TaskEvent
+	)
 	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
 		t := &orchestratorv1.Task{}
 		if err := redisstore.Get(ctx, tx, s.task(id), t); err != nil {
@@ -88,17 +96,45 @@ func (s *redisOrchestratorStore) UpdateTask(ctx context.Context, id string, fn f
 		if err != nil {
 			return err
 		}
+		var queued func() []*orchestratorv1.TaskEvent
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, s.task(id), v, 0)
-			return nil
+			queued, err = s.queueEvents(ctx, p, events)
+			return err
 		})
 		out = t
+		if err == nil {
+			emitted = queued()
+		}
 		return err
 	}, s.task(id))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, emitted, nil
+}
+
+// queueEvents queues the appending of events on p and returns what gives
+// the stored events (with their sequences) once p has run. RPUSH returns
+// the list's new length, which is the event's sequence.
+func (s *redisOrchestratorStore) queueEvents(ctx context.Context, p redis.Pipeliner, events []*orchestratorv1.TaskEvent) (func() []*orchestratorv1.TaskEvent, error) {
+	out := make([]*orchestratorv1.TaskEvent, len(events))
+	cmds := make([]*redis.IntCmd, len(events))
+	for i, e := range events {
+		out[i] = proto.CloneOf(e)
+		out[i].Sequence = 0
+		v, err := redisstore.Marshal(out[i])
+		if err != nil {
+			return nil, err
+		}
+		cmds[i] = p.RPush(ctx, s.k.Key("events", e.GetTaskId()), v)
+	}
+	return func() []*orchestratorv1.TaskEvent {
+		for i, c := range cmds {
+			out[i].Sequence = c.Val()
+		}
+		return out
+	}, nil
 }
 
 func (s *redisOrchestratorStore) ListTasks(ctx context.Context, state orchestratorv1.TaskState) ([]*orchestratorv1.Task, error) {
@@ -223,7 +259,15 @@ func (s *redisOrchestratorStore) GetRequest(ctx context.Context, id string) (*or
 }
 
 func (s *redisOrchestratorStore) UpdateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error) {
-	var out *orchestratorv1.ToolRequest
+	out, _, err := s.UpdateRequestEmit(ctx, id, fn, nil)
+	return out, err
+}
+
+func (s *redisOrchestratorStore) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.ToolRequest, []*orchestratorv1.TaskEvent, error) {
+	var (
+		out     *orchestratorv1.ToolRequest
+		emitted []*orchestratorv1.TaskEvent
+	)
 	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
 		r := &orchestratorv1.ToolRequest{}
 		if err := redisstore.Get(ctx, tx, s.req(id), r); err != nil {
@@ -236,18 +280,23 @@ func (s *redisOrchestratorStore) UpdateRequest(ctx context.Context, id string, f
 		if err != nil {
 			return err
 		}
+		var queued func() []*orchestratorv1.TaskEvent
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, s.req(id), v, 0)
 			s.queueOpen(ctx, p, r)
-			return nil
+			queued, err = s.queueEvents(ctx, p, events)
+			return err
 		})
 		out = r
+		if err == nil {
+			emitted = queued()
+		}
 		return err
 	}, s.req(id))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, emitted, nil
 }
 
 func (s *redisOrchestratorStore) SaveAttempt(ctx context.Context, requestID string, a *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error) {

@@ -85,7 +85,11 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	// The request is recorded; whatever happens next must be recorded too,
 	// even if the caller stops waiting.
 	ctx = context.WithoutCancel(ctx)
-	s.log.InfoContext(ctx, "request received", "task", task.GetId(), "request", req.GetId(), "intent", req.GetIntentId(), "capability", req.GetCapability())
+	// The call's trace and task events are written together at its
+	// checkpoints: before the adapter is called and before this returns.
+	ctx = withCheckpoint(ctx)
+	defer s.flush(ctx)
+	s.log.DebugContext(ctx, "request received", "task", task.GetId(), "request", req.GetId(), "intent", req.GetIntentId(), "capability", req.GetCapability())
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, Capability: req.GetCapability(),
 		RequestId: req.GetId(), IntentId: req.GetIntentId(),
@@ -134,8 +138,21 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 			map[string]string{"task_id": task.GetId(), "capability": name})
 	}
 
+	// The registry's answer to "is the offered mapping still current?" is
+	// asked first: when it is, it also names the capability revision in
+	// force (an active mapping is reviewed against the current contract),
+	// whose contract is then read from the cache. Its refusal is reported
+	// at step d, after the checks that come before it.
+	resolved, resolveErr := s.deps.Registry.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{
+		Capability: name, MappingId: p.offered.GetMappingId(), Revision: p.offered.GetMappingRevision(),
+	})
+
 	// c. Arguments must match the product schema the model was shown.
-	p.capability, err = s.deps.Registry.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: name})
+	if resolveErr == nil && p.offered.GetMappingId() != "" && resolved.GetCapabilityRevision() > 0 {
+		p.capability, err = s.caps.Get(ctx, s.deps.Registry, name, resolved.GetCapabilityRevision())
+	} else {
+		p.capability, err = s.deps.Registry.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: name})
+	}
 	if err != nil {
 		return p, apierror.Propagate(err, "get capability")
 	}
@@ -155,12 +172,10 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	}
 
 	// d. The mapping offered must still be the reviewed, active one.
-	p.mapping, err = s.deps.Registry.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{
-		Capability: name, MappingId: p.offered.GetMappingId(), Revision: p.offered.GetMappingRevision(),
-	})
-	if err != nil {
-		return p, apierror.Propagate(err, "resolve mapping")
+	if resolveErr != nil {
+		return p, apierror.Propagate(resolveErr, "resolve mapping")
 	}
+	p.mapping = resolved
 	p.connection, err = s.deps.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: p.mapping.GetConnectionId()})
 	if err != nil {
 		return p, apierror.Propagate(err, "get connection")

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -111,7 +112,13 @@ func (s *Server) decide(ctx context.Context, q query) *policyv1.AuthorizeRespons
 			"policy_id", string(e.PolicyID), "line", e.Position.Line, "column", e.Position.Column,
 			"error", e.Message, "capability", q.capability, "policy_revision", pol.revision)
 	}
-	s.log.InfoContext(ctx, "policy decision",
+	// An allow is the hot path's common case: Debug keeps a default
+	// deployment quiet; a deny is worth a line.
+	lvl := slog.LevelDebug
+	if resp.Decision != policyv1.Decision_DECISION_ALLOW {
+		lvl = slog.LevelInfo
+	}
+	s.log.Log(ctx, lvl, "policy decision",
 		"capability", q.capability,
 		"decision", decisionName(resp.Decision),
 		"policy_ids", resp.Reasons,
@@ -208,7 +215,22 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 // caller that names a different effect class is refused rather than
 // trusted.
 func (s *Server) capability(ctx context.Context, capability string, claimed registryv1.EffectClass) (*registryv1.Capability, error) {
-	c, err := s.deps.Registry.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: capability})
+	return s.capabilityAt(ctx, capability, 0, claimed)
+}
+
+// capabilityAt is capability for a caller that knows the current revision
+// from an authoritative read (0 when it does not): the contract at a
+// revision never changes, so it is read from the cache.
+func (s *Server) capabilityAt(ctx context.Context, capability string, revision int64, claimed registryv1.EffectClass) (*registryv1.Capability, error) {
+	var (
+		c   *registryv1.Capability
+		err error
+	)
+	if revision > 0 {
+		c, err = s.caps.Get(ctx, s.deps.Registry, capability, revision)
+	} else {
+		c, err = s.deps.Registry.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: capability})
+	}
 	if err != nil {
 		return nil, apierror.Propagate(err, "policy: look up capability")
 	}

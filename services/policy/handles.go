@@ -170,7 +170,11 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 			fmt.Sprintf("handle %s is bound to mapping %s revision %d, which is now revision %d and %s; mint a new one",
 				tok, m.GetId(), b.GetMappingRevision(), m.GetRevision(), mappingStateName(m.GetState())))
 	}
-	c, err := s.capability(ctx, b.GetCapability(), req.GetEffectClass())
+	// The mapping is active at this revision, so the capability revision
+	// it was reviewed against is the current one (a capability revision
+	// sends its active mappings to review in the same transaction): its
+	// contract comes from the cache.
+	c, err := s.capabilityAt(ctx, b.GetCapability(), m.GetCapabilityRevision(), req.GetEffectClass())
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +195,7 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 			fmt.Sprintf("policy no longer allows capability %s for handle %s", b.GetCapability(), tok),
 			map[string]string{"capability": b.GetCapability(), "policy_revision": authz.GetPolicyRevision()})
 	}
-	s.log.InfoContext(ctx, "handle resolved", "token_prefix", tok, "task_id", b.GetTaskId(),
+	s.log.DebugContext(ctx, "handle resolved", "token_prefix", tok, "task_id", b.GetTaskId(),
 		"capability", b.GetCapability(), "mapping_id", m.GetId(), "mapping_revision", m.GetRevision())
 	return &policyv1.ResolveHandleResponse{Binding: b, Authorization: authz}, nil
 }

@@ -22,6 +22,7 @@ import (
 
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/capcache"
 )
 
 // Defaults for budgets, polling and handle lifetimes.
@@ -103,6 +104,8 @@ type Server struct {
 	store Store
 	deps  Deps
 	log   *slog.Logger
+	// caps holds capability contracts by revision (see capabilityAt).
+	caps capcache.Cache
 
 	// policy is the revision in force; replaced whole on reload.
 	policy atomic.Pointer[compiled]

@@ -81,7 +81,9 @@ func (b *boltStore) Charge(ctx context.Context, op ChargeOp) (ChargeResult, erro
 		return ChargeResult{}, err
 	}
 	var res ChargeResult
-	err := b.db.Update(func(tx *store.Tx) error {
+	// Concurrent charges share a commit (store.DB.Batch); every run sets
+	// res anew.
+	err := b.db.Batch(func(tx *store.Tx) error {
 		task, err := loadBudget(tx, op.Task)
 		if err != nil {
 			return err

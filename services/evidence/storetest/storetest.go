@@ -29,6 +29,7 @@ func Run(t *testing.T, newStore func(t *testing.T) evidence.Store) {
 		{"ConcurrentObservationsShareRevisions", testConcurrentObservations},
 		{"ClaimLinks", testClaimLinks},
 		{"TraceSequences", testTraceSequences},
+		{"AppendTracesTogether", testAppendTraces},
 		{"RewriteTrace", testRewriteTrace},
 		{"ReceiptCreatedOnce", testReceipts},
 	}
@@ -293,5 +294,54 @@ func testReceipts(t *testing.T, st evidence.Store) {
 	got, err := st.GetReceipt(ctx, "key_1")
 	if err != nil || !winners[got.GetId()] {
 		t.Errorf("get = %v, %v; want the winning receipt", got, err)
+	}
+}
+
+// testAppendTraces appends events of two tasks in one step while single
+// events go to the same tasks concurrently: each task's sequences stay
+// 1..n without gap or repeat, a batch keeps its order within each task,
+// and the events passed in are not modified.
+func testAppendTraces(t *testing.T, st evidence.Store) {
+	ctx := context.Background()
+	now := time.Now()
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Go(func() {
+			if _, err := st.AppendTrace(ctx, traceEvent("task_a", fmt.Sprint("single-", i), now)); err != nil {
+				t.Errorf("append: %v", err)
+			}
+		})
+		wg.Go(func() {
+			batch := []*evidencev1.TraceEvent{
+				traceEvent("task_a", fmt.Sprint("batch-", i, "-1"), now),
+				traceEvent("task_b", fmt.Sprint("batch-", i, "-2"), now),
+				traceEvent("task_a", fmt.Sprint("batch-", i, "-3"), now),
+			}
+			got, err := st.AppendTraces(ctx, batch)
+			if err != nil || len(got) != 3 {
+				t.Errorf("append traces = %d, %v", len(got), err)
+				return
+			}
+			for j, ev := range got {
+				if batch[j].GetSequence() != 0 || ev.GetTaskId() != batch[j].GetTaskId() || ev.GetProduct().GetDetail() != batch[j].GetProduct().GetDetail() {
+					t.Errorf("event %d: got %v for %v", j, ev, batch[j])
+				}
+			}
+			if got[2].GetSequence() <= got[0].GetSequence() {
+				t.Errorf("a batch's order is lost: sequences %d then %d", got[0].GetSequence(), got[2].GetSequence())
+			}
+		})
+	}
+	wg.Wait()
+	for task, want := range map[string]int{"task_a": 30, "task_b": 10} {
+		events, err := st.ListTrace(ctx, task)
+		if err != nil || len(events) != want {
+			t.Fatalf("%s trace = %d, %v; want %d", task, len(events), err, want)
+		}
+		for i, ev := range events {
+			if ev.GetSequence() != int64(i+1) {
+				t.Errorf("%s event %d has sequence %d", task, i, ev.GetSequence())
+			}
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -25,6 +26,19 @@ var ErrExists = errors.New("store: already exists")
 // DB is one service's embedded database file.
 type DB struct {
 	bolt *bolt.DB
+
+	// group commit (see Batch)
+	mu      sync.Mutex
+	pending []*batchCall
+	leading bool
+}
+
+// batchCall is one function waiting for a group commit.
+type batchCall struct {
+	fn   func(*Tx) error
+	done chan error
+	// lead wakes a waiting call to commit the next group itself.
+	lead chan struct{}
 }
 
 // Open opens (creating if needed) the database file at path. The parent
@@ -46,6 +60,72 @@ func (d *DB) Close() error { return d.bolt.Close() }
 // Update runs fn in a read-write transaction; fn's error rolls it back.
 func (d *DB) Update(fn func(*Tx) error) error {
 	return d.bolt.Update(func(t *bolt.Tx) error { return fn(&Tx{t: t}) })
+}
+
+// Batch runs fn in a read-write transaction that it may share with the
+// functions of concurrent Batch calls: one commit (one fsync) for all of
+// them. It returns when the transaction holding fn's changes is on disk,
+// as Update does. Unlike bbolt's own Batch it waits for no timer: a call
+// that finds no commit under way commits at once, and the calls that
+// arrive meanwhile make up the next group.
+//
+// fn may run more than once: when any function of a group fails, the
+// group's transaction is rolled back and each function runs again in a
+// transaction of its own. So fn must set everything it leaves outside the
+// transaction on every run (as a transaction that is retried would).
+func (d *DB) Batch(fn func(*Tx) error) error {
+	c := &batchCall{fn: fn, done: make(chan error, 1), lead: make(chan struct{}, 1)}
+	d.mu.Lock()
+	d.pending = append(d.pending, c)
+	if d.leading {
+		d.mu.Unlock()
+		select {
+		case err := <-c.done:
+			return err
+		case <-c.lead:
+			// The previous leader left c first in line: commit the group.
+			d.mu.Lock()
+		}
+	}
+	d.leading = true
+	group := d.pending
+	d.pending = nil
+	d.mu.Unlock()
+
+	d.commitGroup(group)
+
+	d.mu.Lock()
+	if len(d.pending) > 0 {
+		d.pending[0].lead <- struct{}{}
+	} else {
+		d.leading = false
+	}
+	d.mu.Unlock()
+	return <-c.done
+}
+
+// commitGroup commits the functions of group in one transaction, or, when
+// that fails, each in its own.
+func (d *DB) commitGroup(group []*batchCall) {
+	if len(group) > 1 {
+		err := d.bolt.Update(func(t *bolt.Tx) error {
+			for _, c := range group {
+				if err := c.fn(&Tx{t: t}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			for _, c := range group {
+				c.done <- nil
+			}
+			return
+		}
+	}
+	for _, c := range group {
+		c.done <- d.Update(c.fn)
+	}
 }
 
 // View runs fn in a read-only transaction.

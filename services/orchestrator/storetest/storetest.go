@@ -34,6 +34,7 @@ func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
 		{"AttemptStageNeverMovesBack", testAttemptStages},
 		{"ApprovalUsedOnce", testApprovalUsedOnce},
 		{"EventSequences", testEvents},
+		{"UpdatesEmitEventsInOneStep", testEmit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -388,5 +389,85 @@ func testEvents(t *testing.T, st orchestrator.Store) {
 	}
 	if none, err := st.ListEvents(ctx, "task_1", 50); err != nil || len(none) != 0 {
 		t.Errorf("events after the last = %v, %v", none, err)
+	}
+}
+
+// testEmit: a request or task update that emits events stores both or
+// neither; the events take their tasks' next sequences, in order, among
+// events appended alone at the same time.
+func testEmit(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	if err := st.CreateTask(ctx, &orchestratorv1.Task{Id: "task_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.CreateRequest(ctx, &orchestratorv1.ToolRequest{Id: "req_1", TaskId: "task_1", ProviderCallId: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	ev := func(detail string) *orchestratorv1.TaskEvent {
+		return &orchestratorv1.TaskEvent{TaskId: "task_1", Type: "test", Detail: detail}
+	}
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Go(func() {
+			if _, err := st.AppendEvent(ctx, ev(fmt.Sprint("alone-", i))); err != nil {
+				t.Errorf("append: %v", err)
+			}
+		})
+		wg.Go(func() {
+			in := []*orchestratorv1.TaskEvent{ev(fmt.Sprint("req-", i, "-a")), ev(fmt.Sprint("req-", i, "-b"))}
+			r, got, err := st.UpdateRequestEmit(ctx, "req_1", func(r *orchestratorv1.ToolRequest) error {
+				r.Summary += "r"
+				return nil
+			}, in)
+			if err != nil || len(got) != 2 || r.GetId() != "req_1" {
+				t.Errorf("update request emit = %v, %d events, %v", r, len(got), err)
+				return
+			}
+			if got[0].GetDetail() != in[0].GetDetail() || got[1].GetSequence() <= got[0].GetSequence() || in[0].GetSequence() != 0 {
+				t.Errorf("events %v for %v: order, details or the caller's events changed", got, in)
+			}
+		})
+		wg.Go(func() {
+			tk, got, err := st.UpdateTaskEmit(ctx, "task_1", func(tk *orchestratorv1.Task) error {
+				tk.Checkpoint += "t"
+				return nil
+			}, []*orchestratorv1.TaskEvent{ev(fmt.Sprint("task-", i))})
+			if err != nil || len(got) != 1 || got[0].GetSequence() < 1 || tk.GetId() != "task_1" {
+				t.Errorf("update task emit = %v, %v, %v", tk, got, err)
+			}
+		})
+	}
+	wg.Wait()
+	all, err := st.ListEvents(ctx, "task_1", 0)
+	if err != nil || len(all) != 40 {
+		t.Fatalf("events = %d, %v; want 40", len(all), err)
+	}
+	for i, e := range all {
+		if e.GetSequence() != int64(i+1) {
+			t.Errorf("event %d has sequence %d", i, e.GetSequence())
+		}
+	}
+	r, err := st.GetRequest(ctx, "req_1")
+	if err != nil || len(r.GetSummary()) != 10 {
+		t.Errorf("request summary %q, %v; want 10 updates", r.GetSummary(), err)
+	}
+	tk, err := st.GetTask(ctx, "task_1")
+	if err != nil || len(tk.GetCheckpoint()) != 10 {
+		t.Errorf("task checkpoint %q, %v; want 10 updates", tk.GetCheckpoint(), err)
+	}
+
+	// A refused update emits nothing.
+	refused := errors.New("refused")
+	if _, _, err := st.UpdateRequestEmit(ctx, "req_1", func(*orchestratorv1.ToolRequest) error { return refused }, []*orchestratorv1.TaskEvent{ev("never")}); !errors.Is(err, refused) {
+		t.Errorf("refused request update = %v", err)
+	}
+	if _, _, err := st.UpdateTaskEmit(ctx, "task_1", func(*orchestratorv1.Task) error { return refused }, []*orchestratorv1.TaskEvent{ev("never")}); !errors.Is(err, refused) {
+		t.Errorf("refused task update = %v", err)
+	}
+	if _, _, err := st.UpdateTaskEmit(ctx, "task_missing", func(*orchestratorv1.Task) error { return nil }, []*orchestratorv1.TaskEvent{ev("never")}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("update of a missing task = %v, want not found", err)
+	}
+	if after, err := st.ListEvents(ctx, "task_1", 40); err != nil || len(after) != 0 {
+		t.Errorf("refused updates emitted %v, %v", after, err)
 	}
 }

@@ -1625,6 +1625,98 @@ func (x *AppendTraceRequest) GetEvent() *TraceEvent {
 	return nil
 }
 
+// AppendTracesRequest appends events in order.
+type AppendTracesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required, 1 to 256 events. Ids and sequences are assigned.
+	Events        []*TraceEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendTracesRequest) Reset() {
+	*x = AppendTracesRequest{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendTracesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendTracesRequest) ProtoMessage() {}
+
+func (x *AppendTracesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendTracesRequest.ProtoReflect.Descriptor instead.
+func (*AppendTracesRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AppendTracesRequest) GetEvents() []*TraceEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// AppendTracesResponse holds the stored events, in the request's order.
+type AppendTracesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stored events with their ids and sequences.
+	Events        []*TraceEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendTracesResponse) Reset() {
+	*x = AppendTracesResponse{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendTracesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendTracesResponse) ProtoMessage() {}
+
+func (x *AppendTracesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendTracesResponse.ProtoReflect.Descriptor instead.
+func (*AppendTracesResponse) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AppendTracesResponse) GetEvents() []*TraceEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 // GetTraceRequest names a task.
 type GetTraceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1636,7 +1728,7 @@ type GetTraceRequest struct {
 
 func (x *GetTraceRequest) Reset() {
 	*x = GetTraceRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[16]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1740,7 @@ func (x *GetTraceRequest) String() string {
 func (*GetTraceRequest) ProtoMessage() {}
 
 func (x *GetTraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[16]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1753,7 @@ func (x *GetTraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTraceRequest.ProtoReflect.Descriptor instead.
 func (*GetTraceRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetTraceRequest) GetTaskId() string {
@@ -1684,7 +1776,7 @@ type Trace struct {
 
 func (x *Trace) Reset() {
 	*x = Trace{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1788,7 @@ func (x *Trace) String() string {
 func (*Trace) ProtoMessage() {}
 
 func (x *Trace) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1801,7 @@ func (x *Trace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trace.ProtoReflect.Descriptor instead.
 func (*Trace) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Trace) GetTaskId() string {
@@ -1761,7 +1853,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1865,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1878,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Receipt) GetId() string {
@@ -1864,7 +1956,7 @@ type RecordReceiptRequest struct {
 
 func (x *RecordReceiptRequest) Reset() {
 	*x = RecordReceiptRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +1968,7 @@ func (x *RecordReceiptRequest) String() string {
 func (*RecordReceiptRequest) ProtoMessage() {}
 
 func (x *RecordReceiptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +1981,7 @@ func (x *RecordReceiptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordReceiptRequest.ProtoReflect.Descriptor instead.
 func (*RecordReceiptRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RecordReceiptRequest) GetReceipt() *Receipt {
@@ -1910,7 +2002,7 @@ type GetReceiptRequest struct {
 
 func (x *GetReceiptRequest) Reset() {
 	*x = GetReceiptRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2014,7 @@ func (x *GetReceiptRequest) String() string {
 func (*GetReceiptRequest) ProtoMessage() {}
 
 func (x *GetReceiptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2027,7 @@ func (x *GetReceiptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReceiptRequest.ProtoReflect.Descriptor instead.
 func (*GetReceiptRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetReceiptRequest) GetIdempotencyKey() string {
@@ -1961,7 +2053,7 @@ type ValidationFinding struct {
 
 func (x *ValidationFinding) Reset() {
 	*x = ValidationFinding{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2065,7 @@ func (x *ValidationFinding) String() string {
 func (*ValidationFinding) ProtoMessage() {}
 
 func (x *ValidationFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2078,7 @@ func (x *ValidationFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidationFinding.ProtoReflect.Descriptor instead.
 func (*ValidationFinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ValidationFinding) GetCode() string {
@@ -2021,7 +2113,7 @@ type ValidateObservationRequest struct {
 
 func (x *ValidateObservationRequest) Reset() {
 	*x = ValidateObservationRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2125,7 @@ func (x *ValidateObservationRequest) String() string {
 func (*ValidateObservationRequest) ProtoMessage() {}
 
 func (x *ValidateObservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2138,7 @@ func (x *ValidateObservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateObservationRequest.ProtoReflect.Descriptor instead.
 func (*ValidateObservationRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ValidateObservationRequest) GetObservation() *SourceObservation {
@@ -2069,7 +2161,7 @@ type ObservationValidation struct {
 
 func (x *ObservationValidation) Reset() {
 	*x = ObservationValidation{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2173,7 @@ func (x *ObservationValidation) String() string {
 func (*ObservationValidation) ProtoMessage() {}
 
 func (x *ObservationValidation) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2186,7 @@ func (x *ObservationValidation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservationValidation.ProtoReflect.Descriptor instead.
 func (*ObservationValidation) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ObservationValidation) GetFit() bool {
@@ -2124,7 +2216,7 @@ type CompareRevisionsRequest struct {
 
 func (x *CompareRevisionsRequest) Reset() {
 	*x = CompareRevisionsRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2228,7 @@ func (x *CompareRevisionsRequest) String() string {
 func (*CompareRevisionsRequest) ProtoMessage() {}
 
 func (x *CompareRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2241,7 @@ func (x *CompareRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*CompareRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CompareRevisionsRequest) GetBaseObservationId() string {
@@ -2199,7 +2291,7 @@ type RevisionComparison struct {
 
 func (x *RevisionComparison) Reset() {
 	*x = RevisionComparison{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2303,7 @@ func (x *RevisionComparison) String() string {
 func (*RevisionComparison) ProtoMessage() {}
 
 func (x *RevisionComparison) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2316,7 @@ func (x *RevisionComparison) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevisionComparison.ProtoReflect.Descriptor instead.
 func (*RevisionComparison) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevisionComparison) GetConnectionId() string {
@@ -2341,7 +2433,7 @@ type RequestClassification struct {
 
 func (x *RequestClassification) Reset() {
 	*x = RequestClassification{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2445,7 @@ func (x *RequestClassification) String() string {
 func (*RequestClassification) ProtoMessage() {}
 
 func (x *RequestClassification) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2458,7 @@ func (x *RequestClassification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestClassification.ProtoReflect.Descriptor instead.
 func (*RequestClassification) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RequestClassification) GetRequestId() string {
@@ -2450,7 +2542,7 @@ type ClassifyTraceRequest struct {
 
 func (x *ClassifyTraceRequest) Reset() {
 	*x = ClassifyTraceRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2554,7 @@ func (x *ClassifyTraceRequest) String() string {
 func (*ClassifyTraceRequest) ProtoMessage() {}
 
 func (x *ClassifyTraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2567,7 @@ func (x *ClassifyTraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyTraceRequest.ProtoReflect.Descriptor instead.
 func (*ClassifyTraceRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ClassifyTraceRequest) GetTaskId() string {
@@ -2498,7 +2590,7 @@ type TraceClassification struct {
 
 func (x *TraceClassification) Reset() {
 	*x = TraceClassification{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2602,7 @@ func (x *TraceClassification) String() string {
 func (*TraceClassification) ProtoMessage() {}
 
 func (x *TraceClassification) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2615,7 @@ func (x *TraceClassification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceClassification.ProtoReflect.Descriptor instead.
 func (*TraceClassification) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TraceClassification) GetTaskId() string {
@@ -2557,7 +2649,7 @@ type Asset struct {
 
 func (x *Asset) Reset() {
 	*x = Asset{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2661,7 @@ func (x *Asset) String() string {
 func (*Asset) ProtoMessage() {}
 
 func (x *Asset) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2674,7 @@ func (x *Asset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Asset.ProtoReflect.Descriptor instead.
 func (*Asset) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Asset) GetDigest() string {
@@ -2628,7 +2720,7 @@ type PutAssetRequest struct {
 
 func (x *PutAssetRequest) Reset() {
 	*x = PutAssetRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2640,7 +2732,7 @@ func (x *PutAssetRequest) String() string {
 func (*PutAssetRequest) ProtoMessage() {}
 
 func (x *PutAssetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2653,7 +2745,7 @@ func (x *PutAssetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAssetRequest.ProtoReflect.Descriptor instead.
 func (*PutAssetRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PutAssetRequest) GetContent() []byte {
@@ -2688,7 +2780,7 @@ type GetAssetRequest struct {
 
 func (x *GetAssetRequest) Reset() {
 	*x = GetAssetRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2792,7 @@ func (x *GetAssetRequest) String() string {
 func (*GetAssetRequest) ProtoMessage() {}
 
 func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2805,7 @@ func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssetRequest.ProtoReflect.Descriptor instead.
 func (*GetAssetRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetAssetRequest) GetDigest() string {
@@ -2734,7 +2826,7 @@ type PruneRequest struct {
 
 func (x *PruneRequest) Reset() {
 	*x = PruneRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2746,7 +2838,7 @@ func (x *PruneRequest) String() string {
 func (*PruneRequest) ProtoMessage() {}
 
 func (x *PruneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2759,7 +2851,7 @@ func (x *PruneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneRequest.ProtoReflect.Descriptor instead.
 func (*PruneRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PruneRequest) GetOlderThan() *durationpb.Duration {
@@ -2780,7 +2872,7 @@ type PruneResponse struct {
 
 func (x *PruneResponse) Reset() {
 	*x = PruneResponse{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2884,7 @@ func (x *PruneResponse) String() string {
 func (*PruneResponse) ProtoMessage() {}
 
 func (x *PruneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2897,7 @@ func (x *PruneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneResponse.ProtoReflect.Descriptor instead.
 func (*PruneResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PruneResponse) GetSummarizedEvents() int32 {
@@ -2945,7 +3037,11 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\aproduct\x18\x06 \x01(\v2\x1e.v0m3.evidence.v1.ProductEventH\x00R\aproductB\a\n" +
 	"\x05layer\"H\n" +
 	"\x12AppendTraceRequest\x122\n" +
-	"\x05event\x18\x01 \x01(\v2\x1c.v0m3.evidence.v1.TraceEventR\x05event\"*\n" +
+	"\x05event\x18\x01 \x01(\v2\x1c.v0m3.evidence.v1.TraceEventR\x05event\"K\n" +
+	"\x13AppendTracesRequest\x124\n" +
+	"\x06events\x18\x01 \x03(\v2\x1c.v0m3.evidence.v1.TraceEventR\x06events\"L\n" +
+	"\x14AppendTracesResponse\x124\n" +
+	"\x06events\x18\x01 \x03(\v2\x1c.v0m3.evidence.v1.TraceEventR\x06events\"*\n" +
 	"\x0fGetTraceRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"V\n" +
 	"\x05Trace\x12\x17\n" +
@@ -3059,15 +3155,15 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x1dREQUEST_CLASS_SERVER_REJECTED\x10\x03\x12\x1e\n" +
 	"\x1aREQUEST_CLASS_NOT_RECORDED\x10\x04\x12!\n" +
 	"\x1dREQUEST_CLASS_DELIVERY_FAILED\x10\x05\x12\x19\n" +
-	"\x15REQUEST_CLASS_PENDING\x10\x062\xbc\n" +
-	"\n" +
+	"\x15REQUEST_CLASS_PENDING\x10\x062\x9b\v\n" +
 	"\x0fEvidenceService\x12d\n" +
 	"\x11RecordObservation\x12*.v0m3.evidence.v1.RecordObservationRequest\x1a#.v0m3.evidence.v1.SourceObservation\x12^\n" +
 	"\x0eGetObservation\x12'.v0m3.evidence.v1.GetObservationRequest\x1a#.v0m3.evidence.v1.SourceObservation\x12i\n" +
 	"\x10ListObservations\x12).v0m3.evidence.v1.ListObservationsRequest\x1a*.v0m3.evidence.v1.ListObservationsResponse\x12`\n" +
 	"\rListRevisions\x12&.v0m3.evidence.v1.ListRevisionsRequest\x1a'.v0m3.evidence.v1.ListRevisionsResponse\x12L\n" +
 	"\tLinkClaim\x12\".v0m3.evidence.v1.LinkClaimRequest\x1a\x1b.v0m3.evidence.v1.ClaimLink\x12Q\n" +
-	"\vAppendTrace\x12$.v0m3.evidence.v1.AppendTraceRequest\x1a\x1c.v0m3.evidence.v1.TraceEvent\x12F\n" +
+	"\vAppendTrace\x12$.v0m3.evidence.v1.AppendTraceRequest\x1a\x1c.v0m3.evidence.v1.TraceEvent\x12]\n" +
+	"\fAppendTraces\x12%.v0m3.evidence.v1.AppendTracesRequest\x1a&.v0m3.evidence.v1.AppendTracesResponse\x12F\n" +
 	"\bGetTrace\x12!.v0m3.evidence.v1.GetTraceRequest\x1a\x17.v0m3.evidence.v1.Trace\x12R\n" +
 	"\rRecordReceipt\x12&.v0m3.evidence.v1.RecordReceiptRequest\x1a\x19.v0m3.evidence.v1.Receipt\x12L\n" +
 	"\n" +
@@ -3092,7 +3188,7 @@ func file_v0m3_evidence_v1_evidence_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_evidence_v1_evidence_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_v0m3_evidence_v1_evidence_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_v0m3_evidence_v1_evidence_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_v0m3_evidence_v1_evidence_proto_goTypes = []any{
 	(ObservationKind)(0),               // 0: v0m3.evidence.v1.ObservationKind
 	(ProductEventKind)(0),              // 1: v0m3.evidence.v1.ProductEventKind
@@ -3113,91 +3209,97 @@ var file_v0m3_evidence_v1_evidence_proto_goTypes = []any{
 	(*ProductEvent)(nil),               // 16: v0m3.evidence.v1.ProductEvent
 	(*TraceEvent)(nil),                 // 17: v0m3.evidence.v1.TraceEvent
 	(*AppendTraceRequest)(nil),         // 18: v0m3.evidence.v1.AppendTraceRequest
-	(*GetTraceRequest)(nil),            // 19: v0m3.evidence.v1.GetTraceRequest
-	(*Trace)(nil),                      // 20: v0m3.evidence.v1.Trace
-	(*Receipt)(nil),                    // 21: v0m3.evidence.v1.Receipt
-	(*RecordReceiptRequest)(nil),       // 22: v0m3.evidence.v1.RecordReceiptRequest
-	(*GetReceiptRequest)(nil),          // 23: v0m3.evidence.v1.GetReceiptRequest
-	(*ValidationFinding)(nil),          // 24: v0m3.evidence.v1.ValidationFinding
-	(*ValidateObservationRequest)(nil), // 25: v0m3.evidence.v1.ValidateObservationRequest
-	(*ObservationValidation)(nil),      // 26: v0m3.evidence.v1.ObservationValidation
-	(*CompareRevisionsRequest)(nil),    // 27: v0m3.evidence.v1.CompareRevisionsRequest
-	(*RevisionComparison)(nil),         // 28: v0m3.evidence.v1.RevisionComparison
-	(*RequestClassification)(nil),      // 29: v0m3.evidence.v1.RequestClassification
-	(*ClassifyTraceRequest)(nil),       // 30: v0m3.evidence.v1.ClassifyTraceRequest
-	(*TraceClassification)(nil),        // 31: v0m3.evidence.v1.TraceClassification
-	(*Asset)(nil),                      // 32: v0m3.evidence.v1.Asset
-	(*PutAssetRequest)(nil),            // 33: v0m3.evidence.v1.PutAssetRequest
-	(*GetAssetRequest)(nil),            // 34: v0m3.evidence.v1.GetAssetRequest
-	(*PruneRequest)(nil),               // 35: v0m3.evidence.v1.PruneRequest
-	(*PruneResponse)(nil),              // 36: v0m3.evidence.v1.PruneResponse
-	nil,                                // 37: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
-	(*timestamppb.Timestamp)(nil),      // 38: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),            // 39: google.protobuf.Struct
-	(*durationpb.Duration)(nil),        // 40: google.protobuf.Duration
+	(*AppendTracesRequest)(nil),        // 19: v0m3.evidence.v1.AppendTracesRequest
+	(*AppendTracesResponse)(nil),       // 20: v0m3.evidence.v1.AppendTracesResponse
+	(*GetTraceRequest)(nil),            // 21: v0m3.evidence.v1.GetTraceRequest
+	(*Trace)(nil),                      // 22: v0m3.evidence.v1.Trace
+	(*Receipt)(nil),                    // 23: v0m3.evidence.v1.Receipt
+	(*RecordReceiptRequest)(nil),       // 24: v0m3.evidence.v1.RecordReceiptRequest
+	(*GetReceiptRequest)(nil),          // 25: v0m3.evidence.v1.GetReceiptRequest
+	(*ValidationFinding)(nil),          // 26: v0m3.evidence.v1.ValidationFinding
+	(*ValidateObservationRequest)(nil), // 27: v0m3.evidence.v1.ValidateObservationRequest
+	(*ObservationValidation)(nil),      // 28: v0m3.evidence.v1.ObservationValidation
+	(*CompareRevisionsRequest)(nil),    // 29: v0m3.evidence.v1.CompareRevisionsRequest
+	(*RevisionComparison)(nil),         // 30: v0m3.evidence.v1.RevisionComparison
+	(*RequestClassification)(nil),      // 31: v0m3.evidence.v1.RequestClassification
+	(*ClassifyTraceRequest)(nil),       // 32: v0m3.evidence.v1.ClassifyTraceRequest
+	(*TraceClassification)(nil),        // 33: v0m3.evidence.v1.TraceClassification
+	(*Asset)(nil),                      // 34: v0m3.evidence.v1.Asset
+	(*PutAssetRequest)(nil),            // 35: v0m3.evidence.v1.PutAssetRequest
+	(*GetAssetRequest)(nil),            // 36: v0m3.evidence.v1.GetAssetRequest
+	(*PruneRequest)(nil),               // 37: v0m3.evidence.v1.PruneRequest
+	(*PruneResponse)(nil),              // 38: v0m3.evidence.v1.PruneResponse
+	nil,                                // 39: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	(*timestamppb.Timestamp)(nil),      // 40: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),            // 41: google.protobuf.Struct
+	(*durationpb.Duration)(nil),        // 42: google.protobuf.Duration
 }
 var file_v0m3_evidence_v1_evidence_proto_depIdxs = []int32{
-	38, // 0: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
-	37, // 1: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	40, // 0: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
+	39, // 1: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
 	3,  // 2: v0m3.evidence.v1.SourceObservation.passages:type_name -> v0m3.evidence.v1.Passage
 	0,  // 3: v0m3.evidence.v1.SourceObservation.kind:type_name -> v0m3.evidence.v1.ObservationKind
 	4,  // 4: v0m3.evidence.v1.RecordObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
 	4,  // 5: v0m3.evidence.v1.ListObservationsResponse.observations:type_name -> v0m3.evidence.v1.SourceObservation
-	38, // 6: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
+	40, // 6: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: v0m3.evidence.v1.ListRevisionsResponse.revisions:type_name -> v0m3.evidence.v1.SourceRevision
-	38, // 8: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
-	39, // 9: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
-	40, // 10: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
+	40, // 8: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
+	41, // 9: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
+	42, // 10: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
 	14, // 11: v0m3.evidence.v1.ProtocolEvent.error:type_name -> v0m3.evidence.v1.ErrorEvidence
 	1,  // 12: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
-	38, // 13: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
+	40, // 13: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
 	15, // 14: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
 	16, // 15: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
 	17, // 16: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
-	17, // 17: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
-	39, // 18: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
-	38, // 19: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
-	21, // 20: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
-	4,  // 21: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
-	24, // 22: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
-	2,  // 23: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
-	29, // 24: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
-	40, // 25: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
-	5,  // 26: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
-	6,  // 27: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
-	7,  // 28: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
-	10, // 29: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
-	13, // 30: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
-	18, // 31: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
-	19, // 32: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
-	22, // 33: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
-	23, // 34: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
-	25, // 35: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
-	27, // 36: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
-	30, // 37: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
-	33, // 38: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
-	34, // 39: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
-	35, // 40: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
-	4,  // 41: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	4,  // 42: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	8,  // 43: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
-	11, // 44: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
-	12, // 45: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
-	17, // 46: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
-	20, // 47: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
-	21, // 48: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
-	21, // 49: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
-	26, // 50: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
-	28, // 51: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
-	31, // 52: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
-	32, // 53: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
-	32, // 54: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
-	36, // 55: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
-	41, // [41:56] is the sub-list for method output_type
-	26, // [26:41] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	17, // 17: v0m3.evidence.v1.AppendTracesRequest.events:type_name -> v0m3.evidence.v1.TraceEvent
+	17, // 18: v0m3.evidence.v1.AppendTracesResponse.events:type_name -> v0m3.evidence.v1.TraceEvent
+	17, // 19: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
+	41, // 20: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
+	40, // 21: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
+	23, // 22: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
+	4,  // 23: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
+	26, // 24: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
+	2,  // 25: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
+	31, // 26: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
+	42, // 27: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
+	5,  // 28: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
+	6,  // 29: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
+	7,  // 30: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
+	10, // 31: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
+	13, // 32: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
+	18, // 33: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
+	19, // 34: v0m3.evidence.v1.EvidenceService.AppendTraces:input_type -> v0m3.evidence.v1.AppendTracesRequest
+	21, // 35: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
+	24, // 36: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
+	25, // 37: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
+	27, // 38: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
+	29, // 39: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
+	32, // 40: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
+	35, // 41: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
+	36, // 42: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
+	37, // 43: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
+	4,  // 44: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	4,  // 45: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	8,  // 46: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
+	11, // 47: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
+	12, // 48: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
+	17, // 49: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
+	20, // 50: v0m3.evidence.v1.EvidenceService.AppendTraces:output_type -> v0m3.evidence.v1.AppendTracesResponse
+	22, // 51: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
+	23, // 52: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
+	23, // 53: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
+	28, // 54: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
+	30, // 55: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
+	33, // 56: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
+	34, // 57: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
+	34, // 58: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
+	38, // 59: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
+	44, // [44:60] is the sub-list for method output_type
+	28, // [28:44] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_evidence_v1_evidence_proto_init() }
@@ -3215,7 +3317,7 @@ func file_v0m3_evidence_v1_evidence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_evidence_v1_evidence_proto_rawDesc), len(file_v0m3_evidence_v1_evidence_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

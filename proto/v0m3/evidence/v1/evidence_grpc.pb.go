@@ -25,6 +25,7 @@ const (
 	EvidenceService_ListRevisions_FullMethodName       = "/v0m3.evidence.v1.EvidenceService/ListRevisions"
 	EvidenceService_LinkClaim_FullMethodName           = "/v0m3.evidence.v1.EvidenceService/LinkClaim"
 	EvidenceService_AppendTrace_FullMethodName         = "/v0m3.evidence.v1.EvidenceService/AppendTrace"
+	EvidenceService_AppendTraces_FullMethodName        = "/v0m3.evidence.v1.EvidenceService/AppendTraces"
 	EvidenceService_GetTrace_FullMethodName            = "/v0m3.evidence.v1.EvidenceService/GetTrace"
 	EvidenceService_RecordReceipt_FullMethodName       = "/v0m3.evidence.v1.EvidenceService/RecordReceipt"
 	EvidenceService_GetReceipt_FullMethodName          = "/v0m3.evidence.v1.EvidenceService/GetReceipt"
@@ -59,6 +60,10 @@ type EvidenceServiceClient interface {
 	LinkClaim(ctx context.Context, in *LinkClaimRequest, opts ...grpc.CallOption) (*ClaimLink, error)
 	// AppendTrace appends one event to a task's trace.
 	AppendTrace(ctx context.Context, in *AppendTraceRequest, opts ...grpc.CallOption) (*TraceEvent, error)
+	// AppendTraces appends several events in one step, in order: a call's
+	// events written together at its checkpoints. Either every event is
+	// stored or none is.
+	AppendTraces(ctx context.Context, in *AppendTracesRequest, opts ...grpc.CallOption) (*AppendTracesResponse, error)
 	// GetTrace returns a task's trace, both layers, in order.
 	GetTrace(ctx context.Context, in *GetTraceRequest, opts ...grpc.CallOption) (*Trace, error)
 	// RecordReceipt stores evidence that an effect happened.
@@ -152,6 +157,16 @@ func (c *evidenceServiceClient) AppendTrace(ctx context.Context, in *AppendTrace
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TraceEvent)
 	err := c.cc.Invoke(ctx, EvidenceService_AppendTrace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *evidenceServiceClient) AppendTraces(ctx context.Context, in *AppendTracesRequest, opts ...grpc.CallOption) (*AppendTracesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppendTracesResponse)
+	err := c.cc.Invoke(ctx, EvidenceService_AppendTraces_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -271,6 +286,10 @@ type EvidenceServiceServer interface {
 	LinkClaim(context.Context, *LinkClaimRequest) (*ClaimLink, error)
 	// AppendTrace appends one event to a task's trace.
 	AppendTrace(context.Context, *AppendTraceRequest) (*TraceEvent, error)
+	// AppendTraces appends several events in one step, in order: a call's
+	// events written together at its checkpoints. Either every event is
+	// stored or none is.
+	AppendTraces(context.Context, *AppendTracesRequest) (*AppendTracesResponse, error)
 	// GetTrace returns a task's trace, both layers, in order.
 	GetTrace(context.Context, *GetTraceRequest) (*Trace, error)
 	// RecordReceipt stores evidence that an effect happened.
@@ -327,6 +346,9 @@ func (UnimplementedEvidenceServiceServer) LinkClaim(context.Context, *LinkClaimR
 }
 func (UnimplementedEvidenceServiceServer) AppendTrace(context.Context, *AppendTraceRequest) (*TraceEvent, error) {
 	return nil, status.Error(codes.Unimplemented, "method AppendTrace not implemented")
+}
+func (UnimplementedEvidenceServiceServer) AppendTraces(context.Context, *AppendTracesRequest) (*AppendTracesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AppendTraces not implemented")
 }
 func (UnimplementedEvidenceServiceServer) GetTrace(context.Context, *GetTraceRequest) (*Trace, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetTrace not implemented")
@@ -480,6 +502,24 @@ func _EvidenceService_AppendTrace_Handler(srv interface{}, ctx context.Context, 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(EvidenceServiceServer).AppendTrace(ctx, req.(*AppendTraceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EvidenceService_AppendTraces_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendTracesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EvidenceServiceServer).AppendTraces(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EvidenceService_AppendTraces_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EvidenceServiceServer).AppendTraces(ctx, req.(*AppendTracesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -676,6 +716,10 @@ var EvidenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AppendTrace",
 			Handler:    _EvidenceService_AppendTrace_Handler,
+		},
+		{
+			MethodName: "AppendTraces",
+			Handler:    _EvidenceService_AppendTraces_Handler,
 		},
 		{
 			MethodName: "GetTrace",

@@ -1,0 +1,109 @@
+package orchestrator
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+)
+
+// A call's trace and task events are written together at its checkpoints:
+// what led to the call (the request and the policy decision, the
+// request.received event, the PREPARED attempt) is on record before the
+// adapter is called, and everything else before SubmitToolRequest
+// returns, the trace before the events that tell watchers of it. An
+// evidence service without AppendTraces gets the same trace, event by
+// event.
+func TestCallEventsWrittenAtCheckpoints(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		noBatch     bool
+		wantBatches int
+	}{
+		{"batched", false, 2},
+		{"older evidence service", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.evidence.noBatch = tc.noBatch
+			cat := h.start(t, "source_review", false).GetCatalogue()
+			task := cat.GetTaskId()
+			handle := handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
+
+			var (
+				tracedBefore []evidencev1.ProductEventKind
+				eventsBefore []string
+				stageBefore  adapterv1.DeliveryStage
+			)
+			h.adapter.setRespond(func(in *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+				for _, p := range h.evidence.product(task) {
+					if p.GetRequestId() != "" {
+						tracedBefore = append(tracedBefore, p.GetKind())
+					}
+				}
+				evs, err := h.server.st.ListEvents(t.Context(), task, 0)
+				if err != nil {
+					t.Errorf("list events: %v", err)
+				}
+				for _, e := range evs {
+					if e.GetRequestId() != "" {
+						eventsBefore = append(eventsBefore, e.GetType())
+					}
+				}
+				reqs, err := h.server.st.ListRequests(t.Context(), task)
+				if err != nil || len(reqs) != 1 || len(reqs[0].GetAttempts()) != 1 {
+					t.Errorf("requests at send = %v, %v", reqs, err)
+				} else {
+					stageBefore = reqs[0].GetAttempts()[0].GetStage()
+				}
+				return okRetrieval(in)
+			})
+
+			r, err := h.submit(t, task, "call_1", capRetrieveAuthorizedSource, map[string]any{"source": handle})
+			if err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+				t.Fatalf("submit = %v, %v", r, err)
+			}
+			wantBefore := []evidencev1.ProductEventKind{
+				evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED,
+				evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_POLICY_DECISION,
+			}
+			if !slices.Equal(tracedBefore, wantBefore) {
+				t.Errorf("traced when the adapter was called: %v, want %v", tracedBefore, wantBefore)
+			}
+			if !slices.Equal(eventsBefore, []string{"request.received"}) || stageBefore != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED {
+				t.Errorf("when the adapter was called: events %v, attempt stage %v; want request.received and PREPARED", eventsBefore, stageBefore)
+			}
+
+			var after []evidencev1.ProductEventKind
+			for _, p := range h.evidence.product(task) {
+				if p.GetRequestId() == r.GetId() {
+					after = append(after, p.GetKind())
+				}
+			}
+			if len(after) < 5 || after[len(after)-1] != evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE ||
+				!slices.Contains(after, evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED) ||
+				!slices.Contains(after, evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_OBSERVATION_RECORDED) {
+				t.Errorf("trace when SubmitToolRequest returned: %v", after)
+			}
+			evs, err := h.server.st.ListEvents(t.Context(), task, 0)
+			if err != nil || len(evs) == 0 || evs[len(evs)-1].GetType() != "request.executed" {
+				t.Errorf("events when SubmitToolRequest returned: %v, %v", evs, err)
+			}
+			got, err := h.server.st.GetTask(t.Context(), task)
+			if err != nil || !strings.Contains(got.GetCheckpoint(), r.GetId()) {
+				t.Errorf("task checkpoint %q, %v; want it to name request %s", got.GetCheckpoint(), err, r.GetId())
+			}
+			h.evidence.mu.Lock()
+			batches := h.evidence.batches
+			h.evidence.mu.Unlock()
+			if batches != tc.wantBatches {
+				t.Errorf("%d AppendTraces calls, want %d", batches, tc.wantBatches)
+			}
+		})
+	}
+}
