@@ -81,6 +81,10 @@ type Options struct {
 type Bridge struct {
 	opts  Options
 	hosts map[string]bool
+	// events keeps what each session's streams carried (bounded, oldest
+	// first out), so a message for a stream the client has not opened yet
+	// waits for it and a dropped stream resumes with Last-Event-ID.
+	events *mcp.MemoryEventStore
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -126,7 +130,7 @@ func New(opts Options) (*Bridge, error) {
 			hosts[h] = true
 		}
 	}
-	return &Bridge{opts: opts, hosts: hosts, sessions: map[string]*session{}}, nil
+	return &Bridge{opts: opts, hosts: hosts, events: mcp.NewMemoryEventStore(nil), sessions: map[string]*session{}}, nil
 }
 
 // allowedHost reports whether host (a Host header or URL host, with or
@@ -421,7 +425,7 @@ func (b *Bridge) start() (*session, int, error) {
 	}
 	id := rand.Text()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &session{id: id, transport: &mcp.StreamableServerTransport{SessionID: id}, cancel: cancel,
+	s := &session{id: id, transport: &mcp.StreamableServerTransport{SessionID: id, EventStore: b.events}, cancel: cancel,
 		ctxDone: ctx.Done(), active: 1}
 	b.sessions[id] = s
 	b.mu.Unlock()
@@ -450,8 +454,9 @@ func (b *Bridge) start() (*session, int, error) {
 			b.end(s, "closed")
 		})
 	}
-	go relay(ctx, httpConn, childConn, stop)
-	go relay(ctx, childConn, httpConn, stop)
+	log := b.opts.Log.With("session", id)
+	go relay(ctx, httpConn, childConn, log, stop)
+	go relay(ctx, childConn, httpConn, log, stop)
 	return s, 0, nil
 }
 
@@ -503,7 +508,11 @@ func exitStatus(err error) string {
 }
 
 // relay copies messages from one side to the other until either fails.
-func relay(ctx context.Context, from, to mcp.Connection, stop func()) {
+// A message the HTTP side rejects without breaking the session (e.g. a
+// notification for a client that has no stream open to receive it) is
+// dropped and logged, never a reason to end the session: the call it
+// belongs to must still get its answer.
+func relay(ctx context.Context, from, to mcp.Connection, log *slog.Logger, stop func()) {
 	defer stop()
 	for {
 		msg, err := from.Read(ctx)
@@ -511,9 +520,23 @@ func relay(ctx context.Context, from, to mcp.Connection, stop func()) {
 			return
 		}
 		if err := to.Write(ctx, msg); err != nil {
+			if rejectedOnly(err) {
+				log.Debug("message not delivered to the client", "err", err)
+				continue
+			}
 			return
 		}
 	}
+}
+
+// codeRejected is the go-sdk transport's JSON-RPC code for a message it
+// did not deliver while the session stays usable.
+const codeRejected = -32005
+
+// rejectedOnly reports whether a write error left the session usable.
+func rejectedOnly(err error) bool {
+	var werr *jsonrpc.Error
+	return errors.As(err, &werr) && werr.Code == codeRejected
 }
 
 // end forgets a session and stops its child.
