@@ -179,6 +179,10 @@ func ReadResults(dir string) (Results, error) {
 const (
 	Pass = "pass"
 	Fail = "fail"
+	// Flaky marks a scenario seen both passing and failing with nothing
+	// changed: neither result is a regression or an improvement. Set by
+	// hand, with the reason in the commit; a re-taken baseline keeps it.
+	Flaky = "flaky"
 )
 
 // Baseline is the committed expectation: for each target, each scenario's
@@ -212,16 +216,21 @@ func (b *Baseline) Write(path string) error {
 	return os.WriteFile(path, append(data, '\n'), 0o644)
 }
 
-// Expect records results as a target's expectation.
+// Expect records results as a target's expectation, keeping scenarios
+// marked Flaky so.
 func (b *Baseline) Expect(target string, res Results) {
 	if b.Targets == nil {
 		b.Targets = map[string]map[string]string{}
 	}
 	m := map[string]string{}
 	for name, s := range res {
-		m[name] = Fail
-		if s.Passed() {
+		switch {
+		case b.Targets[target][name] == Flaky:
+			m[name] = Flaky
+		case s.Passed():
 			m[name] = Pass
+		default:
+			m[name] = Fail
 		}
 	}
 	b.Targets[target] = m
@@ -237,6 +246,8 @@ type Diff struct {
 	Missing []string
 	// New scenarios ran but are not in the baseline.
 	New []string
+	// Flaky scenarios are marked so in the baseline; they ran either way.
+	Flaky []string
 }
 
 // Compare compares results with a target's baseline.
@@ -247,6 +258,8 @@ func (b *Baseline) Compare(target string, res Results) Diff {
 		switch exp, ok := want[name]; {
 		case !ok:
 			d.New = append(d.New, name)
+		case exp == Flaky:
+			d.Flaky = append(d.Flaky, name)
 		case exp == Pass && !s.Passed():
 			d.Regressed = append(d.Regressed, name)
 		case exp == Fail && s.Passed():
@@ -258,7 +271,7 @@ func (b *Baseline) Compare(target string, res Results) Diff {
 			d.Missing = append(d.Missing, name)
 		}
 	}
-	for _, l := range [][]string{d.Regressed, d.Improved, d.Missing, d.New} {
+	for _, l := range [][]string{d.Regressed, d.Improved, d.Missing, d.New, d.Flaky} {
 		slices.Sort(l)
 	}
 	return d

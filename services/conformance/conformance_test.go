@@ -120,6 +120,9 @@ func TestConformance(t *testing.T) {
 			for _, name := range d.New {
 				t.Errorf("scenario %s ran (passed: %v) but is not in the baseline: add it (%s=1)", name, res[name].Passed(), updateBaseline)
 			}
+			for _, name := range d.Flaky {
+				t.Logf("flaky (per the baseline): %s passed: %v", name, res[name].Passed())
+			}
 			for _, name := range d.Improved {
 				t.Logf("NEWLY PASSES: %s; raise the baseline (%s=1)", name, updateBaseline)
 			}
@@ -302,9 +305,15 @@ func TestReadResults(t *testing.T) {
 		t.Errorf("results = %v; want %v", res, want)
 	}
 	b := &conformance.Baseline{}
-	b.Expect("t", conformance.Results{"ping": {Checks: 2}, "auth/metadata-var1": {Checks: 3}, "gone": {Checks: 1}})
-	d := b.Compare("t", conformance.Results{"ping": {Checks: 2, Failed: 1}, "auth/metadata-var1": {Checks: 3}, "new": {}})
-	if fmt.Sprint(d.Regressed, d.Missing, d.New, d.Improved) != "[ping] [gone] [new] []" {
-		t.Errorf("diff = %+v", d)
+	b.Expect("t", conformance.Results{"ping": {Checks: 2}, "auth/metadata-var1": {Checks: 3}, "gone": {Checks: 1}, "tools": {Checks: 1, Failed: 1}, "odd": {Checks: 1}})
+	b.Targets["t"]["odd"] = conformance.Flaky
+	d := b.Compare("t", conformance.Results{"ping": {Checks: 2, Failed: 1}, "auth/metadata-var1": {Checks: 3}, "new": {}, "tools": {Checks: 1}, "odd": {Checks: 1, Failed: 1}})
+	if got := fmt.Sprint(d.Regressed, d.Missing, d.New, d.Improved, d.Flaky); got != "[ping] [gone] [new] [tools] [odd]" {
+		t.Errorf("diff = %s; want regressed [ping], missing [gone], new [new], improved [tools], flaky [odd]", got)
+	}
+	// Re-taking the baseline keeps a flaky mark.
+	b.Expect("t", conformance.Results{"odd": {Checks: 1}})
+	if b.Targets["t"]["odd"] != conformance.Flaky {
+		t.Errorf("re-taken baseline: odd = %q; want it still flaky", b.Targets["t"]["odd"])
 	}
 }
