@@ -56,8 +56,11 @@ type Options struct {
 	Env []string
 	// Dir is the child's working directory; "" inherits the bridge's.
 	Dir string
-	// MaxSessions bounds concurrent sessions, and so child processes.
-	// Zero means DefaultMaxSessions.
+	// MaxSessions bounds concurrent sessions, and so child processes. At
+	// the bound a new session takes the place of the session idle the
+	// longest (no call in progress; one with no stream open first); when
+	// every session has a call in progress it is refused (503). Zero means
+	// DefaultMaxSessions.
 	MaxSessions int
 	// IdleTimeout ends a session, and stops its child, once no request of
 	// it has been in progress for this long: a client that goes away
@@ -101,10 +104,12 @@ type session struct {
 	// ctxDone is closed once the session has ended.
 	ctxDone <-chan struct{}
 
-	mu     sync.Mutex
-	active int         // requests of this session in progress
-	gen    int         // bumped whenever active drops to zero
-	idle   *time.Timer // ends the session when it fires at the current gen
+	mu       sync.Mutex
+	active   int         // requests of this session in progress
+	gen      int         // bumped whenever active drops to zero
+	idle     *time.Timer // ends the session when it fires at the current gen
+	posts    int         // POSTs of this session in progress (active less GET streams)
+	lastPost time.Time   // when the last POST ended (or the session started)
 }
 
 // New returns a Bridge. Close it to stop every child.
@@ -188,11 +193,12 @@ func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, nil, jsonrpc.CodeInvalidRequest, "method not allowed", nil)
 	case id != "":
 		s := b.lookup(id)
-		if s == nil || !s.enter() {
+		get := r.Method == http.MethodGet
+		if s == nil || !s.enter(get) {
 			writeError(w, http.StatusNotFound, nil, jsonrpc.CodeInvalidRequest, "session not found", nil)
 			return
 		}
-		defer b.leave(s)
+		defer b.leave(s, get)
 		s.transport.ServeHTTP(w, r)
 	case r.Method == http.MethodGet:
 		writeError(w, http.StatusBadRequest, nil, jsonrpc.CodeInvalidRequest, "a GET needs an Mcp-Session-Id", nil)
@@ -214,7 +220,7 @@ func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, status, msg.ID, jsonrpc.CodeInternalError, err.Error(), nil)
 			return
 		}
-		defer b.leave(s)
+		defer b.leave(s, false)
 		s.transport.ServeHTTP(w, r)
 	}
 }
@@ -370,9 +376,9 @@ func (b *Bridge) lookup(id string) *session {
 	return b.sessions[id]
 }
 
-// enter marks a request of s in progress; it reports false for a session
-// that has already ended.
-func (s *session) enter() bool {
+// enter marks a request of s in progress (get: a GET stream); it reports
+// false for a session that has already ended.
+func (s *session) enter(get bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	select {
@@ -381,6 +387,9 @@ func (s *session) enter() bool {
 	default:
 	}
 	s.active++
+	if !get {
+		s.posts++
+	}
 	if s.idle != nil {
 		s.idle.Stop()
 	}
@@ -392,10 +401,14 @@ func (s *session) ended() <-chan struct{} { return s.ctxDone }
 
 // leave marks a request of s finished; when none is left the idle timer
 // starts, and ends the session unless a request arrives first.
-func (b *Bridge) leave(s *session) {
+func (b *Bridge) leave(s *session, get bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.active--
+	if !get {
+		s.posts--
+		s.lastPost = time.Now()
+	}
 	if s.active > 0 {
 		return
 	}
@@ -420,13 +433,25 @@ func (b *Bridge) start() (*session, int, error) {
 		return nil, http.StatusServiceUnavailable, errors.New("bridge is shutting down")
 	}
 	if len(b.sessions) >= b.opts.MaxSessions {
-		b.mu.Unlock()
-		return nil, http.StatusServiceUnavailable, fmt.Errorf("too many sessions (%d); close one and retry", b.opts.MaxSessions)
+		// At the bound, the session idle the longest (no POST in
+		// progress; a GET stream may be open) gives way: a client that went
+		// away without DELETE, or only listens, must not lock others out
+		// until it expires. A client that comes back to it gets 404 and
+		// initializes again, as the protocol says. Only when every session
+		// has a call in progress is the new one refused.
+		victim := b.idlest()
+		if victim == nil {
+			b.mu.Unlock()
+			return nil, http.StatusServiceUnavailable, fmt.Errorf("too many sessions (%d), each with a call in progress; retry later", b.opts.MaxSessions)
+		}
+		delete(b.sessions, victim.id)
+		victim.cancel()
+		b.opts.Log.Info("session ended", "session", victim.id, "reason", "evicted: idle at the session bound")
 	}
 	id := rand.Text()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &session{id: id, transport: &mcp.StreamableServerTransport{SessionID: id, EventStore: b.events}, cancel: cancel,
-		ctxDone: ctx.Done(), active: 1}
+		ctxDone: ctx.Done(), active: 1, posts: 1, lastPost: time.Now()}
 	b.sessions[id] = s
 	b.mu.Unlock()
 
@@ -458,6 +483,27 @@ func (b *Bridge) start() (*session, int, error) {
 	go relay(ctx, httpConn, childConn, log, stop)
 	go relay(ctx, childConn, httpConn, log, stop)
 	return s, 0, nil
+}
+
+// idlest returns the session whose last call ended the longest ago among
+// those with none in progress, preferring sessions with no stream open
+// either; nil when every session has a call in progress. b.mu is held.
+func (b *Bridge) idlest() *session {
+	var victim *session
+	var victimQuiet bool
+	var since time.Time
+	for _, s := range b.sessions {
+		s.mu.Lock()
+		posts, quiet, last := s.posts, s.active == 0, s.lastPost
+		s.mu.Unlock()
+		if posts > 0 {
+			continue
+		}
+		if victim == nil || quiet && !victimQuiet || quiet == victimQuiet && last.Before(since) {
+			victim, victimQuiet, since = s, quiet, last
+		}
+	}
+	return victim
 }
 
 // startChild runs the server's command for s and connects to its

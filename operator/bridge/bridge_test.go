@@ -37,6 +37,18 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			os.Exit(3)
 		}
+		// hold answers only when its call is cancelled, having first
+		// created V0M3_BRIDGE_TEST_HOLD (so a test knows the call is in
+		// progress).
+		if marker := os.Getenv("V0M3_BRIDGE_TEST_HOLD"); marker != "" {
+			mcp.AddTool(s, &mcp.Tool{Name: "hold"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+				if err := os.WriteFile(marker, nil, 0o600); err != nil {
+					return nil, nil, err
+				}
+				<-ctx.Done()
+				return nil, nil, ctx.Err()
+			})
+		}
 		if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 			os.Exit(4)
 		}
@@ -207,38 +219,61 @@ func TestBridgeRelaysToStdioServer(t *testing.T) {
 	}
 }
 
-// Each session gets its own child, and the bridge refuses sessions beyond
-// its bound (with a JSON-RPC error) instead of starting unbounded
-// processes; a session closed with DELETE frees its place and its child.
+// Each session gets its own child, and sessions are bounded: at the bound
+// a new session is refused with a JSON-RPC error while every session has a
+// call in progress, and otherwise takes the place of an idle one (whose
+// child stops; its client gets 404 and may initialize again), instead of
+// starting unbounded processes or locking new clients out.
 func TestBridgeBoundsSessions(t *testing.T) {
 	t.Parallel()
-	b := newBridge(t, bridge.Options{MaxSessions: 1})
+	marker := filepath.Join(t.TempDir(), "hold-started")
+	b := newBridge(t, bridge.Options{MaxSessions: 1}, "V0M3_BRIDGE_TEST_HOLD="+marker)
+	ctx := context.Background()
 	first, err := connect(t, b.srv.URL)
 	if err != nil {
 		t.Fatalf("first session: %v", err)
 	}
+	defer first.Close()
+	callCtx, cancelCall := context.WithCancel(ctx)
+	called := make(chan error, 1)
+	go func() {
+		_, err := first.CallTool(callCtx, &mcp.CallToolParams{Name: "hold", Arguments: map[string]any{}})
+		called <- err
+	}()
+	eventually(t, "the first session's call reaches its server", func() bool {
+		_, err := os.Stat(marker)
+		return err == nil
+	})
 	if _, err := connect(t, b.srv.URL); err == nil {
-		t.Fatalf("second session connected; want it refused at the bound of 1")
+		t.Fatalf("second session connected while the first had a call in progress; want it refused at the bound of 1")
 	}
-	resp, body := post(t, b.srv.URL, nil, initialize(1))
+	resp, body := post(t, b.srv.URL, nil, initialize(2))
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("initialize over the bound: HTTP %d; want 503", resp.StatusCode)
 	}
-	if e := rpcError(t, resp, body); e.ID != "1" || !strings.Contains(e.Message, "too many sessions") {
-		t.Errorf("error = %+v; want id 1 and 'too many sessions'", e)
+	if e := rpcError(t, resp, body); e.ID != "2" || !strings.Contains(e.Message, "too many sessions") {
+		t.Errorf("error = %+v; want id 2 and 'too many sessions'", e)
 	}
 	if n := children(t, b.tag); n != 1 {
 		t.Errorf("%d children; want 1", n)
 	}
-	if err := first.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
-	eventually(t, "the closed session's child exits", func() bool { return children(t, b.tag) == 0 })
+	// Once its call is over the first session is idle (its client still
+	// holds its GET stream open), and a new client takes its place: one
+	// child still, the new client's.
+	cancelCall()
+	<-called
 	second, err := connect(t, b.srv.URL)
 	if err != nil {
-		t.Fatalf("a session after the first was closed: %v", err)
+		t.Fatalf("a session at the bound with the other idle: %v", err)
 	}
-	second.Close()
+	defer second.Close()
+	if _, err := second.ListTools(ctx, nil); err != nil {
+		t.Fatalf("ListTools in the new session: %v", err)
+	}
+	if err := first.Ping(ctx, nil); err == nil {
+		t.Errorf("the evicted session still answers; want it gone (404)")
+	}
+	eventually(t, "the evicted session's child exits", func() bool { return children(t, b.tag) == 1 })
 }
 
 // Clients that vanish without DELETE leak nothing: their sessions expire
@@ -267,9 +302,6 @@ func TestBridgeReapsAbandonedSessions(t *testing.T) {
 		}
 		if n := children(t, b.tag); n != limit {
 			t.Fatalf("round %d: %d children; want %d, one per session", round, n, limit)
-		}
-		if _, err := connect(t, b.srv.URL); err == nil {
-			t.Fatalf("round %d: session %d connected; want it refused at the bound", round, limit+1)
 		}
 		// Every client vanishes: its network goes down and its
 		// connections drop. None sends DELETE.

@@ -30,6 +30,8 @@ const baselinePath = "testdata/baseline.json"
 // Targets, as named in the baseline.
 const (
 	fixtureServer  = "fixture-server"          // v0m3 fixture-server over streamable HTTP
+	bridgedFixture = "bridge/fixture-server"   // v0m3 bridge fronting v0m3 fixture-server over stdio
+	rendererServer = "fixture-renderer"        // v0m3 fixture-renderer over streamable HTTP
 	goSDKServer    = "go-sdk-server"           // the go-sdk's conformance server over streamable HTTP (stateful)
 	bridgedServer  = "bridge/go-sdk-server"    // v0m3 bridge fronting the same server over stdio
 	adapterClient  = "adapter-client"          // the adapter's client path (Discover, Execute)
@@ -74,7 +76,16 @@ func TestConformance(t *testing.T) {
 		run  func(t *testing.T, dir string) (conformance.Results, error)
 	}{
 		{fixtureServer, func(t *testing.T, dir string) (conformance.Results, error) {
-			url := startFixture(t, bin.v0m3)
+			url := startHTTP(t, bin.v0m3, "fixture-server", "--transport", "http", "--addr", "127.0.0.1:0")
+			return runner.Server(t.Context(), url, dir, logFile(t, dir))
+		}},
+		{bridgedFixture, func(t *testing.T, dir string) (conformance.Results, error) {
+			addr := freeAddr(t)
+			start(t, addr, bin.v0m3, "bridge", "--listen", addr, "--log-level", "warn", "--", bin.v0m3, "fixture-server")
+			return runner.Server(t.Context(), "http://"+addr+"/mcp", dir, logFile(t, dir))
+		}},
+		{rendererServer, func(t *testing.T, dir string) (conformance.Results, error) {
+			url := startHTTP(t, bin.v0m3, "fixture-renderer", "--transport", "http", "--addr", "127.0.0.1:0", "--work-dir", t.TempDir())
 			return runner.Server(t.Context(), url, dir, logFile(t, dir))
 		}},
 		{goSDKServer, func(t *testing.T, dir string) (conformance.Results, error) {
@@ -131,10 +142,13 @@ func TestConformance(t *testing.T) {
 
 	// The bridge adds nothing and loses nothing: whatever its child passes
 	// directly, it passes through the bridge.
-	if direct, bridged := results[goSDKServer], results[bridgedServer]; direct != nil && bridged != nil {
-		for name, s := range direct {
-			if s.Passed() && !bridged[name].Passed() {
-				t.Errorf("the go-sdk server passes %s directly but not through the bridge", name)
+	for direct, bridged := range map[string]string{goSDKServer: bridgedServer, fixtureServer: bridgedFixture} {
+		if results[direct] == nil || results[bridged] == nil {
+			continue
+		}
+		for name, s := range results[direct] {
+			if s.Passed() && !results[bridged][name].Passed() {
+				t.Errorf("%s passes %s directly but not through the bridge", direct, name)
 			}
 		}
 	}
@@ -261,11 +275,11 @@ func stop(t *testing.T, cmd *exec.Cmd) {
 	})
 }
 
-// startFixture runs v0m3 fixture-server over streamable HTTP and returns
-// its URL.
-func startFixture(t *testing.T, v0m3 string) string {
+// startHTTP runs a v0m3 fixture serving streamable HTTP and returns the
+// URL it reports.
+func startHTTP(t *testing.T, v0m3 string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(v0m3, "fixture-server", "--transport", "http", "--addr", "127.0.0.1:0")
+	cmd := exec.Command(v0m3, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +290,7 @@ func startFixture(t *testing.T, v0m3 string) string {
 	stop(t, cmd)
 	url, err := conformance.WaitForLine(stderr, "listening on ")
 	if err != nil {
-		t.Fatalf("fixture server: %v", err)
+		t.Fatalf("%s: %v", args[0], err)
 	}
 	return url
 }
