@@ -39,13 +39,15 @@ func TestMain(m *testing.M) {
 		}
 		// hold answers only when its call is cancelled, having first
 		// created V0M3_BRIDGE_TEST_HOLD (so a test knows the call is in
-		// progress).
+		// progress); it creates the same name plus ".cancelled" when the
+		// cancellation arrives.
 		if marker := os.Getenv("V0M3_BRIDGE_TEST_HOLD"); marker != "" {
 			mcp.AddTool(s, &mcp.Tool{Name: "hold"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 				if err := os.WriteFile(marker, nil, 0o600); err != nil {
 					return nil, nil, err
 				}
 				<-ctx.Done()
+				_ = os.WriteFile(marker+".cancelled", nil, 0o600)
 				return nil, nil, ctx.Err()
 			})
 		}
@@ -260,8 +262,14 @@ func TestBridgeBoundsSessions(t *testing.T) {
 	// Once its call is over the first session is idle (its client still
 	// holds its GET stream open), and a new client takes its place: one
 	// child still, the new client's.
+	// The client gives up on its call (a deadline, a cancellation): the
+	// server hears of it through the bridge and stops working on it.
 	cancelCall()
 	<-called
+	eventually(t, "the call's cancellation reaches the server", func() bool {
+		_, err := os.Stat(marker + ".cancelled")
+		return err == nil
+	})
 	second, err := connect(t, b.srv.URL)
 	if err != nil {
 		t.Fatalf("a session at the bound with the other idle: %v", err)
