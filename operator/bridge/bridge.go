@@ -41,6 +41,9 @@ const (
 	DefaultMaxSessions = 16
 	// DefaultIdleTimeout ends a session nobody has used for this long.
 	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultBodyTimeout bounds reading the body of a request that would
+	// start a session.
+	DefaultBodyTimeout = 10 * time.Second
 )
 
 // childGrace is how long a child may take to exit after SIGTERM before it
@@ -68,6 +71,10 @@ type Options struct {
 	// process nor a place under MaxSessions for longer. An open GET stream
 	// counts as in progress. Zero means DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// BodyTimeout bounds how long the bridge waits for the body of a POST
+	// without a session (which it reads to decide whether to start one).
+	// Zero means DefaultBodyTimeout.
+	BodyTimeout time.Duration
 	// AllowedHosts are the host names (without port) a request may name in
 	// its Host header and, when it sends one, its Origin. Loopback names
 	// and addresses are always allowed. Anything else is refused with 403
@@ -122,6 +129,9 @@ func New(opts Options) (*Bridge, error) {
 	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -206,8 +216,22 @@ func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Only initialize starts a session: anything else without a session
 		// id (e.g. a stateless server/discover probe) would start a child
 		// that nobody can address again.
+		// A client that sends its body slowly, or never, is cut off
+		// before it can hold a connection for long; no child starts.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(b.opts.BodyTimeout))
 		msg, err := readFirst(r)
 		if err != nil {
+			// Whatever is left of the body is not worth waiting for.
+			w.Header().Set("Connection", "close")
+		} else {
+			_ = rc.SetReadDeadline(time.Time{})
+		}
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			writeError(w, http.StatusRequestTimeout, nil, jsonrpc.CodeInvalidRequest, "the request body did not arrive in time", nil)
+			return
+		case err != nil:
 			writeError(w, http.StatusBadRequest, nil, jsonrpc.CodeParseError, "Parse error: the body is not a JSON-RPC message", nil)
 			return
 		}

@@ -447,6 +447,34 @@ func TestBridgeAnswersJSONRPCErrors(t *testing.T) {
 	}
 }
 
+// A client that starts a POST and never finishes its body is cut off
+// (after BodyTimeout) with a JSON-RPC error, and starts no child.
+func TestBridgeCutsOffSlowBodies(t *testing.T) {
+	t.Parallel()
+	b := newBridge(t, bridge.Options{BodyTimeout: 100 * time.Millisecond})
+	conn, err := net.Dial("tcp", b.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := initialize(1)
+	// The headers promise the whole body; only its first half is sent.
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s",
+		b.srv.Listener.Addr(), len(body), body[:len(body)/2])
+	// Reading ends when the bridge answers and closes: no timed assertion,
+	// the test's own deadline bounds it.
+	answer, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if !bytes.HasPrefix(answer, []byte("HTTP/1.1 408")) || !bytes.Contains(answer, []byte(`"error"`)) {
+		t.Errorf("answer %q; want 408 with a JSON-RPC error", answer)
+	}
+	if n, sessions := children(t, b.tag), b.Sessions(); n != 0 || sessions != 0 {
+		t.Errorf("%d children, %d sessions; want none", n, sessions)
+	}
+}
+
 func initialize(id int) string {
 	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, id)
 }
