@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := bin/v0m3
 DATA  ?= $(CURDIR)/.v0m3-data
 
-.PHONY: all build demo run bench test generate envtest hydra check-generate lint vet fmt-check staticcheck unit fuzz chart third-party-mcp redis clean
+.PHONY: all build demo run bench test generate envtest hydra breaking check-generate lint vet fmt-check staticcheck unit fuzz chart third-party-mcp conformance redis clean
 
 all: build
 
@@ -80,7 +80,10 @@ redis: ## Make sure redis-server is installed (the Redis store tests start their
 third-party-mcp: ## Install the pinned third-party MCP servers the adapter tests run against.
 	bash scripts/third-party-mcp.sh
 
-unit: third-party-mcp redis envtest hydra ## go test -race for every package.
+conformance: ## Install (once, cached) Node 22 and the pinned official MCP conformance runner that services/conformance runs.
+	bash scripts/conformance.sh
+
+unit: third-party-mcp conformance redis envtest hydra ## go test -race for every package.
 	$(GO) test -race -count=1 -timeout 45m ./...
 
 test: check-generate fmt-check vet staticcheck chart unit fuzz ## Everything CI runs (unit includes the generated-code drift test).

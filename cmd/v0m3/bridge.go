@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/v0m3/v0m3/operator/bridge"
@@ -25,7 +26,9 @@ func runBridge(ctx context.Context, args []string, stderr io.Writer) error {
 	listen := fs.String("listen", ":8080", "listen address")
 	path := fs.String("path", "/mcp", "MCP endpoint path")
 	install := fs.String("install", "", "copy this binary into DIR and exit (init container)")
-	maxSessions := fs.Int("max-sessions", 16, "concurrent sessions (each runs its own child)")
+	maxSessions := fs.Int("max-sessions", bridge.DefaultMaxSessions, "concurrent sessions (each runs its own child)")
+	idle := fs.Duration("session-idle-timeout", bridge.DefaultIdleTimeout, "end a session (and stop its child) after this long without a request in progress")
+	allowedHosts := fs.String("allowed-hosts", "", "comma-separated host names clients may use in Host and Origin (loopback and the --listen host are always allowed; others get 403, against DNS rebinding)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: v0m3 bridge [flags] -- COMMAND [ARGS...]\n       v0m3 bridge --install DIR")
@@ -49,7 +52,12 @@ func runBridge(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(command) == 0 {
 		return usageError{"bridge: the server's command goes after --"}
 	}
-	b, err := bridge.New(bridge.Options{Command: command, MaxSessions: *maxSessions, Log: log, Stderr: stderr})
+	hosts := strings.Split(*allowedHosts, ",")
+	if h, _, err := net.SplitHostPort(*listen); err == nil && h != "" {
+		hosts = append(hosts, h) // a wildcard listen address ("", 0.0.0.0) names no host
+	}
+	b, err := bridge.New(bridge.Options{Command: command, MaxSessions: *maxSessions, IdleTimeout: *idle,
+		AllowedHosts: hosts, Log: log, Stderr: stderr})
 	if err != nil {
 		return err
 	}

@@ -238,8 +238,8 @@ func TestReconcileCreatesWorkloadAndConnection(t *testing.T) {
 	}
 	server := pod.Containers[0]
 	if server.Image != testImage || server.Command[0] != "/opt/v0m3/bin/v0m3" ||
-		!strings.Contains(strings.Join(server.Args, " "), "bridge --listen :8080 --path /mcp -- /fixture-server --transport stdio") {
-		t.Errorf("server container runs %v %v; want the bridge running /fixture-server", server.Command, server.Args)
+		!strings.Contains(strings.Join(server.Args, " "), "bridge --allowed-hosts search,search."+f.ns+",search."+f.ns+".svc,search."+f.ns+".svc.cluster.local --listen :8080 --path /mcp -- /fixture-server --transport stdio") {
+		t.Errorf("server container runs %v %v; want the bridge running /fixture-server, answering only its Service's names", server.Command, server.Args)
 	}
 	for _, c := range append(pod.InitContainers, pod.Containers...) {
 		sc := c.SecurityContext

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"maps"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -227,7 +228,12 @@ func deployment(s *v1alpha1.MCPServer, o Options, hash string, revision int64) *
 			WithResources(coreac.ResourceRequirements().
 				WithRequests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}).
 				WithLimits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")})))
-		args := append([]string{"bridge", "--listen", ":" + itoa(p), "--path", path(s), "--"}, s.Spec.Command...)
+		// The bridge answers only requests naming its Service (what the
+		// registered endpoint uses) or loopback: anything else is refused
+		// before a child starts, against DNS rebinding.
+		hosts := strings.Join([]string{s.Name, s.Name + "." + s.Namespace, s.Name + "." + s.Namespace + ".svc",
+			s.Name + "." + s.Namespace + ".svc." + o.ClusterDomain}, ",")
+		args := append([]string{"bridge", "--allowed-hosts", hosts, "--listen", ":" + itoa(p), "--path", path(s), "--"}, s.Spec.Command...)
 		server.WithCommand(bridgeBinary).WithArgs(append(args, s.Spec.Args...)...)
 	} else {
 		if len(s.Spec.Command) > 0 {
