@@ -7,10 +7,12 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	jose "github.com/go-jose/go-jose/v4"
 	"math/big"
 	"net"
 	"net/url"
@@ -228,6 +230,15 @@ type material struct {
 	leaf    *x509.Certificate
 	roots   *x509.CertPool
 	service string
+
+	// signer signs statements with cert; made once, on first use.
+	signerOnce sync.Once
+	signer     jose.Signer
+	signerErr  error
+	// signers holds the signing certificates (by SHA-256 of their DER)
+	// whose chain to roots verified, so each statement checks only its
+	// signature. It belongs to this material: new trust starts empty.
+	signers sync.Map
 }
 
 func parseMaterial(caPEM, certPEM, keyPEM []byte) (*material, error) {

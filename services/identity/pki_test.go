@@ -143,3 +143,83 @@ func TestDevSetupSurvivesRestart(t *testing.T) {
 		t.Fatalf("statement signed under the earlier run: %v", err)
 	}
 }
+
+// TestVerifiedSignerFollowsTrust: a signer's certificate, once verified,
+// is not trusted beyond the trust it was verified under: after the
+// verifying service's CA changes, a statement of the old CA is refused even
+// though the same certificate verified a moment before.
+func TestVerifiedSignerFollowsTrust(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	dev, err := identity.NewDev(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := dev.CA.WriteFiles(dir, identity.Adapter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adapter, err := identity.LoadFiles(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orch, err := dev.Credentials(identity.Orchestrator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		stmt, err := orch.Sign([]byte(`{"n":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := adapter.Verify(stmt, identity.Orchestrator); err != nil {
+			t.Fatalf("statement %d: %v", i, err)
+		}
+	}
+	stmt, err := orch.Sign([]byte(`{"n":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The adapter's files now come from another CA.
+	other, err := identity.NewDev(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.CA.WriteFiles(dir, identity.Adapter); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Minute)
+	for _, f := range []string{files.CA, files.Cert, files.Key} {
+		_ = os.Chtimes(f, later, later)
+	}
+	adapter.ForceReloadCheck()
+	if _, err := adapter.Verify(stmt, identity.Orchestrator); err == nil {
+		t.Fatal("a statement signed under a CA the adapter no longer trusts verified")
+	}
+}
+
+// BenchmarkVerifyStatement measures what the adapter pays per execution
+// grant: signing by the orchestrator and verifying by the adapter.
+func BenchmarkVerifyStatement(b *testing.B) {
+	dev, err := identity.NewDev(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	orch, err := dev.Credentials(identity.Orchestrator)
+	if err != nil {
+		b.Fatal(err)
+	}
+	adapter, err := dev.Credentials(identity.Adapter)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		stmt, err := orch.Sign([]byte(`{"attempt":"att_1"}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := adapter.Verify(stmt, identity.Orchestrator); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
