@@ -118,16 +118,16 @@ func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	} else {
 		req.Header.Del("Authorization")
 	}
-	watched := false
+	var call *callMeter
 	if req.Method == http.MethodPost && req.GetBody != nil {
 		if rc, err := req.GetBody(); err == nil {
 			body, _ := io.ReadAll(io.LimitReader(rc, 1<<20))
 			_ = rc.Close()
-			if t.m.isWatching(body) {
-				watched = true
+			if call = t.m.bind(body); call != nil {
+				c := call
 				trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
 					if info.Err == nil {
-						t.m.wrote(body)
+						c.markSent()
 					}
 				}}
 				req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
@@ -141,10 +141,10 @@ func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 		return nil, err
 	}
-	if watched && resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		t.m.acknowledged()
+	if call != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		call.acknowledged()
 	}
-	body := &limitedBody{rc: resp.Body, m: t.m}
+	body := &limitedBody{rc: resp.Body, m: t.m, call: call}
 	if tap := t.m.tap.Load(); tap != nil {
 		body.frame = bodyFramerFor(tap, resp.Header.Get("Content-Type"))
 	}

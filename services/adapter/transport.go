@@ -28,7 +28,7 @@ type dialer interface {
 func (s *Server) dialerFor(conn *registryv1.Connection, creds *credentials) (dialer, error) {
 	switch t := conn.GetTransport().GetKind().(type) {
 	case *registryv1.Transport_Stdio:
-		return &stdioDialer{spec: t.Stdio, workRoot: s.workDir, connectionID: conn.GetId(), credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach, sx: s.sandbox, log: s.log}, nil
+		return &stdioDialer{spec: t.Stdio, workRoot: s.workDir, connectionID: conn.GetId(), credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach, sx: s.sandbox, log: s.log, starts: &s.procStarts, live: &s.procLive}, nil
 	case *registryv1.Transport_StreamableHttp:
 		return &httpDialer{url: t.StreamableHttp.GetUrl(), base: s.httpTransport, credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach}, nil
 	case *registryv1.Transport_Direct:
