@@ -208,65 +208,75 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	}
 	resp := &adapterv1.ExecuteResponse{Method: method, Stage: adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED}
 	limits := req.GetLimits()
-	e, ss, err := s.pool.acquire(ctx, conn)
-	if err != nil {
-		if ss == nil {
-			ss = &session{m: newMeter(0)}
-		}
-		s.log.Warn("execute: connect failed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", err)
-		var ce *credentialError
-		switch re := refusal(err, ss.m); {
-		case errors.Is(err, errBusy):
-			return failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeConnectionBusy, busyDetail(conn, s.pool.cfg.MaxCallsPerConnection))
-		case re != nil:
-			return failFact(resp, adapterv1.Outcome_OUTCOME_FORBIDDEN, re.Reason, re.Detail)
-		case isLimitError(err, ss.m):
-			return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
-		case errors.As(err, &ce):
-			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeCredentialUnavailable, "")
-		case errors.Is(err, errAdapterClosed):
-			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeAdapterShuttingDown, "")
-		case isSandboxSetup(err):
-			// The adapter's own account of its host or configuration.
-			return failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeSandboxUnavailable, err.Error())
-		case ctx.Err() != nil:
-			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeDeadlineExceeded, "")
-		}
-		return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeServerUnreachable, "")
-	}
-	resp.ServerInfo = serverInfo(ss)
-
-	// The call's own limit: the session's bound rises to it before the
-	// request is written, and its response is checked against it exactly.
-	cm := ss.m.register(method, req.GetAttemptId(), limits.GetMaxResponseBytes()+envelopeAllowance)
-	meta := mcp.Meta{AttemptMetaKey: req.GetAttemptId()}
 	var (
-		toolRes *mcp.CallToolResult
-		readRes *mcp.ReadResourceResult
+		toolRes               *mcp.CallToolResult
+		readRes               *mcp.ReadResourceResult
+		sent, acked, exceeded bool
+		sendTime, observed    time.Time
+		n                     int64
+		err                   error
 	)
-	if method == "tools/call" {
-		params := &mcp.CallToolParams{Meta: meta, Name: req.GetTarget().GetName()}
-		if a := req.GetArguments(); a != nil {
-			params.Arguments = a.AsMap()
-		} else {
-			params.Arguments = map[string]any{}
+	for attempt := 1; ; attempt++ {
+		var (
+			e  *pooled
+			ss *session
+		)
+		e, ss, err = s.pool.acquire(ctx, conn)
+		if err != nil {
+			if ss == nil {
+				ss = &session{m: newMeter(0)}
+			}
+			s.log.Warn("execute: connect failed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", err)
+			var ce *credentialError
+			switch re := refusal(err, ss.m); {
+			case errors.Is(err, errBusy):
+				return failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeConnectionBusy, busyDetail(conn, s.pool.cfg.MaxCallsPerConnection))
+			case re != nil:
+				return failFact(resp, adapterv1.Outcome_OUTCOME_FORBIDDEN, re.Reason, re.Detail)
+			case isLimitError(err, ss.m):
+				return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
+			case errors.As(err, &ce):
+				return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeCredentialUnavailable, "")
+			case errors.Is(err, errAdapterClosed):
+				return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeAdapterShuttingDown, "")
+			case isSandboxSetup(err):
+				// The adapter's own account of its host or configuration.
+				return failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeSandboxUnavailable, err.Error())
+			case ctx.Err() != nil:
+				return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeDeadlineExceeded, "")
+			}
+			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeServerUnreachable, "")
 		}
-		toolRes, err = ss.callTool(ctx, params)
-	} else {
-		readRes, err = ss.readResource(ctx, &mcp.ReadResourceParams{Meta: meta, URI: req.GetTarget().GetName()})
+
+		resp.ServerInfo = serverInfo(ss)
+
+		// The call's own limit: the session's bound rises to it before the
+		// request is written, and its response is checked against it
+		// exactly.
+		cm := ss.m.register(method, req.GetAttemptId(), limits.GetMaxResponseBytes()+envelopeAllowance)
+		toolRes, readRes, err = ss.call(ctx, method, req)
+		observed = time.Now()
+		sent, acked, sendTime, n, exceeded = cm.state()
+		exceeded = exceeded || n > cm.limit
+		// A session whose transport failed, or on which a call gave up
+		// while its response may still arrive, serves no other call: it
+		// drains and closes. The abandoned call's limit keeps bounding the
+		// session until then, since its response may still be on the way.
+		broken := err != nil && !isServerError(err)
+		if !broken || !sent {
+			ss.m.unregister(cm)
+		}
+		e.release(broken)
+		if broken && !sent && attempt == 1 && ctx.Err() == nil {
+			// The session had died (its server exited, say) before the
+			// request went out: nothing was sent, so a fresh session may
+			// carry it.
+			s.log.Info("execute: the session broke before the request was sent; retrying on a new session",
+				"connection_id", conn.GetId(), "attempt_id", req.GetAttemptId())
+			continue
+		}
+		break
 	}
-	observed := time.Now()
-	sent, acked, sendTime, n, exceeded := cm.state()
-	exceeded = exceeded || n > cm.limit
-	// A session whose transport failed, or on which a call gave up while
-	// its response may still arrive, serves no other call: it drains and
-	// closes. The abandoned call's limit keeps bounding the session until
-	// then, since its response may still be on the way.
-	broken := err != nil && !isServerError(err)
-	if !broken {
-		ss.m.unregister(cm)
-	}
-	e.release(broken)
 	if sent {
 		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_SENT
 		resp.SendTime = timestamppb.New(sendTime)
@@ -305,6 +315,24 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	resp.Items, resp.StructuredContent, resp.ResponseDigest, resp.Diagnostics = r.items, r.structured, r.digest, r.diagnostics
 	resp.Outcome = adapterv1.Outcome_OUTCOME_OK
 	return resp
+}
+
+// call sends the call's request on the session: a tools/call or a
+// resources/read carrying the attempt id in _meta.
+func (ss *session) call(ctx context.Context, method string, req *adapterv1.ExecuteRequest) (*mcp.CallToolResult, *mcp.ReadResourceResult, error) {
+	meta := mcp.Meta{AttemptMetaKey: req.GetAttemptId()}
+	if method == "tools/call" {
+		params := &mcp.CallToolParams{Meta: meta, Name: req.GetTarget().GetName()}
+		if a := req.GetArguments(); a != nil {
+			params.Arguments = a.AsMap()
+		} else {
+			params.Arguments = map[string]any{}
+		}
+		res, err := ss.callTool(ctx, params)
+		return res, nil, err
+	}
+	res, err := ss.readResource(ctx, &mcp.ReadResourceParams{Meta: meta, URI: req.GetTarget().GetName()})
+	return nil, res, err
 }
 
 // contentFailed fails a call whose result was read whole but could not be
