@@ -162,13 +162,7 @@ func (m *meter) bind(msg []byte) *callMeter {
 	return nil
 }
 
-// wrote records an outbound message fully written to the transport.
-func (m *meter) wrote(msg []byte) {
-	if c := m.bind(msg); c != nil {
-		c.markSent()
-	}
-}
-
+// markSent records the call's request fully written to the transport.
 func (c *callMeter) markSent() {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
@@ -203,7 +197,7 @@ func (m *meter) unattributed(n int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for c := range m.calls {
-		if c.sent && n > c.limit {
+		if c.id != "" && n > c.limit {
 			c.bytes += n
 			c.exceeded = true
 		}
@@ -225,8 +219,10 @@ func (m *meter) response(id string, n int64, complete, overBound bool) {
 		return
 	}
 	if overBound {
+		// Any call whose request went out (or is going out) may be the
+		// one answered.
 		for c := range m.calls {
-			if c.sent {
+			if c.id != "" {
 				c.bytes += n
 				c.exceeded = true
 			}

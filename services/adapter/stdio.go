@@ -234,9 +234,12 @@ type watchWriter struct {
 }
 
 func (w *watchWriter) Write(p []byte) (int, error) {
+	// The call is bound to its request id before the first byte goes
+	// out: its response may arrive before Write returns.
+	c := w.m.bind(p)
 	n, err := w.w.Write(p)
-	if err == nil {
-		w.m.wrote(p)
+	if err == nil && c != nil {
+		c.markSent()
 	}
 	return n, err
 }
