@@ -455,6 +455,9 @@ type limitedBody struct {
 	n     int64
 	err   error
 	frame framer // the meter's tap's, if it had one when the response came
+	// perEvent counts each server-sent event on its own (a stream no call
+	// owns); lineStart says the last byte ended a line.
+	perEvent, lineStart bool
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -466,8 +469,11 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		p = p[:max(room, 1)]
 	}
 	n, err := b.rc.Read(p)
-	b.n += int64(n)
 	b.m.total.Add(int64(n))
+	if b.perEvent {
+		return b.readEvents(p[:n], err)
+	}
+	b.n += int64(n)
 	if b.call != nil {
 		b.call.charge(int64(n))
 	}
@@ -491,6 +497,38 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// readEvents counts p, just read, event by event: a blank line ends an
+// event.
+func (b *limitedBody) readEvents(p []byte, err error) (int, error) {
+	bound := b.m.currentBound()
+	for _, c := range p {
+		switch {
+		case c == '\n' && b.lineStart:
+			b.n = 0
+			continue
+		case c == '\n':
+			b.lineStart = true
+		case c != '\r':
+			b.lineStart = false
+		}
+		b.n++
+		if b.n > bound {
+			b.m.exceeded.Store(true)
+			b.err = &LimitError{Limit: bound}
+			_ = b.rc.Close()
+			return 0, b.err
+		}
+	}
+	if b.frame != nil {
+		b.frame.feed(p)
+		if err != nil {
+			b.frame.end()
+			b.frame = nil
+		}
+	}
+	return len(p), err
 }
 
 func (b *limitedBody) Close() error {

@@ -66,10 +66,10 @@ func (e *env) release(t *testing.T, conn *registryv1.Connection, file string) {
 // httpFixture starts a hostile fixture over streamable HTTP working in dir
 // and logging every request to a call log; it returns its URL and a
 // function that counts the requests of a method.
-func httpFixture(t *testing.T, dir string) (url string, count func(method string) int) {
+func httpFixture(t *testing.T, dir string, extra ...string) (url string, count func(method string) int) {
 	t.Helper()
 	log := filepath.Join(t.TempDir(), "calls.jsonl")
-	cmd := exec.Command(fixtureBin, "--transport", "http", "--addr", "127.0.0.1:0", "--hostile", "--call-log", log)
+	cmd := exec.Command(fixtureBin, append([]string{"--transport", "http", "--addr", "127.0.0.1:0", "--hostile", "--call-log", log}, extra...)...)
 	cmd.Dir = dir
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -428,34 +428,45 @@ func TestIdleSessionCloses(t *testing.T) {
 // without any further call.
 func TestListChangedRediscovers(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	conn := e.stdioConn("--redescribe-after-calls", "1")
-	resp := execute(t, e, call(t, conn, "search", map[string]any{"query": "cursor"}, &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 10, AllowedMediaTypes: []string{"text/markdown"}}))
-	if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
-		t.Fatalf("search: %v", resp)
-	}
-	var snap *registryv1.DiscoverySnapshot
-	eventually(t, "a snapshot is recorded", func() bool {
-		e.registry.mu.Lock()
-		defer e.registry.mu.Unlock()
-		if len(e.registry.snapshots) > 0 {
-			snap = e.registry.snapshots[len(e.registry.snapshots)-1]
-		}
-		return snap != nil
-	})
-	if snap.GetConnectionId() != conn.GetId() || snap.GetConfigRevision() != conn.GetConfigRevision() {
-		t.Errorf("snapshot of %s at %d", snap.GetConnectionId(), snap.GetConfigRevision())
-	}
-	var desc string
-	for _, tool := range snap.GetTools() {
-		if tool.GetName() == "search" {
-			desc = tool.GetDescription()
-		}
-	}
-	if desc != fixture.DescriptionPrivate {
-		t.Errorf("recorded search description %q, want the changed %q", desc, fixture.DescriptionPrivate)
-	}
-	if got := e.srv.procStarts.Load(); got != 1 {
-		t.Errorf("%d server processes, want 1: the running server was described, not a new one", got)
+	for _, kind := range []string{"stdio", "http"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			conn := e.stdioConn("--redescribe-after-calls", "1")
+			if kind == "http" {
+				url, _ := httpFixture(t, t.TempDir(), "--redescribe-after-calls", "1")
+				conn = e.httpConn(url)
+			}
+			resp := execute(t, e, call(t, conn, "search", map[string]any{"query": "cursor"}, &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 10, AllowedMediaTypes: []string{"text/markdown"}}))
+			if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+				t.Fatalf("search: %v", resp)
+			}
+			var snap *registryv1.DiscoverySnapshot
+			eventually(t, "a snapshot is recorded", func() bool {
+				e.registry.mu.Lock()
+				defer e.registry.mu.Unlock()
+				if len(e.registry.snapshots) > 0 {
+					snap = e.registry.snapshots[len(e.registry.snapshots)-1]
+				}
+				return snap != nil
+			})
+			if snap.GetConnectionId() != conn.GetId() || snap.GetConfigRevision() != conn.GetConfigRevision() {
+				t.Errorf("snapshot of %s at %d", snap.GetConnectionId(), snap.GetConfigRevision())
+			}
+			var desc string
+			for _, tool := range snap.GetTools() {
+				if tool.GetName() == "search" {
+					desc = tool.GetDescription()
+				}
+			}
+			if desc != fixture.DescriptionPrivate {
+				t.Errorf("recorded search description %q, want the changed %q", desc, fixture.DescriptionPrivate)
+			}
+			if kind == "stdio" {
+				if got := e.srv.procStarts.Load(); got != 1 {
+					t.Errorf("%d server processes, want 1: the running server was described, not a new one", got)
+				}
+			}
+		})
 	}
 }

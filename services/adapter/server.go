@@ -300,7 +300,7 @@ func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, l
 	m := newMeter(limit)
 	ss := &session{m: m, creds: creds, srv: s}
 	ss.info = sync.OnceValue(func() *registryv1.ServerInfo { return serverInfoOf(ss) })
-	d, err := s.dialerFor(conn, creds)
+	d, err := s.dialerFor(conn, creds, onListChanged != nil)
 	if err != nil {
 		return ss, err
 	}
