@@ -5,15 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -469,4 +474,54 @@ func TestListChangedRediscovers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCloseDoesNotHoldTheCall: a call whose deadline passes on an HTTP
+// session returns at its deadline, while the session it leaves behind is
+// still closing (the server holds the session's DELETE until the test
+// lets it go).
+func TestCloseDoesNotHoldTheCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	srv, err := fixture.NewServer(fixture.Options{Hostile: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	unblock := make(chan struct{})
+	var deletes atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			deletes.Add(1)
+			<-unblock
+		}
+		h.ServeHTTP(w, r)
+	}))
+	var once sync.Once
+	release := func() { once.Do(func() { close(unblock) }) }
+	t.Cleanup(func() {
+		// The adapter first, so no session holds a stream the server
+		// would wait for.
+		release()
+		_ = e.srv.Close()
+		ts.CloseClientConnections()
+		ts.Close()
+	})
+	conn := e.httpConn(ts.URL)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	resp, err := e.srv.Execute(ctx, granted(t, call(t, conn, "slow", map[string]any{"ms": 3000}, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFailure(t, resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeDeadlineExceeded)
+	// The abandoned session is closed in the background: its DELETE
+	// reaches the server and is held there, after Execute returned.
+	eventually(t, "the abandoned session's close reaches the server", func() bool { return deletes.Load() == 1 })
+	// A new call gets a new session and is not held either.
+	if r := execute(t, e, call(t, conn, "pid", map[string]any{}, nil)); r.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+		t.Errorf("next call: %v", r)
+	}
+	release()
 }
