@@ -194,7 +194,9 @@ func (e *pooled) open() {
 		close(e.ready)
 		return
 	}
-	if p.closed {
+	if p.closed || e.retired {
+		// Shut down, dropped or replaced by a new configuration while it
+		// opened: no call has it yet.
 		p.retireLocked(e)
 		p.closeLocked(e)
 	}
@@ -299,6 +301,28 @@ func (p *pool) closeIdle() {
 	p.mu.Unlock()
 	for _, c := range wait {
 		<-c
+	}
+}
+
+// drop drains the session of a connection that may no longer be used
+// (retired, or not approved at its configuration): no call gets it again,
+// and it closes once its calls in flight end, instead of at the idle
+// timeout.
+func (p *pool) drop(connectionID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.current[connectionID]
+	if e == nil {
+		return
+	}
+	p.retireLocked(e)
+	select {
+	case <-e.ready:
+		if e.inflight == 0 {
+			p.closeLocked(e)
+		}
+	default:
+		// Still opening: open closes it.
 	}
 }
 

@@ -19,10 +19,13 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/fixture"
+	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
 // eventually waits, polling, until cond holds; it fails the test only if
@@ -524,4 +527,24 @@ func TestCloseDoesNotHoldTheCall(t *testing.T) {
 		t.Errorf("next call: %v", r)
 	}
 	release()
+}
+
+// TestRetiredConnectionEndsItsSession: once a connection is retired, its
+// next call is refused and its long-lived server process ends, without
+// waiting for the idle timeout.
+func TestRetiredConnectionEndsItsSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	conn := e.stdioConn("--hostile")
+	pid := serverPID(t, e, conn)
+	retired := proto.CloneOf(conn)
+	retired.State = registryv1.ConnectionState_CONNECTION_STATE_RETIRED
+	e.registry.add(retired)
+	if _, err := e.srv.Execute(context.Background(), granted(t, call(t, conn, "pid", map[string]any{}, nil))); !apierror.Is(err, codes.FailedPrecondition, "CONNECTION_RETIRED") {
+		t.Fatalf("call on a retired connection: %v", err)
+	}
+	eventually(t, "the retired connection's process ends", func() bool { return gone(pid) })
+	if got := e.srv.procStarts.Load(); got != 1 {
+		t.Errorf("%d processes started, want 1", got)
+	}
 }

@@ -219,11 +219,13 @@ func (s *Server) connection(ctx context.Context, id string) (*registryv1.Connect
 		return nil, apierror.Propagate(err, "get connection")
 	}
 	if conn.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
+		s.pool.drop(id)
 		return nil, apierror.New(codes.FailedPrecondition, "CONNECTION_RETIRED",
 			fmt.Sprintf("connection %s is retired; it is kept for history and never used again", id),
 			map[string]string{"connection_id": id})
 	}
 	if err := review.Approved(conn); err != nil {
+		s.pool.drop(id)
 		s.log.InfoContext(ctx, "refused to use an unreviewed connection", "connection_id", id,
 			"config_revision", conn.GetConfigRevision(), "review_state", conn.GetReviewState().String())
 		return nil, err
@@ -253,6 +255,10 @@ const (
 	connectAttempts = 3
 	connectBackoff  = 200 * time.Millisecond
 )
+
+// closeGrace is how long closing a session waits for calls still in
+// flight on it before it ends the transport under them.
+const closeGrace = time.Second
 
 // errAdapterClosed is returned once Close was called.
 var errAdapterClosed = errors.New("adapter is shutting down")
@@ -367,11 +373,19 @@ func (ss *session) close() {
 			_ = ss.cs.Close()
 			close(done)
 		}()
+		// A session closes at once unless a call is still in flight on
+		// it (the client library waits for it). It gets a grace period,
+		// then its transport ends (a local server's stdin closes, and it
+		// is killed if it does not exit), which ends the call too.
+		select {
+		case <-done:
+		case <-time.After(closeGrace):
+		}
+		ss.release()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
 		}
-		ss.release()
 		ss.srv.mu.Lock()
 		delete(ss.srv.live, ss)
 		ss.srv.mu.Unlock()
