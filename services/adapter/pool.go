@@ -147,8 +147,13 @@ func (p *pool) acquire(ctx context.Context, conn *registryv1.Connection) (*poole
 
 		select {
 		case e.slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil, nil, errBusy
+		default:
+			// Every slot is taken: wait for one while the deadline allows.
+			select {
+			case e.slots <- struct{}{}:
+			case <-ctx.Done():
+				return nil, nil, errBusy
+			}
 		}
 		select {
 		case <-e.ready:
