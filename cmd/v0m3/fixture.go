@@ -21,6 +21,7 @@ func runFixture(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&opts.CallLog, "call-log", "", "append one JSON line per request received to this file")
 	fs.StringVar(&opts.Surface, "surface", "", "resource template and prompts: none, v1, or v2 (redescribed, one more prompt)")
 	fs.StringVar(&opts.Annotations, "annotations", "read-only", "search tool annotations: read-only or destructive")
+	fs.IntVar(&opts.RedescribeAfterCalls, "redescribe-after-calls", 0, "after this many search calls, change the search tool's description at runtime (sends tools/list_changed); 0 never")
 	fs.BoolVar(&opts.Hostile, "hostile", false, "add tools that misbehave (flood, many, binary, slow, crash) for adapter tests")
 	if err := parse(fs, args); err != nil {
 		return err

@@ -3,15 +3,20 @@ package main
 import (
 	"flag"
 	"strings"
+	"time"
 
+	"github.com/v0m3/v0m3/services/adapter"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
-// reachFlags say which MCP servers the adapter may start or reach.
+// reachFlags say which MCP servers the adapter may start or reach, and
+// how it keeps its sessions to them.
 type reachFlags struct {
 	roots          optionalList
 	loopback       *bool
 	privateNetwork *bool
+	maxCalls       *int
+	idleTimeout    *time.Duration
 }
 
 // addReachFlags adds the adapter's reach flags; dev allows loopback by
@@ -21,7 +26,14 @@ func addReachFlags(fs *flag.FlagSet, dev bool) *reachFlags {
 	fs.Var(&f.roots, "stdio-roots", "comma-separated directories (or files) stdio executables must lie under; unset = this binary and ~/.cache/v0m3, empty = no stdio servers")
 	f.loopback = fs.Bool("allow-loopback", dev, "let connections reach loopback addresses")
 	f.privateNetwork = fs.Bool("allow-private-networks", false, "let connections reach private addresses (in-cluster MCP servers)")
+	f.maxCalls = fs.Int("max-calls-per-connection", adapter.DefaultMaxCallsPerConnection, "calls one connection may have in flight on its MCP session; more wait for a slot until their deadline")
+	f.idleTimeout = fs.Duration("session-idle-timeout", adapter.DefaultSessionIdleTimeout, "close an MCP session (and its local server process) unused this long")
 	return f
+}
+
+// sessions is the adapter's session configuration.
+func (f *reachFlags) sessions() adapter.SessionConfig {
+	return adapter.SessionConfig{MaxCallsPerConnection: *f.maxCalls, IdleTimeout: *f.idleTimeout}
 }
 
 func (f *reachFlags) reach() *suite.Reach {

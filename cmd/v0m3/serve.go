@@ -58,15 +58,16 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 		return err
 	}
 	cfg := suite.Config{
-		Reach:      rf.reach(),
-		Identity:   id,
-		DataDir:    *dataDir,
-		Store:      *storeURL,
-		Services:   []string{name},
-		Listen:     map[string]string{name: *listen},
-		Peers:      map[string]string{},
-		PolicyFile: *policyFile,
-		Log:        log,
+		Reach:           rf.reach(),
+		AdapterSessions: rf.sessions(),
+		Identity:        id,
+		DataDir:         *dataDir,
+		Store:           *storeURL,
+		Services:        []string{name},
+		Listen:          map[string]string{name: *listen},
+		Peers:           map[string]string{},
+		PolicyFile:      *policyFile,
+		Log:             log,
 	}
 	for p, addr := range peers {
 		cfg.Peers[p] = *addr
@@ -143,7 +144,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach(),
-		TaskBudget: bf.task, RequesterBudget: bf.requester})
+		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions()})
 	if err != nil {
 		return err
 	}

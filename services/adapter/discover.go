@@ -74,7 +74,7 @@ func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (
 		}
 		return s.recordSnapshot(ctx, conn, snap, retrieved)
 	}
-	ss, err := s.openSession(ctx, conn, discoveryMessageLimit)
+	ss, err := s.openSession(ctx, conn, discoveryMessageLimit, nil)
 	if err != nil {
 		if err := connectError(conn.GetId(), err, ss.m); err != nil {
 			return nil, err

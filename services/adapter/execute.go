@@ -208,50 +208,75 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	}
 	resp := &adapterv1.ExecuteResponse{Method: method, Stage: adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED}
 	limits := req.GetLimits()
-	ss, err := s.openSession(ctx, conn, limits.GetMaxResponseBytes()+envelopeAllowance)
-	if err != nil {
-		s.log.Warn("execute: connect failed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", err)
-		var ce *credentialError
-		switch re := refusal(err, ss.m); {
-		case re != nil:
-			return failFact(resp, adapterv1.Outcome_OUTCOME_FORBIDDEN, re.Reason, re.Detail)
-		case isLimitError(err, ss.m):
-			return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
-		case errors.As(err, &ce):
-			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeCredentialUnavailable, "")
-		case errors.Is(err, errAdapterClosed):
-			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeAdapterShuttingDown, "")
-		case isSandboxSetup(err):
-			// The adapter's own account of its host or configuration.
-			return failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeSandboxUnavailable, err.Error())
-		case ctx.Err() != nil:
-			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeDeadlineExceeded, "")
-		}
-		return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeServerUnreachable, "")
-	}
-	defer ss.close()
-	resp.ServerInfo = serverInfo(ss)
-
-	ss.m.watchRequest(method)
-	before := ss.m.total.Load()
-	meta := mcp.Meta{AttemptMetaKey: req.GetAttemptId()}
 	var (
-		toolRes *mcp.CallToolResult
-		readRes *mcp.ReadResourceResult
+		toolRes               *mcp.CallToolResult
+		readRes               *mcp.ReadResourceResult
+		sent, acked, exceeded bool
+		sendTime, observed    time.Time
+		n                     int64
+		err                   error
 	)
-	if method == "tools/call" {
-		params := &mcp.CallToolParams{Meta: meta, Name: req.GetTarget().GetName()}
-		if a := req.GetArguments(); a != nil {
-			params.Arguments = a.AsMap()
-		} else {
-			params.Arguments = map[string]any{}
+	for attempt := 1; ; attempt++ {
+		var (
+			e  *pooled
+			ss *session
+		)
+		e, ss, err = s.pool.acquire(ctx, conn)
+		if err != nil {
+			if ss == nil {
+				ss = &session{m: newMeter(0)}
+			}
+			s.log.Warn("execute: connect failed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", err)
+			var ce *credentialError
+			switch re := refusal(err, ss.m); {
+			case errors.Is(err, errBusy):
+				return failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeConnectionBusy, busyDetail(conn, s.pool.cfg.MaxCallsPerConnection))
+			case re != nil:
+				return failFact(resp, adapterv1.Outcome_OUTCOME_FORBIDDEN, re.Reason, re.Detail)
+			case isLimitError(err, ss.m):
+				return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
+			case errors.As(err, &ce):
+				return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeCredentialUnavailable, "")
+			case errors.Is(err, errAdapterClosed):
+				return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeAdapterShuttingDown, "")
+			case isSandboxSetup(err):
+				// The adapter's own account of its host or configuration.
+				return failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeSandboxUnavailable, err.Error())
+			case ctx.Err() != nil:
+				return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeDeadlineExceeded, "")
+			}
+			return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeServerUnreachable, "")
 		}
-		toolRes, err = ss.callTool(ctx, params)
-	} else {
-		readRes, err = ss.readResource(ctx, &mcp.ReadResourceParams{Meta: meta, URI: req.GetTarget().GetName()})
+
+		resp.ServerInfo = serverInfo(ss)
+
+		// The call's own limit: the session's bound rises to it before the
+		// request is written, and its response is checked against it
+		// exactly.
+		cm := ss.m.register(method, req.GetAttemptId(), limits.GetMaxResponseBytes()+envelopeAllowance)
+		toolRes, readRes, err = ss.call(ctx, method, req)
+		observed = time.Now()
+		sent, acked, sendTime, n, exceeded = cm.state()
+		exceeded = exceeded || n > cm.limit
+		// A session whose transport failed, or on which a call gave up
+		// while its response may still arrive, serves no other call: it
+		// drains and closes. The abandoned call's limit keeps bounding the
+		// session until then, since its response may still be on the way.
+		broken := err != nil && !isServerError(err)
+		if !broken || !sent {
+			ss.m.unregister(cm)
+		}
+		e.release(broken)
+		if broken && !sent && attempt == 1 && ctx.Err() == nil {
+			// The session had died (its server exited, say) before the
+			// request went out: nothing was sent, so a fresh session may
+			// carry it.
+			s.log.Info("execute: the session broke before the request was sent; retrying on a new session",
+				"connection_id", conn.GetId(), "attempt_id", req.GetAttemptId())
+			continue
+		}
+		break
 	}
-	observed := time.Now()
-	sent, acked, sendTime := ss.m.state()
 	if sent {
 		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_SENT
 		resp.SendTime = timestamppb.New(sendTime)
@@ -259,17 +284,18 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	if acked {
 		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_ACKNOWLEDGED
 	}
-	resp.ResponseBytes = ss.m.total.Load() - before
-	if n := ss.listChanged.Load(); n > 0 {
-		// A list change during the call changes nothing about it: it was
-		// authorized against the reviewed snapshot and its result is
-		// judged by the mapping's limits. The next discovery records the
-		// new list and the registry sends affected mappings to review.
-		s.log.Warn("server changed its tool or resource list during a call; rediscover the connection",
-			"connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "notifications", n)
+	resp.ResponseBytes = n
+	if err == nil && exceeded {
+		// The response was read whole (a concurrent call's larger limit
+		// allowed the message) but is over this call's own limit: refused
+		// as if the transport had cut it.
+		return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
 	}
 	if err != nil {
-		return s.callFailed(ctx, resp, err, ss.m, sent, limits)
+		if exceeded {
+			return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
+		}
+		return s.callFailed(ctx, resp, err, sent)
 	}
 	resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED
 	resp.ObserveTime = timestamppb.New(observed)
@@ -291,6 +317,24 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	return resp
 }
 
+// call sends the call's request on the session: a tools/call or a
+// resources/read carrying the attempt id in _meta.
+func (ss *session) call(ctx context.Context, method string, req *adapterv1.ExecuteRequest) (*mcp.CallToolResult, *mcp.ReadResourceResult, error) {
+	meta := mcp.Meta{AttemptMetaKey: req.GetAttemptId()}
+	if method == "tools/call" {
+		params := &mcp.CallToolParams{Meta: meta, Name: req.GetTarget().GetName()}
+		if a := req.GetArguments(); a != nil {
+			params.Arguments = a.AsMap()
+		} else {
+			params.Arguments = map[string]any{}
+		}
+		res, err := ss.callTool(ctx, params)
+		return res, nil, err
+	}
+	res, err := ss.readResource(ctx, &mcp.ReadResourceParams{Meta: meta, URI: req.GetTarget().GetName()})
+	return nil, res, err
+}
+
 // contentFailed fails a call whose result was read whole but could not be
 // accepted: a broken limit or output schema is an answer that does not
 // fit (INVALID_REQUEST); anything else is a result nobody can read, whose
@@ -306,12 +350,11 @@ func contentFailed(resp *adapterv1.ExecuteResponse, err error) *adapterv1.Execut
 }
 
 // callFailed maps a failed call onto an outcome by the strongest evidence
-// reached: a limit hit, a JSON-RPC error the server sent, or a transport
-// that broke before (unavailable) or after (unknown) the request was sent.
-func (s *Server) callFailed(ctx context.Context, resp *adapterv1.ExecuteResponse, err error, m *meter, sent bool, limits *registryv1.Limits) *adapterv1.ExecuteResponse {
-	if isLimitError(err, m) {
-		return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
-	}
+// reached: a JSON-RPC error the server sent, or a transport that broke
+// before (unavailable) or after (unknown) the request was sent. (A limit
+// hit is the caller's to map first: on a shared session only the call's
+// own meter says whether the message cut was its response.)
+func (s *Server) callFailed(ctx context.Context, resp *adapterv1.ExecuteResponse, err error, sent bool) *adapterv1.ExecuteResponse {
 	var werr *jsonrpc.Error
 	if errors.As(err, &werr) && !localJSONRPCCodes[werr.Code] {
 		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED
@@ -347,6 +390,13 @@ func (s *Server) callFailed(ctx context.Context, resp *adapterv1.ExecuteResponse
 		return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeCancelled, "")
 	}
 	return fail(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeTransportClosed, "")
+}
+
+// isServerError reports whether err is a JSON-RPC error the server sent:
+// an answer, after which the session is as good as before.
+func isServerError(err error) bool {
+	var werr *jsonrpc.Error
+	return errors.As(err, &werr) && !localJSONRPCCodes[werr.Code]
 }
 
 // localJSONRPCCodes are codes the client library itself produces for a

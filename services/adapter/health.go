@@ -76,7 +76,7 @@ func (s *Server) Health(ctx context.Context, req *adapterv1.HealthRequest) (*ada
 // must see (registry, credential, shutdown) is returned as err; a server
 // that did not answer gives ok=false with a safe detail.
 func (s *Server) probe(ctx context.Context, conn *registryv1.Connection) (ok bool, detail string, latencyMs int64, err error) {
-	ss, err := s.openSession(ctx, conn, discoveryMessageLimit)
+	ss, err := s.openSession(ctx, conn, discoveryMessageLimit, nil)
 	if err != nil {
 		if err := connectError(conn.GetId(), err, ss.m); err != nil {
 			return false, "", 0, err

@@ -23,6 +23,10 @@ type httpDialer struct {
 	credentialRef string
 	creds         *credentials
 	reach         reach.Policy
+	// listen opens the standalone server-sent event stream, on which a
+	// server sends what it says outside any call (list_changed): for
+	// long-lived sessions.
+	listen bool
 }
 
 // maxRedirects bounds same-origin redirects.
@@ -45,9 +49,9 @@ func (d *httpDialer) open(ctx context.Context, m *meter) (mcp.Transport, func(),
 	t := &mcp.StreamableClientTransport{
 		Endpoint:             d.url,
 		HTTPClient:           client,
-		MaxRetries:           -1,   // a broken call stream is evidence, not something to replay
-		DisableStandaloneSSE: true, // one call per session: no server-initiated stream needed
-		MaxEventSize:         -1,   // limitedBody enforces the limit while reading
+		MaxRetries:           -1,        // a broken call stream is evidence, not something to replay
+		DisableStandaloneSSE: !d.listen, // a one-off session needs no server-initiated stream
+		MaxEventSize:         -1,        // limitedBody enforces the limit while reading
 	}
 	return t, func() {}, nil
 }
@@ -118,16 +122,16 @@ func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	} else {
 		req.Header.Del("Authorization")
 	}
-	watched := false
+	var call *callMeter
 	if req.Method == http.MethodPost && req.GetBody != nil {
 		if rc, err := req.GetBody(); err == nil {
 			body, _ := io.ReadAll(io.LimitReader(rc, 1<<20))
 			_ = rc.Close()
-			if t.m.isWatching(body) {
-				watched = true
+			if call = t.m.bind(body); call != nil {
+				c := call
 				trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
 					if info.Err == nil {
-						t.m.wrote(body)
+						c.markSent()
 					}
 				}}
 				req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
@@ -141,10 +145,15 @@ func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 		return nil, err
 	}
-	if watched && resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		t.m.acknowledged()
+	if call != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		call.acknowledged()
 	}
-	body := &limitedBody{rc: resp.Body, m: t.m}
+	body := &limitedBody{rc: resp.Body, m: t.m, call: call}
+	if call == nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		// A stream no call owns (the standalone stream) lives as long as
+		// the session: each event is one message, bounded on its own.
+		body.perEvent = true
+	}
 	if tap := t.m.tap.Load(); tap != nil {
 		body.frame = bodyFramerFor(tap, resp.Header.Get("Content-Type"))
 	}

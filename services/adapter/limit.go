@@ -2,9 +2,11 @@ package adapter
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,9 +39,18 @@ func (e *LimitError) Error() string {
 }
 
 // meter counts the bytes of one session's inbound messages, enforces the
-// per-message limit, and records how far the watched request got. Both
-// transports report into it, so the delivery stage is taken from what the
-// wire did rather than from what the client library returned.
+// per-message bound, and records, per call, how far its request got and
+// how large its response was. Both transports report into it, so the
+// delivery stage is taken from what the wire did rather than from what the
+// client library returned.
+//
+// A session is shared by concurrent calls, each with its own mapping's
+// limit. No inbound message may exceed the bound: the largest limit among
+// the calls in flight (and limit, the session's own floor); a message over
+// the bound is cut while it arrives and breaks the session. Each call's own
+// limit is then checked exactly against its own response (found by its
+// JSON-RPC id), so a call whose response exceeds its limit is refused
+// while a concurrent call with a larger limit is not.
 type meter struct {
 	limit    int64
 	total    atomic.Int64
@@ -51,61 +62,182 @@ type meter struct {
 	// tap, when set (discovery), sees every complete inbound message.
 	tap atomic.Pointer[wireTap]
 
-	mu       sync.Mutex
-	watch    []byte // marks the watched request in outbound bytes, e.g. `"method":"tools/call"`
+	// bound is max(limit, every registered call's limit), kept current.
+	bound atomic.Int64
+
+	mu    sync.Mutex
+	calls map[*callMeter]struct{}
+	byID  map[string]*callMeter // bound calls by their request's JSON-RPC id
+}
+
+// callMeter is one call's share of a session's meter.
+type callMeter struct {
+	m       *meter
+	limit   int64  // the largest response message this call accepts
+	method  string // tools/call or resources/read
+	attempt string // the attempt id its request carries in _meta
+
+	// Guarded by m.mu.
+	id       string // its request's JSON-RPC id, once written
 	sent     bool
 	acked    bool
 	sendTime time.Time
+	bytes    int64 // bytes of its response
+	exceeded bool  // its response exceeded its limit
 }
 
-func newMeter(limit int64) *meter { return &meter{limit: limit} }
-
-// watchRequest starts watching outbound messages for the request of method.
-func (m *meter) watchRequest(method string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.watch = []byte(`"method":"` + method + `"`)
+func newMeter(limit int64) *meter {
+	m := &meter{limit: limit, calls: map[*callMeter]struct{}{}, byID: map[string]*callMeter{}}
+	m.bound.Store(limit)
+	return m
 }
 
-// wrote records an outbound message fully written to the transport.
-func (m *meter) wrote(msg []byte) {
+// currentBound is the largest inbound message the session accepts now.
+func (m *meter) currentBound() int64 { return max(m.bound.Load(), m.limit) }
+
+// register adds a call about to send a request of method carrying attempt,
+// whose response may be up to limit bytes. The bound rises before the
+// request can be written.
+func (m *meter) register(method, attempt string, limit int64) *callMeter {
+	c := &callMeter{m: m, limit: limit, method: method, attempt: attempt}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.watch != nil && !m.sent && bytes.Contains(msg, m.watch) {
-		m.sent, m.sendTime = true, time.Now()
+	m.calls[c] = struct{}{}
+	m.recomputeLocked()
+	return c
+}
+
+// unregister removes a finished call: its limit no longer widens the bound.
+func (m *meter) unregister(c *callMeter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.calls, c)
+	if c.id != "" && m.byID[c.id] == c {
+		delete(m.byID, c.id)
+	}
+	m.recomputeLocked()
+}
+
+func (m *meter) recomputeLocked() {
+	b := m.limit
+	for c := range m.calls {
+		b = max(b, c.limit)
+	}
+	m.bound.Store(b)
+}
+
+// outbound is the part of an outbound message the meter reads.
+type outbound struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params struct {
+		Meta map[string]any `json:"_meta"`
+	} `json:"params"`
+}
+
+// bind finds the registered, not yet sent call whose request msg is, and
+// records its JSON-RPC id. It returns nil for any other message.
+func (m *meter) bind(msg []byte) *callMeter {
+	if !bytes.Contains(msg, []byte(`"tools/call"`)) && !bytes.Contains(msg, []byte(`"resources/read"`)) {
+		return nil
+	}
+	var o outbound
+	if json.Unmarshal(msg, &o) != nil || len(o.ID) == 0 {
+		return nil
+	}
+	attempt, _ := o.Params.Meta[AttemptMetaKey].(string)
+	id := canonicalID(o.ID)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c := m.byID[id]; c != nil {
+		return c
+	}
+	for c := range m.calls {
+		if c.id == "" && !c.sent && c.method == o.Method && c.attempt == attempt {
+			c.id = id
+			m.byID[id] = c
+			return c
+		}
+	}
+	return nil
+}
+
+// markSent records the call's request fully written to the transport.
+func (c *callMeter) markSent() {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	if !c.sent {
+		c.sent, c.sendTime = true, time.Now()
 	}
 }
 
-// acknowledged records that the server acknowledged the watched request
+// acknowledged records that the server acknowledged the call's request
 // (HTTP response headers).
-func (m *meter) acknowledged() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.sent {
-		m.acked = true
+func (c *callMeter) acknowledged() {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	if c.sent {
+		c.acked = true
 	}
 }
 
-// isWatching reports whether msg is the watched request.
-func (m *meter) isWatching(msg []byte) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.watch != nil && !m.sent && bytes.Contains(msg, m.watch)
+// state returns the call's progress: how far its request got, how many
+// bytes its response had, and whether that response exceeded the call's
+// own limit.
+func (c *callMeter) state() (sent, acked bool, at time.Time, n int64, exceeded bool) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.sent, c.acked, c.sendTime, c.bytes, c.exceeded
 }
 
-// state returns the watched request's progress.
-func (m *meter) state() (sent, acked bool, at time.Time) {
+// unattributed records a complete inbound message of n bytes whose
+// kind and id the meter could not read with certainty: every call in
+// flight whose limit it exceeds is charged with it.
+func (m *meter) unattributed(n int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.sent, m.acked, m.sendTime
+	for c := range m.calls {
+		if c.id != "" && n > c.limit {
+			c.bytes += n
+			c.exceeded = true
+		}
+	}
+}
+
+// response records n bytes of an inbound message that answers id (its
+// whole size when complete), and whether it went over the bound. An
+// unknown id over the bound is charged to every call in flight: the
+// message was larger than all their limits.
+func (m *meter) response(id string, n int64, complete, overBound bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c := m.byID[id]; id != "" && c != nil {
+		c.bytes += n
+		if overBound || (complete && n > c.limit) {
+			c.exceeded = true
+		}
+		return
+	}
+	if overBound {
+		// Any call whose request went out (or is going out) may be the
+		// one answered.
+		for c := range m.calls {
+			if c.id != "" {
+				c.bytes += n
+				c.exceeded = true
+			}
+		}
+	}
 }
 
 // lineLimitReader counts the bytes of each newline-delimited inbound message
-// (stdio) and fails once one exceeds the meter's limit.
+// (stdio), fails once one exceeds the meter's bound, and charges each
+// response to the call it answers.
 type lineLimitReader struct {
 	r     io.ReadCloser
 	m     *meter
 	cur   int64
+	scan  idScanner
 	err   error
 	frame *lineFramer // set once the meter has a tap
 }
@@ -120,15 +252,27 @@ func (l *lineLimitReader) Read(p []byte) (int, error) {
 	}
 	n, err := l.r.Read(p)
 	l.m.total.Add(int64(n))
+	// Read after the bytes arrived: every call whose request could have
+	// caused them is registered by now.
+	bound := l.m.currentBound()
 	for _, b := range p[:n] {
 		if b == '\n' {
+			switch id := l.scan.responseID(); {
+			case id != "":
+				l.m.response(id, l.cur, true, false)
+			case l.scan.escapedKey:
+				l.m.unattributed(l.cur)
+			}
 			l.cur = 0
+			l.scan.reset()
 			continue
 		}
 		l.cur++
-		if l.cur > l.m.limit {
+		l.scan.feed(b)
+		if l.cur > bound {
 			l.m.exceeded.Store(true)
-			l.err = &LimitError{Limit: l.m.limit}
+			l.m.response(l.scan.responseID(), l.cur, false, true)
+			l.err = &LimitError{Limit: bound}
 			return 0, l.err
 		}
 	}
@@ -146,32 +290,204 @@ func (l *lineLimitReader) Read(p []byte) (int, error) {
 
 func (l *lineLimitReader) Close() error { return l.r.Close() }
 
+// maxIDBytes bounds a JSON-RPC id the scanner keeps; a longer one is
+// nobody's (the adapter's own ids are short numbers).
+const maxIDBytes = 64
+
+// idScanner finds, byte by byte and without keeping the message, the
+// top-level "id" of one inbound JSON-RPC message and whether it has a
+// top-level "method" (a request or notification from the server, whose
+// id is in the server's own numbering, not a response).
+type idScanner struct {
+	depth     int
+	inStr     bool
+	esc       bool
+	expectKey bool
+	inKey     bool
+	key       [8]byte
+	keyLen    int // -1 once the key is longer than any we look for
+	valueOf   string
+	capturing bool
+	id        [maxIDBytes]byte
+	idLen     int // -1 once the id is too long
+	hasID     bool
+	hasMethod bool
+	// escapedKey: a top-level key held an escape, which could spell "id"
+	// or "method" past this scanner; the message is charged as unknown.
+	escapedKey bool
+}
+
+func (s *idScanner) reset() { *s = idScanner{} }
+
+// responseID is the message's id if it is a response, else "".
+func (s *idScanner) responseID() string {
+	if s.capturing {
+		s.endValue()
+	}
+	if !s.hasID || s.hasMethod || s.idLen <= 0 {
+		return ""
+	}
+	return canonicalID(s.id[:s.idLen])
+}
+
+// canonicalID is a JSON-RPC id token as the client library reads it: a
+// number is an integer (1, 1.0 and 1e0 are one id), a string stays quoted
+// (never equal to a number).
+func canonicalID(tok []byte) string {
+	tok = bytes.TrimSpace(tok)
+	if len(tok) == 0 || tok[0] == '"' {
+		return string(tok)
+	}
+	f, err := strconv.ParseFloat(string(tok), 64)
+	if err != nil {
+		return string(tok)
+	}
+	return strconv.FormatInt(int64(f), 10)
+}
+
+func (s *idScanner) capture(b byte) {
+	if s.idLen < 0 {
+		return
+	}
+	if s.idLen == len(s.id) {
+		s.idLen = -1
+		return
+	}
+	s.id[s.idLen] = b
+	s.idLen++
+}
+
+func (s *idScanner) endValue() {
+	if s.capturing {
+		s.capturing = false
+		s.hasID = true
+	}
+}
+
+func (s *idScanner) feed(b byte) {
+	if s.inStr {
+		if s.capturing {
+			s.capture(b)
+		}
+		switch {
+		case s.esc:
+			s.esc = false
+		case b == '\\':
+			s.esc = true
+			if s.inKey {
+				s.escapedKey = true
+			}
+		case b == '"':
+			s.inStr = false
+			if s.inKey {
+				s.inKey = false
+				s.valueOf = ""
+				if s.keyLen >= 0 {
+					s.valueOf = string(s.key[:s.keyLen])
+				}
+			}
+			return
+		}
+		if s.inKey && !s.esc && b != '\\' {
+			if s.keyLen >= 0 && s.keyLen < len(s.key) {
+				s.key[s.keyLen] = b
+				s.keyLen++
+			} else {
+				s.keyLen = -1
+			}
+		}
+		return
+	}
+	switch b {
+	case '"':
+		s.inStr = true
+		if s.depth == 1 && s.expectKey {
+			s.expectKey, s.inKey, s.keyLen = false, true, 0
+		} else if s.capturing {
+			s.capture(b)
+		}
+	case '{', '[':
+		if s.capturing {
+			// An object or array is no id.
+			s.capturing, s.idLen = false, -1
+		}
+		s.depth++
+		if s.depth == 1 && b == '{' {
+			s.expectKey = true
+		}
+	case '}', ']':
+		if s.depth == 1 {
+			s.endValue()
+		}
+		s.depth--
+	case ',':
+		if s.depth == 1 {
+			s.endValue()
+			s.expectKey = true
+		}
+	case ':':
+		if s.depth == 1 {
+			switch s.valueOf {
+			case "id":
+				s.capturing, s.idLen = true, 0
+			case "method":
+				s.hasMethod = true
+			}
+			s.valueOf = ""
+		}
+	case ' ', '\t', '\r':
+	default:
+		if s.capturing {
+			s.capture(b)
+		}
+	}
+}
+
 // limitedBody counts the bytes of one HTTP response body and fails once it
-// exceeds the meter's limit, closing the body so the connection is dropped
-// instead of drained.
+// exceeds the meter's bound, closing the body so the connection is dropped
+// instead of drained. A body that answers a call (the response stream of
+// its POST) is charged to that call, whose own limit is checked exactly
+// once the body ends.
 type limitedBody struct {
 	rc    io.ReadCloser
 	m     *meter
+	call  *callMeter // the call whose POST this body answers, or nil
 	n     int64
 	err   error
 	frame framer // the meter's tap's, if it had one when the response came
+	// perEvent counts each server-sent event on its own (a stream no call
+	// owns); lineStart says the last byte ended a line.
+	perEvent, lineStart bool
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
-	if room := b.m.limit - b.n + 1; int64(len(p)) > room {
-		p = p[:room]
+	bound := b.m.currentBound()
+	if room := bound - b.n + 1; int64(len(p)) > room {
+		p = p[:max(room, 1)]
 	}
 	n, err := b.rc.Read(p)
-	b.n += int64(n)
 	b.m.total.Add(int64(n))
-	if b.n > b.m.limit {
+	if b.perEvent {
+		return b.readEvents(p[:n], err)
+	}
+	b.n += int64(n)
+	if b.call != nil {
+		b.call.charge(int64(n))
+	}
+	if b.n > b.m.currentBound() {
 		b.m.exceeded.Store(true)
-		b.err = &LimitError{Limit: b.m.limit}
+		if b.call != nil {
+			b.call.exceed()
+		}
+		b.err = &LimitError{Limit: bound}
 		_ = b.rc.Close()
 		return 0, b.err
+	}
+	if err != nil && b.call != nil && b.n > b.call.limit {
+		b.call.exceed()
 	}
 	if b.frame != nil {
 		b.frame.feed(p[:n])
@@ -183,7 +499,58 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *limitedBody) Close() error { return b.rc.Close() }
+// readEvents counts p, just read, event by event: a blank line ends an
+// event.
+func (b *limitedBody) readEvents(p []byte, err error) (int, error) {
+	bound := b.m.currentBound()
+	for _, c := range p {
+		switch {
+		case c == '\n' && b.lineStart:
+			b.n = 0
+			continue
+		case c == '\n':
+			b.lineStart = true
+		case c != '\r':
+			b.lineStart = false
+		}
+		b.n++
+		if b.n > bound {
+			b.m.exceeded.Store(true)
+			b.err = &LimitError{Limit: bound}
+			_ = b.rc.Close()
+			return 0, b.err
+		}
+	}
+	if b.frame != nil {
+		b.frame.feed(p)
+		if err != nil {
+			b.frame.end()
+			b.frame = nil
+		}
+	}
+	return len(p), err
+}
+
+func (b *limitedBody) Close() error {
+	if b.call != nil && b.n > b.call.limit {
+		b.call.exceed()
+	}
+	return b.rc.Close()
+}
+
+// charge adds n bytes to the call's response.
+func (c *callMeter) charge(n int64) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	c.bytes += n
+}
+
+// exceed marks the call's response over its limit.
+func (c *callMeter) exceed() {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	c.exceeded = true
+}
 
 // refuse records a reachability refusal met inside the transport, where
 // the client library may not pass the error on intact.

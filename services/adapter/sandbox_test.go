@@ -254,7 +254,10 @@ func TestSandboxHostileChild(t *testing.T) {
 	if !id.OwnDirWritable {
 		t.Error("the server could not write its own working directory")
 	}
-	// The uid is the connection's: its next run has it again.
+	// The uid is the connection's: its next run has it again. (Sessions
+	// are long-lived: closing the idle ones, as the idle timeout would,
+	// ends the run.)
+	e.srv.pool.closeIdle()
 	if again := escapeReport(t, execute(t, e, call(t, attacker, escape.ToolEscape, map[string]any{}, nil))).Identity; again.UID != id.UID {
 		t.Errorf("the attacker's next run has uid %d, its first had %d", again.UID, id.UID)
 	}
@@ -287,10 +290,12 @@ func TestSandboxHostileChild(t *testing.T) {
 		}
 	}
 
-	// Nothing is left behind: no process under either uid (the daemon,
+	// Once the runs end (closing the idle sessions, as the idle timeout
+	// would), nothing is left behind: no process under either uid (the daemon,
 	// out of the server's process group, was killed too), no file the
 	// attacker wrote, no run directory, the planted file untouched, the
 	// data dir closed.
+	e.srv.pool.closeIdle()
 	if err := syscall.Kill(r.DaemonPID, 0); !errors.Is(err, syscall.ESRCH) {
 		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.DaemonPID)); !strings.Contains(string(b), "State:\tZ") {
 			t.Errorf("the attacker's daemon %d outlived its run: %v", r.DaemonPID, err)

@@ -57,6 +57,9 @@ type Deps struct {
 	// Fixtures, when set, records or replays discovery and calls (see
 	// Fixtures); nil means live only.
 	Fixtures *Fixtures
+	// Sessions says how Execute's long-lived sessions are bounded; the
+	// zero value is the default (see SessionConfig).
+	Sessions SessionConfig
 
 	// Reachability (services/internal/reach): what connections may reach.
 	// Link-local and cloud metadata endpoints are refused whatever is set.
@@ -107,18 +110,19 @@ func (d Deps) reachPolicy(workDir string) reach.Policy {
 
 // Server implements adapterv1.AdapterServiceServer.
 //
-// Sessions are per call: each Discover, Execute or Health call connects,
-// initializes, acts and closes its own MCP session (and, for a local
-// server, its own process). That is deliberate. A mapping's limits are
-// exact for the one call they were authorized for (the byte limit is set
-// on the transport before the first byte arrives); no state, cached
-// capability, subscription or half-read stream survives from one task's
-// call into another's; a server that misbehaved is gone when its call
-// ends; and a credential rotation or config revision takes effect at the
-// next call without invalidating a pool. The cost is one initialize per
-// call, which is small next to the remote work. Reconnection is therefore
-// the connect retry in openSession (with backoff, before anything is
-// sent), and Health is a fresh initialize plus ping.
+// Execute keeps long-lived sessions (see pool): one per connection at its
+// current configuration, shared by concurrent calls up to a bound, so a
+// call costs one request, not a connect, an initialize and (for a local
+// server) a process start. What per-call sessions gave stays: a mapping's
+// limits are exact for the one call they were authorized for (the meter
+// bounds every message by the largest limit in flight and checks each
+// call's response against its own limit); a session that broke, was cut
+// at the bound or was abandoned mid-response serves no further call; a
+// config revision (credential rotation included) takes effect at the next
+// call while calls in flight finish on the old session; and a server that
+// changes its lists is rediscovered at once. Discover and Health still
+// open a fresh session each: they describe and probe the server as a new
+// client finds it.
 type Server struct {
 	adapterv1.UnimplementedAdapterServiceServer
 	deps          Deps
@@ -132,6 +136,13 @@ type Server struct {
 
 	// grants remembers the execution grants already used.
 	grants *grant.Ledger
+
+	// pool keeps Execute's sessions.
+	pool *pool
+
+	// procStarts counts local server processes started, procLive those
+	// not yet reaped.
+	procStarts, procLive atomic.Int64
 
 	mu     sync.Mutex
 	live   map[*session]struct{}
@@ -171,8 +182,10 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 			log.Warn("the adapter has no certificate: it cannot verify execution grants and refuses every Execute")
 		}
 	}
-	return &Server{deps: deps, log: log, workDir: wd, reach: policy, sandbox: newSandboxer(deps.Sandbox, wd, log), httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx,
+	s := &Server{deps: deps, log: log, workDir: wd, reach: policy, sandbox: newSandboxer(deps.Sandbox, wd, log), httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx,
 		grants: grant.NewLedger()}
+	s.pool = newPool(s, deps.Sessions)
+	return s
 }
 
 // Close shuts the adapter down cleanly: it refuses new sessions, closes
@@ -180,6 +193,7 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 // after a grace period) and releases idle HTTP connections. Calls in
 // flight end with the outcome their transport's closing implies.
 func (s *Server) Close() error {
+	s.pool.shutdown()
 	s.mu.Lock()
 	s.closed = true
 	open := make([]*session, 0, len(s.live))
@@ -205,11 +219,13 @@ func (s *Server) connection(ctx context.Context, id string) (*registryv1.Connect
 		return nil, apierror.Propagate(err, "get connection")
 	}
 	if conn.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
+		s.pool.drop(id)
 		return nil, apierror.New(codes.FailedPrecondition, "CONNECTION_RETIRED",
 			fmt.Sprintf("connection %s is retired; it is kept for history and never used again", id),
 			map[string]string{"connection_id": id})
 	}
 	if err := review.Approved(conn); err != nil {
+		s.pool.drop(id)
 		s.log.InfoContext(ctx, "refused to use an unreviewed connection", "connection_id", id,
 			"config_revision", conn.GetConfigRevision(), "review_state", conn.GetReviewState().String())
 		return nil, err
@@ -225,9 +241,12 @@ type session struct {
 	release func()
 	once    sync.Once
 	srv     *Server
-	// listChanged counts tools/list_changed and resources/list_changed
-	// notifications the server sent during the session.
+	// listChanged counts tools/list_changed, resources/list_changed and
+	// prompts/list_changed notifications the server sent during the
+	// session.
 	listChanged atomic.Int64
+	// info is the server's scrubbed self-description, computed once.
+	info func() *registryv1.ServerInfo
 }
 
 // Connect retry: a connection that fails before anything was sent is
@@ -237,6 +256,10 @@ const (
 	connectBackoff  = 200 * time.Millisecond
 )
 
+// closeGrace is how long closing a session waits for calls still in
+// flight on it before it ends the transport under them.
+const closeGrace = time.Second
+
 // errAdapterClosed is returned once Close was called.
 var errAdapterClosed = errors.New("adapter is shutting down")
 
@@ -245,8 +268,10 @@ var errAdapterClosed = errors.New("adapter is shutting down")
 // retried with backoff (nothing was sent, so a retry repeats nothing);
 // a limit hit, an unresolvable credential or the caller's deadline ends
 // the retries. The returned session is non-nil even on error, so the
-// caller can consult its meter.
-func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, limit int64) (*session, error) {
+// caller can consult its meter. onListChanged, when not nil, is called
+// (on the client library's goroutine: it must not block) whenever the
+// server says one of its lists changed.
+func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, limit int64, onListChanged func()) (*session, error) {
 	var (
 		ss  *session
 		err error
@@ -254,7 +279,7 @@ func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, l
 	creds := &credentials{}
 	backoff := connectBackoff
 	for attempt := 1; ; attempt++ {
-		ss, err = s.connectOnce(ctx, conn, limit, creds)
+		ss, err = s.connectOnce(ctx, conn, limit, creds, onListChanged)
 		if err == nil || attempt == connectAttempts || !retryable(err, ss.m) {
 			return ss, err
 		}
@@ -277,10 +302,11 @@ func retryable(err error, m *meter) bool {
 	return !isStatus
 }
 
-func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, limit int64, creds *credentials) (*session, error) {
+func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, limit int64, creds *credentials, onListChanged func()) (*session, error) {
 	m := newMeter(limit)
 	ss := &session{m: m, creds: creds, srv: s}
-	d, err := s.dialerFor(conn, creds)
+	ss.info = sync.OnceValue(func() *registryv1.ServerInfo { return serverInfoOf(ss) })
+	d, err := s.dialerFor(conn, creds, onListChanged != nil)
 	if err != nil {
 		return ss, err
 	}
@@ -301,13 +327,20 @@ func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, l
 		Capabilities: &mcp.ClientCapabilities{}, // no roots, sampling or elicitation offered to servers
 		Logger:       slog.New(slog.DiscardHandler),
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			ss.listChanged.Add(1)
+			ss.changed(onListChanged)
 		},
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
-			ss.listChanged.Add(1)
+			ss.changed(onListChanged)
+		},
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
+			ss.changed(onListChanged)
 		},
 	})
+	// The initialize result may describe the server at length: it may be
+	// as large as a discovery message, whatever the session's floor.
+	init := m.register("initialize", "", discoveryMessageLimit)
 	cs, err := client.Connect(ctx, t, nil)
+	m.unregister(init)
 	if err != nil {
 		release()
 		return ss, creds.err(err)
@@ -323,6 +356,14 @@ func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, l
 	return ss, nil
 }
 
+// changed counts a list change and tells onListChanged, if set.
+func (ss *session) changed(onListChanged func()) {
+	ss.listChanged.Add(1)
+	if onListChanged != nil {
+		onListChanged()
+	}
+}
+
 // close ends the session and then the transport (killing a local server
 // that does not exit), bounded in time. It is safe to call more than once.
 func (ss *session) close() {
@@ -332,11 +373,19 @@ func (ss *session) close() {
 			_ = ss.cs.Close()
 			close(done)
 		}()
+		// A session closes at once unless a call is still in flight on
+		// it (the client library waits for it). It gets a grace period,
+		// then its transport ends (a local server's stdin closes, and it
+		// is killed if it does not exit), which ends the call too.
+		select {
+		case <-done:
+		case <-time.After(closeGrace):
+		}
+		ss.release()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
 		}
-		ss.release()
 		ss.srv.mu.Lock()
 		delete(ss.srv.live, ss)
 		ss.srv.mu.Unlock()
@@ -393,7 +442,15 @@ func (s *Server) reportHealth(ctx context.Context, connectionID string, healthy 
 	}
 }
 
+// serverInfo is what the server said of itself when the session started.
 func serverInfo(ss *session) *registryv1.ServerInfo {
+	if ss.info != nil {
+		return proto.CloneOf(ss.info())
+	}
+	return serverInfoOf(ss)
+}
+
+func serverInfoOf(ss *session) *registryv1.ServerInfo {
 	init := ss.initializeResult()
 	if init == nil || init.ServerInfo == nil {
 		return &registryv1.ServerInfo{}

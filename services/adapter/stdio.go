@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,8 @@ type stdioDialer struct {
 	reach         reach.Policy
 	sx            *sandboxer
 	log           *slog.Logger
+	// starts and live count the processes started and not yet reaped.
+	starts, live *atomic.Int64
 
 	sandbox *registryv1.SandboxConstraints
 }
@@ -96,6 +99,10 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		return nil, nil, fmt.Errorf("start %s: %w", filepath.Base(path), errnoOnly(err))
 	}
 	cmd := child.cmd
+	if d.starts != nil {
+		d.starts.Add(1)
+		d.live.Add(1)
+	}
 	// The working directory recorded is the connection's own directory:
 	// every run gets a fresh one inside it.
 	sb.WorkingDir = connDir
@@ -125,6 +132,9 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		killGroup(cmd)
 		<-exited
 		child.done()
+		if d.live != nil {
+			d.live.Add(-1)
+		}
 	}
 	return t, release, nil
 }
@@ -224,9 +234,12 @@ type watchWriter struct {
 }
 
 func (w *watchWriter) Write(p []byte) (int, error) {
+	// The call is bound to its request id before the first byte goes
+	// out: its response may arrive before Write returns.
+	c := w.m.bind(p)
 	n, err := w.w.Write(p)
-	if err == nil {
-		w.m.wrote(p)
+	if err == nil && c != nil {
+		c.markSent()
 	}
 	return n, err
 }

@@ -25,12 +25,14 @@ type dialer interface {
 // session can scrub it from everything the server sends, and check the
 // connection against the reachability policy before anything starts or
 // is sent.
-func (s *Server) dialerFor(conn *registryv1.Connection, creds *credentials) (dialer, error) {
+// listen says the session is long-lived: it should hear what the server
+// says outside any call.
+func (s *Server) dialerFor(conn *registryv1.Connection, creds *credentials, listen bool) (dialer, error) {
 	switch t := conn.GetTransport().GetKind().(type) {
 	case *registryv1.Transport_Stdio:
-		return &stdioDialer{spec: t.Stdio, workRoot: s.workDir, connectionID: conn.GetId(), credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach, sx: s.sandbox, log: s.log}, nil
+		return &stdioDialer{spec: t.Stdio, workRoot: s.workDir, connectionID: conn.GetId(), credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach, sx: s.sandbox, log: s.log, starts: &s.procStarts, live: &s.procLive}, nil
 	case *registryv1.Transport_StreamableHttp:
-		return &httpDialer{url: t.StreamableHttp.GetUrl(), base: s.httpTransport, credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach}, nil
+		return &httpDialer{url: t.StreamableHttp.GetUrl(), base: s.httpTransport, credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach, listen: listen}, nil
 	case *registryv1.Transport_Direct:
 		return nil, apierror.New(codes.FailedPrecondition, "TRANSPORT_NOT_SUPPORTED",
 			fmt.Sprintf("connection %s uses the direct adapter %q, which this adapter does not run", conn.GetId(), t.Direct.GetAdapter()),

@@ -80,6 +80,10 @@ type Config struct {
 	// Fixtures, when set, makes the adapter record or replay discovery and
 	// calls (adapter.Fixtures); nil means live only.
 	Fixtures *adapter.Fixtures
+	// AdapterSessions bounds the adapter's long-lived MCP sessions (calls
+	// in flight per connection, idle timeout); the zero value is the
+	// default (adapter.SessionConfig).
+	AdapterSessions adapter.SessionConfig
 	// Direct replaces the adapter's direct (non-MCP) adapters; nil means
 	// adapter.DefaultDirectSources.
 	Direct map[string]adapter.DirectSource
@@ -330,7 +334,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		case Adapter:
 			a := adapter.NewServer(adapter.Deps{
 				Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence,
-				WorkDir: filepath.Join(cfg.DataDir, "work"), Direct: cfg.Direct, Fixtures: cfg.Fixtures,
+				WorkDir: filepath.Join(cfg.DataDir, "work"), Direct: cfg.Direct, Fixtures: cfg.Fixtures, Sessions: cfg.AdapterSessions,
 				StdioRoots: reach.StdioRoots, AllowLoopback: reach.AllowLoopback, AllowPrivateNetworks: reach.AllowPrivateNetworks,
 				// Plaintext is the explicit development flag; only there
 				// does the adapter run calls it cannot verify a grant for.

@@ -23,6 +23,7 @@ func main() {
 		revision    = flag.Int("notes-revision", 1, "notes revision, 1 or 2")
 		callLog     = flag.String("call-log", "", "file receiving one JSON line per request")
 		hostile     = flag.Bool("hostile", false, "add the misbehaving test tools")
+		redescribe  = flag.Int("redescribe-after-calls", 0, "change the search tool's description after this many search calls (sends tools/list_changed)")
 		raw         = flag.String("raw", "", "serve a hand-written, protocol-breaking server over stdio instead: one of fixture.RawModes")
 	)
 	flag.Parse()
@@ -35,7 +36,7 @@ func main() {
 		}
 		return
 	}
-	opts := fixture.Options{Schema: *schema, Description: *description, NotesRevision: *revision, CallLog: *callLog, Hostile: *hostile}
+	opts := fixture.Options{Schema: *schema, Description: *description, NotesRevision: *revision, CallLog: *callLog, Hostile: *hostile, RedescribeAfterCalls: *redescribe}
 	if err := fixture.Run(ctx, opts, *transport, *addr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -1,0 +1,375 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// SessionConfig says how the adapter keeps MCP sessions to servers for
+// Execute. The zero value is the default.
+type SessionConfig struct {
+	// MaxCallsPerConnection bounds the calls one connection (at one
+	// config revision) has in flight at once on its session. A call
+	// beyond it waits for a slot while its deadline allows, then fails
+	// with CONNECTION_BUSY having sent nothing. Zero means
+	// DefaultMaxCallsPerConnection.
+	MaxCallsPerConnection int
+	// IdleTimeout is how long a session (and its local server process)
+	// may stay unused before it is closed. Zero means
+	// DefaultSessionIdleTimeout.
+	IdleTimeout time.Duration
+}
+
+// Session defaults.
+const (
+	// DefaultMaxCallsPerConnection admits as many concurrent calls per
+	// connection as a busy task fleet sends, not an unbounded number.
+	DefaultMaxCallsPerConnection = 32
+	// DefaultSessionIdleTimeout keeps a session across the pauses of a
+	// task, not across hours of disuse.
+	DefaultSessionIdleTimeout = 5 * time.Minute
+)
+
+func (c SessionConfig) withDefaults() SessionConfig {
+	if c.MaxCallsPerConnection <= 0 {
+		c.MaxCallsPerConnection = DefaultMaxCallsPerConnection
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultSessionIdleTimeout
+	}
+	return c
+}
+
+// idleMessageLimit bounds an inbound message on a pooled session while no
+// call that allows more is in flight: what a server sends between calls
+// (notifications, pings) is small.
+const idleMessageLimit = 64 << 10
+
+// openTimeout bounds opening a pooled session (process start, connect
+// retries and initialize), independent of the call that asked for it:
+// the session outlives that call.
+const openTimeout = 60 * time.Second
+
+// CodeConnectionBusy: every call slot of the connection stayed taken until
+// the call's deadline; nothing was sent.
+const CodeConnectionBusy = "CONNECTION_BUSY"
+
+// errBusy is returned by acquire when no call slot freed up in time.
+var errBusy = errors.New("connection busy")
+
+// pool keeps Execute's MCP sessions: one per connection at its current
+// configuration (config revision, transport and credential reference),
+// shared by that connection's concurrent calls up to a bound. A session is
+// dropped when its transport dies, when a call on it broke or gave up
+// mid-call (no half-read stream serves another call), when it stayed
+// unused for IdleTimeout, and when its connection's configuration changed:
+// then it drains (its calls in flight finish on it, new calls go to a new
+// session opened with the new configuration and credential) and closes.
+// Closing always happens off the calls' paths.
+type pool struct {
+	s   *Server
+	cfg SessionConfig
+	// ctx bounds every session opening; cancelled by shutdown.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	current map[string]*pooled // by connection id: the session new calls get
+	all     map[*pooled]struct{}
+	closed  bool
+	wg      sync.WaitGroup // openings and closings in progress
+}
+
+// pooled is one shared session.
+type pooled struct {
+	p     *pool
+	conn  *registryv1.Connection // the configuration it was opened with
+	slots chan struct{}
+	ready chan struct{} // closed once opening ended; then ss and err are set
+	ss    *session      // never nil once ready
+	err   error
+
+	// Guarded by p.mu.
+	inflight    int
+	retired     bool // takes no new calls; closes once inflight is 0
+	closing     bool
+	closed      chan struct{} // closed once the session is closed
+	idleGen     int
+	discovering bool
+	rediscover  bool
+}
+
+func newPool(s *Server, cfg SessionConfig) *pool {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &pool{s: s, cfg: cfg.withDefaults(), ctx: ctx, cancel: cancel,
+		current: map[string]*pooled{}, all: map[*pooled]struct{}{}}
+}
+
+// sameConfig reports whether a session opened for a may serve a call
+// authorized against b.
+func sameConfig(a, b *registryv1.Connection) bool {
+	return a.GetConfigRevision() == b.GetConfigRevision() &&
+		a.GetCredentialRef() == b.GetCredentialRef() &&
+		proto.Equal(a.GetTransport(), b.GetTransport())
+}
+
+// acquire returns conn's session with a call slot taken for the caller,
+// opening the session if there is none for conn's configuration. The
+// caller must call release. On error the returned session, when not nil,
+// is the one whose opening failed (its meter tells why).
+func (p *pool) acquire(ctx context.Context, conn *registryv1.Connection) (*pooled, *session, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, nil, errAdapterClosed
+		}
+		e := p.current[conn.GetId()]
+		if e != nil && !sameConfig(e.conn, conn) {
+			// A new configuration: the old session drains.
+			p.retireLocked(e)
+			e = nil
+		}
+		if e == nil {
+			e = &pooled{p: p, conn: proto.CloneOf(conn), slots: make(chan struct{}, p.cfg.MaxCallsPerConnection), ready: make(chan struct{}), closed: make(chan struct{})}
+			p.current[conn.GetId()] = e
+			p.all[e] = struct{}{}
+			p.wg.Add(1)
+			go e.open()
+		}
+		p.mu.Unlock()
+
+		select {
+		case e.slots <- struct{}{}:
+		default:
+			// Every slot is taken: wait for one while the deadline allows.
+			select {
+			case e.slots <- struct{}{}:
+			case <-ctx.Done():
+				return nil, nil, errBusy
+			}
+		}
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			<-e.slots
+			return nil, nil, ctx.Err()
+		}
+		if e.err != nil {
+			<-e.slots
+			return nil, e.ss, e.err
+		}
+		p.mu.Lock()
+		if e.retired {
+			// It died or drained while this call waited: take the next.
+			p.mu.Unlock()
+			<-e.slots
+			continue
+		}
+		e.inflight++
+		p.mu.Unlock()
+		return e, e.ss, nil
+	}
+}
+
+// open opens the session, watches it for death and publishes the result.
+func (e *pooled) open() {
+	p := e.p
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(p.ctx, openTimeout)
+	defer cancel()
+	ss, err := p.s.openSession(ctx, e.conn, idleMessageLimit, e.listChanged)
+	if ss == nil {
+		ss = &session{m: newMeter(idleMessageLimit), creds: &credentials{}, srv: p.s}
+	}
+	e.ss, e.err = ss, err
+	p.mu.Lock()
+	if err != nil {
+		p.retireLocked(e)
+		delete(p.all, e)
+		e.closing = true
+		close(e.closed)
+		p.mu.Unlock()
+		close(e.ready)
+		return
+	}
+	if p.closed || e.retired {
+		// Shut down, dropped or replaced by a new configuration while it
+		// opened: no call has it yet.
+		p.retireLocked(e)
+		p.closeLocked(e)
+	}
+	p.mu.Unlock()
+	close(e.ready)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		// The transport died (server exited, stream broke, limit cut):
+		// no new call gets this session.
+		_ = ss.cs.Wait()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.retireLocked(e)
+		if e.inflight == 0 {
+			p.closeLocked(e)
+		}
+	}()
+}
+
+// release returns a call slot. broken says the call left the session in a
+// state no other call may inherit (a transport failure, a call abandoned
+// mid-response): the session then drains and closes.
+func (e *pooled) release(broken bool) {
+	e.done(broken)
+	<-e.slots
+}
+
+// done is release without the slot: the bookkeeping of one use ending.
+func (e *pooled) done(broken bool) {
+	p := e.p
+	p.mu.Lock()
+	e.inflight--
+	if broken {
+		p.retireLocked(e)
+	}
+	switch {
+	case e.retired && e.inflight == 0:
+		p.closeLocked(e)
+	case e.inflight == 0:
+		p.armIdleLocked(e)
+	}
+	p.mu.Unlock()
+}
+
+// armIdleLocked closes e after IdleTimeout unless a call uses it first.
+func (p *pool) armIdleLocked(e *pooled) {
+	e.idleGen++
+	gen := e.idleGen
+	time.AfterFunc(p.cfg.IdleTimeout, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if e.idleGen == gen && e.inflight == 0 && !e.closing {
+			p.s.log.Debug("closing an idle session", "connection_id", e.conn.GetId())
+			p.retireLocked(e)
+			p.closeLocked(e)
+		}
+	})
+}
+
+// retireLocked stops e taking new calls.
+func (p *pool) retireLocked(e *pooled) {
+	e.retired = true
+	if p.current[e.conn.GetId()] == e {
+		delete(p.current, e.conn.GetId())
+	}
+}
+
+// closeLocked closes e in the background, once.
+func (p *pool) closeLocked(e *pooled) {
+	if e.closing {
+		return
+	}
+	e.closing = true
+	e.idleGen++
+	delete(p.all, e)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		e.ss.close()
+		close(e.closed)
+	}()
+}
+
+// closeIdle closes every session without a call in flight now, as the
+// idle timeout would, and waits until they are closed.
+func (p *pool) closeIdle() {
+	var wait []chan struct{}
+	p.mu.Lock()
+	for e := range p.all {
+		select {
+		case <-e.ready:
+		default:
+			continue
+		}
+		if e.inflight == 0 {
+			p.retireLocked(e)
+			p.closeLocked(e)
+			wait = append(wait, e.closed)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range wait {
+		<-c
+	}
+}
+
+// drop drains the session of a connection that may no longer be used
+// (retired, or not approved at its configuration): no call gets it again,
+// and it closes once its calls in flight end, instead of at the idle
+// timeout.
+func (p *pool) drop(connectionID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.current[connectionID]
+	if e == nil {
+		return
+	}
+	p.retireLocked(e)
+	select {
+	case <-e.ready:
+		if e.inflight == 0 {
+			p.closeLocked(e)
+		}
+	default:
+		// Still opening: open closes it.
+	}
+}
+
+// shutdown closes every session, including those with calls in flight
+// (which end with the outcome their transport's closing implies), and
+// waits until every opening and closing has ended.
+func (p *pool) shutdown() {
+	p.mu.Lock()
+	p.closed = true
+	p.cancel()
+	for e := range p.all {
+		select {
+		case <-e.ready:
+			p.retireLocked(e)
+			p.closeLocked(e)
+		default:
+			// Still opening: open sees closed and closes it.
+			p.retireLocked(e)
+		}
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// stats is a view of the pool for tests and logs.
+type poolStats struct {
+	Sessions int // open or opening, including draining ones
+	InFlight int
+}
+
+func (p *pool) stats() poolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var st poolStats
+	for e := range p.all {
+		st.Sessions++
+		st.InFlight += e.inflight
+	}
+	return st
+}
+
+// busyDetail is the adapter's account of a call that found no slot.
+func busyDetail(conn *registryv1.Connection, n int) string {
+	return fmt.Sprintf("connection %s already had %d calls in flight (the adapter's per-connection bound) until the call's deadline; nothing was sent. Retry later or raise the bound", conn.GetId(), n)
+}
