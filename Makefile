@@ -9,8 +9,12 @@ DATA  ?= $(CURDIR)/.v0m3-data
 
 all: build
 
-build: ## Build the v0m3 binary into bin/.
-	$(GO) build -o $(BIN) ./cmd/v0m3
+# The operator copies this binary into arbitrary MCP server images (the stdio
+# bridge), so it must not need a libc: CGO_ENABLED=0 links it statically.
+# skaffold.yaml builds the image with the same settings.
+STATIC := CGO_ENABLED=0
+build: ## Build the static v0m3 binary into bin/.
+	$(STATIC) $(GO) build -trimpath -o $(BIN) ./cmd/v0m3
 
 demo: build ## Run the first experiment end to end on the embedded store.
 	$(BIN) demo --data-dir "$$(mktemp -d)"
