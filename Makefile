@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := bin/v0m3
 DATA  ?= $(CURDIR)/.v0m3-data
 
-.PHONY: all build demo run test generate envtest hydra check-generate lint vet fmt-check staticcheck unit fuzz chart third-party-mcp redis clean
+.PHONY: all build demo run test generate envtest realnode hydra check-generate lint vet fmt-check staticcheck unit fuzz chart third-party-mcp redis clean
 
 all: build
 
@@ -30,6 +30,21 @@ generate: ## Regenerate protobuf code, deepcopy functions, CRDs and the operator
 
 envtest: ## Build (once, cached) the kube-apiserver and etcd that the operator's tests start.
 	@bash scripts/envtest.sh >/dev/null
+
+# The real-node tests (operator/realnode) run MCPServers as pods on a
+# single-node cluster scripts/realnode.sh brings up and tears down: root on
+# Linux only. Where it cannot run, say so loudly; under CI, fail.
+realnode: envtest ## Build (once, cached) the kubelet, controller manager, scheduler and images of the real-node tests.
+	@if why="$$(bash scripts/realnode.sh check)"; then \
+	  bash scripts/realnode.sh build >/dev/null; \
+	else \
+	  echo "################################################################"; \
+	  echo "### The real-node tests cannot run here; they will be SKIPPED:"; \
+	  echo "$$why" | sed 's/^/###   /'; \
+	  echo "### They prove MCPServers become running, sandboxed pods. Run make test as root on Linux."; \
+	  echo "################################################################"; \
+	  if [ -n "$$CI" ]; then echo "CI is set: failing"; exit 1; fi; \
+	fi
 
 hydra: ## Build (once, cached) the Ory Hydra authorization server that the bearer-token tests start.
 	@bash scripts/hydra.sh >/dev/null
@@ -77,7 +92,7 @@ redis: ## Make sure redis-server is installed (the Redis store tests start their
 third-party-mcp: ## Install the pinned third-party MCP servers the adapter tests run against.
 	bash scripts/third-party-mcp.sh
 
-unit: third-party-mcp redis envtest hydra ## go test -race for every package.
+unit: third-party-mcp redis envtest realnode hydra ## go test -race for every package.
 	$(GO) test -race -count=1 -timeout 45m ./...
 
 test: check-generate fmt-check vet staticcheck chart unit fuzz ## Everything CI runs (unit includes the generated-code drift test).
