@@ -231,6 +231,7 @@ func TestStdioServerRunsSandboxedAndIsDiscovered(t *testing.T) {
 	pod := s.runningPod(conn.GetConfigRevision())
 	assertRestrictedSpec(t, pod)
 	assertRestrictedOnNode(t, pod, "bridge")
+	s.resolves(pod)
 
 	snap, err := services.Adapter.Discover(as(scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if err != nil {
@@ -270,6 +271,7 @@ func TestHTTPServerRunsSandboxedAndIsDiscovered(t *testing.T) {
 	}
 	assertRestrictedSpec(t, pod)
 	assertRestrictedOnNode(t, pod, "fixture-server")
+	s.resolves(pod)
 
 	snap, err := services.Adapter.Discover(as(scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if err != nil {

@@ -3,11 +3,13 @@ package realnode_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -126,4 +128,20 @@ func withoutBlock(hosts string) string {
 		s += "\n"
 	}
 	return s
+}
+
+// resolves waits until the server's Service name resolves, in this process
+// (where the adapter runs), to the pod's address: the endpoint controller,
+// the resolver loop above and the host resolver's /etc/hosts cache each add
+// a little delay after the pod turns Ready.
+func (s *server) resolves(pod *corev1.Pod) {
+	s.t.Helper()
+	name := fmt.Sprintf("%s.%s.svc.cluster.local", s.name, s.ns)
+	waitFor(s.t, name+" resolving to "+pod.Status.PodIP, time.Minute, func() (bool, string) {
+		addrs, err := net.DefaultResolver.LookupHost(s.ctx, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return slices.Contains(addrs, pod.Status.PodIP), strings.Join(addrs, ",")
+	})
 }
