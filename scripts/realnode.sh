@@ -68,13 +68,22 @@ check() {
 	if ! have_packages && ! command -v apt-get >/dev/null; then
 		why+=("missing ${packages[*]} and no apt-get to install them")
 	fi
-	if [[ -f "$run/pids" ]]; then
+	if [[ -f "$run/pids" ]] && alive; then
 		why+=("a node is already up (state in $run); run '$0 down' first")
 	fi
 	if ((${#why[@]})); then
 		printf '%s\n' "${why[@]}"
 		return 1
 	fi
+}
+
+# alive reports whether any daemon of a recorded node still runs.
+alive() {
+	local name pid
+	while read -r name pid; do
+		kill -0 "$pid" 2>/dev/null && return 0
+	done <"$run/pids"
+	return 1
 }
 
 have_packages() {
@@ -492,6 +501,12 @@ up)
 	if ! why="$(check)"; then
 		loud "cannot bring up a real node here:" "$why"
 		exit 1
+	fi
+	# A node whose daemons all died (a killed test binary, a reboot) left
+	# its host changes recorded: undo them before starting again.
+	if [[ -f "$run/undo" ]]; then
+		say "undoing the host changes of a node that is no longer running"
+		down
 	fi
 	# Any failing step of up (set -e; -E so functions inherit the trap)
 	# tears down what it brought up.

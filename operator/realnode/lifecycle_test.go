@@ -345,7 +345,11 @@ func TestRotationRollsPodsAndInvalidatesApprovals(t *testing.T) {
 	if got := s.get().Status.CredentialVersion; got != "renderer-token@"+sec.ResourceVersion {
 		t.Errorf("status credential version %q; want the rotated Secret's renderer-token@%s", got, sec.ResourceVersion)
 	}
-	conn = s.approveIfPending()
+	// A rotation within the declared scope keeps the connection approved
+	// (the registry's rule); were it pending, no pod of it would start.
+	if c := s.connection(); c.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_APPROVED || c.GetConfigRevision() != rev {
+		t.Fatalf("connection after a rotation within scope: %v at revision %d; want approved at %d", c.GetReviewState(), c.GetConfigRevision(), rev)
+	}
 	pod2 := s.runningPod(rev)
 	s.onlyPodsOf(rev)
 	if pod2.UID == pod.UID {

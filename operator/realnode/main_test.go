@@ -38,7 +38,6 @@ import (
 // needs it (the static-binary test does not) and torn down by TestMain.
 var (
 	nodeOnce sync.Once
-	nodeUp   bool
 	// nodeErr says why there is no node.
 	nodeErr error
 	nodeEnv map[string]string
