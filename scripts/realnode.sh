@@ -2,9 +2,10 @@
 # Brings up and tears down a single-node Kubernetes cluster on this host,
 # from real parts: etcd and kube-apiserver (the envtest build), a kubelet,
 # kube-controller-manager and kube-scheduler built from source at the same
-# version, Debian's containerd and runc, the CNI bridge plugin, and a
-# registry on loopback serving locally built images. The operator's
-# real-node tests (operator/realnode) run MCPServers on it.
+# version, Debian's containerd and runc, the CNI bridge plugin, kube-router's
+# firewall enforcing NetworkPolicy, and a registry on loopback serving
+# locally built images. The operator's real-node tests (operator/realnode)
+# run MCPServers on it.
 #
 # Usage (root only):
 #   scripts/realnode.sh check        exit 0 if this host can run the node, else say why
@@ -19,12 +20,17 @@
 # Every host change `up` makes is recorded under the state directory
 # (V0M3_REALNODE_DIR, default /var/lib/v0m3-realnode) before it is made, and
 # `down` undoes it: daemons, mounts, pod network namespaces and veths, the
-# bridge, cgroups, sysctls the kubelet or CNI set, iptables, and every
-# directory created outside the state directory. `down` is safe to run
-# twice, and after a failed `up`.
+# bridge, cgroups, sysctls the kubelet or CNI set, every directory created
+# outside the state directory, and the iptables rules, chains and ipsets
+# that appeared since up. `down` is safe to run twice, and after a failed
+# `up`.
 set -euo pipefail
 
 K8S_VERSION=1.37.2
+# kube-router's firewall enforces NetworkPolicy on the node. Built with
+# go install at this version, so with exactly the dependencies upstream
+# tested (its client libraries are older than the node's).
+KUBE_ROUTER=github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@v2.1.0
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 src="$root/tools/realnode"
 goos="$(go env GOOS 2>/dev/null || echo linux)"
@@ -36,7 +42,7 @@ node_name=v0m3-realnode
 bridge=v0m3br0
 pod_cidr=10.244.0.0/24
 service_cidr=10.96.0.0/24
-packages=(containerd runc containernetworking-plugins iptables openssl curl)
+packages=(containerd runc containernetworking-plugins iptables ipset openssl curl)
 cni_bin=/usr/lib/cni
 # Sysctls the kubelet (protectKernelDefaults off) and the CNI bridge plugin
 # (isGateway) write; their values are restored by down.
@@ -88,7 +94,7 @@ alive() {
 
 have_packages() {
 	command -v containerd >/dev/null && command -v runc >/dev/null && [[ -x $cni_bin/bridge && -x $cni_bin/host-local && -x $cni_bin/loopback ]] &&
-		command -v iptables-save >/dev/null && command -v openssl >/dev/null && command -v curl >/dev/null
+		command -v iptables-save >/dev/null && command -v ipset >/dev/null && command -v openssl >/dev/null && command -v curl >/dev/null
 }
 
 ensure_packages() {
@@ -109,8 +115,8 @@ build() {
 	local apiserver
 	apiserver="$(bash "$root/scripts/envtest.sh")"
 	local stamp
-	stamp="k8s=$K8S_VERSION go=$(go env GOVERSION) wrappers=$(
-		cat "$src"/go.mod "$src"/go.sum "$src"/*/main.go "$src"/image/go.mod "$src"/image/go.sum | sha256sum | cut -c1-16
+	stamp="k8s=$K8S_VERSION kube-router=${KUBE_ROUTER#*@} go=$(go env GOVERSION) wrappers=$(
+		cat "$src"/go.mod "$src"/go.sum "$src"/*/main.go "$src"/image/go.{mod,sum} | sha256sum | cut -c1-16
 	)"
 	fresh() { [[ -f "$bin/.stamp" && "$(cat "$bin/.stamp")" == "$stamp" ]]; }
 	if ! fresh; then
@@ -131,8 +137,10 @@ build() {
 			say "building kubelet, kube-controller-manager, kube-scheduler v$K8S_VERSION (about 7 min cold on 2 cores after the envtest build)"
 			(cd "$src" && CGO_ENABLED=0 go build -trimpath \
 				-ldflags="-s -w -X $ver.gitVersion=v$K8S_VERSION -X $ver.gitMajor=1 -X $ver.gitMinor=$minor -X $ver.gitTreeState=clean" \
-				-o "$tmp/" ./kubelet ./kube-controller-manager ./kube-scheduler ./pause ./cri-clean)
+				-o "$tmp/" ./kubelet ./kube-controller-manager ./kube-scheduler ./pause ./cri-clean ./probe)
 			(cd "$src/image" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/image" .)
+			say "building kube-router (its NetworkPolicy controller)"
+			(cd "$tmp" && GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath -ldflags='-s -w' "$KUBE_ROUTER")
 			echo "$stamp" >"$tmp/.stamp"
 			rm -rf "$bin"
 			mv "$tmp" "$bin"
@@ -350,6 +358,7 @@ up() {
 		v="$(sysctl -n "$s" 2>/dev/null)" && record "sysctl $s $v"
 	done
 	rules >"$run/iptables.before"
+	ipset list -n 2>/dev/null | sort >"$run/ipset.before" || true
 	for d in "${fixed_dirs[@]}"; do
 		[[ -e "$d" ]] || record "rmdir-if-created $d"
 	done
@@ -398,6 +407,16 @@ up() {
 	start_daemon kubelet "$bin/kubelet" --config "$run/kubelet/config.yaml" --kubeconfig "$run/kubeconfig" \
 		--root-dir "$run/kubelet/root" --hostname-override "$node_name"
 	wait_for "node $node_name Ready" 180 node_ready
+	# The CNI bridge ignores NetworkPolicy; kube-router's firewall (iptables
+	# and ipset, on the bridge traffic br_netfilter hands to iptables)
+	# enforces it. down removes the rules and ipsets it adds (its own
+	# --cleanup-config crashes in this version and leaves them).
+	local health
+	health="$(free_port)"
+	start_daemon kube-router "$bin/kube-router" --run-router=false --run-service-proxy=false --run-firewall=true \
+		--kubeconfig "$run/kubeconfig" --hostname-override "$node_name" \
+		--service-cluster-ip-range "$service_cidr" --health-port "$health" --enable-ipv6=false
+	wait_for kube-router 60 curl -sf "http://127.0.0.1:$health/healthz"
 	say "up in $((SECONDS - start)) s; state in $run"
 	env_lines
 }
@@ -431,7 +450,7 @@ down() {
 		if [[ -S "$run/containerd/containerd.sock" && -x "$bin/cri-clean" ]]; then
 			"$bin/cri-clean" "unix://$run/containerd/containerd.sock" >&2 || failed=1
 		fi
-		for name in kube-scheduler kube-controller-manager kube-apiserver etcd containerd registry; do
+		for name in kube-router kube-scheduler kube-controller-manager kube-apiserver etcd containerd registry; do
 			p="$(pid_of "$name")"
 			[[ -n "$p" ]] && kill "$p" 2>/dev/null && wait_gone "$p"
 		done
@@ -470,6 +489,7 @@ down() {
 			esac
 		done < <(tac "$run/undo")
 	fi
+	undo_firewall
 	if [[ -f "$run/iptables.before" ]]; then
 		if ! diff <(rules) "$run/iptables.before" >/dev/null; then
 			say "iptables rules differ from before up; left as they are (rules added since):"
@@ -477,12 +497,41 @@ down() {
 			failed=1
 		fi
 	fi
+	if [[ -f "$run/ipset.before" ]] && ! diff <(ipset list -n 2>/dev/null | sort) "$run/ipset.before" >/dev/null; then
+		say "ipsets differ from before up; left as they are:"
+		diff <(ipset list -n 2>/dev/null | sort) "$run/ipset.before" >&2 || true
+		failed=1
+	fi
 	if ((failed)); then
 		loud "realnode down: some host changes could not be undone (see above); state kept in $run"
 		return 1
 	fi
 	rm -rf "$run"
 	say "down; every recorded host change undone"
+}
+
+# undo_firewall deletes the iptables rules, user chains and ipsets that
+# appeared since up (the kube-router firewall's), rules first, then chains,
+# then the sets they referenced. The daemons are stopped by then.
+undo_firewall() {
+	[[ -f "$run/iptables.before" ]] || return 0
+	local fam table line chain added
+	added="$(comm -13 <(sort "$run/iptables.before") <(rules | sort))"
+	while read -r fam table line; do
+		[[ "$line" == -A* ]] || continue
+		eval "$fam -t ${table#\*} -D ${line#-A }" || true
+	done <<<"$added"
+	while read -r fam table line; do
+		[[ "$line" == :* ]] || continue
+		chain="${line%% *}"
+		"$fam" -t "${table#\*}" -F "${chain#:}" || true
+		"$fam" -t "${table#\*}" -X "${chain#:}" || true
+	done <<<"$added"
+	if [[ -f "$run/ipset.before" ]]; then
+		comm -13 "$run/ipset.before" <(ipset list -n 2>/dev/null | sort) | while read -r set; do
+			ipset destroy "$set" || true
+		done
+	fi
 }
 
 wait_gone() {

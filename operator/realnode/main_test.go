@@ -54,6 +54,8 @@ var (
 	// fixtureImage holds nothing but the same binary, at another path: an
 	// "arbitrary" server image with no bridge, shell or libc of its own.
 	fixtureImage string
+	// probeImage holds tools/realnode/probe: one TCP dial from inside a pod.
+	probeImage string
 	// fixturePath is where fixtureImage holds the binary.
 	fixturePath = "/usr/local/bin/fixture"
 	// teardown runs, in reverse, what bringing the node up started.
@@ -196,6 +198,13 @@ func images() error {
 	}
 	if fixtureImage, err = script("image", "fixture", bin, fixturePath); err != nil {
 		return fmt.Errorf("push the fixture image: %w", err)
+	}
+	tools, err := script("build")
+	if err != nil {
+		return fmt.Errorf("scripts/realnode.sh build: %w", err)
+	}
+	if probeImage, err = script("image", "probe", filepath.Join(tools, "probe"), "/probe"); err != nil {
+		return fmt.Errorf("push the probe image: %w", err)
 	}
 	return nil
 }
