@@ -146,4 +146,3 @@ func layerTar(dst string, bin []byte) (io.ReadCloser, error) {
 	}
 	return io.NopCloser(&buf), nil
 }
-
