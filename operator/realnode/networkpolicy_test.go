@@ -20,8 +20,9 @@ import (
 // node (by kube-router's firewall): a pod of the server reaches the address
 // and port its egress allow-list names and nothing else, while a pod the
 // policy does not select reaches the same forbidden address (so the refusal
-// is the policy's, not the network's).
-func TestNetworkPolicyLimitsEgress(t *testing.T) {
+// is the policy's, not the network's); and only the adapter's pods reach the
+// server, not a pod elsewhere.
+func TestNetworkPolicyFencesTheServer(t *testing.T) {
 	t.Parallel()
 	needNode(t)
 	targets := namespace(t)
@@ -29,7 +30,7 @@ func TestNetworkPolicyLimitsEgress(t *testing.T) {
 	forbidden := targetPod(t, targets, "forbidden")
 
 	ns := namespace(t)
-	if err := k8s.Create(context.Background(), &v1alpha1.MCPServer{
+	s := apply(t, &v1alpha1.MCPServer{
 		ObjectMeta: metav1.ObjectMeta{Name: "fenced", Namespace: ns},
 		Spec: v1alpha1.MCPServerSpec{
 			Image:     fixtureImage,
@@ -39,34 +40,58 @@ func TestNetworkPolicyLimitsEgress(t *testing.T) {
 			Sandbox:   v1alpha1.SandboxSpec{Egress: []v1alpha1.EgressRule{{CIDR: allowed + "/32", Ports: []int32{8080}}}},
 			Owner:     "team-sources",
 		},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
+	fenced := s.runningPod(s.approveIfPending().GetConfigRevision()).Status.PodIP + ":8080"
 	waitFor(t, "the operator's NetworkPolicy", time.Minute, func() (bool, string) {
 		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "fenced"}, &networkingv1.NetworkPolicy{})
 		return err == nil, fmt.Sprint(err)
 	})
 
+	adapterNS := adapterNamespace(t)
 	server := map[string]string{controller.LabelServer: "fenced"}
+	adapter := map[string]string{"app.kubernetes.io/name": "v0m3", "app.kubernetes.io/component": "adapter"}
 	tests := []struct {
 		name   string
+		ns     string
 		labels map[string]string
 		target string
 		open   bool
 	}{
-		{"the server to its allowed egress", server, allowed + ":8080", true},
-		{"the server to an address not allowed", server, forbidden + ":8080", false},
-		{"an unselected pod to that address", nil, forbidden + ":8080", true},
+		{"the server to its allowed egress", ns, server, allowed + ":8080", true},
+		{"the server to an address not allowed", ns, server, forbidden + ":8080", false},
+		{"an unselected pod to that address", ns, nil, forbidden + ":8080", true},
+		{"an adapter pod to the server", adapterNS, adapter, fenced, true},
+		{"a pod in another namespace to the server", targets, nil, fenced, false},
+		{"an adapter-labelled pod outside the adapter's namespace to the server", targets, adapter, fenced, false},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := probe(t, ns, fmt.Sprintf("probe-%d", i), tt.labels, tt.target)
+			got := probe(t, tt.ns, fmt.Sprintf("probe-%d", i), tt.labels, tt.target)
 			if got != tt.open {
 				t.Errorf("connection to %s open = %v; want %v", tt.target, got, tt.open)
 			}
 		})
 	}
+}
+
+// adapterNamespace creates v0m3-system, where the operator's NetworkPolicies
+// admit the adapter's pods from, for as long as the test runs. Only this
+// test uses it.
+func adapterNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "v0m3-system", Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+	}}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatalf("create namespace v0m3-system: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := k8s.Delete(context.Background(), ns); err != nil {
+			t.Errorf("delete namespace v0m3-system: %v", err)
+		}
+	})
+	return ns.Name
 }
 
 // restrictedContainer is a container under the restricted Pod Security
