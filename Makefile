@@ -5,12 +5,16 @@ GO    ?= go
 BIN   := bin/v0m3
 DATA  ?= $(CURDIR)/.v0m3-data
 
-.PHONY: all build demo run bench test generate envtest hydra breaking check-generate lint vet fmt-check staticcheck unit fuzz chart third-party-mcp conformance redis clean
+.PHONY: all build demo run bench test generate envtest realnode hydra breaking check-generate lint vet fmt-check staticcheck unit fuzz chart third-party-mcp conformance redis clean
 
 all: build
 
-build: ## Build the v0m3 binary into bin/.
-	$(GO) build -o $(BIN) ./cmd/v0m3
+# The operator copies this binary into arbitrary MCP server images (the stdio
+# bridge), so it must not need a libc: CGO_ENABLED=0 links it statically.
+# skaffold.yaml builds the image with the same settings.
+STATIC := CGO_ENABLED=0
+build: ## Build the static v0m3 binary into bin/.
+	$(STATIC) $(GO) build -trimpath -o $(BIN) ./cmd/v0m3
 
 demo: build ## Run the first experiment end to end on the embedded store.
 	$(BIN) demo --data-dir "$$(mktemp -d)"
@@ -33,6 +37,21 @@ generate: ## Regenerate protobuf code, deepcopy functions, CRDs and the operator
 
 envtest: ## Build (once, cached) the kube-apiserver and etcd that the operator's tests start.
 	@bash scripts/envtest.sh >/dev/null
+
+# The real-node tests (operator/realnode) run MCPServers as pods on a
+# single-node cluster scripts/realnode.sh brings up and tears down: root on
+# Linux only. Where it cannot run, say so loudly; under CI, fail.
+realnode: envtest ## Build (once, cached) the kubelet, controller manager, scheduler and images of the real-node tests.
+	@if why="$$(bash scripts/realnode.sh check)"; then \
+	  bash scripts/realnode.sh build >/dev/null; \
+	else \
+	  echo "################################################################"; \
+	  echo "### The real-node tests cannot run here; they will be SKIPPED:"; \
+	  echo "$$why" | sed 's/^/###   /'; \
+	  echo "### They prove MCPServers become running, sandboxed pods. Run make test as root on Linux."; \
+	  echo "################################################################"; \
+	  if [ -n "$$CI" ]; then echo "CI is set: failing"; exit 1; fi; \
+	fi
 
 hydra: ## Build (once, cached) the Ory Hydra authorization server that the bearer-token tests start.
 	@bash scripts/hydra.sh >/dev/null
@@ -83,7 +102,7 @@ third-party-mcp: ## Install the pinned third-party MCP servers the adapter tests
 conformance: ## Install (once, cached) Node 22 and the pinned official MCP conformance runner that services/conformance runs.
 	bash scripts/conformance.sh
 
-unit: third-party-mcp conformance redis envtest hydra ## go test -race for every package.
+unit: third-party-mcp conformance redis envtest realnode hydra ## go test -race for every package.
 	$(GO) test -race -count=1 -timeout 45m ./...
 
 test: check-generate fmt-check vet staticcheck chart unit fuzz ## Everything CI runs (unit includes the generated-code drift test).
