@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,6 +21,7 @@ import (
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	"github.com/v0m3/v0m3/operator/controller"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/identity"
 )
 
 // waitFor polls until cond holds. The deadline only bounds a broken run;
@@ -188,4 +191,77 @@ func TestManagerDeclaresDefinitions(t *testing.T) {
 		got.GetState() != registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED {
 		t.Errorf("profile after deletion = %v, %v; want deprecated", got, err)
 	}
+}
+
+// Under a running manager, the operator follows the registry's events: a
+// discovery snapshot recorded after the operator has settled the server
+// turns Discovered True without waiting for the two-minute resync (this
+// test gives up after one minute).
+func TestManagerFollowsRegistryEvents(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	skip := true
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:     scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{f.ns: {}}},
+		Controller: config.Controller{SkipNameValidation: &skip},
+	})
+	if err != nil {
+		t.Fatalf("manager: %v", err)
+	}
+	r := &controller.Reconciler{Client: mgr.GetClient(), Scheme: scheme, Registry: registry, Events: mgr.GetEventRecorder("v0m3-operator"), Options: f.r.Options}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	f.secret("search-token", "first")
+	f.create(f.stdioServer("notes"))
+	var s v1alpha1.MCPServer
+	waitFor(t, "registration", func() bool {
+		return k8s.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "notes"}, &s) == nil && s.Status.ConnectionID != ""
+	})
+	f.approve("notes")
+	// The operator applies the Deployment once it sees the approval; from
+	// then on, without registry events, it would look again only at its
+	// resync.
+	waitFor(t, "the Deployment after approval", func() bool {
+		var d appsv1.Deployment
+		return k8s.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "notes"}, &d) == nil
+	})
+	waitFor(t, "Discovered False while nothing was discovered", func() bool {
+		return k8s.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "notes"}, &s) == nil &&
+			conditionIs(s.Status.Conditions, v1alpha1.ConditionDiscovered, metav1.ConditionFalse)
+	})
+
+	adapterPeer, err := services.PeerClients(identity.Adapter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adapterPeer.Registry.RecordSnapshot(f.ctx, &registryv1.RecordSnapshotRequest{Snapshot: &registryv1.DiscoverySnapshot{
+		ConnectionId: s.Status.ConnectionID, ConfigRevision: s.Status.ConfigRevision,
+		ServerInfo: &registryv1.ServerInfo{Name: "notes", Version: "1.0.0"}, ProtocolVersion: "2025-06-18",
+		Tools: []*registryv1.ToolIdentity{{Name: "search", Description: "Search notes."}},
+	}}); err != nil {
+		t.Fatalf("record snapshot: %v", err)
+	}
+	waitFor(t, "Discovered True after the snapshot was recorded", func() bool {
+		return k8s.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "notes"}, &s) == nil &&
+			conditionIs(s.Status.Conditions, v1alpha1.ConditionDiscovered, metav1.ConditionTrue) && s.Status.LatestSnapshotDigest != ""
+	})
+}
+
+// conditionIs says whether conds holds typ with status st.
+func conditionIs(conds []metav1.Condition, typ string, st metav1.ConditionStatus) bool {
+	c := meta.FindStatusCondition(conds, typ)
+	return c != nil && c.Status == st
 }

@@ -19,9 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -113,6 +115,18 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}); err != nil {
 		return fmt.Errorf("index MCPServers by Secret: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.MCPServer{}, connectionIndex, func(o client.Object) []string {
+		if id := o.(*v1alpha1.MCPServer).Status.ConnectionID; id != "" {
+			return []string{id}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index MCPServers by connection: %w", err)
+	}
+	watch := &registryWatch{client: mgr.GetClient(), registry: r.Registry, events: make(chan event.TypedGenericEvent[*v1alpha1.MCPServer])}
+	if err := mgr.Add(watch); err != nil {
+		return fmt.Errorf("watch registry events: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.MCPServer{}).
 		Owns(&corev1.ServiceAccount{}).
@@ -120,6 +134,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Owns(&appsv1.Deployment{}).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.serversUsingSecret), builder.OnlyMetadata).
+		WatchesRawSource(source.Channel(watch.events, &handler.TypedEnqueueRequestForObject[*v1alpha1.MCPServer]{})).
 		Complete(r)
 }
 
