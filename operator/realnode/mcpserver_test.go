@@ -169,12 +169,12 @@ func waiting(p *corev1.Pod) string {
 }
 
 // condition waits for the server's condition typ to have status want, and
-// returns it. The operator looks at the registry on its own every two
-// minutes (it cannot watch it); an annotation nudges a reconcile sooner.
+// returns it. Nothing nudges the operator: it follows the registry's event
+// stream, so a snapshot or a review reaches the condition well within the
+// minute this waits, while its own resync is two minutes away.
 func (s *server) condition(typ string, want metav1.ConditionStatus) metav1.Condition {
 	s.t.Helper()
 	var c metav1.Condition
-	nudged := time.Time{}
 	waitFor(s.t, fmt.Sprintf("condition %s=%s", typ, want), time.Minute, func() (bool, string) {
 		m := s.get()
 		if got := meta.FindStatusCondition(m.Status.Conditions, typ); got != nil {
@@ -182,15 +182,6 @@ func (s *server) condition(typ string, want metav1.ConditionStatus) metav1.Condi
 			if c.Status == want {
 				return true, ""
 			}
-		}
-		if time.Since(nudged) > 5*time.Second {
-			nudged = time.Now()
-			patch := client.MergeFrom(m.DeepCopy())
-			if m.Annotations == nil {
-				m.Annotations = map[string]string{}
-			}
-			m.Annotations["v0m3.dev/realnode-nudge"] = nudged.Format(time.RFC3339Nano)
-			_ = k8s.Patch(s.ctx, m, patch)
 		}
 		return false, fmt.Sprintf("%+v", c)
 	})
