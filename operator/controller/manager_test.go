@@ -37,13 +37,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// Under a running manager, the wiring does the work: the MCPServer is
-// registered on its own, Events are recorded, and updating the Secret (seen
-// through the metadata-only watch and the field index) rotates the
-// credential into a new config revision.
-func TestManagerRotatesOnSecretChange(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
+// startManager runs the MCPServer reconciler under a real manager that
+// sees only the fixture's namespace, until the test ends.
+func (f *fixture) startManager() {
+	f.t.Helper()
 	skip := true
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     scheme,
@@ -52,27 +49,32 @@ func TestManagerRotatesOnSecretChange(t *testing.T) {
 		Controller: config.Controller{SkipNameValidation: &skip},
 	})
 	if err != nil {
-		t.Fatalf("manager: %v", err)
+		f.t.Fatalf("manager: %v", err)
 	}
-	r := &controller.Reconciler{
-		Client:   mgr.GetClient(),
-		Scheme:   scheme,
-		Registry: registry,
-		Events:   mgr.GetEventRecorder("v0m3-operator"),
-		Options:  f.r.Options,
-	}
+	r := &controller.Reconciler{Client: mgr.GetClient(), Scheme: scheme, Registry: registry, Events: mgr.GetEventRecorder("v0m3-operator"), Options: f.r.Options}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		t.Fatalf("setup: %v", err)
+		cancel()
+		f.t.Fatalf("setup: %v", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
+	f.t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
+			f.t.Errorf("manager: %v", err)
 		}
 	})
+}
+
+// Under a running manager, the wiring does the work: the MCPServer is
+// registered on its own, Events are recorded, and updating the Secret (seen
+// through the metadata-only watch and the field index) rotates the
+// credential into a new config revision.
+func TestManagerRotatesOnSecretChange(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startManager()
 
 	sec := f.secret("search-token", "first")
 	f.create(f.stdioServer("search"))
@@ -200,29 +202,7 @@ func TestManagerDeclaresDefinitions(t *testing.T) {
 func TestManagerFollowsRegistryEvents(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	skip := true
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:     scheme,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{f.ns: {}}},
-		Controller: config.Controller{SkipNameValidation: &skip},
-	})
-	if err != nil {
-		t.Fatalf("manager: %v", err)
-	}
-	r := &controller.Reconciler{Client: mgr.GetClient(), Scheme: scheme, Registry: registry, Events: mgr.GetEventRecorder("v0m3-operator"), Options: f.r.Options}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		t.Fatalf("setup: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	f.startManager()
 
 	f.secret("search-token", "first")
 	f.create(f.stdioServer("notes"))

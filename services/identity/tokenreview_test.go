@@ -27,6 +27,35 @@ import (
 // and a forged one are refused.
 func TestTokenReviewAgainstAPIServer(t *testing.T) {
 	t.Parallel()
+	cs, ns, token := serviceAccount(t, "writer")
+	ctx := context.Background()
+	review := &identity.TokenReview{Client: cs.AuthenticationV1().TokenReviews(), Audiences: []string{"v0m3"}}
+
+	c, err := review.Authenticate(ctx, token("v0m3"))
+	if err != nil {
+		t.Fatalf("a token the API server issued for v0m3 was refused: %v", err)
+	}
+	if want := "system:serviceaccount:" + ns + ":writer"; c.ID != want || !slices.Contains(c.Groups, "system:serviceaccounts:"+ns) || c.Issuer != "kubernetes" {
+		t.Fatalf("caller = %+v, want %s in its namespace's group", c, want)
+	}
+	for name, tok := range map[string]string{
+		"another audience": token("someone-else"),
+		"forged":           tamper(token("v0m3")),
+		"not a token":      "hello",
+	} {
+		_, err := review.Authenticate(ctx, tok)
+		var ae *identity.AuthError
+		if !errors.As(err, &ae) || (ae.Reason != "TOKEN_INVALID" && ae.Reason != "TOKEN_AUDIENCE_MISMATCH") {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+	}
+}
+
+// serviceAccount starts a kube-apiserver holding ServiceAccount name in a
+// namespace of its own, and returns a client, the namespace and a function
+// that has the API server issue the account a token for an audience.
+func serviceAccount(t *testing.T, name string) (*kubernetes.Clientset, string, func(audience string) string) {
+	t.Helper()
 	assets, err := testkit.EnvtestAssets()
 	if err != nil {
 		t.Fatal(err)
@@ -42,41 +71,21 @@ func TestTokenReviewAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "writer-"}}, metav1.CreateOptions{})
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "writer"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	token := func(audience string) string {
+	return cs, ns.Name, func(audience string) string {
 		t.Helper()
-		tr, err := cs.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, "writer",
+		tr, err := cs.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, name,
 			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("request token: %v", err)
 		}
 		return tr.Status.Token
-	}
-	review := &identity.TokenReview{Client: cs.AuthenticationV1().TokenReviews(), Audiences: []string{"v0m3"}}
-
-	c, err := review.Authenticate(ctx, token("v0m3"))
-	if err != nil {
-		t.Fatalf("a token the API server issued for v0m3 was refused: %v", err)
-	}
-	if want := "system:serviceaccount:" + ns.Name + ":writer"; c.ID != want || !slices.Contains(c.Groups, "system:serviceaccounts:"+ns.Name) || c.Issuer != "kubernetes" {
-		t.Fatalf("caller = %+v, want %s in its namespace's group", c, want)
-	}
-	for name, tok := range map[string]string{
-		"another audience": token("someone-else"),
-		"forged":           tamper(token("v0m3")),
-		"not a token":      "hello",
-	} {
-		_, err := review.Authenticate(ctx, tok)
-		var ae *identity.AuthError
-		if !errors.As(err, &ae) || (ae.Reason != "TOKEN_INVALID" && ae.Reason != "TOKEN_AUDIENCE_MISMATCH") {
-			t.Errorf("%s: %v, want refused", name, err)
-		}
 	}
 }
 
@@ -111,45 +120,16 @@ func (c *countingReviewer) Create(ctx context.Context, tr *authnv1.TokenReview, 
 // accepted after its expiry.
 func TestTokenReviewReusesAnswers(t *testing.T) {
 	t.Parallel()
-	assets, err := testkit.EnvtestAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start kube-apiserver: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, ns, token := serviceAccount(t, "product")
 	ctx := context.Background()
-	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "caller-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "product"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	token := func(seconds int64) string {
-		t.Helper()
-		tr, err := cs.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, "product",
-			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{"v0m3"}, ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("request token: %v", err)
-		}
-		return tr.Status.Token
-	}
 	client := &countingReviewer{TokenReviewer: cs.AuthenticationV1().TokenReviews()}
 	const ttl = 2 * time.Second
 	review := &identity.TokenReview{Client: client, Audiences: []string{"v0m3"}, CacheTTL: ttl}
 	authenticate := func(tok string) (identity.Caller, error) { return review.Authenticate(ctx, tok) }
 
-	first, second := token(3600), token(3600)
+	first, second := token("v0m3"), token("v0m3")
 	for range 5 {
-		if c, err := authenticate(first); err != nil || c.ID != "system:serviceaccount:"+ns.Name+":product" {
+		if c, err := authenticate(first); err != nil || c.ID != "system:serviceaccount:"+ns+":product" {
 			t.Fatalf("authenticate = %+v, %v", c, err)
 		}
 	}
