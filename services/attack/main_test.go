@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -22,26 +22,13 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "v0m3-attack-bin-")
+	bins, cleanup, err := testkit.BuildBinaries("github.com/v0m3/v0m3/services/adapter/internal/fixturecmd", "github.com/v0m3/v0m3/cmd/v0m3")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	// Readable by a server running as an identity of its own.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fixtureBin, v0m3Bin = filepath.Join(dir, "fixture"), filepath.Join(dir, "v0m3")
-	for bin, pkg := range map[string]string{fixtureBin: "github.com/v0m3/v0m3/services/adapter/internal/fixturecmd", v0m3Bin: "github.com/v0m3/v0m3/cmd/v0m3"} {
-		build := exec.Command("go", "build", "-o", bin, pkg)
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", pkg+":", err)
-			return 1
-		}
-	}
+	defer cleanup()
+	fixtureBin, v0m3Bin = bins[0], bins[1]
 	return m.Run()
 }
 

@@ -5,12 +5,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/loadgen"
 )
 
@@ -19,26 +19,14 @@ import (
 var v0m3Bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "v0m3-loadgen-bin-")
+	bins, cleanup, err := testkit.BuildBinaries("github.com/v0m3/v0m3/cmd/v0m3")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// A root adapter runs each stdio server under a uid of its own, which
-	// must reach the binary.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	v0m3Bin = filepath.Join(dir, "v0m3")
-	build := exec.Command("go", "build", "-o", v0m3Bin, "github.com/v0m3/v0m3/cmd/v0m3")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build v0m3:", err)
-		os.Exit(1)
-	}
+	v0m3Bin = bins[0]
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
