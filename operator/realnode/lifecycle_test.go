@@ -140,11 +140,7 @@ func TestGovernedCallDriftAndRemoval(t *testing.T) {
 	needNode(t)
 	ns := namespace(t)
 	s := stdioServer(t, ns, "sources", "first-token")
-	m := s.get()
-	m.Spec.Args = append(m.Spec.Args, "--call-log", "/work/calls.jsonl")
-	if err := k8s.Update(s.ctx, m); err != nil {
-		t.Fatal(err)
-	}
+	s.edit(func(m *v1alpha1.MCPServer) { m.Spec.Args = append(m.Spec.Args, "--call-log", "/work/calls.jsonl") })
 	conn := s.approveIfPending()
 	pod := s.runningPod(conn.GetConfigRevision())
 	s.resolves(pod)
@@ -199,11 +195,7 @@ func TestGovernedCallDriftAndRemoval(t *testing.T) {
 	}
 
 	// A new server version whose tool describes itself differently.
-	m = s.get()
-	m.Spec.Args = append(m.Spec.Args, "--description", "private")
-	if err := k8s.Update(s.ctx, m); err != nil {
-		t.Fatal(err)
-	}
+	s.edit(func(m *v1alpha1.MCPServer) { m.Spec.Args = append(m.Spec.Args, "--description", "private") })
 	rev := s.revision(conn.GetConfigRevision())
 	conn = s.approveIfPending()
 	pod2 := s.runningPod(rev)

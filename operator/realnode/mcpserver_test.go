@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
@@ -99,6 +100,21 @@ func (s *server) get() *v1alpha1.MCPServer {
 		s.t.Fatalf("get MCPServer: %v", err)
 	}
 	return &m
+}
+
+// edit changes the MCPServer's spec as a person would with kubectl edit:
+// read, change, write, and on a conflict with the operator's own status
+// writes read again and retry.
+func (s *server) edit(change func(*v1alpha1.MCPServer)) {
+	s.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m := s.get()
+		change(m)
+		return k8s.Update(s.ctx, m)
+	})
+	if err != nil {
+		s.t.Fatalf("edit MCPServer: %v", err)
+	}
 }
 
 // as is ctx carrying person p's token.
