@@ -369,18 +369,23 @@ func TestRendererFaults(t *testing.T) {
 		attempts int
 		renders  int
 		resolved string // in the last attempt's resolution
+		// timeout bounds each attempt. The renderer that replies late
+		// needs it below its 4 s delay; the one that is down needs room
+		// for the adapter's connect retries on a loaded machine, which
+		// the outcome does not depend on.
+		timeout time.Duration
 	}{
 		{"down before the request reaches it", []string{"--down-if-exists", "DOWN"}, orchestratorv1.RequestState_REQUEST_STATE_FAILED,
-			adapterv1.Outcome_OUTCOME_UNAVAILABLE, 2, 0, "no automatic attempt left"},
+			adapterv1.Outcome_OUTCOME_UNAVAILABLE, 2, 0, "no automatic attempt left", 20 * time.Second},
 		{"dies after committing the artifact", []string{"--mode", renderer.ModeCrashAfterRender}, orchestratorv1.RequestState_REQUEST_STATE_EXECUTED,
-			adapterv1.Outcome_OUTCOME_OK, 1, 1, "server's status"},
+			adapterv1.Outcome_OUTCOME_OK, 1, 1, "server's status", 2 * time.Second},
 		{"replies after the client has gone", []string{"--delay", "4s"}, orchestratorv1.RequestState_REQUEST_STATE_EXECUTED,
-			adapterv1.Outcome_OUTCOME_OK, 1, 1, "server's status"},
+			adapterv1.Outcome_OUTCOME_OK, 1, 1, "server's status", 2 * time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := startWithOrchestrator(t, orchestrator.Deps{AttemptTimeout: 2 * time.Second})
+			c := startWithOrchestrator(t, orchestrator.Deps{AttemptTimeout: tc.timeout})
 			down := filepath.Join(testkit.WritableDir(t), "down")
 			args := append([]string(nil), tc.args...)
 			for i, a := range args {
