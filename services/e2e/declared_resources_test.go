@@ -166,7 +166,8 @@ func rawExtension(t *testing.T, v any) runtime.RawExtension {
 	return runtime.RawExtension{Raw: b}
 }
 
-// waitUntil polls until cond holds; the deadline only bounds a broken run.
+// waitUntil polls until cond holds, for events a test waits on but does
+// not cause; the deadline only bounds a broken run.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)

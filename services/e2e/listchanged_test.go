@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"path/filepath"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -34,13 +33,9 @@ func TestListChangedSendsMappingToReview(t *testing.T) {
 
 	// Waiting for an event the test does not cause: the server's own
 	// change. The bound is generous; nothing here measures speed.
-	deadline := time.Now().Add(60 * time.Second)
-	for w.mappingNow().GetState() != registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED {
-		if time.Now().After(deadline) {
-			t.Fatalf("the mapping is still %v after the server changed its tool", w.mappingNow().GetState())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(t, "the mapping to need review after the server changed its tool", func() bool {
+		return w.mappingNow().GetState() == registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED
+	})
 	snaps, err := w.s.Registry.ListSnapshots(ctx, &registryv1.ListSnapshotsRequest{ConnectionId: w.conn.GetId()})
 	if err != nil {
 		t.Fatal(err)
