@@ -94,8 +94,12 @@ func TestJWTVerification(t *testing.T) {
 	now := time.Now()
 	good := newSigner(t, "k1")
 	other := newSigner(t, "k1") // same key id, different key
+	// The clock is pinned: the parallel subtests may start seconds later,
+	// and the margins below (20 s into a 30 s skew) are about the rule,
+	// not about how soon the test runs.
 	authn, err := identity.NewJWT(context.Background(), identity.JWTConfig{
 		Issuer: testIssuer, Audience: testAudience, JWKSFile: writeJWKS(t, good.jwks()), Skew: 30 * time.Second,
+		Now: func() time.Time { return now },
 	})
 	if err != nil {
 		t.Fatal(err)
