@@ -7,8 +7,9 @@
 package orchestratorv1
 
 import (
-	v11 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	v12 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	v1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	v11 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -291,8 +292,10 @@ func (ApprovalBinding) EnumDescriptor() ([]byte, []int) {
 	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
 }
 
-// SourceRef is one source the workflow allows a task to read. The model
-// never sees its URI; it gets a handle labelled with the title.
+// SourceRef is one target the workflow allows a task to reach: a source to
+// read, or, in the artifact and destination scopes, an artifact to use or
+// a destination to deliver to. The model never sees its URI; it gets a
+// handle labelled with the title.
 type SourceRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Resource URI in the server's namespace.
@@ -384,8 +387,12 @@ type Task struct {
 	// when the task starts. Empty for tasks started before profiles, whose
 	// purpose is the kind's name in lower snake case.
 	PolicyPurpose string `protobuf:"bytes,15,opt,name=policy_purpose,json=policyPurpose,proto3" json:"policy_purpose,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Artifacts the task may use (artifact handles).
+	ArtifactScope []*SourceRef `protobuf:"bytes,20,rep,name=artifact_scope,json=artifactScope,proto3" json:"artifact_scope,omitempty"`
+	// Destinations the task may deliver to (destination handles).
+	DestinationScope []*SourceRef `protobuf:"bytes,21,rep,name=destination_scope,json=destinationScope,proto3" json:"destination_scope,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -523,6 +530,20 @@ func (x *Task) GetPolicyPurpose() string {
 	return ""
 }
 
+func (x *Task) GetArtifactScope() []*SourceRef {
+	if x != nil {
+		return x.ArtifactScope
+	}
+	return nil
+}
+
+func (x *Task) GetDestinationScope() []*SourceRef {
+	if x != nil {
+		return x.DestinationScope
+	}
+	return nil
+}
+
 // HandleOffer is a handle in the catalogue.
 type HandleOffer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -531,7 +552,9 @@ type HandleOffer struct {
 	// Label.
 	Label string `protobuf:"bytes,2,opt,name=label,proto3" json:"label,omitempty"`
 	// Expiry.
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// Kind: the handle fills only handle fields of this kind.
+	Kind          v11.HandleKind `protobuf:"varint,20,opt,name=kind,proto3,enum=v0m3.registry.v1.HandleKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -587,6 +610,78 @@ func (x *HandleOffer) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *HandleOffer) GetKind() v11.HandleKind {
+	if x != nil {
+		return x.Kind
+	}
+	return v11.HandleKind(0)
+}
+
+// HandleFieldOffer says that one product field takes a handle, and which
+// kind.
+type HandleFieldOffer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Top-level product field name.
+	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	// Kind of handle the field takes.
+	Kind v11.HandleKind `protobuf:"varint,2,opt,name=kind,proto3,enum=v0m3.registry.v1.HandleKind" json:"kind,omitempty"`
+	// What the handle names, in product words.
+	RefersTo      string `protobuf:"bytes,3,opt,name=refers_to,json=refersTo,proto3" json:"refers_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandleFieldOffer) Reset() {
+	*x = HandleFieldOffer{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandleFieldOffer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandleFieldOffer) ProtoMessage() {}
+
+func (x *HandleFieldOffer) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandleFieldOffer.ProtoReflect.Descriptor instead.
+func (*HandleFieldOffer) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HandleFieldOffer) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *HandleFieldOffer) GetKind() v11.HandleKind {
+	if x != nil {
+		return x.Kind
+	}
+	return v11.HandleKind(0)
+}
+
+func (x *HandleFieldOffer) GetRefersTo() string {
+	if x != nil {
+		return x.RefersTo
+	}
+	return ""
+}
+
 // OfferedCapability is one capability in model context.
 type OfferedCapability struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -594,7 +689,10 @@ type OfferedCapability struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Local description authored around the product consequence.
 	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
-	// Product input schema.
+	// Product input schema as the model sees it: the capability's declared
+	// schema with each handle field listing the task's handles for it as
+	// "oneOf" of {"const": handle, "title": label}, so a tool call can only
+	// pick one. Never a URI.
 	InputSchema *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
 	// Handles the model may pass in handle fields.
 	Handles []*HandleOffer `protobuf:"bytes,4,rep,name=handles,proto3" json:"handles,omitempty"`
@@ -602,13 +700,19 @@ type OfferedCapability struct {
 	MappingId string `protobuf:"bytes,5,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
 	// Mapping revision in force when offered.
 	MappingRevision int64 `protobuf:"varint,6,opt,name=mapping_revision,json=mappingRevision,proto3" json:"mapping_revision,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The product fields that take handles, and of which kind.
+	HandleFields []*HandleFieldOffer `protobuf:"bytes,20,rep,name=handle_fields,json=handleFields,proto3" json:"handle_fields,omitempty"`
+	// "sha256:" + hex of the canonical JSON of the declared input schema
+	// (before handles were listed in it): the contract the request is held
+	// to.
+	InputSchemaDigest string `protobuf:"bytes,21,opt,name=input_schema_digest,json=inputSchemaDigest,proto3" json:"input_schema_digest,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *OfferedCapability) Reset() {
 	*x = OfferedCapability{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +724,7 @@ func (x *OfferedCapability) String() string {
 func (*OfferedCapability) ProtoMessage() {}
 
 func (x *OfferedCapability) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +737,7 @@ func (x *OfferedCapability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OfferedCapability.ProtoReflect.Descriptor instead.
 func (*OfferedCapability) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *OfferedCapability) GetName() string {
@@ -678,6 +782,20 @@ func (x *OfferedCapability) GetMappingRevision() int64 {
 	return 0
 }
 
+func (x *OfferedCapability) GetHandleFields() []*HandleFieldOffer {
+	if x != nil {
+		return x.HandleFields
+	}
+	return nil
+}
+
+func (x *OfferedCapability) GetInputSchemaDigest() string {
+	if x != nil {
+		return x.InputSchemaDigest
+	}
+	return ""
+}
+
 // OfferedCatalogue is what one task was offered, recorded per task.
 type OfferedCatalogue struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -697,7 +815,7 @@ type OfferedCatalogue struct {
 
 func (x *OfferedCatalogue) Reset() {
 	*x = OfferedCatalogue{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +827,7 @@ func (x *OfferedCatalogue) String() string {
 func (*OfferedCatalogue) ProtoMessage() {}
 
 func (x *OfferedCatalogue) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +840,7 @@ func (x *OfferedCatalogue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OfferedCatalogue.ProtoReflect.Descriptor instead.
 func (*OfferedCatalogue) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OfferedCatalogue) GetTaskId() string {
@@ -781,14 +899,20 @@ type StartTaskRequest struct {
 	// planner derives the task's needed capabilities, purpose and default
 	// budget from its current revision. A deprecated or unknown profile
 	// fails.
-	Profile       string `protobuf:"bytes,7,opt,name=profile,proto3" json:"profile,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Profile string `protobuf:"bytes,7,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Artifacts the task may use, e.g. a rendered preview by digest; the
+	// model gets artifact handles for them.
+	ArtifactScope []*SourceRef `protobuf:"bytes,20,rep,name=artifact_scope,json=artifactScope,proto3" json:"artifact_scope,omitempty"`
+	// Destinations the task may deliver to; the model gets destination
+	// handles for them.
+	DestinationScope []*SourceRef `protobuf:"bytes,21,rep,name=destination_scope,json=destinationScope,proto3" json:"destination_scope,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StartTaskRequest) Reset() {
 	*x = StartTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +924,7 @@ func (x *StartTaskRequest) String() string {
 func (*StartTaskRequest) ProtoMessage() {}
 
 func (x *StartTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +937,7 @@ func (x *StartTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTaskRequest.ProtoReflect.Descriptor instead.
 func (*StartTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StartTaskRequest) GetKind() TaskKind {
@@ -858,6 +982,20 @@ func (x *StartTaskRequest) GetProfile() string {
 	return ""
 }
 
+func (x *StartTaskRequest) GetArtifactScope() []*SourceRef {
+	if x != nil {
+		return x.ArtifactScope
+	}
+	return nil
+}
+
+func (x *StartTaskRequest) GetDestinationScope() []*SourceRef {
+	if x != nil {
+		return x.DestinationScope
+	}
+	return nil
+}
+
 // StartTaskResponse is a started task and its catalogue.
 type StartTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -871,7 +1009,7 @@ type StartTaskResponse struct {
 
 func (x *StartTaskResponse) Reset() {
 	*x = StartTaskResponse{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +1021,7 @@ func (x *StartTaskResponse) String() string {
 func (*StartTaskResponse) ProtoMessage() {}
 
 func (x *StartTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1034,7 @@ func (x *StartTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTaskResponse.ProtoReflect.Descriptor instead.
 func (*StartTaskResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StartTaskResponse) GetTask() *Task {
@@ -924,7 +1062,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1074,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1087,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -970,7 +1108,7 @@ type GetCatalogueRequest struct {
 
 func (x *GetCatalogueRequest) Reset() {
 	*x = GetCatalogueRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1120,7 @@ func (x *GetCatalogueRequest) String() string {
 func (*GetCatalogueRequest) ProtoMessage() {}
 
 func (x *GetCatalogueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1133,7 @@ func (x *GetCatalogueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCatalogueRequest.ProtoReflect.Descriptor instead.
 func (*GetCatalogueRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetCatalogueRequest) GetTaskId() string {
@@ -1031,7 +1169,7 @@ type QuotedExcerpt struct {
 
 func (x *QuotedExcerpt) Reset() {
 	*x = QuotedExcerpt{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1181,7 @@ func (x *QuotedExcerpt) String() string {
 func (*QuotedExcerpt) ProtoMessage() {}
 
 func (x *QuotedExcerpt) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1194,7 @@ func (x *QuotedExcerpt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotedExcerpt.ProtoReflect.Descriptor instead.
 func (*QuotedExcerpt) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *QuotedExcerpt) GetObservationId() string {
@@ -1125,11 +1263,11 @@ type Attempt struct {
 	// Number, starting at 1.
 	Number int32 `protobuf:"varint,3,opt,name=number,proto3" json:"number,omitempty"`
 	// Furthest delivery stage persisted.
-	Stage v11.DeliveryStage `protobuf:"varint,4,opt,name=stage,proto3,enum=v0m3.adapter.v1.DeliveryStage" json:"stage,omitempty"`
+	Stage v12.DeliveryStage `protobuf:"varint,4,opt,name=stage,proto3,enum=v0m3.adapter.v1.DeliveryStage" json:"stage,omitempty"`
 	// Outcome.
-	Outcome v11.Outcome `protobuf:"varint,5,opt,name=outcome,proto3,enum=v0m3.adapter.v1.Outcome" json:"outcome,omitempty"`
+	Outcome v12.Outcome `protobuf:"varint,5,opt,name=outcome,proto3,enum=v0m3.adapter.v1.Outcome" json:"outcome,omitempty"`
 	// Failure evidence.
-	Error *v11.ErrorEvidence `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Error *v12.ErrorEvidence `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	// Started.
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	// Finished.
@@ -1144,7 +1282,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1294,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1307,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Attempt) GetId() string {
@@ -1193,21 +1331,21 @@ func (x *Attempt) GetNumber() int32 {
 	return 0
 }
 
-func (x *Attempt) GetStage() v11.DeliveryStage {
+func (x *Attempt) GetStage() v12.DeliveryStage {
 	if x != nil {
 		return x.Stage
 	}
-	return v11.DeliveryStage(0)
+	return v12.DeliveryStage(0)
 }
 
-func (x *Attempt) GetOutcome() v11.Outcome {
+func (x *Attempt) GetOutcome() v12.Outcome {
 	if x != nil {
 		return x.Outcome
 	}
-	return v11.Outcome(0)
+	return v12.Outcome(0)
 }
 
-func (x *Attempt) GetError() *v11.ErrorEvidence {
+func (x *Attempt) GetError() *v12.ErrorEvidence {
 	if x != nil {
 		return x.Error
 	}
@@ -1287,7 +1425,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1437,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1450,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Approval) GetId() string {
@@ -1452,7 +1590,7 @@ type GetApprovalRequest struct {
 
 func (x *GetApprovalRequest) Reset() {
 	*x = GetApprovalRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1602,7 @@ func (x *GetApprovalRequest) String() string {
 func (*GetApprovalRequest) ProtoMessage() {}
 
 func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1615,7 @@ func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetApprovalRequest) GetRequestId() string {
@@ -1505,7 +1643,7 @@ type ToolRequest struct {
 	// Output only. State.
 	State RequestState `protobuf:"varint,7,opt,name=state,proto3,enum=v0m3.orchestrator.v1.RequestState" json:"state,omitempty"`
 	// Output only. Outcome of the last attempt.
-	Outcome v11.Outcome `protobuf:"varint,8,opt,name=outcome,proto3,enum=v0m3.adapter.v1.Outcome" json:"outcome,omitempty"`
+	Outcome v12.Outcome `protobuf:"varint,8,opt,name=outcome,proto3,enum=v0m3.adapter.v1.Outcome" json:"outcome,omitempty"`
 	// Output only. Attempts.
 	Attempts []*Attempt `protobuf:"bytes,9,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	// Output only. Quoted excerpts, for retrievals.
@@ -1550,7 +1688,7 @@ type ToolRequest struct {
 
 func (x *ToolRequest) Reset() {
 	*x = ToolRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1700,7 @@ func (x *ToolRequest) String() string {
 func (*ToolRequest) ProtoMessage() {}
 
 func (x *ToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1713,7 @@ func (x *ToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRequest.ProtoReflect.Descriptor instead.
 func (*ToolRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolRequest) GetId() string {
@@ -1627,11 +1765,11 @@ func (x *ToolRequest) GetState() RequestState {
 	return RequestState_REQUEST_STATE_UNSPECIFIED
 }
 
-func (x *ToolRequest) GetOutcome() v11.Outcome {
+func (x *ToolRequest) GetOutcome() v12.Outcome {
 	if x != nil {
 		return x.Outcome
 	}
-	return v11.Outcome(0)
+	return v12.Outcome(0)
 }
 
 func (x *ToolRequest) GetAttempts() []*Attempt {
@@ -1761,7 +1899,7 @@ type Diagnostic struct {
 
 func (x *Diagnostic) Reset() {
 	*x = Diagnostic{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1911,7 @@ func (x *Diagnostic) String() string {
 func (*Diagnostic) ProtoMessage() {}
 
 func (x *Diagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1924,7 @@ func (x *Diagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostic.ProtoReflect.Descriptor instead.
 func (*Diagnostic) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Diagnostic) GetItem() string {
@@ -1831,7 +1969,7 @@ type SubmitToolRequestRequest struct {
 
 func (x *SubmitToolRequestRequest) Reset() {
 	*x = SubmitToolRequestRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1981,7 @@ func (x *SubmitToolRequestRequest) String() string {
 func (*SubmitToolRequestRequest) ProtoMessage() {}
 
 func (x *SubmitToolRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1994,7 @@ func (x *SubmitToolRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitToolRequestRequest.ProtoReflect.Descriptor instead.
 func (*SubmitToolRequestRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SubmitToolRequestRequest) GetTaskId() string {
@@ -1905,7 +2043,7 @@ type GetRequestRequest struct {
 
 func (x *GetRequestRequest) Reset() {
 	*x = GetRequestRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2055,7 @@ func (x *GetRequestRequest) String() string {
 func (*GetRequestRequest) ProtoMessage() {}
 
 func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2068,7 @@ func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequestRequest.ProtoReflect.Descriptor instead.
 func (*GetRequestRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetRequestRequest) GetId() string {
@@ -1951,7 +2089,7 @@ type ListRequestsRequest struct {
 
 func (x *ListRequestsRequest) Reset() {
 	*x = ListRequestsRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2101,7 @@ func (x *ListRequestsRequest) String() string {
 func (*ListRequestsRequest) ProtoMessage() {}
 
 func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2114,7 @@ func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsRequest.ProtoReflect.Descriptor instead.
 func (*ListRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListRequestsRequest) GetTaskId() string {
@@ -1997,7 +2135,7 @@ type ListRequestsResponse struct {
 
 func (x *ListRequestsResponse) Reset() {
 	*x = ListRequestsResponse{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2147,7 @@ func (x *ListRequestsResponse) String() string {
 func (*ListRequestsResponse) ProtoMessage() {}
 
 func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2160,7 @@ func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsResponse.ProtoReflect.Descriptor instead.
 func (*ListRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRequestsResponse) GetRequests() []*ToolRequest {
@@ -2046,7 +2184,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2196,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2209,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApproveRequest) GetRequestId() string {
@@ -2101,7 +2239,7 @@ type DenyRequest struct {
 
 func (x *DenyRequest) Reset() {
 	*x = DenyRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2251,7 @@ func (x *DenyRequest) String() string {
 func (*DenyRequest) ProtoMessage() {}
 
 func (x *DenyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2264,7 @@ func (x *DenyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyRequest.ProtoReflect.Descriptor instead.
 func (*DenyRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DenyRequest) GetRequestId() string {
@@ -2156,7 +2294,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2306,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2319,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchTaskRequest) GetTaskId() string {
@@ -2219,7 +2357,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2369,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2382,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TaskEvent) GetSequence() int64 {
@@ -2302,7 +2440,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2452,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2465,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -2344,14 +2482,60 @@ func (x *CancelTaskRequest) GetReason() string {
 	return ""
 }
 
+// RefreshHandlesRequest names a task whose handles to refresh.
+type RefreshHandlesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Task id.
+	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefreshHandlesRequest) Reset() {
+	*x = RefreshHandlesRequest{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefreshHandlesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefreshHandlesRequest) ProtoMessage() {}
+
+func (x *RefreshHandlesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefreshHandlesRequest.ProtoReflect.Descriptor instead.
+func (*RefreshHandlesRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RefreshHandlesRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
 var File_v0m3_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
-	"'v0m3/orchestrator/v1/orchestrator.proto\x12\x14v0m3.orchestrator.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dv0m3/adapter/v1/adapter.proto\x1a\x1bv0m3/policy/v1/policy.proto\"3\n" +
+	"'v0m3/orchestrator/v1/orchestrator.proto\x12\x14v0m3.orchestrator.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dv0m3/adapter/v1/adapter.proto\x1a\x1bv0m3/policy/v1/policy.proto\x1a\x1fv0m3/registry/v1/registry.proto\"3\n" +
 	"\tSourceRef\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x14\n" +
-	"\x05title\x18\x02 \x01(\tR\x05title\"\x90\x05\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\"\xa6\x06\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\trequester\x18\x02 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\trequester\x12\x18\n" +
@@ -2372,12 +2556,19 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x05actor\x18\f \x01(\tR\x05actor\x12\x18\n" +
 	"\aprofile\x18\r \x01(\tR\aprofile\x12)\n" +
 	"\x10profile_revision\x18\x0e \x01(\x03R\x0fprofileRevision\x12%\n" +
-	"\x0epolicy_purpose\x18\x0f \x01(\tR\rpolicyPurpose\"x\n" +
+	"\x0epolicy_purpose\x18\x0f \x01(\tR\rpolicyPurpose\x12F\n" +
+	"\x0eartifact_scope\x18\x14 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\rartifactScope\x12L\n" +
+	"\x11destination_scope\x18\x15 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\x10destinationScope\"\xaa\x01\n" +
 	"\vHandleOffer\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12;\n" +
 	"\vexpire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\x8c\x02\n" +
+	"expireTime\x120\n" +
+	"\x04kind\x18\x14 \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"w\n" +
+	"\x10HandleFieldOffer\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x120\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\x12\x1b\n" +
+	"\trefers_to\x18\x03 \x01(\tR\brefersTo\"\x89\x03\n" +
 	"\x11OfferedCapability\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
@@ -2385,7 +2576,9 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\ahandles\x18\x04 \x03(\v2!.v0m3.orchestrator.v1.HandleOfferR\ahandles\x12\x1d\n" +
 	"\n" +
 	"mapping_id\x18\x05 \x01(\tR\tmappingId\x12)\n" +
-	"\x10mapping_revision\x18\x06 \x01(\x03R\x0fmappingRevision\"\x9d\x02\n" +
+	"\x10mapping_revision\x18\x06 \x01(\x03R\x0fmappingRevision\x12K\n" +
+	"\rhandle_fields\x18\x14 \x03(\v2&.v0m3.orchestrator.v1.HandleFieldOfferR\fhandleFields\x12.\n" +
+	"\x13input_schema_digest\x18\x15 \x01(\tR\x11inputSchemaDigest\"\x9d\x02\n" +
 	"\x10OfferedCatalogue\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12A\n" +
 	"\aoffered\x18\x02 \x03(\v2'.v0m3.orchestrator.v1.OfferedCapabilityR\aoffered\x12E\n" +
@@ -2393,7 +2586,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"considered\x18\x03 \x03(\v2%.v0m3.policy.v1.CapabilityEligibilityR\n" +
 	"considered\x12'\n" +
 	"\x0fpolicy_revision\x18\x04 \x01(\tR\x0epolicyRevision\x12=\n" +
-	"\fcompile_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompileTime\"\xb7\x02\n" +
+	"\fcompile_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompileTime\"\xcd\x03\n" +
 	"\x10StartTaskRequest\x122\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.v0m3.orchestrator.v1.TaskKindR\x04kind\x12\x18\n" +
 	"\apurpose\x18\x03 \x01(\tR\apurpose\x12B\n" +
@@ -2401,7 +2594,9 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x10evidence_present\x18\x05 \x01(\bR\x0fevidencePresent\x12;\n" +
 	"\fon_behalf_of\x18\x06 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\n" +
 	"onBehalfOf\x12\x18\n" +
-	"\aprofile\x18\a \x01(\tR\aprofileJ\x04\b\x01\x10\x02R\trequester\"\x89\x01\n" +
+	"\aprofile\x18\a \x01(\tR\aprofile\x12F\n" +
+	"\x0eartifact_scope\x18\x14 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\rartifactScope\x12L\n" +
+	"\x11destination_scope\x18\x15 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\x10destinationScopeJ\x04\b\x01\x10\x02R\trequester\"\x89\x01\n" +
 	"\x11StartTaskResponse\x12.\n" +
 	"\x04task\x18\x01 \x01(\v2\x1a.v0m3.orchestrator.v1.TaskR\x04task\x12D\n" +
 	"\tcatalogue\x18\x02 \x01(\v2&.v0m3.orchestrator.v1.OfferedCatalogueR\tcatalogue\" \n" +
@@ -2536,7 +2731,9 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\";\n" +
 	"\x11CancelTaskRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason*\x86\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"0\n" +
+	"\x15RefreshHandlesRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId*\x86\x01\n" +
 	"\bTaskKind\x12\x19\n" +
 	"\x15TASK_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TASK_KIND_SOURCE_REVIEW\x10\x01\x12\x15\n" +
@@ -2565,7 +2762,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x18APPROVAL_BINDING_MAPPING\x10\x03\x12\x1b\n" +
 	"\x17APPROVAL_BINDING_POLICY\x10\x04\x12 \n" +
 	"\x1cAPPROVAL_BINDING_CREDENTIALS\x10\x05\x12\x1b\n" +
-	"\x17APPROVAL_BINDING_EXPIRY\x10\x062\xf2\a\n" +
+	"\x17APPROVAL_BINDING_EXPIRY\x10\x062\xd9\b\n" +
 	"\x13OrchestratorService\x12\\\n" +
 	"\tStartTask\x12&.v0m3.orchestrator.v1.StartTaskRequest\x1a'.v0m3.orchestrator.v1.StartTaskResponse\x12K\n" +
 	"\aGetTask\x12$.v0m3.orchestrator.v1.GetTaskRequest\x1a\x1a.v0m3.orchestrator.v1.Task\x12a\n" +
@@ -2579,7 +2776,8 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\vGetApproval\x12(.v0m3.orchestrator.v1.GetApprovalRequest\x1a\x1e.v0m3.orchestrator.v1.Approval\x12V\n" +
 	"\tWatchTask\x12&.v0m3.orchestrator.v1.WatchTaskRequest\x1a\x1f.v0m3.orchestrator.v1.TaskEvent0\x01\x12Q\n" +
 	"\n" +
-	"CancelTask\x12'.v0m3.orchestrator.v1.CancelTaskRequest\x1a\x1a.v0m3.orchestrator.v1.TaskB@Z>github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1;orchestratorv1b\x06proto3"
+	"CancelTask\x12'.v0m3.orchestrator.v1.CancelTaskRequest\x1a\x1a.v0m3.orchestrator.v1.Task\x12e\n" +
+	"\x0eRefreshHandles\x12+.v0m3.orchestrator.v1.RefreshHandlesRequest\x1a&.v0m3.orchestrator.v1.OfferedCatalogueB@Z>github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1;orchestratorv1b\x06proto3"
 
 var (
 	file_v0m3_orchestrator_v1_orchestrator_proto_rawDescOnce sync.Once
@@ -2594,7 +2792,7 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_v0m3_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(TaskKind)(0),                    // 0: v0m3.orchestrator.v1.TaskKind
 	(TaskState)(0),                   // 1: v0m3.orchestrator.v1.TaskState
@@ -2603,101 +2801,113 @@ var file_v0m3_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*SourceRef)(nil),                // 4: v0m3.orchestrator.v1.SourceRef
 	(*Task)(nil),                     // 5: v0m3.orchestrator.v1.Task
 	(*HandleOffer)(nil),              // 6: v0m3.orchestrator.v1.HandleOffer
-	(*OfferedCapability)(nil),        // 7: v0m3.orchestrator.v1.OfferedCapability
-	(*OfferedCatalogue)(nil),         // 8: v0m3.orchestrator.v1.OfferedCatalogue
-	(*StartTaskRequest)(nil),         // 9: v0m3.orchestrator.v1.StartTaskRequest
-	(*StartTaskResponse)(nil),        // 10: v0m3.orchestrator.v1.StartTaskResponse
-	(*GetTaskRequest)(nil),           // 11: v0m3.orchestrator.v1.GetTaskRequest
-	(*GetCatalogueRequest)(nil),      // 12: v0m3.orchestrator.v1.GetCatalogueRequest
-	(*QuotedExcerpt)(nil),            // 13: v0m3.orchestrator.v1.QuotedExcerpt
-	(*Attempt)(nil),                  // 14: v0m3.orchestrator.v1.Attempt
-	(*Approval)(nil),                 // 15: v0m3.orchestrator.v1.Approval
-	(*GetApprovalRequest)(nil),       // 16: v0m3.orchestrator.v1.GetApprovalRequest
-	(*ToolRequest)(nil),              // 17: v0m3.orchestrator.v1.ToolRequest
-	(*Diagnostic)(nil),               // 18: v0m3.orchestrator.v1.Diagnostic
-	(*SubmitToolRequestRequest)(nil), // 19: v0m3.orchestrator.v1.SubmitToolRequestRequest
-	(*GetRequestRequest)(nil),        // 20: v0m3.orchestrator.v1.GetRequestRequest
-	(*ListRequestsRequest)(nil),      // 21: v0m3.orchestrator.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil),     // 22: v0m3.orchestrator.v1.ListRequestsResponse
-	(*ApproveRequest)(nil),           // 23: v0m3.orchestrator.v1.ApproveRequest
-	(*DenyRequest)(nil),              // 24: v0m3.orchestrator.v1.DenyRequest
-	(*WatchTaskRequest)(nil),         // 25: v0m3.orchestrator.v1.WatchTaskRequest
-	(*TaskEvent)(nil),                // 26: v0m3.orchestrator.v1.TaskEvent
-	(*CancelTaskRequest)(nil),        // 27: v0m3.orchestrator.v1.CancelTaskRequest
-	(*v1.Principal)(nil),             // 28: v0m3.policy.v1.Principal
-	(*timestamppb.Timestamp)(nil),    // 29: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),          // 30: google.protobuf.Struct
-	(*v1.CapabilityEligibility)(nil), // 31: v0m3.policy.v1.CapabilityEligibility
-	(v11.DeliveryStage)(0),           // 32: v0m3.adapter.v1.DeliveryStage
-	(v11.Outcome)(0),                 // 33: v0m3.adapter.v1.Outcome
-	(*v11.ErrorEvidence)(nil),        // 34: v0m3.adapter.v1.ErrorEvidence
+	(*HandleFieldOffer)(nil),         // 7: v0m3.orchestrator.v1.HandleFieldOffer
+	(*OfferedCapability)(nil),        // 8: v0m3.orchestrator.v1.OfferedCapability
+	(*OfferedCatalogue)(nil),         // 9: v0m3.orchestrator.v1.OfferedCatalogue
+	(*StartTaskRequest)(nil),         // 10: v0m3.orchestrator.v1.StartTaskRequest
+	(*StartTaskResponse)(nil),        // 11: v0m3.orchestrator.v1.StartTaskResponse
+	(*GetTaskRequest)(nil),           // 12: v0m3.orchestrator.v1.GetTaskRequest
+	(*GetCatalogueRequest)(nil),      // 13: v0m3.orchestrator.v1.GetCatalogueRequest
+	(*QuotedExcerpt)(nil),            // 14: v0m3.orchestrator.v1.QuotedExcerpt
+	(*Attempt)(nil),                  // 15: v0m3.orchestrator.v1.Attempt
+	(*Approval)(nil),                 // 16: v0m3.orchestrator.v1.Approval
+	(*GetApprovalRequest)(nil),       // 17: v0m3.orchestrator.v1.GetApprovalRequest
+	(*ToolRequest)(nil),              // 18: v0m3.orchestrator.v1.ToolRequest
+	(*Diagnostic)(nil),               // 19: v0m3.orchestrator.v1.Diagnostic
+	(*SubmitToolRequestRequest)(nil), // 20: v0m3.orchestrator.v1.SubmitToolRequestRequest
+	(*GetRequestRequest)(nil),        // 21: v0m3.orchestrator.v1.GetRequestRequest
+	(*ListRequestsRequest)(nil),      // 22: v0m3.orchestrator.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil),     // 23: v0m3.orchestrator.v1.ListRequestsResponse
+	(*ApproveRequest)(nil),           // 24: v0m3.orchestrator.v1.ApproveRequest
+	(*DenyRequest)(nil),              // 25: v0m3.orchestrator.v1.DenyRequest
+	(*WatchTaskRequest)(nil),         // 26: v0m3.orchestrator.v1.WatchTaskRequest
+	(*TaskEvent)(nil),                // 27: v0m3.orchestrator.v1.TaskEvent
+	(*CancelTaskRequest)(nil),        // 28: v0m3.orchestrator.v1.CancelTaskRequest
+	(*RefreshHandlesRequest)(nil),    // 29: v0m3.orchestrator.v1.RefreshHandlesRequest
+	(*v1.Principal)(nil),             // 30: v0m3.policy.v1.Principal
+	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
+	(v11.HandleKind)(0),              // 32: v0m3.registry.v1.HandleKind
+	(*structpb.Struct)(nil),          // 33: google.protobuf.Struct
+	(*v1.CapabilityEligibility)(nil), // 34: v0m3.policy.v1.CapabilityEligibility
+	(v12.DeliveryStage)(0),           // 35: v0m3.adapter.v1.DeliveryStage
+	(v12.Outcome)(0),                 // 36: v0m3.adapter.v1.Outcome
+	(*v12.ErrorEvidence)(nil),        // 37: v0m3.adapter.v1.ErrorEvidence
 }
 var file_v0m3_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	28, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
+	30, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
 	0,  // 1: v0m3.orchestrator.v1.Task.kind:type_name -> v0m3.orchestrator.v1.TaskKind
 	4,  // 2: v0m3.orchestrator.v1.Task.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	1,  // 3: v0m3.orchestrator.v1.Task.state:type_name -> v0m3.orchestrator.v1.TaskState
-	29, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
-	29, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
-	29, // 6: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
-	30, // 7: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
-	6,  // 8: v0m3.orchestrator.v1.OfferedCapability.handles:type_name -> v0m3.orchestrator.v1.HandleOffer
-	7,  // 9: v0m3.orchestrator.v1.OfferedCatalogue.offered:type_name -> v0m3.orchestrator.v1.OfferedCapability
-	31, // 10: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
-	29, // 11: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
-	0,  // 12: v0m3.orchestrator.v1.StartTaskRequest.kind:type_name -> v0m3.orchestrator.v1.TaskKind
-	4,  // 13: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	28, // 14: v0m3.orchestrator.v1.StartTaskRequest.on_behalf_of:type_name -> v0m3.policy.v1.Principal
-	5,  // 15: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
-	8,  // 16: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
-	32, // 17: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
-	33, // 18: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
-	34, // 19: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
-	29, // 20: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	29, // 21: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
-	29, // 22: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	29, // 23: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	29, // 24: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
-	3,  // 25: v0m3.orchestrator.v1.Approval.invalidated:type_name -> v0m3.orchestrator.v1.ApprovalBinding
-	30, // 26: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
-	2,  // 27: v0m3.orchestrator.v1.ToolRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
-	33, // 28: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
-	14, // 29: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
-	13, // 30: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
-	29, // 31: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
-	29, // 32: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
-	15, // 33: v0m3.orchestrator.v1.ToolRequest.approval:type_name -> v0m3.orchestrator.v1.Approval
-	18, // 34: v0m3.orchestrator.v1.ToolRequest.diagnostics:type_name -> v0m3.orchestrator.v1.Diagnostic
-	30, // 35: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
-	17, // 36: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
-	29, // 37: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	9,  // 38: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
-	11, // 39: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
-	12, // 40: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
-	19, // 41: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
-	20, // 42: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
-	21, // 43: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
-	23, // 44: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
-	24, // 45: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
-	16, // 46: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
-	25, // 47: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
-	27, // 48: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
-	10, // 49: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
-	5,  // 50: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
-	8,  // 51: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
-	17, // 52: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	17, // 53: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	22, // 54: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
-	17, // 55: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
-	17, // 56: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
-	15, // 57: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
-	26, // 58: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
-	5,  // 59: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
-	49, // [49:60] is the sub-list for method output_type
-	38, // [38:49] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	31, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
+	31, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
+	4,  // 6: v0m3.orchestrator.v1.Task.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	4,  // 7: v0m3.orchestrator.v1.Task.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	31, // 8: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
+	32, // 9: v0m3.orchestrator.v1.HandleOffer.kind:type_name -> v0m3.registry.v1.HandleKind
+	32, // 10: v0m3.orchestrator.v1.HandleFieldOffer.kind:type_name -> v0m3.registry.v1.HandleKind
+	33, // 11: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
+	6,  // 12: v0m3.orchestrator.v1.OfferedCapability.handles:type_name -> v0m3.orchestrator.v1.HandleOffer
+	7,  // 13: v0m3.orchestrator.v1.OfferedCapability.handle_fields:type_name -> v0m3.orchestrator.v1.HandleFieldOffer
+	8,  // 14: v0m3.orchestrator.v1.OfferedCatalogue.offered:type_name -> v0m3.orchestrator.v1.OfferedCapability
+	34, // 15: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
+	31, // 16: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
+	0,  // 17: v0m3.orchestrator.v1.StartTaskRequest.kind:type_name -> v0m3.orchestrator.v1.TaskKind
+	4,  // 18: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	30, // 19: v0m3.orchestrator.v1.StartTaskRequest.on_behalf_of:type_name -> v0m3.policy.v1.Principal
+	4,  // 20: v0m3.orchestrator.v1.StartTaskRequest.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	4,  // 21: v0m3.orchestrator.v1.StartTaskRequest.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	5,  // 22: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
+	9,  // 23: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
+	35, // 24: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
+	36, // 25: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
+	37, // 26: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
+	31, // 27: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	31, // 28: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
+	31, // 29: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	31, // 30: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	31, // 31: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
+	3,  // 32: v0m3.orchestrator.v1.Approval.invalidated:type_name -> v0m3.orchestrator.v1.ApprovalBinding
+	33, // 33: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
+	2,  // 34: v0m3.orchestrator.v1.ToolRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
+	36, // 35: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
+	15, // 36: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
+	14, // 37: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
+	31, // 38: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
+	31, // 39: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
+	16, // 40: v0m3.orchestrator.v1.ToolRequest.approval:type_name -> v0m3.orchestrator.v1.Approval
+	19, // 41: v0m3.orchestrator.v1.ToolRequest.diagnostics:type_name -> v0m3.orchestrator.v1.Diagnostic
+	33, // 42: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
+	18, // 43: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
+	31, // 44: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	10, // 45: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
+	12, // 46: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
+	13, // 47: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
+	20, // 48: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
+	21, // 49: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
+	22, // 50: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
+	24, // 51: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
+	25, // 52: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
+	17, // 53: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
+	26, // 54: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
+	28, // 55: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
+	29, // 56: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:input_type -> v0m3.orchestrator.v1.RefreshHandlesRequest
+	11, // 57: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
+	5,  // 58: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
+	9,  // 59: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	18, // 60: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	18, // 61: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	23, // 62: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
+	18, // 63: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
+	18, // 64: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
+	16, // 65: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
+	27, // 66: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
+	5,  // 67: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
+	9,  // 68: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	57, // [57:69] is the sub-list for method output_type
+	45, // [45:57] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_orchestrator_v1_orchestrator_proto_init() }
@@ -2711,7 +2921,7 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc), len(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

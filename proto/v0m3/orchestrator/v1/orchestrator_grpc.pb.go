@@ -30,6 +30,7 @@ const (
 	OrchestratorService_GetApproval_FullMethodName       = "/v0m3.orchestrator.v1.OrchestratorService/GetApproval"
 	OrchestratorService_WatchTask_FullMethodName         = "/v0m3.orchestrator.v1.OrchestratorService/WatchTask"
 	OrchestratorService_CancelTask_FullMethodName        = "/v0m3.orchestrator.v1.OrchestratorService/CancelTask"
+	OrchestratorService_RefreshHandles_FullMethodName    = "/v0m3.orchestrator.v1.OrchestratorService/RefreshHandles"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -68,6 +69,12 @@ type OrchestratorServiceClient interface {
 	WatchTask(ctx context.Context, in *WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TaskEvent], error)
 	// CancelTask cancels a task; requests not yet executed are refused.
 	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*Task, error)
+	// RefreshHandles mints new handles for an active task's offered
+	// capabilities under current policy (a target policy no longer allows
+	// gets none) and returns the updated catalogue. Handles minted earlier
+	// keep their expiry. Only the task's requester (or the actor who started
+	// it for them) may refresh.
+	RefreshHandles(ctx context.Context, in *RefreshHandlesRequest, opts ...grpc.CallOption) (*OfferedCatalogue, error)
 }
 
 type orchestratorServiceClient struct {
@@ -197,6 +204,16 @@ func (c *orchestratorServiceClient) CancelTask(ctx context.Context, in *CancelTa
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) RefreshHandles(ctx context.Context, in *RefreshHandlesRequest, opts ...grpc.CallOption) (*OfferedCatalogue, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OfferedCatalogue)
+	err := c.cc.Invoke(ctx, OrchestratorService_RefreshHandles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -233,6 +250,12 @@ type OrchestratorServiceServer interface {
 	WatchTask(*WatchTaskRequest, grpc.ServerStreamingServer[TaskEvent]) error
 	// CancelTask cancels a task; requests not yet executed are refused.
 	CancelTask(context.Context, *CancelTaskRequest) (*Task, error)
+	// RefreshHandles mints new handles for an active task's offered
+	// capabilities under current policy (a target policy no longer allows
+	// gets none) and returns the updated catalogue. Handles minted earlier
+	// keep their expiry. Only the task's requester (or the actor who started
+	// it for them) may refresh.
+	RefreshHandles(context.Context, *RefreshHandlesRequest) (*OfferedCatalogue, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -275,6 +298,9 @@ func (UnimplementedOrchestratorServiceServer) WatchTask(*WatchTaskRequest, grpc.
 }
 func (UnimplementedOrchestratorServiceServer) CancelTask(context.Context, *CancelTaskRequest) (*Task, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelTask not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) RefreshHandles(context.Context, *RefreshHandlesRequest) (*OfferedCatalogue, error) {
+	return nil, status.Error(codes.Unimplemented, "method RefreshHandles not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -488,6 +514,24 @@ func _OrchestratorService_CancelTask_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_RefreshHandles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RefreshHandlesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).RefreshHandles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_RefreshHandles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).RefreshHandles(ctx, req.(*RefreshHandlesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -534,6 +578,10 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelTask",
 			Handler:    _OrchestratorService_CancelTask_Handler,
+		},
+		{
+			MethodName: "RefreshHandles",
+			Handler:    _OrchestratorService_RefreshHandles_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

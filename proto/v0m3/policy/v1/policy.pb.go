@@ -762,9 +762,15 @@ type RegisterTaskRequest struct {
 	SourceScope []string `protobuf:"bytes,3,rep,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
 	// The task's budget limits from its profile; a dimension left 0 takes
 	// policy's configured task default, and no dimension may exceed it.
-	Budget        *v1.TaskBudget `protobuf:"bytes,4,opt,name=budget,proto3" json:"budget,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Budget *v1.TaskBudget `protobuf:"bytes,4,opt,name=budget,proto3" json:"budget,omitempty"`
+	// The artifacts (e.g. a rendered preview's URI by digest) the task may
+	// use; artifact handles are minted only for these. Duplicates fail.
+	ArtifactScope []string `protobuf:"bytes,5,rep,name=artifact_scope,json=artifactScope,proto3" json:"artifact_scope,omitempty"`
+	// The destinations the task may deliver to; destination handles are
+	// minted only for these. Duplicates fail.
+	DestinationScope []string `protobuf:"bytes,6,rep,name=destination_scope,json=destinationScope,proto3" json:"destination_scope,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RegisterTaskRequest) Reset() {
@@ -825,6 +831,20 @@ func (x *RegisterTaskRequest) GetBudget() *v1.TaskBudget {
 	return nil
 }
 
+func (x *RegisterTaskRequest) GetArtifactScope() []string {
+	if x != nil {
+		return x.ArtifactScope
+	}
+	return nil
+}
+
+func (x *RegisterTaskRequest) GetDestinationScope() []string {
+	if x != nil {
+		return x.DestinationScope
+	}
+	return nil
+}
+
 // TaskScope is what policy knows of a task: whom it serves and which
 // targets it may reach. Immutable once registered.
 type TaskScope struct {
@@ -838,9 +858,13 @@ type TaskScope struct {
 	// When it was registered.
 	RegisterTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=register_time,json=registerTime,proto3" json:"register_time,omitempty"`
 	// The task's budget limits as registered.
-	Budget        *v1.TaskBudget `protobuf:"bytes,5,opt,name=budget,proto3" json:"budget,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Budget *v1.TaskBudget `protobuf:"bytes,5,opt,name=budget,proto3" json:"budget,omitempty"`
+	// Artifacts in scope, sorted.
+	ArtifactScope []string `protobuf:"bytes,6,rep,name=artifact_scope,json=artifactScope,proto3" json:"artifact_scope,omitempty"`
+	// Destinations in scope, sorted.
+	DestinationScope []string `protobuf:"bytes,7,rep,name=destination_scope,json=destinationScope,proto3" json:"destination_scope,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TaskScope) Reset() {
@@ -908,6 +932,20 @@ func (x *TaskScope) GetBudget() *v1.TaskBudget {
 	return nil
 }
 
+func (x *TaskScope) GetArtifactScope() []string {
+	if x != nil {
+		return x.ArtifactScope
+	}
+	return nil
+}
+
+func (x *TaskScope) GetDestinationScope() []string {
+	if x != nil {
+		return x.DestinationScope
+	}
+	return nil
+}
+
 // MintHandleRequest asks for a handle.
 type MintHandleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -918,7 +956,7 @@ type MintHandleRequest struct {
 	// Required. Capability the handle may be used with.
 	Capability string `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
 	// Required. Server-side target, e.g. a resource URI, in the task's
-	// registered source scope. Never shown to the model.
+	// registered scope of the handle's kind. Never shown to the model.
 	Target string `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
 	// Label the model may see, e.g. "note: API migration guide".
 	Label string `protobuf:"bytes,5,opt,name=label,proto3" json:"label,omitempty"`
@@ -927,7 +965,10 @@ type MintHandleRequest struct {
 	// Required. Mapping revision the handle is bound to.
 	MappingRevision int64 `protobuf:"varint,7,opt,name=mapping_revision,json=mappingRevision,proto3" json:"mapping_revision,omitempty"`
 	// Lifetime; defaults to 15 minutes, at most 24 hours.
-	Ttl           *durationpb.Duration `protobuf:"bytes,8,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,8,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// The kind of handle: the target must be in the task's scope of this
+	// kind, and the handle fills only fields of this kind. Not set: source.
+	Kind          v1.HandleKind `protobuf:"varint,9,opt,name=kind,proto3,enum=v0m3.registry.v1.HandleKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1018,6 +1059,13 @@ func (x *MintHandleRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *MintHandleRequest) GetKind() v1.HandleKind {
+	if x != nil {
+		return x.Kind
+	}
+	return v1.HandleKind(0)
+}
+
 // Handle is what the model receives in place of a URI or path.
 type Handle struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1100,7 +1148,9 @@ type HandleBinding struct {
 	// Mapping revision.
 	MappingRevision int64 `protobuf:"varint,7,opt,name=mapping_revision,json=mappingRevision,proto3" json:"mapping_revision,omitempty"`
 	// Expiry.
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// Kind; not set on handles minted before kinds existed, read as source.
+	Kind          v1.HandleKind `protobuf:"varint,9,opt,name=kind,proto3,enum=v0m3.registry.v1.HandleKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1191,6 +1241,13 @@ func (x *HandleBinding) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *HandleBinding) GetKind() v1.HandleKind {
+	if x != nil {
+		return x.Kind
+	}
+	return v1.HandleKind(0)
+}
+
 // ResolveHandleRequest resolves a handle for one use.
 type ResolveHandleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1209,7 +1266,11 @@ type ResolveHandleRequest struct {
 	// Task purpose, for re-authorization.
 	Purpose string `protobuf:"bytes,7,opt,name=purpose,proto3" json:"purpose,omitempty"`
 	// Effect class, for re-authorization.
-	EffectClass   v1.EffectClass `protobuf:"varint,8,opt,name=effect_class,json=effectClass,proto3,enum=v0m3.registry.v1.EffectClass" json:"effect_class,omitempty"`
+	EffectClass v1.EffectClass `protobuf:"varint,8,opt,name=effect_class,json=effectClass,proto3,enum=v0m3.registry.v1.EffectClass" json:"effect_class,omitempty"`
+	// The kind of the field the handle was passed in; a handle of another
+	// kind fails with PERMISSION_DENIED (HANDLE_KIND_MISMATCH). Not set:
+	// source.
+	Kind          v1.HandleKind `protobuf:"varint,9,opt,name=kind,proto3,enum=v0m3.registry.v1.HandleKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1298,6 +1359,13 @@ func (x *ResolveHandleRequest) GetEffectClass() v1.EffectClass {
 		return x.EffectClass
 	}
 	return v1.EffectClass(0)
+}
+
+func (x *ResolveHandleRequest) GetKind() v1.HandleKind {
+	if x != nil {
+		return x.Kind
+	}
+	return v1.HandleKind(0)
 }
 
 // ResolveHandleResponse is a resolved handle.
@@ -2009,18 +2077,22 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\areasons\x18\x02 \x03(\tR\areasons\x12'\n" +
 	"\x0fpolicy_revision\x18\x03 \x01(\tR\x0epolicyRevision\x12+\n" +
 	"\x11approval_required\x18\x04 \x01(\bR\x10approvalRequired\x12%\n" +
-	"\x0erefusal_reason\x18\x05 \x01(\tR\rrefusalReason\"\xa5\x01\n" +
+	"\x0erefusal_reason\x18\x05 \x01(\tR\rrefusalReason\"\xf9\x01\n" +
 	"\x13RegisterTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\tR\trequester\x12!\n" +
 	"\fsource_scope\x18\x03 \x03(\tR\vsourceScope\x124\n" +
-	"\x06budget\x18\x04 \x01(\v2\x1c.v0m3.registry.v1.TaskBudgetR\x06budget\"\xdc\x01\n" +
+	"\x06budget\x18\x04 \x01(\v2\x1c.v0m3.registry.v1.TaskBudgetR\x06budget\x12%\n" +
+	"\x0eartifact_scope\x18\x05 \x03(\tR\rartifactScope\x12+\n" +
+	"\x11destination_scope\x18\x06 \x03(\tR\x10destinationScope\"\xb0\x02\n" +
 	"\tTaskScope\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\tR\trequester\x12!\n" +
 	"\fsource_scope\x18\x03 \x03(\tR\vsourceScope\x12?\n" +
 	"\rregister_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisterTime\x124\n" +
-	"\x06budget\x18\x05 \x01(\v2\x1c.v0m3.registry.v1.TaskBudgetR\x06budget\"\x8f\x02\n" +
+	"\x06budget\x18\x05 \x01(\v2\x1c.v0m3.registry.v1.TaskBudgetR\x06budget\x12%\n" +
+	"\x0eartifact_scope\x18\x06 \x03(\tR\rartifactScope\x12+\n" +
+	"\x11destination_scope\x18\a \x03(\tR\x10destinationScope\"\xc1\x02\n" +
 	"\x11MintHandleRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\tR\trequester\x12\x1e\n" +
@@ -2032,12 +2104,13 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\n" +
 	"mapping_id\x18\x06 \x01(\tR\tmappingId\x12)\n" +
 	"\x10mapping_revision\x18\a \x01(\x03R\x0fmappingRevision\x12+\n" +
-	"\x03ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"q\n" +
+	"\x03ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x120\n" +
+	"\x04kind\x18\t \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"q\n" +
 	"\x06Handle\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12;\n" +
 	"\vexpire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\x9b\x02\n" +
+	"expireTime\"\xcd\x02\n" +
 	"\rHandleBinding\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\tR\trequester\x12\x1e\n" +
@@ -2050,7 +2123,8 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"mapping_id\x18\x06 \x01(\tR\tmappingId\x12)\n" +
 	"\x10mapping_revision\x18\a \x01(\x03R\x0fmappingRevision\x12;\n" +
 	"\vexpire_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\xc4\x02\n" +
+	"expireTime\x120\n" +
+	"\x04kind\x18\t \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"\xf6\x02\n" +
 	"\x14ResolveHandleRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x127\n" +
@@ -2062,7 +2136,8 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"mapping_id\x18\x05 \x01(\tR\tmappingId\x12)\n" +
 	"\x10mapping_revision\x18\x06 \x01(\x03R\x0fmappingRevision\x12\x18\n" +
 	"\apurpose\x18\a \x01(\tR\apurpose\x12@\n" +
-	"\feffect_class\x18\b \x01(\x0e2\x1d.v0m3.registry.v1.EffectClassR\veffectClass\"\x99\x01\n" +
+	"\feffect_class\x18\b \x01(\x0e2\x1d.v0m3.registry.v1.EffectClassR\veffectClass\x120\n" +
+	"\x04kind\x18\t \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"\x99\x01\n" +
 	"\x15ResolveHandleResponse\x127\n" +
 	"\abinding\x18\x01 \x01(\v2\x1d.v0m3.policy.v1.HandleBindingR\abinding\x12G\n" +
 	"\rauthorization\x18\x02 \x01(\v2!.v0m3.policy.v1.AuthorizeResponseR\rauthorization\"\x8a\x02\n" +
@@ -2195,6 +2270,7 @@ var file_v0m3_policy_v1_policy_proto_goTypes = []any{
 	(*v1.TaskBudget)(nil),                 // 28: v0m3.registry.v1.TaskBudget
 	(*timestamppb.Timestamp)(nil),         // 29: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),           // 30: google.protobuf.Duration
+	(v1.HandleKind)(0),                    // 31: v0m3.registry.v1.HandleKind
 }
 var file_v0m3_policy_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: v0m3.policy.v1.CapabilityEligibility.stage:type_name -> v0m3.policy.v1.EligibilityStage
@@ -2209,45 +2285,48 @@ var file_v0m3_policy_v1_policy_proto_depIdxs = []int32{
 	29, // 9: v0m3.policy.v1.TaskScope.register_time:type_name -> google.protobuf.Timestamp
 	28, // 10: v0m3.policy.v1.TaskScope.budget:type_name -> v0m3.registry.v1.TaskBudget
 	30, // 11: v0m3.policy.v1.MintHandleRequest.ttl:type_name -> google.protobuf.Duration
-	29, // 12: v0m3.policy.v1.Handle.expire_time:type_name -> google.protobuf.Timestamp
-	29, // 13: v0m3.policy.v1.HandleBinding.expire_time:type_name -> google.protobuf.Timestamp
-	4,  // 14: v0m3.policy.v1.ResolveHandleRequest.requester:type_name -> v0m3.policy.v1.Principal
-	27, // 15: v0m3.policy.v1.ResolveHandleRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	14, // 16: v0m3.policy.v1.ResolveHandleResponse.binding:type_name -> v0m3.policy.v1.HandleBinding
-	9,  // 17: v0m3.policy.v1.ResolveHandleResponse.authorization:type_name -> v0m3.policy.v1.AuthorizeResponse
-	17, // 18: v0m3.policy.v1.ChargeResponse.task:type_name -> v0m3.policy.v1.Budget
-	17, // 19: v0m3.policy.v1.ChargeResponse.requester:type_name -> v0m3.policy.v1.Budget
-	3,  // 20: v0m3.policy.v1.ReportConnectionHealthRequest.state:type_name -> v0m3.policy.v1.HealthState
-	3,  // 21: v0m3.policy.v1.ConnectionHealth.state:type_name -> v0m3.policy.v1.HealthState
-	29, // 22: v0m3.policy.v1.ConnectionHealth.report_time:type_name -> google.protobuf.Timestamp
-	4,  // 23: v0m3.policy.v1.AuthorizeActionRequest.principal:type_name -> v0m3.policy.v1.Principal
-	26, // 24: v0m3.policy.v1.AuthorizeActionRequest.attributes:type_name -> v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
-	29, // 25: v0m3.policy.v1.PolicyRevision.load_time:type_name -> google.protobuf.Timestamp
-	6,  // 26: v0m3.policy.v1.PolicyService.Eligible:input_type -> v0m3.policy.v1.EligibleRequest
-	8,  // 27: v0m3.policy.v1.PolicyService.Authorize:input_type -> v0m3.policy.v1.AuthorizeRequest
-	10, // 28: v0m3.policy.v1.PolicyService.RegisterTask:input_type -> v0m3.policy.v1.RegisterTaskRequest
-	12, // 29: v0m3.policy.v1.PolicyService.MintHandle:input_type -> v0m3.policy.v1.MintHandleRequest
-	15, // 30: v0m3.policy.v1.PolicyService.ResolveHandle:input_type -> v0m3.policy.v1.ResolveHandleRequest
-	18, // 31: v0m3.policy.v1.PolicyService.Charge:input_type -> v0m3.policy.v1.ChargeRequest
-	20, // 32: v0m3.policy.v1.PolicyService.ReportConnectionHealth:input_type -> v0m3.policy.v1.ReportConnectionHealthRequest
-	22, // 33: v0m3.policy.v1.PolicyService.GetPolicyRevision:input_type -> v0m3.policy.v1.GetPolicyRevisionRequest
-	23, // 34: v0m3.policy.v1.PolicyService.AuthorizeAction:input_type -> v0m3.policy.v1.AuthorizeActionRequest
-	24, // 35: v0m3.policy.v1.PolicyService.ReloadPolicy:input_type -> v0m3.policy.v1.ReloadPolicyRequest
-	7,  // 36: v0m3.policy.v1.PolicyService.Eligible:output_type -> v0m3.policy.v1.EligibleResponse
-	9,  // 37: v0m3.policy.v1.PolicyService.Authorize:output_type -> v0m3.policy.v1.AuthorizeResponse
-	11, // 38: v0m3.policy.v1.PolicyService.RegisterTask:output_type -> v0m3.policy.v1.TaskScope
-	13, // 39: v0m3.policy.v1.PolicyService.MintHandle:output_type -> v0m3.policy.v1.Handle
-	16, // 40: v0m3.policy.v1.PolicyService.ResolveHandle:output_type -> v0m3.policy.v1.ResolveHandleResponse
-	19, // 41: v0m3.policy.v1.PolicyService.Charge:output_type -> v0m3.policy.v1.ChargeResponse
-	21, // 42: v0m3.policy.v1.PolicyService.ReportConnectionHealth:output_type -> v0m3.policy.v1.ConnectionHealth
-	25, // 43: v0m3.policy.v1.PolicyService.GetPolicyRevision:output_type -> v0m3.policy.v1.PolicyRevision
-	9,  // 44: v0m3.policy.v1.PolicyService.AuthorizeAction:output_type -> v0m3.policy.v1.AuthorizeResponse
-	25, // 45: v0m3.policy.v1.PolicyService.ReloadPolicy:output_type -> v0m3.policy.v1.PolicyRevision
-	36, // [36:46] is the sub-list for method output_type
-	26, // [26:36] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	31, // 12: v0m3.policy.v1.MintHandleRequest.kind:type_name -> v0m3.registry.v1.HandleKind
+	29, // 13: v0m3.policy.v1.Handle.expire_time:type_name -> google.protobuf.Timestamp
+	29, // 14: v0m3.policy.v1.HandleBinding.expire_time:type_name -> google.protobuf.Timestamp
+	31, // 15: v0m3.policy.v1.HandleBinding.kind:type_name -> v0m3.registry.v1.HandleKind
+	4,  // 16: v0m3.policy.v1.ResolveHandleRequest.requester:type_name -> v0m3.policy.v1.Principal
+	27, // 17: v0m3.policy.v1.ResolveHandleRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	31, // 18: v0m3.policy.v1.ResolveHandleRequest.kind:type_name -> v0m3.registry.v1.HandleKind
+	14, // 19: v0m3.policy.v1.ResolveHandleResponse.binding:type_name -> v0m3.policy.v1.HandleBinding
+	9,  // 20: v0m3.policy.v1.ResolveHandleResponse.authorization:type_name -> v0m3.policy.v1.AuthorizeResponse
+	17, // 21: v0m3.policy.v1.ChargeResponse.task:type_name -> v0m3.policy.v1.Budget
+	17, // 22: v0m3.policy.v1.ChargeResponse.requester:type_name -> v0m3.policy.v1.Budget
+	3,  // 23: v0m3.policy.v1.ReportConnectionHealthRequest.state:type_name -> v0m3.policy.v1.HealthState
+	3,  // 24: v0m3.policy.v1.ConnectionHealth.state:type_name -> v0m3.policy.v1.HealthState
+	29, // 25: v0m3.policy.v1.ConnectionHealth.report_time:type_name -> google.protobuf.Timestamp
+	4,  // 26: v0m3.policy.v1.AuthorizeActionRequest.principal:type_name -> v0m3.policy.v1.Principal
+	26, // 27: v0m3.policy.v1.AuthorizeActionRequest.attributes:type_name -> v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
+	29, // 28: v0m3.policy.v1.PolicyRevision.load_time:type_name -> google.protobuf.Timestamp
+	6,  // 29: v0m3.policy.v1.PolicyService.Eligible:input_type -> v0m3.policy.v1.EligibleRequest
+	8,  // 30: v0m3.policy.v1.PolicyService.Authorize:input_type -> v0m3.policy.v1.AuthorizeRequest
+	10, // 31: v0m3.policy.v1.PolicyService.RegisterTask:input_type -> v0m3.policy.v1.RegisterTaskRequest
+	12, // 32: v0m3.policy.v1.PolicyService.MintHandle:input_type -> v0m3.policy.v1.MintHandleRequest
+	15, // 33: v0m3.policy.v1.PolicyService.ResolveHandle:input_type -> v0m3.policy.v1.ResolveHandleRequest
+	18, // 34: v0m3.policy.v1.PolicyService.Charge:input_type -> v0m3.policy.v1.ChargeRequest
+	20, // 35: v0m3.policy.v1.PolicyService.ReportConnectionHealth:input_type -> v0m3.policy.v1.ReportConnectionHealthRequest
+	22, // 36: v0m3.policy.v1.PolicyService.GetPolicyRevision:input_type -> v0m3.policy.v1.GetPolicyRevisionRequest
+	23, // 37: v0m3.policy.v1.PolicyService.AuthorizeAction:input_type -> v0m3.policy.v1.AuthorizeActionRequest
+	24, // 38: v0m3.policy.v1.PolicyService.ReloadPolicy:input_type -> v0m3.policy.v1.ReloadPolicyRequest
+	7,  // 39: v0m3.policy.v1.PolicyService.Eligible:output_type -> v0m3.policy.v1.EligibleResponse
+	9,  // 40: v0m3.policy.v1.PolicyService.Authorize:output_type -> v0m3.policy.v1.AuthorizeResponse
+	11, // 41: v0m3.policy.v1.PolicyService.RegisterTask:output_type -> v0m3.policy.v1.TaskScope
+	13, // 42: v0m3.policy.v1.PolicyService.MintHandle:output_type -> v0m3.policy.v1.Handle
+	16, // 43: v0m3.policy.v1.PolicyService.ResolveHandle:output_type -> v0m3.policy.v1.ResolveHandleResponse
+	19, // 44: v0m3.policy.v1.PolicyService.Charge:output_type -> v0m3.policy.v1.ChargeResponse
+	21, // 45: v0m3.policy.v1.PolicyService.ReportConnectionHealth:output_type -> v0m3.policy.v1.ConnectionHealth
+	25, // 46: v0m3.policy.v1.PolicyService.GetPolicyRevision:output_type -> v0m3.policy.v1.PolicyRevision
+	9,  // 47: v0m3.policy.v1.PolicyService.AuthorizeAction:output_type -> v0m3.policy.v1.AuthorizeResponse
+	25, // 48: v0m3.policy.v1.PolicyService.ReloadPolicy:output_type -> v0m3.policy.v1.PolicyRevision
+	39, // [39:49] is the sub-list for method output_type
+	29, // [29:39] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_policy_v1_policy_proto_init() }

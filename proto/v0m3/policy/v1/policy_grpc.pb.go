@@ -44,22 +44,24 @@ type PolicyServiceClient interface {
 	Eligible(ctx context.Context, in *EligibleRequest, opts ...grpc.CallOption) (*EligibleResponse, error)
 	// Authorize evaluates the current policy for one request.
 	Authorize(ctx context.Context, in *AuthorizeRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error)
-	// RegisterTask records a task's requester and source scope, so that
-	// handles are minted only for targets in it. The orchestrator calls it
+	// RegisterTask records a task's requester and its source, artifact and
+	// destination scopes, so that handles are minted only for targets in
+	// the scope of their kind. The orchestrator calls it
 	// when it starts a task, before it asks for handles. The record is
 	// immutable: registering the same task again with the same requester and
 	// scope returns the record; anything else fails with ALREADY_EXISTS
 	// (TASK_ALREADY_REGISTERED).
 	RegisterTask(ctx context.Context, in *RegisterTaskRequest, opts ...grpc.CallOption) (*TaskScope, error)
-	// MintHandle creates an opaque, short-lived handle for one target in a
-	// task's registered source scope, for the task's requester. A task that
+	// MintHandle creates an opaque, short-lived handle of one kind for one
+	// target in the task's registered scope of that kind, for the task's
+	// requester. A task that
 	// was not registered fails with FAILED_PRECONDITION
 	// (TASK_NOT_REGISTERED); another requester or a target outside the scope
 	// fails with PERMISSION_DENIED (TASK_REQUESTER_MISMATCH,
 	// HANDLE_TARGET_OUT_OF_SCOPE), and nothing is stored.
 	MintHandle(ctx context.Context, in *MintHandleRequest, opts ...grpc.CallOption) (*Handle, error)
 	// ResolveHandle checks a handle against the caller's task, requester,
-	// capability and mapping revision, re-authorizes current state, and
+	// field kind, capability and mapping revision, re-authorizes current state, and
 	// returns the server-side target. Any mismatch fails before a remote
 	// request could be sent.
 	ResolveHandle(ctx context.Context, in *ResolveHandleRequest, opts ...grpc.CallOption) (*ResolveHandleResponse, error)
@@ -202,22 +204,24 @@ type PolicyServiceServer interface {
 	Eligible(context.Context, *EligibleRequest) (*EligibleResponse, error)
 	// Authorize evaluates the current policy for one request.
 	Authorize(context.Context, *AuthorizeRequest) (*AuthorizeResponse, error)
-	// RegisterTask records a task's requester and source scope, so that
-	// handles are minted only for targets in it. The orchestrator calls it
+	// RegisterTask records a task's requester and its source, artifact and
+	// destination scopes, so that handles are minted only for targets in
+	// the scope of their kind. The orchestrator calls it
 	// when it starts a task, before it asks for handles. The record is
 	// immutable: registering the same task again with the same requester and
 	// scope returns the record; anything else fails with ALREADY_EXISTS
 	// (TASK_ALREADY_REGISTERED).
 	RegisterTask(context.Context, *RegisterTaskRequest) (*TaskScope, error)
-	// MintHandle creates an opaque, short-lived handle for one target in a
-	// task's registered source scope, for the task's requester. A task that
+	// MintHandle creates an opaque, short-lived handle of one kind for one
+	// target in the task's registered scope of that kind, for the task's
+	// requester. A task that
 	// was not registered fails with FAILED_PRECONDITION
 	// (TASK_NOT_REGISTERED); another requester or a target outside the scope
 	// fails with PERMISSION_DENIED (TASK_REQUESTER_MISMATCH,
 	// HANDLE_TARGET_OUT_OF_SCOPE), and nothing is stored.
 	MintHandle(context.Context, *MintHandleRequest) (*Handle, error)
 	// ResolveHandle checks a handle against the caller's task, requester,
-	// capability and mapping revision, re-authorizes current state, and
+	// field kind, capability and mapping revision, re-authorizes current state, and
 	// returns the server-side target. Any mismatch fails before a remote
 	// request could be sent.
 	ResolveHandle(context.Context, *ResolveHandleRequest) (*ResolveHandleResponse, error)

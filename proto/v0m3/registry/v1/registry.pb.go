@@ -649,6 +649,68 @@ func (DefinitionState) EnumDescriptor() ([]byte, []int) {
 	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
+// HandleKind is what a handle field takes. A handle is bound to its kind
+// when minted, so a handle for one kind of target never fills a field of
+// another.
+type HandleKind int32
+
+const (
+	// Not set: read as HANDLE_KIND_SOURCE.
+	HandleKind_HANDLE_KIND_UNSPECIFIED HandleKind = 0
+	// Something the task reads (a document, a link): minted from the task's
+	// source scope.
+	HandleKind_HANDLE_KIND_SOURCE HandleKind = 1
+	// A local artifact the task works with, e.g. a rendered preview named
+	// by its digest: minted from the task's artifact scope.
+	HandleKind_HANDLE_KIND_ARTIFACT HandleKind = 2
+	// Where an effect goes outside V0M3, e.g. a publishing site: minted
+	// from the task's destination scope.
+	HandleKind_HANDLE_KIND_DESTINATION HandleKind = 3
+)
+
+// Enum value maps for HandleKind.
+var (
+	HandleKind_name = map[int32]string{
+		0: "HANDLE_KIND_UNSPECIFIED",
+		1: "HANDLE_KIND_SOURCE",
+		2: "HANDLE_KIND_ARTIFACT",
+		3: "HANDLE_KIND_DESTINATION",
+	}
+	HandleKind_value = map[string]int32{
+		"HANDLE_KIND_UNSPECIFIED": 0,
+		"HANDLE_KIND_SOURCE":      1,
+		"HANDLE_KIND_ARTIFACT":    2,
+		"HANDLE_KIND_DESTINATION": 3,
+	}
+)
+
+func (x HandleKind) Enum() *HandleKind {
+	p := new(HandleKind)
+	*p = x
+	return p
+}
+
+func (x HandleKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HandleKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_registry_v1_registry_proto_enumTypes[11].Descriptor()
+}
+
+func (HandleKind) Type() protoreflect.EnumType {
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[11]
+}
+
+func (x HandleKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HandleKind.Descriptor instead.
+func (HandleKind) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
+}
+
 // NeedCondition says when a profile needs a capability.
 type NeedCondition int32
 
@@ -691,11 +753,11 @@ func (x NeedCondition) String() string {
 }
 
 func (NeedCondition) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[11].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[12].Descriptor()
 }
 
 func (NeedCondition) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[11]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[12]
 }
 
 func (x NeedCondition) Number() protoreflect.EnumNumber {
@@ -704,7 +766,7 @@ func (x NeedCondition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NeedCondition.Descriptor instead.
 func (NeedCondition) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
 }
 
 // MappingState is the review state of a mapping revision.
@@ -753,11 +815,11 @@ func (x MappingState) String() string {
 }
 
 func (MappingState) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[12].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[13].Descriptor()
 }
 
 func (MappingState) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[12]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[13]
 }
 
 func (x MappingState) Number() protoreflect.EnumNumber {
@@ -766,7 +828,7 @@ func (x MappingState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MappingState.Descriptor instead.
 func (MappingState) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
 // RemoteKind says whether a mapping targets a tool or a resource.
@@ -806,11 +868,11 @@ func (x RemoteKind) String() string {
 }
 
 func (RemoteKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[13].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[14].Descriptor()
 }
 
 func (RemoteKind) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[13]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[14]
 }
 
 func (x RemoteKind) Number() protoreflect.EnumNumber {
@@ -819,7 +881,7 @@ func (x RemoteKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RemoteKind.Descriptor instead.
 func (RemoteKind) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
 }
 
 // ProvenanceMode says what a tool result is attributed to when it becomes
@@ -871,11 +933,11 @@ func (x ProvenanceMode) String() string {
 }
 
 func (ProvenanceMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[14].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[15].Descriptor()
 }
 
 func (ProvenanceMode) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[14]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[15]
 }
 
 func (x ProvenanceMode) Number() protoreflect.EnumNumber {
@@ -884,7 +946,7 @@ func (x ProvenanceMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProvenanceMode.Descriptor instead.
 func (ProvenanceMode) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
 }
 
 // RegistryEventType classifies a registry event.
@@ -975,11 +1037,11 @@ func (x RegistryEventType) String() string {
 }
 
 func (RegistryEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[15].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[16].Descriptor()
 }
 
 func (RegistryEventType) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[15]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[16]
 }
 
 func (x RegistryEventType) Number() protoreflect.EnumNumber {
@@ -988,7 +1050,7 @@ func (x RegistryEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RegistryEventType.Descriptor instead.
 func (RegistryEventType) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
 }
 
 // Connection is the local registry identity of one configured server.
@@ -3908,8 +3970,11 @@ type HandleField struct {
 	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
 	// Required. What the handle names, in product words the model and the
 	// reviewer see, e.g. "source", "link", "artifact", "destination".
-	// Handles are minted from the task's source scope.
-	RefersTo      string `protobuf:"bytes,2,opt,name=refers_to,json=refersTo,proto3" json:"refers_to,omitempty"`
+	RefersTo string `protobuf:"bytes,2,opt,name=refers_to,json=refersTo,proto3" json:"refers_to,omitempty"`
+	// Which of a task's scopes the field's handles are minted from, and so
+	// which handles it accepts: a handle of another kind is refused. Not
+	// set: HANDLE_KIND_SOURCE (declarations made before kinds existed).
+	Kind          HandleKind `protobuf:"varint,3,opt,name=kind,proto3,enum=v0m3.registry.v1.HandleKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3956,6 +4021,13 @@ func (x *HandleField) GetRefersTo() string {
 		return x.RefersTo
 	}
 	return ""
+}
+
+func (x *HandleField) GetKind() HandleKind {
+	if x != nil {
+		return x.Kind
+	}
+	return HandleKind_HANDLE_KIND_UNSPECIFIED
 }
 
 // Capability is a V0M3 product contract: declared, versioned data. The
@@ -6643,10 +6715,11 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"ItemChange\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.v0m3.registry.v1.ChangeKindR\x04kind\x12'\n" +
-	"\x0fchanged_digests\x18\x03 \x03(\tR\x0echangedDigests\"@\n" +
+	"\x0fchanged_digests\x18\x03 \x03(\tR\x0echangedDigests\"r\n" +
 	"\vHandleField\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x1b\n" +
-	"\trefers_to\x18\x02 \x01(\tR\brefersTo\"\xc6\b\n" +
+	"\trefers_to\x18\x02 \x01(\tR\brefersTo\x120\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"\xc6\b\n" +
 	"\n" +
 	"Capability\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
@@ -6920,7 +6993,13 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x0fDefinitionState\x12 \n" +
 	"\x1cDEFINITION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17DEFINITION_STATE_ACTIVE\x10\x01\x12\x1f\n" +
-	"\x1bDEFINITION_STATE_DEPRECATED\x10\x02*\x93\x01\n" +
+	"\x1bDEFINITION_STATE_DEPRECATED\x10\x02*x\n" +
+	"\n" +
+	"HandleKind\x12\x1b\n" +
+	"\x17HANDLE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12HANDLE_KIND_SOURCE\x10\x01\x12\x18\n" +
+	"\x14HANDLE_KIND_ARTIFACT\x10\x02\x12\x1b\n" +
+	"\x17HANDLE_KIND_DESTINATION\x10\x03*\x93\x01\n" +
 	"\rNeedCondition\x12\x1e\n" +
 	"\x1aNEED_CONDITION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15NEED_CONDITION_ALWAYS\x10\x01\x12\"\n" +
@@ -7001,7 +7080,7 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 	return file_v0m3_registry_v1_registry_proto_rawDescData
 }
 
-var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 16)
+var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 17)
 var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(IdentityKind)(0),                   // 0: v0m3.registry.v1.IdentityKind
@@ -7015,231 +7094,233 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(ResultKind)(0),                     // 8: v0m3.registry.v1.ResultKind
 	(ApprovalRequirement)(0),            // 9: v0m3.registry.v1.ApprovalRequirement
 	(DefinitionState)(0),                // 10: v0m3.registry.v1.DefinitionState
-	(NeedCondition)(0),                  // 11: v0m3.registry.v1.NeedCondition
-	(MappingState)(0),                   // 12: v0m3.registry.v1.MappingState
-	(RemoteKind)(0),                     // 13: v0m3.registry.v1.RemoteKind
-	(ProvenanceMode)(0),                 // 14: v0m3.registry.v1.ProvenanceMode
-	(RegistryEventType)(0),              // 15: v0m3.registry.v1.RegistryEventType
-	(*Connection)(nil),                  // 16: v0m3.registry.v1.Connection
-	(*Transport)(nil),                   // 17: v0m3.registry.v1.Transport
-	(*StdioTransport)(nil),              // 18: v0m3.registry.v1.StdioTransport
-	(*StreamableHTTPTransport)(nil),     // 19: v0m3.registry.v1.StreamableHTTPTransport
-	(*DirectTransport)(nil),             // 20: v0m3.registry.v1.DirectTransport
-	(*ServerInfo)(nil),                  // 21: v0m3.registry.v1.ServerInfo
-	(*SandboxConstraints)(nil),          // 22: v0m3.registry.v1.SandboxConstraints
-	(*SandboxIdentity)(nil),             // 23: v0m3.registry.v1.SandboxIdentity
-	(*ConfigRevision)(nil),              // 24: v0m3.registry.v1.ConfigRevision
-	(*CreateConnectionRequest)(nil),     // 25: v0m3.registry.v1.CreateConnectionRequest
-	(*GetConnectionRequest)(nil),        // 26: v0m3.registry.v1.GetConnectionRequest
-	(*ListConnectionsRequest)(nil),      // 27: v0m3.registry.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),     // 28: v0m3.registry.v1.ListConnectionsResponse
-	(*UpdateConnectionRequest)(nil),     // 29: v0m3.registry.v1.UpdateConnectionRequest
-	(*RetireConnectionRequest)(nil),     // 30: v0m3.registry.v1.RetireConnectionRequest
-	(*ListConfigRevisionsRequest)(nil),  // 31: v0m3.registry.v1.ListConfigRevisionsRequest
-	(*ReviewConnectionRequest)(nil),     // 32: v0m3.registry.v1.ReviewConnectionRequest
-	(*ListConfigRevisionsResponse)(nil), // 33: v0m3.registry.v1.ListConfigRevisionsResponse
-	(*DiscoverySnapshot)(nil),           // 34: v0m3.registry.v1.DiscoverySnapshot
-	(*ToolIdentity)(nil),                // 35: v0m3.registry.v1.ToolIdentity
-	(*ResourceIdentity)(nil),            // 36: v0m3.registry.v1.ResourceIdentity
-	(*ResourceTemplateIdentity)(nil),    // 37: v0m3.registry.v1.ResourceTemplateIdentity
-	(*PromptIdentity)(nil),              // 38: v0m3.registry.v1.PromptIdentity
-	(*PromptArgument)(nil),              // 39: v0m3.registry.v1.PromptArgument
-	(*Icon)(nil),                        // 40: v0m3.registry.v1.Icon
-	(*RecordSnapshotRequest)(nil),       // 41: v0m3.registry.v1.RecordSnapshotRequest
-	(*GetSnapshotRequest)(nil),          // 42: v0m3.registry.v1.GetSnapshotRequest
-	(*ListSnapshotsRequest)(nil),        // 43: v0m3.registry.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 44: v0m3.registry.v1.ListSnapshotsResponse
-	(*DiffSnapshotsRequest)(nil),        // 45: v0m3.registry.v1.DiffSnapshotsRequest
-	(*SnapshotDiff)(nil),                // 46: v0m3.registry.v1.SnapshotDiff
-	(*ItemChange)(nil),                  // 47: v0m3.registry.v1.ItemChange
-	(*HandleField)(nil),                 // 48: v0m3.registry.v1.HandleField
-	(*Capability)(nil),                  // 49: v0m3.registry.v1.Capability
-	(*CreateCapabilityRequest)(nil),     // 50: v0m3.registry.v1.CreateCapabilityRequest
-	(*UpdateCapabilityRequest)(nil),     // 51: v0m3.registry.v1.UpdateCapabilityRequest
-	(*DeprecateCapabilityRequest)(nil),  // 52: v0m3.registry.v1.DeprecateCapabilityRequest
-	(*GetCapabilityRequest)(nil),        // 53: v0m3.registry.v1.GetCapabilityRequest
-	(*ListCapabilitiesRequest)(nil),     // 54: v0m3.registry.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil),    // 55: v0m3.registry.v1.ListCapabilitiesResponse
-	(*ProfileNeed)(nil),                 // 56: v0m3.registry.v1.ProfileNeed
-	(*TaskBudget)(nil),                  // 57: v0m3.registry.v1.TaskBudget
-	(*TaskProfile)(nil),                 // 58: v0m3.registry.v1.TaskProfile
-	(*CreateTaskProfileRequest)(nil),    // 59: v0m3.registry.v1.CreateTaskProfileRequest
-	(*UpdateTaskProfileRequest)(nil),    // 60: v0m3.registry.v1.UpdateTaskProfileRequest
-	(*DeprecateTaskProfileRequest)(nil), // 61: v0m3.registry.v1.DeprecateTaskProfileRequest
-	(*GetTaskProfileRequest)(nil),       // 62: v0m3.registry.v1.GetTaskProfileRequest
-	(*ListTaskProfilesRequest)(nil),     // 63: v0m3.registry.v1.ListTaskProfilesRequest
-	(*ListTaskProfilesResponse)(nil),    // 64: v0m3.registry.v1.ListTaskProfilesResponse
-	(*RemoteTarget)(nil),                // 65: v0m3.registry.v1.RemoteTarget
-	(*ArgumentBinding)(nil),             // 66: v0m3.registry.v1.ArgumentBinding
-	(*Limits)(nil),                      // 67: v0m3.registry.v1.Limits
-	(*Provenance)(nil),                  // 68: v0m3.registry.v1.Provenance
-	(*Mapping)(nil),                     // 69: v0m3.registry.v1.Mapping
-	(*TargetDigests)(nil),               // 70: v0m3.registry.v1.TargetDigests
-	(*ProposeMappingRequest)(nil),       // 71: v0m3.registry.v1.ProposeMappingRequest
-	(*ReviewMappingRequest)(nil),        // 72: v0m3.registry.v1.ReviewMappingRequest
-	(*GetMappingRequest)(nil),           // 73: v0m3.registry.v1.GetMappingRequest
-	(*ListMappingsRequest)(nil),         // 74: v0m3.registry.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),        // 75: v0m3.registry.v1.ListMappingsResponse
-	(*ResolveMappingRequest)(nil),       // 76: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 77: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 78: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 79: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 80: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 81: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 82: google.protobuf.Value
+	(HandleKind)(0),                     // 11: v0m3.registry.v1.HandleKind
+	(NeedCondition)(0),                  // 12: v0m3.registry.v1.NeedCondition
+	(MappingState)(0),                   // 13: v0m3.registry.v1.MappingState
+	(RemoteKind)(0),                     // 14: v0m3.registry.v1.RemoteKind
+	(ProvenanceMode)(0),                 // 15: v0m3.registry.v1.ProvenanceMode
+	(RegistryEventType)(0),              // 16: v0m3.registry.v1.RegistryEventType
+	(*Connection)(nil),                  // 17: v0m3.registry.v1.Connection
+	(*Transport)(nil),                   // 18: v0m3.registry.v1.Transport
+	(*StdioTransport)(nil),              // 19: v0m3.registry.v1.StdioTransport
+	(*StreamableHTTPTransport)(nil),     // 20: v0m3.registry.v1.StreamableHTTPTransport
+	(*DirectTransport)(nil),             // 21: v0m3.registry.v1.DirectTransport
+	(*ServerInfo)(nil),                  // 22: v0m3.registry.v1.ServerInfo
+	(*SandboxConstraints)(nil),          // 23: v0m3.registry.v1.SandboxConstraints
+	(*SandboxIdentity)(nil),             // 24: v0m3.registry.v1.SandboxIdentity
+	(*ConfigRevision)(nil),              // 25: v0m3.registry.v1.ConfigRevision
+	(*CreateConnectionRequest)(nil),     // 26: v0m3.registry.v1.CreateConnectionRequest
+	(*GetConnectionRequest)(nil),        // 27: v0m3.registry.v1.GetConnectionRequest
+	(*ListConnectionsRequest)(nil),      // 28: v0m3.registry.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),     // 29: v0m3.registry.v1.ListConnectionsResponse
+	(*UpdateConnectionRequest)(nil),     // 30: v0m3.registry.v1.UpdateConnectionRequest
+	(*RetireConnectionRequest)(nil),     // 31: v0m3.registry.v1.RetireConnectionRequest
+	(*ListConfigRevisionsRequest)(nil),  // 32: v0m3.registry.v1.ListConfigRevisionsRequest
+	(*ReviewConnectionRequest)(nil),     // 33: v0m3.registry.v1.ReviewConnectionRequest
+	(*ListConfigRevisionsResponse)(nil), // 34: v0m3.registry.v1.ListConfigRevisionsResponse
+	(*DiscoverySnapshot)(nil),           // 35: v0m3.registry.v1.DiscoverySnapshot
+	(*ToolIdentity)(nil),                // 36: v0m3.registry.v1.ToolIdentity
+	(*ResourceIdentity)(nil),            // 37: v0m3.registry.v1.ResourceIdentity
+	(*ResourceTemplateIdentity)(nil),    // 38: v0m3.registry.v1.ResourceTemplateIdentity
+	(*PromptIdentity)(nil),              // 39: v0m3.registry.v1.PromptIdentity
+	(*PromptArgument)(nil),              // 40: v0m3.registry.v1.PromptArgument
+	(*Icon)(nil),                        // 41: v0m3.registry.v1.Icon
+	(*RecordSnapshotRequest)(nil),       // 42: v0m3.registry.v1.RecordSnapshotRequest
+	(*GetSnapshotRequest)(nil),          // 43: v0m3.registry.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),        // 44: v0m3.registry.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 45: v0m3.registry.v1.ListSnapshotsResponse
+	(*DiffSnapshotsRequest)(nil),        // 46: v0m3.registry.v1.DiffSnapshotsRequest
+	(*SnapshotDiff)(nil),                // 47: v0m3.registry.v1.SnapshotDiff
+	(*ItemChange)(nil),                  // 48: v0m3.registry.v1.ItemChange
+	(*HandleField)(nil),                 // 49: v0m3.registry.v1.HandleField
+	(*Capability)(nil),                  // 50: v0m3.registry.v1.Capability
+	(*CreateCapabilityRequest)(nil),     // 51: v0m3.registry.v1.CreateCapabilityRequest
+	(*UpdateCapabilityRequest)(nil),     // 52: v0m3.registry.v1.UpdateCapabilityRequest
+	(*DeprecateCapabilityRequest)(nil),  // 53: v0m3.registry.v1.DeprecateCapabilityRequest
+	(*GetCapabilityRequest)(nil),        // 54: v0m3.registry.v1.GetCapabilityRequest
+	(*ListCapabilitiesRequest)(nil),     // 55: v0m3.registry.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),    // 56: v0m3.registry.v1.ListCapabilitiesResponse
+	(*ProfileNeed)(nil),                 // 57: v0m3.registry.v1.ProfileNeed
+	(*TaskBudget)(nil),                  // 58: v0m3.registry.v1.TaskBudget
+	(*TaskProfile)(nil),                 // 59: v0m3.registry.v1.TaskProfile
+	(*CreateTaskProfileRequest)(nil),    // 60: v0m3.registry.v1.CreateTaskProfileRequest
+	(*UpdateTaskProfileRequest)(nil),    // 61: v0m3.registry.v1.UpdateTaskProfileRequest
+	(*DeprecateTaskProfileRequest)(nil), // 62: v0m3.registry.v1.DeprecateTaskProfileRequest
+	(*GetTaskProfileRequest)(nil),       // 63: v0m3.registry.v1.GetTaskProfileRequest
+	(*ListTaskProfilesRequest)(nil),     // 64: v0m3.registry.v1.ListTaskProfilesRequest
+	(*ListTaskProfilesResponse)(nil),    // 65: v0m3.registry.v1.ListTaskProfilesResponse
+	(*RemoteTarget)(nil),                // 66: v0m3.registry.v1.RemoteTarget
+	(*ArgumentBinding)(nil),             // 67: v0m3.registry.v1.ArgumentBinding
+	(*Limits)(nil),                      // 68: v0m3.registry.v1.Limits
+	(*Provenance)(nil),                  // 69: v0m3.registry.v1.Provenance
+	(*Mapping)(nil),                     // 70: v0m3.registry.v1.Mapping
+	(*TargetDigests)(nil),               // 71: v0m3.registry.v1.TargetDigests
+	(*ProposeMappingRequest)(nil),       // 72: v0m3.registry.v1.ProposeMappingRequest
+	(*ReviewMappingRequest)(nil),        // 73: v0m3.registry.v1.ReviewMappingRequest
+	(*GetMappingRequest)(nil),           // 74: v0m3.registry.v1.GetMappingRequest
+	(*ListMappingsRequest)(nil),         // 75: v0m3.registry.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),        // 76: v0m3.registry.v1.ListMappingsResponse
+	(*ResolveMappingRequest)(nil),       // 77: v0m3.registry.v1.ResolveMappingRequest
+	(*WatchEventsRequest)(nil),          // 78: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 79: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 80: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 81: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 82: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 83: google.protobuf.Value
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
-	17,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
+	18,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
 	3,   // 1: v0m3.registry.v1.Connection.review_state:type_name -> v0m3.registry.v1.ReviewState
 	4,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
-	21,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
-	22,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	80,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	80,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	80,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	80,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
-	18,  // 9: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
-	19,  // 10: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
-	20,  // 11: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	79,  // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	22,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
+	23,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	81,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	81,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	81,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	81,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	19,  // 9: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
+	20,  // 10: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
+	21,  // 11: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
+	80,  // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
 	2,   // 13: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
-	23,  // 14: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
+	24,  // 14: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
 	1,   // 15: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
 	1,   // 16: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
 	1,   // 17: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
 	0,   // 18: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
-	17,  // 19: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	80,  // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
-	17,  // 21: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	16,  // 22: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
-	17,  // 23: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	22,  // 24: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	24,  // 25: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
-	21,  // 26: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
-	35,  // 27: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
-	36,  // 28: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	80,  // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	37,  // 30: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
-	38,  // 31: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
-	81,  // 32: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	81,  // 33: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	81,  // 34: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	81,  // 35: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
-	40,  // 36: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	81,  // 37: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
-	40,  // 38: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	81,  // 39: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
-	40,  // 40: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	39,  // 41: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
-	40,  // 42: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	34,  // 43: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	34,  // 44: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	47,  // 45: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	47,  // 46: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
-	47,  // 47: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
-	47,  // 48: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
+	18,  // 19: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
+	81,  // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	18,  // 21: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	17,  // 22: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
+	18,  // 23: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	23,  // 24: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	25,  // 25: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
+	22,  // 26: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
+	36,  // 27: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
+	37,  // 28: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
+	81,  // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	38,  // 30: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
+	39,  // 31: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
+	82,  // 32: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	82,  // 33: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	82,  // 34: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	82,  // 35: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
+	41,  // 36: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	82,  // 37: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
+	41,  // 38: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	82,  // 39: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
+	41,  // 40: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	40,  // 41: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
+	41,  // 42: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	35,  // 43: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	35,  // 44: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	48,  // 45: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	48,  // 46: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	48,  // 47: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
+	48,  // 48: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
 	5,   // 49: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
-	6,   // 50: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	81,  // 51: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
-	7,   // 52: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	48,  // 53: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
-	8,   // 54: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
-	67,  // 55: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
-	9,   // 56: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
-	10,  // 57: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	80,  // 58: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
-	49,  // 59: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	49,  // 60: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	49,  // 61: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
-	11,  // 62: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
-	56,  // 63: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
-	57,  // 64: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
-	10,  // 65: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	80,  // 66: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
-	58,  // 67: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	58,  // 68: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	58,  // 69: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
-	13,  // 70: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	82,  // 71: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
-	14,  // 72: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
-	65,  // 73: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	66,  // 74: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	81,  // 75: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	67,  // 76: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	12,  // 77: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	80,  // 78: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	80,  // 79: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	68,  // 80: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
-	81,  // 81: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
-	70,  // 82: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
-	65,  // 83: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	66,  // 84: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	81,  // 85: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	67,  // 86: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	68,  // 87: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
-	12,  // 88: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	69,  // 89: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	15,  // 90: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	80,  // 91: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	25,  // 92: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	26,  // 93: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	27,  // 94: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	29,  // 95: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	30,  // 96: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	31,  // 97: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	32,  // 98: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	41,  // 99: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	42,  // 100: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	43,  // 101: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	45,  // 102: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	50,  // 103: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	51,  // 104: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	52,  // 105: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	53,  // 106: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	54,  // 107: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	59,  // 108: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	60,  // 109: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	61,  // 110: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	62,  // 111: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	63,  // 112: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	71,  // 113: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	72,  // 114: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	73,  // 115: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	74,  // 116: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	76,  // 117: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	77,  // 118: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	16,  // 119: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	16,  // 120: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	28,  // 121: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	16,  // 122: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	16,  // 123: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	33,  // 124: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	16,  // 125: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	34,  // 126: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	34,  // 127: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	44,  // 128: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	46,  // 129: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	49,  // 130: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	49,  // 131: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	49,  // 132: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	49,  // 133: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 134: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	58,  // 135: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	58,  // 136: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	58,  // 137: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	58,  // 138: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 139: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	69,  // 140: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	69,  // 141: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	69,  // 142: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	75,  // 143: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	69,  // 144: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	78,  // 145: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	119, // [119:146] is the sub-list for method output_type
-	92,  // [92:119] is the sub-list for method input_type
-	92,  // [92:92] is the sub-list for extension type_name
-	92,  // [92:92] is the sub-list for extension extendee
-	0,   // [0:92] is the sub-list for field type_name
+	11,  // 50: v0m3.registry.v1.HandleField.kind:type_name -> v0m3.registry.v1.HandleKind
+	6,   // 51: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	82,  // 52: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	7,   // 53: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
+	49,  // 54: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
+	8,   // 55: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
+	68,  // 56: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
+	9,   // 57: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
+	10,  // 58: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
+	81,  // 59: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	50,  // 60: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	50,  // 61: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	50,  // 62: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	12,  // 63: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
+	57,  // 64: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
+	58,  // 65: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
+	10,  // 66: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
+	81,  // 67: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	59,  // 68: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	59,  // 69: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	59,  // 70: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
+	14,  // 71: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
+	83,  // 72: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	15,  // 73: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
+	66,  // 74: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	67,  // 75: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	82,  // 76: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	68,  // 77: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	13,  // 78: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	81,  // 79: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	81,  // 80: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	69,  // 81: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
+	82,  // 82: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
+	71,  // 83: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
+	66,  // 84: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	67,  // 85: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	82,  // 86: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	68,  // 87: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	69,  // 88: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
+	13,  // 89: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	70,  // 90: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	16,  // 91: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	81,  // 92: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	26,  // 93: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	27,  // 94: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	28,  // 95: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	30,  // 96: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	31,  // 97: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	32,  // 98: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	33,  // 99: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	42,  // 100: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	43,  // 101: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	44,  // 102: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	46,  // 103: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	51,  // 104: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	52,  // 105: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	53,  // 106: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	54,  // 107: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	55,  // 108: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	60,  // 109: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	61,  // 110: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	62,  // 111: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	63,  // 112: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	64,  // 113: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	72,  // 114: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	73,  // 115: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	74,  // 116: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	75,  // 117: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	77,  // 118: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	78,  // 119: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	17,  // 120: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	17,  // 121: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	29,  // 122: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	17,  // 123: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	17,  // 124: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	34,  // 125: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	17,  // 126: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	35,  // 127: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	35,  // 128: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	45,  // 129: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	47,  // 130: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	50,  // 131: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	50,  // 132: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	50,  // 133: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	50,  // 134: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	56,  // 135: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	59,  // 136: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	59,  // 137: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	59,  // 138: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	59,  // 139: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	65,  // 140: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	70,  // 141: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	70,  // 142: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	70,  // 143: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	76,  // 144: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	70,  // 145: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	79,  // 146: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	120, // [120:147] is the sub-list for method output_type
+	93,  // [93:120] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -7257,7 +7338,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
-			NumEnums:      16,
+			NumEnums:      17,
 			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
