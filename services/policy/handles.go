@@ -12,6 +12,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/handlekind"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
@@ -64,6 +65,9 @@ func (s *Server) MintHandle(ctx context.Context, req *policyv1.MintHandleRequest
 	if req.GetMappingRevision() <= 0 {
 		bad = append(bad, apierror.FieldViolation{Field: "mapping_revision", Description: "required, at least 1"})
 	}
+	if !handlekind.Known(req.GetKind()) {
+		bad = append(bad, apierror.FieldViolation{Field: "kind", Description: "unknown handle kind"})
+	}
 	if len(req.GetLabel()) > maxLabelBytes {
 		bad = append(bad, apierror.FieldViolation{Field: "label", Description: fmt.Sprintf("at most %d bytes", maxLabelBytes)})
 	}
@@ -81,7 +85,8 @@ func (s *Server) MintHandle(ctx context.Context, req *policyv1.MintHandleRequest
 	if len(bad) > 0 {
 		return nil, apierror.InvalidArgument("INVALID_HANDLE_REQUEST", "the handle request is invalid", bad...)
 	}
-	if err := s.inScope(ctx, req.GetTaskId(), req.GetRequester(), req.GetTarget()); err != nil {
+	kind := handlekind.Of(req.GetKind())
+	if err := s.inScope(ctx, req.GetTaskId(), req.GetRequester(), kind, req.GetTarget()); err != nil {
 		s.log.WarnContext(ctx, "handle refused", "reason", apierror.Reason(err), "task_id", req.GetTaskId(),
 			"requester", req.GetRequester(), "capability", req.GetCapability())
 		return nil, err
@@ -97,19 +102,20 @@ func (s *Server) MintHandle(ctx context.Context, req *policyv1.MintHandleRequest
 		MappingId:       req.GetMappingId(),
 		MappingRevision: req.GetMappingRevision(),
 		ExpireTime:      exp,
+		Kind:            kind,
 	}
 	token := ids.Token("h")
 	if err := s.store.CreateHandle(ctx, handleKey(token), b); err != nil {
 		return nil, apierror.Propagate(fmt.Errorf("store handle: %w", err), "policy: mint handle")
 	}
 	s.log.InfoContext(ctx, "handle minted", "token_prefix", token[:6], "task_id", b.GetTaskId(),
-		"requester", b.GetRequester(), "capability", b.GetCapability(), "mapping_id", b.GetMappingId(),
+		"requester", b.GetRequester(), "capability", b.GetCapability(), "kind", handlekind.Name(kind), "mapping_id", b.GetMappingId(),
 		"mapping_revision", b.GetMappingRevision(), "expire_time", exp.AsTime())
 	return &policyv1.Handle{Token: token, Label: b.GetLabel(), ExpireTime: exp}, nil
 }
 
-// ResolveHandle checks a handle against the caller's task, requester,
-// capability, expiry and mapping revision, in that order, then
+// ResolveHandle checks a handle against the caller's task, requester, field
+// kind, capability, expiry and mapping revision, in that order, then
 // re-authorizes the current state. Every refusal happens before the target
 // leaves this service, and no error names the target.
 func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleRequest) (*policyv1.ResolveHandleResponse, error) {
@@ -147,6 +153,9 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 	case b.GetRequester() != req.GetRequester().GetId():
 		return nil, s.refuse(ctx, req, codes.PermissionDenied, "HANDLE_REQUESTER_MISMATCH",
 			fmt.Sprintf("handle %s belongs to another requester", tok))
+	case handlekind.Of(b.GetKind()) != handlekind.Of(req.GetKind()):
+		return nil, s.refuse(ctx, req, codes.PermissionDenied, "HANDLE_KIND_MISMATCH",
+			fmt.Sprintf("handle %s is a %s handle; this field takes a %s handle from the catalogue", tok, handlekind.Name(b.GetKind()), handlekind.Name(req.GetKind())))
 	case b.GetCapability() != req.GetCapability():
 		return nil, s.refuse(ctx, req, codes.PermissionDenied, "HANDLE_CAPABILITY_MISMATCH",
 			fmt.Sprintf("handle %s was minted for capability %s, not %s", tok, b.GetCapability(), req.GetCapability()))

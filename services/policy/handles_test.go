@@ -178,6 +178,19 @@ func TestResolveHandleRefusals(t *testing.T) {
 		{"other mapping revision", func(r *policyv1.ResolveHandleRequest) { r.MappingRevision = 3 }, codes.FailedPrecondition, "HANDLE_MAPPING_CHANGED"},
 		{"other mapping", func(r *policyv1.ResolveHandleRequest) { r.MappingId = "map_other" }, codes.FailedPrecondition, "HANDLE_MAPPING_CHANGED"},
 		{"policy denies the purpose", func(r *policyv1.ResolveHandleRequest) { r.Purpose = "publish" }, codes.PermissionDenied, "POLICY_DENIED"},
+		{"a source handle where a destination is expected", func(r *policyv1.ResolveHandleRequest) {
+			r.Kind = registryv1.HandleKind_HANDLE_KIND_DESTINATION
+		}, codes.PermissionDenied, "HANDLE_KIND_MISMATCH"},
+		{"a source handle where an artifact is expected", func(r *policyv1.ResolveHandleRequest) {
+			r.Kind = registryv1.HandleKind_HANDLE_KIND_ARTIFACT
+		}, codes.PermissionDenied, "HANDLE_KIND_MISMATCH"},
+		{"a source field takes a handle minted with no kind", func(r *policyv1.ResolveHandleRequest) {
+			r.Kind = registryv1.HandleKind_HANDLE_KIND_SOURCE
+			r.Purpose = "publish" // reaches re-authorization: the kind matched
+		}, codes.PermissionDenied, "POLICY_DENIED"},
+		{"kind is checked before capability", func(r *policyv1.ResolveHandleRequest) {
+			r.Kind, r.Capability = registryv1.HandleKind_HANDLE_KIND_DESTINATION, capSearch
+		}, codes.PermissionDenied, "HANDLE_KIND_MISMATCH"},
 		{"task is checked before requester", func(r *policyv1.ResolveHandleRequest) {
 			r.TaskId, r.Requester = "task_2", bob()
 		}, codes.PermissionDenied, "HANDLE_TASK_MISMATCH"},

@@ -14,6 +14,7 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/handlekind"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
 
@@ -41,21 +42,11 @@ func (s *Server) RegisterTask(ctx context.Context, req *policyv1.RegisterTaskReq
 	if req.GetRequester() == "" {
 		bad = append(bad, apierror.FieldViolation{Field: "requester", Description: "required"})
 	}
-	if len(req.GetSourceScope()) > maxScopeTargets {
-		bad = append(bad, apierror.FieldViolation{Field: "source_scope", Description: fmt.Sprintf("at most %d targets", maxScopeTargets)})
-	}
-	seen := map[string]bool{}
-	for i, t := range req.GetSourceScope() {
-		field := fmt.Sprintf("source_scope[%d]", i)
-		switch {
-		case t == "":
-			bad = append(bad, apierror.FieldViolation{Field: field, Description: "empty target"})
-		case len(t) > maxTargetBytes:
-			bad = append(bad, apierror.FieldViolation{Field: field, Description: fmt.Sprintf("at most %d bytes", maxTargetBytes)})
-		case seen[t]:
-			bad = append(bad, apierror.FieldViolation{Field: field, Description: "duplicate target"})
-		}
-		seen[t] = true
+	for _, sc := range []struct {
+		field   string
+		targets []string
+	}{{"source_scope", req.GetSourceScope()}, {"artifact_scope", req.GetArtifactScope()}, {"destination_scope", req.GetDestinationScope()}} {
+		bad = append(bad, checkScope(sc.field, sc.targets)...)
 	}
 	for _, d := range taskBudgetDims(req.GetBudget(), s.deps.TaskBudget) {
 		if d.value < 0 {
@@ -91,6 +82,9 @@ func (s *Server) RegisterTask(ctx context.Context, req *policyv1.RegisterTaskReq
 		SourceScope:  slices.Sorted(slices.Values(req.GetSourceScope())),
 		RegisterTime: timestamppb.New(s.now()),
 		Budget:       proto.CloneOf(budget),
+		// Sorted, so that a retry compares equal and lookups can search.
+		ArtifactScope:    slices.Sorted(slices.Values(req.GetArtifactScope())),
+		DestinationScope: slices.Sorted(slices.Values(req.GetDestinationScope())),
 	}
 	err := s.store.CreateTaskScope(ctx, ts)
 	if errors.Is(err, store.ErrExists) {
@@ -100,25 +94,64 @@ func (s *Server) RegisterTask(ctx context.Context, req *policyv1.RegisterTaskReq
 		}
 		// A retry of the same registration is answered with the record;
 		// a different one never replaces it.
-		if prev.GetRequester() == ts.GetRequester() && slices.Equal(prev.GetSourceScope(), ts.GetSourceScope()) && proto.Equal(prev.GetBudget(), ts.GetBudget()) {
+		if prev.GetRequester() == ts.GetRequester() && slices.Equal(prev.GetSourceScope(), ts.GetSourceScope()) &&
+			slices.Equal(prev.GetArtifactScope(), ts.GetArtifactScope()) && slices.Equal(prev.GetDestinationScope(), ts.GetDestinationScope()) &&
+			proto.Equal(prev.GetBudget(), ts.GetBudget()) {
 			return prev, nil
 		}
 		s.log.WarnContext(ctx, "task registration refused: already registered differently", "task_id", ts.GetTaskId())
 		return nil, apierror.New(codes.AlreadyExists, "TASK_ALREADY_REGISTERED",
-			fmt.Sprintf("task %s is already registered with another requester, source scope or budget; a task's scope never changes", ts.GetTaskId()),
+			fmt.Sprintf("task %s is already registered with another requester, scope or budget; a task's scope never changes", ts.GetTaskId()),
 			map[string]string{"task_id": ts.GetTaskId()})
 	}
 	if err != nil {
 		return nil, apierror.Propagate(fmt.Errorf("store task scope: %w", err), "policy: register task")
 	}
-	s.log.InfoContext(ctx, "task registered", "task_id", ts.GetTaskId(), "requester", ts.GetRequester(), "targets", len(ts.GetSourceScope()))
+	s.log.InfoContext(ctx, "task registered", "task_id", ts.GetTaskId(), "requester", ts.GetRequester(), "sources", len(ts.GetSourceScope()),
+		"artifacts", len(ts.GetArtifactScope()), "destinations", len(ts.GetDestinationScope()))
 	return proto.CloneOf(ts), nil
 }
 
+// checkScope returns what is wrong with one registered scope: too many
+// targets, an empty, oversized or duplicate target.
+func checkScope(field string, targets []string) []apierror.FieldViolation {
+	var bad []apierror.FieldViolation
+	if len(targets) > maxScopeTargets {
+		bad = append(bad, apierror.FieldViolation{Field: field, Description: fmt.Sprintf("at most %d targets", maxScopeTargets)})
+	}
+	seen := map[string]bool{}
+	for i, t := range targets {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		switch {
+		case t == "":
+			bad = append(bad, apierror.FieldViolation{Field: at, Description: "empty target"})
+		case len(t) > maxTargetBytes:
+			bad = append(bad, apierror.FieldViolation{Field: at, Description: fmt.Sprintf("at most %d bytes", maxTargetBytes)})
+		case seen[t]:
+			bad = append(bad, apierror.FieldViolation{Field: at, Description: "duplicate target"})
+		}
+		seen[t] = true
+	}
+	return bad
+}
+
+// scopeOf returns a registered task's sorted targets of one handle kind.
+func scopeOf(ts *policyv1.TaskScope, kind registryv1.HandleKind) []string {
+	switch handlekind.Of(kind) {
+	case registryv1.HandleKind_HANDLE_KIND_ARTIFACT:
+		return ts.GetArtifactScope()
+	case registryv1.HandleKind_HANDLE_KIND_DESTINATION:
+		return ts.GetDestinationScope()
+	case registryv1.HandleKind_HANDLE_KIND_SOURCE:
+		return ts.GetSourceScope()
+	}
+	return nil
+}
+
 // inScope returns nil when the task is registered for requester and target
-// is in its source scope; else the refusal. The error never names the
-// target.
-func (s *Server) inScope(ctx context.Context, taskID, requester, target string) error {
+// is in its scope of the handle's kind; else the refusal. The error never
+// names the target.
+func (s *Server) inScope(ctx context.Context, taskID, requester string, kind registryv1.HandleKind, target string) error {
 	ts, err := s.store.GetTaskScope(ctx, taskID)
 	if errors.Is(err, store.ErrNotFound) {
 		return apierror.New(codes.FailedPrecondition, "TASK_NOT_REGISTERED",
@@ -133,10 +166,11 @@ func (s *Server) inScope(ctx context.Context, taskID, requester, target string) 
 			fmt.Sprintf("task %s was registered for another requester; a handle is minted only for the task's requester", taskID),
 			map[string]string{"task_id": taskID})
 	}
-	if _, found := slices.BinarySearch(ts.GetSourceScope(), target); !found {
+	if _, found := slices.BinarySearch(scopeOf(ts, kind), target); !found {
+		name := handlekind.Name(kind)
 		return apierror.New(codes.PermissionDenied, "HANDLE_TARGET_OUT_OF_SCOPE",
-			fmt.Sprintf("the target is not in task %s's source scope; a handle is minted only for a source the task was started with", taskID),
-			map[string]string{"task_id": taskID})
+			fmt.Sprintf("the target is not in task %s's %s scope; a %s handle is minted only for a %s the task was started with", taskID, name, name, name),
+			map[string]string{"task_id": taskID, "kind": name})
 	}
 	return nil
 }

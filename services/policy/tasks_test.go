@@ -10,7 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/handlekind"
 )
 
 // storedHandles counts the handles in e's store (by sweeping everything
@@ -69,6 +71,8 @@ func TestRegisterTask(t *testing.T) {
 		{"no requester", &policyv1.RegisterTaskRequest{TaskId: "task_8"}, "requester"},
 		{"empty target", &policyv1.RegisterTaskRequest{TaskId: "task_8", Requester: "alice", SourceScope: []string{publicTarget, ""}}, "source_scope[1]"},
 		{"duplicate target", &policyv1.RegisterTaskRequest{TaskId: "task_8", Requester: "alice", SourceScope: []string{publicTarget, publicTarget}}, "source_scope[1]"},
+		{"duplicate artifact", &policyv1.RegisterTaskRequest{TaskId: "task_8", Requester: "alice", ArtifactScope: []string{"artifact://a", "artifact://a"}}, "artifact_scope[1]"},
+		{"empty destination", &policyv1.RegisterTaskRequest{TaskId: "task_8", Requester: "alice", DestinationScope: []string{""}}, "destination_scope[0]"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,5 +132,74 @@ func TestMintHandleOnlyInScope(t *testing.T) {
 	}
 	if n := storedHandles(t, e); n != 1 {
 		t.Errorf("%d handles stored after one mint, want 1", n)
+	}
+}
+
+// TestMintHandleByKind: each kind of handle is minted only from the task's
+// scope of that kind: a source is not a destination even when the task may
+// read it, and a refusal stores nothing.
+func TestMintHandleByKind(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, options{})
+	const (
+		artifact    = "artifact://previews/sha256:4f2a"
+		destination = "site://docs.example/api-migration"
+	)
+	if _, err := e.client.RegisterTask(context.Background(), &policyv1.RegisterTaskRequest{
+		TaskId: "task_1", Requester: "alice", SourceScope: []string{publicTarget},
+		ArtifactScope: []string{artifact}, DestinationScope: []string{destination}}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		source = registryv1.HandleKind_HANDLE_KIND_SOURCE
+		art    = registryv1.HandleKind_HANDLE_KIND_ARTIFACT
+		dest   = registryv1.HandleKind_HANDLE_KIND_DESTINATION
+		unset  = registryv1.HandleKind_HANDLE_KIND_UNSPECIFIED
+	)
+	tests := []struct {
+		name   string
+		kind   registryv1.HandleKind
+		target string
+		ok     bool
+	}{
+		{"source", source, publicTarget, true},
+		{"unset kind is a source", unset, publicTarget, true},
+		{"artifact", art, artifact, true},
+		{"destination", dest, destination, true},
+		{"a source as a destination", dest, publicTarget, false},
+		{"a destination as a source", source, destination, false},
+		{"an artifact as a destination", dest, artifact, false},
+		{"a destination as an artifact", art, destination, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			storedHandles(t, e) // sweeps what earlier cases minted
+			h, err := e.client.MintHandle(context.Background(), &policyv1.MintHandleRequest{TaskId: "task_1", Requester: "alice",
+				Capability: capDeliver, Target: tc.target, MappingId: "map_deliver", MappingRevision: 1, Kind: tc.kind})
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("MintHandle: %v", err)
+				}
+				b, err := e.srv.store.GetHandle(context.Background(), handleKey(h.GetToken()))
+				if err != nil || b.GetKind() != handlekind.Of(tc.kind) {
+					t.Fatalf("stored binding %v, %v; want kind %v", b, err, handlekind.Of(tc.kind))
+				}
+				return
+			}
+			if !apierror.Is(err, codes.PermissionDenied, "HANDLE_TARGET_OUT_OF_SCOPE") || strings.Contains(err.Error(), tc.target) {
+				t.Fatalf("MintHandle = %v, %v; want PERMISSION_DENIED HANDLE_TARGET_OUT_OF_SCOPE not naming the target", h, err)
+			}
+			if !strings.Contains(err.Error(), handlekind.Name(tc.kind)+" scope") {
+				t.Errorf("the refusal does not name the scope: %v", err)
+			}
+			if n := storedHandles(t, e); n != 0 {
+				t.Errorf("a refused mint stored %d handles", n)
+			}
+		})
+	}
+	_, err := e.client.MintHandle(context.Background(), &policyv1.MintHandleRequest{TaskId: "task_1", Requester: "alice",
+		Capability: capDeliver, Target: destination, MappingId: "map_deliver", MappingRevision: 1, Kind: registryv1.HandleKind(42)})
+	if !apierror.Is(err, codes.InvalidArgument, "INVALID_HANDLE_REQUEST") || !slices.Equal(apierror.Fields(err), []string{"kind"}) {
+		t.Errorf("unknown kind: %v (fields %v)", err, apierror.Fields(err))
 	}
 }
