@@ -7,16 +7,21 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/handlekind"
 )
 
 // compileCatalogue asks policy which capabilities the task may be offered
 // and compiles those into what the model will see: the local capability
-// description and product schema (never the remote description), and one
-// opaque handle per source in scope for capabilities that take handles. The
-// catalogue never contains a source URI.
+// description and product schema (never the remote description), with the
+// task's opaque handles listed in each handle field (see offerHandles).
+// The catalogue never contains a URI.
 func (s *Server) compileCatalogue(ctx context.Context, task *orchestratorv1.Task) (*orchestratorv1.OfferedCatalogue, error) {
 	el, err := s.deps.Policy.Eligible(ctx, &policyv1.EligibleRequest{
 		TaskId:             task.GetId(),
@@ -53,30 +58,11 @@ func (s *Server) compileCatalogue(ctx context.Context, task *orchestratorv1.Task
 		oc := &orchestratorv1.OfferedCapability{
 			Name:            capb.GetName(),
 			Description:     capb.GetDescription(),
-			InputSchema:     capb.GetInputSchema(),
 			MappingId:       ce.GetMappingId(),
 			MappingRevision: ce.GetMappingRevision(),
 		}
-		// A handle is bound to the capability, not to one field, so one
-		// handle per source serves every handle field of the capability.
-		if len(capb.GetHandles()) > 0 {
-			for _, src := range task.GetSourceScope() {
-				h, err := s.deps.Policy.MintHandle(ctx, &policyv1.MintHandleRequest{
-					TaskId:          task.GetId(),
-					Requester:       task.GetRequester().GetId(),
-					Capability:      capb.GetName(),
-					Target:          src.GetUri(),
-					Label:           sourceLabel(src),
-					MappingId:       ce.GetMappingId(),
-					MappingRevision: ce.GetMappingRevision(),
-				})
-				if err != nil {
-					return nil, fmt.Errorf("mint handle for %s: %w", capb.GetName(), err)
-				}
-				oc.Handles = append(oc.Handles, &orchestratorv1.HandleOffer{
-					Handle: h.GetToken(), Label: h.GetLabel(), ExpireTime: h.GetExpireTime(),
-				})
-			}
+		if err := s.offerHandles(ctx, task, capb, oc); err != nil {
+			return nil, err
 		}
 		ce.Stage = policyv1.EligibilityStage_ELIGIBILITY_STAGE_OFFERED
 		cat.Offered = append(cat.Offered, oc)
@@ -84,19 +70,136 @@ func (s *Server) compileCatalogue(ctx context.Context, task *orchestratorv1.Task
 	return cat, nil
 }
 
-// registerTask records the task's requester, source scope and budget (its
-// profile's default budget) with policy.
+// registerTask records the task's requester, its source, artifact and
+// destination scopes and its budget (its profile's default budget) with
+// policy.
 func (s *Server) registerTask(ctx context.Context, task *orchestratorv1.Task, budget *registryv1.TaskBudget) error {
-	scope := make([]string, 0, len(task.GetSourceScope()))
-	for _, src := range task.GetSourceScope() {
-		scope = append(scope, src.GetUri())
-	}
 	if _, err := s.deps.Policy.RegisterTask(ctx, &policyv1.RegisterTaskRequest{
-		TaskId: task.GetId(), Requester: task.GetRequester().GetId(), SourceScope: scope, Budget: budget,
+		TaskId: task.GetId(), Requester: task.GetRequester().GetId(), Budget: budget,
+		SourceScope:      uris(task.GetSourceScope()),
+		ArtifactScope:    uris(task.GetArtifactScope()),
+		DestinationScope: uris(task.GetDestinationScope()),
 	}); err != nil {
 		return fmt.Errorf("register task scope with policy: %w", err)
 	}
 	return nil
+}
+
+// uris lists the URIs of scope entries.
+func uris(refs []*orchestratorv1.SourceRef) []string {
+	out := make([]string, 0, len(refs))
+	for _, r := range refs {
+		out = append(out, r.GetUri())
+	}
+	return out
+}
+
+// scopeOf returns the task's targets of one handle kind.
+func scopeOf(task *orchestratorv1.Task, kind registryv1.HandleKind) []*orchestratorv1.SourceRef {
+	switch handlekind.Of(kind) {
+	case registryv1.HandleKind_HANDLE_KIND_ARTIFACT:
+		return task.GetArtifactScope()
+	case registryv1.HandleKind_HANDLE_KIND_DESTINATION:
+		return task.GetDestinationScope()
+	case registryv1.HandleKind_HANDLE_KIND_SOURCE:
+		return task.GetSourceScope()
+	}
+	return nil
+}
+
+// offerHandles fills an offered capability's handle fields, handles and
+// model-facing schema. Fields of one kind share handles: a handle is bound
+// to its kind and capability, not to one field. A handle is minted for a
+// target of the task's scope of that kind only when current policy allows
+// the capability on it, so a target policy stopped allowing gets no new
+// handle. Each handle field of the schema lists the handles as a "oneOf"
+// of consts titled with their labels: a tool call can only pick one, and
+// the schema holds no URI.
+func (s *Server) offerHandles(ctx context.Context, task *orchestratorv1.Task, capb *registryv1.Capability, oc *orchestratorv1.OfferedCapability) error {
+	oc.HandleFields, oc.Handles = nil, nil
+	var kinds []registryv1.HandleKind
+	for _, hf := range capb.GetHandles() {
+		k := handlekind.Of(hf.GetKind())
+		oc.HandleFields = append(oc.HandleFields, &orchestratorv1.HandleFieldOffer{Field: hf.GetField(), Kind: k, RefersTo: hf.GetRefersTo()})
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	for _, k := range kinds {
+		for _, ref := range scopeOf(task, k) {
+			az, err := s.deps.Policy.Authorize(ctx, &policyv1.AuthorizeRequest{
+				Principal: task.GetRequester(), Capability: capb.GetName(), Resource: ref.GetUri(),
+				TaskId: task.GetId(), Purpose: purposeOf(task), EffectClass: capb.GetEffectClass(),
+				MappingId: oc.GetMappingId(), MappingRevision: oc.GetMappingRevision(),
+			})
+			if err != nil {
+				return fmt.Errorf("authorize a %s handle for %s: %w", handlekind.Name(k), capb.GetName(), err)
+			}
+			if az.GetDecision() != policyv1.Decision_DECISION_ALLOW {
+				s.log.InfoContext(ctx, "no handle: policy does not allow the target", "task", task.GetId(), "capability", capb.GetName(),
+					"kind", handlekind.Name(k), "policy_revision", az.GetPolicyRevision())
+				continue
+			}
+			h, err := s.deps.Policy.MintHandle(ctx, &policyv1.MintHandleRequest{
+				TaskId:          task.GetId(),
+				Requester:       task.GetRequester().GetId(),
+				Capability:      capb.GetName(),
+				Target:          ref.GetUri(),
+				Label:           sourceLabel(ref),
+				MappingId:       oc.GetMappingId(),
+				MappingRevision: oc.GetMappingRevision(),
+				Kind:            k,
+			})
+			if err != nil {
+				return fmt.Errorf("mint a %s handle for %s: %w", handlekind.Name(k), capb.GetName(), err)
+			}
+			oc.Handles = append(oc.Handles, &orchestratorv1.HandleOffer{
+				Handle: h.GetToken(), Label: h.GetLabel(), ExpireTime: h.GetExpireTime(), Kind: k,
+			})
+		}
+	}
+	var err error
+	if oc.InputSchemaDigest, err = digest.Struct(capb.GetInputSchema()); err != nil {
+		return fmt.Errorf("digest the input schema of %s: %w", capb.GetName(), err)
+	}
+	if oc.InputSchema, err = toolSchema(capb.GetInputSchema(), oc); err != nil {
+		return fmt.Errorf("list handles in the input schema of %s: %w", capb.GetName(), err)
+	}
+	return nil
+}
+
+// toolSchema is a capability's declared input schema with each handle
+// field listing the offered handles of its kind as "oneOf" of
+// {"const": handle, "title": label}. A handle field with no handle (the
+// task's scope of its kind is empty, or policy allows none of it) keeps
+// its declared schema: there is nothing to pick, and any value is refused
+// as an unknown handle.
+func toolSchema(declared *structpb.Struct, oc *orchestratorv1.OfferedCapability) (*structpb.Struct, error) {
+	if declared == nil {
+		return nil, nil
+	}
+	schema := proto.CloneOf(declared)
+	props := schema.GetFields()["properties"].GetStructValue()
+	for _, hf := range oc.GetHandleFields() {
+		prop := props.GetFields()[hf.GetField()].GetStructValue()
+		if prop == nil {
+			return nil, fmt.Errorf("handle field %q is not a property of the schema", hf.GetField())
+		}
+		var choices []*structpb.Value
+		for _, h := range oc.GetHandles() {
+			if h.GetKind() != hf.GetKind() {
+				continue
+			}
+			choices = append(choices, structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				"const": structpb.NewStringValue(h.GetHandle()),
+				"title": structpb.NewStringValue(h.GetLabel()),
+			}}))
+		}
+		if len(choices) > 0 {
+			prop.Fields["oneOf"] = structpb.NewListValue(&structpb.ListValue{Values: choices})
+		}
+	}
+	return schema, nil
 }
 
 // offerable reports whether policy let a capability through: eligible (the
@@ -112,8 +215,9 @@ func offerable(ce *policyv1.CapabilityEligibility) bool {
 	return false
 }
 
-// sourceLabel is what the model may see for a source: its title, else the
-// last segment of its URI. Never the URI itself.
+// sourceLabel is what the model may see for a scope entry (a source, an
+// artifact or a destination): its title, else the last segment of its
+// URI. Never the URI itself.
 func sourceLabel(src *orchestratorv1.SourceRef) string {
 	if src.GetTitle() != "" {
 		return src.GetTitle()

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,18 +148,13 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	if err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{}
-	for i, src := range req.GetSourceScope() {
-		field := fmt.Sprintf("source_scope[%d].uri", i)
-		if src.GetUri() == "" {
-			return nil, apierror.InvalidArgument("MISSING_FIELD", field+" is required",
-				apierror.FieldViolation{Field: field, Description: "required"})
+	for _, sc := range []struct {
+		field, what string
+		refs        []*orchestratorv1.SourceRef
+	}{{"source_scope", "source", req.GetSourceScope()}, {"artifact_scope", "artifact", req.GetArtifactScope()}, {"destination_scope", "destination", req.GetDestinationScope()}} {
+		if err := checkScope(sc.field, sc.what, sc.refs); err != nil {
+			return nil, err
 		}
-		if seen[src.GetUri()] {
-			return nil, apierror.InvalidArgument("DUPLICATE_SOURCE", "source_scope lists the same source twice",
-				apierror.FieldViolation{Field: field, Description: "duplicate source"})
-		}
-		seen[src.GetUri()] = true
 	}
 	// The request is checked before the registry is asked anything, and a
 	// refused profile leaves nothing behind: no task, no registration.
@@ -175,6 +171,8 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		Actor:              actor,
 		Purpose:            req.GetPurpose(),
 		SourceScope:        req.GetSourceScope(),
+		ArtifactScope:      req.GetArtifactScope(),
+		DestinationScope:   req.GetDestinationScope(),
 		EvidencePresent:    req.GetEvidencePresent(),
 		NeededCapabilities: needed,
 		Profile:            profile.GetName(),
@@ -204,8 +202,8 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	})
 	s.emit(ctx, task.GetId(), "", "task.started", "plan needs "+listOrNone(needed))
 
-	// Policy learns the task's requester and source scope before it is
-	// asked for any handle: it mints handles only within that scope.
+	// Policy learns the task's requester and scopes before it is asked
+	// for any handle: it mints handles only within them.
 	var cat *orchestratorv1.OfferedCatalogue
 	err = s.registerTask(ctx, task, profile.GetDefaultBudget())
 	if err == nil {
@@ -415,4 +413,23 @@ func (s *Server) internal(ctx context.Context, what string, err error) error {
 func missing(field string) error {
 	return apierror.InvalidArgument("MISSING_FIELD", field+" is required",
 		apierror.FieldViolation{Field: field, Description: "required"})
+}
+
+// checkScope refuses a scope entry without a URI or listed twice; what
+// names the entries in the message, e.g. "source".
+func checkScope(field, what string, refs []*orchestratorv1.SourceRef) error {
+	seen := map[string]bool{}
+	for i, ref := range refs {
+		at := fmt.Sprintf("%s[%d].uri", field, i)
+		if ref.GetUri() == "" {
+			return apierror.InvalidArgument("MISSING_FIELD", at+" is required",
+				apierror.FieldViolation{Field: at, Description: "required"})
+		}
+		if seen[ref.GetUri()] {
+			return apierror.InvalidArgument("DUPLICATE_"+strings.ToUpper(what), fmt.Sprintf("%s lists the same %s twice", field, what),
+				apierror.FieldViolation{Field: at, Description: "duplicate " + what})
+		}
+		seen[ref.GetUri()] = true
+	}
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/handlekind"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
@@ -156,14 +157,21 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	if err != nil {
 		return p, apierror.Propagate(err, "get capability")
 	}
-	shown, _ := digest.Struct(p.offered.GetInputSchema())
+	// The catalogue lists handles in the schema the model sees; the
+	// contract the request is held to is the declared schema it was
+	// compiled from (catalogues compiled before handles were listed hold
+	// the declared schema itself).
+	shown := p.offered.GetInputSchemaDigest()
+	if shown == "" {
+		shown, _ = digest.Struct(p.offered.GetInputSchema())
+	}
 	current, _ := digest.Struct(p.capability.GetInputSchema())
 	if shown != current {
 		return p, apierror.New(codes.FailedPrecondition, "CAPABILITY_CHANGED",
 			fmt.Sprintf("capability %s changed since it was offered to task %s; start a new task to use the current contract", name, task.GetId()),
 			map[string]string{"capability": name})
 	}
-	p.normalized, err = normalizeArguments(p.offered.GetInputSchema(), req.GetArguments())
+	p.normalized, err = normalizeArguments(p.capability.GetInputSchema(), req.GetArguments())
 	if err != nil {
 		return p, err
 	}
@@ -186,8 +194,8 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 			map[string]string{"connection_id": p.connection.GetId()})
 	}
 
-	// e. Handles resolve against this task, requester, capability and
-	// mapping revision, or the request stops here.
+	// e. Handles resolve against this task, requester, the field's handle
+	// kind, capability and mapping revision, or the request stops here.
 	var decisions []*policyv1.AuthorizeResponse
 	for _, hf := range p.capability.GetHandles() {
 		field := hf.GetField()
@@ -199,10 +207,10 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 		res, err := s.deps.Policy.ResolveHandle(ctx, &policyv1.ResolveHandleRequest{
 			Token: token, TaskId: task.GetId(), Requester: task.GetRequester(), Capability: name,
 			MappingId: p.mapping.GetId(), MappingRevision: p.mapping.GetRevision(),
-			Purpose: purposeOf(task), EffectClass: p.capability.GetEffectClass(),
+			Purpose: purposeOf(task), EffectClass: p.capability.GetEffectClass(), Kind: handlekind.Of(hf.GetKind()),
 		})
 		if err != nil {
-			return p, apierror.Propagate(err, "resolve handle")
+			return p, apierror.Propagate(err, "resolve the handle in "+field)
 		}
 		b := res.GetBinding()
 		if b.GetTaskId() != task.GetId() || b.GetCapability() != name {
