@@ -166,6 +166,11 @@ var (
 		v1alpha1.ResultReceipt:           registryv1.ResultKind_RESULT_KIND_RECEIPT,
 		v1alpha1.ResultData:              registryv1.ResultKind_RESULT_KIND_DATA,
 	}
+	handleKinds = map[string]registryv1.HandleKind{
+		v1alpha1.HandleSource:      registryv1.HandleKind_HANDLE_KIND_SOURCE,
+		v1alpha1.HandleArtifact:    registryv1.HandleKind_HANDLE_KIND_ARTIFACT,
+		v1alpha1.HandleDestination: registryv1.HandleKind_HANDLE_KIND_DESTINATION,
+	}
 	approvals = map[string]registryv1.ApprovalRequirement{
 		v1alpha1.ApprovalPolicy: registryv1.ApprovalRequirement_APPROVAL_REQUIREMENT_POLICY,
 		v1alpha1.ApprovalAlways: registryv1.ApprovalRequirement_APPROVAL_REQUIREMENT_ALWAYS,
@@ -200,7 +205,7 @@ func capabilityContract(c *v1alpha1.Capability) (*registryv1.Capability, error) 
 		ManagedBy:           managedBy(CapabilityResource, c.Name),
 	}
 	for _, h := range s.Handles {
-		out.Handles = append(out.Handles, &registryv1.HandleField{Field: h.Field, RefersTo: h.RefersTo})
+		out.Handles = append(out.Handles, &registryv1.HandleField{Field: h.Field, RefersTo: h.RefersTo, Kind: handleKinds[h.Kind]})
 	}
 	if l := s.DefaultLimits; l != nil {
 		out.DefaultLimits = &registryv1.Limits{

@@ -82,7 +82,7 @@ func projectFileCapability(t *testing.T, name string) *v1alpha1.Capability {
 			Preconditions: []string{"the file is within the task's source scope"},
 			ResultState:   "quoted excerpts of the file at one content digest",
 			RetryRule:     v1alpha1.RetryRetry,
-			Handles:       []v1alpha1.HandleField{{Field: "file", RefersTo: "source"}},
+			Handles:       []v1alpha1.HandleField{{Field: "file", RefersTo: "source", Kind: v1alpha1.HandleDestination}},
 			ResultKind:    v1alpha1.ResultSourceObservation,
 			DefaultLimits: &v1alpha1.Limits{MaxResponseBytes: 65536, MaxItems: 8, AllowedMediaTypes: []string{"text/plain"}},
 			Approval:      v1alpha1.ApprovalPolicy,
@@ -207,7 +207,7 @@ func TestCapabilityDeclared(t *testing.T) {
 		got.GetRetryRule() != registryv1.RetryRule_RETRY_RULE_RETRY ||
 		got.GetResultKind() != registryv1.ResultKind_RESULT_KIND_SOURCE_OBSERVATION ||
 		got.GetApproval() != registryv1.ApprovalRequirement_APPROVAL_REQUIREMENT_POLICY ||
-		len(got.GetHandles()) != 1 || got.GetHandles()[0].GetField() != "file" || got.GetHandles()[0].GetRefersTo() != "source" ||
+		len(got.GetHandles()) != 1 || got.GetHandles()[0].GetField() != "file" || got.GetHandles()[0].GetRefersTo() != "source" || got.GetHandles()[0].GetKind() != registryv1.HandleKind_HANDLE_KIND_DESTINATION ||
 		got.GetDefaultLimits().GetMaxItems() != 8 || got.GetDescription() != projectFileCapability(t, "x").Spec.Description {
 		t.Errorf("registry holds %v; want the resource's contract at revision 1, managed by it, created by the operator", got)
 	}

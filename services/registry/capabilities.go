@@ -18,6 +18,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/handlekind"
 	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/internal/summary"
 )
@@ -155,6 +156,9 @@ func validateCapability(in *registryv1.Capability) (*registryv1.Capability, erro
 		seen[h.GetField()] = true
 		if strings.TrimSpace(h.GetRefersTo()) == "" {
 			v.add(reasonInvalidHandles, at+".refers_to", `what the handle names is required, e.g. "source"`)
+		}
+		if !handlekind.Known(h.GetKind()) {
+			v.add(reasonInvalidHandles, at+".kind", "unknown handle kind: HANDLE_KIND_SOURCE, HANDLE_KIND_ARTIFACT or HANDLE_KIND_DESTINATION")
 		}
 	}
 	if c.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT {

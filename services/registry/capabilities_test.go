@@ -272,6 +272,7 @@ func TestCapabilityValidation(t *testing.T) {
 			codes.InvalidArgument, "INVALID_HANDLES", "capability.handles[0].field"},
 		{"handle field twice", func(c *registryv1.Capability) { c.Handles = append(c.Handles, c.Handles[0]) }, codes.InvalidArgument, "INVALID_HANDLES", "capability.handles[1].field"},
 		{"handle without what it refers to", func(c *registryv1.Capability) { c.Handles[0].RefersTo = "" }, codes.InvalidArgument, "INVALID_HANDLES", "capability.handles[0].refers_to"},
+		{"handle of an unknown kind", func(c *registryv1.Capability) { c.Handles[0].Kind = registryv1.HandleKind(9) }, codes.InvalidArgument, "INVALID_HANDLES", "capability.handles[0].kind"},
 		{"external effect without idempotency", func(c *registryv1.Capability) {
 			c.EffectClass = registryv1.EffectClass_EFFECT_CLASS_EXTERNAL_EFFECT
 		}, codes.InvalidArgument, "EXTERNAL_EFFECT_REQUIREMENTS", "capability.idempotency_required"},
@@ -501,7 +502,8 @@ func TestDefaultsLoadedOnceNeverOverwritten(t *testing.T) {
 	}
 	deliver, _ := first.client.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: "deliver_approved_artifact"})
 	if !deliver.GetIdempotencyRequired() || deliver.GetApproval() != registryv1.ApprovalRequirement_APPROVAL_REQUIREMENT_ALWAYS ||
-		deliver.GetResultKind() != registryv1.ResultKind_RESULT_KIND_RECEIPT || len(deliver.GetHandles()) != 2 || deliver.GetHandles()[1].GetRefersTo() != "destination" {
+		deliver.GetResultKind() != registryv1.ResultKind_RESULT_KIND_RECEIPT || len(deliver.GetHandles()) != 2 || deliver.GetHandles()[1].GetRefersTo() != "destination" ||
+		deliver.GetHandles()[0].GetKind() != registryv1.HandleKind_HANDLE_KIND_ARTIFACT || deliver.GetHandles()[1].GetKind() != registryv1.HandleKind_HANDLE_KIND_DESTINATION {
 		t.Errorf("deliver_approved_artifact = %v", deliver)
 	}
 	profiles, err := first.client.ListTaskProfiles(ctx, &registryv1.ListTaskProfilesRequest{})

@@ -27,6 +27,13 @@ const (
 	ResultData              = "Data"
 )
 
+// Handle kinds of a Capability's handle field.
+const (
+	HandleSource      = "Source"
+	HandleArtifact    = "Artifact"
+	HandleDestination = "Destination"
+)
+
 // Approval requirements of a Capability.
 const (
 	ApprovalPolicy = "Policy"
@@ -137,6 +144,11 @@ type HandleField struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
 	RefersTo string `json:"refersTo"`
+	// Kind is which of a task's scopes the field's handles come from, and
+	// so which handles it accepts; empty means Source.
+	// +optional
+	// +kubebuilder:validation:Enum=Source;Artifact;Destination
+	Kind string `json:"kind,omitempty"`
 }
 
 // Limits are enforced by the adapter while bytes arrive.
