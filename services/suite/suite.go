@@ -75,6 +75,9 @@ type Config struct {
 	// TaskBudget and RequesterBudget override the policy service's default
 	// budgets; zero fields keep the defaults.
 	TaskBudget, RequesterBudget policy.Limits
+	// PolicyClock, when set, is the policy service's clock (handle expiry),
+	// so a test can let handles expire without waiting; nil is time.Now.
+	PolicyClock func() time.Time
 	// Log receives structured logs; nil discards them.
 	Log *slog.Logger
 	// Fixtures, when set, makes the adapter record or replay discovery and
@@ -302,7 +305,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			if err != nil {
 				return nil, err
 			}
-			p, err := policy.NewServer(st, policy.Deps{Registry: peers.Registry, PolicyFile: cfg.PolicyFile, TaskBudget: cfg.TaskBudget, RequesterBudget: cfg.RequesterBudget}, log.With("service", name))
+			p, err := policy.NewServer(st, policy.Deps{Registry: peers.Registry, PolicyFile: cfg.PolicyFile, TaskBudget: cfg.TaskBudget, RequesterBudget: cfg.RequesterBudget, Now: cfg.PolicyClock}, log.With("service", name))
 			if err != nil {
 				return nil, err
 			}
