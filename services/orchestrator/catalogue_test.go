@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"testing"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -90,4 +91,75 @@ func equalJSON(t *testing.T, a, b any) bool {
 		t.Fatal(err)
 	}
 	return proto.Equal(va, vb)
+}
+
+// TestRefreshHandles: the requester's refresh mints new handles for the
+// offered capabilities and records the catalogue; another person, a
+// cancelled task and a request without a task are refused, and a refused
+// refresh changes nothing.
+func TestRefreshHandles(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	started := h.start(t, "source_review", false)
+	task := started.GetTask().GetId()
+	old := map[string]bool{}
+	for _, ho := range offeredCapability(started.GetCatalogue(), capRetrieveAuthorizedSource).GetHandles() {
+		old[ho.GetHandle()] = true
+	}
+	if len(old) != 2 {
+		t.Fatalf("started with %d handles, want one per source", len(old))
+	}
+
+	_, err := h.client.RefreshHandles(as(t.Context(), "carol", "authors"), &orchestratorv1.RefreshHandlesRequest{TaskId: task})
+	wantErr(t, err, codes.PermissionDenied, "ROLE_NOT_GRANTED")
+	_, err = h.client.RefreshHandles(t.Context(), &orchestratorv1.RefreshHandlesRequest{})
+	wantErr(t, err, codes.InvalidArgument, "MISSING_FIELD")
+	if cat, err := h.client.GetCatalogue(t.Context(), &orchestratorv1.GetCatalogueRequest{TaskId: task}); err != nil || !proto.Equal(cat, started.GetCatalogue()) {
+		t.Fatalf("a refused refresh changed the catalogue: %v, %v", cat, err)
+	}
+
+	cat, err := h.client.RefreshHandles(t.Context(), &orchestratorv1.RefreshHandlesRequest{TaskId: task})
+	if err != nil {
+		t.Fatalf("RefreshHandles: %v", err)
+	}
+	oc := offeredCapability(cat, capRetrieveAuthorizedSource)
+	var labels []string
+	for _, ho := range oc.GetHandles() {
+		if old[ho.GetHandle()] || ho.GetKind() != registryv1.HandleKind_HANDLE_KIND_SOURCE {
+			t.Errorf("refreshed handle %v is an old one or not a source handle", ho)
+		}
+		labels = append(labels, ho.GetLabel())
+	}
+	if len(labels) != 2 {
+		t.Errorf("refreshed handles %v, want one per source", labels)
+	}
+	if got := choicesOf(t, oc, "source"); len(got) != 2 || old[got[0]] || old[got[1]] {
+		t.Errorf("the schema lists %v, want the two new handles", got)
+	}
+	if stored, err := h.client.GetCatalogue(t.Context(), &orchestratorv1.GetCatalogueRequest{TaskId: task}); err != nil || !proto.Equal(stored, cat) {
+		t.Errorf("GetCatalogue = %v, %v; want the refreshed catalogue", stored, err)
+	}
+	// The old handles still work until they expire.
+	for tok := range old {
+		if r, err := h.submit(t, task, "call_old_"+tok[len(tok)-4:], capRetrieveAuthorizedSource, map[string]any{"source": tok}); err != nil ||
+			r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+			t.Errorf("an earlier handle after refresh: %v, %v", r.GetState(), err)
+		}
+	}
+
+	if _, err := h.client.CancelTask(t.Context(), &orchestratorv1.CancelTaskRequest{Id: task}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.client.RefreshHandles(t.Context(), &orchestratorv1.RefreshHandlesRequest{TaskId: task})
+	wantErr(t, err, codes.FailedPrecondition, "TASK_NOT_ACTIVE")
+}
+
+// choicesOf lists the handles the offered schema lists for field.
+func choicesOf(t *testing.T, oc *orchestratorv1.OfferedCapability, field string) []string {
+	t.Helper()
+	var out []string
+	for _, c := range oc.GetInputSchema().GetFields()["properties"].GetStructValue().GetFields()[field].GetStructValue().GetFields()["oneOf"].GetListValue().GetValues() {
+		out = append(out, c.GetStructValue().GetFields()["const"].GetStringValue())
+	}
+	return out
 }
