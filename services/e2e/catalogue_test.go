@@ -278,6 +278,20 @@ func TestCatalogueAsToolDefinitions(t *testing.T) {
 	if n := toolCalls(callLog(t, logPath)); n != calls {
 		t.Errorf("the refused call reached the server: %d tool calls, was %d", n, calls)
 	}
+	// The candidate request is on record as refused, with the reason, and
+	// nothing was attempted for it.
+	list, err := s.Orchestrator.ListRequests(alice, &orchestratorv1.ListRequestsRequest{TaskId: task})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(list.GetRequests(), func(lr *orchestratorv1.ToolRequest) bool { return lr.GetProviderCallId() == "call-3" })
+	if i < 0 {
+		t.Fatalf("the refused request is not on record: %v", list.GetRequests())
+	}
+	if lr := list.GetRequests()[i]; lr.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REFUSED ||
+		lr.GetRefusalReason() != "HANDLE_KIND_MISMATCH" || len(lr.GetAttempts()) != 0 {
+		t.Errorf("the refused request is recorded as %v", lr)
+	}
 
 	// Another person cannot refresh the task's handles; the catalogue stays.
 	before, err := s.Orchestrator.GetCatalogue(alice, &orchestratorv1.GetCatalogueRequest{TaskId: task})
