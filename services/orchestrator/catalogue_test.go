@@ -122,6 +122,9 @@ func TestRefreshHandles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RefreshHandles: %v", err)
 	}
+	if cat.GetRefreshTime() == nil || !proto.Equal(cat.GetCompileTime(), started.GetCatalogue().GetCompileTime()) {
+		t.Errorf("refresh time %v, compile time %v; want a refresh time and the compile time kept", cat.GetRefreshTime(), cat.GetCompileTime())
+	}
 	oc := offeredCapability(cat, capRetrieveAuthorizedSource)
 	var labels []string
 	for _, ho := range oc.GetHandles() {

@@ -62,7 +62,7 @@ func (s *Server) RefreshHandles(ctx context.Context, req *orchestratorv1.Refresh
 	}
 
 	cat := proto.CloneOf(old)
-	cat.PolicyRevision = el.GetPolicyRevision()
+	cat.PolicyRevision, cat.RefreshTime = el.GetPolicyRevision(), s.timestamp()
 	for _, oc := range cat.GetOffered() {
 		if len(oc.GetHandleFields()) == 0 && len(oc.GetHandles()) == 0 {
 			continue

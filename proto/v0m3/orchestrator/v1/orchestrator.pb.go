@@ -805,10 +805,13 @@ type OfferedCatalogue struct {
 	Offered []*OfferedCapability `protobuf:"bytes,2,rep,name=offered,proto3" json:"offered,omitempty"`
 	// Every capability considered, with the stage it reached and why not.
 	Considered []*v1.CapabilityEligibility `protobuf:"bytes,3,rep,name=considered,proto3" json:"considered,omitempty"`
-	// Policy revision used.
+	// Policy revision used: at compilation, or, once handles were
+	// refreshed, the revision the current handles were minted under.
 	PolicyRevision string `protobuf:"bytes,4,opt,name=policy_revision,json=policyRevision,proto3" json:"policy_revision,omitempty"`
 	// When compiled.
-	CompileTime   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=compile_time,json=compileTime,proto3" json:"compile_time,omitempty"`
+	CompileTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=compile_time,json=compileTime,proto3" json:"compile_time,omitempty"`
+	// When the handles were last refreshed (RefreshHandles); not set before.
+	RefreshTime   *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=refresh_time,json=refreshTime,proto3" json:"refresh_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -874,6 +877,13 @@ func (x *OfferedCatalogue) GetPolicyRevision() string {
 func (x *OfferedCatalogue) GetCompileTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CompileTime
+	}
+	return nil
+}
+
+func (x *OfferedCatalogue) GetRefreshTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RefreshTime
 	}
 	return nil
 }
@@ -2578,7 +2588,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"mapping_id\x18\x05 \x01(\tR\tmappingId\x12)\n" +
 	"\x10mapping_revision\x18\x06 \x01(\x03R\x0fmappingRevision\x12K\n" +
 	"\rhandle_fields\x18\x14 \x03(\v2&.v0m3.orchestrator.v1.HandleFieldOfferR\fhandleFields\x12.\n" +
-	"\x13input_schema_digest\x18\x15 \x01(\tR\x11inputSchemaDigest\"\x9d\x02\n" +
+	"\x13input_schema_digest\x18\x15 \x01(\tR\x11inputSchemaDigest\"\xdc\x02\n" +
 	"\x10OfferedCatalogue\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12A\n" +
 	"\aoffered\x18\x02 \x03(\v2'.v0m3.orchestrator.v1.OfferedCapabilityR\aoffered\x12E\n" +
@@ -2586,7 +2596,8 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"considered\x18\x03 \x03(\v2%.v0m3.policy.v1.CapabilityEligibilityR\n" +
 	"considered\x12'\n" +
 	"\x0fpolicy_revision\x18\x04 \x01(\tR\x0epolicyRevision\x12=\n" +
-	"\fcompile_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompileTime\"\xcd\x03\n" +
+	"\fcompile_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompileTime\x12=\n" +
+	"\frefresh_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vrefreshTime\"\xcd\x03\n" +
 	"\x10StartTaskRequest\x122\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.v0m3.orchestrator.v1.TaskKindR\x04kind\x12\x18\n" +
 	"\apurpose\x18\x03 \x01(\tR\apurpose\x12B\n" +
@@ -2851,63 +2862,64 @@ var file_v0m3_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
 	8,  // 14: v0m3.orchestrator.v1.OfferedCatalogue.offered:type_name -> v0m3.orchestrator.v1.OfferedCapability
 	34, // 15: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
 	31, // 16: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
-	0,  // 17: v0m3.orchestrator.v1.StartTaskRequest.kind:type_name -> v0m3.orchestrator.v1.TaskKind
-	4,  // 18: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	30, // 19: v0m3.orchestrator.v1.StartTaskRequest.on_behalf_of:type_name -> v0m3.policy.v1.Principal
-	4,  // 20: v0m3.orchestrator.v1.StartTaskRequest.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	4,  // 21: v0m3.orchestrator.v1.StartTaskRequest.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	5,  // 22: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
-	9,  // 23: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
-	35, // 24: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
-	36, // 25: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
-	37, // 26: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
-	31, // 27: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	31, // 28: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
-	31, // 29: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	31, // 30: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	31, // 31: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
-	3,  // 32: v0m3.orchestrator.v1.Approval.invalidated:type_name -> v0m3.orchestrator.v1.ApprovalBinding
-	33, // 33: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
-	2,  // 34: v0m3.orchestrator.v1.ToolRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
-	36, // 35: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
-	15, // 36: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
-	14, // 37: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
-	31, // 38: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
-	31, // 39: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
-	16, // 40: v0m3.orchestrator.v1.ToolRequest.approval:type_name -> v0m3.orchestrator.v1.Approval
-	19, // 41: v0m3.orchestrator.v1.ToolRequest.diagnostics:type_name -> v0m3.orchestrator.v1.Diagnostic
-	33, // 42: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
-	18, // 43: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
-	31, // 44: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	10, // 45: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
-	12, // 46: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
-	13, // 47: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
-	20, // 48: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
-	21, // 49: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
-	22, // 50: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
-	24, // 51: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
-	25, // 52: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
-	17, // 53: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
-	26, // 54: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
-	28, // 55: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
-	29, // 56: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:input_type -> v0m3.orchestrator.v1.RefreshHandlesRequest
-	11, // 57: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
-	5,  // 58: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
-	9,  // 59: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
-	18, // 60: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	18, // 61: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	23, // 62: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
-	18, // 63: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
-	18, // 64: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
-	16, // 65: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
-	27, // 66: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
-	5,  // 67: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
-	9,  // 68: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
-	57, // [57:69] is the sub-list for method output_type
-	45, // [45:57] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	31, // 17: v0m3.orchestrator.v1.OfferedCatalogue.refresh_time:type_name -> google.protobuf.Timestamp
+	0,  // 18: v0m3.orchestrator.v1.StartTaskRequest.kind:type_name -> v0m3.orchestrator.v1.TaskKind
+	4,  // 19: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	30, // 20: v0m3.orchestrator.v1.StartTaskRequest.on_behalf_of:type_name -> v0m3.policy.v1.Principal
+	4,  // 21: v0m3.orchestrator.v1.StartTaskRequest.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	4,  // 22: v0m3.orchestrator.v1.StartTaskRequest.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	5,  // 23: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
+	9,  // 24: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
+	35, // 25: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
+	36, // 26: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
+	37, // 27: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
+	31, // 28: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	31, // 29: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
+	31, // 30: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	31, // 31: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	31, // 32: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
+	3,  // 33: v0m3.orchestrator.v1.Approval.invalidated:type_name -> v0m3.orchestrator.v1.ApprovalBinding
+	33, // 34: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
+	2,  // 35: v0m3.orchestrator.v1.ToolRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
+	36, // 36: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
+	15, // 37: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
+	14, // 38: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
+	31, // 39: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
+	31, // 40: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
+	16, // 41: v0m3.orchestrator.v1.ToolRequest.approval:type_name -> v0m3.orchestrator.v1.Approval
+	19, // 42: v0m3.orchestrator.v1.ToolRequest.diagnostics:type_name -> v0m3.orchestrator.v1.Diagnostic
+	33, // 43: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
+	18, // 44: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
+	31, // 45: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	10, // 46: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
+	12, // 47: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
+	13, // 48: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
+	20, // 49: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
+	21, // 50: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
+	22, // 51: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
+	24, // 52: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
+	25, // 53: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
+	17, // 54: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
+	26, // 55: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
+	28, // 56: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
+	29, // 57: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:input_type -> v0m3.orchestrator.v1.RefreshHandlesRequest
+	11, // 58: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
+	5,  // 59: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
+	9,  // 60: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	18, // 61: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	18, // 62: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	23, // 63: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
+	18, // 64: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
+	18, // 65: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
+	16, // 66: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
+	27, // 67: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
+	5,  // 68: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
+	9,  // 69: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	58, // [58:70] is the sub-list for method output_type
+	46, // [46:58] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_orchestrator_v1_orchestrator_proto_init() }
