@@ -197,7 +197,21 @@ func TestMintHandleByKind(t *testing.T) {
 			}
 		})
 	}
-	_, err := e.client.MintHandle(context.Background(), &policyv1.MintHandleRequest{TaskId: "task_1", Requester: "alice",
+	// The scopes are part of the immutable registration: the same again is
+	// answered with the record, another destination is refused.
+	again, err := e.client.RegisterTask(context.Background(), &policyv1.RegisterTaskRequest{
+		TaskId: "task_1", Requester: "alice", SourceScope: []string{publicTarget},
+		ArtifactScope: []string{artifact}, DestinationScope: []string{destination}})
+	if err != nil || !slices.Equal(again.GetDestinationScope(), []string{destination}) || !slices.Equal(again.GetArtifactScope(), []string{artifact}) {
+		t.Errorf("registering again = %v, %v; want the record", again, err)
+	}
+	_, err = e.client.RegisterTask(context.Background(), &policyv1.RegisterTaskRequest{
+		TaskId: "task_1", Requester: "alice", SourceScope: []string{publicTarget},
+		ArtifactScope: []string{artifact}, DestinationScope: []string{destination, "site://elsewhere"}})
+	if !apierror.Is(err, codes.AlreadyExists, "TASK_ALREADY_REGISTERED") {
+		t.Errorf("widening the destination scope: %v, want ALREADY_EXISTS TASK_ALREADY_REGISTERED", err)
+	}
+	_, err = e.client.MintHandle(context.Background(), &policyv1.MintHandleRequest{TaskId: "task_1", Requester: "alice",
 		Capability: capDeliver, Target: destination, MappingId: "map_deliver", MappingRevision: 1, Kind: registryv1.HandleKind(42)})
 	if !apierror.Is(err, codes.InvalidArgument, "INVALID_HANDLE_REQUEST") || !slices.Equal(apierror.Fields(err), []string{"kind"}) {
 		t.Errorf("unknown kind: %v (fields %v)", err, apierror.Fields(err))
