@@ -1,9 +1,12 @@
 package orchestrator
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -165,4 +168,54 @@ func choicesOf(t *testing.T, oc *orchestratorv1.OfferedCapability, field string)
 		out = append(out, c.GetStructValue().GetFields()["const"].GetStringValue())
 	}
 	return out
+}
+
+// TestExportOffersHandlesPerKind: an export task names its artifact and
+// destination; policy learns both scopes, and the catalogue offers an
+// artifact handle in the artifact field and a destination handle in the
+// destination field, and no source handle although the task has sources.
+func TestExportOffersHandlesPerKind(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.registry.capabilities[capDeliverApprovedArtifact].Handles = []*registryv1.HandleField{
+		{Field: "artifact", RefersTo: "artifact", Kind: registryv1.HandleKind_HANDLE_KIND_ARTIFACT},
+		{Field: "destination", RefersTo: "destination", Kind: registryv1.HandleKind_HANDLE_KIND_DESTINATION},
+	}
+	preview := &orchestratorv1.SourceRef{Uri: "artifact://previews/sha256:4f2a", Title: "Preview r31"}
+	site := &orchestratorv1.SourceRef{Uri: "site://docs.example/api"}
+	resp, err := h.client.StartTask(t.Context(), &orchestratorv1.StartTaskRequest{
+		Profile: "export", SourceScope: []*orchestratorv1.SourceRef{migrationGuide},
+		ArtifactScope: []*orchestratorv1.SourceRef{preview}, DestinationScope: []*orchestratorv1.SourceRef{site},
+	})
+	if err != nil {
+		t.Fatalf("StartTask: %v", err)
+	}
+	h.policy.mu.Lock()
+	reg := h.policy.registered[len(h.policy.registered)-1]
+	h.policy.mu.Unlock()
+	if !slices.Equal(reg.GetArtifactScope(), []string{preview.GetUri()}) || !slices.Equal(reg.GetDestinationScope(), []string{site.GetUri()}) ||
+		!slices.Equal(reg.GetSourceScope(), []string{migrationGuide.GetUri()}) {
+		t.Errorf("registered %v", reg)
+	}
+	if !proto.Equal(resp.GetTask().GetArtifactScope()[0], preview) || !proto.Equal(resp.GetTask().GetDestinationScope()[0], site) {
+		t.Errorf("task = %v", resp.GetTask())
+	}
+	oc := offeredCapability(resp.GetCatalogue(), capDeliverApprovedArtifact)
+	var got []string
+	for _, ho := range oc.GetHandles() {
+		got = append(got, ho.GetKind().String()+"="+ho.GetLabel())
+	}
+	if want := []string{"HANDLE_KIND_ARTIFACT=Preview r31", "HANDLE_KIND_DESTINATION=api"}; !slices.Equal(got, want) {
+		t.Errorf("handles = %v, want %v", got, want)
+	}
+	if len(oc.GetHandleFields()) != 2 || oc.GetHandleFields()[1].GetField() != "destination" ||
+		oc.GetHandleFields()[1].GetKind() != registryv1.HandleKind_HANDLE_KIND_DESTINATION {
+		t.Errorf("handle fields = %v", oc.GetHandleFields())
+	}
+	if a, d := choicesOf(t, oc, "artifact"), choicesOf(t, oc, "destination"); len(a) != 1 || len(d) != 1 || a[0] == d[0] {
+		t.Errorf("schema lists artifact %v, destination %v", a, d)
+	}
+	if js := protojson.Format(resp.GetCatalogue()); strings.Contains(js, preview.GetUri()) || strings.Contains(js, site.GetUri()) {
+		t.Errorf("the catalogue names a URI: %s", js)
+	}
 }

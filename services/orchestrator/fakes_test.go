@@ -366,7 +366,7 @@ func (p *fakePolicy) MintHandle(_ context.Context, in *policyv1.MintHandleReques
 	exp := timestamppb.New(time.Now().Add(15 * time.Minute))
 	p.handles[tok] = &policyv1.HandleBinding{
 		TaskId: in.GetTaskId(), Requester: in.GetRequester(), Capability: in.GetCapability(), Target: in.GetTarget(),
-		Label: in.GetLabel(), MappingId: in.GetMappingId(), MappingRevision: in.GetMappingRevision(), ExpireTime: exp,
+		Label: in.GetLabel(), MappingId: in.GetMappingId(), MappingRevision: in.GetMappingRevision(), ExpireTime: exp, Kind: in.GetKind(),
 	}
 	return &policyv1.Handle{Token: tok, Label: in.GetLabel(), ExpireTime: exp}, nil
 }

@@ -151,6 +151,9 @@ func TestStartTaskValidates(t *testing.T) {
 		{"delegation without a user", &orchestratorv1.StartTaskRequest{Profile: "source_review", OnBehalfOf: &policyv1.Principal{}}},
 		{"no kind", &orchestratorv1.StartTaskRequest{}},
 		{"source without uri", &orchestratorv1.StartTaskRequest{Profile: "source_review", SourceScope: []*orchestratorv1.SourceRef{{Title: "x"}}}},
+		{"artifact without uri", &orchestratorv1.StartTaskRequest{Profile: "export", ArtifactScope: []*orchestratorv1.SourceRef{{Title: "preview"}}}},
+		{"destination listed twice", &orchestratorv1.StartTaskRequest{Profile: "export",
+			DestinationScope: []*orchestratorv1.SourceRef{{Uri: "site://docs"}, {Uri: "site://docs", Title: "again"}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,6 +162,11 @@ func TestStartTaskValidates(t *testing.T) {
 				t.Fatalf("error = %v, want INVALID_ARGUMENT", err)
 			}
 		})
+	}
+	h.policy.mu.Lock()
+	defer h.policy.mu.Unlock()
+	if n := len(h.policy.registered); n != 0 {
+		t.Errorf("refused starts registered %d tasks with policy", n)
 	}
 }
 
