@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -23,6 +25,8 @@ const (
 	bucketEventSeq     = "event_seq"     // task id -> last event sequence
 	bucketEvents       = "events"        // task id "/" seq -> TaskEvent
 	bucketOpen         = "open_requests" // request id -> request id, while an attempt has no end time
+	bucketUnsettled    = "unsettled"     // request id -> request id, while unsettled (see unsettled)
+	bucketLeases       = "leases"        // request id -> lease {owner, expiry}
 )
 
 type boltStore struct {
@@ -303,18 +307,42 @@ func (b *boltStore) ListEvents(_ context.Context, taskID string, after int64) ([
 // indexOpen keeps the open-requests index in step with r, inside the
 // transaction that writes r.
 func indexOpen(tx *store.Tx, r *orchestratorv1.ToolRequest) error {
-	for _, a := range r.GetAttempts() {
-		if a.GetEndTime() == nil {
-			return tx.Put(bucketOpen, r.GetId(), wrapperspb.String(r.GetId()))
-		}
+	var err error
+	if unsettled(r) {
+		err = tx.Put(bucketUnsettled, r.GetId(), wrapperspb.String(r.GetId()))
+	} else {
+		err = tx.Delete(bucketUnsettled, r.GetId())
+	}
+	if err != nil {
+		return err
+	}
+	if openAttempt(r) != nil {
+		return tx.Put(bucketOpen, r.GetId(), wrapperspb.String(r.GetId()))
 	}
 	return tx.Delete(bucketOpen, r.GetId())
 }
 
 func (b *boltStore) ListOpenRequests(_ context.Context) ([]*orchestratorv1.ToolRequest, error) {
+	out, err := b.listIndexed(bucketOpen)
+	if err != nil {
+		return nil, fmt.Errorf("list open requests: %w", err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) ListUnsettledRequests(_ context.Context) ([]*orchestratorv1.ToolRequest, error) {
+	out, err := b.listIndexed(bucketUnsettled)
+	if err != nil {
+		return nil, fmt.Errorf("list unsettled requests: %w", err)
+	}
+	return out, nil
+}
+
+// listIndexed returns the requests an index bucket names.
+func (b *boltStore) listIndexed(bucket string) ([]*orchestratorv1.ToolRequest, error) {
 	var out []*orchestratorv1.ToolRequest
 	err := b.db.View(func(tx *store.Tx) error {
-		return store.List(tx, bucketOpen, "", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
+		return store.List(tx, bucket, "", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
 			func(_ string, id *wrapperspb.StringValue) error {
 				r := &orchestratorv1.ToolRequest{}
 				if err := tx.Get(bucketRequests, id.GetValue(), r); err != nil {
@@ -324,10 +352,66 @@ func (b *boltStore) ListOpenRequests(_ context.Context) ([]*orchestratorv1.ToolR
 				return nil
 			})
 	})
+	return out, err
+}
+
+// A lease record in bolt is a Struct {owner, expire_unix_ms}: a private
+// record of this store, so it needs no API message.
+func newLease(owner string, expiry time.Time) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		"owner":          structpb.NewStringValue(owner),
+		"expire_unix_ms": structpb.NewNumberValue(float64(expiry.UnixMilli())),
+	}}
+}
+
+func leaseOwner(l *structpb.Struct) string { return l.GetFields()["owner"].GetStringValue() }
+
+func leaseExpiry(l *structpb.Struct) time.Time {
+	return time.UnixMilli(int64(l.GetFields()["expire_unix_ms"].GetNumberValue()))
+}
+
+// A bbolt file has one process, so the lease's clock is that process's.
+func (b *boltStore) AcquireLease(_ context.Context, requestID, owner string, ttl time.Duration) (bool, error) {
+	held := false
+	err := b.db.Update(func(tx *store.Tx) error {
+		held = false
+		now := time.Now()
+		cur := &structpb.Struct{}
+		err := tx.Get(bucketLeases, requestID, cur)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return err
+		case leaseOwner(cur) != owner && leaseExpiry(cur).After(now):
+			return nil // another replica's lease is live
+		}
+		held = true
+		return tx.Put(bucketLeases, requestID, newLease(owner, now.Add(ttl)))
+	})
 	if err != nil {
-		return nil, fmt.Errorf("list open requests: %w", err)
+		return false, fmt.Errorf("acquire lease on %s: %w", requestID, err)
 	}
-	return out, nil
+	return held, nil
+}
+
+func (b *boltStore) ReleaseLease(_ context.Context, requestID, owner string) error {
+	err := b.db.Update(func(tx *store.Tx) error {
+		cur := &structpb.Struct{}
+		err := tx.Get(bucketLeases, requestID, cur)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		case leaseOwner(cur) != owner:
+			return nil
+		}
+		return tx.Delete(bucketLeases, requestID)
+	})
+	if err != nil {
+		return fmt.Errorf("release lease on %s: %w", requestID, err)
+	}
+	return nil
 }
 
 func (b *boltStore) UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
@@ -24,6 +25,8 @@ import (
 //	reqkey:<digest>      request id, for digest of (task id, provider call id)
 //	taskreqs:<task>      LIST of request ids, oldest first
 //	open                 SET of request ids with an attempt that has no end time
+//	unsettled            SET of request ids not settled yet (see unsettled)
+//	lease:<id>           owner of the request's lease, expiring with it (PX)
 //	events:<task>        LIST of TaskEvents; the event at index i has sequence i+1
 //
 // Changes that decide on stored state are WATCH/MULTI/EXEC transactions
@@ -185,11 +188,14 @@ func (s *redisOrchestratorStore) GetCatalogue(ctx context.Context, taskID string
 // queueOpen keeps the open-requests index in step with r, in the same
 // MULTI/EXEC that writes r.
 func (s *redisOrchestratorStore) queueOpen(ctx context.Context, p redis.Pipeliner, r *orchestratorv1.ToolRequest) {
-	for _, a := range r.GetAttempts() {
-		if a.GetEndTime() == nil {
-			p.SAdd(ctx, s.k.Key("open"), r.GetId())
-			return
-		}
+	if unsettled(r) {
+		p.SAdd(ctx, s.k.Key("unsettled"), r.GetId())
+	} else {
+		p.SRem(ctx, s.k.Key("unsettled"), r.GetId())
+	}
+	if openAttempt(r) != nil {
+		p.SAdd(ctx, s.k.Key("open"), r.GetId())
+		return
 	}
 	p.SRem(ctx, s.k.Key("open"), r.GetId())
 }
@@ -330,6 +336,53 @@ func (s *redisOrchestratorStore) ListOpenRequests(ctx context.Context) ([]*orche
 		return nil, fmt.Errorf("list open requests: %w", err)
 	}
 	return out, nil
+}
+
+func (s *redisOrchestratorStore) ListUnsettledRequests(ctx context.Context) ([]*orchestratorv1.ToolRequest, error) {
+	// Requests left with an open attempt by a version without the
+	// unsettled index are in the open set only.
+	ids, err := s.c.SUnion(ctx, s.k.Key("unsettled"), s.k.Key("open")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list unsettled requests: %w", err)
+	}
+	out, err := redisstore.MGet(ctx, s.c, keysOf(ids, s.req), newToolRequest)
+	if err != nil {
+		return nil, fmt.Errorf("list unsettled requests: %w", err)
+	}
+	return out, nil
+}
+
+// acquireLease takes or renews a lease in one step on the server: the key
+// expires with the lease by Redis's clock, so replicas' clocks never
+// disagree about it.
+var acquireLease = redis.NewScript(`
+local cur = redis.call("GET", KEYS[1])
+if cur == false or cur == ARGV[1] then
+  redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+  return 1
+end
+return 0`)
+
+// releaseLease deletes a lease only when its owner releases it.
+var releaseLease = redis.NewScript(`
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("DEL", KEYS[1])
+end
+return 0`)
+
+func (s *redisOrchestratorStore) AcquireLease(ctx context.Context, requestID, owner string, ttl time.Duration) (bool, error) {
+	n, err := acquireLease.Run(ctx, s.c, []string{s.k.Key("lease", requestID)}, owner, max(ttl.Milliseconds(), 1)).Int()
+	if err != nil {
+		return false, fmt.Errorf("acquire lease on %s: %w", requestID, err)
+	}
+	return n == 1, nil
+}
+
+func (s *redisOrchestratorStore) ReleaseLease(ctx context.Context, requestID, owner string) error {
+	if err := releaseLease.Run(ctx, s.c, []string{s.k.Key("lease", requestID)}, owner).Err(); err != nil {
+		return fmt.Errorf("release lease on %s: %w", requestID, err)
+	}
+	return nil
 }
 
 func (s *redisOrchestratorStore) UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error) {
