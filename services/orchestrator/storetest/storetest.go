@@ -507,7 +507,9 @@ func testUnsettled(t *testing.T, st orchestrator.Store) {
 		fn   func(*orchestratorv1.ToolRequest)
 		want []string
 	}{
-		{"req_a", func(r *orchestratorv1.ToolRequest) { r.State = orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL }, []string{"req_a", "req_b", "req_c"}},
+		{"req_a", func(r *orchestratorv1.ToolRequest) {
+			r.State = orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL
+		}, []string{"req_a", "req_b", "req_c"}},
 		{"req_a", func(r *orchestratorv1.ToolRequest) { r.State = orchestratorv1.RequestState_REQUEST_STATE_APPROVED }, []string{"req_a", "req_b", "req_c"}},
 		{"req_b", func(r *orchestratorv1.ToolRequest) { r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED }, []string{"req_a", "req_c"}},
 		// A terminal state with an attempt never ended is still unsettled.
