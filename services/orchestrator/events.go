@@ -67,6 +67,9 @@ type checkpoint struct {
 	// task, when set, is an update of the task's checkpoint text written
 	// with the held events (see commit).
 	task *taskUpdate
+	// dead is set when a fail point stopped the call: what it held dies
+	// with it, as with a process that was killed.
+	dead bool
 }
 
 // taskUpdate is a held update of one task.
@@ -97,9 +100,12 @@ func (s *Server) flush(ctx context.Context) {
 		return
 	}
 	c.mu.Lock()
-	events, task := c.events, c.task
+	events, task, dead := c.events, c.task, c.dead
 	c.events, c.task = nil, nil
 	c.mu.Unlock()
+	if dead {
+		return
+	}
 	if task != nil {
 		_, stored, err := s.st.UpdateTaskEmit(ctx, task.id, task.fn, events)
 		if err == nil {
@@ -120,10 +126,10 @@ func (s *Server) flushTrace(ctx context.Context) {
 		return
 	}
 	c.mu.Lock()
-	traces := c.traces
+	traces, dead := c.traces, c.dead
 	c.traces = nil
 	c.mu.Unlock()
-	if len(traces) > 0 {
+	if len(traces) > 0 && !dead {
 		s.appendTraces(ctx, traces)
 	}
 }
