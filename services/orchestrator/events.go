@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -53,6 +54,19 @@ func (n *notifier) notify(taskID string) {
 		}
 	}
 }
+
+// EventWatcher is implemented by a Store shared between processes: it
+// wakes a WatchTask stream when any replica stores an event of the task,
+// which the in-process notifier cannot see.
+type EventWatcher interface {
+	// WatchEvents returns a channel that receives after events of taskID
+	// are appended by any replica, until stop is called.
+	WatchEvents(ctx context.Context, taskID string) (wake <-chan struct{}, stop func(), err error)
+}
+
+// watchPoll is how often a WatchTask stream reads the store without a
+// wake-up: the bound on the delay a lost signal can cause.
+const watchPoll = 5 * time.Second
 
 // checkpoint holds the trace events and task events of one call until the
 // call reaches a checkpoint (before the adapter is called, and before the
@@ -278,6 +292,19 @@ func (s *Server) WatchTask(req *orchestratorv1.WatchTaskRequest, stream grpc.Ser
 	// Subscribe before the first read so no event falls between them.
 	wake, unsubscribe := s.notes.subscribe(req.GetTaskId())
 	defer unsubscribe()
+	// Events another replica stores wake this stream through the shared
+	// store; a poll bounds the delay of a wake-up lost on the way.
+	var shared <-chan struct{}
+	if w, ok := s.st.(EventWatcher); ok {
+		ch, stop, err := w.WatchEvents(ctx, req.GetTaskId())
+		if err != nil {
+			return s.internal(ctx, "watch task events", err)
+		}
+		defer stop()
+		shared = ch
+	}
+	poll := time.NewTicker(watchPoll)
+	defer poll.Stop()
 	last := req.GetAfterSequence()
 	for {
 		events, err := s.st.ListEvents(ctx, req.GetTaskId(), last)
@@ -296,6 +323,8 @@ func (s *Server) WatchTask(req *orchestratorv1.WatchTaskRequest, stream grpc.Ser
 		case <-s.ctx.Done():
 			return nil
 		case <-wake:
+		case <-shared:
+		case <-poll.C:
 		}
 	}
 }

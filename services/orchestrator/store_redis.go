@@ -28,6 +28,8 @@ import (
 //	unsettled            SET of request ids not settled yet (see unsettled)
 //	lease:<id>           owner of the request's lease, expiring with it (PX)
 //	events:<task>        LIST of TaskEvents; the event at index i has sequence i+1
+//	eventsig:<task>      pub/sub channel: a message per appended event, to
+//	                     wake WatchTask streams on every replica
 //
 // Changes that decide on stored state are WATCH/MULTI/EXEC transactions
 // retried on conflict, so two replicas receiving the same provider call at
@@ -131,6 +133,7 @@ func (s *redisOrchestratorStore) queueEvents(ctx context.Context, p redis.Pipeli
 			return nil, err
 		}
 		cmds[i] = p.RPush(ctx, s.k.Key("events", e.GetTaskId()), v)
+		p.Publish(ctx, s.k.Key("eventsig", e.GetTaskId()), "")
 	}
 	return func() []*orchestratorv1.TaskEvent {
 		for i, c := range cmds {
@@ -407,7 +410,43 @@ func (s *redisOrchestratorStore) AppendEvent(ctx context.Context, e *orchestrato
 		return nil, fmt.Errorf("append event to %s: %w", e.GetTaskId(), err)
 	}
 	e.Sequence = n
+	s.signal(ctx, e.GetTaskId())
 	return e, nil
+}
+
+// signal wakes the watchers of a task on every replica. A lost signal
+// only delays a watcher until its next poll (see WatchTask): the events
+// are read from the list.
+func (s *redisOrchestratorStore) signal(ctx context.Context, taskID string) {
+	_ = s.c.Publish(ctx, s.k.Key("eventsig", taskID), "").Err()
+}
+
+// WatchEvents wakes the caller when any replica appends an event to the
+// task (Redis pub/sub on "eventsig:<task>", published with every append).
+// The subscription is confirmed before it returns, so an event appended
+// after it returns is never missed.
+func (s *redisOrchestratorStore) WatchEvents(ctx context.Context, taskID string) (<-chan struct{}, func(), error) {
+	sub := s.c.Subscribe(ctx, s.k.Key("eventsig", taskID))
+	if _, err := sub.Receive(ctx); err != nil {
+		_ = sub.Close()
+		return nil, nil, fmt.Errorf("watch events of %s: %w", taskID, err)
+	}
+	wake := make(chan struct{}, 1)
+	msgs := sub.Channel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range msgs {
+			select {
+			case wake <- struct{}{}:
+			default: // a wake-up is already pending
+			}
+		}
+	}()
+	return wake, func() {
+		_ = sub.Close()
+		<-done
+	}, nil
 }
 
 func (s *redisOrchestratorStore) ListEvents(ctx context.Context, taskID string, after int64) ([]*orchestratorv1.TaskEvent, error) {

@@ -61,6 +61,9 @@ func RunShared(t *testing.T, a, b orchestrator.Store) {
 	t.Run("LeaseHasOneOwnerAcrossReplicas", func(t *testing.T) {
 		CheckLease(t, []orchestrator.Store{a, b})
 	})
+	t.Run("EventsWakeWatchersOnOtherReplicas", func(t *testing.T) {
+		CheckEventWake(t, a, b)
+	})
 }
 
 func task(id string, state orchestratorv1.TaskState) *orchestratorv1.Task {
@@ -612,5 +615,57 @@ func CheckLease(t *testing.T, stores []orchestrator.Store) {
 	wg.Wait()
 	if wins != 1 {
 		t.Errorf("%d replicas won one lease, want 1", wins)
+	}
+}
+
+// CheckEventWake checks that a watcher through store b is woken by events
+// appended through store a, alone or with a state change, and not by
+// another task's events.
+func CheckEventWake(t *testing.T, a, b orchestrator.Store) {
+	ctx := context.Background()
+	w, ok := b.(orchestrator.EventWatcher)
+	if !ok {
+		t.Fatalf("%T does not wake watchers across replicas", b)
+	}
+	if _, _, err := a.CreateRequest(ctx, request("req_wake", "task_wake", "call_wake")); err != nil {
+		t.Fatal(err)
+	}
+	wake, stop, err := w.WatchEvents(ctx, "task_wake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	woken := func(want bool, what string) {
+		t.Helper()
+		wait := 30 * time.Second
+		if !want {
+			wait = 300 * time.Millisecond
+		}
+		select {
+		case <-wake:
+			if !want {
+				t.Errorf("%s woke the watcher", what)
+			}
+		case <-time.After(wait):
+			if want {
+				t.Errorf("%s did not wake the watcher within %s", what, wait)
+			}
+		}
+	}
+	if _, err := a.AppendEvent(ctx, &orchestratorv1.TaskEvent{TaskId: "task_other", Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	woken(false, "an event of another task")
+	if _, err := a.AppendEvent(ctx, &orchestratorv1.TaskEvent{TaskId: "task_wake", Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	woken(true, "an appended event")
+	if _, _, err := a.UpdateRequestEmit(ctx, "req_wake", func(*orchestratorv1.ToolRequest) error { return nil },
+		[]*orchestratorv1.TaskEvent{{TaskId: "task_wake", Type: "y"}}); err != nil {
+		t.Fatal(err)
+	}
+	woken(true, "an event emitted with a state change")
+	if evs, err := b.ListEvents(ctx, "task_wake", 0); err != nil || len(evs) != 2 {
+		t.Errorf("replica b lists %d events, %v; want 2", len(evs), err)
 	}
 }
