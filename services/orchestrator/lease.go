@@ -53,6 +53,10 @@ type lease struct {
 	stop      chan struct{}
 	done      chan struct{}
 	lost      atomic.Bool
+	// renewed is when the lease was last taken or renewed (unix nanos):
+	// a lease not renewed for its ttl (the store unreachable) may have
+	// expired, so it is no proof of ownership.
+	renewed atomic.Int64
 	// abandoned leases are left to expire (a replica that "died").
 	abandoned atomic.Bool
 	once      sync.Once
@@ -79,6 +83,7 @@ func (s *Server) own(ctx context.Context, requestID string) (l *lease, ok bool, 
 		return nil, false, nil
 	}
 	l = &lease{s: s, requestID: requestID, stop: make(chan struct{}), done: make(chan struct{})}
+	l.renewed.Store(time.Now().UnixNano())
 	go l.renew()
 	return l, true, nil
 }
@@ -105,7 +110,9 @@ func (l *lease) renew() {
 		}
 		if err != nil {
 			l.s.log.Warn("renew request lease", "request", l.requestID, "err", err)
+			continue
 		}
+		l.renewed.Store(time.Now().UnixNano())
 	}
 }
 
@@ -141,11 +148,12 @@ func leaseOf(ctx context.Context) *lease {
 	return l
 }
 
-// stillOwner fails when the lease ctx works under was lost: another
-// replica may be working on the request now, and one remote call per
-// intent matters more than finishing here.
+// stillOwner fails when the lease ctx works under was lost, or could not
+// be renewed for its whole ttl: another replica may be working on the
+// request now, and one remote call per intent matters more than finishing
+// here.
 func stillOwner(ctx context.Context) error {
-	if l := leaseOf(ctx); l != nil && l.lost.Load() {
+	if l := leaseOf(ctx); l != nil && (l.lost.Load() || time.Since(time.Unix(0, l.renewed.Load())) >= l.s.leaseTTL) {
 		return apierror.New(codes.Aborted, "REQUEST_LEASE_LOST",
 			fmt.Sprintf("this orchestrator replica lost its claim on request %s; another replica continues it", l.requestID),
 			map[string]string{"request_id": l.requestID})

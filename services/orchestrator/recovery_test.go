@@ -193,3 +193,49 @@ func TestRecoveryRefusesAnExpiredApproval(t *testing.T) {
 		t.Errorf("rendered %d times, want 0", h.renders.Load())
 	}
 }
+
+// A replica that lost its lease while working (another replica took the
+// request over) does not call the adapter for it: the attempt stays open
+// for the new owner, and the approver is told.
+func TestLostLeaseStopsBeforeTheRemoteCall(t *testing.T) {
+	t.Parallel()
+	var h *previewHarness
+	const ttl = 300 * time.Millisecond
+	h = newPreviewHarness(t, func(d *Deps) {
+		d.LeaseTTL = ttl
+		d.RecoveryInterval = time.Hour // no recovery joins in
+		d.FailPoint = func(point string) error {
+			if point != FailPointAttemptPrepared {
+				return nil
+			}
+			// Another replica takes the request over (as after a pause
+			// longer than the lease); the renewal finds it gone.
+			rs, err := h.server.st.ListUnsettledRequests(t.Context())
+			if err != nil || len(rs) != 1 {
+				t.Errorf("unsettled = %v, %v", rs, err)
+				return nil
+			}
+			id := rs[0].GetId()
+			if err := h.server.st.ReleaseLease(t.Context(), id, h.server.replica); err != nil {
+				t.Error(err)
+			}
+			if ok, err := h.server.st.AcquireLease(t.Context(), id, "replica_other", time.Hour); !ok || err != nil {
+				t.Errorf("take over = %t, %v", ok, err)
+			}
+			time.Sleep(2 * ttl)
+			return nil
+		}
+	})
+	task := h.start(t, "preview", false).GetTask()
+	r := h.submitPreview(t, task.GetId(), "call_1")
+	calls := h.adapter.calls.Load()
+	_, err := h.approve(t, r.GetId())
+	wantErr(t, err, codes.Aborted, "REQUEST_LEASE_LOST")
+	if n := h.adapter.calls.Load() - calls; n != 0 || h.renders.Load() != 0 {
+		t.Errorf("%d adapter calls, %d renders after the lease was lost; want 0", n, h.renders.Load())
+	}
+	got, err := h.server.st.GetRequest(t.Context(), r.GetId())
+	if err != nil || openAttempt(got) == nil {
+		t.Errorf("request = %v, %v; want its attempt left open for the new owner", got, err)
+	}
+}
