@@ -47,7 +47,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 		ttl, interval *time.Duration
 	}
 	if name == suite.Orchestrator {
-		replica.id = fs.String("replica-id", "", "this replica's name as the owner of in-flight requests (empty = random; fixed on a file store)")
+		replica.id = fs.String("replica-id", "", "this replica's name as the owner of in-flight requests (empty = a random id)")
 		replica.ttl = fs.Duration("lease-ttl", orchestrator.DefaultLeaseTTL, "how long a replica's claim on an in-flight request lasts without renewal; another replica takes the request over only after it")
 		replica.interval = fs.Duration("recovery-interval", orchestrator.DefaultRecoveryInterval, "how often unsettled requests no replica owns are recovered")
 	}

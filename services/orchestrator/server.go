@@ -125,12 +125,6 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	s := &Server{st: st, deps: deps, log: log, now: now, notes: newNotifier(), ctx: ctx, cancel: cancel,
 		approvalTTL: deps.ApprovalTTL, attemptTimeout: deps.AttemptTimeout,
 		replica: deps.ReplicaID, leaseTTL: deps.LeaseTTL, recoveryInterval: deps.RecoveryInterval, working: map[string]bool{}}
-	if _, ok := st.(*boltStore); ok && s.replica == "" {
-		// A bbolt file is open in one process at a time: a lease found in
-		// it is this process's or a dead one's, so a restart resumes its
-		// requests at once instead of waiting for their leases to expire.
-		s.replica = "local"
-	}
 	if s.replica == "" {
 		s.replica = ids.New("orch")
 	}

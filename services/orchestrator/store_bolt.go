@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -26,15 +26,17 @@ const (
 	bucketEvents       = "events"        // task id "/" seq -> TaskEvent
 	bucketOpen         = "open_requests" // request id -> request id, while an attempt has no end time
 	bucketUnsettled    = "unsettled"     // request id -> request id, while unsettled (see unsettled)
-	bucketLeases       = "leases"        // request id -> lease {owner, expiry}
 )
 
 type boltStore struct {
 	db *store.DB
+
+	leaseMu sync.Mutex
+	leases  map[string]boltLease // see AcquireLease
 }
 
 // NewBoltStore returns the Store backed by the embedded bbolt file.
-func NewBoltStore(db *store.DB) Store { return &boltStore{db: db} }
+func NewBoltStore(db *store.DB) Store { return &boltStore{db: db, leases: map[string]boltLease{}} }
 
 func requestKey(taskID, providerCallID string) string { return taskID + "\x00" + providerCallID }
 
@@ -335,6 +337,21 @@ func (b *boltStore) ListUnsettledRequests(_ context.Context) ([]*orchestratorv1.
 	if err != nil {
 		return nil, fmt.Errorf("list unsettled requests: %w", err)
 	}
+	// Requests left with an open attempt by a version without the
+	// unsettled index are in the open index only.
+	open, err := b.listIndexed(bucketOpen)
+	if err != nil {
+		return nil, fmt.Errorf("list unsettled requests: %w", err)
+	}
+	seen := make(map[string]bool, len(out))
+	for _, r := range out {
+		seen[r.GetId()] = true
+	}
+	for _, r := range open {
+		if !seen[r.GetId()] {
+			out = append(out, r)
+		}
+	}
 	return out, nil
 }
 
@@ -355,61 +372,31 @@ func (b *boltStore) listIndexed(bucket string) ([]*orchestratorv1.ToolRequest, e
 	return out, err
 }
 
-// A lease record in bolt is a Struct {owner, expire_unix_ms}: a private
-// record of this store, so it needs no API message.
-func newLease(owner string, expiry time.Time) *structpb.Struct {
-	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		"owner":          structpb.NewStringValue(owner),
-		"expire_unix_ms": structpb.NewNumberValue(float64(expiry.UnixMilli())),
-	}}
+// Leases of a bbolt file live in memory: the file is open in one process
+// at a time, so a lease could only ever be this process's, and one left by
+// a process that died must not outlive it (its requests are resumed at
+// once on restart). Nothing is written, so a claim costs no fsync.
+type boltLease struct {
+	owner  string
+	expiry time.Time
 }
 
-func leaseOwner(l *structpb.Struct) string { return l.GetFields()["owner"].GetStringValue() }
-
-func leaseExpiry(l *structpb.Struct) time.Time {
-	return time.UnixMilli(int64(l.GetFields()["expire_unix_ms"].GetNumberValue()))
-}
-
-// A bbolt file has one process, so the lease's clock is that process's.
 func (b *boltStore) AcquireLease(_ context.Context, requestID, owner string, ttl time.Duration) (bool, error) {
-	held := false
-	err := b.db.Update(func(tx *store.Tx) error {
-		held = false
-		now := time.Now()
-		cur := &structpb.Struct{}
-		err := tx.Get(bucketLeases, requestID, cur)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
-			return err
-		case leaseOwner(cur) != owner && leaseExpiry(cur).After(now):
-			return nil // another replica's lease is live
-		}
-		held = true
-		return tx.Put(bucketLeases, requestID, newLease(owner, now.Add(ttl)))
-	})
-	if err != nil {
-		return false, fmt.Errorf("acquire lease on %s: %w", requestID, err)
+	b.leaseMu.Lock()
+	defer b.leaseMu.Unlock()
+	now := time.Now()
+	if cur, ok := b.leases[requestID]; ok && cur.owner != owner && cur.expiry.After(now) {
+		return false, nil // another owner's lease is live
 	}
-	return held, nil
+	b.leases[requestID] = boltLease{owner: owner, expiry: now.Add(ttl)}
+	return true, nil
 }
 
 func (b *boltStore) ReleaseLease(_ context.Context, requestID, owner string) error {
-	err := b.db.Update(func(tx *store.Tx) error {
-		cur := &structpb.Struct{}
-		err := tx.Get(bucketLeases, requestID, cur)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return nil
-		case err != nil:
-			return err
-		case leaseOwner(cur) != owner:
-			return nil
-		}
-		return tx.Delete(bucketLeases, requestID)
-	})
-	if err != nil {
-		return fmt.Errorf("release lease on %s: %w", requestID, err)
+	b.leaseMu.Lock()
+	defer b.leaseMu.Unlock()
+	if cur, ok := b.leases[requestID]; ok && cur.owner == owner {
+		delete(b.leases, requestID)
 	}
 	return nil
 }

@@ -122,8 +122,7 @@ type Config struct {
 // Replica is how an orchestrator replica shares in-flight requests with
 // the others on its store (see orchestrator.Deps).
 type Replica struct {
-	// ID names the replica as a lease owner; "" means a random id (a
-	// fixed one on a file store).
+	// ID names the replica as a lease owner; "" means a random id.
 	ID string
 	// LeaseTTL and RecoveryInterval: zero means the orchestrator's
 	// defaults.
