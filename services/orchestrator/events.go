@@ -55,13 +55,36 @@ func (n *notifier) notify(taskID string) {
 	}
 }
 
-// EventWatcher is implemented by a Store shared between processes: it
-// wakes a WatchTask stream when any replica stores an event of the task,
-// which the in-process notifier cannot see.
-type EventWatcher interface {
-	// WatchEvents returns a channel that receives after events of taskID
-	// are appended by any replica, until stop is called.
-	WatchEvents(ctx context.Context, taskID string) (wake <-chan struct{}, stop func(), err error)
+// EventFollower is implemented by a Store shared between processes: it
+// tells of the events every replica stores, which the in-process notifier
+// cannot see. The server follows it for as long as it runs and wakes its
+// WatchTask streams.
+type EventFollower interface {
+	// FollowEvents sends the task id of each event any replica appends,
+	// until ctx ends (then the channel closes). It returns once following
+	// has begun.
+	FollowEvents(ctx context.Context) (<-chan string, error)
+}
+
+// followEvents wakes this server's watchers of tasks whose events any
+// replica stored, until Close; a broken subscription is made again.
+func (s *Server) followEvents(ctx context.Context, f EventFollower) {
+	backoff := watchBackoffMin
+	for {
+		ch, err := f.FollowEvents(ctx)
+		if err == nil {
+			backoff = watchBackoffMin
+			for taskID := range ch {
+				s.notes.notify(taskID)
+			}
+		} else if ctx.Err() == nil {
+			s.log.WarnContext(ctx, "follow task events of other replicas", "retry_in", backoff, "err", err)
+		}
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, watchBackoffMax)
+	}
 }
 
 // watchPoll is how often a WatchTask stream reads the store without a
@@ -292,18 +315,9 @@ func (s *Server) WatchTask(req *orchestratorv1.WatchTaskRequest, stream grpc.Ser
 	// Subscribe before the first read so no event falls between them.
 	wake, unsubscribe := s.notes.subscribe(req.GetTaskId())
 	defer unsubscribe()
-	// Events another replica stores wake this stream through the shared
-	// store; a poll bounds the delay of a wake-up lost on the way.
-	var shared <-chan struct{}
-	if w, ok := s.st.(EventWatcher); ok {
-		ch, stop, err := w.WatchEvents(ctx, req.GetTaskId())
-		if err != nil {
-			return s.internal(ctx, "watch task events", err)
-		}
-		defer stop()
-		shared = ch
-	}
-	poll := time.NewTicker(watchPoll)
+	// Events another replica stores wake this stream too (see
+	// followEvents); a poll bounds the delay of a wake-up lost on the way.
+	poll := time.NewTicker(s.watchPoll)
 	defer poll.Stop()
 	last := req.GetAfterSequence()
 	for {
@@ -323,7 +337,6 @@ func (s *Server) WatchTask(req *orchestratorv1.WatchTaskRequest, stream grpc.Ser
 		case <-s.ctx.Done():
 			return nil
 		case <-wake:
-		case <-shared:
 		case <-poll.C:
 		}
 	}

@@ -99,6 +99,8 @@ type Server struct {
 	recoveryInterval time.Duration
 	workMu           sync.Mutex
 	working          map[string]bool
+	// watchPoll is how often a WatchTask stream reads the store unwoken.
+	watchPoll time.Duration
 
 	// ctx ends when Close is called; background work and watch streams
 	// stop with it.
@@ -124,7 +126,8 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{st: st, deps: deps, log: log, now: now, notes: newNotifier(), ctx: ctx, cancel: cancel,
 		approvalTTL: deps.ApprovalTTL, attemptTimeout: deps.AttemptTimeout,
-		replica: deps.ReplicaID, leaseTTL: deps.LeaseTTL, recoveryInterval: deps.RecoveryInterval, working: map[string]bool{}}
+		replica: deps.ReplicaID, leaseTTL: deps.LeaseTTL, recoveryInterval: deps.RecoveryInterval, working: map[string]bool{},
+		watchPoll: watchPoll}
 	if s.replica == "" {
 		s.replica = ids.New("orch")
 	}
@@ -147,6 +150,9 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 			defer s.wg.Done()
 			s.recoverLoop(ctx)
 		}()
+	}
+	if f, ok := st.(EventFollower); ok {
+		s.wg.Go(func() { s.followEvents(ctx, f) })
 	}
 	if deps.Registry != nil {
 		s.wg.Add(1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,7 +30,7 @@ import (
 //	lease:<id>           owner of the request's lease, expiring with it (PX)
 //	events:<task>        LIST of TaskEvents; the event at index i has sequence i+1
 //	eventsig:<task>      pub/sub channel: a message per appended event, to
-//	                     wake WatchTask streams on every replica
+//	                     wake WatchTask streams on every replica (FollowEvents)
 //
 // Changes that decide on stored state are WATCH/MULTI/EXEC transactions
 // retried on conflict, so two replicas receiving the same provider call at
@@ -414,40 +415,52 @@ func (s *redisOrchestratorStore) AppendEvent(ctx context.Context, e *orchestrato
 	return e, nil
 }
 
-// signal wakes the watchers of a task on every replica. A lost signal
-// only delays a watcher until its next poll (see WatchTask): the events
-// are read from the list.
+// signal wakes the watchers of a task on every replica (see FollowEvents).
+// A lost signal only delays a watcher until its next poll: the events are
+// read from the list.
 func (s *redisOrchestratorStore) signal(ctx context.Context, taskID string) {
 	_ = s.c.Publish(ctx, s.k.Key("eventsig", taskID), "").Err()
 }
 
-// WatchEvents wakes the caller when any replica appends an event to the
-// task (Redis pub/sub on "eventsig:<task>", published with every append).
-// The subscription is confirmed before it returns, so an event appended
-// after it returns is never missed.
-func (s *redisOrchestratorStore) WatchEvents(ctx context.Context, taskID string) (<-chan struct{}, func(), error) {
-	sub := s.c.Subscribe(ctx, s.k.Key("eventsig", taskID))
-	if _, err := sub.Receive(ctx); err != nil {
-		_ = sub.Close()
-		return nil, nil, fmt.Errorf("watch events of %s: %w", taskID, err)
+// FollowEvents reports the task of every event any replica appends, over
+// one pattern subscription to the "eventsig:*" channels (a message is
+// published with every append). The subscription is confirmed before it
+// returns. The channel closes when ctx ends; signals sent while the
+// connection was re-established are lost (WatchTask polls to bound that).
+func (s *redisOrchestratorStore) FollowEvents(ctx context.Context) (<-chan string, error) {
+	prefix := s.k.Key("eventsig", "")
+	ps := s.c.PSubscribe(ctx, globEscape.Replace(prefix)+"*")
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, fmt.Errorf("follow task events: %w", err)
 	}
-	wake := make(chan struct{}, 1)
-	msgs := sub.Channel()
-	done := make(chan struct{})
+	out := make(chan string, 64)
 	go func() {
-		defer close(done)
-		for range msgs {
+		defer close(out)
+		defer ps.Close()
+		msgs := ps.Channel()
+		for {
 			select {
-			case wake <- struct{}{}:
-			default: // a wake-up is already pending
+			case <-ctx.Done():
+				return
+			case m, ok := <-msgs:
+				if !ok {
+					return
+				}
+				select {
+				case out <- strings.TrimPrefix(m.Channel, prefix):
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}()
-	return wake, func() {
-		_ = sub.Close()
-		<-done
-	}, nil
+	return out, nil
 }
+
+// globEscape quotes what a deployment prefix may hold that a Redis glob
+// pattern would read as a wildcard.
+var globEscape = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
 
 func (s *redisOrchestratorStore) ListEvents(ctx context.Context, taskID string, after int64) ([]*orchestratorv1.TaskEvent, error) {
 	after = max(after, 0)

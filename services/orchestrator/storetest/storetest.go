@@ -618,54 +618,66 @@ func CheckLease(t *testing.T, stores []orchestrator.Store) {
 	}
 }
 
-// CheckEventWake checks that a watcher through store b is woken by events
-// appended through store a, alone or with a state change, and not by
-// another task's events.
+// CheckEventWake checks that a follower through store b learns of the
+// events appended through store a, alone or with a state change, each
+// with its task.
 func CheckEventWake(t *testing.T, a, b orchestrator.Store) {
-	ctx := context.Background()
-	w, ok := b.(orchestrator.EventWatcher)
+	f, ok := b.(orchestrator.EventFollower)
 	if !ok {
-		t.Fatalf("%T does not wake watchers across replicas", b)
+		t.Fatalf("%T does not tell of other replicas' events", b)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	if _, _, err := a.CreateRequest(ctx, request("req_wake", "task_wake", "call_wake")); err != nil {
 		t.Fatal(err)
 	}
-	wake, stop, err := w.WatchEvents(ctx, "task_wake")
+	follow, err := f.FollowEvents(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
-	woken := func(want bool, what string) {
+	next := func(what string) string {
 		t.Helper()
-		wait := 30 * time.Second
-		if !want {
-			wait = 300 * time.Millisecond
-		}
 		select {
-		case <-wake:
-			if !want {
-				t.Errorf("%s woke the watcher", what)
-			}
-		case <-time.After(wait):
-			if want {
-				t.Errorf("%s did not wake the watcher within %s", what, wait)
-			}
+		case id := <-follow:
+			return id
+		case <-ctx.Done():
+			t.Fatalf("%s: not told within the deadline", what)
+			return ""
 		}
 	}
 	if _, err := a.AppendEvent(ctx, &orchestratorv1.TaskEvent{TaskId: "task_other", Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	woken(false, "an event of another task")
+	if id := next("an event of another task"); id != "task_other" {
+		t.Errorf("told of task %q, want task_other", id)
+	}
 	if _, err := a.AppendEvent(ctx, &orchestratorv1.TaskEvent{TaskId: "task_wake", Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	woken(true, "an appended event")
+	if id := next("an appended event"); id != "task_wake" {
+		t.Errorf("told of task %q, want task_wake", id)
+	}
 	if _, _, err := a.UpdateRequestEmit(ctx, "req_wake", func(*orchestratorv1.ToolRequest) error { return nil },
 		[]*orchestratorv1.TaskEvent{{TaskId: "task_wake", Type: "y"}}); err != nil {
 		t.Fatal(err)
 	}
-	woken(true, "an event emitted with a state change")
+	if id := next("an event emitted with a state change"); id != "task_wake" {
+		t.Errorf("told of task %q, want task_wake", id)
+	}
 	if evs, err := b.ListEvents(ctx, "task_wake", 0); err != nil || len(evs) != 2 {
 		t.Errorf("replica b lists %d events, %v; want 2", len(evs), err)
+	}
+	// Following ends with its context.
+	cancel()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case _, ok := <-follow:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the follow channel did not close after its context ended")
+		}
 	}
 }
