@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -28,9 +29,10 @@ func (s *Server) recoverLoop(ctx context.Context) {
 	}
 }
 
-// recoverUnsettled makes one pass over the unsettled requests. A request
-// whose recovery failed on an unavailable dependency stays as it is and
-// is tried again on the next pass.
+// recoverUnsettled makes one pass over the unsettled requests, a few at a
+// time (one stuck on a slow server does not hold up the others). A request
+// whose recovery failed on an unavailable dependency stays as it is and is
+// tried again on the next pass.
 func (s *Server) recoverUnsettled(ctx context.Context) {
 	rs, err := s.st.ListUnsettledRequests(ctx)
 	if err != nil {
@@ -39,30 +41,47 @@ func (s *Server) recoverUnsettled(ctx context.Context) {
 		}
 		return
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, recoveryParallelism)
 	for _, r := range rs {
-		if ctx.Err() != nil {
-			return
-		}
 		if !s.needsRecovery(r) {
 			continue
 		}
-		l, ok, err := s.own(ctx, r.GetId())
-		if err != nil {
-			s.log.WarnContext(ctx, "recover request: take lease", "request", r.GetId(), "err", err)
-			continue
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
 		}
-		if !ok {
-			continue // another replica (or call) is working on it
-		}
-		err = s.recoverRequest(withLease(ctx, l), r.GetId())
-		l.release()
-		switch {
-		case err == nil || ctx.Err() != nil:
-		case transient(err):
-			s.log.WarnContext(ctx, "recover request: dependency unavailable; retried on the next pass", "request", r.GetId(), "retry_in", s.recoveryInterval, "err", err)
-		default:
-			s.log.ErrorContext(ctx, "recover request", "request", r.GetId(), "err", err)
-		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			s.recoverOwned(ctx, r.GetId())
+		})
+	}
+}
+
+// recoveryParallelism bounds the requests one replica recovers at once.
+const recoveryParallelism = 4
+
+// recoverOwned recovers one request if no replica (nor another call of
+// this one) owns it.
+func (s *Server) recoverOwned(ctx context.Context, id string) {
+	l, ok, err := s.own(ctx, id)
+	if err != nil {
+		s.log.WarnContext(ctx, "recover request: take lease", "request", id, "err", err)
+		return
+	}
+	if !ok {
+		return // another replica (or call) is working on it
+	}
+	err = s.recoverRequest(withLease(ctx, l), id)
+	l.release()
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case transient(err):
+		s.log.WarnContext(ctx, "recover request: dependency unavailable; retried on the next pass", "request", id, "retry_in", s.recoveryInterval, "err", err)
+	default:
+		s.log.ErrorContext(ctx, "recover request", "request", id, "err", err)
 	}
 }
 
