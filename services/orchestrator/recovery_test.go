@@ -239,3 +239,41 @@ func TestLostLeaseStopsBeforeTheRemoteCall(t *testing.T) {
 		t.Errorf("request = %v, %v; want its attempt left open for the new owner", got, err)
 	}
 }
+
+// An approved request whose replica stopped before the first attempt, in a
+// task cancelled meanwhile, is not left APPROVED: the next process's
+// recovery refuses it, and nothing is rendered.
+func TestRecoveryEndsAnApprovedRequestOfACancelledTask(t *testing.T) {
+	t.Parallel()
+	k := &killAt{}
+	h := newPreviewHarness(t, func(d *Deps) {
+		d.FailPoint = k.hit
+		d.RecoveryInterval = time.Hour // only the restarted server recovers
+		// The restarted server shares the store object (and so the stopped
+		// one's lease, as Redis would): it takes over once the lease expired.
+		d.LeaseTTL = 300 * time.Millisecond
+	})
+	task := h.start(t, "preview", false).GetTask()
+	r := h.submitPreview(t, task.GetId(), "call_1")
+	k.arm(FailPointApprovalUsed)
+	_, err := h.approve(t, r.GetId())
+	wantErr(t, err, codes.Unavailable, reasonReplicaStopped)
+	if _, err := h.client.CancelTask(t.Context(), &orchestratorv1.CancelTaskRequest{Id: task.GetId(), Reason: "author left"}); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := h.server.st.GetRequest(t.Context(), r.GetId()); cur.GetState() != orchestratorv1.RequestState_REQUEST_STATE_APPROVED {
+		t.Fatalf("before recovery the request is %v, want APPROVED", cur.GetState())
+	}
+
+	deps := h.server.deps
+	deps.RecoveryInterval = 20 * time.Millisecond
+	restarted := NewServer(h.server.st, deps, nil)
+	t.Cleanup(restarted.Close)
+	got := waitRequest(t, h, r.GetId(), settled)
+	if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REFUSED || got.GetRefusalReason() != "NOT_ATTEMPTED" {
+		t.Errorf("recovered = %v (%s: %s); want REFUSED, not attempted", got.GetState(), got.GetRefusalReason(), got.GetRefusalDetail())
+	}
+	if h.renders.Load() != 0 || len(got.GetAttempts()) != 0 {
+		t.Errorf("%d renders, attempts %v; want none", h.renders.Load(), got.GetAttempts())
+	}
+}
