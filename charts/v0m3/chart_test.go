@@ -210,6 +210,18 @@ func TestRedisStore(t *testing.T) {
 		}
 	}
 
+	// Orchestrator replicas own requests under their pod names, with the
+	// configured lease and recovery interval.
+	o := deployment(t, m, "orchestrator").Spec.Template.Spec.Containers[0]
+	if ttl, every := flagValue(t, "orchestrator", o.Args, "lease-ttl"), flagValue(t, "orchestrator", o.Args, "recovery-interval"); ttl != "30s" || every != "10s" {
+		t.Errorf("orchestrator --lease-ttl=%s --recovery-interval=%s; want 30s and 10s", ttl, every)
+	}
+	if !slices.ContainsFunc(o.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "V0M3_REPLICA_ID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}) {
+		t.Errorf("orchestrator env %v; want V0M3_REPLICA_ID from the pod name", o.Env)
+	}
+
 	var sts appsv1.StatefulSet
 	m.must(t, "StatefulSet", release+"-redis", &sts)
 	if len(sts.Spec.VolumeClaimTemplates) == 0 {

@@ -672,6 +672,8 @@ func resolveEnv(t *testing.T, who string, c corev1.Container, m manifests) map[s
 				t.Fatalf("%s: %s names key %s, which Secret %s lacks", who, e.Name, e.ValueFrom.SecretKeyRef.Key, s.Name)
 			}
 			env[e.Name] = string(v)
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			env[e.Name] = who + "-pod"
 		case e.ValueFrom != nil:
 			t.Fatalf("%s: %s from %+v", who, e.Name, e.ValueFrom)
 		default:

@@ -9,8 +9,10 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -40,6 +42,15 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	pprofAddr := addPprofFlag(fs)
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, false)
+	var replica struct {
+		id            *string
+		ttl, interval *time.Duration
+	}
+	if name == suite.Orchestrator {
+		replica.id = fs.String("replica-id", "", "this replica's name as the owner of in-flight requests (empty = a random id)")
+		replica.ttl = fs.Duration("lease-ttl", orchestrator.DefaultLeaseTTL, "how long a replica's claim on an in-flight request lasts without renewal; another replica takes the request over only after it")
+		replica.interval = fs.Duration("recovery-interval", orchestrator.DefaultRecoveryInterval, "how often unsettled requests no replica owns are recovered")
+	}
 	peers := map[string]*string{}
 	for _, p := range suite.Names {
 		if p != name {
@@ -71,6 +82,9 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	}
 	for p, addr := range peers {
 		cfg.Peers[p] = *addr
+	}
+	if replica.id != nil {
+		cfg.Replica = suite.Replica{ID: *replica.id, LeaseTTL: *replica.ttl, RecoveryInterval: *replica.interval}
 	}
 	// Before anything serves: a refused address starts nothing.
 	if _, err := startPprof(ctx, *pprofAddr, log); err != nil {

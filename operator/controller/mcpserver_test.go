@@ -2,7 +2,9 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
@@ -610,5 +613,63 @@ func TestLostStatusWriteFindsItsConnection(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%d connections for the server, want 1", n)
+	}
+}
+
+// TestStatusWriteLostForReal loses the status write of the reconcile that
+// registered the connection, through the API server client itself (the
+// update fails once, as a conflict would), so the status never names the
+// connection. The next reconcile finds the connection by its endpoint:
+// one connection, and the status names it.
+func TestStatusWriteLostForReal(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.secret("search-token", "v1")
+	f.create(f.stdioServer("search"))
+	base, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost atomic.Int32
+	f.r.Client = interceptor.NewClient(base, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if s, ok := obj.(*v1alpha1.MCPServer); ok && sub == "status" && s.Namespace == f.ns && s.Status.ConnectionID != "" && lost.CompareAndSwap(0, 1) {
+				return apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("mcpservers").GroupResource(), s.Name, errors.New("status write lost in the test"))
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	_, err = f.r.Reconcile(f.ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: f.ns, Name: "search"}})
+	if err == nil || lost.Load() != 1 {
+		t.Fatalf("reconcile = %v, lost writes %d; want the status write lost once", err, lost.Load())
+	}
+	if id := f.server("search").Status.ConnectionID; id != "" {
+		t.Fatalf("the lost status write is stored: connection %q", id)
+	}
+	endpointConns := func() []*registryv1.Connection {
+		t.Helper()
+		list, err := registry.ListConnections(f.ctx, &registryv1.ListConnectionsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []*registryv1.Connection
+		for _, c := range list.GetConnections() {
+			if strings.Contains(c.GetTransport().GetStreamableHttp().GetUrl(), "."+f.ns+".") {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	before := endpointConns()
+	if len(before) != 1 {
+		t.Fatalf("%d connections registered before the retry, want 1", len(before))
+	}
+	f.reconcile("search")
+	after := endpointConns()
+	if len(after) != 1 {
+		t.Fatalf("%d connections after the retry, want 1 (no duplicate)", len(after))
+	}
+	if got := f.server("search").Status.ConnectionID; got != before[0].GetId() {
+		t.Errorf("after the retry the status names connection %q, want %q", got, before[0].GetId())
 	}
 }

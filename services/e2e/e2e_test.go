@@ -464,6 +464,9 @@ func TestDevServesHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	// A process that never prints its addresses is killed, which ends
+	// the scan, rather than hanging the package.
+	scanDeadline := time.AfterFunc(2*time.Minute, cancel)
 	addrs := map[string]string{}
 	sc := bufio.NewScanner(stdout)
 	re := regexp.MustCompile(`^\s+(\w+)\s+(\S+:\d+)$`)
@@ -472,6 +475,7 @@ func TestDevServesHealth(t *testing.T) {
 			addrs[m[1]] = m[2]
 		}
 	}
+	scanDeadline.Stop()
 	roots := devRoots(t, dataDir)
 	for _, name := range suite.Names {
 		addr := addrs[name]

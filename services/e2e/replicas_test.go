@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -36,6 +37,9 @@ func startDev(t *testing.T, store string) stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	// A process that never prints its addresses is killed, which ends
+	// the scan, rather than hanging the package.
+	scanDeadline := time.AfterFunc(2*time.Minute, cancel)
 	addrs := map[string]string{}
 	sc := bufio.NewScanner(stdout)
 	re := regexp.MustCompile(`^\s+(\w+)\s+(\S+:\d+)$`)
@@ -44,6 +48,7 @@ func startDev(t *testing.T, store string) stack {
 			addrs[m[1]] = m[2]
 		}
 	}
+	scanDeadline.Stop()
 	go func() {
 		for sc.Scan() {
 		}

@@ -111,7 +111,14 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	if err := approvable(req); err != nil {
 		return nil, err
 	}
-	ctx = withCheckpoint(context.WithoutCancel(ctx))
+	// The approver's call works on the request under this replica's
+	// lease, as a submission does, from the approval on.
+	l, err := s.ownToApprove(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	defer l.release()
+	ctx = withCheckpoint(withLease(context.WithoutCancel(ctx), l))
 	defer s.flush(ctx)
 	binding, detail, err := s.checkBindings(ctx, task, req, in.GetDocumentDigest(), true)
 	if err != nil {
@@ -146,11 +153,47 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 		Detail: fmt.Sprintf("approval %s used by %s: %s", req.GetApproval().GetId(), approver, req.GetApproval().GetSummary()),
 	})
 	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.approved", "approved by "+approver+": "+req.GetApproval().GetSummary())
+	if err := s.failAt(ctx, FailPointApprovalUsed); err != nil {
+		return nil, err
+	}
 	if err := s.charge(ctx, task, req); err != nil {
 		return s.refuse(ctx, req, p, err)
 	}
 	return s.execute(ctx, task, req, p)
 }
+
+// ownToApprove takes this replica's lease on a request to approve it.
+// While another call holds it (most often a concurrent approval about to
+// use the approval) it waits, a bounded time, for either the lease or a
+// state that says why the request cannot be approved: of approvers racing,
+// one wins and the others learn the approval was used.
+func (s *Server) ownToApprove(ctx context.Context, id string) (*lease, error) {
+	deadline := time.Now().Add(approveWait)
+	for {
+		l, ok, err := s.own(ctx, id)
+		if err != nil {
+			return nil, apierror.New(codes.Unavailable, "STORE_UNAVAILABLE", "the orchestrator could not claim the request; try again", nil)
+		}
+		if ok {
+			return l, nil
+		}
+		cur, err := s.loadRequest(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := approvable(cur); err != nil {
+			return nil, err
+		}
+		if time.Now().After(deadline) || !sleep(ctx, 20*time.Millisecond) {
+			return nil, apierror.New(codes.Aborted, "REQUEST_IN_PROGRESS",
+				fmt.Sprintf("request %s is being worked on; try again", id), map[string]string{"request_id": id})
+		}
+	}
+}
+
+// approveWait bounds how long an approval waits for another call on the
+// same request.
+const approveWait = 10 * time.Second
 
 // decider loads a request and its task and returns who decides it when
 // policy lets the caller take action (approve or deny) on it. Separation

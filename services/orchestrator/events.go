@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -54,6 +55,42 @@ func (n *notifier) notify(taskID string) {
 	}
 }
 
+// EventFollower is implemented by a Store shared between processes: it
+// tells of the events every replica stores, which the in-process notifier
+// cannot see. The server follows it for as long as it runs and wakes its
+// WatchTask streams.
+type EventFollower interface {
+	// FollowEvents sends the task id of each event any replica appends,
+	// until ctx ends (then the channel closes). It returns once following
+	// has begun.
+	FollowEvents(ctx context.Context) (<-chan string, error)
+}
+
+// followEvents wakes this server's watchers of tasks whose events any
+// replica stored, until Close; a broken subscription is made again.
+func (s *Server) followEvents(ctx context.Context, f EventFollower) {
+	backoff := watchBackoffMin
+	for {
+		ch, err := f.FollowEvents(ctx)
+		if err == nil {
+			backoff = watchBackoffMin
+			for taskID := range ch {
+				s.notes.notify(taskID)
+			}
+		} else if ctx.Err() == nil {
+			s.log.WarnContext(ctx, "follow task events of other replicas", "retry_in", backoff, "err", err)
+		}
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, watchBackoffMax)
+	}
+}
+
+// watchPoll is how often a WatchTask stream reads the store without a
+// wake-up: the bound on the delay a lost signal can cause.
+const watchPoll = 5 * time.Second
+
 // checkpoint holds the trace events and task events of one call until the
 // call reaches a checkpoint (before the adapter is called, and before the
 // RPC returns), where they are written together: one AppendTraces round
@@ -67,6 +104,9 @@ type checkpoint struct {
 	// task, when set, is an update of the task's checkpoint text written
 	// with the held events (see commit).
 	task *taskUpdate
+	// dead is set when a fail point stopped the call: what it held dies
+	// with it, as with a process that was killed.
+	dead bool
 }
 
 // taskUpdate is a held update of one task.
@@ -97,9 +137,12 @@ func (s *Server) flush(ctx context.Context) {
 		return
 	}
 	c.mu.Lock()
-	events, task := c.events, c.task
+	events, task, dead := c.events, c.task, c.dead
 	c.events, c.task = nil, nil
 	c.mu.Unlock()
+	if dead {
+		return
+	}
 	if task != nil {
 		_, stored, err := s.st.UpdateTaskEmit(ctx, task.id, task.fn, events)
 		if err == nil {
@@ -120,10 +163,10 @@ func (s *Server) flushTrace(ctx context.Context) {
 		return
 	}
 	c.mu.Lock()
-	traces := c.traces
+	traces, dead := c.traces, c.dead
 	c.traces = nil
 	c.mu.Unlock()
-	if len(traces) > 0 {
+	if len(traces) > 0 && !dead {
 		s.appendTraces(ctx, traces)
 	}
 }
@@ -272,6 +315,10 @@ func (s *Server) WatchTask(req *orchestratorv1.WatchTaskRequest, stream grpc.Ser
 	// Subscribe before the first read so no event falls between them.
 	wake, unsubscribe := s.notes.subscribe(req.GetTaskId())
 	defer unsubscribe()
+	// Events another replica stores wake this stream too (see
+	// followEvents); a poll bounds the delay of a wake-up lost on the way.
+	poll := time.NewTicker(s.watchPoll)
+	defer poll.Stop()
 	last := req.GetAfterSequence()
 	for {
 		events, err := s.st.ListEvents(ctx, req.GetTaskId(), last)
@@ -290,6 +337,7 @@ func (s *Server) WatchTask(req *orchestratorv1.WatchTaskRequest, stream grpc.Ser
 		case <-s.ctx.Done():
 			return nil
 		case <-wake:
+		case <-poll.C:
 		}
 	}
 }

@@ -185,6 +185,13 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		return nil, nil, nil, s.internal(ctx, "persist the prepared attempt", err)
 	}
 	s.notify(stored)
+	if err := s.failAt(ctx, FailPointAttemptPrepared); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := stillOwner(ctx); err != nil {
+		// The attempt stays open for the replica that took over.
+		return nil, nil, nil, err
+	}
 
 	in := &adapterv1.ExecuteRequest{
 		ConnectionId:    p.mapping.GetConnectionId(),
@@ -244,6 +251,9 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		s.log.ErrorContext(ctx, "persist attempt stage", "request", req.GetId(), "attempt", att.GetId(), "err", err)
 	} else {
 		req = saved
+	}
+	if err := s.failAt(ctx, FailPointAttemptExecuted); err != nil {
+		return nil, nil, nil, err
 	}
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED, Capability: req.GetCapability(),

@@ -334,7 +334,11 @@ func TestResumeSettlesAnOpenAttemptWithoutRenderingAgain(t *testing.T) {
 	restarted := NewServer(h.server.st, h.server.deps, nil)
 	defer restarted.Close()
 	var got *orchestratorv1.ToolRequest
+	deadline := time.Now().Add(30 * time.Second)
 	for got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		if time.Now().After(deadline) {
+			t.Fatalf("never recovered: %v", got)
+		}
 		got, err = restarted.GetRequest(identity.WithCaller(t.Context(), identity.Caller{ID: "alice", Kind: identity.KindUser}), &orchestratorv1.GetRequestRequest{Id: r.GetId()})
 		if err != nil {
 			t.Fatal(err)

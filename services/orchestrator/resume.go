@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -13,34 +15,84 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
-// resume recovers attempts a previous process left open (it stopped between
-// persisting an attempt and ending it). Each is recovered from its last
-// persisted stage: the attempt is ended with the strongest outcome its
-// evidence supports, then the capability's retry rule decides, exactly as
-// after a failed attempt (see afterFailure), so a render that already
-// produced its artifact is settled by its receipt or the server's status
-// and never rendered twice. Dependencies may still be starting: a request
-// whose recovery failed on an unavailable service is tried again with
-// backoff until Close.
-func (s *Server) resume(ctx context.Context, open []*orchestratorv1.ToolRequest) {
-	for _, r := range open {
-		backoff := watchBackoffMin
-		for {
-			err := s.recoverRequest(ctx, r.GetId())
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			if !transient(err) {
-				s.log.ErrorContext(ctx, "recover request", "request", r.GetId(), "err", err)
-				break
-			}
-			s.log.WarnContext(ctx, "recover request: dependency unavailable", "request", r.GetId(), "retry_in", backoff, "err", err)
-			if !sleep(ctx, backoff) {
-				return
-			}
-			backoff = min(backoff*2, watchBackoffMax)
+// recoverLoop recovers, until Close, every unsettled request no replica
+// owns: at start (what a previous process left) and then every
+// RecoveryInterval (what a replica that stopped left, once its lease
+// expired). Each request is worked on under this replica's lease, so with
+// several replicas on one store each is recovered by one of them.
+func (s *Server) recoverLoop(ctx context.Context) {
+	for {
+		s.recoverUnsettled(ctx)
+		if !sleep(ctx, s.recoveryInterval) {
+			return
 		}
 	}
+}
+
+// recoverUnsettled makes one pass over the unsettled requests, a few at a
+// time (one stuck on a slow server does not hold up the others). A request
+// whose recovery failed on an unavailable dependency stays as it is and is
+// tried again on the next pass.
+func (s *Server) recoverUnsettled(ctx context.Context) {
+	rs, err := s.st.ListUnsettledRequests(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.WarnContext(ctx, "list unsettled requests for recovery", "err", err)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, recoveryParallelism)
+	for _, r := range rs {
+		if !s.needsRecovery(r) {
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			s.recoverOwned(ctx, r.GetId())
+		})
+	}
+}
+
+// recoveryParallelism bounds the requests one replica recovers at once.
+const recoveryParallelism = 4
+
+// recoverOwned recovers one request if no replica (nor another call of
+// this one) owns it.
+func (s *Server) recoverOwned(ctx context.Context, id string) {
+	l, ok, err := s.own(ctx, id)
+	if err != nil {
+		s.log.WarnContext(ctx, "recover request: take lease", "request", id, "err", err)
+		return
+	}
+	if !ok {
+		return // another replica (or call) is working on it
+	}
+	err = s.recoverRequest(withLease(ctx, l), id)
+	l.release()
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case transient(err):
+		s.log.WarnContext(ctx, "recover request: dependency unavailable; retried on the next pass", "request", id, "retry_in", s.recoveryInterval, "err", err)
+	default:
+		s.log.ErrorContext(ctx, "recover request", "request", id, "err", err)
+	}
+}
+
+// needsRecovery reports whether an unsettled request may need work from
+// recovery: a request waiting for a person needs none until its approval
+// expires (read without taking its lease, so waiting costs no writes).
+func (s *Server) needsRecovery(r *orchestratorv1.ToolRequest) bool {
+	if r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL && openAttempt(r) == nil {
+		return !s.now().Before(r.GetApproval().GetExpireTime().AsTime())
+	}
+	return true
 }
 
 // transient reports whether err may pass if tried again later.
@@ -52,21 +104,100 @@ func transient(err error) bool {
 	return false
 }
 
-// recoverRequest recovers one request's open attempt.
+// recoverRequest settles or continues one request, under this replica's
+// lease, from its stored state: an open attempt is recovered from its last
+// persisted stage (see recoverAttempt); a request that was never decided
+// is decided again; an approved request with no attempt is executed; an
+// approval that expired unused refuses the request. Every step is
+// idempotent: the decision is taken again on current state, charges are
+// keyed by the intent, and the adapter is called only for an attempt that
+// recovery itself persisted.
 func (s *Server) recoverRequest(ctx context.Context, id string) error {
 	req, err := s.st.GetRequest(ctx, id)
 	if err != nil {
 		return fmt.Errorf("load request %s: %w", id, err)
 	}
-	var att *orchestratorv1.Attempt
-	for _, a := range req.GetAttempts() {
-		if a.GetEndTime() == nil {
-			att = a
+	if !unsettled(req) {
+		return nil // settled since it was listed
+	}
+	ctx = withCheckpoint(ctx)
+	defer s.flush(ctx)
+	if openAttempt(req) != nil {
+		return s.recoverAttempt(ctx, req)
+	}
+	task, err := s.st.GetTask(ctx, req.GetTaskId())
+	if err != nil {
+		return fmt.Errorf("load task %s: %w", req.GetTaskId(), err)
+	}
+	switch req.GetState() {
+	case orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL:
+		if s.now().Before(req.GetApproval().GetExpireTime().AsTime()) {
+			return nil
 		}
+		detail := fmt.Sprintf("the approval expired at %s", req.GetApproval().GetExpireTime().AsTime().UTC().Format(time.RFC3339))
+		err := s.invalidate(ctx, req, orchestratorv1.ApprovalBinding_APPROVAL_BINDING_EXPIRY, detail)
+		if apierror.Reason(err) == reasonApprovalInvalidated {
+			return nil
+		}
+		return err
+	case orchestratorv1.RequestState_REQUEST_STATE_REQUESTED, orchestratorv1.RequestState_REQUEST_STATE_APPROVED:
+	default:
+		return nil
 	}
-	if att == nil {
-		return nil // already settled
+	s.log.InfoContext(ctx, "recovering request", "request", req.GetId(), "state", requestStateName(req.GetState()), "attempts", len(req.GetAttempts()))
+	s.emit(ctx, task.GetId(), req.GetId(), "request.recovering",
+		fmt.Sprintf("the orchestrator stopped while the request was %s; recovered", requestStateName(req.GetState())))
+	if req.GetState() == orchestratorv1.RequestState_REQUEST_STATE_REQUESTED && len(req.GetAttempts()) == 0 {
+		return s.decideAgain(ctx, task, req)
 	}
+	// Approved, or between two attempts: the next attempt is made on
+	// current state, with the retries already spent.
+	var last *orchestratorv1.Attempt
+	if n := len(req.GetAttempts()); n > 0 {
+		last = req.GetAttempts()[n-1]
+	}
+	return s.retryRecovered(ctx, task, req, last, len(req.GetAttempts()))
+}
+
+// decideAgain takes the decision a stopped replica did not finish about a
+// request: the same checks on current state, the same intent (so a budget
+// is charged once), and then approval or execution as at submission. A
+// dependency that is unavailable leaves the request for the next pass
+// instead of refusing it.
+func (s *Server) decideAgain(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest) error {
+	p, err := s.prepare(ctx, task, req)
+	if err == nil {
+		err = s.charge(ctx, task, req)
+	}
+	if err != nil {
+		if transient(err) {
+			return err
+		}
+		_, err = s.refuse(ctx, req, p, err)
+		return ignoreRefusal(err)
+	}
+	if p.approvalRequired {
+		_, err = s.awaitApproval(ctx, req, p)
+		return err
+	}
+	_, err = s.execute(ctx, task, req, p)
+	return ignoreRefusal(err)
+}
+
+// ignoreRefusal drops the error a caller would have seen for a request
+// that was recorded as refused or failed: for recovery, that is an end.
+// A storage failure or an unavailable dependency is not: the request is
+// tried again on the next pass.
+func ignoreRefusal(err error) error {
+	if err == nil || transient(err) || status.Code(err) == codes.Internal {
+		return err
+	}
+	return nil
+}
+
+// recoverAttempt recovers a request's open attempt.
+func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolRequest) error {
+	att := openAttempt(req)
 	task, err := s.st.GetTask(ctx, req.GetTaskId())
 	if err != nil {
 		return fmt.Errorf("load task %s: %w", req.GetTaskId(), err)
@@ -98,7 +229,7 @@ func (s *Server) recoverRequest(ctx context.Context, id string) error {
 		}
 	}
 	att.Resolution = joinResolution(att.GetResolution(),
-		fmt.Sprintf("the orchestrator stopped during this attempt (last persisted stage %s); recovered at restart", stageName(att.GetStage())))
+		fmt.Sprintf("the orchestrator stopped during this attempt (last persisted stage %s); recovered", stageName(att.GetStage())))
 	if req, err = s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
 		return fmt.Errorf("persist recovered attempt: %w", err)
 	}
@@ -116,20 +247,26 @@ func (s *Server) recoverRequest(ctx context.Context, id string) error {
 		if req, err = s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
 			return fmt.Errorf("end recovered attempt: %w", err)
 		}
-		return s.retryRecovered(ctx, task, req, att)
+		return s.retryRecovered(ctx, task, req, att, 1)
 	default:
 		_, err := s.fail(ctx, req, n.att)
 		return err
 	}
 }
 
-// retryRecovered makes the further attempt recovery decided on. The intent
+// retryRecovered makes the further attempt recovery decided on (the first,
+// for an approved request that has none; retries are those spent). The intent
 // was authorized before the crash, but a new attempt is a new call: every
 // product check runs again on current state, and an approval already used
 // for this intent must still match its bindings (other than its expiry and
 // the document the person saw, which were checked when it was used).
-func (s *Server) retryRecovered(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, last *orchestratorv1.Attempt) error {
+func (s *Server) retryRecovered(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, last *orchestratorv1.Attempt, retries int) error {
+	var p *prepared
 	stop := func(why string) error {
+		if last == nil {
+			_, err := s.refuse(ctx, req, p, apierror.New(codes.FailedPrecondition, "NOT_ATTEMPTED", why, map[string]string{"request_id": req.GetId()}))
+			return ignoreRefusal(err)
+		}
 		last.Resolution = joinResolution(last.GetResolution(), why)
 		_, err := s.fail(ctx, req, last)
 		return err
@@ -150,6 +287,16 @@ func (s *Server) retryRecovered(ctx context.Context, task *orchestratorv1.Task, 
 			return stop(fmt.Sprintf("not attempted again: the approval no longer holds (%s changed: %s)", bindingName(binding), detail))
 		}
 	}
-	_, err = s.executeFrom(ctx, task, req, p, 1)
-	return err
+	if last == nil {
+		// Approved and never attempted: the call is charged under its
+		// intent, which a charge made before the stop already was.
+		if err := s.charge(ctx, task, req); err != nil {
+			if transient(err) {
+				return err
+			}
+			return stop("not attempted: " + errorMessage(err))
+		}
+	}
+	_, err = s.executeFrom(ctx, task, req, p, retries)
+	return ignoreRefusal(err)
 }

@@ -59,6 +59,20 @@ type Deps struct {
 	// started for plaintext accepts them) and a receipt read back from
 	// evidence is never trusted, so recovery asks the server's status.
 	Credentials *identity.Credentials
+	// ReplicaID names this replica as the owner of the requests it works
+	// on; "" means a new random id. Replicas sharing a store need
+	// distinct ids.
+	ReplicaID string
+	// LeaseTTL is how long a replica's claim on an in-flight request lasts
+	// without renewal; zero means DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// RecoveryInterval is how often unsettled requests nobody owns are
+	// looked for and recovered; zero means DefaultRecoveryInterval.
+	RecoveryInterval time.Duration
+	// FailPoint, for tests only, is asked at each fail point (the
+	// FailPoint* constants); an error stops the call there as if this
+	// replica's process died. nil in production.
+	FailPoint func(point string) error
 }
 
 // Server implements orchestratorv1.OrchestratorServiceServer.
@@ -78,6 +92,17 @@ type Server struct {
 	approvalTTL    time.Duration
 	attemptTimeout time.Duration
 
+	// replica owns the leases this server takes (see own); working holds
+	// the requests a call of this server works on, so its own recovery
+	// never joins in.
+	replica          string
+	leaseTTL         time.Duration
+	recoveryInterval time.Duration
+	workMu           sync.Mutex
+	working          map[string]bool
+	// watchPoll is how often a WatchTask stream reads the store unwoken.
+	watchPoll time.Duration
+
 	// ctx ends when Close is called; background work and watch streams
 	// stop with it.
 	ctx       context.Context
@@ -88,9 +113,9 @@ type Server struct {
 
 // NewServer returns an orchestrator over st. When deps.Registry is set it
 // also starts a background watch of registry events that marks tasks
-// CONNECTION_UNAVAILABLE when their connection is retired, and recovers
-// every attempt a previous process left open (see resume); Close stops
-// both.
+// CONNECTION_UNAVAILABLE when their connection is retired, and a
+// continuous recovery of unsettled requests no replica owns (see
+// recoverLoop); Close stops both.
 func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -101,7 +126,18 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{st: st, deps: deps, log: log, now: now, notes: newNotifier(), ctx: ctx, cancel: cancel,
-		approvalTTL: deps.ApprovalTTL, attemptTimeout: deps.AttemptTimeout}
+		approvalTTL: deps.ApprovalTTL, attemptTimeout: deps.AttemptTimeout,
+		replica: deps.ReplicaID, leaseTTL: deps.LeaseTTL, recoveryInterval: deps.RecoveryInterval, working: map[string]bool{},
+		watchPoll: watchPoll}
+	if s.replica == "" {
+		s.replica = ids.New("orch")
+	}
+	if s.leaseTTL <= 0 {
+		s.leaseTTL = DefaultLeaseTTL
+	}
+	if s.recoveryInterval <= 0 {
+		s.recoveryInterval = DefaultRecoveryInterval
+	}
 	s.authz = authz.Remote(deps.Policy)
 	if s.approvalTTL <= 0 {
 		s.approvalTTL = DefaultApprovalTTL
@@ -109,16 +145,15 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if s.attemptTimeout <= 0 {
 		s.attemptTimeout = DefaultAttemptTimeout
 	}
-	// Attempts a previous process left open are listed now, before this
-	// server takes any request, and recovered in the background.
-	if open, err := st.ListOpenRequests(ctx); err != nil {
-		log.Error("list open requests for recovery", "err", err)
-	} else if len(open) > 0 && deps.Registry != nil {
+	if deps.Registry != nil {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.resume(ctx, open)
+			s.recoverLoop(ctx)
 		}()
+	}
+	if f, ok := st.(EventFollower); ok {
+		s.wg.Go(func() { s.followEvents(ctx, f) })
 	}
 	if deps.Registry != nil {
 		s.wg.Add(1)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -612,7 +613,8 @@ func TestWatchTaskReplaysAndFollows(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	cat := h.start(t, "source_review", false).GetCatalogue()
-	ctx, cancel := context.WithCancel(t.Context())
+	// The bound only keeps a regression from hanging the package.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	stream, err := h.client.WatchTask(ctx, &orchestratorv1.WatchTaskRequest{TaskId: cat.GetTaskId()})
 	if err != nil {
@@ -664,7 +666,8 @@ func TestRetiredConnectionStopsActiveTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
+	// The bound only keeps a regression from hanging the package.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	stream, err := h.client.WatchTask(ctx, &orchestratorv1.WatchTaskRequest{TaskId: review.GetTaskId()})
 	if err != nil {

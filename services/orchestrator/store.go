@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -66,6 +67,20 @@ type Store interface {
 	// ErrApprovalUsed when the approval was already used, ErrNotAwaiting
 	// when the request is not awaiting approval (or has no approval).
 	UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error)
+	// ListUnsettledRequests returns every request that is not in a
+	// terminal state (requested, awaiting approval, approved) or has an
+	// attempt with no end time. Continuous recovery starts from these.
+	ListUnsettledRequests(ctx context.Context) ([]*orchestratorv1.ToolRequest, error)
+
+	// AcquireLease makes owner the one replica working on a request until
+	// ttl from now, by the store's clock: it succeeds when the request has
+	// no lease, its lease expired, or owner holds it already (a renewal).
+	// It reports whether owner holds the lease now. A lease is what keeps
+	// two replicas from acting on one in-flight request.
+	AcquireLease(ctx context.Context, requestID, owner string, ttl time.Duration) (bool, error)
+	// ReleaseLease ends owner's lease on a request; a lease another owner
+	// holds is left as it is.
+	ReleaseLease(ctx context.Context, requestID, owner string) error
 
 	// AppendEvent assigns e the task's next sequence number (starting at 1)
 	// and stores it.
@@ -100,4 +115,27 @@ func useApproval(approver string, at *timestamppb.Timestamp) func(*orchestratorv
 		r.UpdateTime = at
 		return nil
 	}
+}
+
+// unsettled reports whether r still needs work or a decision: it is in a
+// non-terminal state or has an attempt that was never ended.
+func unsettled(r *orchestratorv1.ToolRequest) bool {
+	switch r.GetState() {
+	case orchestratorv1.RequestState_REQUEST_STATE_REQUESTED,
+		orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL,
+		orchestratorv1.RequestState_REQUEST_STATE_APPROVED:
+		return true
+	}
+	return openAttempt(r) != nil
+}
+
+// openAttempt returns r's attempt with no end time, or nil.
+func openAttempt(r *orchestratorv1.ToolRequest) *orchestratorv1.Attempt {
+	var open *orchestratorv1.Attempt
+	for _, a := range r.GetAttempts() {
+		if a.GetEndTime() == nil {
+			open = a
+		}
+	}
+	return open
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -23,14 +25,18 @@ const (
 	bucketEventSeq     = "event_seq"     // task id -> last event sequence
 	bucketEvents       = "events"        // task id "/" seq -> TaskEvent
 	bucketOpen         = "open_requests" // request id -> request id, while an attempt has no end time
+	bucketUnsettled    = "unsettled"     // request id -> request id, while unsettled (see unsettled)
 )
 
 type boltStore struct {
 	db *store.DB
+
+	leaseMu sync.Mutex
+	leases  map[string]boltLease // see AcquireLease
 }
 
 // NewBoltStore returns the Store backed by the embedded bbolt file.
-func NewBoltStore(db *store.DB) Store { return &boltStore{db: db} }
+func NewBoltStore(db *store.DB) Store { return &boltStore{db: db, leases: map[string]boltLease{}} }
 
 func requestKey(taskID, providerCallID string) string { return taskID + "\x00" + providerCallID }
 
@@ -303,18 +309,57 @@ func (b *boltStore) ListEvents(_ context.Context, taskID string, after int64) ([
 // indexOpen keeps the open-requests index in step with r, inside the
 // transaction that writes r.
 func indexOpen(tx *store.Tx, r *orchestratorv1.ToolRequest) error {
-	for _, a := range r.GetAttempts() {
-		if a.GetEndTime() == nil {
-			return tx.Put(bucketOpen, r.GetId(), wrapperspb.String(r.GetId()))
-		}
+	var err error
+	if unsettled(r) {
+		err = tx.Put(bucketUnsettled, r.GetId(), wrapperspb.String(r.GetId()))
+	} else {
+		err = tx.Delete(bucketUnsettled, r.GetId())
+	}
+	if err != nil {
+		return err
+	}
+	if openAttempt(r) != nil {
+		return tx.Put(bucketOpen, r.GetId(), wrapperspb.String(r.GetId()))
 	}
 	return tx.Delete(bucketOpen, r.GetId())
 }
 
 func (b *boltStore) ListOpenRequests(_ context.Context) ([]*orchestratorv1.ToolRequest, error) {
+	out, err := b.listIndexed(bucketOpen)
+	if err != nil {
+		return nil, fmt.Errorf("list open requests: %w", err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) ListUnsettledRequests(_ context.Context) ([]*orchestratorv1.ToolRequest, error) {
+	out, err := b.listIndexed(bucketUnsettled)
+	if err != nil {
+		return nil, fmt.Errorf("list unsettled requests: %w", err)
+	}
+	// Requests left with an open attempt by a version without the
+	// unsettled index are in the open index only.
+	open, err := b.listIndexed(bucketOpen)
+	if err != nil {
+		return nil, fmt.Errorf("list unsettled requests: %w", err)
+	}
+	seen := make(map[string]bool, len(out))
+	for _, r := range out {
+		seen[r.GetId()] = true
+	}
+	for _, r := range open {
+		if !seen[r.GetId()] {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// listIndexed returns the requests an index bucket names.
+func (b *boltStore) listIndexed(bucket string) ([]*orchestratorv1.ToolRequest, error) {
 	var out []*orchestratorv1.ToolRequest
 	err := b.db.View(func(tx *store.Tx) error {
-		return store.List(tx, bucketOpen, "", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
+		return store.List(tx, bucket, "", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
 			func(_ string, id *wrapperspb.StringValue) error {
 				r := &orchestratorv1.ToolRequest{}
 				if err := tx.Get(bucketRequests, id.GetValue(), r); err != nil {
@@ -324,10 +369,36 @@ func (b *boltStore) ListOpenRequests(_ context.Context) ([]*orchestratorv1.ToolR
 				return nil
 			})
 	})
-	if err != nil {
-		return nil, fmt.Errorf("list open requests: %w", err)
+	return out, err
+}
+
+// Leases of a bbolt file live in memory: the file is open in one process
+// at a time, so a lease could only ever be this process's, and one left by
+// a process that died must not outlive it (its requests are resumed at
+// once on restart). Nothing is written, so a claim costs no fsync.
+type boltLease struct {
+	owner  string
+	expiry time.Time
+}
+
+func (b *boltStore) AcquireLease(_ context.Context, requestID, owner string, ttl time.Duration) (bool, error) {
+	b.leaseMu.Lock()
+	defer b.leaseMu.Unlock()
+	now := time.Now()
+	if cur, ok := b.leases[requestID]; ok && cur.owner != owner && cur.expiry.After(now) {
+		return false, nil // another owner's lease is live
 	}
-	return out, nil
+	b.leases[requestID] = boltLease{owner: owner, expiry: now.Add(ttl)}
+	return true, nil
+}
+
+func (b *boltStore) ReleaseLease(_ context.Context, requestID, owner string) error {
+	b.leaseMu.Lock()
+	defer b.leaseMu.Unlock()
+	if cur, ok := b.leases[requestID]; ok && cur.owner == owner {
+		delete(b.leases, requestID)
+	}
+	return nil
 }
 
 func (b *boltStore) UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
@@ -24,7 +26,11 @@ import (
 //	reqkey:<digest>      request id, for digest of (task id, provider call id)
 //	taskreqs:<task>      LIST of request ids, oldest first
 //	open                 SET of request ids with an attempt that has no end time
+//	unsettled            SET of request ids not settled yet (see unsettled)
+//	lease:<id>           owner of the request's lease, expiring with it (PX)
 //	events:<task>        LIST of TaskEvents; the event at index i has sequence i+1
+//	eventsig:<task>      pub/sub channel: a message per appended event, to
+//	                     wake WatchTask streams on every replica (FollowEvents)
 //
 // Changes that decide on stored state are WATCH/MULTI/EXEC transactions
 // retried on conflict, so two replicas receiving the same provider call at
@@ -128,6 +134,7 @@ func (s *redisOrchestratorStore) queueEvents(ctx context.Context, p redis.Pipeli
 			return nil, err
 		}
 		cmds[i] = p.RPush(ctx, s.k.Key("events", e.GetTaskId()), v)
+		p.Publish(ctx, s.k.Key("eventsig", e.GetTaskId()), "")
 	}
 	return func() []*orchestratorv1.TaskEvent {
 		for i, c := range cmds {
@@ -185,11 +192,14 @@ func (s *redisOrchestratorStore) GetCatalogue(ctx context.Context, taskID string
 // queueOpen keeps the open-requests index in step with r, in the same
 // MULTI/EXEC that writes r.
 func (s *redisOrchestratorStore) queueOpen(ctx context.Context, p redis.Pipeliner, r *orchestratorv1.ToolRequest) {
-	for _, a := range r.GetAttempts() {
-		if a.GetEndTime() == nil {
-			p.SAdd(ctx, s.k.Key("open"), r.GetId())
-			return
-		}
+	if unsettled(r) {
+		p.SAdd(ctx, s.k.Key("unsettled"), r.GetId())
+	} else {
+		p.SRem(ctx, s.k.Key("unsettled"), r.GetId())
+	}
+	if openAttempt(r) != nil {
+		p.SAdd(ctx, s.k.Key("open"), r.GetId())
+		return
 	}
 	p.SRem(ctx, s.k.Key("open"), r.GetId())
 }
@@ -332,6 +342,53 @@ func (s *redisOrchestratorStore) ListOpenRequests(ctx context.Context) ([]*orche
 	return out, nil
 }
 
+func (s *redisOrchestratorStore) ListUnsettledRequests(ctx context.Context) ([]*orchestratorv1.ToolRequest, error) {
+	// Requests left with an open attempt by a version without the
+	// unsettled index are in the open set only.
+	ids, err := s.c.SUnion(ctx, s.k.Key("unsettled"), s.k.Key("open")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list unsettled requests: %w", err)
+	}
+	out, err := redisstore.MGet(ctx, s.c, keysOf(ids, s.req), newToolRequest)
+	if err != nil {
+		return nil, fmt.Errorf("list unsettled requests: %w", err)
+	}
+	return out, nil
+}
+
+// acquireLease takes or renews a lease in one step on the server: the key
+// expires with the lease by Redis's clock, so replicas' clocks never
+// disagree about it.
+var acquireLease = redis.NewScript(`
+local cur = redis.call("GET", KEYS[1])
+if cur == false or cur == ARGV[1] then
+  redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+  return 1
+end
+return 0`)
+
+// releaseLease deletes a lease only when its owner releases it.
+var releaseLease = redis.NewScript(`
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("DEL", KEYS[1])
+end
+return 0`)
+
+func (s *redisOrchestratorStore) AcquireLease(ctx context.Context, requestID, owner string, ttl time.Duration) (bool, error) {
+	n, err := acquireLease.Run(ctx, s.c, []string{s.k.Key("lease", requestID)}, owner, max(ttl.Milliseconds(), 1)).Int()
+	if err != nil {
+		return false, fmt.Errorf("acquire lease on %s: %w", requestID, err)
+	}
+	return n == 1, nil
+}
+
+func (s *redisOrchestratorStore) ReleaseLease(ctx context.Context, requestID, owner string) error {
+	if err := releaseLease.Run(ctx, s.c, []string{s.k.Key("lease", requestID)}, owner).Err(); err != nil {
+		return fmt.Errorf("release lease on %s: %w", requestID, err)
+	}
+	return nil
+}
+
 func (s *redisOrchestratorStore) UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error) {
 	// The request is watched by UpdateRequest: of two replicas using one
 	// approval at once, the second is recomputed on the used approval and
@@ -354,8 +411,56 @@ func (s *redisOrchestratorStore) AppendEvent(ctx context.Context, e *orchestrato
 		return nil, fmt.Errorf("append event to %s: %w", e.GetTaskId(), err)
 	}
 	e.Sequence = n
+	s.signal(ctx, e.GetTaskId())
 	return e, nil
 }
+
+// signal wakes the watchers of a task on every replica (see FollowEvents).
+// A lost signal only delays a watcher until its next poll: the events are
+// read from the list.
+func (s *redisOrchestratorStore) signal(ctx context.Context, taskID string) {
+	_ = s.c.Publish(ctx, s.k.Key("eventsig", taskID), "").Err()
+}
+
+// FollowEvents reports the task of every event any replica appends, over
+// one pattern subscription to the "eventsig:*" channels (a message is
+// published with every append). The subscription is confirmed before it
+// returns. The channel closes when ctx ends; signals sent while the
+// connection was re-established are lost (WatchTask polls to bound that).
+func (s *redisOrchestratorStore) FollowEvents(ctx context.Context) (<-chan string, error) {
+	prefix := s.k.Key("eventsig", "")
+	ps := s.c.PSubscribe(ctx, globEscape.Replace(prefix)+"*")
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, fmt.Errorf("follow task events: %w", err)
+	}
+	out := make(chan string, 64)
+	go func() {
+		defer close(out)
+		defer ps.Close()
+		msgs := ps.Channel()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m, ok := <-msgs:
+				if !ok {
+					return
+				}
+				select {
+				case out <- strings.TrimPrefix(m.Channel, prefix):
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+// globEscape quotes what a deployment prefix may hold that a Redis glob
+// pattern would read as a wildcard.
+var globEscape = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
 
 func (s *redisOrchestratorStore) ListEvents(ctx context.Context, taskID string, after int64) ([]*orchestratorv1.TaskEvent, error) {
 	after = max(after, 0)

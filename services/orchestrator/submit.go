@@ -64,9 +64,17 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	if err != nil {
 		return nil, err
 	}
+	// The lease of the new request is taken before it exists, so no
+	// replica's recovery ever sees it unowned while this call decides.
+	id := ids.New("req")
+	l, _, err := s.own(ctx, id)
+	if err != nil {
+		return nil, apierror.New(codes.Unavailable, "STORE_UNAVAILABLE", "the orchestrator could not claim the new request; try again", nil)
+	}
+	defer l.release()
 	now := s.timestamp()
 	req, created, err := s.st.CreateRequest(ctx, &orchestratorv1.ToolRequest{
-		Id:             ids.New("req"),
+		Id:             id,
 		TaskId:         task.GetId(),
 		ProviderCallId: in.GetProviderCallId(),
 		Capability:     in.GetCapability(),
@@ -85,7 +93,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	}
 	// The request is recorded; whatever happens next must be recorded too,
 	// even if the caller stops waiting.
-	ctx = context.WithoutCancel(ctx)
+	ctx = withLease(context.WithoutCancel(ctx), l)
 	// The call's trace and task events are written together at its
 	// checkpoints: before the adapter is called and before this returns.
 	ctx = withCheckpoint(ctx)
@@ -97,6 +105,9 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		Detail: fmt.Sprintf("candidate request for %s (provider call %s); nothing has acted", req.GetCapability(), req.GetProviderCallId()),
 	})
 	s.emit(ctx, task.GetId(), req.GetId(), "request.received", req.GetCapability())
+	if err := s.failAt(ctx, FailPointSubmitReceived); err != nil {
+		return nil, err
+	}
 
 	p, err := s.prepare(ctx, task, req)
 	if err != nil {

@@ -100,6 +100,11 @@ type Config struct {
 	// mapping allows asset references is stored as an asset; zero means
 	// orchestrator.DefaultAssetThreshold.
 	AssetThreshold int64
+	// Replica configures the orchestrator's ownership of in-flight
+	// requests among replicas on one store (orchestrator.Deps: ReplicaID,
+	// LeaseTTL, RecoveryInterval, FailPoint); the zero value is the
+	// default.
+	Replica Replica
 	// RetentionAge, when positive, prunes trace protocol events older than
 	// it to their sanitized summary every RetentionInterval (default one
 	// hour).
@@ -115,6 +120,19 @@ type Config struct {
 	// (identity.Dev) under DataDir/pki: an ephemeral CA with a certificate
 	// per service and a development token issuer.
 	Identity *Identity
+}
+
+// Replica is how an orchestrator replica shares in-flight requests with
+// the others on its store (see orchestrator.Deps).
+type Replica struct {
+	// ID names the replica as a lease owner; "" means a random id.
+	ID string
+	// LeaseTTL and RecoveryInterval: zero means the orchestrator's
+	// defaults.
+	LeaseTTL, RecoveryInterval time.Duration
+	// FailPoint stops the orchestrator at a named point as if its process
+	// died; tests only.
+	FailPoint func(point string) error
 }
 
 // Reach is what the adapter may start and reach (see reach.Policy).
@@ -353,6 +371,8 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			o := orchestrator.NewServer(st, orchestrator.Deps{
 				Registry: peers.Registry, Policy: peers.Policy, Adapter: peers.Adapter, Evidence: peers.Evidence,
 				AssetThreshold: cfg.AssetThreshold, Credentials: creds,
+				ReplicaID: cfg.Replica.ID, LeaseTTL: cfg.Replica.LeaseTTL, RecoveryInterval: cfg.Replica.RecoveryInterval,
+				FailPoint: cfg.Replica.FailPoint,
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, o.Close)
 			orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)

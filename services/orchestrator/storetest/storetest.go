@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +37,8 @@ func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
 		{"ApprovalUsedOnce", testApprovalUsedOnce},
 		{"EventSequences", testEvents},
 		{"UpdatesEmitEventsInOneStep", testEmit},
+		{"UnsettledRequests", testUnsettled},
+		{"LeaseHasOneOwner", func(t *testing.T, st orchestrator.Store) { CheckLease(t, []orchestrator.Store{st, st}) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,6 +57,12 @@ func RunShared(t *testing.T, a, b orchestrator.Store) {
 	})
 	t.Run("ApprovalUsedOnceAcrossReplicas", func(t *testing.T) {
 		CheckApprovalUsedOnce(t, []orchestrator.Store{a, b}, "req_shared_approval")
+	})
+	t.Run("LeaseHasOneOwnerAcrossReplicas", func(t *testing.T) {
+		CheckLease(t, []orchestrator.Store{a, b})
+	})
+	t.Run("EventsWakeWatchersOnOtherReplicas", func(t *testing.T) {
+		CheckEventWake(t, a, b)
 	})
 }
 
@@ -469,5 +479,205 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 	}
 	if after, err := st.ListEvents(ctx, "task_1", 40); err != nil || len(after) != 0 {
 		t.Errorf("refused updates emitted %v, %v", after, err)
+	}
+}
+
+func testUnsettled(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	ids := func() []string {
+		t.Helper()
+		rs, err := st.ListUnsettledRequests(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.GetId())
+		}
+		sort.Strings(out)
+		return out
+	}
+	for _, id := range []string{"req_a", "req_b", "req_c"} {
+		if _, _, err := st.CreateRequest(ctx, request(id, "task_1", "call_"+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := ids(); !slices.Equal(got, []string{"req_a", "req_b", "req_c"}) {
+		t.Fatalf("after create: unsettled = %v, want all three", got)
+	}
+	steps := []struct {
+		id   string
+		fn   func(*orchestratorv1.ToolRequest)
+		want []string
+	}{
+		{"req_a", func(r *orchestratorv1.ToolRequest) {
+			r.State = orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL
+		}, []string{"req_a", "req_b", "req_c"}},
+		{"req_a", func(r *orchestratorv1.ToolRequest) { r.State = orchestratorv1.RequestState_REQUEST_STATE_APPROVED }, []string{"req_a", "req_b", "req_c"}},
+		{"req_b", func(r *orchestratorv1.ToolRequest) { r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED }, []string{"req_a", "req_c"}},
+		// A terminal state with an attempt never ended is still unsettled.
+		{"req_a", func(r *orchestratorv1.ToolRequest) {
+			r.State = orchestratorv1.RequestState_REQUEST_STATE_FAILED
+			r.Attempts = []*orchestratorv1.Attempt{attempt("att_a", adapterv1.DeliveryStage_DELIVERY_STAGE_SENT, false)}
+		}, []string{"req_a", "req_c"}},
+		{"req_a", func(r *orchestratorv1.ToolRequest) { r.Attempts[0].EndTime = timestamppb.Now() }, []string{"req_c"}},
+		{"req_c", func(r *orchestratorv1.ToolRequest) { r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED }, nil},
+	}
+	for i, s := range steps {
+		if _, err := st.UpdateRequest(ctx, s.id, func(r *orchestratorv1.ToolRequest) error { s.fn(r); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(); !slices.Equal(got, s.want) {
+			t.Errorf("step %d: unsettled = %v, want %v", i, got, s.want)
+		}
+	}
+}
+
+// CheckLease checks that a request's lease has one owner at a time across
+// the stores (replicas) given: renewals by the owner, refusal of another
+// owner while it is live, release only by its owner, takeover after
+// expiry, and one winner among replicas racing for a free lease.
+func CheckLease(t *testing.T, stores []orchestrator.Store) {
+	ctx := context.Background()
+	a, b := stores[0], stores[1%len(stores)]
+	acquire := func(st orchestrator.Store, id, owner string, ttl time.Duration) bool {
+		t.Helper()
+		ok, err := st.AcquireLease(ctx, id, owner, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !acquire(a, "req_l", "replica_a", time.Hour) {
+		t.Fatal("a free lease was refused")
+	}
+	if !acquire(a, "req_l", "replica_a", time.Hour) {
+		t.Error("the owner could not renew its lease")
+	}
+	if acquire(b, "req_l", "replica_b", time.Hour) {
+		t.Error("another replica took a live lease")
+	}
+	if err := b.ReleaseLease(ctx, "req_l", "replica_b"); err != nil {
+		t.Fatal(err)
+	}
+	if acquire(b, "req_l", "replica_b", time.Hour) {
+		t.Error("a release by a replica that does not own the lease ended it")
+	}
+	if err := a.ReleaseLease(ctx, "req_l", "replica_a"); err != nil {
+		t.Fatal(err)
+	}
+	if !acquire(b, "req_l", "replica_b", time.Hour) {
+		t.Error("a released lease could not be taken")
+	}
+	// Leases are per request.
+	if !acquire(a, "req_other", "replica_a", time.Hour) {
+		t.Error("a lease on another request was refused")
+	}
+
+	// A lease that is not renewed expires, and only then can another
+	// replica take it over.
+	if !acquire(a, "req_expiring", "replica_a", 300*time.Millisecond) {
+		t.Fatal("a free lease was refused")
+	}
+	if acquire(b, "req_expiring", "replica_b", time.Hour) {
+		t.Error("another replica took a lease before it expired")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !acquire(b, "req_expiring", "replica_b", time.Hour) {
+		if time.Now().After(deadline) {
+			t.Fatal("an expired lease was never taken over")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if acquire(a, "req_expiring", "replica_a", time.Hour) {
+		t.Error("the old owner renewed a lease taken over by another")
+	}
+
+	// Of replicas racing for one free lease, exactly one wins.
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		wins int
+	)
+	for i := range 20 {
+		wg.Go(func() {
+			ok, err := stores[i%len(stores)].AcquireLease(ctx, "req_race", fmt.Sprintf("replica_%d", i), time.Hour)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Errorf("%d replicas won one lease, want 1", wins)
+	}
+}
+
+// CheckEventWake checks that a follower through store b learns of the
+// events appended through store a, alone or with a state change, each
+// with its task.
+func CheckEventWake(t *testing.T, a, b orchestrator.Store) {
+	f, ok := b.(orchestrator.EventFollower)
+	if !ok {
+		t.Fatalf("%T does not tell of other replicas' events", b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, _, err := a.CreateRequest(ctx, request("req_wake", "task_wake", "call_wake")); err != nil {
+		t.Fatal(err)
+	}
+	follow, err := f.FollowEvents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case id := <-follow:
+			return id
+		case <-ctx.Done():
+			t.Fatalf("%s: not told within the deadline", what)
+			return ""
+		}
+	}
+	if _, err := a.AppendEvent(ctx, &orchestratorv1.TaskEvent{TaskId: "task_other", Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if id := next("an event of another task"); id != "task_other" {
+		t.Errorf("told of task %q, want task_other", id)
+	}
+	if _, err := a.AppendEvent(ctx, &orchestratorv1.TaskEvent{TaskId: "task_wake", Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if id := next("an appended event"); id != "task_wake" {
+		t.Errorf("told of task %q, want task_wake", id)
+	}
+	if _, _, err := a.UpdateRequestEmit(ctx, "req_wake", func(*orchestratorv1.ToolRequest) error { return nil },
+		[]*orchestratorv1.TaskEvent{{TaskId: "task_wake", Type: "y"}}); err != nil {
+		t.Fatal(err)
+	}
+	if id := next("an event emitted with a state change"); id != "task_wake" {
+		t.Errorf("told of task %q, want task_wake", id)
+	}
+	if evs, err := b.ListEvents(ctx, "task_wake", 0); err != nil || len(evs) != 2 {
+		t.Errorf("replica b lists %d events, %v; want 2", len(evs), err)
+	}
+	// Following ends with its context.
+	cancel()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case _, ok := <-follow:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the follow channel did not close after its context ended")
+		}
 	}
 }

@@ -1,0 +1,183 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/v0m3/v0m3/services/internal/apierror"
+)
+
+// Defaults of request ownership and recovery.
+const (
+	// DefaultLeaseTTL is how long a replica's claim on an in-flight
+	// request lasts without renewal, when Deps.LeaseTTL is zero. Another
+	// replica takes the request over only after it expired.
+	DefaultLeaseTTL = 30 * time.Second
+	// DefaultRecoveryInterval is how often every replica looks for
+	// unsettled requests nobody owns, when Deps.RecoveryInterval is zero.
+	DefaultRecoveryInterval = 10 * time.Second
+)
+
+// Fail points where a test may stop a replica as if its process died (see
+// Deps.FailPoint).
+const (
+	// FailPointSubmitReceived is after a request was recorded, before any
+	// decision about it: it stays REQUESTED.
+	FailPointSubmitReceived = "submit.received"
+	// FailPointApprovalUsed is after an approval was used, before the
+	// first attempt: the request stays APPROVED.
+	FailPointApprovalUsed = "approval.used"
+	// FailPointAttemptPrepared is after an attempt was persisted as
+	// PREPARED, before the adapter is called.
+	FailPointAttemptPrepared = "attempt.prepared"
+	// FailPointAttemptExecuted is after the adapter's reply was persisted,
+	// before the request is committed.
+	FailPointAttemptExecuted = "attempt.executed"
+)
+
+// reasonReplicaStopped is the reason of a call cut off by a fail point.
+const reasonReplicaStopped = "ORCHESTRATOR_STOPPED"
+
+// lease is this replica's claim on one request while it works on it. It is
+// renewed in the background every third of its ttl until released. A
+// lease that could not be renewed is lost: another replica may have taken
+// the request over, so this one must not call the adapter for it again.
+type lease struct {
+	s         *Server
+	requestID string
+	stop      chan struct{}
+	done      chan struct{}
+	lost      atomic.Bool
+	// renewed is when the lease was last taken or renewed (unix nanos):
+	// a lease not renewed for its ttl (the store unreachable) may have
+	// expired, so it is no proof of ownership.
+	renewed atomic.Int64
+	// abandoned leases are left to expire (a replica that "died").
+	abandoned atomic.Bool
+	once      sync.Once
+}
+
+// own takes this replica's lease on a request. ok is false when another
+// replica, or another call of this one, is working on it.
+func (s *Server) own(ctx context.Context, requestID string) (l *lease, ok bool, err error) {
+	s.workMu.Lock()
+	if s.working[requestID] {
+		s.workMu.Unlock()
+		return nil, false, nil
+	}
+	s.working[requestID] = true
+	s.workMu.Unlock()
+	held, err := s.st.AcquireLease(ctx, requestID, s.replica, s.leaseTTL)
+	if err != nil || !held {
+		s.workMu.Lock()
+		delete(s.working, requestID)
+		s.workMu.Unlock()
+		if err != nil {
+			return nil, false, fmt.Errorf("take the lease of request %s: %w", requestID, err)
+		}
+		return nil, false, nil
+	}
+	l = &lease{s: s, requestID: requestID, stop: make(chan struct{}), done: make(chan struct{})}
+	l.renewed.Store(time.Now().UnixNano())
+	go l.renew()
+	return l, true, nil
+}
+
+func (l *lease) renew() {
+	defer close(l.done)
+	t := time.NewTicker(max(l.s.leaseTTL/3, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-l.s.ctx.Done():
+			// A closing replica stops renewing: its requests are taken
+			// over once their leases expire.
+			return
+		case <-t.C:
+		}
+		held, err := l.s.st.AcquireLease(l.s.ctx, l.requestID, l.s.replica, l.s.leaseTTL)
+		if err == nil && !held {
+			l.lost.Store(true)
+			l.s.log.Error("lease of an in-flight request lost to another replica", "request", l.requestID)
+			return
+		}
+		if err != nil {
+			l.s.log.Warn("renew request lease", "request", l.requestID, "err", err)
+			continue
+		}
+		l.renewed.Store(time.Now().UnixNano())
+	}
+}
+
+// release ends the lease (unless it was abandoned) and stops its renewal.
+func (l *lease) release() {
+	if l == nil {
+		return
+	}
+	l.once.Do(func() {
+		close(l.stop)
+		<-l.done
+		if !l.abandoned.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := l.s.st.ReleaseLease(ctx, l.requestID, l.s.replica); err != nil {
+				l.s.log.Warn("release request lease", "request", l.requestID, "err", err)
+			}
+		}
+		l.s.workMu.Lock()
+		delete(l.s.working, l.requestID)
+		l.s.workMu.Unlock()
+	})
+}
+
+type leaseKey struct{}
+
+func withLease(ctx context.Context, l *lease) context.Context {
+	return context.WithValue(ctx, leaseKey{}, l)
+}
+
+func leaseOf(ctx context.Context) *lease {
+	l, _ := ctx.Value(leaseKey{}).(*lease)
+	return l
+}
+
+// stillOwner fails when the lease ctx works under was lost, or could not
+// be renewed for its whole ttl: another replica may be working on the
+// request now, and one remote call per intent matters more than finishing
+// here.
+func stillOwner(ctx context.Context) error {
+	if l := leaseOf(ctx); l != nil && (l.lost.Load() || time.Since(time.Unix(0, l.renewed.Load())) >= l.s.leaseTTL) {
+		return apierror.New(codes.Aborted, "REQUEST_LEASE_LOST",
+			fmt.Sprintf("this orchestrator replica lost its claim on request %s; another replica continues it", l.requestID),
+			map[string]string{"request_id": l.requestID})
+	}
+	return nil
+}
+
+// failAt is a fail point: when Deps.FailPoint stops this replica at point,
+// the call ends here as if the process died. Events held for the call's
+// next checkpoint are dropped and the lease is left to expire.
+func (s *Server) failAt(ctx context.Context, point string) error {
+	if s.deps.FailPoint == nil {
+		return nil
+	}
+	if err := s.deps.FailPoint(point); err == nil {
+		return nil
+	}
+	if c := checkpointOf(ctx); c != nil {
+		c.mu.Lock()
+		c.dead = true
+		c.mu.Unlock()
+	}
+	if l := leaseOf(ctx); l != nil {
+		l.abandoned.Store(true)
+	}
+	return apierror.New(codes.Unavailable, reasonReplicaStopped, "the orchestrator replica stopped at "+point, nil)
+}
