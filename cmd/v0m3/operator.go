@@ -18,6 +18,7 @@ import (
 	"github.com/v0m3/v0m3/operator/controller"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/suite"
 )
 
 // operatorScheme knows the built-in types, MCPServer, Capability and
@@ -88,7 +89,14 @@ func runOperator(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	// The operator calls the registry as the operator peer: mutual TLS with
 	// its own certificate (plaintext only with --insecure-plaintext).
-	conn, err := grpc.NewClient(*registryAddr, identity.PeerDialOptions(identity.Operator, creds, identity.Registry)...)
+	// Its spans join the registry's (OTLP export only when configured).
+	shutdown, err := suite.SetupTracing(ctx, identity.Operator)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = shutdown(context.WithoutCancel(ctx)) }()
+	conn, err := grpc.NewClient(*registryAddr, append(identity.PeerDialOptions(identity.Operator, creds, identity.Registry),
+		suite.TelemetryDialOptions(identity.Operator)...)...)
 	if err != nil {
 		return fmt.Errorf("registry %s: %w", *registryAddr, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/policy"
@@ -38,6 +39,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	policyFile := fs.String("policy-file", "", "Cedar policy file (policy service; empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pprofAddr := addPprofFlag(fs)
+	metricsAddr := addMetricsFlag(fs)
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, false)
 	peers := map[string]*string{}
@@ -76,6 +78,11 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	if _, err := startPprof(ctx, *pprofAddr, log); err != nil {
 		return err
 	}
+	shutdown, err := startTelemetry(ctx, name, *metricsAddr, log)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
 	s, err := suite.Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -96,6 +103,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	policyFile := fs.String("policy-file", "", "Cedar policy file (empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pprofAddr := addPprofFlag(fs)
+	metricsAddr := addMetricsFlag(fs)
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, true)
 	pkiDir := fs.String("pki-dir", "", "where the development CA and token issuer live (default <data-dir>/pki); dev processes given one dir trust each other")
@@ -143,6 +151,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	shutdown, err := startTelemetry(ctx, "dev", *metricsAddr, log)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
 	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach(),
 		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions()})
 	if err != nil {
@@ -202,4 +215,30 @@ func startPprof(ctx context.Context, addr string, log *slog.Logger) (net.Addr, e
 		return nil, usageError{err.Error()}
 	}
 	return a, nil
+}
+
+// addMetricsFlag adds --metrics-addr: where to serve Prometheus metrics,
+// a port of its own beside the gRPC one; off unless given.
+func addMetricsFlag(fs *flag.FlagSet) *string {
+	return fs.String("metrics-addr", "", "serve Prometheus metrics (/metrics) on this address, e.g. :9090; empty = off")
+}
+
+// startTelemetry serves metrics on addr (when set) and installs the
+// tracer provider (OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set).
+// The returned func flushes buffered spans.
+func startTelemetry(ctx context.Context, service, addr string, log *slog.Logger) (func(), error) {
+	if _, err := suite.ServeMetrics(ctx, addr, log); err != nil {
+		return nil, usageError{err.Error()}
+	}
+	shutdown, err := suite.SetupTracing(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			log.Warn("flush traces", "err", err)
+		}
+	}, nil
 }
