@@ -28,6 +28,7 @@ import (
 	"github.com/v0m3/v0m3/services/adapter"
 	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/audit"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/internal/telemetry"
@@ -293,7 +294,14 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		if err != nil {
 			return nil, err
 		}
-		srv := serve.New(name, log.With("service", name), guard, telemetry.ServerOption(s.tp))
+		// Privileged actions taken here are recorded in the evidence
+		// service's audit log (no recorder without an evidence service).
+		var auditTo audit.Appender
+		if peers.Evidence != nil {
+			auditTo = peers.Evidence
+		}
+		srv := serve.New(name, log.With("service", name), guard, telemetry.ServerOption(s.tp),
+			grpc.ChainUnaryInterceptor(audit.UnaryServer(audit.New(auditTo, log.With("service", name)))))
 		switch name {
 		case Registry:
 			st, err := s.stores.Registry()

@@ -165,7 +165,7 @@ and networkPolicy.adminFrom. The NetworkPolicies read this, and only this. */}}
 orchestrator: {peers: [], product: true, admin: true}
 registry: {peers: [orchestrator, policy, adapter, operator, evidence], admin: true}
 policy: {peers: [orchestrator, adapter, registry, evidence], admin: true}
-evidence: {peers: [orchestrator, adapter], admin: true}
+evidence: {peers: [orchestrator, adapter, registry, policy], admin: true}
 adapter: {peers: [orchestrator, policy, operator], admin: true}
 operator: {peers: []}
 redis: {peers: [orchestrator, registry, policy, evidence, adapter]}
