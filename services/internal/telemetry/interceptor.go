@@ -49,8 +49,13 @@ func UnaryServer(service string) grpc.UnaryServerInterceptor {
 			if storeReasons[reason] {
 				StoreErrors.WithLabelValues(service).Inc()
 			}
-			if method == "Charge" {
+			switch method {
+			case "Charge":
 				BudgetCharges.WithLabelValues("refused").Inc()
+			case "SubmitToolRequest":
+				// Refused before a request was answered: the capability is
+				// the model's text, so it is not a label.
+				GovernedCalls.WithLabelValues("unresolved", "refused", reason).Inc()
 			}
 		}
 		RPCs.WithLabelValues(service, method, status.Code(err).String(), reason).Inc()
