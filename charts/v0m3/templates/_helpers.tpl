@@ -185,3 +185,18 @@ evidence's assets with either store. */}}
 {{- else -}}{{ $svc.replicas | int }}
 {{- end -}}
 {{- end -}}
+
+{{/* OpenTelemetry settings: set only when an OTLP endpoint is configured,
+so that without one no exporter runs. */}}
+{{- define "v0m3.otelEnv" -}}
+{{- with .Values.tracing.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+- name: OTEL_EXPORTER_OTLP_INSECURE
+  value: {{ $.Values.tracing.insecure | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ $.Values.tracing.sampler | quote }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ $.Values.tracing.samplerArg | quote }}
+{{- end }}
+{{- end -}}
