@@ -169,7 +169,7 @@ func attributes(msgs ...any) []attribute.KeyValue {
 		if v, ok := m.(attemptIDer); ok {
 			add(AttrAttempt, v.GetAttemptId())
 		}
-		if v, ok := m.(capabilityNamer); ok {
+		if v, ok := m.(capabilityNamer); ok && resolved(m) {
 			add(AttrCapability, v.GetCapability())
 		}
 		if v, ok := m.(mappingReviser); ok && v.GetMappingRevision() > 0 && !seen[AttrMappingRevision] {
@@ -178,6 +178,19 @@ func attributes(msgs ...any) []attribute.KeyValue {
 		}
 	}
 	return kv
+}
+
+// resolved reports whether a message's capability is a declared one: a
+// candidate request names what the model wrote, which becomes an
+// attribute only once a mapping resolved it.
+func resolved(m any) bool {
+	switch v := m.(type) {
+	case *orchestratorv1.SubmitToolRequestRequest:
+		return false
+	case *orchestratorv1.ToolRequest:
+		return v.GetMappingId() != ""
+	}
+	return true
 }
 
 // stages name the services a caller waits on, by gRPC service.
