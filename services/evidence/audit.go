@@ -47,7 +47,9 @@ func (s *Server) AppendAuditRecord(ctx context.Context, req *evidencev1.AppendAu
 	}
 	rec := proto.CloneOf(in)
 	rec.Id, rec.Sequence, rec.Time = ids.New("aud"), 0, s.timestamp()
-	rec.RecordedBy = identity.PeerFrom(ctx)
+	if c, ok := identity.CallerFrom(ctx); ok && c.Kind == identity.KindService {
+		rec.RecordedBy = c.ID
+	}
 	for _, f := range []*string{&rec.Principal, &rec.Resource, &rec.Revision, &rec.Detail} {
 		*f = redactWords(*f)
 	}
