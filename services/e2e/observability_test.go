@@ -415,7 +415,7 @@ func value(fams map[string]*dto.MetricFamily, name string, labels map[string]str
 func attr(sp sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range sp.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -430,13 +430,13 @@ func spanMentions(sp sdktrace.ReadOnlySpan, text string) string {
 		return "its status"
 	}
 	for _, kv := range sp.Attributes() {
-		if strings.Contains(kv.Value.Emit(), text) {
+		if strings.Contains(kv.Value.String(), text) {
 			return "attribute " + string(kv.Key)
 		}
 	}
 	for _, ev := range sp.Events() {
 		for _, kv := range ev.Attributes {
-			if strings.Contains(kv.Value.Emit(), text) {
+			if strings.Contains(kv.Value.String(), text) {
 				return "event " + ev.Name
 			}
 		}
