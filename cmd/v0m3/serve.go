@@ -78,7 +78,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	if _, err := startPprof(ctx, *pprofAddr, log); err != nil {
 		return err
 	}
-	shutdown, err := startTelemetry(ctx, name, *metricsAddr, log)
+	_, shutdown, err := startTelemetry(ctx, name, *metricsAddr, log)
 	if err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	shutdown, err := startTelemetry(ctx, "dev", *metricsAddr, log)
+	metricsAt, shutdown, err := startTelemetry(ctx, "dev", *metricsAddr, log)
 	if err != nil {
 		return err
 	}
@@ -168,6 +168,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if profiles != nil {
 		fmt.Fprintf(stdout, "  %-13s http://%s/debug/pprof/\n", "pprof", profiles)
+	}
+	if metricsAt != nil {
+		fmt.Fprintf(stdout, "  %-13s http://%s/metrics\n", "metrics", metricsAt)
 	}
 	if *idf.insecure {
 		fmt.Fprintln(stdout, "INSECURE: plaintext, peers not authenticated (--insecure-plaintext)")
@@ -225,16 +228,18 @@ func addMetricsFlag(fs *flag.FlagSet) *string {
 
 // startTelemetry serves metrics on addr (when set) and installs the
 // tracer provider (OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set).
-// The returned func flushes buffered spans.
-func startTelemetry(ctx context.Context, service, addr string, log *slog.Logger) (func(), error) {
-	if _, err := suite.ServeMetrics(ctx, addr, log); err != nil {
-		return nil, usageError{err.Error()}
+// It returns where metrics are served (nil when off) and a func that
+// flushes buffered spans.
+func startTelemetry(ctx context.Context, service, addr string, log *slog.Logger) (net.Addr, func(), error) {
+	at, err := suite.ServeMetrics(ctx, addr, log)
+	if err != nil {
+		return nil, nil, usageError{err.Error()}
 	}
 	shutdown, err := suite.SetupTracing(ctx, service)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return func() {
+	return at, func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := shutdown(ctx); err != nil {

@@ -1,12 +1,15 @@
 package e2e_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -442,4 +445,50 @@ func spanMentions(sp sdktrace.ReadOnlySpan, text string) string {
 		}
 	}
 	return ""
+}
+
+// TestDevServesMetrics: `v0m3 dev --metrics-addr` serves Prometheus
+// metrics on their own port and prints where; the gRPC ports do not.
+func TestDevServesMetrics(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, v0m3Bin, "dev", "--port-base", "0", "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	re := regexp.MustCompile(`^\s+(\w+)\s+(\S+)$`)
+	addrs := map[string]string{}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "serving until") {
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			addrs[m[1]] = m[2]
+		}
+	}
+	url := addrs["metrics"]
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/metrics") {
+		t.Fatalf("v0m3 dev printed metrics at %q (addresses %v)", url, addrs)
+	}
+	fams := scrape(t, url)
+	for _, name := range []string{"v0m3_approvals_waiting", "go_goroutines", "process_cpu_seconds_total"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("%s missing from %s", name, url)
+		}
+	}
+	for _, name := range suite.Names {
+		if strings.Contains(url, addrs[name]) {
+			t.Errorf("metrics share the %s gRPC address %s", name, addrs[name])
+		}
+		resp, err := http.Get("http://" + addrs[name] + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				t.Errorf("the %s gRPC port answered /metrics", name)
+			}
+		}
+	}
 }
