@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/v0m3/v0m3/services/internal/telemetry"
@@ -30,3 +31,9 @@ func SetupTracing(ctx context.Context, service string) (func(context.Context) er
 func TelemetryDialOptions(self string) []grpc.DialOption {
 	return []grpc.DialOption{telemetry.DialOption(nil), grpc.WithChainUnaryInterceptor(telemetry.UnaryClient(self))}
 }
+
+// MetricCollectors are V0M3's own metrics (without the Go runtime and
+// process ones), for a process that serves another registry: the
+// operator adds them to controller-runtime's, so its calls to the
+// registry are measured on its --metrics-addr.
+func MetricCollectors() []prometheus.Collector { return telemetry.Collectors() }

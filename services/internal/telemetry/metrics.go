@@ -87,12 +87,17 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	Registry.MustRegister(Collectors()...)
+}
+
+// Collectors are V0M3's own metrics, for a process that serves another
+// registry (the operator's controller-runtime one).
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
 		GovernedCalls, StageSeconds, RPCs, StoreErrors, approvals,
 		BudgetCharges, BudgetConsumed, RegistryEvents, MCPSessions, ResponseBytes, LimitRefusals, AuditRecords,
-	)
+	}
 }
 
 // Handler serves the registry in the Prometheus exposition format.
