@@ -13,6 +13,7 @@ import (
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	"github.com/v0m3/v0m3/services/fixture"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // TestTraceContextReachesTheServer: a governed call's trace continues at
@@ -74,6 +75,17 @@ func TestTraceContextReachesTheServer(t *testing.T) {
 	for _, h := range seen[before:] {
 		if h != "" {
 			t.Errorf("an untraced call sent traceparent %q", h)
+		}
+	}
+}
+
+// TestLimitCodesCounted: every safe code of a limit refusal is one the
+// metrics count as such.
+func TestLimitCodesCounted(t *testing.T) {
+	t.Parallel()
+	for _, c := range []string{CodeResponseLimitExceeded, CodeItemLimitExceeded, CodeMediaTypeNotAllowed} {
+		if !telemetry.LimitCodes[c] {
+			t.Errorf("%s is not counted in v0m3_limit_refusals_total", c)
 		}
 	}
 }
