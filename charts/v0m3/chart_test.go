@@ -490,7 +490,8 @@ func checkWiring(t *testing.T, m manifests, d *appsv1.Deployment, name, wantStor
 			t.Errorf("%s: probe %+v; want a TCP probe of port grpc", name, p)
 		}
 	}
-	if len(c.Ports) != 1 || c.Ports[0].Name != "grpc" || int(c.Ports[0].ContainerPort) != ports[name] {
+	// gRPC first; the metrics port (TestObservability) beside it.
+	if len(c.Ports) < 1 || c.Ports[0].Name != "grpc" || int(c.Ports[0].ContainerPort) != ports[name] {
 		t.Errorf("%s: container ports %v", name, c.Ports)
 	}
 	for _, peer := range serviceNames {

@@ -203,8 +203,8 @@ func TestNetworkPoliciesWithoutExternalCallers(t *testing.T) {
 		}
 	}
 	m.must(t, "NetworkPolicy", release+"-evidence", &np)
-	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 2 {
-		t.Errorf("evidence without admins: ingress %+v; want the orchestrator and adapter only", np.Spec.Ingress)
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 4 {
+		t.Errorf("evidence without admins: ingress %+v; want the orchestrator, adapter, registry and policy (audit records) only", np.Spec.Ingress)
 	}
 }
 

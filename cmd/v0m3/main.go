@@ -47,6 +47,7 @@ Together:
 Declared definitions (as you, with --token):
   capability      apply, list, get or deprecate capabilities: 'v0m3 capability apply -f FILE'
   profile         apply, list, get or deprecate task profiles: 'v0m3 profile apply -f FILE'
+  audit           list the audit log of privileged actions ('--jsonl' exports JSON lines)
 
 Kubernetes:
   operator        reconcile MCPServer, Capability and TaskProfile resources into the registry
@@ -108,6 +109,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRotation(ctx, rest, stdout, stderr)
 	case "capability":
 		return runCapability(ctx, rest, stdout, stderr)
+	case "audit":
+		return runAudit(ctx, rest, stdout, stderr)
 	case "profile":
 		return runProfile(ctx, rest, stdout, stderr)
 	case "fixture-renderer":

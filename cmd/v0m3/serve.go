@@ -40,6 +40,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	policyFile := fs.String("policy-file", "", "Cedar policy file (policy service; empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pprofAddr := addPprofFlag(fs)
+	metricsAddr := addMetricsFlag(fs)
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, false)
 	var replica struct {
@@ -90,6 +91,11 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	if _, err := startPprof(ctx, *pprofAddr, log); err != nil {
 		return err
 	}
+	_, shutdown, err := startTelemetry(ctx, name, *metricsAddr, log)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
 	s, err := suite.Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -110,6 +116,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	policyFile := fs.String("policy-file", "", "Cedar policy file (empty = built-in default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pprofAddr := addPprofFlag(fs)
+	metricsAddr := addMetricsFlag(fs)
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, true)
 	pkiDir := fs.String("pki-dir", "", "where the development CA and token issuer live (default <data-dir>/pki); dev processes given one dir trust each other")
@@ -157,6 +164,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	metricsAt, shutdown, err := startTelemetry(ctx, "dev", *metricsAddr, log)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
 	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach(),
 		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions()})
 	if err != nil {
@@ -169,6 +181,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if profiles != nil {
 		fmt.Fprintf(stdout, "  %-13s http://%s/debug/pprof/\n", "pprof", profiles)
+	}
+	if metricsAt != nil {
+		fmt.Fprintf(stdout, "  %-13s http://%s/metrics\n", "metrics", metricsAt)
 	}
 	if *idf.insecure {
 		fmt.Fprintln(stdout, "INSECURE: plaintext, peers not authenticated (--insecure-plaintext)")
@@ -216,4 +231,32 @@ func startPprof(ctx context.Context, addr string, log *slog.Logger) (net.Addr, e
 		return nil, usageError{err.Error()}
 	}
 	return a, nil
+}
+
+// addMetricsFlag adds --metrics-addr: where to serve Prometheus metrics,
+// a port of its own beside the gRPC one; off unless given.
+func addMetricsFlag(fs *flag.FlagSet) *string {
+	return fs.String("metrics-addr", "", "serve Prometheus metrics (/metrics) on this address, e.g. :9090; empty = off")
+}
+
+// startTelemetry serves metrics on addr (when set) and installs the
+// tracer provider (OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set).
+// It returns where metrics are served (nil when off) and a func that
+// flushes buffered spans.
+func startTelemetry(ctx context.Context, service, addr string, log *slog.Logger) (net.Addr, func(), error) {
+	at, err := suite.ServeMetrics(ctx, addr, log)
+	if err != nil {
+		return nil, nil, usageError{err.Error()}
+	}
+	shutdown, err := suite.SetupTracing(ctx, service)
+	if err != nil {
+		return nil, nil, err
+	}
+	return at, func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			log.Warn("flush traces", "err", err)
+		}
+	}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/reach"
 	"github.com/v0m3/v0m3/services/internal/resultschema"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // Execution bounds.
@@ -321,6 +322,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 // resources/read carrying the attempt id in _meta.
 func (ss *session) call(ctx context.Context, method string, req *adapterv1.ExecuteRequest) (*mcp.CallToolResult, *mcp.ReadResourceResult, error) {
 	meta := mcp.Meta{AttemptMetaKey: req.GetAttemptId()}
+	telemetry.InjectMeta(ctx, meta) // traceparent for servers behind stdio, which has no headers
 	if method == "tools/call" {
 		params := &mcp.CallToolParams{Meta: meta, Name: req.GetTarget().GetName()}
 		if a := req.GetArguments(); a != nil {

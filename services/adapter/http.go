@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/v0m3/v0m3/services/internal/reach"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // httpDialer reaches a connection's server over MCP streamable HTTP. Every
@@ -117,6 +118,7 @@ type meteredTransport struct {
 
 func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
+	telemetry.InjectHTTP(req.Context(), req.Header) // the governed call's trace continues at the server
 	if t.authorization != "" && originOf(req.URL) == t.origin {
 		req.Header.Set("Authorization", t.authorization)
 	} else {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -189,6 +190,9 @@ func (e *pooled) open() {
 		ss = &session{m: newMeter(idleMessageLimit), creds: &credentials{}, srv: p.s}
 	}
 	e.ss, e.err = ss, err
+	if err == nil {
+		telemetry.MCPSessions.WithLabelValues(transportName(e.conn)).Inc()
+	}
 	p.mu.Lock()
 	if err != nil {
 		p.retireLocked(e)
@@ -282,6 +286,7 @@ func (p *pool) closeLocked(e *pooled) {
 	go func() {
 		defer p.wg.Done()
 		e.ss.close()
+		telemetry.MCPSessions.WithLabelValues(transportName(e.conn)).Dec()
 		close(e.closed)
 	}()
 }
@@ -372,4 +377,15 @@ func (p *pool) stats() poolStats {
 // busyDetail is the adapter's account of a call that found no slot.
 func busyDetail(conn *registryv1.Connection, n int) string {
 	return fmt.Sprintf("connection %s already had %d calls in flight (the adapter's per-connection bound) until the call's deadline; nothing was sent. Retry later or raise the bound", conn.GetId(), n)
+}
+
+// transportName is a connection's transport as a metric label.
+func transportName(c *registryv1.Connection) string {
+	switch {
+	case c.GetTransport().GetStdio() != nil:
+		return "stdio"
+	case c.GetTransport().GetStreamableHttp() != nil:
+		return "streamable_http"
+	}
+	return "other"
 }

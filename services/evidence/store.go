@@ -57,4 +57,13 @@ type Store interface {
 	CreateReceipt(ctx context.Context, r *evidencev1.Receipt) (*evidencev1.Receipt, bool, error)
 	// GetReceipt returns the receipt recorded under an idempotency key.
 	GetReceipt(ctx context.Context, idempotencyKey string) (*evidencev1.Receipt, error)
+
+	// AppendAudit stores rec at the end of the audit log, assigning the
+	// next sequence number (from 1) atomically. It returns the stored
+	// record; rec is not modified. Nothing ever changes or removes a
+	// stored record.
+	AppendAudit(ctx context.Context, rec *evidencev1.AuditRecord) (*evidencev1.AuditRecord, error)
+	// ListAudit returns, oldest first, up to limit records after sequence
+	// after for which match reports true.
+	ListAudit(ctx context.Context, after int64, limit int, match func(*evidencev1.AuditRecord) bool) ([]*evidencev1.AuditRecord, error)
 }

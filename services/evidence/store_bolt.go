@@ -319,3 +319,52 @@ func (b *boltStore) GetReceipt(ctx context.Context, idempotencyKey string) (*evi
 func newRevision() *evidencev1.SourceRevision { return &evidencev1.SourceRevision{} }
 func newTraceEvent() *evidencev1.TraceEvent   { return &evidencev1.TraceEvent{} }
 func newStringValue() *wrapperspb.StringValue { return &wrapperspb.StringValue{} }
+
+const bucketAudit = "audit" // sequence → AuditRecord, append-only
+
+// errEnough stops a listing that has what it needs.
+var errEnough = errors.New("enough")
+
+func (b *boltStore) AppendAudit(ctx context.Context, rec *evidencev1.AuditRecord) (*evidencev1.AuditRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := proto.CloneOf(rec)
+	err := b.db.Update(func(tx *store.Tx) error {
+		seq, err := tx.NextSequence(bucketAudit)
+		if err != nil {
+			return err
+		}
+		out.Sequence = seq
+		return tx.Create(bucketAudit, store.SeqKey(seq), out)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evidence: append audit record: %w", err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) ListAudit(ctx context.Context, after int64, limit int, match func(*evidencev1.AuditRecord) bool) ([]*evidencev1.AuditRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []*evidencev1.AuditRecord
+	err := b.db.View(func(tx *store.Tx) error {
+		return store.List(tx, bucketAudit, "", newAuditRecord, func(_ string, r *evidencev1.AuditRecord) error {
+			if r.GetSequence() <= after || !match(r) {
+				return nil
+			}
+			out = append(out, r)
+			if len(out) >= limit {
+				return errEnough
+			}
+			return nil
+		})
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return nil, fmt.Errorf("evidence: list audit records: %w", err)
+	}
+	return out, nil
+}
+
+func newAuditRecord() *evidencev1.AuditRecord { return &evidencev1.AuditRecord{} }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -391,4 +392,65 @@ func (r *redisEvidenceStore) GetReceipt(ctx context.Context, idempotencyKey stri
 		return nil, fmt.Errorf("evidence: get receipt: %w", err)
 	}
 	return rc, nil
+}
+
+// The audit log: auditseq is the last sequence; audit is a ZSET scored by
+// sequence whose members are "<sequence>:<AuditRecord>" (unique, ordered,
+// never rewritten).
+var appendAudit = redis.NewScript(`
+local seq = redis.call('INCR', KEYS[1])
+redis.call('ZADD', KEYS[2], seq, seq .. ':' .. ARGV[1])
+return seq
+`)
+
+// auditScan is how many records one ListAudit round trip reads.
+const auditScan = 256
+
+func (r *redisEvidenceStore) AppendAudit(ctx context.Context, rec *evidencev1.AuditRecord) (*evidencev1.AuditRecord, error) {
+	out := proto.CloneOf(rec)
+	out.Sequence = 0
+	v, err := redisstore.Marshal(out)
+	if err != nil {
+		return nil, err
+	}
+	seq, err := appendAudit.Run(ctx, r.c, []string{r.k.Key("auditseq"), r.k.Key("audit")}, v).Int64()
+	if err != nil {
+		return nil, fmt.Errorf("evidence: append audit record: %w", err)
+	}
+	out.Sequence = seq
+	return out, nil
+}
+
+func (r *redisEvidenceStore) ListAudit(ctx context.Context, after int64, limit int, match func(*evidencev1.AuditRecord) bool) ([]*evidencev1.AuditRecord, error) {
+	var out []*evidencev1.AuditRecord
+	for len(out) < limit {
+		members, err := r.c.ZRangeByScore(ctx, r.k.Key("audit"), &redis.ZRangeBy{
+			Min: "(" + strconv.FormatInt(after, 10), Max: "+inf", Count: auditScan,
+		}).Result()
+		if err != nil {
+			return nil, fmt.Errorf("evidence: list audit records: %w", err)
+		}
+		for _, m := range members {
+			seq, body, ok := strings.Cut(m, ":")
+			n, err := strconv.ParseInt(seq, 10, 64)
+			if !ok || err != nil {
+				return nil, fmt.Errorf("evidence: audit member without a sequence")
+			}
+			rec := newAuditRecord()
+			if err := redisstore.Unmarshal([]byte(body), rec); err != nil {
+				return nil, err
+			}
+			rec.Sequence, after = n, n
+			if match(rec) {
+				out = append(out, rec)
+				if len(out) == limit {
+					break
+				}
+			}
+		}
+		if len(members) < auditScan {
+			break
+		}
+	}
+	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/redact"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // Redacted replaces the value of any field whose name looks secret.
@@ -65,9 +66,13 @@ func (s *Server) AppendTraces(ctx context.Context, req *evidencev1.AppendTracesR
 // protocol arguments redacted.
 func (s *Server) appendTraces(ctx context.Context, in []*evidencev1.TraceEvent) ([]*evidencev1.TraceEvent, error) {
 	evs := make([]*evidencev1.TraceEvent, len(in))
+	traceID := telemetry.TraceID(ctx)
 	for i, e := range in {
 		ev := proto.CloneOf(e)
 		ev.Id, ev.Sequence = ids.New("evt"), 0
+		// The distributed trace of the call that appended it: the link
+		// between the two views.
+		ev.OtelTraceId = traceID
 		if ev.Time == nil {
 			ev.Time = s.timestamp()
 		}

@@ -79,6 +79,9 @@ var table = map[string]map[string]Access{
 		"GetAsset":            {Peers: []string{Orchestrator}, Callers: true},
 		"LinkClaim":           {Peers: []string{Orchestrator}, Callers: true},
 		"Prune":               {Callers: true},
+		// Privileged actions are recorded by the services that take them.
+		"AppendAuditRecord": {Peers: []string{Orchestrator, Registry, Policy}},
+		"ListAuditRecords":  {Callers: true},
 	},
 	"v0m3.adapter.v1.AdapterService": {
 		"Execute":  {Peers: []string{Orchestrator}},

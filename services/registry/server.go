@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/reach"
 	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // Server implements registryv1.RegistryServiceServer on a Store.
@@ -115,6 +117,7 @@ func (s *Server) notify() {
 
 // event builds an event stamped now; the store assigns its sequence.
 func (s *Server) event(t registryv1.RegistryEventType, connID, mappingID, snapshotID, detail string) *registryv1.RegistryEvent {
+	telemetry.RegistryEvents.WithLabelValues(strings.ToLower(strings.TrimPrefix(t.String(), "REGISTRY_EVENT_TYPE_"))).Inc()
 	return &registryv1.RegistryEvent{
 		Type:         t,
 		ConnectionId: connID,

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
@@ -27,8 +28,10 @@ import (
 	"github.com/v0m3/v0m3/services/adapter"
 	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/audit"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/serve"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/registry"
@@ -120,6 +123,10 @@ type Config struct {
 	// (identity.Dev) under DataDir/pki: an ephemeral CA with a certificate
 	// per service and a development token issuer.
 	Identity *Identity
+	// TracerProvider receives the spans of every server and client here;
+	// nil means the process's global provider (telemetry.Setup), which is
+	// a no-op unless OTLP export is configured.
+	TracerProvider trace.TracerProvider
 }
 
 // Replica is how an orchestrator replica shares in-flight requests with
@@ -187,6 +194,8 @@ type Suite struct {
 	Dev *identity.Dev
 
 	ident *Identity
+	// tp is Config.TracerProvider.
+	tp trace.TracerProvider
 
 	conns   []*grpc.ClientConn
 	credsMu sync.Mutex
@@ -214,7 +223,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s = &Suite{Addr: map[string]string{}, cancel: cancel}
+	s = &Suite{Addr: map[string]string{}, cancel: cancel, tp: cfg.TracerProvider}
 	// Every failure below returns a nil suite, so release what was
 	// started through this copy.
 	started := s
@@ -306,7 +315,14 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		if err != nil {
 			return nil, err
 		}
-		srv := serve.New(name, log.With("service", name), guard)
+		// Privileged actions taken here are recorded in the evidence
+		// service's audit log (no recorder without an evidence service).
+		var auditTo audit.Appender
+		if peers.Evidence != nil {
+			auditTo = peers.Evidence
+		}
+		srv := serve.New(name, log.With("service", name), guard, telemetry.ServerOption(s.tp),
+			grpc.ChainUnaryInterceptor(audit.UnaryServer(audit.New(auditTo, log.With("service", name)))))
 		switch name {
 		case Registry:
 			st, err := s.stores.Registry()
@@ -375,6 +391,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				FailPoint: cfg.Replica.FailPoint,
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, o.Close)
+			telemetry.ObserveApprovals(waitingApprovals(st))
 			orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
 		}
 		l := lis[name]
@@ -521,10 +538,11 @@ func (s *Suite) Guard(name string, log *slog.Logger) (*identity.Guard, error) {
 // CallerDialOptions are the dial options of a product or admin caller of
 // this suite: TLS trusting the suite's CA (plaintext when insecure).
 func (s *Suite) CallerDialOptions() []grpc.DialOption {
-	if s.ident.Insecure {
-		return identity.CallerDialOptions(nil)
+	var roots *x509.CertPool
+	if !s.ident.Insecure {
+		roots = s.ident.Roots
 	}
-	return identity.CallerDialOptions(s.ident.Roots)
+	return append(identity.CallerDialOptions(roots), telemetry.DialOption(s.tp))
 }
 
 // PeerClients returns clients that call every service with an address as
@@ -544,7 +562,9 @@ func (s *Suite) PeerClients(self string) (Clients, error) {
 		if s.Addr[name] == "" || name == self {
 			continue
 		}
-		c, err := serve.Dial(s.Addr[name], identity.PeerDialOptions(self, creds, name)...)
+		opts := append(identity.PeerDialOptions(self, creds, name),
+			telemetry.DialOption(s.tp), grpc.WithChainUnaryInterceptor(telemetry.UnaryClient(self)))
+		c, err := serve.Dial(s.Addr[name], opts...)
 		if err != nil {
 			return Clients{}, err
 		}
@@ -622,4 +642,22 @@ func (s *Suite) ApproveConnection(ctx context.Context, c *registryv1.Connection)
 		return nil, fmt.Errorf("review connection %s: %w", c.GetId(), err)
 	}
 	return r, nil
+}
+
+// waitingApprovals reads, from the orchestrator's store, when each request
+// now awaiting approval started waiting (its last update).
+func waitingApprovals(st orchestrator.Store) telemetry.WaitingApprovals {
+	return func(ctx context.Context) ([]time.Time, error) {
+		open, err := st.ListOpenRequests(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var out []time.Time
+		for _, r := range open {
+			if r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
+				out = append(out, r.GetUpdateTime().AsTime())
+			}
+		}
+		return out, nil
+	}
 }

@@ -165,7 +165,7 @@ and networkPolicy.adminFrom. The NetworkPolicies read this, and only this. */}}
 orchestrator: {peers: [], product: true, admin: true}
 registry: {peers: [orchestrator, policy, adapter, operator, evidence], admin: true}
 policy: {peers: [orchestrator, adapter, registry, evidence], admin: true}
-evidence: {peers: [orchestrator, adapter], admin: true}
+evidence: {peers: [orchestrator, adapter, registry, policy], admin: true}
 adapter: {peers: [orchestrator, policy, operator], admin: true}
 operator: {peers: []}
 redis: {peers: [orchestrator, registry, policy, evidence, adapter]}
@@ -184,4 +184,19 @@ evidence's assets with either store. */}}
 {{- else if and (include "v0m3.persistent" .) (ne .root.Values.persistence.accessMode "ReadWriteMany") -}}1
 {{- else -}}{{ $svc.replicas | int }}
 {{- end -}}
+{{- end -}}
+
+{{/* OpenTelemetry settings: set only when an OTLP endpoint is configured,
+so that without one no exporter runs. */}}
+{{- define "v0m3.otelEnv" -}}
+{{- with .Values.tracing.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+- name: OTEL_EXPORTER_OTLP_INSECURE
+  value: {{ $.Values.tracing.insecure | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ $.Values.tracing.sampler | quote }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ $.Values.tracing.samplerArg | quote }}
+{{- end }}
 {{- end -}}

@@ -35,6 +35,7 @@ const (
 	TaskActFor         = "task.act_for"
 	TaskRead           = "task.read"
 	TraceRead          = "trace.read"
+	AuditRead          = "audit.read"
 	EvidencePrune      = "evidence.prune"
 	PolicyReload       = "policy.reload"
 )

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // Server is one gRPC server with health and reflection registered.
@@ -31,13 +32,16 @@ type Server struct {
 
 // New returns a server for the named service, guarded by guard: with its
 // credentials it serves TLS, and every RPC is admitted by the access table
-// before its handler runs. Register the service's API on s.GRPC before
-// calling Serve.
-func New(name string, log *slog.Logger, guard *identity.Guard) *Server {
+// before its handler runs. Every RPC is counted in the process's metrics
+// (telemetry.UnaryServer), refusals included. extra adds server options,
+// e.g. telemetry.ServerOption for traces, which the suite always passes.
+// Register the service's API on s.GRPC before calling Serve.
+func New(name string, log *slog.Logger, guard *identity.Guard, extra ...grpc.ServerOption) *Server {
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(logUnary(name, log), guard.Unary()),
+		grpc.ChainUnaryInterceptor(telemetry.UnaryServer(name), logUnary(name, log), guard.Unary()),
 		grpc.ChainStreamInterceptor(guard.Stream()),
 	}
+	opts = append(opts, extra...)
 	if guard.Creds != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(guard.Creds.ServerTLS())))
 	}

@@ -245,6 +245,325 @@ func (RequestClass) EnumDescriptor() ([]byte, []int) {
 	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{2}
 }
 
+// AuditRecord is an append-only record of one privileged action: who took
+// it, what, on which resource, at which revision, when, and how it ended.
+// It holds ids and declared names only, never an argument value or a
+// secret.
+type AuditRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Record id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Output only. Order among all records, starting at 1.
+	Sequence int64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// Output only. When the evidence service recorded it.
+	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	// Required. Who: the authenticated principal (a verified token's
+	// subject, or a V0M3 service name for an action a service took itself,
+	// e.g. "operator").
+	Principal string `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Required. What, e.g. "connection.create", "request.approve",
+	// "policy.reload" (the policy action names where one exists).
+	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
+	// Required. The resource acted on, "<type>:<id>", e.g.
+	// "connection:con_123", "request:req_9".
+	Resource string `protobuf:"bytes,6,opt,name=resource,proto3" json:"resource,omitempty"`
+	// The revision the action bound, e.g. "config_revision=3",
+	// "mapping_revision=2", "policy_revision=sha256:…"; empty when none.
+	Revision string `protobuf:"bytes,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Required. How it ended: "ok" or the ErrorInfo reason of a refusal.
+	Outcome string `protobuf:"bytes,8,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// Output only. The V0M3 service that recorded it, as its certificate
+	// names it.
+	RecordedBy string `protobuf:"bytes,9,opt,name=recorded_by,json=recordedBy,proto3" json:"recorded_by,omitempty"`
+	// Safe human detail (ids and declared names only).
+	Detail        string `protobuf:"bytes,10,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AuditRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetSequence() int64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetRecordedBy() string {
+	if x != nil {
+		return x.RecordedBy
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// AppendAuditRecordRequest appends a record.
+type AppendAuditRecordRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The record; id, sequence, time and recorded_by are assigned.
+	Record        *AuditRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendAuditRecordRequest) Reset() {
+	*x = AppendAuditRecordRequest{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendAuditRecordRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendAuditRecordRequest) ProtoMessage() {}
+
+func (x *AppendAuditRecordRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendAuditRecordRequest.ProtoReflect.Descriptor instead.
+func (*AppendAuditRecordRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AppendAuditRecordRequest) GetRecord() *AuditRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+// ListAuditRecordsRequest asks for a page of audit records.
+type ListAuditRecordsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many records (default 100, at most 1000).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of a previous call with the same filters.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only records of this action.
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// Only records of this principal.
+	Principal string `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Only records of this resource ("<type>:<id>").
+	Resource      string `protobuf:"bytes,5,opt,name=resource,proto3" json:"resource,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRecordsRequest) Reset() {
+	*x = ListAuditRecordsRequest{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRecordsRequest) ProtoMessage() {}
+
+func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListAuditRecordsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAuditRecordsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListAuditRecordsRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ListAuditRecordsRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ListAuditRecordsRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+// ListAuditRecordsResponse is one page of audit records.
+type ListAuditRecordsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Records oldest first.
+	Records []*AuditRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// Token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRecordsResponse) Reset() {
+	*x = ListAuditRecordsResponse{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRecordsResponse) ProtoMessage() {}
+
+func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListAuditRecordsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // Passage is one quoted part of a source.
 type Passage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -270,7 +589,7 @@ type Passage struct {
 
 func (x *Passage) Reset() {
 	*x = Passage{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[0]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +601,7 @@ func (x *Passage) String() string {
 func (*Passage) ProtoMessage() {}
 
 func (x *Passage) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[0]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +614,7 @@ func (x *Passage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Passage.ProtoReflect.Descriptor instead.
 func (*Passage) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{0}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Passage) GetPassageId() string {
@@ -393,7 +712,7 @@ type SourceObservation struct {
 
 func (x *SourceObservation) Reset() {
 	*x = SourceObservation{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[1]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +724,7 @@ func (x *SourceObservation) String() string {
 func (*SourceObservation) ProtoMessage() {}
 
 func (x *SourceObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[1]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +737,7 @@ func (x *SourceObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceObservation.ProtoReflect.Descriptor instead.
 func (*SourceObservation) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{1}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SourceObservation) GetId() string {
@@ -579,7 +898,7 @@ type RecordObservationRequest struct {
 
 func (x *RecordObservationRequest) Reset() {
 	*x = RecordObservationRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[2]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +910,7 @@ func (x *RecordObservationRequest) String() string {
 func (*RecordObservationRequest) ProtoMessage() {}
 
 func (x *RecordObservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[2]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +923,7 @@ func (x *RecordObservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordObservationRequest.ProtoReflect.Descriptor instead.
 func (*RecordObservationRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{2}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RecordObservationRequest) GetObservation() *SourceObservation {
@@ -625,7 +944,7 @@ type GetObservationRequest struct {
 
 func (x *GetObservationRequest) Reset() {
 	*x = GetObservationRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[3]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +956,7 @@ func (x *GetObservationRequest) String() string {
 func (*GetObservationRequest) ProtoMessage() {}
 
 func (x *GetObservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[3]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +969,7 @@ func (x *GetObservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObservationRequest.ProtoReflect.Descriptor instead.
 func (*GetObservationRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{3}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetObservationRequest) GetId() string {
@@ -671,7 +990,7 @@ type ListObservationsRequest struct {
 
 func (x *ListObservationsRequest) Reset() {
 	*x = ListObservationsRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[4]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +1002,7 @@ func (x *ListObservationsRequest) String() string {
 func (*ListObservationsRequest) ProtoMessage() {}
 
 func (x *ListObservationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[4]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +1015,7 @@ func (x *ListObservationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObservationsRequest.ProtoReflect.Descriptor instead.
 func (*ListObservationsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{4}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListObservationsRequest) GetTaskId() string {
@@ -717,7 +1036,7 @@ type ListObservationsResponse struct {
 
 func (x *ListObservationsResponse) Reset() {
 	*x = ListObservationsResponse{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[5]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +1048,7 @@ func (x *ListObservationsResponse) String() string {
 func (*ListObservationsResponse) ProtoMessage() {}
 
 func (x *ListObservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[5]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +1061,7 @@ func (x *ListObservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObservationsResponse.ProtoReflect.Descriptor instead.
 func (*ListObservationsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{5}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListObservationsResponse) GetObservations() []*SourceObservation {
@@ -775,7 +1094,7 @@ type SourceRevision struct {
 
 func (x *SourceRevision) Reset() {
 	*x = SourceRevision{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[6]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +1106,7 @@ func (x *SourceRevision) String() string {
 func (*SourceRevision) ProtoMessage() {}
 
 func (x *SourceRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[6]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +1119,7 @@ func (x *SourceRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceRevision.ProtoReflect.Descriptor instead.
 func (*SourceRevision) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{6}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SourceRevision) GetId() string {
@@ -865,7 +1184,7 @@ type ListRevisionsRequest struct {
 
 func (x *ListRevisionsRequest) Reset() {
 	*x = ListRevisionsRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[7]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1196,7 @@ func (x *ListRevisionsRequest) String() string {
 func (*ListRevisionsRequest) ProtoMessage() {}
 
 func (x *ListRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[7]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1209,7 @@ func (x *ListRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{7}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListRevisionsRequest) GetConnectionId() string {
@@ -918,7 +1237,7 @@ type ListRevisionsResponse struct {
 
 func (x *ListRevisionsResponse) Reset() {
 	*x = ListRevisionsResponse{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[8]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1249,7 @@ func (x *ListRevisionsResponse) String() string {
 func (*ListRevisionsResponse) ProtoMessage() {}
 
 func (x *ListRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[8]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1262,7 @@ func (x *ListRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{8}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListRevisionsResponse) GetRevisions() []*SourceRevision {
@@ -974,7 +1293,7 @@ type ClaimLink struct {
 
 func (x *ClaimLink) Reset() {
 	*x = ClaimLink{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[9]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1305,7 @@ func (x *ClaimLink) String() string {
 func (*ClaimLink) ProtoMessage() {}
 
 func (x *ClaimLink) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[9]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1318,7 @@ func (x *ClaimLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimLink.ProtoReflect.Descriptor instead.
 func (*ClaimLink) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{9}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClaimLink) GetId() string {
@@ -1059,7 +1378,7 @@ type LinkClaimRequest struct {
 
 func (x *LinkClaimRequest) Reset() {
 	*x = LinkClaimRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[10]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1390,7 @@ func (x *LinkClaimRequest) String() string {
 func (*LinkClaimRequest) ProtoMessage() {}
 
 func (x *LinkClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[10]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1403,7 @@ func (x *LinkClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkClaimRequest.ProtoReflect.Descriptor instead.
 func (*LinkClaimRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{10}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LinkClaimRequest) GetClaimId() string {
@@ -1124,7 +1443,7 @@ type ErrorEvidence struct {
 
 func (x *ErrorEvidence) Reset() {
 	*x = ErrorEvidence{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[11]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1455,7 @@ func (x *ErrorEvidence) String() string {
 func (*ErrorEvidence) ProtoMessage() {}
 
 func (x *ErrorEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[11]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1468,7 @@ func (x *ErrorEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorEvidence.ProtoReflect.Descriptor instead.
 func (*ErrorEvidence) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{11}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ErrorEvidence) GetSafeCode() string {
@@ -1202,7 +1521,7 @@ type ProtocolEvent struct {
 
 func (x *ProtocolEvent) Reset() {
 	*x = ProtocolEvent{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[12]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1533,7 @@ func (x *ProtocolEvent) String() string {
 func (*ProtocolEvent) ProtoMessage() {}
 
 func (x *ProtocolEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[12]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1546,7 @@ func (x *ProtocolEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProtocolEvent.ProtoReflect.Descriptor instead.
 func (*ProtocolEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{12}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProtocolEvent) GetConnectionId() string {
@@ -1337,7 +1656,7 @@ type ProductEvent struct {
 
 func (x *ProductEvent) Reset() {
 	*x = ProductEvent{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[13]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1668,7 @@ func (x *ProductEvent) String() string {
 func (*ProductEvent) ProtoMessage() {}
 
 func (x *ProductEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[13]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1681,7 @@ func (x *ProductEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProductEvent.ProtoReflect.Descriptor instead.
 func (*ProductEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{13}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ProductEvent) GetKind() ProductEventKind {
@@ -1473,14 +1792,18 @@ type TraceEvent struct {
 	//
 	//	*TraceEvent_Protocol
 	//	*TraceEvent_Product
-	Layer         isTraceEvent_Layer `protobuf_oneof:"layer"`
+	Layer isTraceEvent_Layer `protobuf_oneof:"layer"`
+	// Output only. The OpenTelemetry trace id (32 hex digits) of the call
+	// that appended the event, when tracing was on: the link from this
+	// trace to the distributed one.
+	OtelTraceId   string `protobuf:"bytes,7,opt,name=otel_trace_id,json=otelTraceId,proto3" json:"otel_trace_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TraceEvent) Reset() {
 	*x = TraceEvent{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[14]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1815,7 @@ func (x *TraceEvent) String() string {
 func (*TraceEvent) ProtoMessage() {}
 
 func (x *TraceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[14]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1828,7 @@ func (x *TraceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceEvent.ProtoReflect.Descriptor instead.
 func (*TraceEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TraceEvent) GetId() string {
@@ -1561,6 +1884,13 @@ func (x *TraceEvent) GetProduct() *ProductEvent {
 	return nil
 }
 
+func (x *TraceEvent) GetOtelTraceId() string {
+	if x != nil {
+		return x.OtelTraceId
+	}
+	return ""
+}
+
 type isTraceEvent_Layer interface {
 	isTraceEvent_Layer()
 }
@@ -1590,7 +1920,7 @@ type AppendTraceRequest struct {
 
 func (x *AppendTraceRequest) Reset() {
 	*x = AppendTraceRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[15]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1932,7 @@ func (x *AppendTraceRequest) String() string {
 func (*AppendTraceRequest) ProtoMessage() {}
 
 func (x *AppendTraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[15]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1945,7 @@ func (x *AppendTraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendTraceRequest.ProtoReflect.Descriptor instead.
 func (*AppendTraceRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AppendTraceRequest) GetEvent() *TraceEvent {
@@ -1636,7 +1966,7 @@ type AppendTracesRequest struct {
 
 func (x *AppendTracesRequest) Reset() {
 	*x = AppendTracesRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[16]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1978,7 @@ func (x *AppendTracesRequest) String() string {
 func (*AppendTracesRequest) ProtoMessage() {}
 
 func (x *AppendTracesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[16]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1991,7 @@ func (x *AppendTracesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendTracesRequest.ProtoReflect.Descriptor instead.
 func (*AppendTracesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AppendTracesRequest) GetEvents() []*TraceEvent {
@@ -1682,7 +2012,7 @@ type AppendTracesResponse struct {
 
 func (x *AppendTracesResponse) Reset() {
 	*x = AppendTracesResponse{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +2024,7 @@ func (x *AppendTracesResponse) String() string {
 func (*AppendTracesResponse) ProtoMessage() {}
 
 func (x *AppendTracesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +2037,7 @@ func (x *AppendTracesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendTracesResponse.ProtoReflect.Descriptor instead.
 func (*AppendTracesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AppendTracesResponse) GetEvents() []*TraceEvent {
@@ -1728,7 +2058,7 @@ type GetTraceRequest struct {
 
 func (x *GetTraceRequest) Reset() {
 	*x = GetTraceRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +2070,7 @@ func (x *GetTraceRequest) String() string {
 func (*GetTraceRequest) ProtoMessage() {}
 
 func (x *GetTraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +2083,7 @@ func (x *GetTraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTraceRequest.ProtoReflect.Descriptor instead.
 func (*GetTraceRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetTraceRequest) GetTaskId() string {
@@ -1776,7 +2106,7 @@ type Trace struct {
 
 func (x *Trace) Reset() {
 	*x = Trace{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +2118,7 @@ func (x *Trace) String() string {
 func (*Trace) ProtoMessage() {}
 
 func (x *Trace) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +2131,7 @@ func (x *Trace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trace.ProtoReflect.Descriptor instead.
 func (*Trace) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Trace) GetTaskId() string {
@@ -1853,7 +2183,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +2195,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2208,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Receipt) GetId() string {
@@ -1956,7 +2286,7 @@ type RecordReceiptRequest struct {
 
 func (x *RecordReceiptRequest) Reset() {
 	*x = RecordReceiptRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2298,7 @@ func (x *RecordReceiptRequest) String() string {
 func (*RecordReceiptRequest) ProtoMessage() {}
 
 func (x *RecordReceiptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2311,7 @@ func (x *RecordReceiptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordReceiptRequest.ProtoReflect.Descriptor instead.
 func (*RecordReceiptRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RecordReceiptRequest) GetReceipt() *Receipt {
@@ -2002,7 +2332,7 @@ type GetReceiptRequest struct {
 
 func (x *GetReceiptRequest) Reset() {
 	*x = GetReceiptRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2344,7 @@ func (x *GetReceiptRequest) String() string {
 func (*GetReceiptRequest) ProtoMessage() {}
 
 func (x *GetReceiptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2357,7 @@ func (x *GetReceiptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReceiptRequest.ProtoReflect.Descriptor instead.
 func (*GetReceiptRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetReceiptRequest) GetIdempotencyKey() string {
@@ -2053,7 +2383,7 @@ type ValidationFinding struct {
 
 func (x *ValidationFinding) Reset() {
 	*x = ValidationFinding{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2395,7 @@ func (x *ValidationFinding) String() string {
 func (*ValidationFinding) ProtoMessage() {}
 
 func (x *ValidationFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2408,7 @@ func (x *ValidationFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidationFinding.ProtoReflect.Descriptor instead.
 func (*ValidationFinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ValidationFinding) GetCode() string {
@@ -2113,7 +2443,7 @@ type ValidateObservationRequest struct {
 
 func (x *ValidateObservationRequest) Reset() {
 	*x = ValidateObservationRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2455,7 @@ func (x *ValidateObservationRequest) String() string {
 func (*ValidateObservationRequest) ProtoMessage() {}
 
 func (x *ValidateObservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2468,7 @@ func (x *ValidateObservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateObservationRequest.ProtoReflect.Descriptor instead.
 func (*ValidateObservationRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ValidateObservationRequest) GetObservation() *SourceObservation {
@@ -2161,7 +2491,7 @@ type ObservationValidation struct {
 
 func (x *ObservationValidation) Reset() {
 	*x = ObservationValidation{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2503,7 @@ func (x *ObservationValidation) String() string {
 func (*ObservationValidation) ProtoMessage() {}
 
 func (x *ObservationValidation) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2516,7 @@ func (x *ObservationValidation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservationValidation.ProtoReflect.Descriptor instead.
 func (*ObservationValidation) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ObservationValidation) GetFit() bool {
@@ -2216,7 +2546,7 @@ type CompareRevisionsRequest struct {
 
 func (x *CompareRevisionsRequest) Reset() {
 	*x = CompareRevisionsRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2558,7 @@ func (x *CompareRevisionsRequest) String() string {
 func (*CompareRevisionsRequest) ProtoMessage() {}
 
 func (x *CompareRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2571,7 @@ func (x *CompareRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*CompareRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CompareRevisionsRequest) GetBaseObservationId() string {
@@ -2291,7 +2621,7 @@ type RevisionComparison struct {
 
 func (x *RevisionComparison) Reset() {
 	*x = RevisionComparison{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2633,7 @@ func (x *RevisionComparison) String() string {
 func (*RevisionComparison) ProtoMessage() {}
 
 func (x *RevisionComparison) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2646,7 @@ func (x *RevisionComparison) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevisionComparison.ProtoReflect.Descriptor instead.
 func (*RevisionComparison) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RevisionComparison) GetConnectionId() string {
@@ -2433,7 +2763,7 @@ type RequestClassification struct {
 
 func (x *RequestClassification) Reset() {
 	*x = RequestClassification{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2445,7 +2775,7 @@ func (x *RequestClassification) String() string {
 func (*RequestClassification) ProtoMessage() {}
 
 func (x *RequestClassification) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2458,7 +2788,7 @@ func (x *RequestClassification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestClassification.ProtoReflect.Descriptor instead.
 func (*RequestClassification) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RequestClassification) GetRequestId() string {
@@ -2542,7 +2872,7 @@ type ClassifyTraceRequest struct {
 
 func (x *ClassifyTraceRequest) Reset() {
 	*x = ClassifyTraceRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2884,7 @@ func (x *ClassifyTraceRequest) String() string {
 func (*ClassifyTraceRequest) ProtoMessage() {}
 
 func (x *ClassifyTraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2897,7 @@ func (x *ClassifyTraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyTraceRequest.ProtoReflect.Descriptor instead.
 func (*ClassifyTraceRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClassifyTraceRequest) GetTaskId() string {
@@ -2590,7 +2920,7 @@ type TraceClassification struct {
 
 func (x *TraceClassification) Reset() {
 	*x = TraceClassification{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2932,7 @@ func (x *TraceClassification) String() string {
 func (*TraceClassification) ProtoMessage() {}
 
 func (x *TraceClassification) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2945,7 @@ func (x *TraceClassification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceClassification.ProtoReflect.Descriptor instead.
 func (*TraceClassification) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TraceClassification) GetTaskId() string {
@@ -2649,7 +2979,7 @@ type Asset struct {
 
 func (x *Asset) Reset() {
 	*x = Asset{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2991,7 @@ func (x *Asset) String() string {
 func (*Asset) ProtoMessage() {}
 
 func (x *Asset) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +3004,7 @@ func (x *Asset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Asset.ProtoReflect.Descriptor instead.
 func (*Asset) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Asset) GetDigest() string {
@@ -2720,7 +3050,7 @@ type PutAssetRequest struct {
 
 func (x *PutAssetRequest) Reset() {
 	*x = PutAssetRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +3062,7 @@ func (x *PutAssetRequest) String() string {
 func (*PutAssetRequest) ProtoMessage() {}
 
 func (x *PutAssetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +3075,7 @@ func (x *PutAssetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAssetRequest.ProtoReflect.Descriptor instead.
 func (*PutAssetRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PutAssetRequest) GetContent() []byte {
@@ -2780,7 +3110,7 @@ type GetAssetRequest struct {
 
 func (x *GetAssetRequest) Reset() {
 	*x = GetAssetRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +3122,7 @@ func (x *GetAssetRequest) String() string {
 func (*GetAssetRequest) ProtoMessage() {}
 
 func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +3135,7 @@ func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssetRequest.ProtoReflect.Descriptor instead.
 func (*GetAssetRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetAssetRequest) GetDigest() string {
@@ -2826,7 +3156,7 @@ type PruneRequest struct {
 
 func (x *PruneRequest) Reset() {
 	*x = PruneRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2838,7 +3168,7 @@ func (x *PruneRequest) String() string {
 func (*PruneRequest) ProtoMessage() {}
 
 func (x *PruneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2851,7 +3181,7 @@ func (x *PruneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneRequest.ProtoReflect.Descriptor instead.
 func (*PruneRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{34}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PruneRequest) GetOlderThan() *durationpb.Duration {
@@ -2872,7 +3202,7 @@ type PruneResponse struct {
 
 func (x *PruneResponse) Reset() {
 	*x = PruneResponse{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2884,7 +3214,7 @@ func (x *PruneResponse) String() string {
 func (*PruneResponse) ProtoMessage() {}
 
 func (x *PruneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2897,7 +3227,7 @@ func (x *PruneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneResponse.ProtoReflect.Descriptor instead.
 func (*PruneResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{35}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PruneResponse) GetSummarizedEvents() int32 {
@@ -2911,7 +3241,32 @@ var File_v0m3_evidence_v1_evidence_proto protoreflect.FileDescriptor
 
 const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\n" +
-	"\x1fv0m3/evidence/v1/evidence.proto\x12\x10v0m3.evidence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x01\n" +
+	"\x1fv0m3/evidence/v1/evidence.proto\x12\x10v0m3.evidence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaa\x02\n" +
+	"\vAuditRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x03R\bsequence\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1c\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06action\x18\x05 \x01(\tR\x06action\x12\x1a\n" +
+	"\bresource\x18\x06 \x01(\tR\bresource\x12\x1a\n" +
+	"\brevision\x18\a \x01(\tR\brevision\x12\x18\n" +
+	"\aoutcome\x18\b \x01(\tR\aoutcome\x12\x1f\n" +
+	"\vrecorded_by\x18\t \x01(\tR\n" +
+	"recordedBy\x12\x16\n" +
+	"\x06detail\x18\n" +
+	" \x01(\tR\x06detail\"Q\n" +
+	"\x18AppendAuditRecordRequest\x125\n" +
+	"\x06record\x18\x01 \x01(\v2\x1d.v0m3.evidence.v1.AuditRecordR\x06record\"\xa7\x01\n" +
+	"\x17ListAuditRecordsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12\x1c\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x1a\n" +
+	"\bresource\x18\x05 \x01(\tR\bresource\"{\n" +
+	"\x18ListAuditRecordsResponse\x127\n" +
+	"\arecords\x18\x01 \x03(\v2\x1d.v0m3.evidence.v1.AuditRecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb9\x01\n" +
 	"\aPassage\x12\x1d\n" +
 	"\n" +
 	"passage_id\x18\x01 \x01(\tR\tpassageId\x12\x12\n" +
@@ -3026,7 +3381,7 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	" \x01(\tR\x06detail\x12\x16\n" +
 	"\x06reason\x18\v \x01(\tR\x06reason\x12\x1c\n" +
 	"\trequester\x18\f \x01(\tR\trequester\x12\x14\n" +
-	"\x05actor\x18\r \x01(\tR\x05actor\"\x85\x02\n" +
+	"\x05actor\x18\r \x01(\tR\x05actor\"\xa9\x02\n" +
 	"\n" +
 	"TraceEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
@@ -3034,7 +3389,8 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\bsequence\x18\x03 \x01(\x03R\bsequence\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12=\n" +
 	"\bprotocol\x18\x05 \x01(\v2\x1f.v0m3.evidence.v1.ProtocolEventH\x00R\bprotocol\x12:\n" +
-	"\aproduct\x18\x06 \x01(\v2\x1e.v0m3.evidence.v1.ProductEventH\x00R\aproductB\a\n" +
+	"\aproduct\x18\x06 \x01(\v2\x1e.v0m3.evidence.v1.ProductEventH\x00R\aproduct\x12\"\n" +
+	"\rotel_trace_id\x18\a \x01(\tR\votelTraceIdB\a\n" +
 	"\x05layer\"H\n" +
 	"\x12AppendTraceRequest\x122\n" +
 	"\x05event\x18\x01 \x01(\v2\x1c.v0m3.evidence.v1.TraceEventR\x05event\"K\n" +
@@ -3155,7 +3511,7 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x1dREQUEST_CLASS_SERVER_REJECTED\x10\x03\x12\x1e\n" +
 	"\x1aREQUEST_CLASS_NOT_RECORDED\x10\x04\x12!\n" +
 	"\x1dREQUEST_CLASS_DELIVERY_FAILED\x10\x05\x12\x19\n" +
-	"\x15REQUEST_CLASS_PENDING\x10\x062\x9b\v\n" +
+	"\x15REQUEST_CLASS_PENDING\x10\x062\xe6\f\n" +
 	"\x0fEvidenceService\x12d\n" +
 	"\x11RecordObservation\x12*.v0m3.evidence.v1.RecordObservationRequest\x1a#.v0m3.evidence.v1.SourceObservation\x12^\n" +
 	"\x0eGetObservation\x12'.v0m3.evidence.v1.GetObservationRequest\x1a#.v0m3.evidence.v1.SourceObservation\x12i\n" +
@@ -3173,7 +3529,9 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\rClassifyTrace\x12&.v0m3.evidence.v1.ClassifyTraceRequest\x1a%.v0m3.evidence.v1.TraceClassification\x12F\n" +
 	"\bPutAsset\x12!.v0m3.evidence.v1.PutAssetRequest\x1a\x17.v0m3.evidence.v1.Asset\x12F\n" +
 	"\bGetAsset\x12!.v0m3.evidence.v1.GetAssetRequest\x1a\x17.v0m3.evidence.v1.Asset\x12H\n" +
-	"\x05Prune\x12\x1e.v0m3.evidence.v1.PruneRequest\x1a\x1f.v0m3.evidence.v1.PruneResponseB8Z6github.com/v0m3/v0m3/proto/v0m3/evidence/v1;evidencev1b\x06proto3"
+	"\x05Prune\x12\x1e.v0m3.evidence.v1.PruneRequest\x1a\x1f.v0m3.evidence.v1.PruneResponse\x12^\n" +
+	"\x11AppendAuditRecord\x12*.v0m3.evidence.v1.AppendAuditRecordRequest\x1a\x1d.v0m3.evidence.v1.AuditRecord\x12i\n" +
+	"\x10ListAuditRecords\x12).v0m3.evidence.v1.ListAuditRecordsRequest\x1a*.v0m3.evidence.v1.ListAuditRecordsResponseB8Z6github.com/v0m3/v0m3/proto/v0m3/evidence/v1;evidencev1b\x06proto3"
 
 var (
 	file_v0m3_evidence_v1_evidence_proto_rawDescOnce sync.Once
@@ -3188,118 +3546,129 @@ func file_v0m3_evidence_v1_evidence_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_evidence_v1_evidence_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_v0m3_evidence_v1_evidence_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_v0m3_evidence_v1_evidence_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_v0m3_evidence_v1_evidence_proto_goTypes = []any{
 	(ObservationKind)(0),               // 0: v0m3.evidence.v1.ObservationKind
 	(ProductEventKind)(0),              // 1: v0m3.evidence.v1.ProductEventKind
 	(RequestClass)(0),                  // 2: v0m3.evidence.v1.RequestClass
-	(*Passage)(nil),                    // 3: v0m3.evidence.v1.Passage
-	(*SourceObservation)(nil),          // 4: v0m3.evidence.v1.SourceObservation
-	(*RecordObservationRequest)(nil),   // 5: v0m3.evidence.v1.RecordObservationRequest
-	(*GetObservationRequest)(nil),      // 6: v0m3.evidence.v1.GetObservationRequest
-	(*ListObservationsRequest)(nil),    // 7: v0m3.evidence.v1.ListObservationsRequest
-	(*ListObservationsResponse)(nil),   // 8: v0m3.evidence.v1.ListObservationsResponse
-	(*SourceRevision)(nil),             // 9: v0m3.evidence.v1.SourceRevision
-	(*ListRevisionsRequest)(nil),       // 10: v0m3.evidence.v1.ListRevisionsRequest
-	(*ListRevisionsResponse)(nil),      // 11: v0m3.evidence.v1.ListRevisionsResponse
-	(*ClaimLink)(nil),                  // 12: v0m3.evidence.v1.ClaimLink
-	(*LinkClaimRequest)(nil),           // 13: v0m3.evidence.v1.LinkClaimRequest
-	(*ErrorEvidence)(nil),              // 14: v0m3.evidence.v1.ErrorEvidence
-	(*ProtocolEvent)(nil),              // 15: v0m3.evidence.v1.ProtocolEvent
-	(*ProductEvent)(nil),               // 16: v0m3.evidence.v1.ProductEvent
-	(*TraceEvent)(nil),                 // 17: v0m3.evidence.v1.TraceEvent
-	(*AppendTraceRequest)(nil),         // 18: v0m3.evidence.v1.AppendTraceRequest
-	(*AppendTracesRequest)(nil),        // 19: v0m3.evidence.v1.AppendTracesRequest
-	(*AppendTracesResponse)(nil),       // 20: v0m3.evidence.v1.AppendTracesResponse
-	(*GetTraceRequest)(nil),            // 21: v0m3.evidence.v1.GetTraceRequest
-	(*Trace)(nil),                      // 22: v0m3.evidence.v1.Trace
-	(*Receipt)(nil),                    // 23: v0m3.evidence.v1.Receipt
-	(*RecordReceiptRequest)(nil),       // 24: v0m3.evidence.v1.RecordReceiptRequest
-	(*GetReceiptRequest)(nil),          // 25: v0m3.evidence.v1.GetReceiptRequest
-	(*ValidationFinding)(nil),          // 26: v0m3.evidence.v1.ValidationFinding
-	(*ValidateObservationRequest)(nil), // 27: v0m3.evidence.v1.ValidateObservationRequest
-	(*ObservationValidation)(nil),      // 28: v0m3.evidence.v1.ObservationValidation
-	(*CompareRevisionsRequest)(nil),    // 29: v0m3.evidence.v1.CompareRevisionsRequest
-	(*RevisionComparison)(nil),         // 30: v0m3.evidence.v1.RevisionComparison
-	(*RequestClassification)(nil),      // 31: v0m3.evidence.v1.RequestClassification
-	(*ClassifyTraceRequest)(nil),       // 32: v0m3.evidence.v1.ClassifyTraceRequest
-	(*TraceClassification)(nil),        // 33: v0m3.evidence.v1.TraceClassification
-	(*Asset)(nil),                      // 34: v0m3.evidence.v1.Asset
-	(*PutAssetRequest)(nil),            // 35: v0m3.evidence.v1.PutAssetRequest
-	(*GetAssetRequest)(nil),            // 36: v0m3.evidence.v1.GetAssetRequest
-	(*PruneRequest)(nil),               // 37: v0m3.evidence.v1.PruneRequest
-	(*PruneResponse)(nil),              // 38: v0m3.evidence.v1.PruneResponse
-	nil,                                // 39: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
-	(*timestamppb.Timestamp)(nil),      // 40: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),            // 41: google.protobuf.Struct
-	(*durationpb.Duration)(nil),        // 42: google.protobuf.Duration
+	(*AuditRecord)(nil),                // 3: v0m3.evidence.v1.AuditRecord
+	(*AppendAuditRecordRequest)(nil),   // 4: v0m3.evidence.v1.AppendAuditRecordRequest
+	(*ListAuditRecordsRequest)(nil),    // 5: v0m3.evidence.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil),   // 6: v0m3.evidence.v1.ListAuditRecordsResponse
+	(*Passage)(nil),                    // 7: v0m3.evidence.v1.Passage
+	(*SourceObservation)(nil),          // 8: v0m3.evidence.v1.SourceObservation
+	(*RecordObservationRequest)(nil),   // 9: v0m3.evidence.v1.RecordObservationRequest
+	(*GetObservationRequest)(nil),      // 10: v0m3.evidence.v1.GetObservationRequest
+	(*ListObservationsRequest)(nil),    // 11: v0m3.evidence.v1.ListObservationsRequest
+	(*ListObservationsResponse)(nil),   // 12: v0m3.evidence.v1.ListObservationsResponse
+	(*SourceRevision)(nil),             // 13: v0m3.evidence.v1.SourceRevision
+	(*ListRevisionsRequest)(nil),       // 14: v0m3.evidence.v1.ListRevisionsRequest
+	(*ListRevisionsResponse)(nil),      // 15: v0m3.evidence.v1.ListRevisionsResponse
+	(*ClaimLink)(nil),                  // 16: v0m3.evidence.v1.ClaimLink
+	(*LinkClaimRequest)(nil),           // 17: v0m3.evidence.v1.LinkClaimRequest
+	(*ErrorEvidence)(nil),              // 18: v0m3.evidence.v1.ErrorEvidence
+	(*ProtocolEvent)(nil),              // 19: v0m3.evidence.v1.ProtocolEvent
+	(*ProductEvent)(nil),               // 20: v0m3.evidence.v1.ProductEvent
+	(*TraceEvent)(nil),                 // 21: v0m3.evidence.v1.TraceEvent
+	(*AppendTraceRequest)(nil),         // 22: v0m3.evidence.v1.AppendTraceRequest
+	(*AppendTracesRequest)(nil),        // 23: v0m3.evidence.v1.AppendTracesRequest
+	(*AppendTracesResponse)(nil),       // 24: v0m3.evidence.v1.AppendTracesResponse
+	(*GetTraceRequest)(nil),            // 25: v0m3.evidence.v1.GetTraceRequest
+	(*Trace)(nil),                      // 26: v0m3.evidence.v1.Trace
+	(*Receipt)(nil),                    // 27: v0m3.evidence.v1.Receipt
+	(*RecordReceiptRequest)(nil),       // 28: v0m3.evidence.v1.RecordReceiptRequest
+	(*GetReceiptRequest)(nil),          // 29: v0m3.evidence.v1.GetReceiptRequest
+	(*ValidationFinding)(nil),          // 30: v0m3.evidence.v1.ValidationFinding
+	(*ValidateObservationRequest)(nil), // 31: v0m3.evidence.v1.ValidateObservationRequest
+	(*ObservationValidation)(nil),      // 32: v0m3.evidence.v1.ObservationValidation
+	(*CompareRevisionsRequest)(nil),    // 33: v0m3.evidence.v1.CompareRevisionsRequest
+	(*RevisionComparison)(nil),         // 34: v0m3.evidence.v1.RevisionComparison
+	(*RequestClassification)(nil),      // 35: v0m3.evidence.v1.RequestClassification
+	(*ClassifyTraceRequest)(nil),       // 36: v0m3.evidence.v1.ClassifyTraceRequest
+	(*TraceClassification)(nil),        // 37: v0m3.evidence.v1.TraceClassification
+	(*Asset)(nil),                      // 38: v0m3.evidence.v1.Asset
+	(*PutAssetRequest)(nil),            // 39: v0m3.evidence.v1.PutAssetRequest
+	(*GetAssetRequest)(nil),            // 40: v0m3.evidence.v1.GetAssetRequest
+	(*PruneRequest)(nil),               // 41: v0m3.evidence.v1.PruneRequest
+	(*PruneResponse)(nil),              // 42: v0m3.evidence.v1.PruneResponse
+	nil,                                // 43: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	(*timestamppb.Timestamp)(nil),      // 44: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),            // 45: google.protobuf.Struct
+	(*durationpb.Duration)(nil),        // 46: google.protobuf.Duration
 }
 var file_v0m3_evidence_v1_evidence_proto_depIdxs = []int32{
-	40, // 0: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
-	39, // 1: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
-	3,  // 2: v0m3.evidence.v1.SourceObservation.passages:type_name -> v0m3.evidence.v1.Passage
-	0,  // 3: v0m3.evidence.v1.SourceObservation.kind:type_name -> v0m3.evidence.v1.ObservationKind
-	4,  // 4: v0m3.evidence.v1.RecordObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
-	4,  // 5: v0m3.evidence.v1.ListObservationsResponse.observations:type_name -> v0m3.evidence.v1.SourceObservation
-	40, // 6: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
-	9,  // 7: v0m3.evidence.v1.ListRevisionsResponse.revisions:type_name -> v0m3.evidence.v1.SourceRevision
-	40, // 8: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
-	41, // 9: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
-	42, // 10: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
-	14, // 11: v0m3.evidence.v1.ProtocolEvent.error:type_name -> v0m3.evidence.v1.ErrorEvidence
-	1,  // 12: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
-	40, // 13: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
-	15, // 14: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
-	16, // 15: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
-	17, // 16: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
-	17, // 17: v0m3.evidence.v1.AppendTracesRequest.events:type_name -> v0m3.evidence.v1.TraceEvent
-	17, // 18: v0m3.evidence.v1.AppendTracesResponse.events:type_name -> v0m3.evidence.v1.TraceEvent
-	17, // 19: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
-	41, // 20: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
-	40, // 21: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
-	23, // 22: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
-	4,  // 23: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
-	26, // 24: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
-	2,  // 25: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
-	31, // 26: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
-	42, // 27: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
-	5,  // 28: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
-	6,  // 29: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
-	7,  // 30: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
-	10, // 31: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
-	13, // 32: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
-	18, // 33: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
-	19, // 34: v0m3.evidence.v1.EvidenceService.AppendTraces:input_type -> v0m3.evidence.v1.AppendTracesRequest
-	21, // 35: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
-	24, // 36: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
-	25, // 37: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
-	27, // 38: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
-	29, // 39: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
-	32, // 40: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
-	35, // 41: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
-	36, // 42: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
-	37, // 43: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
-	4,  // 44: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	4,  // 45: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	8,  // 46: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
-	11, // 47: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
-	12, // 48: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
-	17, // 49: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
-	20, // 50: v0m3.evidence.v1.EvidenceService.AppendTraces:output_type -> v0m3.evidence.v1.AppendTracesResponse
-	22, // 51: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
-	23, // 52: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
-	23, // 53: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
-	28, // 54: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
-	30, // 55: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
-	33, // 56: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
-	34, // 57: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
-	34, // 58: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
-	38, // 59: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
-	44, // [44:60] is the sub-list for method output_type
-	28, // [28:44] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	44, // 0: v0m3.evidence.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	3,  // 1: v0m3.evidence.v1.AppendAuditRecordRequest.record:type_name -> v0m3.evidence.v1.AuditRecord
+	3,  // 2: v0m3.evidence.v1.ListAuditRecordsResponse.records:type_name -> v0m3.evidence.v1.AuditRecord
+	44, // 3: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
+	43, // 4: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	7,  // 5: v0m3.evidence.v1.SourceObservation.passages:type_name -> v0m3.evidence.v1.Passage
+	0,  // 6: v0m3.evidence.v1.SourceObservation.kind:type_name -> v0m3.evidence.v1.ObservationKind
+	8,  // 7: v0m3.evidence.v1.RecordObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
+	8,  // 8: v0m3.evidence.v1.ListObservationsResponse.observations:type_name -> v0m3.evidence.v1.SourceObservation
+	44, // 9: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
+	13, // 10: v0m3.evidence.v1.ListRevisionsResponse.revisions:type_name -> v0m3.evidence.v1.SourceRevision
+	44, // 11: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
+	45, // 12: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
+	46, // 13: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
+	18, // 14: v0m3.evidence.v1.ProtocolEvent.error:type_name -> v0m3.evidence.v1.ErrorEvidence
+	1,  // 15: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
+	44, // 16: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
+	19, // 17: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
+	20, // 18: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
+	21, // 19: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
+	21, // 20: v0m3.evidence.v1.AppendTracesRequest.events:type_name -> v0m3.evidence.v1.TraceEvent
+	21, // 21: v0m3.evidence.v1.AppendTracesResponse.events:type_name -> v0m3.evidence.v1.TraceEvent
+	21, // 22: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
+	45, // 23: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
+	44, // 24: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
+	27, // 25: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
+	8,  // 26: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
+	30, // 27: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
+	2,  // 28: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
+	35, // 29: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
+	46, // 30: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
+	9,  // 31: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
+	10, // 32: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
+	11, // 33: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
+	14, // 34: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
+	17, // 35: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
+	22, // 36: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
+	23, // 37: v0m3.evidence.v1.EvidenceService.AppendTraces:input_type -> v0m3.evidence.v1.AppendTracesRequest
+	25, // 38: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
+	28, // 39: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
+	29, // 40: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
+	31, // 41: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
+	33, // 42: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
+	36, // 43: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
+	39, // 44: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
+	40, // 45: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
+	41, // 46: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
+	4,  // 47: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:input_type -> v0m3.evidence.v1.AppendAuditRecordRequest
+	5,  // 48: v0m3.evidence.v1.EvidenceService.ListAuditRecords:input_type -> v0m3.evidence.v1.ListAuditRecordsRequest
+	8,  // 49: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	8,  // 50: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	12, // 51: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
+	15, // 52: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
+	16, // 53: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
+	21, // 54: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
+	24, // 55: v0m3.evidence.v1.EvidenceService.AppendTraces:output_type -> v0m3.evidence.v1.AppendTracesResponse
+	26, // 56: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
+	27, // 57: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
+	27, // 58: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
+	32, // 59: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
+	34, // 60: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
+	37, // 61: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
+	38, // 62: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
+	38, // 63: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
+	42, // 64: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
+	3,  // 65: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:output_type -> v0m3.evidence.v1.AuditRecord
+	6,  // 66: v0m3.evidence.v1.EvidenceService.ListAuditRecords:output_type -> v0m3.evidence.v1.ListAuditRecordsResponse
+	49, // [49:67] is the sub-list for method output_type
+	31, // [31:49] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_evidence_v1_evidence_proto_init() }
@@ -3307,7 +3676,7 @@ func file_v0m3_evidence_v1_evidence_proto_init() {
 	if File_v0m3_evidence_v1_evidence_proto != nil {
 		return
 	}
-	file_v0m3_evidence_v1_evidence_proto_msgTypes[14].OneofWrappers = []any{
+	file_v0m3_evidence_v1_evidence_proto_msgTypes[18].OneofWrappers = []any{
 		(*TraceEvent_Protocol)(nil),
 		(*TraceEvent_Product)(nil),
 	}
@@ -3317,7 +3686,7 @@ func file_v0m3_evidence_v1_evidence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_evidence_v1_evidence_proto_rawDesc), len(file_v0m3_evidence_v1_evidence_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

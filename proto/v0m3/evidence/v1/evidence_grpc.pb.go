@@ -35,6 +35,8 @@ const (
 	EvidenceService_PutAsset_FullMethodName            = "/v0m3.evidence.v1.EvidenceService/PutAsset"
 	EvidenceService_GetAsset_FullMethodName            = "/v0m3.evidence.v1.EvidenceService/GetAsset"
 	EvidenceService_Prune_FullMethodName               = "/v0m3.evidence.v1.EvidenceService/Prune"
+	EvidenceService_AppendAuditRecord_FullMethodName   = "/v0m3.evidence.v1.EvidenceService/AppendAuditRecord"
+	EvidenceService_ListAuditRecords_FullMethodName    = "/v0m3.evidence.v1.EvidenceService/ListAuditRecords"
 )
 
 // EvidenceServiceClient is the client API for EvidenceService service.
@@ -93,6 +95,15 @@ type EvidenceServiceClient interface {
 	// are reduced to their sanitized summary. Observations, revisions, claim
 	// links and receipts are never pruned.
 	Prune(ctx context.Context, in *PruneRequest, opts ...grpc.CallOption) (*PruneResponse, error)
+	// AppendAuditRecord appends the record of one privileged action. Only
+	// the services that take such actions call it; the evidence service
+	// stamps the time, the order and which service recorded it. Records are
+	// append-only: nothing updates, prunes or deletes them.
+	AppendAuditRecord(ctx context.Context, in *AppendAuditRecordRequest, opts ...grpc.CallOption) (*AuditRecord, error)
+	// ListAuditRecords lists audit records oldest first, a page at a time,
+	// optionally filtered. Auditors may read them (policy action
+	// "audit.read").
+	ListAuditRecords(ctx context.Context, in *ListAuditRecordsRequest, opts ...grpc.CallOption) (*ListAuditRecordsResponse, error)
 }
 
 type evidenceServiceClient struct {
@@ -263,6 +274,26 @@ func (c *evidenceServiceClient) Prune(ctx context.Context, in *PruneRequest, opt
 	return out, nil
 }
 
+func (c *evidenceServiceClient) AppendAuditRecord(ctx context.Context, in *AppendAuditRecordRequest, opts ...grpc.CallOption) (*AuditRecord, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuditRecord)
+	err := c.cc.Invoke(ctx, EvidenceService_AppendAuditRecord_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *evidenceServiceClient) ListAuditRecords(ctx context.Context, in *ListAuditRecordsRequest, opts ...grpc.CallOption) (*ListAuditRecordsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditRecordsResponse)
+	err := c.cc.Invoke(ctx, EvidenceService_ListAuditRecords_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EvidenceServiceServer is the server API for EvidenceService service.
 // All implementations must embed UnimplementedEvidenceServiceServer
 // for forward compatibility.
@@ -319,6 +350,15 @@ type EvidenceServiceServer interface {
 	// are reduced to their sanitized summary. Observations, revisions, claim
 	// links and receipts are never pruned.
 	Prune(context.Context, *PruneRequest) (*PruneResponse, error)
+	// AppendAuditRecord appends the record of one privileged action. Only
+	// the services that take such actions call it; the evidence service
+	// stamps the time, the order and which service recorded it. Records are
+	// append-only: nothing updates, prunes or deletes them.
+	AppendAuditRecord(context.Context, *AppendAuditRecordRequest) (*AuditRecord, error)
+	// ListAuditRecords lists audit records oldest first, a page at a time,
+	// optionally filtered. Auditors may read them (policy action
+	// "audit.read").
+	ListAuditRecords(context.Context, *ListAuditRecordsRequest) (*ListAuditRecordsResponse, error)
 	mustEmbedUnimplementedEvidenceServiceServer()
 }
 
@@ -376,6 +416,12 @@ func (UnimplementedEvidenceServiceServer) GetAsset(context.Context, *GetAssetReq
 }
 func (UnimplementedEvidenceServiceServer) Prune(context.Context, *PruneRequest) (*PruneResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Prune not implemented")
+}
+func (UnimplementedEvidenceServiceServer) AppendAuditRecord(context.Context, *AppendAuditRecordRequest) (*AuditRecord, error) {
+	return nil, status.Error(codes.Unimplemented, "method AppendAuditRecord not implemented")
+}
+func (UnimplementedEvidenceServiceServer) ListAuditRecords(context.Context, *ListAuditRecordsRequest) (*ListAuditRecordsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAuditRecords not implemented")
 }
 func (UnimplementedEvidenceServiceServer) mustEmbedUnimplementedEvidenceServiceServer() {}
 func (UnimplementedEvidenceServiceServer) testEmbeddedByValue()                         {}
@@ -686,6 +732,42 @@ func _EvidenceService_Prune_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EvidenceService_AppendAuditRecord_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendAuditRecordRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EvidenceServiceServer).AppendAuditRecord(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EvidenceService_AppendAuditRecord_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EvidenceServiceServer).AppendAuditRecord(ctx, req.(*AppendAuditRecordRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EvidenceService_ListAuditRecords_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditRecordsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EvidenceServiceServer).ListAuditRecords(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EvidenceService_ListAuditRecords_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EvidenceServiceServer).ListAuditRecords(ctx, req.(*ListAuditRecordsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EvidenceService_ServiceDesc is the grpc.ServiceDesc for EvidenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -756,6 +838,14 @@ var EvidenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Prune",
 			Handler:    _EvidenceService_Prune_Handler,
+		},
+		{
+			MethodName: "AppendAuditRecord",
+			Handler:    _EvidenceService_AppendAuditRecord_Handler,
+		},
+		{
+			MethodName: "ListAuditRecords",
+			Handler:    _EvidenceService_ListAuditRecords_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,117 @@
+package audit_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/audit"
+)
+
+// appender keeps what it was asked to append (the interceptor's unit
+// test; the end-to-end test uses the real evidence service).
+type appender struct {
+	mu   sync.Mutex
+	recs []*evidencev1.AuditRecord
+	fail bool
+}
+
+func (a *appender) AppendAuditRecord(_ context.Context, in *evidencev1.AppendAuditRecordRequest, _ ...grpc.CallOption) (*evidencev1.AuditRecord, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fail {
+		return nil, errors.New("evidence down")
+	}
+	a.recs = append(a.recs, in.GetRecord())
+	return in.GetRecord(), nil
+}
+
+func TestInterceptor(t *testing.T) {
+	t.Parallel()
+	alice := identity.WithCaller(context.Background(), identity.Caller{ID: "alice", Kind: "user"})
+	operator := identity.WithCaller(context.Background(), identity.Caller{ID: identity.Operator, Kind: identity.KindService})
+	denied := apierror.New(codes.PermissionDenied, "SELF_REVIEW", "no", nil)
+	cases := []struct {
+		name      string
+		ctx       context.Context
+		method    string
+		req, resp any
+		err       error
+		want      *evidencev1.AuditRecord // nil: no record
+	}{
+		{"create", alice, "/v0m3.registry.v1.RegistryService/CreateConnection", &registryv1.CreateConnectionRequest{Owner: "team"},
+			&registryv1.Connection{Id: "con_1", ConfigRevision: 1}, nil,
+			&evidencev1.AuditRecord{Principal: "alice", Action: audit.ConnectionCreate, Resource: "connection:con_1", Revision: "config_revision=1", Outcome: "ok"}},
+		{"refused review", alice, "/v0m3.registry.v1.RegistryService/ReviewMapping", &registryv1.ReviewMappingRequest{MappingId: "map_1", Revision: 2, Approve: true},
+			nil, denied,
+			&evidencev1.AuditRecord{Principal: "alice", Action: audit.MappingReview, Resource: "mapping:map_1", Revision: "mapping_revision=2", Outcome: "SELF_REVIEW"}},
+		{"rotation by the operator", operator, "/v0m3.registry.v1.RegistryService/UpdateConnection",
+			&registryv1.UpdateConnectionRequest{Id: "con_1", CredentialRef: "secret/token", CredentialVersion: "7"}, &registryv1.Connection{Id: "con_1", ConfigRevision: 4}, nil,
+			&evidencev1.AuditRecord{Principal: "service:operator", Action: audit.CredentialRotate, Resource: "connection:con_1", Revision: "config_revision=4", Outcome: "ok"}},
+		{"update without credential", operator, "/v0m3.registry.v1.RegistryService/UpdateConnection",
+			&registryv1.UpdateConnectionRequest{Id: "con_1", DisplayName: "x"}, &registryv1.Connection{Id: "con_1"}, nil, nil},
+		{"approve", alice, "/v0m3.orchestrator.v1.OrchestratorService/Approve", &orchestratorv1.ApproveRequest{RequestId: "req_1"},
+			&orchestratorv1.ToolRequest{Id: "req_1", MappingRevision: 2, PolicyRevision: "p1"}, nil,
+			&evidencev1.AuditRecord{Principal: "alice", Action: audit.RequestApprove, Resource: "request:req_1", Revision: "mapping_revision=2 policy_revision=p1", Outcome: "ok"}},
+		{"reload", alice, "/v0m3.policy.v1.PolicyService/ReloadPolicy", &policyv1.ReloadPolicyRequest{}, &policyv1.PolicyRevision{Revision: "r9"}, nil,
+			&evidencev1.AuditRecord{Principal: "alice", Action: audit.PolicyReload, Resource: "policy:default", Revision: "policy_revision=r9", Outcome: "ok"}},
+		{"not privileged", alice, "/v0m3.orchestrator.v1.OrchestratorService/GetRequest", &orchestratorv1.GetRequestRequest{}, &orchestratorv1.ToolRequest{}, nil, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			a := &appender{}
+			resp, err := audit.UnaryServer(audit.New(a, nil))(c.ctx, c.req, &grpc.UnaryServerInfo{FullMethod: c.method},
+				func(context.Context, any) (any, error) { return c.resp, c.err })
+			if !errors.Is(err, c.err) || (c.err == nil && resp != c.resp) {
+				t.Fatalf("the interceptor changed the answer: %v, %v", resp, err)
+			}
+			if c.want == nil {
+				if len(a.recs) != 0 {
+					t.Fatalf("recorded %v", a.recs)
+				}
+				return
+			}
+			if len(a.recs) != 1 {
+				t.Fatalf("%d records", len(a.recs))
+			}
+			got := a.recs[0]
+			if got.GetPrincipal() != c.want.GetPrincipal() || got.GetAction() != c.want.GetAction() || got.GetResource() != c.want.GetResource() ||
+				got.GetRevision() != c.want.GetRevision() || got.GetOutcome() != c.want.GetOutcome() {
+				t.Errorf("recorded %v, want %v", got, c.want)
+			}
+		})
+	}
+	// Every audited method is a real RPC of the access table.
+	for _, m := range audit.Audited() {
+		if _, ok := identity.AccessFor(m); !ok {
+			t.Errorf("%s is audited but no RPC of the access table", m)
+		}
+	}
+}
+
+// TestRecordFailureDoesNotFailTheAction: the action already happened; an
+// evidence service that cannot record it is logged, never returned.
+func TestRecordFailureDoesNotFailTheAction(t *testing.T) {
+	t.Parallel()
+	a := &appender{fail: true}
+	want := &orchestratorv1.Task{Id: "tsk_1"}
+	resp, err := audit.UnaryServer(audit.New(a, nil))(context.Background(), &orchestratorv1.CancelTaskRequest{Id: "tsk_1"},
+		&grpc.UnaryServerInfo{FullMethod: "/v0m3.orchestrator.v1.OrchestratorService/CancelTask"},
+		func(context.Context, any) (any, error) { return want, nil })
+	if err != nil || resp != want {
+		t.Fatalf("cancel failed because the audit record could not be appended: %v", err)
+	}
+	var none *audit.Recorder
+	none.Record(context.Background(), audit.TaskCancel, "task:x", "", nil, "") // a nil recorder records nothing and does not panic
+}
