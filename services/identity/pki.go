@@ -12,7 +12,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	jose "github.com/go-jose/go-jose/v4"
 	"math/big"
 	"net"
 	"net/url"
@@ -22,6 +21,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
 )
 
 // uriPrefix starts the URI SAN that names a service in its certificate.
