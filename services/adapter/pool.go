@@ -8,6 +8,7 @@ import (
 	"time"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/serving"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -112,9 +113,10 @@ func newPool(s *Server, cfg SessionConfig) *pool {
 }
 
 // sameConfig reports whether a session opened for a may serve a call
-// authorized against b.
+// authorized against b. Sessions follow the serving revision: one opened
+// before a rotation's workload rolled out drains once the new one serves.
 func sameConfig(a, b *registryv1.Connection) bool {
-	return a.GetConfigRevision() == b.GetConfigRevision() &&
+	return serving.Revision(a) == serving.Revision(b) &&
 		a.GetCredentialRef() == b.GetCredentialRef() &&
 		proto.Equal(a.GetTransport(), b.GetTransport())
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/provenance"
 	"github.com/v0m3/v0m3/services/internal/receipt"
+	"github.com/v0m3/v0m3/services/internal/serving"
 )
 
 // maxUntrustedDetail bounds untrusted error text kept in a record.
@@ -65,7 +66,7 @@ func (s *Server) followRotation(ctx context.Context, req *orchestratorv1.ToolReq
 		return nil, ""
 	}
 	conn, err := s.deps.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: p.connection.GetId()})
-	if err != nil || conn.GetConfigRevision() <= p.connection.GetConfigRevision() ||
+	if err != nil || serving.Revision(conn) <= serving.Revision(p.connection) ||
 		conn.GetState() != registryv1.ConnectionState_CONNECTION_STATE_ACTIVE || conn.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_APPROVED {
 		return nil, ""
 	}
@@ -75,7 +76,7 @@ func (s *Server) followRotation(ctx context.Context, req *orchestratorv1.ToolReq
 		return nil, ""
 	}
 	return conn, fmt.Sprintf("connection %s moved from config revision %d to %d (mapping %s r%d still active); attempting again at revision %d",
-		conn.GetId(), p.connection.GetConfigRevision(), conn.GetConfigRevision(), p.mapping.GetId(), p.mapping.GetRevision(), conn.GetConfigRevision())
+		conn.GetId(), serving.Revision(p.connection), serving.Revision(conn), p.mapping.GetId(), p.mapping.GetRevision(), serving.Revision(conn))
 }
 
 // maxAutomaticRetries is how many further attempts one execution may make
@@ -188,7 +189,7 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 
 	in := &adapterv1.ExecuteRequest{
 		ConnectionId:    p.mapping.GetConnectionId(),
-		ConfigRevision:  p.connection.GetConfigRevision(),
+		ConfigRevision:  serving.Revision(p.connection),
 		MappingId:       p.mapping.GetId(),
 		MappingRevision: p.mapping.GetRevision(),
 		Target:          p.target,

@@ -924,6 +924,11 @@ const (
 	// or not a mapping depends on what changed. The detail names what changed
 	// (names and digests only, never remote text).
 	RegistryEventType_REGISTRY_EVENT_TYPE_SURFACE_CHANGED RegistryEventType = 14
+	// A connection's serving config revision moved forward.
+	RegistryEventType_REGISTRY_EVENT_TYPE_SERVING_REVISION_CHANGED RegistryEventType = 15
+	// The rollout of a connection's config revision failed; the previous
+	// revision keeps serving.
+	RegistryEventType_REGISTRY_EVENT_TYPE_ROLLOUT_FAILED RegistryEventType = 16
 )
 
 // Enum value maps for RegistryEventType.
@@ -944,23 +949,27 @@ var (
 		12: "REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED",
 		13: "REGISTRY_EVENT_TYPE_PROFILE_REVISED",
 		14: "REGISTRY_EVENT_TYPE_SURFACE_CHANGED",
+		15: "REGISTRY_EVENT_TYPE_SERVING_REVISION_CHANGED",
+		16: "REGISTRY_EVENT_TYPE_ROLLOUT_FAILED",
 	}
 	RegistryEventType_value = map[string]int32{
-		"REGISTRY_EVENT_TYPE_UNSPECIFIED":             0,
-		"REGISTRY_EVENT_TYPE_CONNECTION_CREATED":      1,
-		"REGISTRY_EVENT_TYPE_CONFIG_REVISED":          2,
-		"REGISTRY_EVENT_TYPE_CONNECTION_RETIRED":      3,
-		"REGISTRY_EVENT_TYPE_SNAPSHOT_RECORDED":       4,
-		"REGISTRY_EVENT_TYPE_MAPPING_PROPOSED":        5,
-		"REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED":       6,
-		"REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED": 7,
-		"REGISTRY_EVENT_TYPE_MAPPING_RETIRED":         8,
-		"REGISTRY_EVENT_TYPE_CONNECTION_UPDATED":      9,
-		"REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED":     10,
-		"REGISTRY_EVENT_TYPE_CAPABILITY_REVISED":      11,
-		"REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED":   12,
-		"REGISTRY_EVENT_TYPE_PROFILE_REVISED":         13,
-		"REGISTRY_EVENT_TYPE_SURFACE_CHANGED":         14,
+		"REGISTRY_EVENT_TYPE_UNSPECIFIED":              0,
+		"REGISTRY_EVENT_TYPE_CONNECTION_CREATED":       1,
+		"REGISTRY_EVENT_TYPE_CONFIG_REVISED":           2,
+		"REGISTRY_EVENT_TYPE_CONNECTION_RETIRED":       3,
+		"REGISTRY_EVENT_TYPE_SNAPSHOT_RECORDED":        4,
+		"REGISTRY_EVENT_TYPE_MAPPING_PROPOSED":         5,
+		"REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED":        6,
+		"REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED":  7,
+		"REGISTRY_EVENT_TYPE_MAPPING_RETIRED":          8,
+		"REGISTRY_EVENT_TYPE_CONNECTION_UPDATED":       9,
+		"REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED":      10,
+		"REGISTRY_EVENT_TYPE_CAPABILITY_REVISED":       11,
+		"REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED":    12,
+		"REGISTRY_EVENT_TYPE_PROFILE_REVISED":          13,
+		"REGISTRY_EVENT_TYPE_SURFACE_CHANGED":          14,
+		"REGISTRY_EVENT_TYPE_SERVING_REVISION_CHANGED": 15,
+		"REGISTRY_EVENT_TYPE_ROLLOUT_FAILED":           16,
 	}
 )
 
@@ -1061,8 +1070,15 @@ type Connection struct {
 	// Output only. The config revision the last review decided on. A later
 	// revision that changed only the credential keeps the decision.
 	ReviewedConfigRevision int64 `protobuf:"varint,26,opt,name=reviewed_config_revision,json=reviewedConfigRevision,proto3" json:"reviewed_config_revision,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Output only. The config revision calls execute at and approvals bind
+	// to: config_revision, except while the workload of a newer revision
+	// created with keep_serving rolls out (see ReportRollout).
+	ServingConfigRevision int64 `protobuf:"varint,27,opt,name=serving_config_revision,json=servingConfigRevision,proto3" json:"serving_config_revision,omitempty"`
+	// Output only. Why the latest revision is not serving, when its rollout
+	// failed; cleared by a newer revision or a successful rollout.
+	RolloutFailure *RolloutFailure `protobuf:"bytes,28,opt,name=rollout_failure,json=rolloutFailure,proto3" json:"rollout_failure,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Connection) Reset() {
@@ -1277,6 +1293,84 @@ func (x *Connection) GetReviewedConfigRevision() int64 {
 	return 0
 }
 
+func (x *Connection) GetServingConfigRevision() int64 {
+	if x != nil {
+		return x.ServingConfigRevision
+	}
+	return 0
+}
+
+func (x *Connection) GetRolloutFailure() *RolloutFailure {
+	if x != nil {
+		return x.RolloutFailure
+	}
+	return nil
+}
+
+// RolloutFailure says why a config revision's workload did not roll out.
+type RolloutFailure struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config revision whose rollout failed.
+	ConfigRevision int64 `protobuf:"varint,1,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
+	// What the installer saw, e.g. "ProgressDeadlineExceeded: ...".
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// When it was reported.
+	ReportTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutFailure) Reset() {
+	*x = RolloutFailure{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutFailure) ProtoMessage() {}
+
+func (x *RolloutFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutFailure.ProtoReflect.Descriptor instead.
+func (*RolloutFailure) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RolloutFailure) GetConfigRevision() int64 {
+	if x != nil {
+		return x.ConfigRevision
+	}
+	return 0
+}
+
+func (x *RolloutFailure) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *RolloutFailure) GetReportTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportTime
+	}
+	return nil
+}
+
 // Transport says how a server is reached.
 type Transport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1294,7 +1388,7 @@ type Transport struct {
 
 func (x *Transport) Reset() {
 	*x = Transport{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[1]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1400,7 @@ func (x *Transport) String() string {
 func (*Transport) ProtoMessage() {}
 
 func (x *Transport) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[1]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1413,7 @@ func (x *Transport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transport.ProtoReflect.Descriptor instead.
 func (*Transport) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{1}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Transport) GetKind() isTransport_Kind {
@@ -1399,7 +1493,7 @@ type StdioTransport struct {
 
 func (x *StdioTransport) Reset() {
 	*x = StdioTransport{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[2]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1505,7 @@ func (x *StdioTransport) String() string {
 func (*StdioTransport) ProtoMessage() {}
 
 func (x *StdioTransport) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[2]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1518,7 @@ func (x *StdioTransport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdioTransport.ProtoReflect.Descriptor instead.
 func (*StdioTransport) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{2}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StdioTransport) GetCommand() string {
@@ -1466,7 +1560,7 @@ type StreamableHTTPTransport struct {
 
 func (x *StreamableHTTPTransport) Reset() {
 	*x = StreamableHTTPTransport{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[3]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1572,7 @@ func (x *StreamableHTTPTransport) String() string {
 func (*StreamableHTTPTransport) ProtoMessage() {}
 
 func (x *StreamableHTTPTransport) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[3]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1585,7 @@ func (x *StreamableHTTPTransport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamableHTTPTransport.ProtoReflect.Descriptor instead.
 func (*StreamableHTTPTransport) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{3}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StreamableHTTPTransport) GetUrl() string {
@@ -1512,7 +1606,7 @@ type DirectTransport struct {
 
 func (x *DirectTransport) Reset() {
 	*x = DirectTransport{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[4]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1618,7 @@ func (x *DirectTransport) String() string {
 func (*DirectTransport) ProtoMessage() {}
 
 func (x *DirectTransport) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[4]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1631,7 @@ func (x *DirectTransport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectTransport.ProtoReflect.Descriptor instead.
 func (*DirectTransport) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{4}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DirectTransport) GetAdapter() string {
@@ -1563,7 +1657,7 @@ type ServerInfo struct {
 
 func (x *ServerInfo) Reset() {
 	*x = ServerInfo{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1669,7 @@ func (x *ServerInfo) String() string {
 func (*ServerInfo) ProtoMessage() {}
 
 func (x *ServerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1682,7 @@ func (x *ServerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfo.ProtoReflect.Descriptor instead.
 func (*ServerInfo) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{5}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ServerInfo) GetName() string {
@@ -1661,7 +1755,7 @@ type SandboxConstraints struct {
 
 func (x *SandboxConstraints) Reset() {
 	*x = SandboxConstraints{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1767,7 @@ func (x *SandboxConstraints) String() string {
 func (*SandboxConstraints) ProtoMessage() {}
 
 func (x *SandboxConstraints) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1780,7 @@ func (x *SandboxConstraints) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxConstraints.ProtoReflect.Descriptor instead.
 func (*SandboxConstraints) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{6}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SandboxConstraints) GetWorkingDir() string {
@@ -1791,7 +1885,7 @@ type SandboxIdentity struct {
 
 func (x *SandboxIdentity) Reset() {
 	*x = SandboxIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1897,7 @@ func (x *SandboxIdentity) String() string {
 func (*SandboxIdentity) ProtoMessage() {}
 
 func (x *SandboxIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1910,7 @@ func (x *SandboxIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxIdentity.ProtoReflect.Descriptor instead.
 func (*SandboxIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SandboxIdentity) GetKind() IdentityKind {
@@ -1898,7 +1992,7 @@ type ConfigRevision struct {
 
 func (x *ConfigRevision) Reset() {
 	*x = ConfigRevision{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2004,7 @@ func (x *ConfigRevision) String() string {
 func (*ConfigRevision) ProtoMessage() {}
 
 func (x *ConfigRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2017,7 @@ func (x *ConfigRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigRevision.ProtoReflect.Descriptor instead.
 func (*ConfigRevision) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ConfigRevision) GetConnectionId() string {
@@ -2042,7 +2136,7 @@ type CreateConnectionRequest struct {
 
 func (x *CreateConnectionRequest) Reset() {
 	*x = CreateConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2148,7 @@ func (x *CreateConnectionRequest) String() string {
 func (*CreateConnectionRequest) ProtoMessage() {}
 
 func (x *CreateConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2161,7 @@ func (x *CreateConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConnectionRequest.ProtoReflect.Descriptor instead.
 func (*CreateConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateConnectionRequest) GetDisplayName() string {
@@ -2137,7 +2231,7 @@ type GetConnectionRequest struct {
 
 func (x *GetConnectionRequest) Reset() {
 	*x = GetConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2243,7 @@ func (x *GetConnectionRequest) String() string {
 func (*GetConnectionRequest) ProtoMessage() {}
 
 func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2256,7 @@ func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*GetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetConnectionRequest) GetId() string {
@@ -2183,7 +2277,7 @@ type ListConnectionsRequest struct {
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2289,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2302,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListConnectionsRequest) GetIncludeRetired() bool {
@@ -2229,7 +2323,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2335,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2348,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*Connection {
@@ -2292,13 +2386,19 @@ type UpdateConnectionRequest struct {
 	Sandbox *SandboxConstraints `protobuf:"bytes,11,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	// New workload digest (with transport: part of the configuration).
 	WorkloadDigest string `protobuf:"bytes,12,opt,name=workload_digest,json=workloadDigest,proto3" json:"workload_digest,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Keep the current serving revision when this update creates a new one:
+	// the new revision serves once ReportRollout says its workload is ready.
+	// For a credential that lives in the workload (an MCPServer's Secret);
+	// refused together with credential_ref, which the adapter resolves at
+	// call time and so cannot keep serving from the previous revision.
+	KeepServing   bool `protobuf:"varint,13,opt,name=keep_serving,json=keepServing,proto3" json:"keep_serving,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateConnectionRequest) Reset() {
 	*x = UpdateConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2410,7 @@ func (x *UpdateConnectionRequest) String() string {
 func (*UpdateConnectionRequest) ProtoMessage() {}
 
 func (x *UpdateConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2423,7 @@ func (x *UpdateConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateConnectionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateConnectionRequest) GetId() string {
@@ -2410,6 +2510,86 @@ func (x *UpdateConnectionRequest) GetWorkloadDigest() string {
 	return ""
 }
 
+func (x *UpdateConnectionRequest) GetKeepServing() bool {
+	if x != nil {
+		return x.KeepServing
+	}
+	return false
+}
+
+// ReportRolloutRequest reports the rollout of one config revision.
+type ReportRolloutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Connection id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Required. The config revision whose workload was rolled out.
+	ConfigRevision int64 `protobuf:"varint,2,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
+	// Whether that workload is in place and ready to serve.
+	Ready bool `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
+	// Why not, when not ready; a safe description, never a secret.
+	Detail        string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRolloutRequest) Reset() {
+	*x = ReportRolloutRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRolloutRequest) ProtoMessage() {}
+
+func (x *ReportRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRolloutRequest.ProtoReflect.Descriptor instead.
+func (*ReportRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReportRolloutRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReportRolloutRequest) GetConfigRevision() int64 {
+	if x != nil {
+		return x.ConfigRevision
+	}
+	return 0
+}
+
+func (x *ReportRolloutRequest) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *ReportRolloutRequest) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // RetireConnectionRequest retires a connection.
 type RetireConnectionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2423,7 +2603,7 @@ type RetireConnectionRequest struct {
 
 func (x *RetireConnectionRequest) Reset() {
 	*x = RetireConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2615,7 @@ func (x *RetireConnectionRequest) String() string {
 func (*RetireConnectionRequest) ProtoMessage() {}
 
 func (x *RetireConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2628,7 @@ func (x *RetireConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireConnectionRequest.ProtoReflect.Descriptor instead.
 func (*RetireConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RetireConnectionRequest) GetId() string {
@@ -2476,7 +2656,7 @@ type ListConfigRevisionsRequest struct {
 
 func (x *ListConfigRevisionsRequest) Reset() {
 	*x = ListConfigRevisionsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2668,7 @@ func (x *ListConfigRevisionsRequest) String() string {
 func (*ListConfigRevisionsRequest) ProtoMessage() {}
 
 func (x *ListConfigRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2681,7 @@ func (x *ListConfigRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConfigRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListConfigRevisionsRequest) GetConnectionId() string {
@@ -2529,7 +2709,7 @@ type ReviewConnectionRequest struct {
 
 func (x *ReviewConnectionRequest) Reset() {
 	*x = ReviewConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2721,7 @@ func (x *ReviewConnectionRequest) String() string {
 func (*ReviewConnectionRequest) ProtoMessage() {}
 
 func (x *ReviewConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2734,7 @@ func (x *ReviewConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewConnectionRequest.ProtoReflect.Descriptor instead.
 func (*ReviewConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReviewConnectionRequest) GetConnectionId() string {
@@ -2596,7 +2776,7 @@ type ListConfigRevisionsResponse struct {
 
 func (x *ListConfigRevisionsResponse) Reset() {
 	*x = ListConfigRevisionsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2788,7 @@ func (x *ListConfigRevisionsResponse) String() string {
 func (*ListConfigRevisionsResponse) ProtoMessage() {}
 
 func (x *ListConfigRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2801,7 @@ func (x *ListConfigRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConfigRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListConfigRevisionsResponse) GetRevisions() []*ConfigRevision {
@@ -2663,7 +2843,7 @@ type DiscoverySnapshot struct {
 
 func (x *DiscoverySnapshot) Reset() {
 	*x = DiscoverySnapshot{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2855,7 @@ func (x *DiscoverySnapshot) String() string {
 func (*DiscoverySnapshot) ProtoMessage() {}
 
 func (x *DiscoverySnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2868,7 @@ func (x *DiscoverySnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverySnapshot.ProtoReflect.Descriptor instead.
 func (*DiscoverySnapshot) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DiscoverySnapshot) GetId() string {
@@ -2811,7 +2991,7 @@ type ToolIdentity struct {
 
 func (x *ToolIdentity) Reset() {
 	*x = ToolIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2823,7 +3003,7 @@ func (x *ToolIdentity) String() string {
 func (*ToolIdentity) ProtoMessage() {}
 
 func (x *ToolIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2836,7 +3016,7 @@ func (x *ToolIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolIdentity.ProtoReflect.Descriptor instead.
 func (*ToolIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ToolIdentity) GetName() string {
@@ -2979,7 +3159,7 @@ type ResourceIdentity struct {
 
 func (x *ResourceIdentity) Reset() {
 	*x = ResourceIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3171,7 @@ func (x *ResourceIdentity) String() string {
 func (*ResourceIdentity) ProtoMessage() {}
 
 func (x *ResourceIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3184,7 @@ func (x *ResourceIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceIdentity.ProtoReflect.Descriptor instead.
 func (*ResourceIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ResourceIdentity) GetUri() string {
@@ -3124,7 +3304,7 @@ type ResourceTemplateIdentity struct {
 
 func (x *ResourceTemplateIdentity) Reset() {
 	*x = ResourceTemplateIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3316,7 @@ func (x *ResourceTemplateIdentity) String() string {
 func (*ResourceTemplateIdentity) ProtoMessage() {}
 
 func (x *ResourceTemplateIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3329,7 @@ func (x *ResourceTemplateIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceTemplateIdentity.ProtoReflect.Descriptor instead.
 func (*ResourceTemplateIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResourceTemplateIdentity) GetUriTemplate() string {
@@ -3258,7 +3438,7 @@ type PromptIdentity struct {
 
 func (x *PromptIdentity) Reset() {
 	*x = PromptIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +3450,7 @@ func (x *PromptIdentity) String() string {
 func (*PromptIdentity) ProtoMessage() {}
 
 func (x *PromptIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +3463,7 @@ func (x *PromptIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptIdentity.ProtoReflect.Descriptor instead.
 func (*PromptIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PromptIdentity) GetName() string {
@@ -3366,7 +3546,7 @@ type PromptArgument struct {
 
 func (x *PromptArgument) Reset() {
 	*x = PromptArgument{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3558,7 @@ func (x *PromptArgument) String() string {
 func (*PromptArgument) ProtoMessage() {}
 
 func (x *PromptArgument) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3571,7 @@ func (x *PromptArgument) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptArgument.ProtoReflect.Descriptor instead.
 func (*PromptArgument) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PromptArgument) GetName() string {
@@ -3440,7 +3620,7 @@ type Icon struct {
 
 func (x *Icon) Reset() {
 	*x = Icon{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3452,7 +3632,7 @@ func (x *Icon) String() string {
 func (*Icon) ProtoMessage() {}
 
 func (x *Icon) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3465,7 +3645,7 @@ func (x *Icon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Icon.ProtoReflect.Descriptor instead.
 func (*Icon) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Icon) GetSrc() string {
@@ -3507,7 +3687,7 @@ type RecordSnapshotRequest struct {
 
 func (x *RecordSnapshotRequest) Reset() {
 	*x = RecordSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3699,7 @@ func (x *RecordSnapshotRequest) String() string {
 func (*RecordSnapshotRequest) ProtoMessage() {}
 
 func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3712,7 @@ func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RecordSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RecordSnapshotRequest) GetSnapshot() *DiscoverySnapshot {
@@ -3553,7 +3733,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3565,7 +3745,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3578,7 +3758,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetSnapshotRequest) GetId() string {
@@ -3599,7 +3779,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3611,7 +3791,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3624,7 +3804,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListSnapshotsRequest) GetConnectionId() string {
@@ -3645,7 +3825,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3657,7 +3837,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3670,7 +3850,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*DiscoverySnapshot {
@@ -3693,7 +3873,7 @@ type DiffSnapshotsRequest struct {
 
 func (x *DiffSnapshotsRequest) Reset() {
 	*x = DiffSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3885,7 @@ func (x *DiffSnapshotsRequest) String() string {
 func (*DiffSnapshotsRequest) ProtoMessage() {}
 
 func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3898,7 @@ func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*DiffSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DiffSnapshotsRequest) GetBaseSnapshotId() string {
@@ -3758,7 +3938,7 @@ type SnapshotDiff struct {
 
 func (x *SnapshotDiff) Reset() {
 	*x = SnapshotDiff{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +3950,7 @@ func (x *SnapshotDiff) String() string {
 func (*SnapshotDiff) ProtoMessage() {}
 
 func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3783,7 +3963,7 @@ func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDiff.ProtoReflect.Descriptor instead.
 func (*SnapshotDiff) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotDiff) GetBaseSnapshotId() string {
@@ -3851,7 +4031,7 @@ type ItemChange struct {
 
 func (x *ItemChange) Reset() {
 	*x = ItemChange{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3863,7 +4043,7 @@ func (x *ItemChange) String() string {
 func (*ItemChange) ProtoMessage() {}
 
 func (x *ItemChange) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3876,7 +4056,7 @@ func (x *ItemChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemChange.ProtoReflect.Descriptor instead.
 func (*ItemChange) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ItemChange) GetName() string {
@@ -3916,7 +4096,7 @@ type HandleField struct {
 
 func (x *HandleField) Reset() {
 	*x = HandleField{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3928,7 +4108,7 @@ func (x *HandleField) String() string {
 func (*HandleField) ProtoMessage() {}
 
 func (x *HandleField) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3941,7 +4121,7 @@ func (x *HandleField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleField.ProtoReflect.Descriptor instead.
 func (*HandleField) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HandleField) GetField() string {
@@ -4027,7 +4207,7 @@ type Capability struct {
 
 func (x *Capability) Reset() {
 	*x = Capability{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4039,7 +4219,7 @@ func (x *Capability) String() string {
 func (*Capability) ProtoMessage() {}
 
 func (x *Capability) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4052,7 +4232,7 @@ func (x *Capability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capability.ProtoReflect.Descriptor instead.
 func (*Capability) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Capability) GetName() string {
@@ -4227,7 +4407,7 @@ type CreateCapabilityRequest struct {
 
 func (x *CreateCapabilityRequest) Reset() {
 	*x = CreateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4239,7 +4419,7 @@ func (x *CreateCapabilityRequest) String() string {
 func (*CreateCapabilityRequest) ProtoMessage() {}
 
 func (x *CreateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4252,7 +4432,7 @@ func (x *CreateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*CreateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateCapabilityRequest) GetCapability() *Capability {
@@ -4277,7 +4457,7 @@ type UpdateCapabilityRequest struct {
 
 func (x *UpdateCapabilityRequest) Reset() {
 	*x = UpdateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4289,7 +4469,7 @@ func (x *UpdateCapabilityRequest) String() string {
 func (*UpdateCapabilityRequest) ProtoMessage() {}
 
 func (x *UpdateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4302,7 +4482,7 @@ func (x *UpdateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*UpdateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UpdateCapabilityRequest) GetCapability() *Capability {
@@ -4332,7 +4512,7 @@ type DeprecateCapabilityRequest struct {
 
 func (x *DeprecateCapabilityRequest) Reset() {
 	*x = DeprecateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4344,7 +4524,7 @@ func (x *DeprecateCapabilityRequest) String() string {
 func (*DeprecateCapabilityRequest) ProtoMessage() {}
 
 func (x *DeprecateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4357,7 +4537,7 @@ func (x *DeprecateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeprecateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*DeprecateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeprecateCapabilityRequest) GetName() string {
@@ -4387,7 +4567,7 @@ type GetCapabilityRequest struct {
 
 func (x *GetCapabilityRequest) Reset() {
 	*x = GetCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4399,7 +4579,7 @@ func (x *GetCapabilityRequest) String() string {
 func (*GetCapabilityRequest) ProtoMessage() {}
 
 func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4412,7 +4592,7 @@ func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetCapabilityRequest) GetName() string {
@@ -4440,7 +4620,7 @@ type ListCapabilitiesRequest struct {
 
 func (x *ListCapabilitiesRequest) Reset() {
 	*x = ListCapabilitiesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4452,7 +4632,7 @@ func (x *ListCapabilitiesRequest) String() string {
 func (*ListCapabilitiesRequest) ProtoMessage() {}
 
 func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4465,7 +4645,7 @@ func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListCapabilitiesRequest) GetShowDeprecated() bool {
@@ -4486,7 +4666,7 @@ type ListCapabilitiesResponse struct {
 
 func (x *ListCapabilitiesResponse) Reset() {
 	*x = ListCapabilitiesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4498,7 +4678,7 @@ func (x *ListCapabilitiesResponse) String() string {
 func (*ListCapabilitiesResponse) ProtoMessage() {}
 
 func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4511,7 +4691,7 @@ func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListCapabilitiesResponse) GetCapabilities() []*Capability {
@@ -4534,7 +4714,7 @@ type ProfileNeed struct {
 
 func (x *ProfileNeed) Reset() {
 	*x = ProfileNeed{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4546,7 +4726,7 @@ func (x *ProfileNeed) String() string {
 func (*ProfileNeed) ProtoMessage() {}
 
 func (x *ProfileNeed) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4559,7 +4739,7 @@ func (x *ProfileNeed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileNeed.ProtoReflect.Descriptor instead.
 func (*ProfileNeed) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ProfileNeed) GetCapability() string {
@@ -4592,7 +4772,7 @@ type TaskBudget struct {
 
 func (x *TaskBudget) Reset() {
 	*x = TaskBudget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4604,7 +4784,7 @@ func (x *TaskBudget) String() string {
 func (*TaskBudget) ProtoMessage() {}
 
 func (x *TaskBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4617,7 +4797,7 @@ func (x *TaskBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBudget.ProtoReflect.Descriptor instead.
 func (*TaskBudget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TaskBudget) GetMaxCalls() int64 {
@@ -4674,7 +4854,7 @@ type TaskProfile struct {
 
 func (x *TaskProfile) Reset() {
 	*x = TaskProfile{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4686,7 +4866,7 @@ func (x *TaskProfile) String() string {
 func (*TaskProfile) ProtoMessage() {}
 
 func (x *TaskProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4699,7 +4879,7 @@ func (x *TaskProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskProfile.ProtoReflect.Descriptor instead.
 func (*TaskProfile) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TaskProfile) GetName() string {
@@ -4790,7 +4970,7 @@ type CreateTaskProfileRequest struct {
 
 func (x *CreateTaskProfileRequest) Reset() {
 	*x = CreateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4802,7 +4982,7 @@ func (x *CreateTaskProfileRequest) String() string {
 func (*CreateTaskProfileRequest) ProtoMessage() {}
 
 func (x *CreateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4815,7 +4995,7 @@ func (x *CreateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*CreateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateTaskProfileRequest) GetProfile() *TaskProfile {
@@ -4838,7 +5018,7 @@ type UpdateTaskProfileRequest struct {
 
 func (x *UpdateTaskProfileRequest) Reset() {
 	*x = UpdateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4850,7 +5030,7 @@ func (x *UpdateTaskProfileRequest) String() string {
 func (*UpdateTaskProfileRequest) ProtoMessage() {}
 
 func (x *UpdateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4863,7 +5043,7 @@ func (x *UpdateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{44}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UpdateTaskProfileRequest) GetProfile() *TaskProfile {
@@ -4893,7 +5073,7 @@ type DeprecateTaskProfileRequest struct {
 
 func (x *DeprecateTaskProfileRequest) Reset() {
 	*x = DeprecateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4905,7 +5085,7 @@ func (x *DeprecateTaskProfileRequest) String() string {
 func (*DeprecateTaskProfileRequest) ProtoMessage() {}
 
 func (x *DeprecateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4918,7 +5098,7 @@ func (x *DeprecateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeprecateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*DeprecateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{45}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeprecateTaskProfileRequest) GetName() string {
@@ -4948,7 +5128,7 @@ type GetTaskProfileRequest struct {
 
 func (x *GetTaskProfileRequest) Reset() {
 	*x = GetTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4960,7 +5140,7 @@ func (x *GetTaskProfileRequest) String() string {
 func (*GetTaskProfileRequest) ProtoMessage() {}
 
 func (x *GetTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4973,7 +5153,7 @@ func (x *GetTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{46}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetTaskProfileRequest) GetName() string {
@@ -5001,7 +5181,7 @@ type ListTaskProfilesRequest struct {
 
 func (x *ListTaskProfilesRequest) Reset() {
 	*x = ListTaskProfilesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5013,7 +5193,7 @@ func (x *ListTaskProfilesRequest) String() string {
 func (*ListTaskProfilesRequest) ProtoMessage() {}
 
 func (x *ListTaskProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5026,7 +5206,7 @@ func (x *ListTaskProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListTaskProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{47}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListTaskProfilesRequest) GetShowDeprecated() bool {
@@ -5047,7 +5227,7 @@ type ListTaskProfilesResponse struct {
 
 func (x *ListTaskProfilesResponse) Reset() {
 	*x = ListTaskProfilesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5059,7 +5239,7 @@ func (x *ListTaskProfilesResponse) String() string {
 func (*ListTaskProfilesResponse) ProtoMessage() {}
 
 func (x *ListTaskProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5072,7 +5252,7 @@ func (x *ListTaskProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListTaskProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListTaskProfilesResponse) GetProfiles() []*TaskProfile {
@@ -5095,7 +5275,7 @@ type RemoteTarget struct {
 
 func (x *RemoteTarget) Reset() {
 	*x = RemoteTarget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5287,7 @@ func (x *RemoteTarget) String() string {
 func (*RemoteTarget) ProtoMessage() {}
 
 func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5300,7 @@ func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteTarget.ProtoReflect.Descriptor instead.
 func (*RemoteTarget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoteTarget) GetKind() RemoteKind {
@@ -5185,7 +5365,7 @@ type ArgumentBinding struct {
 
 func (x *ArgumentBinding) Reset() {
 	*x = ArgumentBinding{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5197,7 +5377,7 @@ func (x *ArgumentBinding) String() string {
 func (*ArgumentBinding) ProtoMessage() {}
 
 func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5210,7 +5390,7 @@ func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArgumentBinding.ProtoReflect.Descriptor instead.
 func (*ArgumentBinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ArgumentBinding) GetRemoteField() string {
@@ -5265,7 +5445,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5277,7 +5457,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5290,7 +5470,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Limits) GetMaxResponseBytes() int64 {
@@ -5349,7 +5529,7 @@ type Provenance struct {
 
 func (x *Provenance) Reset() {
 	*x = Provenance{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5361,7 +5541,7 @@ func (x *Provenance) String() string {
 func (*Provenance) ProtoMessage() {}
 
 func (x *Provenance) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5374,7 +5554,7 @@ func (x *Provenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Provenance.ProtoReflect.Descriptor instead.
 func (*Provenance) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Provenance) GetMode() ProvenanceMode {
@@ -5481,7 +5661,7 @@ type Mapping struct {
 
 func (x *Mapping) Reset() {
 	*x = Mapping{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5493,7 +5673,7 @@ func (x *Mapping) String() string {
 func (*Mapping) ProtoMessage() {}
 
 func (x *Mapping) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5506,7 +5686,7 @@ func (x *Mapping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mapping.ProtoReflect.Descriptor instead.
 func (*Mapping) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Mapping) GetId() string {
@@ -5721,7 +5901,7 @@ type TargetDigests struct {
 
 func (x *TargetDigests) Reset() {
 	*x = TargetDigests{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5733,7 +5913,7 @@ func (x *TargetDigests) String() string {
 func (*TargetDigests) ProtoMessage() {}
 
 func (x *TargetDigests) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5746,7 +5926,7 @@ func (x *TargetDigests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetDigests.ProtoReflect.Descriptor instead.
 func (*TargetDigests) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TargetDigests) GetTitleDigest() string {
@@ -5827,7 +6007,7 @@ type ProposeMappingRequest struct {
 
 func (x *ProposeMappingRequest) Reset() {
 	*x = ProposeMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5839,7 +6019,7 @@ func (x *ProposeMappingRequest) String() string {
 func (*ProposeMappingRequest) ProtoMessage() {}
 
 func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5852,7 +6032,7 @@ func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeMappingRequest.ProtoReflect.Descriptor instead.
 func (*ProposeMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ProposeMappingRequest) GetMappingId() string {
@@ -5949,7 +6129,7 @@ type ReviewMappingRequest struct {
 
 func (x *ReviewMappingRequest) Reset() {
 	*x = ReviewMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5961,7 +6141,7 @@ func (x *ReviewMappingRequest) String() string {
 func (*ReviewMappingRequest) ProtoMessage() {}
 
 func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5974,7 +6154,7 @@ func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewMappingRequest.ProtoReflect.Descriptor instead.
 func (*ReviewMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReviewMappingRequest) GetMappingId() string {
@@ -6018,7 +6198,7 @@ type GetMappingRequest struct {
 
 func (x *GetMappingRequest) Reset() {
 	*x = GetMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6030,7 +6210,7 @@ func (x *GetMappingRequest) String() string {
 func (*GetMappingRequest) ProtoMessage() {}
 
 func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6043,7 +6223,7 @@ func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMappingRequest.ProtoReflect.Descriptor instead.
 func (*GetMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{57}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetMappingRequest) GetId() string {
@@ -6075,7 +6255,7 @@ type ListMappingsRequest struct {
 
 func (x *ListMappingsRequest) Reset() {
 	*x = ListMappingsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6087,7 +6267,7 @@ func (x *ListMappingsRequest) String() string {
 func (*ListMappingsRequest) ProtoMessage() {}
 
 func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6100,7 +6280,7 @@ func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsRequest.ProtoReflect.Descriptor instead.
 func (*ListMappingsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{58}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListMappingsRequest) GetCapability() string {
@@ -6135,7 +6315,7 @@ type ListMappingsResponse struct {
 
 func (x *ListMappingsResponse) Reset() {
 	*x = ListMappingsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6147,7 +6327,7 @@ func (x *ListMappingsResponse) String() string {
 func (*ListMappingsResponse) ProtoMessage() {}
 
 func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6160,7 +6340,7 @@ func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsResponse.ProtoReflect.Descriptor instead.
 func (*ListMappingsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{59}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListMappingsResponse) GetMappings() []*Mapping {
@@ -6188,7 +6368,7 @@ type ResolveMappingRequest struct {
 
 func (x *ResolveMappingRequest) Reset() {
 	*x = ResolveMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6200,7 +6380,7 @@ func (x *ResolveMappingRequest) String() string {
 func (*ResolveMappingRequest) ProtoMessage() {}
 
 func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6213,7 +6393,7 @@ func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveMappingRequest.ProtoReflect.Descriptor instead.
 func (*ResolveMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{60}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ResolveMappingRequest) GetCapability() string {
@@ -6255,7 +6435,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6267,7 +6447,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6280,7 +6460,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{61}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *WatchEventsRequest) GetAfterSequence() int64 {
@@ -6315,7 +6495,7 @@ type RegistryEvent struct {
 
 func (x *RegistryEvent) Reset() {
 	*x = RegistryEvent{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6327,7 +6507,7 @@ func (x *RegistryEvent) String() string {
 func (*RegistryEvent) ProtoMessage() {}
 
 func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6340,7 +6520,7 @@ func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryEvent.ProtoReflect.Descriptor instead.
 func (*RegistryEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{62}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RegistryEvent) GetSequence() int64 {
@@ -6403,7 +6583,8 @@ var File_v0m3_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"\x1fv0m3/registry/v1/registry.proto\x12\x10v0m3.registry.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\t\n" +
+	"\x1fv0m3/registry/v1/registry.proto\x12\x10v0m3.registry.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\n" +
+	"\n" +
 	"\n" +
 	"Connection\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
@@ -6440,7 +6621,14 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"reviewNote\x12;\n" +
 	"\vreview_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reviewTime\x128\n" +
-	"\x18reviewed_config_revision\x18\x1a \x01(\x03R\x16reviewedConfigRevision\"\xe0\x01\n" +
+	"\x18reviewed_config_revision\x18\x1a \x01(\x03R\x16reviewedConfigRevision\x126\n" +
+	"\x17serving_config_revision\x18\x1b \x01(\x03R\x15servingConfigRevision\x12I\n" +
+	"\x0frollout_failure\x18\x1c \x01(\v2 .v0m3.registry.v1.RolloutFailureR\x0erolloutFailure\"\x8e\x01\n" +
+	"\x0eRolloutFailure\x12'\n" +
+	"\x0fconfig_revision\x18\x01 \x01(\x03R\x0econfigRevision\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12;\n" +
+	"\vreport_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportTime\"\xe0\x01\n" +
 	"\tTransport\x128\n" +
 	"\x05stdio\x18\x01 \x01(\v2 .v0m3.registry.v1.StdioTransportH\x00R\x05stdio\x12T\n" +
 	"\x0fstreamable_http\x18\x02 \x01(\v2).v0m3.registry.v1.StreamableHTTPTransportH\x00R\x0estreamableHttp\x12;\n" +
@@ -6515,7 +6703,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x16ListConnectionsRequest\x12'\n" +
 	"\x0finclude_retired\x18\x01 \x01(\bR\x0eincludeRetired\"Y\n" +
 	"\x17ListConnectionsResponse\x12>\n" +
-	"\vconnections\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.ConnectionR\vconnections\"\xfc\x03\n" +
+	"\vconnections\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.ConnectionR\vconnections\"\x9f\x04\n" +
 	"\x17UpdateConnectionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
 	"\x18expected_config_revision\x18\x02 \x01(\x03R\x16expectedConfigRevision\x129\n" +
@@ -6529,7 +6717,13 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x05owner\x18\n" +
 	" \x01(\tR\x05owner\x12>\n" +
 	"\asandbox\x18\v \x01(\v2$.v0m3.registry.v1.SandboxConstraintsR\asandbox\x12'\n" +
-	"\x0fworkload_digest\x18\f \x01(\tR\x0eworkloadDigest\"A\n" +
+	"\x0fworkload_digest\x18\f \x01(\tR\x0eworkloadDigest\x12!\n" +
+	"\fkeep_serving\x18\r \x01(\bR\vkeepServing\"}\n" +
+	"\x14ReportRolloutRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
+	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12\x14\n" +
+	"\x05ready\x18\x03 \x01(\bR\x05ready\x12\x16\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\"A\n" +
 	"\x17RetireConnectionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"A\n" +
@@ -6941,7 +7135,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x1bPROVENANCE_MODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bPROVENANCE_MODE_CONTENT_URI\x10\x01\x12!\n" +
 	"\x1dPROVENANCE_MODE_HANDLE_TARGET\x10\x02\x12\"\n" +
-	"\x1ePROVENANCE_MODE_STRUCTURED_URI\x10\x03*\x98\x05\n" +
+	"\x1ePROVENANCE_MODE_STRUCTURED_URI\x10\x03*\xf2\x05\n" +
 	"\x11RegistryEventType\x12#\n" +
 	"\x1fREGISTRY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12*\n" +
 	"&REGISTRY_EVENT_TYPE_CONNECTION_CREATED\x10\x01\x12&\n" +
@@ -6958,13 +7152,16 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"&REGISTRY_EVENT_TYPE_CAPABILITY_REVISED\x10\v\x12-\n" +
 	")REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED\x10\f\x12'\n" +
 	"#REGISTRY_EVENT_TYPE_PROFILE_REVISED\x10\r\x12'\n" +
-	"#REGISTRY_EVENT_TYPE_SURFACE_CHANGED\x10\x0e2\xfc\x13\n" +
+	"#REGISTRY_EVENT_TYPE_SURFACE_CHANGED\x10\x0e\x120\n" +
+	",REGISTRY_EVENT_TYPE_SERVING_REVISION_CHANGED\x10\x0f\x12&\n" +
+	"\"REGISTRY_EVENT_TYPE_ROLLOUT_FAILED\x10\x102\xd3\x14\n" +
 	"\x0fRegistryService\x12[\n" +
 	"\x10CreateConnection\x12).v0m3.registry.v1.CreateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
 	"\rGetConnection\x12&.v0m3.registry.v1.GetConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12f\n" +
 	"\x0fListConnections\x12(.v0m3.registry.v1.ListConnectionsRequest\x1a).v0m3.registry.v1.ListConnectionsResponse\x12[\n" +
 	"\x10UpdateConnection\x12).v0m3.registry.v1.UpdateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12[\n" +
-	"\x10RetireConnection\x12).v0m3.registry.v1.RetireConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12r\n" +
+	"\x10RetireConnection\x12).v0m3.registry.v1.RetireConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
+	"\rReportRollout\x12&.v0m3.registry.v1.ReportRolloutRequest\x1a\x1c.v0m3.registry.v1.Connection\x12r\n" +
 	"\x13ListConfigRevisions\x12,.v0m3.registry.v1.ListConfigRevisionsRequest\x1a-.v0m3.registry.v1.ListConfigRevisionsResponse\x12[\n" +
 	"\x10ReviewConnection\x12).v0m3.registry.v1.ReviewConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12^\n" +
 	"\x0eRecordSnapshot\x12'.v0m3.registry.v1.RecordSnapshotRequest\x1a#.v0m3.registry.v1.DiscoverySnapshot\x12X\n" +
@@ -7002,7 +7199,7 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 16)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(IdentityKind)(0),                   // 0: v0m3.registry.v1.IdentityKind
 	(Enforcement)(0),                    // 1: v0m3.registry.v1.Enforcement
@@ -7021,225 +7218,231 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(ProvenanceMode)(0),                 // 14: v0m3.registry.v1.ProvenanceMode
 	(RegistryEventType)(0),              // 15: v0m3.registry.v1.RegistryEventType
 	(*Connection)(nil),                  // 16: v0m3.registry.v1.Connection
-	(*Transport)(nil),                   // 17: v0m3.registry.v1.Transport
-	(*StdioTransport)(nil),              // 18: v0m3.registry.v1.StdioTransport
-	(*StreamableHTTPTransport)(nil),     // 19: v0m3.registry.v1.StreamableHTTPTransport
-	(*DirectTransport)(nil),             // 20: v0m3.registry.v1.DirectTransport
-	(*ServerInfo)(nil),                  // 21: v0m3.registry.v1.ServerInfo
-	(*SandboxConstraints)(nil),          // 22: v0m3.registry.v1.SandboxConstraints
-	(*SandboxIdentity)(nil),             // 23: v0m3.registry.v1.SandboxIdentity
-	(*ConfigRevision)(nil),              // 24: v0m3.registry.v1.ConfigRevision
-	(*CreateConnectionRequest)(nil),     // 25: v0m3.registry.v1.CreateConnectionRequest
-	(*GetConnectionRequest)(nil),        // 26: v0m3.registry.v1.GetConnectionRequest
-	(*ListConnectionsRequest)(nil),      // 27: v0m3.registry.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),     // 28: v0m3.registry.v1.ListConnectionsResponse
-	(*UpdateConnectionRequest)(nil),     // 29: v0m3.registry.v1.UpdateConnectionRequest
-	(*RetireConnectionRequest)(nil),     // 30: v0m3.registry.v1.RetireConnectionRequest
-	(*ListConfigRevisionsRequest)(nil),  // 31: v0m3.registry.v1.ListConfigRevisionsRequest
-	(*ReviewConnectionRequest)(nil),     // 32: v0m3.registry.v1.ReviewConnectionRequest
-	(*ListConfigRevisionsResponse)(nil), // 33: v0m3.registry.v1.ListConfigRevisionsResponse
-	(*DiscoverySnapshot)(nil),           // 34: v0m3.registry.v1.DiscoverySnapshot
-	(*ToolIdentity)(nil),                // 35: v0m3.registry.v1.ToolIdentity
-	(*ResourceIdentity)(nil),            // 36: v0m3.registry.v1.ResourceIdentity
-	(*ResourceTemplateIdentity)(nil),    // 37: v0m3.registry.v1.ResourceTemplateIdentity
-	(*PromptIdentity)(nil),              // 38: v0m3.registry.v1.PromptIdentity
-	(*PromptArgument)(nil),              // 39: v0m3.registry.v1.PromptArgument
-	(*Icon)(nil),                        // 40: v0m3.registry.v1.Icon
-	(*RecordSnapshotRequest)(nil),       // 41: v0m3.registry.v1.RecordSnapshotRequest
-	(*GetSnapshotRequest)(nil),          // 42: v0m3.registry.v1.GetSnapshotRequest
-	(*ListSnapshotsRequest)(nil),        // 43: v0m3.registry.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 44: v0m3.registry.v1.ListSnapshotsResponse
-	(*DiffSnapshotsRequest)(nil),        // 45: v0m3.registry.v1.DiffSnapshotsRequest
-	(*SnapshotDiff)(nil),                // 46: v0m3.registry.v1.SnapshotDiff
-	(*ItemChange)(nil),                  // 47: v0m3.registry.v1.ItemChange
-	(*HandleField)(nil),                 // 48: v0m3.registry.v1.HandleField
-	(*Capability)(nil),                  // 49: v0m3.registry.v1.Capability
-	(*CreateCapabilityRequest)(nil),     // 50: v0m3.registry.v1.CreateCapabilityRequest
-	(*UpdateCapabilityRequest)(nil),     // 51: v0m3.registry.v1.UpdateCapabilityRequest
-	(*DeprecateCapabilityRequest)(nil),  // 52: v0m3.registry.v1.DeprecateCapabilityRequest
-	(*GetCapabilityRequest)(nil),        // 53: v0m3.registry.v1.GetCapabilityRequest
-	(*ListCapabilitiesRequest)(nil),     // 54: v0m3.registry.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil),    // 55: v0m3.registry.v1.ListCapabilitiesResponse
-	(*ProfileNeed)(nil),                 // 56: v0m3.registry.v1.ProfileNeed
-	(*TaskBudget)(nil),                  // 57: v0m3.registry.v1.TaskBudget
-	(*TaskProfile)(nil),                 // 58: v0m3.registry.v1.TaskProfile
-	(*CreateTaskProfileRequest)(nil),    // 59: v0m3.registry.v1.CreateTaskProfileRequest
-	(*UpdateTaskProfileRequest)(nil),    // 60: v0m3.registry.v1.UpdateTaskProfileRequest
-	(*DeprecateTaskProfileRequest)(nil), // 61: v0m3.registry.v1.DeprecateTaskProfileRequest
-	(*GetTaskProfileRequest)(nil),       // 62: v0m3.registry.v1.GetTaskProfileRequest
-	(*ListTaskProfilesRequest)(nil),     // 63: v0m3.registry.v1.ListTaskProfilesRequest
-	(*ListTaskProfilesResponse)(nil),    // 64: v0m3.registry.v1.ListTaskProfilesResponse
-	(*RemoteTarget)(nil),                // 65: v0m3.registry.v1.RemoteTarget
-	(*ArgumentBinding)(nil),             // 66: v0m3.registry.v1.ArgumentBinding
-	(*Limits)(nil),                      // 67: v0m3.registry.v1.Limits
-	(*Provenance)(nil),                  // 68: v0m3.registry.v1.Provenance
-	(*Mapping)(nil),                     // 69: v0m3.registry.v1.Mapping
-	(*TargetDigests)(nil),               // 70: v0m3.registry.v1.TargetDigests
-	(*ProposeMappingRequest)(nil),       // 71: v0m3.registry.v1.ProposeMappingRequest
-	(*ReviewMappingRequest)(nil),        // 72: v0m3.registry.v1.ReviewMappingRequest
-	(*GetMappingRequest)(nil),           // 73: v0m3.registry.v1.GetMappingRequest
-	(*ListMappingsRequest)(nil),         // 74: v0m3.registry.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),        // 75: v0m3.registry.v1.ListMappingsResponse
-	(*ResolveMappingRequest)(nil),       // 76: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 77: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 78: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 79: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 80: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 81: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 82: google.protobuf.Value
+	(*RolloutFailure)(nil),              // 17: v0m3.registry.v1.RolloutFailure
+	(*Transport)(nil),                   // 18: v0m3.registry.v1.Transport
+	(*StdioTransport)(nil),              // 19: v0m3.registry.v1.StdioTransport
+	(*StreamableHTTPTransport)(nil),     // 20: v0m3.registry.v1.StreamableHTTPTransport
+	(*DirectTransport)(nil),             // 21: v0m3.registry.v1.DirectTransport
+	(*ServerInfo)(nil),                  // 22: v0m3.registry.v1.ServerInfo
+	(*SandboxConstraints)(nil),          // 23: v0m3.registry.v1.SandboxConstraints
+	(*SandboxIdentity)(nil),             // 24: v0m3.registry.v1.SandboxIdentity
+	(*ConfigRevision)(nil),              // 25: v0m3.registry.v1.ConfigRevision
+	(*CreateConnectionRequest)(nil),     // 26: v0m3.registry.v1.CreateConnectionRequest
+	(*GetConnectionRequest)(nil),        // 27: v0m3.registry.v1.GetConnectionRequest
+	(*ListConnectionsRequest)(nil),      // 28: v0m3.registry.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),     // 29: v0m3.registry.v1.ListConnectionsResponse
+	(*UpdateConnectionRequest)(nil),     // 30: v0m3.registry.v1.UpdateConnectionRequest
+	(*ReportRolloutRequest)(nil),        // 31: v0m3.registry.v1.ReportRolloutRequest
+	(*RetireConnectionRequest)(nil),     // 32: v0m3.registry.v1.RetireConnectionRequest
+	(*ListConfigRevisionsRequest)(nil),  // 33: v0m3.registry.v1.ListConfigRevisionsRequest
+	(*ReviewConnectionRequest)(nil),     // 34: v0m3.registry.v1.ReviewConnectionRequest
+	(*ListConfigRevisionsResponse)(nil), // 35: v0m3.registry.v1.ListConfigRevisionsResponse
+	(*DiscoverySnapshot)(nil),           // 36: v0m3.registry.v1.DiscoverySnapshot
+	(*ToolIdentity)(nil),                // 37: v0m3.registry.v1.ToolIdentity
+	(*ResourceIdentity)(nil),            // 38: v0m3.registry.v1.ResourceIdentity
+	(*ResourceTemplateIdentity)(nil),    // 39: v0m3.registry.v1.ResourceTemplateIdentity
+	(*PromptIdentity)(nil),              // 40: v0m3.registry.v1.PromptIdentity
+	(*PromptArgument)(nil),              // 41: v0m3.registry.v1.PromptArgument
+	(*Icon)(nil),                        // 42: v0m3.registry.v1.Icon
+	(*RecordSnapshotRequest)(nil),       // 43: v0m3.registry.v1.RecordSnapshotRequest
+	(*GetSnapshotRequest)(nil),          // 44: v0m3.registry.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),        // 45: v0m3.registry.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 46: v0m3.registry.v1.ListSnapshotsResponse
+	(*DiffSnapshotsRequest)(nil),        // 47: v0m3.registry.v1.DiffSnapshotsRequest
+	(*SnapshotDiff)(nil),                // 48: v0m3.registry.v1.SnapshotDiff
+	(*ItemChange)(nil),                  // 49: v0m3.registry.v1.ItemChange
+	(*HandleField)(nil),                 // 50: v0m3.registry.v1.HandleField
+	(*Capability)(nil),                  // 51: v0m3.registry.v1.Capability
+	(*CreateCapabilityRequest)(nil),     // 52: v0m3.registry.v1.CreateCapabilityRequest
+	(*UpdateCapabilityRequest)(nil),     // 53: v0m3.registry.v1.UpdateCapabilityRequest
+	(*DeprecateCapabilityRequest)(nil),  // 54: v0m3.registry.v1.DeprecateCapabilityRequest
+	(*GetCapabilityRequest)(nil),        // 55: v0m3.registry.v1.GetCapabilityRequest
+	(*ListCapabilitiesRequest)(nil),     // 56: v0m3.registry.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),    // 57: v0m3.registry.v1.ListCapabilitiesResponse
+	(*ProfileNeed)(nil),                 // 58: v0m3.registry.v1.ProfileNeed
+	(*TaskBudget)(nil),                  // 59: v0m3.registry.v1.TaskBudget
+	(*TaskProfile)(nil),                 // 60: v0m3.registry.v1.TaskProfile
+	(*CreateTaskProfileRequest)(nil),    // 61: v0m3.registry.v1.CreateTaskProfileRequest
+	(*UpdateTaskProfileRequest)(nil),    // 62: v0m3.registry.v1.UpdateTaskProfileRequest
+	(*DeprecateTaskProfileRequest)(nil), // 63: v0m3.registry.v1.DeprecateTaskProfileRequest
+	(*GetTaskProfileRequest)(nil),       // 64: v0m3.registry.v1.GetTaskProfileRequest
+	(*ListTaskProfilesRequest)(nil),     // 65: v0m3.registry.v1.ListTaskProfilesRequest
+	(*ListTaskProfilesResponse)(nil),    // 66: v0m3.registry.v1.ListTaskProfilesResponse
+	(*RemoteTarget)(nil),                // 67: v0m3.registry.v1.RemoteTarget
+	(*ArgumentBinding)(nil),             // 68: v0m3.registry.v1.ArgumentBinding
+	(*Limits)(nil),                      // 69: v0m3.registry.v1.Limits
+	(*Provenance)(nil),                  // 70: v0m3.registry.v1.Provenance
+	(*Mapping)(nil),                     // 71: v0m3.registry.v1.Mapping
+	(*TargetDigests)(nil),               // 72: v0m3.registry.v1.TargetDigests
+	(*ProposeMappingRequest)(nil),       // 73: v0m3.registry.v1.ProposeMappingRequest
+	(*ReviewMappingRequest)(nil),        // 74: v0m3.registry.v1.ReviewMappingRequest
+	(*GetMappingRequest)(nil),           // 75: v0m3.registry.v1.GetMappingRequest
+	(*ListMappingsRequest)(nil),         // 76: v0m3.registry.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),        // 77: v0m3.registry.v1.ListMappingsResponse
+	(*ResolveMappingRequest)(nil),       // 78: v0m3.registry.v1.ResolveMappingRequest
+	(*WatchEventsRequest)(nil),          // 79: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 80: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 81: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 82: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 83: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 84: google.protobuf.Value
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
-	17,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
+	18,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
 	3,   // 1: v0m3.registry.v1.Connection.review_state:type_name -> v0m3.registry.v1.ReviewState
 	4,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
-	21,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
-	22,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	80,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	80,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	80,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	80,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
-	18,  // 9: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
-	19,  // 10: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
-	20,  // 11: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	79,  // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
-	2,   // 13: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
-	23,  // 14: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
-	1,   // 15: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
-	1,   // 16: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
-	1,   // 17: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
-	0,   // 18: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
-	17,  // 19: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	80,  // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
-	17,  // 21: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	16,  // 22: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
-	17,  // 23: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	22,  // 24: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	24,  // 25: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
-	21,  // 26: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
-	35,  // 27: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
-	36,  // 28: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	80,  // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	37,  // 30: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
-	38,  // 31: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
-	81,  // 32: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	81,  // 33: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	81,  // 34: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	81,  // 35: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
-	40,  // 36: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	81,  // 37: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
-	40,  // 38: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	81,  // 39: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
-	40,  // 40: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	39,  // 41: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
-	40,  // 42: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	34,  // 43: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	34,  // 44: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	47,  // 45: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	47,  // 46: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
-	47,  // 47: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
-	47,  // 48: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
-	5,   // 49: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
-	6,   // 50: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	81,  // 51: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
-	7,   // 52: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	48,  // 53: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
-	8,   // 54: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
-	67,  // 55: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
-	9,   // 56: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
-	10,  // 57: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	80,  // 58: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
-	49,  // 59: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	49,  // 60: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	49,  // 61: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
-	11,  // 62: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
-	56,  // 63: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
-	57,  // 64: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
-	10,  // 65: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	80,  // 66: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
-	58,  // 67: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	58,  // 68: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	58,  // 69: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
-	13,  // 70: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	82,  // 71: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
-	14,  // 72: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
-	65,  // 73: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	66,  // 74: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	81,  // 75: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	67,  // 76: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	12,  // 77: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	80,  // 78: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	80,  // 79: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	68,  // 80: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
-	81,  // 81: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
-	70,  // 82: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
-	65,  // 83: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	66,  // 84: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	81,  // 85: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	67,  // 86: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	68,  // 87: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
-	12,  // 88: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	69,  // 89: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	15,  // 90: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	80,  // 91: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	25,  // 92: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	26,  // 93: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	27,  // 94: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	29,  // 95: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	30,  // 96: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	31,  // 97: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	32,  // 98: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	41,  // 99: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	42,  // 100: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	43,  // 101: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	45,  // 102: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	50,  // 103: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	51,  // 104: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	52,  // 105: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	53,  // 106: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	54,  // 107: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	59,  // 108: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	60,  // 109: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	61,  // 110: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	62,  // 111: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	63,  // 112: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	71,  // 113: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	72,  // 114: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	73,  // 115: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	74,  // 116: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	76,  // 117: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	77,  // 118: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	16,  // 119: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	16,  // 120: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	28,  // 121: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	16,  // 122: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	16,  // 123: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	33,  // 124: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	16,  // 125: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	34,  // 126: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	34,  // 127: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	44,  // 128: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	46,  // 129: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	49,  // 130: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	49,  // 131: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	49,  // 132: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	49,  // 133: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 134: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	58,  // 135: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	58,  // 136: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	58,  // 137: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	58,  // 138: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 139: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	69,  // 140: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	69,  // 141: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	69,  // 142: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	75,  // 143: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	69,  // 144: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	78,  // 145: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	119, // [119:146] is the sub-list for method output_type
-	92,  // [92:119] is the sub-list for method input_type
-	92,  // [92:92] is the sub-list for extension type_name
-	92,  // [92:92] is the sub-list for extension extendee
-	0,   // [0:92] is the sub-list for field type_name
+	22,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
+	23,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	82,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	82,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	82,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	82,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	17,  // 9: v0m3.registry.v1.Connection.rollout_failure:type_name -> v0m3.registry.v1.RolloutFailure
+	82,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
+	19,  // 11: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
+	20,  // 12: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
+	21,  // 13: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
+	81,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	2,   // 15: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
+	24,  // 16: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
+	1,   // 17: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
+	1,   // 18: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
+	1,   // 19: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
+	0,   // 20: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
+	18,  // 21: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
+	82,  // 22: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	18,  // 23: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	16,  // 24: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
+	18,  // 25: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	23,  // 26: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	25,  // 27: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
+	22,  // 28: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
+	37,  // 29: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
+	38,  // 30: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
+	82,  // 31: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	39,  // 32: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
+	40,  // 33: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
+	83,  // 34: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	83,  // 35: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	83,  // 36: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	83,  // 37: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
+	42,  // 38: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	83,  // 39: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
+	42,  // 40: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	83,  // 41: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
+	42,  // 42: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	41,  // 43: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
+	42,  // 44: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	36,  // 45: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	36,  // 46: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	49,  // 47: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	49,  // 48: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	49,  // 49: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
+	49,  // 50: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
+	5,   // 51: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
+	6,   // 52: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	83,  // 53: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	7,   // 54: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
+	50,  // 55: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
+	8,   // 56: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
+	69,  // 57: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
+	9,   // 58: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
+	10,  // 59: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
+	82,  // 60: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	51,  // 61: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	51,  // 62: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	51,  // 63: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	11,  // 64: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
+	58,  // 65: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
+	59,  // 66: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
+	10,  // 67: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
+	82,  // 68: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	60,  // 69: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	60,  // 70: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	60,  // 71: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
+	13,  // 72: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
+	84,  // 73: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	14,  // 74: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
+	67,  // 75: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	68,  // 76: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	83,  // 77: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	69,  // 78: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	12,  // 79: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	82,  // 80: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	82,  // 81: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	70,  // 82: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
+	83,  // 83: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
+	72,  // 84: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
+	67,  // 85: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	68,  // 86: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	83,  // 87: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	69,  // 88: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	70,  // 89: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
+	12,  // 90: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	71,  // 91: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	15,  // 92: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	82,  // 93: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	26,  // 94: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	27,  // 95: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	28,  // 96: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	30,  // 97: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	32,  // 98: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	31,  // 99: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
+	33,  // 100: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	34,  // 101: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	43,  // 102: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	44,  // 103: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	45,  // 104: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	47,  // 105: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	52,  // 106: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	53,  // 107: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	54,  // 108: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	55,  // 109: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	56,  // 110: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	61,  // 111: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	62,  // 112: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	63,  // 113: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	64,  // 114: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	65,  // 115: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	73,  // 116: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	74,  // 117: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	75,  // 118: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	76,  // 119: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	78,  // 120: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	79,  // 121: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	16,  // 122: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	16,  // 123: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	29,  // 124: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	16,  // 125: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	16,  // 126: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	16,  // 127: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
+	35,  // 128: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	16,  // 129: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	36,  // 130: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	36,  // 131: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	46,  // 132: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	48,  // 133: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	51,  // 134: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	51,  // 135: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	51,  // 136: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	51,  // 137: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	57,  // 138: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	60,  // 139: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	60,  // 140: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	60,  // 141: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	60,  // 142: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	66,  // 143: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	71,  // 144: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	71,  // 145: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	71,  // 146: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	77,  // 147: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	71,  // 148: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	80,  // 149: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	122, // [122:150] is the sub-list for method output_type
+	94,  // [94:122] is the sub-list for method input_type
+	94,  // [94:94] is the sub-list for extension type_name
+	94,  // [94:94] is the sub-list for extension extendee
+	0,   // [0:94] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -7247,7 +7450,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 	if File_v0m3_registry_v1_registry_proto != nil {
 		return
 	}
-	file_v0m3_registry_v1_registry_proto_msgTypes[1].OneofWrappers = []any{
+	file_v0m3_registry_v1_registry_proto_msgTypes[2].OneofWrappers = []any{
 		(*Transport_Stdio)(nil),
 		(*Transport_StreamableHttp)(nil),
 		(*Transport_Direct)(nil),
@@ -7258,7 +7461,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      16,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
