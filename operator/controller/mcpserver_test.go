@@ -257,6 +257,14 @@ func TestReconcileCreatesWorkloadAndConnection(t *testing.T) {
 		!strings.Contains(strings.Join(server.Args, " "), "bridge --allowed-hosts search,search."+f.ns+",search."+f.ns+".svc,search."+f.ns+".svc.cluster.local --listen :8080 --path /mcp -- /fixture-server --transport stdio") {
 		t.Errorf("server container runs %v %v; want the bridge running /fixture-server, answering only its Service's names", server.Command, server.Args)
 	}
+	// A rotation's new pod must be available before the old one goes, and
+	// the old one keeps its open connections while the registry switches.
+	if ru := d.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("rolling update %+v; want maxUnavailable 0", ru)
+	}
+	if l := server.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Sleep == nil || l.PreStop.Sleep.Seconds <= 0 {
+		t.Errorf("server lifecycle %+v; want a preStop sleep to drain", l)
+	}
 	for _, c := range append(pod.InitContainers, pod.Containers...) {
 		sc := c.SecurityContext
 		if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot ||
