@@ -33,6 +33,7 @@ import (
 
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	"github.com/v0m3/v0m3/operator/controller"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/identity"
@@ -54,8 +55,8 @@ import (
 // the mapping stays active, and reads go on after the old pod is gone and
 // its credential revoked. A rotation to a credential the upstream refuses:
 // the pod never becomes ready, the rotation fails, the previous revision
-// keeps serving (registry, MCPServer status, a Warning event say so). No
-// read fails across both.
+// keeps serving (registry, MCPServer status, a Warning event and the
+// task's trace say so). No read fails across both.
 func TestOperatorRotationServesThroughout(t *testing.T) {
 	t.Parallel()
 	w := &world{t: t, s: startSuite(t, t.TempDir())}
@@ -237,6 +238,25 @@ func TestOperatorRotationServesThroughout(t *testing.T) {
 	}
 
 	r := finish()
+	// The task's trace says which revision its reads used and why not the
+	// newest.
+	tr, err := w.s.Evidence.GetTrace(w.as(scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task.GetTask().GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var noted bool
+	for _, e := range tr.GetEvents() {
+		if p := e.GetProduct(); p.GetKind() == evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED &&
+			strings.Contains(p.GetDetail(), "config r2") && strings.Contains(p.GetDetail(), "config revision 3 did not roll out (ProgressDeadlineExceeded") {
+			noted = true
+		}
+		if strings.Contains(e.String(), "token-") {
+			t.Errorf("trace event carries a credential: %v", e)
+		}
+	}
+	if !noted {
+		t.Errorf("no executed read in the trace says revision 2 served because revision 3 did not roll out")
+	}
 	if r.failed != 0 || r.ok == 0 {
 		t.Errorf("%d reads succeeded and %d failed across two rotations; want none failed", r.ok, r.failed)
 	}

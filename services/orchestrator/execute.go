@@ -79,6 +79,16 @@ func (s *Server) followRotation(ctx context.Context, req *orchestratorv1.ToolReq
 		conn.GetId(), serving.Revision(p.connection), serving.Revision(conn), p.mapping.GetId(), p.mapping.GetRevision(), serving.Revision(conn))
 }
 
+// servingNote is "; " and why the connection's latest config revision does
+// not serve, or "" when it does: the trace says which credential a call
+// used and why not the newest.
+func servingNote(c *registryv1.Connection) string {
+	if n := serving.Note(c); n != "" {
+		return "; " + n
+	}
+	return ""
+}
+
 // maxAutomaticRetries is how many further attempts one execution may make
 // on its own, when the capability's retry rule allows any.
 const maxAutomaticRetries = 1
@@ -249,9 +259,9 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED, Capability: req.GetCapability(),
 		RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(outcome),
-		Detail: fmt.Sprintf("attempt %d via connection %s mapping %s r%d: %s, stage %s, %d bytes, response %s",
-			att.GetNumber(), p.mapping.GetConnectionId(), p.mapping.GetId(), p.mapping.GetRevision(), outcomeName(outcome),
-			stageName(att.GetStage()), resp.GetResponseBytes(), resp.GetResponseDigest()),
+		Detail: fmt.Sprintf("attempt %d via connection %s config r%d mapping %s r%d: %s, stage %s, %d bytes, response %s%s",
+			att.GetNumber(), p.mapping.GetConnectionId(), serving.Revision(p.connection), p.mapping.GetId(), p.mapping.GetRevision(), outcomeName(outcome),
+			stageName(att.GetStage()), resp.GetResponseBytes(), resp.GetResponseDigest(), servingNote(p.connection)),
 	})
 	return req, att, resp, nil
 }
