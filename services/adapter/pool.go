@@ -134,8 +134,10 @@ func (p *pool) acquire(ctx context.Context, conn *registryv1.Connection) (*poole
 		}
 		e := p.current[conn.GetId()]
 		if e != nil && !sameConfig(e.conn, conn) {
-			// A new configuration: the old session drains.
-			p.retireLocked(e)
+			// A new configuration: the old session drains, and closes
+			// now when no call is in flight on it (its server process or
+			// connection, and the old credential, go with it).
+			p.drainLocked(e)
 			e = nil
 		}
 		if e == nil {
@@ -318,10 +320,14 @@ func (p *pool) closeIdle() {
 func (p *pool) drop(connectionID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := p.current[connectionID]
-	if e == nil {
-		return
+	if e := p.current[connectionID]; e != nil {
+		p.drainLocked(e)
 	}
+}
+
+// drainLocked stops e taking new calls and closes it once its calls in
+// flight end: now, when there are none.
+func (p *pool) drainLocked(e *pooled) {
 	p.retireLocked(e)
 	select {
 	case <-e.ready:
