@@ -60,25 +60,25 @@ func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateCon
 
 	now := s.timestamp()
 	c := &registryv1.Connection{
-		Id:             ids.New("conn"),
-		DisplayName:    req.GetDisplayName(),
-		Owner:          req.GetOwner(),
-		ReviewState:    registryv1.ReviewState_REVIEW_STATE_PENDING,
-		State:          registryv1.ConnectionState_CONNECTION_STATE_ACTIVE,
-		ConfigRevision: 1,
-		// Nothing runs before a review; revision 1 is what will serve.
-		ServingConfigRevision: 1,
-		CreateTime:            now,
-		UpdateTime:            now,
-		Transport:             s.resolveTransport(ctx, req.GetTransport()),
-		ImageDigest:           req.GetImageDigest(),
-		CredentialScope:       req.GetCredentialScope(),
-		CredentialRef:         req.GetCredentialRef(),
-		CredentialVersion:     req.GetCredentialVersion(),
-		WorkloadDigest:        req.GetWorkloadDigest(),
-		CreatedBy:             actor(creator),
-		ProposedBy:            actor(creator),
+		Id:                ids.New("conn"),
+		DisplayName:       req.GetDisplayName(),
+		Owner:             req.GetOwner(),
+		ReviewState:       registryv1.ReviewState_REVIEW_STATE_PENDING,
+		State:             registryv1.ConnectionState_CONNECTION_STATE_ACTIVE,
+		ConfigRevision:    1,
+		CreateTime:        now,
+		UpdateTime:        now,
+		Transport:         s.resolveTransport(ctx, req.GetTransport()),
+		ImageDigest:       req.GetImageDigest(),
+		CredentialScope:   req.GetCredentialScope(),
+		CredentialRef:     req.GetCredentialRef(),
+		CredentialVersion: req.GetCredentialVersion(),
+		WorkloadDigest:    req.GetWorkloadDigest(),
+		CreatedBy:         actor(creator),
+		ProposedBy:        actor(creator),
 	}
+	// Nothing runs before a review; revision 1 is what will serve.
+	c.ServingConfigRevision = 1
 	d, err := configDigest(c)
 	if err != nil {
 		return nil, invalidConnection([]apierror.FieldViolation{{Field: "transport", Description: err.Error()}}, "")
