@@ -318,7 +318,7 @@ func (r *Reconciler) apply(ctx context.Context, s *v1alpha1.MCPServer, kind stri
 // Deployment's status. Without a kube-controller-manager and kubelets (as
 // in envtest) that status never changes, so the rotation stays in progress.
 func (r *Reconciler) observeRollout(s *v1alpha1.MCPServer, d *appsv1.Deployment) {
-	done, why := rolledOut(d)
+	done, why := rolledOutAt(d, s.Status.ConfigRevision)
 	s.Status.DesiredReplicas = desiredReplicas(d)
 	s.Status.UpdatedReadyReplicas = min(d.Status.UpdatedReplicas, d.Status.AvailableReplicas)
 	if rot := s.Status.Rotation; rot != nil && rot.CompletionTime == nil {
@@ -361,6 +361,16 @@ func rolledOut(d *appsv1.Deployment) (bool, string) {
 		return false, fmt.Sprintf("%d of %d new pods are available", st.AvailableReplicas, want)
 	}
 	return true, ""
+}
+
+// rolledOutAt is rolledOut for the pod template of config revision rev: a
+// Deployment read from a cache that has not seen the template just applied
+// is not that revision's rollout, however complete.
+func rolledOutAt(d *appsv1.Deployment, rev int64) (bool, string) {
+	if d.Spec.Template.Annotations[AnnotationConfigRevision] != itoa64(rev) {
+		return false, fmt.Sprintf("the pod template is not at config revision %d yet", rev)
+	}
+	return rolledOut(d)
 }
 
 // desiredReplicas is how many pods d wants.

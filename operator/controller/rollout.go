@@ -25,10 +25,7 @@ const reasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
 // holds it and when to look again.
 func (r *Reconciler) reportRollout(ctx context.Context, s *v1alpha1.MCPServer, conn *registryv1.Connection, d *appsv1.Deployment) (*registryv1.Connection, time.Duration, error) {
 	latest := conn.GetConfigRevision()
-	done, why := rolledOut(d)
-	if d.Spec.Template.Annotations[AnnotationConfigRevision] != itoa64(latest) {
-		done, why = false, fmt.Sprintf("the pod template is not at config revision %d yet", latest)
-	}
+	done, why := rolledOutAt(d, latest)
 	again := resyncPeriod
 	var (
 		next = conn
@@ -70,7 +67,9 @@ func (r *Reconciler) reportRollout(ctx context.Context, s *v1alpha1.MCPServer, c
 // Secret's change: a server that refuses its new credential never becomes
 // ready.
 func (r *Reconciler) rolloutFailure(s *v1alpha1.MCPServer, d *appsv1.Deployment, latest int64, why string) (string, time.Duration) {
-	if d.Status.ObservedGeneration >= d.Generation {
+	// Only the Deployment controller's verdict on this revision's pod
+	// template counts, not one on a template a stale read still shows.
+	if d.Status.ObservedGeneration >= d.Generation && d.Spec.Template.Annotations[AnnotationConfigRevision] == itoa64(latest) {
 		for _, c := range d.Status.Conditions {
 			if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse && c.Reason == reasonProgressDeadlineExceeded {
 				return fmt.Sprintf("%s: %s", reasonProgressDeadlineExceeded, c.Message), 0

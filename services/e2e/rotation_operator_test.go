@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -37,6 +38,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
 )
@@ -117,7 +119,10 @@ func TestOperatorRotationServesThroughout(t *testing.T) {
 		t.Fatalf("review connection: %v", err)
 	}
 
-	kl := &kubelet{t: t, k8s: k8s, key: key, svc: svc, upstream: upstream, dir: dir}
+	kl := &kubelet{t: t, k8s: k8s, key: key, secret: "sources-token", svc: svc, dir: dir,
+		start: func(cred, callLog string) (string, func(), error) {
+			return startPod(t, "fixture-server", "--upstream-credentials", upstream, "--credential-file", cred, "--call-log", callLog)
+		}}
 	first := kl.rollOut(1)
 	waitUntil(t, "revision 1 serving", func() bool { return server().Status.ServingConfigRevision == 1 })
 	w.conn = connection()
@@ -365,12 +370,14 @@ func (s *standInService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // kubelet plays the node and the Deployment controller envtest lacks for
 // one MCPServer.
 type kubelet struct {
-	t        *testing.T
-	k8s      client.Client
-	key      client.ObjectKey
-	svc      *standInService
-	upstream string
-	dir      string
+	t      *testing.T
+	k8s    client.Client
+	key    client.ObjectKey
+	secret string // the Secret the server's pods mount
+	svc    *standInService
+	dir    string
+	// start runs one pod's server with its credential file and call log.
+	start func(cred, callLog string) (string, func(), error)
 }
 
 // pod is one running server process.
@@ -403,15 +410,15 @@ func (k *kubelet) rollOut(rev int64) *pod {
 		return k.k8s.Get(ctx, k.key, &d) == nil && d.Spec.Template.Annotations[controller.AnnotationConfigRevision] == fmt.Sprint(rev)
 	})
 	var sec corev1.Secret
-	if err := k.k8s.Get(ctx, client.ObjectKey{Namespace: k.key.Namespace, Name: "sources-token"}, &sec); err != nil {
+	if err := k.k8s.Get(ctx, client.ObjectKey{Namespace: k.key.Namespace, Name: k.secret}, &sec); err != nil {
 		t.Fatal(err)
 	}
-	cred := filepath.Join(k.dir, fmt.Sprintf("pod-%d-credential", rev))
+	cred := filepath.Join(k.dir, fmt.Sprintf("%s-pod-%d-credential", k.key.Name, rev))
 	if err := os.WriteFile(cred, sec.Data["token"], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &pod{callLog: filepath.Join(k.dir, fmt.Sprintf("pod-%d-calls.jsonl", rev))}
-	addr, stop, err := startPod(t, "--upstream-credentials", k.upstream, "--credential-file", cred, "--call-log", p.callLog)
+	p := &pod{callLog: filepath.Join(k.dir, fmt.Sprintf("%s-pod-%d-calls.jsonl", k.key.Name, rev))}
+	addr, stop, err := k.start(cred, p.callLog)
 	p.stop = stop
 	if err != nil {
 		if !strings.Contains(err.Error(), "refused") {
@@ -455,13 +462,13 @@ func (k *kubelet) setStatus(d *appsv1.Deployment) {
 	}
 }
 
-// startPod runs the HTTP fixture with args until the test ends or stop. It
-// returns the server's URL once it listens, or an error with what it said
-// when it exited first.
-func startPod(t *testing.T, args ...string) (string, func(), error) {
+// startPod runs a fixture (the v0m3 subcommand fixture) over HTTP with args
+// until the test ends or stop. It returns the server's URL once it listens,
+// or an error with what it said when it exited first.
+func startPod(t *testing.T, fixture string, args ...string) (string, func(), error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, v0m3Bin, append([]string{"fixture-server", "--transport", "http", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd := exec.CommandContext(ctx, v0m3Bin, append([]string{fixture, "--transport", "http", "--addr", "127.0.0.1:0"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -501,5 +508,119 @@ func startPod(t *testing.T, args ...string) (string, func(), error) {
 	case <-time.After(60 * time.Second):
 		stop()
 		return "", stop, errors.New("the pod neither listened nor exited within 60 s")
+	}
+}
+
+// TestOperatorRotationInvalidatesApprovals rotates the Secret of an
+// MCPServer running the renderer, under the real operator, while approvals
+// wait. Approved while the previous revision still serves (its new pod not
+// yet available), a request executes on the old pod; once the new pod is
+// available and the registry serves the new revision, an approval bound to
+// the previous one is refused naming the credentials binding and renders
+// nothing; the mapping stays active and a new request executes on the new
+// pod.
+func TestOperatorRotationInvalidatesApprovals(t *testing.T) {
+	t.Parallel()
+	s := startSuite(t, t.TempDir())
+	w := &world{t: t, s: s}
+	c := stackOf(s)
+	dir := testkit.WritableDir(t)
+	env := &rendererEnv{workDir: filepath.Join(dir, "work"), callLog: filepath.Join(dir, "calls.jsonl")}
+	svc := newStandInService(t)
+	k8s := startServerOperator(t, w, controller.Options{
+		BridgeImage: "ghcr.io/v0m3/v0m3@sha256:" + strings.Repeat("b", 64),
+		Endpoint:    func(*v1alpha1.MCPServer) string { return svc.url },
+	})
+	ctx := context.Background()
+	const ns, name = "default", "renderer"
+	key := client.ObjectKey{Namespace: ns, Name: name}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "renderer-token"}, StringData: map[string]string{"token": "token-1"}}
+	if err := k8s.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, &v1alpha1.MCPServer{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.MCPServerSpec{
+			Image:     "ghcr.io/v0m3/renderer@sha256:" + strings.Repeat("c", 64),
+			Transport: v1alpha1.TransportSpec{Type: v1alpha1.TransportStreamableHTTP, Port: 8080},
+			Credentials: &v1alpha1.CredentialsSpec{
+				SecretRef: v1alpha1.SecretKeyRef{Name: "renderer-token", Key: "token"},
+				Scope:     "renders previews of the caller's documents",
+			},
+			Owner: "platform-team",
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	status := func() v1alpha1.MCPServerStatus {
+		t.Helper()
+		var m v1alpha1.MCPServer
+		if err := k8s.Get(ctx, key, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m.Status
+	}
+	connection := func() *registryv1.Connection {
+		t.Helper()
+		conn, err := s.Registry.GetConnection(c.as(scenario.Integrator), &registryv1.GetConnectionRequest{Id: status().ConnectionID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	waitUntil(t, "the operator registers the renderer", func() bool { return status().ConnectionID != "" })
+	if _, err := s.Registry.ReviewConnection(c.as(scenario.Reviewer), &registryv1.ReviewConnectionRequest{
+		ConnectionId: connection().GetId(), ConfigRevision: 1, Approve: true}); err != nil {
+		t.Fatalf("review connection: %v", err)
+	}
+	kl := &kubelet{t: t, k8s: k8s, key: key, secret: "renderer-token", svc: svc, dir: dir,
+		start: func(_, callLog string) (string, func(), error) {
+			// Every pod renders into the one work directory and call log,
+			// as the renderer's replicas share them.
+			return startPod(t, "fixture-renderer", "--work-dir", env.workDir, "--call-log", env.callLog)
+		}}
+	kl.rollOut(1)
+	waitUntil(t, "revision 1 serving", func() bool { return status().ServingConfigRevision == 1 })
+	env.conn = connection()
+	mapRenderer(t, c, env)
+	task := startPreviewTask(t, c).GetTask().GetId()
+
+	duringRollout := submitPreview(t, c, task, "call-during-rollout")
+	bound := submitPreview(t, c, task, "call-bound-to-1")
+	secret.StringData = map[string]string{"token": "token-2"}
+	if err := k8s.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "config revision 2 registered", func() bool { return connection().GetConfigRevision() == 2 })
+	if got := connection().GetServingConfigRevision(); got != 1 {
+		t.Fatalf("before the new pod is available the registry serves revision %d, want 1", got)
+	}
+	done, err := approve(c, duringRollout.GetId(), documentDigest)
+	if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		t.Fatalf("approval while revision 1 still serves: %v, %v; want EXECUTED on the old pod", done.GetState(), err)
+	}
+	rendered := env.renders(t)
+	if rendered != 1 {
+		t.Fatalf("renders = %d, want 1", rendered)
+	}
+
+	kl.rollOut(2)
+	waitUntil(t, "revision 2 serving", func() bool {
+		return connection().GetServingConfigRevision() == 2 && status().ServingConfigRevision == 2
+	})
+	_, err = approve(c, bound.GetId(), documentDigest)
+	if !apierror.Is(err, codes.FailedPrecondition, "APPROVAL_INVALIDATED") || apierror.Info(err).GetMetadata()["binding"] != "credentials" {
+		t.Fatalf("approving a request bound to revision 1 once revision 2 serves: %v; want APPROVAL_INVALIDATED naming credentials", err)
+	}
+	if n := env.renders(t); n != rendered {
+		t.Fatalf("an invalidated approval rendered: renders = %d, want %d", n, rendered)
+	}
+	m, err := s.Registry.GetMapping(c.as(scenario.Integrator), &registryv1.GetMappingRequest{Id: env.mapping.GetId()})
+	if err != nil || m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
+		t.Fatalf("mapping after the rotation: %v, %v; want ACTIVE", m.GetState(), err)
+	}
+	done, err = approve(c, submitPreview(t, c, task, "call-after").GetId(), documentDigest)
+	if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		t.Fatalf("a preview approved after the rotation: %v, %v; want EXECUTED", done.GetState(), err)
 	}
 }
