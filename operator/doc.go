@@ -19,9 +19,26 @@
 // operator watches Secrets as metadata only) or the workload's shape
 // changes; the shape digest is the connection's workload_digest.
 //
+// # Which revision serves
+//
+// A new config revision is registered with keep_serving: calls execute at,
+// and approvals bind to, the previous revision until the new pod template's
+// pods are available (maxUnavailable 0, so the old pods run until then);
+// then the operator reports the rollout (RegistryService/ReportRollout) and
+// the registry switches. A replaced pod sleeps in preStop for drainDelay,
+// keeping the adapter's open connections answered while the switch
+// propagates. A rollout the Deployment controller gives up on
+// (ProgressDeadlineExceeded), or a credential rotation whose pods are not
+// available within Options.RolloutTimeout, is reported failed: the previous
+// revision keeps serving, and the Serving and CredentialsReady conditions
+// (RotationFailed), a Warning event, the registry's rollout_failure and the
+// trace of each call made meanwhile say why.
+//
 // # What status can and cannot show
 //
-// Observed by the operator: the registry's config revision and digest,
+// Observed by the operator: the registry's latest and serving config
+// revision (Serving), the rollout's progress (pods available/desired),
+// the registry's config revision and digest,
 // the credential version in force, the connection's review state and
 // mappings needing review (ReviewRequired), the latest discovery snapshot
 // and whether it was taken at the current revision (Discovered), and the
@@ -31,7 +48,8 @@
 //
 // Not observed: whether the server inside the pod actually accepted the new
 // credential (only that the pods started with it and passed the readiness
-// probe), and registry-side changes between resyncs (every two minutes).
+// probe: a server that checks its credential at start and exits when it is
+// refused never becomes ready, which fails the rotation), and registry-side changes between resyncs (every two minutes).
 // Under envtest there is no kube-controller-manager or kubelet, so
 // Deployment status never changes by itself; the tests write it the way the
 // Deployment controller would to prove the rotation's completion path.

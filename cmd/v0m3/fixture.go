@@ -23,6 +23,8 @@ func runFixture(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&opts.Annotations, "annotations", "read-only", "search tool annotations: read-only or destructive")
 	fs.IntVar(&opts.RedescribeAfterCalls, "redescribe-after-calls", 0, "after this many search calls, change the search tool's description at runtime (sends tools/list_changed); 0 never")
 	fs.BoolVar(&opts.Hostile, "hostile", false, "add tools that misbehave (flood, many, binary, slow, crash) for adapter tests")
+	fs.StringVar(&opts.UpstreamCredentials, "upstream-credentials", "", "file listing the credentials a simulated upstream accepts, one per line: the server refuses to start with a credential it does not accept, and reads fail while it is not accepted")
+	fs.StringVar(&opts.CredentialFile, "credential-file", "", "with --upstream-credentials: the server's credential file (default $V0M3_CREDENTIAL_FILE, as an MCPServer pod has it)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

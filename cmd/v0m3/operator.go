@@ -46,6 +46,7 @@ func runOperator(ctx context.Context, args []string, stderr io.Writer) error {
 	adapterNS := fs.String("adapter-namespace", "v0m3-system", "namespace of the V0M3 adapter, the only allowed client of MCP servers")
 	adapterLabels := fs.String("adapter-labels", "app.kubernetes.io/name=v0m3,app.kubernetes.io/component=adapter", "labels selecting the adapter's pods")
 	clusterDomain := fs.String("cluster-domain", "cluster.local", "cluster DNS domain")
+	rolloutTimeout := fs.Duration("rollout-timeout", controller.DefaultRolloutTimeout, "how long a credential rotation's pods may take to become available before the rotation fails and the previous config revision keeps serving")
 	metricsAddr := fs.String("metrics-addr", "0", "metrics listen address; 0 disables")
 	healthAddr := fs.String("health-addr", ":8081", "health probe listen address")
 	leaderElect := fs.Bool("leader-elect", false, "elect a leader so replicas do not reconcile at once")
@@ -115,6 +116,7 @@ func runOperator(ctx context.Context, args []string, stderr io.Writer) error {
 			AdapterNamespace: *adapterNS,
 			AdapterLabels:    labels,
 			ClusterDomain:    *clusterDomain,
+			RolloutTimeout:   *rolloutTimeout,
 		},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {

@@ -16,12 +16,13 @@ import (
 )
 
 // runRotation prints the credential rotation state of every MCPServer: the
-// config revision in force, the credential version, and the latest
-// rotation's progress.
+// config revision serving and the latest one, the rollout's progress
+// (pods of the current template available / desired), the credential
+// version, and the latest rotation's state.
 func runRotation(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("rotation", stderr)
 	namespace := fs.String("namespace", "", "only this namespace; empty lists all namespaces")
-	wait := fs.Bool("wait", false, "wait until every listed server's credentials are current (its latest rotation rolled out); exit non-zero if that does not happen within --timeout")
+	wait := fs.Bool("wait", false, "wait until every listed server's credentials are current (its latest rotation rolled out and serves); exit non-zero at once when a rotation failed, or if they are not current within --timeout")
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --wait, how long to wait")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -58,9 +59,10 @@ func runRotation(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 // waitRotation lists servers every interval until none is rotating, then
-// prints the table and returns nil. When ctx ends first it prints the
-// table and returns an error naming the servers still rotating, so a
-// script's exit code says whether the rotation completed.
+// prints the table and returns nil. When a rotation failed it prints the
+// table and returns an error naming the servers and why; when ctx ends
+// first, one naming the servers still rotating. A script's exit code says
+// whether the rotation completed.
 func waitRotation(ctx context.Context, list func(context.Context) ([]v1alpha1.MCPServer, error), interval time.Duration, w io.Writer) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -70,6 +72,12 @@ func waitRotation(ctx context.Context, list func(context.Context) ([]v1alpha1.MC
 		switch {
 		case err == nil:
 			last = servers
+			if failed := failedRotations(servers); len(failed) > 0 {
+				if perr := printRotation(w, servers, time.Now()); perr != nil {
+					return perr
+				}
+				return fmt.Errorf("rotation failed, the previous revision keeps serving: %s", strings.Join(failed, "; "))
+			}
 			if pending := rotating(servers); len(pending) == 0 {
 				return printRotation(w, servers, time.Now())
 			}
@@ -93,7 +101,7 @@ func waitRotation(ctx context.Context, list func(context.Context) ([]v1alpha1.MC
 func rotating(servers []v1alpha1.MCPServer) []string {
 	var out []string
 	for _, s := range servers {
-		inProgress := s.Status.Rotation != nil && s.Status.Rotation.CompletionTime == nil
+		inProgress := s.Status.Rotation != nil && s.Status.Rotation.CompletionTime == nil && s.Status.Rotation.Failure == ""
 		if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionCredentialsReady); c != nil && c.Reason == v1alpha1.ReasonRotationInProgress {
 			inProgress = true
 		}
@@ -104,10 +112,22 @@ func rotating(servers []v1alpha1.MCPServer) []string {
 	return out
 }
 
+// failedRotations names ("namespace/name: why") the servers whose latest
+// rotation failed.
+func failedRotations(servers []v1alpha1.MCPServer) []string {
+	var out []string
+	for _, s := range servers {
+		if r := s.Status.Rotation; r != nil && r.CompletionTime == nil && r.Failure != "" {
+			out = append(out, fmt.Sprintf("%s/%s: %s", s.Namespace, s.Name, r.Failure))
+		}
+	}
+	return out
+}
+
 // printRotation writes one line per MCPServer.
 func printRotation(w io.Writer, servers []v1alpha1.MCPServer, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tREVISION\tCREDENTIAL\tSTATE\tROTATION\tSTARTED\tCOMPLETED")
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tSERVING\tLATEST\tPODS\tCREDENTIAL\tSTATE\tROTATION\tSTARTED\tCOMPLETED")
 	for _, s := range servers {
 		state := "-"
 		if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionCredentialsReady); c != nil {
@@ -117,9 +137,12 @@ func printRotation(w io.Writer, servers []v1alpha1.MCPServer, now time.Time) err
 		if r := s.Status.Rotation; r != nil {
 			rotation = fmt.Sprintf("%d -> %d", r.FromRevision, r.ToRevision)
 			started = now.Sub(r.StartTime.Time).Round(time.Second).String() + " ago"
-			if r.CompletionTime != nil {
+			switch {
+			case r.CompletionTime != nil:
 				completed = r.CompletionTime.Sub(r.StartTime.Time).Round(time.Second).String() + " later"
-			} else {
+			case r.Failure != "":
+				completed = "failed"
+			default:
 				completed = "in progress"
 			}
 		}
@@ -127,7 +150,14 @@ func printRotation(w io.Writer, servers []v1alpha1.MCPServer, now time.Time) err
 		if cred == "" {
 			cred = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Name, s.Status.ConfigRevision, cred, state, rotation, started, completed)
+		serving, pods := "-", "-"
+		if s.Status.ServingConfigRevision > 0 {
+			serving = fmt.Sprint(s.Status.ServingConfigRevision)
+		}
+		if s.Status.DesiredReplicas > 0 {
+			pods = fmt.Sprintf("%d/%d", s.Status.UpdatedReadyReplicas, s.Status.DesiredReplicas)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Name, serving, s.Status.ConfigRevision, pods, cred, state, rotation, started, completed)
 	}
 	return tw.Flush()
 }

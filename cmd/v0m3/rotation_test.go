@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,45 +15,54 @@ import (
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 )
 
-// The rotation table shows each server's revision, credential version and
-// whether its latest rotation is still rolling.
+// The rotation table shows each server's serving and latest revision, its
+// rollout's progress, credential version and whether its latest rotation
+// is still rolling, done or failed.
 func TestPrintRotation(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	done := metav1.NewTime(now.Add(-time.Minute))
 	servers := []v1alpha1.MCPServer{
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "mcp", Name: "search"}, Status: v1alpha1.MCPServerStatus{
-			ConfigRevision: 3, CredentialVersion: "search-token@812",
+			ConfigRevision: 3, ServingConfigRevision: 2, DesiredReplicas: 2, UpdatedReadyReplicas: 1, CredentialVersion: "search-token@812",
 			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionCredentialsReady, Reason: v1alpha1.ReasonRotationInProgress}},
 			Rotation:   &v1alpha1.RotationStatus{FromRevision: 2, ToRevision: 3, CredentialVersion: "search-token@812", StartTime: metav1.NewTime(now.Add(-30 * time.Second))},
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "mcp", Name: "links"}, Status: v1alpha1.MCPServerStatus{
-			ConfigRevision: 2, CredentialVersion: "links-key@77",
+			ConfigRevision: 2, ServingConfigRevision: 2, DesiredReplicas: 1, UpdatedReadyReplicas: 1, CredentialVersion: "links-key@77",
 			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionCredentialsReady, Reason: v1alpha1.ReasonCredentialsCurrent}},
 			Rotation:   &v1alpha1.RotationStatus{FromRevision: 1, ToRevision: 2, StartTime: metav1.NewTime(now.Add(-2 * time.Minute)), CompletionTime: &done},
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "mcp", Name: "render"}, Status: v1alpha1.MCPServerStatus{ConfigRevision: 1}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "mcp", Name: "notes"}, Status: v1alpha1.MCPServerStatus{
+			ConfigRevision: 5, ServingConfigRevision: 4, DesiredReplicas: 1, CredentialVersion: "notes-token@9",
+			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionCredentialsReady, Reason: v1alpha1.ReasonRotationFailed}},
+			Rotation: &v1alpha1.RotationStatus{FromRevision: 4, ToRevision: 5, StartTime: metav1.NewTime(now.Add(-11 * time.Minute)),
+				Failure: "ProgressDeadlineExceeded: ReplicaSet notes-5 has timed out progressing"},
+		}},
 	}
 	var out bytes.Buffer
 	if err := printRotation(&out, servers, now); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 4 {
+	if len(lines) != 5 {
 		t.Fatalf("got %d lines:\n%s", len(lines), out.String())
 	}
 	for i, want := range [][]string{
-		{"search", "3", "search-token@812", "RotationInProgress", "2 -> 3", "30s ago", "in progress"},
-		{"links", "2", "links-key@77", "CredentialsCurrent", "1 -> 2", "2m0s ago", "1m0s later"},
-		{"render", "1", "-"},
+		{"search", "2", "3", "1/2", "search-token@812", "RotationInProgress", "2 -> 3", "30s ago", "in progress"},
+		{"links", "2", "2", "1/1", "links-key@77", "CredentialsCurrent", "1 -> 2", "2m0s ago", "1m0s later"},
+		{"render", "-", "1", "-", "-"},
+		{"notes", "4", "5", "0/1", "notes-token@9", "RotationFailed", "4 -> 5", "11m0s ago", "failed"},
 	} {
-		for _, w := range want {
-			if !strings.Contains(lines[i+1], w) {
-				t.Errorf("line %q lacks %q", lines[i+1], w)
-			}
+		// tabwriter pads columns with at least two spaces.
+		if got := columns.Split(lines[i+1], -1)[1 : len(want)+1]; strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("line %q: columns %q, want %q", lines[i+1], got, want)
 		}
 	}
 }
+
+var columns = regexp.MustCompile(`\s{2,}`)
 
 // waitRotation returns once no listed server is rotating, and fails naming
 // the servers still rolling out when the wait ends first.
@@ -67,6 +77,9 @@ func TestWaitRotation(t *testing.T) {
 	done := metav1.Now()
 	current.Status.Rotation.CompletionTime = &done
 	current.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionCredentialsReady, Reason: v1alpha1.ReasonCredentialsCurrent}}
+	failed := *rolling.DeepCopy()
+	failed.Status.Rotation.Failure = "the pods were not available within 10m0s of the credential change"
+	failed.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionCredentialsReady, Reason: v1alpha1.ReasonRotationFailed}}
 	idle := v1alpha1.MCPServer{ObjectMeta: metav1.ObjectMeta{Namespace: "mcp", Name: "render"}, Status: v1alpha1.MCPServerStatus{ConfigRevision: 1}}
 
 	tests := []struct {
@@ -77,6 +90,7 @@ func TestWaitRotation(t *testing.T) {
 		{"completes after rolling", [][]v1alpha1.MCPServer{{rolling, idle}, {rolling, idle}, {current, idle}}, ""},
 		{"nothing rotating", [][]v1alpha1.MCPServer{{idle}}, ""},
 		{"still rolling when the wait ends", [][]v1alpha1.MCPServer{{rolling, idle}}, "mcp/search still rolling out"},
+		{"fails at once when a rotation failed", [][]v1alpha1.MCPServer{{rolling, idle}, {failed, idle}}, "mcp/search: the pods were not available within 10m0s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

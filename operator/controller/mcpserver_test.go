@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -140,6 +142,20 @@ func (f *fixture) approve(name string) {
 	}
 }
 
+// wantServing fails unless both the registry and s's status say revision
+// serves.
+func (f *fixture) wantServing(s *v1alpha1.MCPServer, revision int64) {
+	f.t.Helper()
+	conn, err := registry.GetConnection(f.ctx, &registryv1.GetConnectionRequest{Id: s.Status.ConnectionID})
+	if err != nil {
+		f.t.Fatalf("GetConnection: %v", err)
+	}
+	if conn.GetServingConfigRevision() != revision || s.Status.ServingConfigRevision != revision {
+		f.t.Errorf("serving config revision: registry %d, status %d; want %d (latest %d)",
+			conn.GetServingConfigRevision(), s.Status.ServingConfigRevision, revision, conn.GetConfigRevision())
+	}
+}
+
 func (f *fixture) revisions(connID string) []*registryv1.ConfigRevision {
 	f.t.Helper()
 	out, err := registry.ListConfigRevisions(f.ctx, &registryv1.ListConfigRevisionsRequest{ConnectionId: connID})
@@ -243,6 +259,14 @@ func TestReconcileCreatesWorkloadAndConnection(t *testing.T) {
 	if server.Image != testImage || server.Command[0] != "/opt/v0m3/bin/v0m3" ||
 		!strings.Contains(strings.Join(server.Args, " "), "bridge --allowed-hosts search,search."+f.ns+",search."+f.ns+".svc,search."+f.ns+".svc.cluster.local --listen :8080 --path /mcp -- /fixture-server --transport stdio") {
 		t.Errorf("server container runs %v %v; want the bridge running /fixture-server, answering only its Service's names", server.Command, server.Args)
+	}
+	// A rotation's new pod must be available before the old one goes, and
+	// the old one keeps its open connections while the registry switches.
+	if ru := d.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("rolling update %+v; want maxUnavailable 0", ru)
+	}
+	if l := server.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Sleep == nil || l.PreStop.Sleep.Seconds <= 0 {
+		t.Errorf("server lifecycle %+v; want a preStop sleep to drain", l)
 	}
 	for _, c := range append(pod.InitContainers, pod.Containers...) {
 		sc := c.SecurityContext
@@ -437,6 +461,12 @@ func TestSecretRotation(t *testing.T) {
 	if !f.events.has(v1alpha1.ReasonRotationInProgress) {
 		t.Errorf("events = %v; want RotationInProgress", f.events.events)
 	}
+	// Until the new pods are available the registry serves revision 1:
+	// calls execute, and approvals stay bound, on the credential in place.
+	f.wantServing(s, 1)
+	if c := f.condition(s, v1alpha1.ConditionServing); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonRolloutPending {
+		t.Errorf("Serving = %s/%s; want False/RolloutPending", c.Status, c.Reason)
+	}
 
 	// envtest runs no Deployment controller or kubelet: report the new
 	// ReplicaSet available the way the Deployment controller would.
@@ -448,6 +478,16 @@ func TestSecretRotation(t *testing.T) {
 	s = f.server("search")
 	if s.Status.Rotation == nil || s.Status.Rotation.CompletionTime == nil {
 		t.Errorf("rotation = %+v; want it complete", s.Status.Rotation)
+	}
+	f.wantServing(s, 2)
+	if c := f.condition(s, v1alpha1.ConditionServing); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonServingLatest {
+		t.Errorf("Serving = %s/%s; want True/ServingLatest", c.Status, c.Reason)
+	}
+	if !f.events.has("RevisionServing") {
+		t.Errorf("events = %v; want RevisionServing", f.events.events)
+	}
+	if s.Status.DesiredReplicas != 1 || s.Status.UpdatedReadyReplicas != 1 {
+		t.Errorf("rollout progress %d/%d, want 1/1", s.Status.UpdatedReadyReplicas, s.Status.DesiredReplicas)
 	}
 	if c := f.condition(s, v1alpha1.ConditionCredentialsReady); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonCredentialsCurrent {
 		t.Errorf("CredentialsReady = %s/%s; want True/CredentialsCurrent", c.Status, c.Reason)
@@ -671,5 +711,127 @@ func TestStatusWriteLostForReal(t *testing.T) {
 	}
 	if got := f.server("search").Status.ConnectionID; got != before[0].GetId() {
 		t.Errorf("after the retry the status names connection %q, want %q", got, before[0].GetId())
+	}
+}
+
+// A rotation whose pods never become available (the server refuses the
+// new credential, so its readiness probe never passes) fails: by the
+// Deployment controller's progress deadline, or by the operator's own
+// bound when the Deployment does not say so. The previous revision keeps
+// serving in the registry; the status, a Warning event and the registry's
+// record say why. A later rotation whose pods roll out serves again.
+func TestFailedRotationKeepsServing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// fail makes the rollout fail; it may move the clock.
+		fail func(f *fixture, d *appsv1.Deployment, clock *time.Time)
+		want string
+	}{
+		{
+			name: "progress deadline exceeded",
+			fail: func(f *fixture, d *appsv1.Deployment, _ *time.Time) {
+				d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 2, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1,
+					UnavailableReplicas: 1, Conditions: []appsv1.DeploymentCondition{{
+						Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded",
+						Message: `ReplicaSet "search-7d9" has timed out progressing.`}}}
+				f.setDeploymentStatus(d)
+			},
+			want: "ProgressDeadlineExceeded",
+		},
+		{
+			name: "not available within the operator's bound",
+			fail: func(_ *fixture, _ *appsv1.Deployment, clock *time.Time) { *clock = clock.Add(11 * time.Minute) },
+			want: "not available within 10m0s",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			clock := time.Now()
+			var mu sync.Mutex
+			f.r.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+			sec := f.secret("search-token", "old-token")
+			f.create(f.stdioServer("search"))
+			f.reconcile("search")
+			f.approve("search")
+			f.reconcile("search")
+			var d appsv1.Deployment
+			f.get("search", &d)
+			d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+			f.setDeploymentStatus(&d)
+			f.reconcile("search")
+			f.wantServing(f.server("search"), 1)
+
+			sec.StringData = map[string]string{"token": "refused-token"}
+			if err := k8s.Update(f.ctx, sec); err != nil {
+				t.Fatalf("rotate Secret: %v", err)
+			}
+			if res := f.reconcile("search"); res.RequeueAfter <= 0 || res.RequeueAfter > controller.DefaultRolloutTimeout {
+				t.Errorf("requeue after %v while the rotation rolls out; want within the rollout bound", res.RequeueAfter)
+			}
+			f.get("search", &d)
+			mu.Lock()
+			tc.fail(f, &d, &clock)
+			mu.Unlock()
+			f.reconcile("search")
+
+			s := f.server("search")
+			f.wantServing(s, 1)
+			if s.Status.ConfigRevision != 2 || s.Status.Rotation == nil || s.Status.Rotation.CompletionTime != nil ||
+				!strings.Contains(s.Status.Rotation.Failure, tc.want) {
+				t.Fatalf("status revision %d rotation %+v; want 1 -> 2 failed with %q", s.Status.ConfigRevision, s.Status.Rotation, tc.want)
+			}
+			for _, typ := range []string{v1alpha1.ConditionServing, v1alpha1.ConditionCredentialsReady} {
+				if c := f.condition(s, typ); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonRotationFailed ||
+					!strings.Contains(c.Message, "revision 1 keeps serving") {
+					t.Errorf("%s = %s/%s %q; want False/RotationFailed saying revision 1 keeps serving", typ, c.Status, c.Reason, c.Message)
+				}
+			}
+			if !f.events.has(v1alpha1.ReasonRotationFailed) {
+				t.Errorf("events = %v; want RotationFailed", f.events.events)
+			}
+			conn, err := registry.GetConnection(f.ctx, &registryv1.GetConnectionRequest{Id: s.Status.ConnectionID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fl := conn.GetRolloutFailure(); fl.GetConfigRevision() != 2 || !strings.Contains(fl.GetDetail(), tc.want) {
+				t.Errorf("registry rollout failure = %v; want revision 2 with %q", fl, tc.want)
+			}
+			// Reconciling again reports nothing new.
+			before := len(f.events.events)
+			f.reconcile("search")
+			if n := len(f.events.events) - before; n != 0 {
+				t.Errorf("a second reconcile of the failed rotation emitted %d events: %v", n, f.events.events[before:])
+			}
+
+			// The Secret is fixed: the next rotation's pods roll out and it serves.
+			sec.StringData = map[string]string{"token": "good-token"}
+			if err := k8s.Update(f.ctx, sec); err != nil {
+				t.Fatalf("rotate Secret again: %v", err)
+			}
+			f.reconcile("search")
+			f.get("search", &d)
+			d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+			f.setDeploymentStatus(&d)
+			f.reconcile("search")
+			s = f.server("search")
+			f.wantServing(s, 3)
+			if c := f.condition(s, v1alpha1.ConditionServing); c.Status != metav1.ConditionTrue {
+				t.Errorf("Serving after a good rotation = %s/%s", c.Status, c.Reason)
+			}
+			if c := f.condition(s, v1alpha1.ConditionCredentialsReady); c.Status != metav1.ConditionTrue {
+				t.Errorf("CredentialsReady after a good rotation = %s/%s %q", c.Status, c.Reason, c.Message)
+			}
+		})
+	}
+}
+
+// setDeploymentStatus writes d's status as the Deployment controller would
+// (envtest runs none).
+func (f *fixture) setDeploymentStatus(d *appsv1.Deployment) {
+	f.t.Helper()
+	if err := k8s.Status().Update(f.ctx, d); err != nil {
+		f.t.Fatalf("update Deployment status: %v", err)
 	}
 }

@@ -61,7 +61,19 @@ type Options struct {
 	// ClusterDomain is the cluster's DNS domain, for the registered
 	// endpoint URL.
 	ClusterDomain string
+	// Endpoint, when set, is the URL registered for a server instead of
+	// its Service's cluster DNS name: for an adapter that reaches servers
+	// through something else (a gateway, or a test's local server).
+	Endpoint func(*v1alpha1.MCPServer) string
+	// RolloutTimeout bounds how long a credential rotation's pods may take
+	// to become available before the rotation is reported failed (the
+	// previous revision keeps serving). Zero means DefaultRolloutTimeout.
+	RolloutTimeout time.Duration
 }
+
+// DefaultRolloutTimeout is the Deployment controller's default progress
+// deadline: a rotation's pods not ready by then are not coming.
+const DefaultRolloutTimeout = 10 * time.Minute
 
 // withDefaults fills unset options.
 func (o Options) withDefaults() Options {
@@ -76,6 +88,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ClusterDomain == "" {
 		o.ClusterDomain = "cluster.local"
+	}
+	if o.RolloutTimeout <= 0 {
+		o.RolloutTimeout = DefaultRolloutTimeout
 	}
 	return o
 }
@@ -233,8 +248,12 @@ func (r *Reconciler) reconcile(ctx context.Context, s *v1alpha1.MCPServer) (reco
 		return reconcile.Result{}, err
 	}
 	r.observeRollout(s, dep)
+	conn, again, err := r.reportRollout(ctx, s, conn, dep)
 	r.observeRegistry(ctx, s, conn)
-	return reconcile.Result{RequeueAfter: resyncPeriod}, nil
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: min(again, resyncPeriod)}, nil
 }
 
 // observeCredentials finds the referenced Secret's resourceVersion, reading
@@ -299,14 +318,17 @@ func (r *Reconciler) apply(ctx context.Context, s *v1alpha1.MCPServer, kind stri
 // Deployment's status. Without a kube-controller-manager and kubelets (as
 // in envtest) that status never changes, so the rotation stays in progress.
 func (r *Reconciler) observeRollout(s *v1alpha1.MCPServer, d *appsv1.Deployment) {
-	done, why := rolledOut(d)
+	done, why := rolledOutAt(d, s.Status.ConfigRevision)
+	s.Status.DesiredReplicas = desiredReplicas(d)
+	s.Status.UpdatedReadyReplicas = min(d.Status.UpdatedReplicas, d.Status.AvailableReplicas)
 	if rot := s.Status.Rotation; rot != nil && rot.CompletionTime == nil {
 		if done {
 			t := metav1.NewTime(r.now())
 			rot.CompletionTime = &t
+			rot.Failure = ""
 			r.event(s, corev1.EventTypeNormal, "RotationComplete", "Rotate",
 				fmt.Sprintf("pods for config revision %d (credential %s) are available", rot.ToRevision, rot.CredentialVersion))
-		} else {
+		} else if rot.Failure == "" {
 			r.setCondition(s, v1alpha1.ConditionCredentialsReady, metav1.ConditionFalse, v1alpha1.ReasonRotationInProgress,
 				fmt.Sprintf("rotating from config revision %d to %d (credential %s): %s", rot.FromRevision, rot.ToRevision, rot.CredentialVersion, why))
 		}
@@ -326,10 +348,7 @@ func (r *Reconciler) observeRollout(s *v1alpha1.MCPServer, d *appsv1.Deployment)
 // rolledOut says whether the Deployment's current pod template is fully
 // rolled out and available, and if not, what it waits for.
 func rolledOut(d *appsv1.Deployment) (bool, string) {
-	want := int32(1)
-	if d.Spec.Replicas != nil {
-		want = *d.Spec.Replicas
-	}
+	want := desiredReplicas(d)
 	st := d.Status
 	switch {
 	case st.ObservedGeneration < d.Generation:
@@ -342,6 +361,24 @@ func rolledOut(d *appsv1.Deployment) (bool, string) {
 		return false, fmt.Sprintf("%d of %d new pods are available", st.AvailableReplicas, want)
 	}
 	return true, ""
+}
+
+// rolledOutAt is rolledOut for the pod template of config revision rev: a
+// Deployment read from a cache that has not seen the template just applied
+// is not that revision's rollout, however complete.
+func rolledOutAt(d *appsv1.Deployment, rev int64) (bool, string) {
+	if d.Spec.Template.Annotations[AnnotationConfigRevision] != itoa64(rev) {
+		return false, fmt.Sprintf("the pod template is not at config revision %d yet", rev)
+	}
+	return rolledOut(d)
+}
+
+// desiredReplicas is how many pods d wants.
+func desiredReplicas(d *appsv1.Deployment) int32 {
+	if d.Spec.Replicas != nil {
+		return *d.Spec.Replicas
+	}
+	return 1
 }
 
 func (r *Reconciler) setCondition(s *v1alpha1.MCPServer, typ string, status metav1.ConditionStatus, reason, msg string) {

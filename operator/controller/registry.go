@@ -17,6 +17,9 @@ import (
 // endpoint is the in-cluster URL of s's MCP endpoint, as the adapter reaches
 // it through the Service.
 func (r *Reconciler) endpoint(s *v1alpha1.MCPServer) string {
+	if r.Options.Endpoint != nil {
+		return r.Options.Endpoint(s)
+	}
 	return fmt.Sprintf("http://%s.%s.svc.%s:%d%s", s.Name, s.Namespace, r.Options.ClusterDomain, port(s), path(s))
 }
 
@@ -106,8 +109,11 @@ func (r *Reconciler) register(ctx context.Context, s *v1alpha1.MCPServer, shape,
 			CredentialVersion:      want.credentialVersion,
 			WorkloadDigest:         want.workloadDigest,
 			Reason:                 reason,
-			DisplayName:            displayName(s),
-			Owner:                  s.Spec.Owner,
+			// The pods of the new revision are not running yet: the
+			// previous revision serves until reportRollout says they are.
+			KeepServing: true,
+			DisplayName: displayName(s),
+			Owner:       s.Spec.Owner,
 		})
 		if err != nil {
 			return nil, r.registryFailed(s, "update the registry connection", err)

@@ -3,7 +3,9 @@ package controller
 import (
 	"maps"
 	"strings"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -36,6 +38,10 @@ const (
 	bridgeBinary   = bridgeDir + "/v0m3"
 	credentialsDir = "/var/run/secrets/v0m3/credentials"
 )
+
+// drainDelay is how long a replaced pod keeps serving its open
+// connections (see deployment).
+const drainDelay = 10 * time.Second
 
 // The UID and GID pods run as: not root, and not a UID an image is likely
 // to give a meaning (65532 is distroless' "nonroot").
@@ -244,6 +250,13 @@ func deployment(s *v1alpha1.MCPServer, o Options, hash string, revision int64) *
 		}
 	}
 	server.WithVolumeMounts(mounts...)
+	// A replaced pod keeps answering on the connections it has (the
+	// adapter's sessions of the previous config revision) for drainDelay
+	// after it leaves the Service, so the operator can move the registry's
+	// serving revision to the new pods before the old ones stop: calls in
+	// flight finish on the old credential, new calls use the new one.
+	server.WithLifecycle(coreac.Lifecycle().WithPreStop(coreac.LifecycleHandler().
+		WithSleep(coreac.SleepAction().WithSeconds(int64(drainDelay / time.Second)))))
 	pod.WithContainers(server).WithVolumes(volumes...)
 
 	return appsac.Deployment(s.Name, s.Namespace).
@@ -251,6 +264,14 @@ func deployment(s *v1alpha1.MCPServer, o Options, hash string, revision int64) *
 		WithOwnerReferences(owner(s)).
 		WithSpec(appsac.DeploymentSpec().
 			WithReplicas(1).
+			// A new pod must be available before an old one goes: a
+			// rotation whose pods never become ready (the server refuses
+			// the new credential) leaves the old pods serving.
+			WithStrategy(appsac.DeploymentStrategy().
+				WithType(appsv1.RollingUpdateDeploymentStrategyType).
+				WithRollingUpdate(appsac.RollingUpdateDeployment().
+					WithMaxUnavailable(intstr.FromInt32(0)).
+					WithMaxSurge(intstr.FromInt32(1)))).
 			WithSelector(metaac.LabelSelector().WithMatchLabels(selector(s))).
 			WithTemplate(coreac.PodTemplateSpec().
 				WithLabels(labels(s)).

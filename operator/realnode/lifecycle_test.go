@@ -347,10 +347,14 @@ func TestRotationRollsPodsAndInvalidatesApprovals(t *testing.T) {
 	if pod2.UID == pod.UID {
 		t.Fatal("the rotation did not start a new pod")
 	}
-	waitFor(t, "the rotation recorded complete", 2*time.Minute, func() (bool, string) {
-		st := s.get().Status.Rotation
-		return st != nil && st.CompletionTime != nil && st.ToRevision == rev, "rotation status not complete"
+	waitFor(t, "the rotation recorded complete and its revision serving", 2*time.Minute, func() (bool, string) {
+		got := s.get().Status
+		return got.Rotation != nil && got.Rotation.CompletionTime != nil && got.Rotation.ToRevision == rev && got.ServingConfigRevision == rev,
+			"rotation status not complete or revision " + itoa(got.ServingConfigRevision) + " serving"
 	})
+	if c := s.connection(); c.GetServingConfigRevision() != rev {
+		t.Fatalf("registry serves revision %d after the rollout, want %d", c.GetServingConfigRevision(), rev)
+	}
 	s.resolves(pod2)
 
 	_, err = approve(waiting.GetId())

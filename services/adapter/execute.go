@@ -18,6 +18,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/reach"
 	"github.com/v0m3/v0m3/services/internal/resultschema"
+	"github.com/v0m3/v0m3/services/internal/serving"
 	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
@@ -86,13 +87,13 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 	if err != nil {
 		return nil, err
 	}
-	if conn.GetConfigRevision() != req.GetConfigRevision() {
+	if rev := serving.Revision(conn); rev != req.GetConfigRevision() {
 		return nil, apierror.New(codes.FailedPrecondition, "CONFIG_REVISION_CHANGED",
-			fmt.Sprintf("connection %s is at config revision %d, the call was authorized against %d; authorize it again",
-				conn.GetId(), conn.GetConfigRevision(), req.GetConfigRevision()),
+			fmt.Sprintf("connection %s serves config revision %d, the call was authorized against %d; authorize it again",
+				conn.GetId(), rev, req.GetConfigRevision()),
 			map[string]string{
 				"connection_id":    conn.GetId(),
-				"current_revision": fmt.Sprint(conn.GetConfigRevision()),
+				"current_revision": fmt.Sprint(rev),
 				"request_revision": fmt.Sprint(req.GetConfigRevision()),
 			})
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/serving"
 	"github.com/v0m3/v0m3/services/internal/telemetry"
 	"google.golang.org/protobuf/proto"
 )
@@ -113,9 +114,10 @@ func newPool(s *Server, cfg SessionConfig) *pool {
 }
 
 // sameConfig reports whether a session opened for a may serve a call
-// authorized against b.
+// authorized against b. Sessions follow the serving revision: one opened
+// before a rotation's workload rolled out drains once the new one serves.
 func sameConfig(a, b *registryv1.Connection) bool {
-	return a.GetConfigRevision() == b.GetConfigRevision() &&
+	return serving.Revision(a) == serving.Revision(b) &&
 		a.GetCredentialRef() == b.GetCredentialRef() &&
 		proto.Equal(a.GetTransport(), b.GetTransport())
 }
@@ -133,8 +135,10 @@ func (p *pool) acquire(ctx context.Context, conn *registryv1.Connection) (*poole
 		}
 		e := p.current[conn.GetId()]
 		if e != nil && !sameConfig(e.conn, conn) {
-			// A new configuration: the old session drains.
-			p.retireLocked(e)
+			// A new configuration: the old session drains, and closes
+			// now when no call is in flight on it (its server process or
+			// connection, and the old credential, go with it).
+			p.drainLocked(e)
 			e = nil
 		}
 		if e == nil {
@@ -321,10 +325,14 @@ func (p *pool) closeIdle() {
 func (p *pool) drop(connectionID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := p.current[connectionID]
-	if e == nil {
-		return
+	if e := p.current[connectionID]; e != nil {
+		p.drainLocked(e)
 	}
+}
+
+// drainLocked stops e taking new calls and closes it once its calls in
+// flight end: now, when there are none.
+func (p *pool) drainLocked(e *pooled) {
 	p.retireLocked(e)
 	select {
 	case <-e.ready:

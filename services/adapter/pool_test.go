@@ -236,6 +236,45 @@ func TestNewRevisionDrains(t *testing.T) {
 	}
 }
 
+// TestSessionFollowsServingRevision: while a newer config revision's
+// workload rolls out (the registry keeps the previous revision serving),
+// calls execute at the serving revision on its session and a call
+// authorized against the unserved revision is refused having sent
+// nothing; once the new revision serves, the next call gets a new session
+// and the old one drains and ends.
+func TestSessionFollowsServingRevision(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	base := e.stdioConn("--hostile")
+	conn1 := e.registry.add(&registryv1.Connection{Transport: base.GetTransport()})
+	execute(t, e, call(t, conn1, "whoami", map[string]any{}, nil))
+	pid1 := serverPID(t, e, conn1)
+
+	rolling := e.registry.add(&registryv1.Connection{Id: conn1.GetId(), ConfigRevision: 2, ServingConfigRevision: 1, Transport: base.GetTransport()})
+	_, err := e.srv.Execute(context.Background(), granted(t, call(t, rolling, "whoami", map[string]any{}, nil)))
+	if !apierror.Is(err, codes.FailedPrecondition, "CONFIG_REVISION_CHANGED") || apierror.Info(err).GetMetadata()["current_revision"] != "1" {
+		t.Fatalf("a call at revision 2 while revision 1 serves: %v; want CONFIG_REVISION_CHANGED naming serving revision 1", err)
+	}
+	atServing := call(t, rolling, "whoami", map[string]any{}, nil)
+	atServing.ConfigRevision = 1
+	if r := execute(t, e, atServing); r.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+		t.Fatalf("a call at the serving revision: %v", r)
+	}
+	if got := serverPID(t, e, conn1); got != pid1 || e.srv.procStarts.Load() != 1 {
+		t.Fatalf("the serving revision's calls ran on process %d (%d started), want the revision 1 session %d", got, e.srv.procStarts.Load(), pid1)
+	}
+
+	served := e.registry.add(&registryv1.Connection{Id: conn1.GetId(), ConfigRevision: 2, ServingConfigRevision: 2, Transport: base.GetTransport()})
+	execute(t, e, call(t, served, "whoami", map[string]any{}, nil))
+	if pid2 := serverPID(t, e, served); pid2 == pid1 {
+		t.Fatalf("revision 2 ran on the revision 1 process %d", pid1)
+	}
+	eventually(t, "the revision 1 session ends", func() bool { return gone(pid1) })
+	if st := e.srv.pool.stats(); st.Sessions != 1 {
+		t.Errorf("pool %+v, want only the revision 2 session", st)
+	}
+}
+
 // TestLimitsPerCallOnASharedSession: calls with different limits share a
 // session; each is judged by its own limit, and a response over one call's
 // limit neither breaks the session nor the call that allows it. A flood

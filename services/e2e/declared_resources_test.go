@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -98,28 +99,7 @@ func TestDeclaredReadProjectFileFromResources(t *testing.T) {
 // resources.
 func startOperator(t *testing.T, w *npmWorld) client.Client {
 	t.Helper()
-	assets, err := testkit.EnvtestAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "charts", "v0m3", "crds")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start kube-apiserver: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg, scheme := startKube(t)
 	peers, err := w.s.PeerClients(identity.Operator)
 	if err != nil {
 		t.Fatal(err)
@@ -154,6 +134,35 @@ func startOperator(t *testing.T, w *npmWorld) client.Client {
 		t.Fatal(err)
 	}
 	return k8s
+}
+
+// startKube starts a real kube-apiserver and etcd (envtest) with the V0M3
+// CRDs installed, until the test ends.
+func startKube(t *testing.T) (*rest.Config, *runtime.Scheme) {
+	t.Helper()
+	assets, err := testkit.EnvtestAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "charts", "v0m3", "crds")},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                scheme,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	return cfg, scheme
 }
 
 // rawExtension encodes v for a RawExtension field.

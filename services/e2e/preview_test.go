@@ -104,6 +104,15 @@ func connectRenderer(t *testing.T, c stack, args ...string) *rendererEnv {
 	if err != nil {
 		t.Fatalf("review connection: %v", err)
 	}
+	mapRenderer(t, c, env)
+	return env
+}
+
+// mapRenderer discovers env's connection and maps render_preview onto its
+// render tool as the integrator; the reviewer reviews the mapping.
+func mapRenderer(t *testing.T, c stack, env *rendererEnv) {
+	t.Helper()
+	ctx := c.as(scenario.Integrator)
 	snap, err := c.Adapter.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: env.conn.GetId()})
 	if err != nil {
 		t.Fatalf("discover: %v", err)
@@ -130,7 +139,6 @@ func connectRenderer(t *testing.T, c stack, args ...string) *rendererEnv {
 	if err != nil {
 		t.Fatalf("review mapping: %v", err)
 	}
-	return env
 }
 
 // startPreviewTask starts a preview task as alice, an author.

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
@@ -168,5 +170,69 @@ func TestGovernedReadsContinueThroughRotations(t *testing.T) {
 	}
 	if st := w.mappingNow().GetState(); st != registryv1.MappingState_MAPPING_STATE_ACTIVE {
 		t.Errorf("mapping after %d rotations is %v, want ACTIVE", rotations, st)
+	}
+}
+
+// TestApprovalsFollowServingRevision rotates a connection's credential the
+// way the operator does (keep_serving: the new revision serves once its
+// workload rolled out) while approvals wait. An approval given while the
+// previous revision still serves is valid and executes on it; once the
+// operator reports the rollout, an approval bound to the previous revision
+// is refused naming the credentials binding and renders nothing, the
+// mapping stays active, and a new request executes at the new revision.
+func TestApprovalsFollowServingRevision(t *testing.T) {
+	t.Parallel()
+	s := startSuite(t, t.TempDir())
+	c := stackOf(s)
+	env := connectRenderer(t, c)
+	task := startPreviewTask(t, c).GetTask().GetId()
+	operator, err := s.PeerClients(identity.Operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	before := submitPreview(t, c, task, "call-before")
+	rotated, err := s.Registry.UpdateConnection(c.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
+		Id: env.conn.GetId(), ExpectedConfigRevision: env.conn.GetConfigRevision(), Transport: env.conn.GetTransport(),
+		CredentialScope: env.conn.GetCredentialScope(), CredentialVersion: "secret@2", Reason: "credential rotation", KeepServing: true,
+	})
+	if err != nil {
+		t.Fatalf("rotate keeping the serving revision: %v", err)
+	}
+	if rotated.GetConfigRevision() != 2 || rotated.GetServingConfigRevision() != 1 {
+		t.Fatalf("after the rotation: latest %d serving %d; want 2, 1", rotated.GetConfigRevision(), rotated.GetServingConfigRevision())
+	}
+	done, err := approve(c, before.GetId(), documentDigest)
+	if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		t.Fatalf("approval while revision 1 still serves: %v, %v; want EXECUTED", done.GetState(), err)
+	}
+	if n := env.renders(t); n != 1 {
+		t.Fatalf("renders = %d, want 1", n)
+	}
+
+	waiting := submitPreview(t, c, task, "call-waiting")
+	if _, err := operator.Registry.ReportRollout(context.Background(), &registryv1.ReportRolloutRequest{
+		Id: env.conn.GetId(), ConfigRevision: 2, Ready: true}); err != nil {
+		t.Fatalf("report the rollout: %v", err)
+	}
+	_, err = approve(c, waiting.GetId(), documentDigest)
+	if !apierror.Is(err, codes.FailedPrecondition, "APPROVAL_INVALIDATED") || apierror.Info(err).GetMetadata()["binding"] != "credentials" {
+		t.Fatalf("approving a request bound to revision 1 once revision 2 serves: %v; want APPROVAL_INVALIDATED naming credentials", err)
+	}
+	if n := env.renders(t); n != 1 {
+		t.Fatalf("an invalidated approval rendered: renders = %d, want still 1", n)
+	}
+	m, err := s.Registry.GetMapping(c.as(scenario.Integrator), &registryv1.GetMappingRequest{Id: env.mapping.GetId()})
+	if err != nil || m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
+		t.Fatalf("mapping after the rotation: %v, %v; want ACTIVE", m.GetState(), err)
+	}
+
+	after := submitPreview(t, c, task, "call-after")
+	if after.GetApproval().GetConfigRevision() != 2 {
+		t.Errorf("a request after the rollout asks an approval bound to revision %d, want 2", after.GetApproval().GetConfigRevision())
+	}
+	done, err = approve(c, after.GetId(), documentDigest)
+	if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		t.Fatalf("governed call at revision 2: %v, %v; want EXECUTED", done.GetState(), err)
 	}
 }

@@ -25,6 +25,7 @@ var table = map[string]map[string]Access{
 		"CreateConnection":     {Peers: []string{Operator}, Callers: true},
 		"UpdateConnection":     {Peers: []string{Operator, Adapter}, Callers: true},
 		"RetireConnection":     {Peers: []string{Operator}, Callers: true},
+		"ReportRollout":        {Peers: []string{Operator}},
 		"ReviewConnection":     {Callers: true},
 		"GetConnection":        {Peers: []string{Orchestrator, Policy, Adapter, Operator, Evidence}, Callers: true},
 		"ListConnections":      {Peers: []string{Orchestrator, Policy, Adapter, Operator, Evidence}, Callers: true},

@@ -19,6 +19,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/serving"
 )
 
 // DefaultApprovalTTL is how long an approval may be given after it was
@@ -55,7 +56,7 @@ func (s *Server) awaitApproval(ctx context.Context, req *orchestratorv1.ToolRequ
 		MappingRevision: p.mapping.GetRevision(),
 		PolicyRevision:  p.authz.GetPolicyRevision(),
 		ConnectionId:    p.connection.GetId(),
-		ConfigRevision:  p.connection.GetConfigRevision(),
+		ConfigRevision:  serving.Revision(p.connection),
 		CreateTime:      timestamppb.New(now),
 		ExpireTime:      timestamppb.New(now.Add(s.approvalTTL)),
 	}
@@ -285,9 +286,9 @@ func (s *Server) checkBindings(ctx context.Context, task *orchestratorv1.Task, r
 	if err != nil {
 		return none, "", err
 	}
-	if conn.GetConfigRevision() != ap.GetConfigRevision() {
+	if rev := serving.Revision(conn); rev != ap.GetConfigRevision() {
 		return orchestratorv1.ApprovalBinding_APPROVAL_BINDING_CREDENTIALS,
-			fmt.Sprintf("connection %s is at configuration revision %d, the approval is bound to revision %d", conn.GetId(), conn.GetConfigRevision(), ap.GetConfigRevision()), nil
+			fmt.Sprintf("connection %s serves configuration revision %d, the approval is bound to revision %d", conn.GetId(), rev, ap.GetConfigRevision()), nil
 	}
 	pol, err := s.deps.Policy.GetPolicyRevision(ctx, &policyv1.GetPolicyRevisionRequest{})
 	if err != nil {

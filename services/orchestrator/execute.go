@@ -18,6 +18,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/provenance"
 	"github.com/v0m3/v0m3/services/internal/receipt"
+	"github.com/v0m3/v0m3/services/internal/serving"
 )
 
 // maxUntrustedDetail bounds untrusted error text kept in a record.
@@ -65,7 +66,7 @@ func (s *Server) followRotation(ctx context.Context, req *orchestratorv1.ToolReq
 		return nil, ""
 	}
 	conn, err := s.deps.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: p.connection.GetId()})
-	if err != nil || conn.GetConfigRevision() <= p.connection.GetConfigRevision() ||
+	if err != nil || serving.Revision(conn) <= serving.Revision(p.connection) ||
 		conn.GetState() != registryv1.ConnectionState_CONNECTION_STATE_ACTIVE || conn.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_APPROVED {
 		return nil, ""
 	}
@@ -75,7 +76,17 @@ func (s *Server) followRotation(ctx context.Context, req *orchestratorv1.ToolReq
 		return nil, ""
 	}
 	return conn, fmt.Sprintf("connection %s moved from config revision %d to %d (mapping %s r%d still active); attempting again at revision %d",
-		conn.GetId(), p.connection.GetConfigRevision(), conn.GetConfigRevision(), p.mapping.GetId(), p.mapping.GetRevision(), conn.GetConfigRevision())
+		conn.GetId(), serving.Revision(p.connection), serving.Revision(conn), p.mapping.GetId(), p.mapping.GetRevision(), serving.Revision(conn))
+}
+
+// servingNote is "; " and why the connection's latest config revision does
+// not serve, or "" when it does: the trace says which credential a call
+// used and why not the newest.
+func servingNote(c *registryv1.Connection) string {
+	if n := serving.Note(c); n != "" {
+		return "; " + n
+	}
+	return ""
 }
 
 // maxAutomaticRetries is how many further attempts one execution may make
@@ -195,7 +206,7 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 
 	in := &adapterv1.ExecuteRequest{
 		ConnectionId:    p.mapping.GetConnectionId(),
-		ConfigRevision:  p.connection.GetConfigRevision(),
+		ConfigRevision:  serving.Revision(p.connection),
 		MappingId:       p.mapping.GetId(),
 		MappingRevision: p.mapping.GetRevision(),
 		Target:          p.target,
@@ -258,9 +269,9 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED, Capability: req.GetCapability(),
 		RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(outcome),
-		Detail: fmt.Sprintf("attempt %d via connection %s mapping %s r%d: %s, stage %s, %d bytes, response %s",
-			att.GetNumber(), p.mapping.GetConnectionId(), p.mapping.GetId(), p.mapping.GetRevision(), outcomeName(outcome),
-			stageName(att.GetStage()), resp.GetResponseBytes(), resp.GetResponseDigest()),
+		Detail: fmt.Sprintf("attempt %d via connection %s config r%d mapping %s r%d: %s, stage %s, %d bytes, response %s%s",
+			att.GetNumber(), p.mapping.GetConnectionId(), serving.Revision(p.connection), p.mapping.GetId(), p.mapping.GetRevision(), outcomeName(outcome),
+			stageName(att.GetStage()), resp.GetResponseBytes(), resp.GetResponseDigest(), servingNote(p.connection)),
 	})
 	return req, att, resp, nil
 }

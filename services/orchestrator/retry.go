@@ -14,6 +14,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/receipt"
+	"github.com/v0m3/v0m3/services/internal/serving"
 )
 
 // action is what follows a failed attempt.
@@ -135,7 +136,7 @@ func (s *Server) queryStatus(ctx context.Context, task *orchestratorv1.Task, req
 	}
 	in := &adapterv1.ExecuteRequest{
 		ConnectionId:    m.GetConnectionId(),
-		ConfigRevision:  conn.GetConfigRevision(),
+		ConfigRevision:  serving.Revision(conn),
 		MappingId:       m.GetId(),
 		MappingRevision: m.GetRevision(),
 		Target:          &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: m.GetStatusTool()},

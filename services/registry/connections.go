@@ -77,6 +77,8 @@ func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateCon
 		CreatedBy:         actor(creator),
 		ProposedBy:        actor(creator),
 	}
+	// Nothing runs before a review; revision 1 is what will serve.
+	c.ServingConfigRevision = 1
 	d, err := configDigest(c)
 	if err != nil {
 		return nil, invalidConnection([]apierror.FieldViolation{{Field: "transport", Description: err.Error()}}, "")
@@ -108,7 +110,16 @@ func (s *Server) getConnection(ctx context.Context, id string) (*registryv1.Conn
 	if err != nil {
 		return nil, s.storeError(ctx, err, "get connection", func() error { return connectionUnknown(id) })
 	}
+	withServing(c)
 	return c, nil
+}
+
+// withServing fills the serving revision of a connection stored before the
+// registry recorded one: until then every revision served at once.
+func withServing(c *registryv1.Connection) {
+	if c.GetServingConfigRevision() == 0 {
+		c.ServingConfigRevision = c.GetConfigRevision()
+	}
 }
 
 // ListConnections returns connections, oldest first; retired ones only when
@@ -117,6 +128,9 @@ func (s *Server) ListConnections(ctx context.Context, req *registryv1.ListConnec
 	all, err := s.st.ListConnections(ctx)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "list connections", nil)
+	}
+	for _, c := range all {
+		withServing(c)
 	}
 	out := slices.DeleteFunc(all, func(c *registryv1.Connection) bool {
 		return !req.GetIncludeRetired() && c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED
@@ -157,6 +171,10 @@ func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateCon
 		var cv []apierror.FieldViolation
 		cv, reason = s.validateConfig(req.GetTransport(), req.GetCredentialRef())
 		v = append(v, cv...)
+	}
+	if req.GetKeepServing() && req.GetCredentialRef() != "" {
+		v = append(v, apierror.FieldViolation{Field: "keep_serving",
+			Description: "a credential_ref is resolved by the adapter at call time, so the previous revision cannot keep serving; keep_serving is for a credential that lives in the workload"})
 	}
 	if len(v) > 0 {
 		return nil, invalidConnection(v, reason)
@@ -210,6 +228,9 @@ func (s *Server) UpdateConnection(ctx context.Context, req *registryv1.UpdateCon
 					reason = "configuration updated"
 				}
 				s.reviseConfig(u, next, d, reason, actor(changer), now)
+				if !req.GetKeepServing() {
+					u.Connection.ServingConfigRevision = u.Connection.GetConfigRevision()
+				}
 				c, changed, revised = u.Connection, true, true
 			}
 		}
@@ -248,6 +269,8 @@ func (s *Server) reviseConfig(u *ConnectionUpdate, next *registryv1.Connection, 
 	keep := rotationKeepsMappings(u.Connection, next)
 	next.ConfigRevision = prev + 1
 	next.ConfigDigest = d
+	// A newer revision supersedes a failed rollout of an older one.
+	next.RolloutFailure = nil
 	detail := fmt.Sprintf("config revision %d (%s) replaced revision %d", next.GetConfigRevision(), reason, prev)
 	if rereview {
 		next.ReviewState = registryv1.ReviewState_REVIEW_STATE_PENDING

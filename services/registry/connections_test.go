@@ -250,6 +250,10 @@ func TestUpdateConnection(t *testing.T) {
 			if got.GetConfigRevision() != tt.wantRevision {
 				t.Errorf("config_revision = %d, want %d", got.GetConfigRevision(), tt.wantRevision)
 			}
+			// Without keep_serving a new revision serves at once.
+			if got.GetServingConfigRevision() != got.GetConfigRevision() {
+				t.Errorf("serving_config_revision = %d, want %d", got.GetServingConfigRevision(), got.GetConfigRevision())
+			}
 			if req.GetDisplayName() != "" && got.GetDisplayName() != req.GetDisplayName() {
 				t.Errorf("display_name = %q, want %q", got.GetDisplayName(), req.GetDisplayName())
 			}

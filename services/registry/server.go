@@ -132,7 +132,10 @@ func (s *Server) event(t registryv1.RegistryEventType, connID, mappingID, snapsh
 // translates the outcome into an API error. A missing connection is
 // NOT_FOUND CONNECTION_UNKNOWN.
 func (s *Server) updateConnection(ctx context.Context, id string, fn func(*ConnectionUpdate) error) error {
-	err := s.st.UpdateConnection(ctx, id, fn)
+	err := s.st.UpdateConnection(ctx, id, func(u *ConnectionUpdate) error {
+		withServing(u.Connection)
+		return fn(u)
+	})
 	if err != nil {
 		return s.storeError(ctx, err, "update connection", func() error { return connectionUnknown(id) })
 	}

@@ -202,6 +202,10 @@ const (
 	// ConditionCredentialsReady is True when the referenced Secret exists and
 	// the running pods use its current version.
 	ConditionCredentialsReady = "CredentialsReady"
+	// ConditionServing is True when the registry serves the latest config
+	// revision (its pods rolled out); False while a newer revision rolls
+	// out or after its rollout failed, when the previous one keeps serving.
+	ConditionServing = "Serving"
 )
 
 // Condition reasons of an MCPServer.
@@ -215,6 +219,10 @@ const (
 	ReasonNoCredentials       = "NoCredentials"
 	ReasonCredentialsCurrent  = "CredentialsCurrent"
 	ReasonRotationInProgress  = "RotationInProgress"
+	ReasonRotationFailed      = "RotationFailed"
+	ReasonRolloutFailed       = "RolloutFailed"
+	ReasonServingLatest       = "ServingLatest"
+	ReasonRolloutPending      = "RolloutPending"
 	ReasonAwaitingDiscovery   = "AwaitingDiscovery"
 	ReasonSnapshotRecorded    = "SnapshotRecorded"
 	ReasonSnapshotOutdated    = "SnapshotOutdated"
@@ -230,7 +238,8 @@ type MCPServerStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Discovered, ReviewRequired, CredentialsReady.
+	// Conditions: Ready, Discovered, ReviewRequired, CredentialsReady,
+	// Serving.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -240,9 +249,25 @@ type MCPServerStatus struct {
 	// +optional
 	ConnectionID string `json:"connectionID,omitempty"`
 
-	// ConfigRevision is the registry's config revision in force.
+	// ConfigRevision is the registry's latest config revision: the one the
+	// pod template carries.
 	// +optional
 	ConfigRevision int64 `json:"configRevision,omitempty"`
+
+	// ServingConfigRevision is the registry's config revision that calls
+	// execute at: ConfigRevision once its pods rolled out, the previous
+	// one while they roll out or when their rollout failed.
+	// +optional
+	ServingConfigRevision int64 `json:"servingConfigRevision,omitempty"`
+
+	// DesiredReplicas is how many pods the Deployment wants.
+	// +optional
+	DesiredReplicas int32 `json:"desiredReplicas,omitempty"`
+
+	// UpdatedReadyReplicas is how many of them run the current pod
+	// template and are available: the rollout's progress.
+	// +optional
+	UpdatedReadyReplicas int32 `json:"updatedReadyReplicas,omitempty"`
 
 	// ConfigDigest is the registry's digest of that revision.
 	// +optional
@@ -292,6 +317,10 @@ type RotationStatus struct {
 	// available; unset while the rotation is in progress.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Failure says why the rotation's pods did not roll out, when they did
+	// not; FromRevision keeps serving. Cleared if they roll out after all.
+	// +optional
+	Failure string `json:"failure,omitempty"`
 }
 
 // MCPServer runs one MCP server in a sandboxed pod and registers it as a
@@ -305,6 +334,7 @@ type RotationStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.configRevision`
+// +kubebuilder:printcolumn:name="Serving",type=integer,JSONPath=`.status.servingConfigRevision`
 // +kubebuilder:printcolumn:name="Credentials",type=string,JSONPath=`.status.conditions[?(@.type=="CredentialsReady")].reason`
 // +kubebuilder:printcolumn:name="Review",type=string,JSONPath=`.status.conditions[?(@.type=="ReviewRequired")].reason`
 // +kubebuilder:printcolumn:name="Connection",type=string,JSONPath=`.status.connectionID`,priority=1

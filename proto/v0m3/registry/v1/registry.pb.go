@@ -986,6 +986,11 @@ const (
 	// or not a mapping depends on what changed. The detail names what changed
 	// (names and digests only, never remote text).
 	RegistryEventType_REGISTRY_EVENT_TYPE_SURFACE_CHANGED RegistryEventType = 14
+	// A connection's serving config revision moved forward.
+	RegistryEventType_REGISTRY_EVENT_TYPE_SERVING_REVISION_CHANGED RegistryEventType = 15
+	// The rollout of a connection's config revision failed; the previous
+	// revision keeps serving.
+	RegistryEventType_REGISTRY_EVENT_TYPE_ROLLOUT_FAILED RegistryEventType = 16
 )
 
 // Enum value maps for RegistryEventType.
@@ -1006,23 +1011,27 @@ var (
 		12: "REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED",
 		13: "REGISTRY_EVENT_TYPE_PROFILE_REVISED",
 		14: "REGISTRY_EVENT_TYPE_SURFACE_CHANGED",
+		15: "REGISTRY_EVENT_TYPE_SERVING_REVISION_CHANGED",
+		16: "REGISTRY_EVENT_TYPE_ROLLOUT_FAILED",
 	}
 	RegistryEventType_value = map[string]int32{
-		"REGISTRY_EVENT_TYPE_UNSPECIFIED":             0,
-		"REGISTRY_EVENT_TYPE_CONNECTION_CREATED":      1,
-		"REGISTRY_EVENT_TYPE_CONFIG_REVISED":          2,
-		"REGISTRY_EVENT_TYPE_CONNECTION_RETIRED":      3,
-		"REGISTRY_EVENT_TYPE_SNAPSHOT_RECORDED":       4,
-		"REGISTRY_EVENT_TYPE_MAPPING_PROPOSED":        5,
-		"REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED":       6,
-		"REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED": 7,
-		"REGISTRY_EVENT_TYPE_MAPPING_RETIRED":         8,
-		"REGISTRY_EVENT_TYPE_CONNECTION_UPDATED":      9,
-		"REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED":     10,
-		"REGISTRY_EVENT_TYPE_CAPABILITY_REVISED":      11,
-		"REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED":   12,
-		"REGISTRY_EVENT_TYPE_PROFILE_REVISED":         13,
-		"REGISTRY_EVENT_TYPE_SURFACE_CHANGED":         14,
+		"REGISTRY_EVENT_TYPE_UNSPECIFIED":              0,
+		"REGISTRY_EVENT_TYPE_CONNECTION_CREATED":       1,
+		"REGISTRY_EVENT_TYPE_CONFIG_REVISED":           2,
+		"REGISTRY_EVENT_TYPE_CONNECTION_RETIRED":       3,
+		"REGISTRY_EVENT_TYPE_SNAPSHOT_RECORDED":        4,
+		"REGISTRY_EVENT_TYPE_MAPPING_PROPOSED":         5,
+		"REGISTRY_EVENT_TYPE_MAPPING_ACTIVATED":        6,
+		"REGISTRY_EVENT_TYPE_MAPPING_REVIEW_REQUIRED":  7,
+		"REGISTRY_EVENT_TYPE_MAPPING_RETIRED":          8,
+		"REGISTRY_EVENT_TYPE_CONNECTION_UPDATED":       9,
+		"REGISTRY_EVENT_TYPE_CONNECTION_REVIEWED":      10,
+		"REGISTRY_EVENT_TYPE_CAPABILITY_REVISED":       11,
+		"REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED":    12,
+		"REGISTRY_EVENT_TYPE_PROFILE_REVISED":          13,
+		"REGISTRY_EVENT_TYPE_SURFACE_CHANGED":          14,
+		"REGISTRY_EVENT_TYPE_SERVING_REVISION_CHANGED": 15,
+		"REGISTRY_EVENT_TYPE_ROLLOUT_FAILED":           16,
 	}
 )
 
@@ -1123,8 +1132,15 @@ type Connection struct {
 	// Output only. The config revision the last review decided on. A later
 	// revision that changed only the credential keeps the decision.
 	ReviewedConfigRevision int64 `protobuf:"varint,26,opt,name=reviewed_config_revision,json=reviewedConfigRevision,proto3" json:"reviewed_config_revision,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Output only. The config revision calls execute at and approvals bind
+	// to: config_revision, except while the workload of a newer revision
+	// created with keep_serving rolls out (see ReportRollout).
+	ServingConfigRevision int64 `protobuf:"varint,27,opt,name=serving_config_revision,json=servingConfigRevision,proto3" json:"serving_config_revision,omitempty"`
+	// Output only. Why the latest revision is not serving, when its rollout
+	// failed; cleared by a newer revision or a successful rollout.
+	RolloutFailure *RolloutFailure `protobuf:"bytes,28,opt,name=rollout_failure,json=rolloutFailure,proto3" json:"rollout_failure,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Connection) Reset() {
@@ -1339,6 +1355,84 @@ func (x *Connection) GetReviewedConfigRevision() int64 {
 	return 0
 }
 
+func (x *Connection) GetServingConfigRevision() int64 {
+	if x != nil {
+		return x.ServingConfigRevision
+	}
+	return 0
+}
+
+func (x *Connection) GetRolloutFailure() *RolloutFailure {
+	if x != nil {
+		return x.RolloutFailure
+	}
+	return nil
+}
+
+// RolloutFailure says why a config revision's workload did not roll out.
+type RolloutFailure struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config revision whose rollout failed.
+	ConfigRevision int64 `protobuf:"varint,1,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
+	// What the installer saw, e.g. "ProgressDeadlineExceeded: ...".
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// When it was reported.
+	ReportTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutFailure) Reset() {
+	*x = RolloutFailure{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutFailure) ProtoMessage() {}
+
+func (x *RolloutFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutFailure.ProtoReflect.Descriptor instead.
+func (*RolloutFailure) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RolloutFailure) GetConfigRevision() int64 {
+	if x != nil {
+		return x.ConfigRevision
+	}
+	return 0
+}
+
+func (x *RolloutFailure) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *RolloutFailure) GetReportTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportTime
+	}
+	return nil
+}
+
 // Transport says how a server is reached.
 type Transport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1356,7 +1450,7 @@ type Transport struct {
 
 func (x *Transport) Reset() {
 	*x = Transport{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[1]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1462,7 @@ func (x *Transport) String() string {
 func (*Transport) ProtoMessage() {}
 
 func (x *Transport) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[1]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1475,7 @@ func (x *Transport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transport.ProtoReflect.Descriptor instead.
 func (*Transport) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{1}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Transport) GetKind() isTransport_Kind {
@@ -1461,7 +1555,7 @@ type StdioTransport struct {
 
 func (x *StdioTransport) Reset() {
 	*x = StdioTransport{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[2]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1567,7 @@ func (x *StdioTransport) String() string {
 func (*StdioTransport) ProtoMessage() {}
 
 func (x *StdioTransport) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[2]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1580,7 @@ func (x *StdioTransport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdioTransport.ProtoReflect.Descriptor instead.
 func (*StdioTransport) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{2}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StdioTransport) GetCommand() string {
@@ -1528,7 +1622,7 @@ type StreamableHTTPTransport struct {
 
 func (x *StreamableHTTPTransport) Reset() {
 	*x = StreamableHTTPTransport{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[3]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1634,7 @@ func (x *StreamableHTTPTransport) String() string {
 func (*StreamableHTTPTransport) ProtoMessage() {}
 
 func (x *StreamableHTTPTransport) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[3]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1647,7 @@ func (x *StreamableHTTPTransport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamableHTTPTransport.ProtoReflect.Descriptor instead.
 func (*StreamableHTTPTransport) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{3}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StreamableHTTPTransport) GetUrl() string {
@@ -1574,7 +1668,7 @@ type DirectTransport struct {
 
 func (x *DirectTransport) Reset() {
 	*x = DirectTransport{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[4]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1680,7 @@ func (x *DirectTransport) String() string {
 func (*DirectTransport) ProtoMessage() {}
 
 func (x *DirectTransport) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[4]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1693,7 @@ func (x *DirectTransport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectTransport.ProtoReflect.Descriptor instead.
 func (*DirectTransport) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{4}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DirectTransport) GetAdapter() string {
@@ -1625,7 +1719,7 @@ type ServerInfo struct {
 
 func (x *ServerInfo) Reset() {
 	*x = ServerInfo{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1731,7 @@ func (x *ServerInfo) String() string {
 func (*ServerInfo) ProtoMessage() {}
 
 func (x *ServerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1744,7 @@ func (x *ServerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfo.ProtoReflect.Descriptor instead.
 func (*ServerInfo) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{5}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ServerInfo) GetName() string {
@@ -1723,7 +1817,7 @@ type SandboxConstraints struct {
 
 func (x *SandboxConstraints) Reset() {
 	*x = SandboxConstraints{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1829,7 @@ func (x *SandboxConstraints) String() string {
 func (*SandboxConstraints) ProtoMessage() {}
 
 func (x *SandboxConstraints) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1842,7 @@ func (x *SandboxConstraints) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxConstraints.ProtoReflect.Descriptor instead.
 func (*SandboxConstraints) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{6}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SandboxConstraints) GetWorkingDir() string {
@@ -1853,7 +1947,7 @@ type SandboxIdentity struct {
 
 func (x *SandboxIdentity) Reset() {
 	*x = SandboxIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1959,7 @@ func (x *SandboxIdentity) String() string {
 func (*SandboxIdentity) ProtoMessage() {}
 
 func (x *SandboxIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1972,7 @@ func (x *SandboxIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxIdentity.ProtoReflect.Descriptor instead.
 func (*SandboxIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SandboxIdentity) GetKind() IdentityKind {
@@ -1960,7 +2054,7 @@ type ConfigRevision struct {
 
 func (x *ConfigRevision) Reset() {
 	*x = ConfigRevision{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2066,7 @@ func (x *ConfigRevision) String() string {
 func (*ConfigRevision) ProtoMessage() {}
 
 func (x *ConfigRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2079,7 @@ func (x *ConfigRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigRevision.ProtoReflect.Descriptor instead.
 func (*ConfigRevision) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ConfigRevision) GetConnectionId() string {
@@ -2104,7 +2198,7 @@ type CreateConnectionRequest struct {
 
 func (x *CreateConnectionRequest) Reset() {
 	*x = CreateConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2210,7 @@ func (x *CreateConnectionRequest) String() string {
 func (*CreateConnectionRequest) ProtoMessage() {}
 
 func (x *CreateConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2223,7 @@ func (x *CreateConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConnectionRequest.ProtoReflect.Descriptor instead.
 func (*CreateConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateConnectionRequest) GetDisplayName() string {
@@ -2199,7 +2293,7 @@ type GetConnectionRequest struct {
 
 func (x *GetConnectionRequest) Reset() {
 	*x = GetConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2305,7 @@ func (x *GetConnectionRequest) String() string {
 func (*GetConnectionRequest) ProtoMessage() {}
 
 func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2318,7 @@ func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*GetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetConnectionRequest) GetId() string {
@@ -2245,7 +2339,7 @@ type ListConnectionsRequest struct {
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2351,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2364,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListConnectionsRequest) GetIncludeRetired() bool {
@@ -2291,7 +2385,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2397,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2410,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*Connection {
@@ -2354,13 +2448,19 @@ type UpdateConnectionRequest struct {
 	Sandbox *SandboxConstraints `protobuf:"bytes,11,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	// New workload digest (with transport: part of the configuration).
 	WorkloadDigest string `protobuf:"bytes,12,opt,name=workload_digest,json=workloadDigest,proto3" json:"workload_digest,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Keep the current serving revision when this update creates a new one:
+	// the new revision serves once ReportRollout says its workload is ready.
+	// For a credential that lives in the workload (an MCPServer's Secret);
+	// refused together with credential_ref, which the adapter resolves at
+	// call time and so cannot keep serving from the previous revision.
+	KeepServing   bool `protobuf:"varint,13,opt,name=keep_serving,json=keepServing,proto3" json:"keep_serving,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateConnectionRequest) Reset() {
 	*x = UpdateConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2472,7 @@ func (x *UpdateConnectionRequest) String() string {
 func (*UpdateConnectionRequest) ProtoMessage() {}
 
 func (x *UpdateConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2485,7 @@ func (x *UpdateConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateConnectionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateConnectionRequest) GetId() string {
@@ -2472,6 +2572,86 @@ func (x *UpdateConnectionRequest) GetWorkloadDigest() string {
 	return ""
 }
 
+func (x *UpdateConnectionRequest) GetKeepServing() bool {
+	if x != nil {
+		return x.KeepServing
+	}
+	return false
+}
+
+// ReportRolloutRequest reports the rollout of one config revision.
+type ReportRolloutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Connection id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Required. The config revision whose workload was rolled out.
+	ConfigRevision int64 `protobuf:"varint,2,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
+	// Whether that workload is in place and ready to serve.
+	Ready bool `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
+	// Why not, when not ready; a safe description, never a secret.
+	Detail        string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRolloutRequest) Reset() {
+	*x = ReportRolloutRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRolloutRequest) ProtoMessage() {}
+
+func (x *ReportRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRolloutRequest.ProtoReflect.Descriptor instead.
+func (*ReportRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReportRolloutRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReportRolloutRequest) GetConfigRevision() int64 {
+	if x != nil {
+		return x.ConfigRevision
+	}
+	return 0
+}
+
+func (x *ReportRolloutRequest) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *ReportRolloutRequest) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // RetireConnectionRequest retires a connection.
 type RetireConnectionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2485,7 +2665,7 @@ type RetireConnectionRequest struct {
 
 func (x *RetireConnectionRequest) Reset() {
 	*x = RetireConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2677,7 @@ func (x *RetireConnectionRequest) String() string {
 func (*RetireConnectionRequest) ProtoMessage() {}
 
 func (x *RetireConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2690,7 @@ func (x *RetireConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireConnectionRequest.ProtoReflect.Descriptor instead.
 func (*RetireConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RetireConnectionRequest) GetId() string {
@@ -2538,7 +2718,7 @@ type ListConfigRevisionsRequest struct {
 
 func (x *ListConfigRevisionsRequest) Reset() {
 	*x = ListConfigRevisionsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2730,7 @@ func (x *ListConfigRevisionsRequest) String() string {
 func (*ListConfigRevisionsRequest) ProtoMessage() {}
 
 func (x *ListConfigRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2743,7 @@ func (x *ListConfigRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConfigRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListConfigRevisionsRequest) GetConnectionId() string {
@@ -2591,7 +2771,7 @@ type ReviewConnectionRequest struct {
 
 func (x *ReviewConnectionRequest) Reset() {
 	*x = ReviewConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2783,7 @@ func (x *ReviewConnectionRequest) String() string {
 func (*ReviewConnectionRequest) ProtoMessage() {}
 
 func (x *ReviewConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2796,7 @@ func (x *ReviewConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewConnectionRequest.ProtoReflect.Descriptor instead.
 func (*ReviewConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReviewConnectionRequest) GetConnectionId() string {
@@ -2658,7 +2838,7 @@ type ListConfigRevisionsResponse struct {
 
 func (x *ListConfigRevisionsResponse) Reset() {
 	*x = ListConfigRevisionsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2850,7 @@ func (x *ListConfigRevisionsResponse) String() string {
 func (*ListConfigRevisionsResponse) ProtoMessage() {}
 
 func (x *ListConfigRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2863,7 @@ func (x *ListConfigRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConfigRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListConfigRevisionsResponse) GetRevisions() []*ConfigRevision {
@@ -2725,7 +2905,7 @@ type DiscoverySnapshot struct {
 
 func (x *DiscoverySnapshot) Reset() {
 	*x = DiscoverySnapshot{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +2917,7 @@ func (x *DiscoverySnapshot) String() string {
 func (*DiscoverySnapshot) ProtoMessage() {}
 
 func (x *DiscoverySnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +2930,7 @@ func (x *DiscoverySnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverySnapshot.ProtoReflect.Descriptor instead.
 func (*DiscoverySnapshot) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DiscoverySnapshot) GetId() string {
@@ -2873,7 +3053,7 @@ type ToolIdentity struct {
 
 func (x *ToolIdentity) Reset() {
 	*x = ToolIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +3065,7 @@ func (x *ToolIdentity) String() string {
 func (*ToolIdentity) ProtoMessage() {}
 
 func (x *ToolIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +3078,7 @@ func (x *ToolIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolIdentity.ProtoReflect.Descriptor instead.
 func (*ToolIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ToolIdentity) GetName() string {
@@ -3041,7 +3221,7 @@ type ResourceIdentity struct {
 
 func (x *ResourceIdentity) Reset() {
 	*x = ResourceIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3233,7 @@ func (x *ResourceIdentity) String() string {
 func (*ResourceIdentity) ProtoMessage() {}
 
 func (x *ResourceIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3246,7 @@ func (x *ResourceIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceIdentity.ProtoReflect.Descriptor instead.
 func (*ResourceIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ResourceIdentity) GetUri() string {
@@ -3186,7 +3366,7 @@ type ResourceTemplateIdentity struct {
 
 func (x *ResourceTemplateIdentity) Reset() {
 	*x = ResourceTemplateIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3378,7 @@ func (x *ResourceTemplateIdentity) String() string {
 func (*ResourceTemplateIdentity) ProtoMessage() {}
 
 func (x *ResourceTemplateIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3391,7 @@ func (x *ResourceTemplateIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceTemplateIdentity.ProtoReflect.Descriptor instead.
 func (*ResourceTemplateIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResourceTemplateIdentity) GetUriTemplate() string {
@@ -3320,7 +3500,7 @@ type PromptIdentity struct {
 
 func (x *PromptIdentity) Reset() {
 	*x = PromptIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3332,7 +3512,7 @@ func (x *PromptIdentity) String() string {
 func (*PromptIdentity) ProtoMessage() {}
 
 func (x *PromptIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3345,7 +3525,7 @@ func (x *PromptIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptIdentity.ProtoReflect.Descriptor instead.
 func (*PromptIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PromptIdentity) GetName() string {
@@ -3428,7 +3608,7 @@ type PromptArgument struct {
 
 func (x *PromptArgument) Reset() {
 	*x = PromptArgument{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3620,7 @@ func (x *PromptArgument) String() string {
 func (*PromptArgument) ProtoMessage() {}
 
 func (x *PromptArgument) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3633,7 @@ func (x *PromptArgument) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptArgument.ProtoReflect.Descriptor instead.
 func (*PromptArgument) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PromptArgument) GetName() string {
@@ -3502,7 +3682,7 @@ type Icon struct {
 
 func (x *Icon) Reset() {
 	*x = Icon{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3514,7 +3694,7 @@ func (x *Icon) String() string {
 func (*Icon) ProtoMessage() {}
 
 func (x *Icon) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3527,7 +3707,7 @@ func (x *Icon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Icon.ProtoReflect.Descriptor instead.
 func (*Icon) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Icon) GetSrc() string {
@@ -3569,7 +3749,7 @@ type RecordSnapshotRequest struct {
 
 func (x *RecordSnapshotRequest) Reset() {
 	*x = RecordSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3581,7 +3761,7 @@ func (x *RecordSnapshotRequest) String() string {
 func (*RecordSnapshotRequest) ProtoMessage() {}
 
 func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3594,7 +3774,7 @@ func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RecordSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RecordSnapshotRequest) GetSnapshot() *DiscoverySnapshot {
@@ -3615,7 +3795,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3627,7 +3807,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3640,7 +3820,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetSnapshotRequest) GetId() string {
@@ -3661,7 +3841,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +3853,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +3866,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListSnapshotsRequest) GetConnectionId() string {
@@ -3707,7 +3887,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3719,7 +3899,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3732,7 +3912,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*DiscoverySnapshot {
@@ -3755,7 +3935,7 @@ type DiffSnapshotsRequest struct {
 
 func (x *DiffSnapshotsRequest) Reset() {
 	*x = DiffSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +3947,7 @@ func (x *DiffSnapshotsRequest) String() string {
 func (*DiffSnapshotsRequest) ProtoMessage() {}
 
 func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +3960,7 @@ func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*DiffSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DiffSnapshotsRequest) GetBaseSnapshotId() string {
@@ -3820,7 +4000,7 @@ type SnapshotDiff struct {
 
 func (x *SnapshotDiff) Reset() {
 	*x = SnapshotDiff{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +4012,7 @@ func (x *SnapshotDiff) String() string {
 func (*SnapshotDiff) ProtoMessage() {}
 
 func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +4025,7 @@ func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDiff.ProtoReflect.Descriptor instead.
 func (*SnapshotDiff) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotDiff) GetBaseSnapshotId() string {
@@ -3913,7 +4093,7 @@ type ItemChange struct {
 
 func (x *ItemChange) Reset() {
 	*x = ItemChange{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3925,7 +4105,7 @@ func (x *ItemChange) String() string {
 func (*ItemChange) ProtoMessage() {}
 
 func (x *ItemChange) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3938,7 +4118,7 @@ func (x *ItemChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemChange.ProtoReflect.Descriptor instead.
 func (*ItemChange) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ItemChange) GetName() string {
@@ -3981,7 +4161,7 @@ type HandleField struct {
 
 func (x *HandleField) Reset() {
 	*x = HandleField{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3993,7 +4173,7 @@ func (x *HandleField) String() string {
 func (*HandleField) ProtoMessage() {}
 
 func (x *HandleField) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4006,7 +4186,7 @@ func (x *HandleField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleField.ProtoReflect.Descriptor instead.
 func (*HandleField) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HandleField) GetField() string {
@@ -4099,7 +4279,7 @@ type Capability struct {
 
 func (x *Capability) Reset() {
 	*x = Capability{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4111,7 +4291,7 @@ func (x *Capability) String() string {
 func (*Capability) ProtoMessage() {}
 
 func (x *Capability) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4124,7 +4304,7 @@ func (x *Capability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capability.ProtoReflect.Descriptor instead.
 func (*Capability) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Capability) GetName() string {
@@ -4299,7 +4479,7 @@ type CreateCapabilityRequest struct {
 
 func (x *CreateCapabilityRequest) Reset() {
 	*x = CreateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4311,7 +4491,7 @@ func (x *CreateCapabilityRequest) String() string {
 func (*CreateCapabilityRequest) ProtoMessage() {}
 
 func (x *CreateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4324,7 +4504,7 @@ func (x *CreateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*CreateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateCapabilityRequest) GetCapability() *Capability {
@@ -4349,7 +4529,7 @@ type UpdateCapabilityRequest struct {
 
 func (x *UpdateCapabilityRequest) Reset() {
 	*x = UpdateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4361,7 +4541,7 @@ func (x *UpdateCapabilityRequest) String() string {
 func (*UpdateCapabilityRequest) ProtoMessage() {}
 
 func (x *UpdateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4374,7 +4554,7 @@ func (x *UpdateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*UpdateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UpdateCapabilityRequest) GetCapability() *Capability {
@@ -4404,7 +4584,7 @@ type DeprecateCapabilityRequest struct {
 
 func (x *DeprecateCapabilityRequest) Reset() {
 	*x = DeprecateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4416,7 +4596,7 @@ func (x *DeprecateCapabilityRequest) String() string {
 func (*DeprecateCapabilityRequest) ProtoMessage() {}
 
 func (x *DeprecateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4429,7 +4609,7 @@ func (x *DeprecateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeprecateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*DeprecateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeprecateCapabilityRequest) GetName() string {
@@ -4459,7 +4639,7 @@ type GetCapabilityRequest struct {
 
 func (x *GetCapabilityRequest) Reset() {
 	*x = GetCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4471,7 +4651,7 @@ func (x *GetCapabilityRequest) String() string {
 func (*GetCapabilityRequest) ProtoMessage() {}
 
 func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4484,7 +4664,7 @@ func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetCapabilityRequest) GetName() string {
@@ -4512,7 +4692,7 @@ type ListCapabilitiesRequest struct {
 
 func (x *ListCapabilitiesRequest) Reset() {
 	*x = ListCapabilitiesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4524,7 +4704,7 @@ func (x *ListCapabilitiesRequest) String() string {
 func (*ListCapabilitiesRequest) ProtoMessage() {}
 
 func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4537,7 +4717,7 @@ func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListCapabilitiesRequest) GetShowDeprecated() bool {
@@ -4558,7 +4738,7 @@ type ListCapabilitiesResponse struct {
 
 func (x *ListCapabilitiesResponse) Reset() {
 	*x = ListCapabilitiesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4570,7 +4750,7 @@ func (x *ListCapabilitiesResponse) String() string {
 func (*ListCapabilitiesResponse) ProtoMessage() {}
 
 func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4583,7 +4763,7 @@ func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListCapabilitiesResponse) GetCapabilities() []*Capability {
@@ -4606,7 +4786,7 @@ type ProfileNeed struct {
 
 func (x *ProfileNeed) Reset() {
 	*x = ProfileNeed{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4618,7 +4798,7 @@ func (x *ProfileNeed) String() string {
 func (*ProfileNeed) ProtoMessage() {}
 
 func (x *ProfileNeed) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4631,7 +4811,7 @@ func (x *ProfileNeed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileNeed.ProtoReflect.Descriptor instead.
 func (*ProfileNeed) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ProfileNeed) GetCapability() string {
@@ -4664,7 +4844,7 @@ type TaskBudget struct {
 
 func (x *TaskBudget) Reset() {
 	*x = TaskBudget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4676,7 +4856,7 @@ func (x *TaskBudget) String() string {
 func (*TaskBudget) ProtoMessage() {}
 
 func (x *TaskBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4689,7 +4869,7 @@ func (x *TaskBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBudget.ProtoReflect.Descriptor instead.
 func (*TaskBudget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TaskBudget) GetMaxCalls() int64 {
@@ -4746,7 +4926,7 @@ type TaskProfile struct {
 
 func (x *TaskProfile) Reset() {
 	*x = TaskProfile{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4758,7 +4938,7 @@ func (x *TaskProfile) String() string {
 func (*TaskProfile) ProtoMessage() {}
 
 func (x *TaskProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4771,7 +4951,7 @@ func (x *TaskProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskProfile.ProtoReflect.Descriptor instead.
 func (*TaskProfile) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TaskProfile) GetName() string {
@@ -4862,7 +5042,7 @@ type CreateTaskProfileRequest struct {
 
 func (x *CreateTaskProfileRequest) Reset() {
 	*x = CreateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4874,7 +5054,7 @@ func (x *CreateTaskProfileRequest) String() string {
 func (*CreateTaskProfileRequest) ProtoMessage() {}
 
 func (x *CreateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4887,7 +5067,7 @@ func (x *CreateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*CreateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateTaskProfileRequest) GetProfile() *TaskProfile {
@@ -4910,7 +5090,7 @@ type UpdateTaskProfileRequest struct {
 
 func (x *UpdateTaskProfileRequest) Reset() {
 	*x = UpdateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4922,7 +5102,7 @@ func (x *UpdateTaskProfileRequest) String() string {
 func (*UpdateTaskProfileRequest) ProtoMessage() {}
 
 func (x *UpdateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4935,7 +5115,7 @@ func (x *UpdateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{44}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UpdateTaskProfileRequest) GetProfile() *TaskProfile {
@@ -4965,7 +5145,7 @@ type DeprecateTaskProfileRequest struct {
 
 func (x *DeprecateTaskProfileRequest) Reset() {
 	*x = DeprecateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4977,7 +5157,7 @@ func (x *DeprecateTaskProfileRequest) String() string {
 func (*DeprecateTaskProfileRequest) ProtoMessage() {}
 
 func (x *DeprecateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4990,7 +5170,7 @@ func (x *DeprecateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeprecateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*DeprecateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{45}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeprecateTaskProfileRequest) GetName() string {
@@ -5020,7 +5200,7 @@ type GetTaskProfileRequest struct {
 
 func (x *GetTaskProfileRequest) Reset() {
 	*x = GetTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5032,7 +5212,7 @@ func (x *GetTaskProfileRequest) String() string {
 func (*GetTaskProfileRequest) ProtoMessage() {}
 
 func (x *GetTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5045,7 +5225,7 @@ func (x *GetTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{46}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetTaskProfileRequest) GetName() string {
@@ -5073,7 +5253,7 @@ type ListTaskProfilesRequest struct {
 
 func (x *ListTaskProfilesRequest) Reset() {
 	*x = ListTaskProfilesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5085,7 +5265,7 @@ func (x *ListTaskProfilesRequest) String() string {
 func (*ListTaskProfilesRequest) ProtoMessage() {}
 
 func (x *ListTaskProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5098,7 +5278,7 @@ func (x *ListTaskProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListTaskProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{47}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListTaskProfilesRequest) GetShowDeprecated() bool {
@@ -5119,7 +5299,7 @@ type ListTaskProfilesResponse struct {
 
 func (x *ListTaskProfilesResponse) Reset() {
 	*x = ListTaskProfilesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5131,7 +5311,7 @@ func (x *ListTaskProfilesResponse) String() string {
 func (*ListTaskProfilesResponse) ProtoMessage() {}
 
 func (x *ListTaskProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5144,7 +5324,7 @@ func (x *ListTaskProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListTaskProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListTaskProfilesResponse) GetProfiles() []*TaskProfile {
@@ -5167,7 +5347,7 @@ type RemoteTarget struct {
 
 func (x *RemoteTarget) Reset() {
 	*x = RemoteTarget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5179,7 +5359,7 @@ func (x *RemoteTarget) String() string {
 func (*RemoteTarget) ProtoMessage() {}
 
 func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5192,7 +5372,7 @@ func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteTarget.ProtoReflect.Descriptor instead.
 func (*RemoteTarget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoteTarget) GetKind() RemoteKind {
@@ -5257,7 +5437,7 @@ type ArgumentBinding struct {
 
 func (x *ArgumentBinding) Reset() {
 	*x = ArgumentBinding{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5269,7 +5449,7 @@ func (x *ArgumentBinding) String() string {
 func (*ArgumentBinding) ProtoMessage() {}
 
 func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5282,7 +5462,7 @@ func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArgumentBinding.ProtoReflect.Descriptor instead.
 func (*ArgumentBinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ArgumentBinding) GetRemoteField() string {
@@ -5337,7 +5517,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5349,7 +5529,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5362,7 +5542,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Limits) GetMaxResponseBytes() int64 {
@@ -5421,7 +5601,7 @@ type Provenance struct {
 
 func (x *Provenance) Reset() {
 	*x = Provenance{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5433,7 +5613,7 @@ func (x *Provenance) String() string {
 func (*Provenance) ProtoMessage() {}
 
 func (x *Provenance) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5446,7 +5626,7 @@ func (x *Provenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Provenance.ProtoReflect.Descriptor instead.
 func (*Provenance) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Provenance) GetMode() ProvenanceMode {
@@ -5553,7 +5733,7 @@ type Mapping struct {
 
 func (x *Mapping) Reset() {
 	*x = Mapping{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5565,7 +5745,7 @@ func (x *Mapping) String() string {
 func (*Mapping) ProtoMessage() {}
 
 func (x *Mapping) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5578,7 +5758,7 @@ func (x *Mapping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mapping.ProtoReflect.Descriptor instead.
 func (*Mapping) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Mapping) GetId() string {
@@ -5793,7 +5973,7 @@ type TargetDigests struct {
 
 func (x *TargetDigests) Reset() {
 	*x = TargetDigests{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5805,7 +5985,7 @@ func (x *TargetDigests) String() string {
 func (*TargetDigests) ProtoMessage() {}
 
 func (x *TargetDigests) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5818,7 +5998,7 @@ func (x *TargetDigests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetDigests.ProtoReflect.Descriptor instead.
 func (*TargetDigests) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TargetDigests) GetTitleDigest() string {
@@ -5899,7 +6079,7 @@ type ProposeMappingRequest struct {
 
 func (x *ProposeMappingRequest) Reset() {
 	*x = ProposeMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5911,7 +6091,7 @@ func (x *ProposeMappingRequest) String() string {
 func (*ProposeMappingRequest) ProtoMessage() {}
 
 func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5924,7 +6104,7 @@ func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeMappingRequest.ProtoReflect.Descriptor instead.
 func (*ProposeMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ProposeMappingRequest) GetMappingId() string {
@@ -6021,7 +6201,7 @@ type ReviewMappingRequest struct {
 
 func (x *ReviewMappingRequest) Reset() {
 	*x = ReviewMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6033,7 +6213,7 @@ func (x *ReviewMappingRequest) String() string {
 func (*ReviewMappingRequest) ProtoMessage() {}
 
 func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6046,7 +6226,7 @@ func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewMappingRequest.ProtoReflect.Descriptor instead.
 func (*ReviewMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReviewMappingRequest) GetMappingId() string {
@@ -6090,7 +6270,7 @@ type GetMappingRequest struct {
 
 func (x *GetMappingRequest) Reset() {
 	*x = GetMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6102,7 +6282,7 @@ func (x *GetMappingRequest) String() string {
 func (*GetMappingRequest) ProtoMessage() {}
 
 func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6115,7 +6295,7 @@ func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMappingRequest.ProtoReflect.Descriptor instead.
 func (*GetMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{57}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetMappingRequest) GetId() string {
@@ -6147,7 +6327,7 @@ type ListMappingsRequest struct {
 
 func (x *ListMappingsRequest) Reset() {
 	*x = ListMappingsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6159,7 +6339,7 @@ func (x *ListMappingsRequest) String() string {
 func (*ListMappingsRequest) ProtoMessage() {}
 
 func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6172,7 +6352,7 @@ func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsRequest.ProtoReflect.Descriptor instead.
 func (*ListMappingsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{58}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListMappingsRequest) GetCapability() string {
@@ -6207,7 +6387,7 @@ type ListMappingsResponse struct {
 
 func (x *ListMappingsResponse) Reset() {
 	*x = ListMappingsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6219,7 +6399,7 @@ func (x *ListMappingsResponse) String() string {
 func (*ListMappingsResponse) ProtoMessage() {}
 
 func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6232,7 +6412,7 @@ func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsResponse.ProtoReflect.Descriptor instead.
 func (*ListMappingsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{59}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListMappingsResponse) GetMappings() []*Mapping {
@@ -6260,7 +6440,7 @@ type ResolveMappingRequest struct {
 
 func (x *ResolveMappingRequest) Reset() {
 	*x = ResolveMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6272,7 +6452,7 @@ func (x *ResolveMappingRequest) String() string {
 func (*ResolveMappingRequest) ProtoMessage() {}
 
 func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6285,7 +6465,7 @@ func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveMappingRequest.ProtoReflect.Descriptor instead.
 func (*ResolveMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{60}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ResolveMappingRequest) GetCapability() string {
@@ -6327,7 +6507,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6339,7 +6519,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6352,7 +6532,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{61}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *WatchEventsRequest) GetAfterSequence() int64 {
@@ -6387,7 +6567,7 @@ type RegistryEvent struct {
 
 func (x *RegistryEvent) Reset() {
 	*x = RegistryEvent{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6399,7 +6579,7 @@ func (x *RegistryEvent) String() string {
 func (*RegistryEvent) ProtoMessage() {}
 
 func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6412,7 +6592,7 @@ func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryEvent.ProtoReflect.Descriptor instead.
 func (*RegistryEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{62}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RegistryEvent) GetSequence() int64 {
@@ -6475,7 +6655,8 @@ var File_v0m3_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"\x1fv0m3/registry/v1/registry.proto\x12\x10v0m3.registry.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\t\n" +
+	"\x1fv0m3/registry/v1/registry.proto\x12\x10v0m3.registry.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\n" +
+	"\n" +
 	"\n" +
 	"Connection\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
@@ -6512,7 +6693,14 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"reviewNote\x12;\n" +
 	"\vreview_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reviewTime\x128\n" +
-	"\x18reviewed_config_revision\x18\x1a \x01(\x03R\x16reviewedConfigRevision\"\xe0\x01\n" +
+	"\x18reviewed_config_revision\x18\x1a \x01(\x03R\x16reviewedConfigRevision\x126\n" +
+	"\x17serving_config_revision\x18\x1b \x01(\x03R\x15servingConfigRevision\x12I\n" +
+	"\x0frollout_failure\x18\x1c \x01(\v2 .v0m3.registry.v1.RolloutFailureR\x0erolloutFailure\"\x8e\x01\n" +
+	"\x0eRolloutFailure\x12'\n" +
+	"\x0fconfig_revision\x18\x01 \x01(\x03R\x0econfigRevision\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12;\n" +
+	"\vreport_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportTime\"\xe0\x01\n" +
 	"\tTransport\x128\n" +
 	"\x05stdio\x18\x01 \x01(\v2 .v0m3.registry.v1.StdioTransportH\x00R\x05stdio\x12T\n" +
 	"\x0fstreamable_http\x18\x02 \x01(\v2).v0m3.registry.v1.StreamableHTTPTransportH\x00R\x0estreamableHttp\x12;\n" +
@@ -6587,7 +6775,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x16ListConnectionsRequest\x12'\n" +
 	"\x0finclude_retired\x18\x01 \x01(\bR\x0eincludeRetired\"Y\n" +
 	"\x17ListConnectionsResponse\x12>\n" +
-	"\vconnections\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.ConnectionR\vconnections\"\xfc\x03\n" +
+	"\vconnections\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.ConnectionR\vconnections\"\x9f\x04\n" +
 	"\x17UpdateConnectionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
 	"\x18expected_config_revision\x18\x02 \x01(\x03R\x16expectedConfigRevision\x129\n" +
@@ -6601,7 +6789,13 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x05owner\x18\n" +
 	" \x01(\tR\x05owner\x12>\n" +
 	"\asandbox\x18\v \x01(\v2$.v0m3.registry.v1.SandboxConstraintsR\asandbox\x12'\n" +
-	"\x0fworkload_digest\x18\f \x01(\tR\x0eworkloadDigest\"A\n" +
+	"\x0fworkload_digest\x18\f \x01(\tR\x0eworkloadDigest\x12!\n" +
+	"\fkeep_serving\x18\r \x01(\bR\vkeepServing\"}\n" +
+	"\x14ReportRolloutRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
+	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12\x14\n" +
+	"\x05ready\x18\x03 \x01(\bR\x05ready\x12\x16\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\"A\n" +
 	"\x17RetireConnectionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"A\n" +
@@ -7020,7 +7214,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x1bPROVENANCE_MODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bPROVENANCE_MODE_CONTENT_URI\x10\x01\x12!\n" +
 	"\x1dPROVENANCE_MODE_HANDLE_TARGET\x10\x02\x12\"\n" +
-	"\x1ePROVENANCE_MODE_STRUCTURED_URI\x10\x03*\x98\x05\n" +
+	"\x1ePROVENANCE_MODE_STRUCTURED_URI\x10\x03*\xf2\x05\n" +
 	"\x11RegistryEventType\x12#\n" +
 	"\x1fREGISTRY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12*\n" +
 	"&REGISTRY_EVENT_TYPE_CONNECTION_CREATED\x10\x01\x12&\n" +
@@ -7037,13 +7231,16 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"&REGISTRY_EVENT_TYPE_CAPABILITY_REVISED\x10\v\x12-\n" +
 	")REGISTRY_EVENT_TYPE_CAPABILITY_DEPRECATED\x10\f\x12'\n" +
 	"#REGISTRY_EVENT_TYPE_PROFILE_REVISED\x10\r\x12'\n" +
-	"#REGISTRY_EVENT_TYPE_SURFACE_CHANGED\x10\x0e2\xfc\x13\n" +
+	"#REGISTRY_EVENT_TYPE_SURFACE_CHANGED\x10\x0e\x120\n" +
+	",REGISTRY_EVENT_TYPE_SERVING_REVISION_CHANGED\x10\x0f\x12&\n" +
+	"\"REGISTRY_EVENT_TYPE_ROLLOUT_FAILED\x10\x102\xd3\x14\n" +
 	"\x0fRegistryService\x12[\n" +
 	"\x10CreateConnection\x12).v0m3.registry.v1.CreateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
 	"\rGetConnection\x12&.v0m3.registry.v1.GetConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12f\n" +
 	"\x0fListConnections\x12(.v0m3.registry.v1.ListConnectionsRequest\x1a).v0m3.registry.v1.ListConnectionsResponse\x12[\n" +
 	"\x10UpdateConnection\x12).v0m3.registry.v1.UpdateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12[\n" +
-	"\x10RetireConnection\x12).v0m3.registry.v1.RetireConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12r\n" +
+	"\x10RetireConnection\x12).v0m3.registry.v1.RetireConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
+	"\rReportRollout\x12&.v0m3.registry.v1.ReportRolloutRequest\x1a\x1c.v0m3.registry.v1.Connection\x12r\n" +
 	"\x13ListConfigRevisions\x12,.v0m3.registry.v1.ListConfigRevisionsRequest\x1a-.v0m3.registry.v1.ListConfigRevisionsResponse\x12[\n" +
 	"\x10ReviewConnection\x12).v0m3.registry.v1.ReviewConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12^\n" +
 	"\x0eRecordSnapshot\x12'.v0m3.registry.v1.RecordSnapshotRequest\x1a#.v0m3.registry.v1.DiscoverySnapshot\x12X\n" +
@@ -7081,7 +7278,7 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 17)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(IdentityKind)(0),                   // 0: v0m3.registry.v1.IdentityKind
 	(Enforcement)(0),                    // 1: v0m3.registry.v1.Enforcement
@@ -7101,226 +7298,232 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(ProvenanceMode)(0),                 // 15: v0m3.registry.v1.ProvenanceMode
 	(RegistryEventType)(0),              // 16: v0m3.registry.v1.RegistryEventType
 	(*Connection)(nil),                  // 17: v0m3.registry.v1.Connection
-	(*Transport)(nil),                   // 18: v0m3.registry.v1.Transport
-	(*StdioTransport)(nil),              // 19: v0m3.registry.v1.StdioTransport
-	(*StreamableHTTPTransport)(nil),     // 20: v0m3.registry.v1.StreamableHTTPTransport
-	(*DirectTransport)(nil),             // 21: v0m3.registry.v1.DirectTransport
-	(*ServerInfo)(nil),                  // 22: v0m3.registry.v1.ServerInfo
-	(*SandboxConstraints)(nil),          // 23: v0m3.registry.v1.SandboxConstraints
-	(*SandboxIdentity)(nil),             // 24: v0m3.registry.v1.SandboxIdentity
-	(*ConfigRevision)(nil),              // 25: v0m3.registry.v1.ConfigRevision
-	(*CreateConnectionRequest)(nil),     // 26: v0m3.registry.v1.CreateConnectionRequest
-	(*GetConnectionRequest)(nil),        // 27: v0m3.registry.v1.GetConnectionRequest
-	(*ListConnectionsRequest)(nil),      // 28: v0m3.registry.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),     // 29: v0m3.registry.v1.ListConnectionsResponse
-	(*UpdateConnectionRequest)(nil),     // 30: v0m3.registry.v1.UpdateConnectionRequest
-	(*RetireConnectionRequest)(nil),     // 31: v0m3.registry.v1.RetireConnectionRequest
-	(*ListConfigRevisionsRequest)(nil),  // 32: v0m3.registry.v1.ListConfigRevisionsRequest
-	(*ReviewConnectionRequest)(nil),     // 33: v0m3.registry.v1.ReviewConnectionRequest
-	(*ListConfigRevisionsResponse)(nil), // 34: v0m3.registry.v1.ListConfigRevisionsResponse
-	(*DiscoverySnapshot)(nil),           // 35: v0m3.registry.v1.DiscoverySnapshot
-	(*ToolIdentity)(nil),                // 36: v0m3.registry.v1.ToolIdentity
-	(*ResourceIdentity)(nil),            // 37: v0m3.registry.v1.ResourceIdentity
-	(*ResourceTemplateIdentity)(nil),    // 38: v0m3.registry.v1.ResourceTemplateIdentity
-	(*PromptIdentity)(nil),              // 39: v0m3.registry.v1.PromptIdentity
-	(*PromptArgument)(nil),              // 40: v0m3.registry.v1.PromptArgument
-	(*Icon)(nil),                        // 41: v0m3.registry.v1.Icon
-	(*RecordSnapshotRequest)(nil),       // 42: v0m3.registry.v1.RecordSnapshotRequest
-	(*GetSnapshotRequest)(nil),          // 43: v0m3.registry.v1.GetSnapshotRequest
-	(*ListSnapshotsRequest)(nil),        // 44: v0m3.registry.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 45: v0m3.registry.v1.ListSnapshotsResponse
-	(*DiffSnapshotsRequest)(nil),        // 46: v0m3.registry.v1.DiffSnapshotsRequest
-	(*SnapshotDiff)(nil),                // 47: v0m3.registry.v1.SnapshotDiff
-	(*ItemChange)(nil),                  // 48: v0m3.registry.v1.ItemChange
-	(*HandleField)(nil),                 // 49: v0m3.registry.v1.HandleField
-	(*Capability)(nil),                  // 50: v0m3.registry.v1.Capability
-	(*CreateCapabilityRequest)(nil),     // 51: v0m3.registry.v1.CreateCapabilityRequest
-	(*UpdateCapabilityRequest)(nil),     // 52: v0m3.registry.v1.UpdateCapabilityRequest
-	(*DeprecateCapabilityRequest)(nil),  // 53: v0m3.registry.v1.DeprecateCapabilityRequest
-	(*GetCapabilityRequest)(nil),        // 54: v0m3.registry.v1.GetCapabilityRequest
-	(*ListCapabilitiesRequest)(nil),     // 55: v0m3.registry.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil),    // 56: v0m3.registry.v1.ListCapabilitiesResponse
-	(*ProfileNeed)(nil),                 // 57: v0m3.registry.v1.ProfileNeed
-	(*TaskBudget)(nil),                  // 58: v0m3.registry.v1.TaskBudget
-	(*TaskProfile)(nil),                 // 59: v0m3.registry.v1.TaskProfile
-	(*CreateTaskProfileRequest)(nil),    // 60: v0m3.registry.v1.CreateTaskProfileRequest
-	(*UpdateTaskProfileRequest)(nil),    // 61: v0m3.registry.v1.UpdateTaskProfileRequest
-	(*DeprecateTaskProfileRequest)(nil), // 62: v0m3.registry.v1.DeprecateTaskProfileRequest
-	(*GetTaskProfileRequest)(nil),       // 63: v0m3.registry.v1.GetTaskProfileRequest
-	(*ListTaskProfilesRequest)(nil),     // 64: v0m3.registry.v1.ListTaskProfilesRequest
-	(*ListTaskProfilesResponse)(nil),    // 65: v0m3.registry.v1.ListTaskProfilesResponse
-	(*RemoteTarget)(nil),                // 66: v0m3.registry.v1.RemoteTarget
-	(*ArgumentBinding)(nil),             // 67: v0m3.registry.v1.ArgumentBinding
-	(*Limits)(nil),                      // 68: v0m3.registry.v1.Limits
-	(*Provenance)(nil),                  // 69: v0m3.registry.v1.Provenance
-	(*Mapping)(nil),                     // 70: v0m3.registry.v1.Mapping
-	(*TargetDigests)(nil),               // 71: v0m3.registry.v1.TargetDigests
-	(*ProposeMappingRequest)(nil),       // 72: v0m3.registry.v1.ProposeMappingRequest
-	(*ReviewMappingRequest)(nil),        // 73: v0m3.registry.v1.ReviewMappingRequest
-	(*GetMappingRequest)(nil),           // 74: v0m3.registry.v1.GetMappingRequest
-	(*ListMappingsRequest)(nil),         // 75: v0m3.registry.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),        // 76: v0m3.registry.v1.ListMappingsResponse
-	(*ResolveMappingRequest)(nil),       // 77: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 78: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 79: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 80: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 81: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 82: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 83: google.protobuf.Value
+	(*RolloutFailure)(nil),              // 18: v0m3.registry.v1.RolloutFailure
+	(*Transport)(nil),                   // 19: v0m3.registry.v1.Transport
+	(*StdioTransport)(nil),              // 20: v0m3.registry.v1.StdioTransport
+	(*StreamableHTTPTransport)(nil),     // 21: v0m3.registry.v1.StreamableHTTPTransport
+	(*DirectTransport)(nil),             // 22: v0m3.registry.v1.DirectTransport
+	(*ServerInfo)(nil),                  // 23: v0m3.registry.v1.ServerInfo
+	(*SandboxConstraints)(nil),          // 24: v0m3.registry.v1.SandboxConstraints
+	(*SandboxIdentity)(nil),             // 25: v0m3.registry.v1.SandboxIdentity
+	(*ConfigRevision)(nil),              // 26: v0m3.registry.v1.ConfigRevision
+	(*CreateConnectionRequest)(nil),     // 27: v0m3.registry.v1.CreateConnectionRequest
+	(*GetConnectionRequest)(nil),        // 28: v0m3.registry.v1.GetConnectionRequest
+	(*ListConnectionsRequest)(nil),      // 29: v0m3.registry.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),     // 30: v0m3.registry.v1.ListConnectionsResponse
+	(*UpdateConnectionRequest)(nil),     // 31: v0m3.registry.v1.UpdateConnectionRequest
+	(*ReportRolloutRequest)(nil),        // 32: v0m3.registry.v1.ReportRolloutRequest
+	(*RetireConnectionRequest)(nil),     // 33: v0m3.registry.v1.RetireConnectionRequest
+	(*ListConfigRevisionsRequest)(nil),  // 34: v0m3.registry.v1.ListConfigRevisionsRequest
+	(*ReviewConnectionRequest)(nil),     // 35: v0m3.registry.v1.ReviewConnectionRequest
+	(*ListConfigRevisionsResponse)(nil), // 36: v0m3.registry.v1.ListConfigRevisionsResponse
+	(*DiscoverySnapshot)(nil),           // 37: v0m3.registry.v1.DiscoverySnapshot
+	(*ToolIdentity)(nil),                // 38: v0m3.registry.v1.ToolIdentity
+	(*ResourceIdentity)(nil),            // 39: v0m3.registry.v1.ResourceIdentity
+	(*ResourceTemplateIdentity)(nil),    // 40: v0m3.registry.v1.ResourceTemplateIdentity
+	(*PromptIdentity)(nil),              // 41: v0m3.registry.v1.PromptIdentity
+	(*PromptArgument)(nil),              // 42: v0m3.registry.v1.PromptArgument
+	(*Icon)(nil),                        // 43: v0m3.registry.v1.Icon
+	(*RecordSnapshotRequest)(nil),       // 44: v0m3.registry.v1.RecordSnapshotRequest
+	(*GetSnapshotRequest)(nil),          // 45: v0m3.registry.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),        // 46: v0m3.registry.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 47: v0m3.registry.v1.ListSnapshotsResponse
+	(*DiffSnapshotsRequest)(nil),        // 48: v0m3.registry.v1.DiffSnapshotsRequest
+	(*SnapshotDiff)(nil),                // 49: v0m3.registry.v1.SnapshotDiff
+	(*ItemChange)(nil),                  // 50: v0m3.registry.v1.ItemChange
+	(*HandleField)(nil),                 // 51: v0m3.registry.v1.HandleField
+	(*Capability)(nil),                  // 52: v0m3.registry.v1.Capability
+	(*CreateCapabilityRequest)(nil),     // 53: v0m3.registry.v1.CreateCapabilityRequest
+	(*UpdateCapabilityRequest)(nil),     // 54: v0m3.registry.v1.UpdateCapabilityRequest
+	(*DeprecateCapabilityRequest)(nil),  // 55: v0m3.registry.v1.DeprecateCapabilityRequest
+	(*GetCapabilityRequest)(nil),        // 56: v0m3.registry.v1.GetCapabilityRequest
+	(*ListCapabilitiesRequest)(nil),     // 57: v0m3.registry.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),    // 58: v0m3.registry.v1.ListCapabilitiesResponse
+	(*ProfileNeed)(nil),                 // 59: v0m3.registry.v1.ProfileNeed
+	(*TaskBudget)(nil),                  // 60: v0m3.registry.v1.TaskBudget
+	(*TaskProfile)(nil),                 // 61: v0m3.registry.v1.TaskProfile
+	(*CreateTaskProfileRequest)(nil),    // 62: v0m3.registry.v1.CreateTaskProfileRequest
+	(*UpdateTaskProfileRequest)(nil),    // 63: v0m3.registry.v1.UpdateTaskProfileRequest
+	(*DeprecateTaskProfileRequest)(nil), // 64: v0m3.registry.v1.DeprecateTaskProfileRequest
+	(*GetTaskProfileRequest)(nil),       // 65: v0m3.registry.v1.GetTaskProfileRequest
+	(*ListTaskProfilesRequest)(nil),     // 66: v0m3.registry.v1.ListTaskProfilesRequest
+	(*ListTaskProfilesResponse)(nil),    // 67: v0m3.registry.v1.ListTaskProfilesResponse
+	(*RemoteTarget)(nil),                // 68: v0m3.registry.v1.RemoteTarget
+	(*ArgumentBinding)(nil),             // 69: v0m3.registry.v1.ArgumentBinding
+	(*Limits)(nil),                      // 70: v0m3.registry.v1.Limits
+	(*Provenance)(nil),                  // 71: v0m3.registry.v1.Provenance
+	(*Mapping)(nil),                     // 72: v0m3.registry.v1.Mapping
+	(*TargetDigests)(nil),               // 73: v0m3.registry.v1.TargetDigests
+	(*ProposeMappingRequest)(nil),       // 74: v0m3.registry.v1.ProposeMappingRequest
+	(*ReviewMappingRequest)(nil),        // 75: v0m3.registry.v1.ReviewMappingRequest
+	(*GetMappingRequest)(nil),           // 76: v0m3.registry.v1.GetMappingRequest
+	(*ListMappingsRequest)(nil),         // 77: v0m3.registry.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),        // 78: v0m3.registry.v1.ListMappingsResponse
+	(*ResolveMappingRequest)(nil),       // 79: v0m3.registry.v1.ResolveMappingRequest
+	(*WatchEventsRequest)(nil),          // 80: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 81: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 82: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 83: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 84: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 85: google.protobuf.Value
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
-	18,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
+	19,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
 	3,   // 1: v0m3.registry.v1.Connection.review_state:type_name -> v0m3.registry.v1.ReviewState
 	4,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
-	22,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
-	23,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	81,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	81,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	81,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	81,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
-	19,  // 9: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
-	20,  // 10: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
-	21,  // 11: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	80,  // 12: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
-	2,   // 13: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
-	24,  // 14: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
-	1,   // 15: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
-	1,   // 16: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
-	1,   // 17: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
-	0,   // 18: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
-	18,  // 19: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	81,  // 20: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
-	18,  // 21: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	17,  // 22: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
-	18,  // 23: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	23,  // 24: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	25,  // 25: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
-	22,  // 26: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
-	36,  // 27: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
-	37,  // 28: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	81,  // 29: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	38,  // 30: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
-	39,  // 31: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
-	82,  // 32: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	82,  // 33: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	82,  // 34: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	82,  // 35: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
-	41,  // 36: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	82,  // 37: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
-	41,  // 38: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	82,  // 39: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
-	41,  // 40: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	40,  // 41: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
-	41,  // 42: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	35,  // 43: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	35,  // 44: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	48,  // 45: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	48,  // 46: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
-	48,  // 47: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
-	48,  // 48: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
-	5,   // 49: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
-	11,  // 50: v0m3.registry.v1.HandleField.kind:type_name -> v0m3.registry.v1.HandleKind
-	6,   // 51: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	82,  // 52: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
-	7,   // 53: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	49,  // 54: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
-	8,   // 55: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
-	68,  // 56: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
-	9,   // 57: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
-	10,  // 58: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	81,  // 59: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
-	50,  // 60: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	50,  // 61: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	50,  // 62: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
-	12,  // 63: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
-	57,  // 64: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
-	58,  // 65: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
-	10,  // 66: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	81,  // 67: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
-	59,  // 68: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	59,  // 69: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	59,  // 70: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
-	14,  // 71: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	83,  // 72: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
-	15,  // 73: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
-	66,  // 74: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	67,  // 75: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	82,  // 76: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	68,  // 77: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	13,  // 78: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	81,  // 79: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	81,  // 80: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	69,  // 81: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
-	82,  // 82: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
-	71,  // 83: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
-	66,  // 84: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	67,  // 85: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	82,  // 86: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	68,  // 87: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	69,  // 88: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
-	13,  // 89: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	70,  // 90: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	16,  // 91: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	81,  // 92: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	26,  // 93: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	27,  // 94: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	28,  // 95: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	30,  // 96: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	31,  // 97: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	32,  // 98: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	33,  // 99: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	42,  // 100: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	43,  // 101: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	44,  // 102: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	46,  // 103: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	51,  // 104: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	52,  // 105: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	53,  // 106: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	54,  // 107: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	55,  // 108: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	60,  // 109: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	61,  // 110: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	62,  // 111: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	63,  // 112: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	64,  // 113: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	72,  // 114: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	73,  // 115: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	74,  // 116: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	75,  // 117: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	77,  // 118: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	78,  // 119: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	17,  // 120: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	17,  // 121: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	29,  // 122: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	17,  // 123: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	17,  // 124: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	34,  // 125: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	17,  // 126: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	35,  // 127: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	35,  // 128: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	45,  // 129: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	47,  // 130: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	50,  // 131: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	50,  // 132: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	50,  // 133: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	50,  // 134: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	56,  // 135: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	59,  // 136: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	59,  // 137: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	59,  // 138: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	59,  // 139: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	65,  // 140: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	70,  // 141: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	70,  // 142: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	70,  // 143: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	76,  // 144: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	70,  // 145: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	79,  // 146: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	120, // [120:147] is the sub-list for method output_type
-	93,  // [93:120] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	23,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
+	24,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	83,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	83,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	83,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	83,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	18,  // 9: v0m3.registry.v1.Connection.rollout_failure:type_name -> v0m3.registry.v1.RolloutFailure
+	83,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
+	20,  // 11: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
+	21,  // 12: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
+	22,  // 13: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
+	82,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	2,   // 15: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
+	25,  // 16: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
+	1,   // 17: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
+	1,   // 18: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
+	1,   // 19: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
+	0,   // 20: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
+	19,  // 21: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
+	83,  // 22: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	19,  // 23: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	17,  // 24: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
+	19,  // 25: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	24,  // 26: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	26,  // 27: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
+	23,  // 28: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
+	38,  // 29: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
+	39,  // 30: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
+	83,  // 31: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	40,  // 32: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
+	41,  // 33: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
+	84,  // 34: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	84,  // 35: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	84,  // 36: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	84,  // 37: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
+	43,  // 38: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	84,  // 39: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
+	43,  // 40: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	84,  // 41: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
+	43,  // 42: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	42,  // 43: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
+	43,  // 44: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	37,  // 45: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	37,  // 46: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	50,  // 47: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	50,  // 48: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	50,  // 49: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
+	50,  // 50: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
+	5,   // 51: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
+	11,  // 52: v0m3.registry.v1.HandleField.kind:type_name -> v0m3.registry.v1.HandleKind
+	6,   // 53: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	84,  // 54: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	7,   // 55: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
+	51,  // 56: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
+	8,   // 57: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
+	70,  // 58: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
+	9,   // 59: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
+	10,  // 60: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
+	83,  // 61: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	52,  // 62: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	52,  // 63: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	52,  // 64: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	12,  // 65: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
+	59,  // 66: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
+	60,  // 67: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
+	10,  // 68: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
+	83,  // 69: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	61,  // 70: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	61,  // 71: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	61,  // 72: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
+	14,  // 73: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
+	85,  // 74: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	15,  // 75: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
+	68,  // 76: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	69,  // 77: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	84,  // 78: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	70,  // 79: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	13,  // 80: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	83,  // 81: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	83,  // 82: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	71,  // 83: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
+	84,  // 84: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
+	73,  // 85: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
+	68,  // 86: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	69,  // 87: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	84,  // 88: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	70,  // 89: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	71,  // 90: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
+	13,  // 91: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	72,  // 92: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	16,  // 93: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	83,  // 94: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	27,  // 95: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	28,  // 96: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	29,  // 97: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	31,  // 98: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	33,  // 99: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	32,  // 100: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
+	34,  // 101: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	35,  // 102: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	44,  // 103: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	45,  // 104: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	46,  // 105: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	48,  // 106: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	53,  // 107: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	54,  // 108: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	55,  // 109: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	56,  // 110: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	57,  // 111: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	62,  // 112: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	63,  // 113: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	64,  // 114: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	65,  // 115: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	66,  // 116: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	74,  // 117: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	75,  // 118: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	76,  // 119: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	77,  // 120: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	79,  // 121: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	80,  // 122: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	17,  // 123: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	17,  // 124: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	30,  // 125: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	17,  // 126: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	17,  // 127: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	17,  // 128: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
+	36,  // 129: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	17,  // 130: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	37,  // 131: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	37,  // 132: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	47,  // 133: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	49,  // 134: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	52,  // 135: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	52,  // 136: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	52,  // 137: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	52,  // 138: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	58,  // 139: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	61,  // 140: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	61,  // 141: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	61,  // 142: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	61,  // 143: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	67,  // 144: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	72,  // 145: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	72,  // 146: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	72,  // 147: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	78,  // 148: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	72,  // 149: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	81,  // 150: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	123, // [123:151] is the sub-list for method output_type
+	95,  // [95:123] is the sub-list for method input_type
+	95,  // [95:95] is the sub-list for extension type_name
+	95,  // [95:95] is the sub-list for extension extendee
+	0,   // [0:95] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -7328,7 +7531,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 	if File_v0m3_registry_v1_registry_proto != nil {
 		return
 	}
-	file_v0m3_registry_v1_registry_proto_msgTypes[1].OneofWrappers = []any{
+	file_v0m3_registry_v1_registry_proto_msgTypes[2].OneofWrappers = []any{
 		(*Transport_Stdio)(nil),
 		(*Transport_StreamableHttp)(nil),
 		(*Transport_Direct)(nil),
@@ -7339,7 +7542,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      17,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	RegistryService_ListConnections_FullMethodName      = "/v0m3.registry.v1.RegistryService/ListConnections"
 	RegistryService_UpdateConnection_FullMethodName     = "/v0m3.registry.v1.RegistryService/UpdateConnection"
 	RegistryService_RetireConnection_FullMethodName     = "/v0m3.registry.v1.RegistryService/RetireConnection"
+	RegistryService_ReportRollout_FullMethodName        = "/v0m3.registry.v1.RegistryService/ReportRollout"
 	RegistryService_ListConfigRevisions_FullMethodName  = "/v0m3.registry.v1.RegistryService/ListConfigRevisions"
 	RegistryService_ReviewConnection_FullMethodName     = "/v0m3.registry.v1.RegistryService/ReviewConnection"
 	RegistryService_RecordSnapshot_FullMethodName       = "/v0m3.registry.v1.RegistryService/RecordSnapshot"
@@ -83,6 +84,13 @@ type RegistryServiceClient interface {
 	// RetireConnection retires a connection and its mappings. Every record that
 	// refers to it stays readable.
 	RetireConnection(ctx context.Context, in *RetireConnectionRequest, opts ...grpc.CallOption) (*Connection, error)
+	// ReportRollout tells the registry whether the workload of a connection's
+	// config revision is in place (for an MCPServer: its pods rolled out).
+	// Ready moves serving_config_revision forward to that revision, which is
+	// the one calls execute and approvals bind to from then on; not ready
+	// records why in rollout_failure and leaves the previous revision
+	// serving. Only the operator calls it.
+	ReportRollout(ctx context.Context, in *ReportRolloutRequest, opts ...grpc.CallOption) (*Connection, error)
 	// ListConfigRevisions returns every configuration revision of a connection.
 	ListConfigRevisions(ctx context.Context, in *ListConfigRevisionsRequest, opts ...grpc.CallOption) (*ListConfigRevisionsResponse, error)
 	// ReviewConnection approves or rejects a pending connection at its current
@@ -212,6 +220,16 @@ func (c *registryServiceClient) RetireConnection(ctx context.Context, in *Retire
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Connection)
 	err := c.cc.Invoke(ctx, RegistryService_RetireConnection_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) ReportRollout(ctx context.Context, in *ReportRolloutRequest, opts ...grpc.CallOption) (*Connection, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Connection)
+	err := c.cc.Invoke(ctx, RegistryService_ReportRollout_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -482,6 +500,13 @@ type RegistryServiceServer interface {
 	// RetireConnection retires a connection and its mappings. Every record that
 	// refers to it stays readable.
 	RetireConnection(context.Context, *RetireConnectionRequest) (*Connection, error)
+	// ReportRollout tells the registry whether the workload of a connection's
+	// config revision is in place (for an MCPServer: its pods rolled out).
+	// Ready moves serving_config_revision forward to that revision, which is
+	// the one calls execute and approvals bind to from then on; not ready
+	// records why in rollout_failure and leaves the previous revision
+	// serving. Only the operator calls it.
+	ReportRollout(context.Context, *ReportRolloutRequest) (*Connection, error)
 	// ListConfigRevisions returns every configuration revision of a connection.
 	ListConfigRevisions(context.Context, *ListConfigRevisionsRequest) (*ListConfigRevisionsResponse, error)
 	// ReviewConnection approves or rejects a pending connection at its current
@@ -581,6 +606,9 @@ func (UnimplementedRegistryServiceServer) UpdateConnection(context.Context, *Upd
 }
 func (UnimplementedRegistryServiceServer) RetireConnection(context.Context, *RetireConnectionRequest) (*Connection, error) {
 	return nil, status.Error(codes.Unimplemented, "method RetireConnection not implemented")
+}
+func (UnimplementedRegistryServiceServer) ReportRollout(context.Context, *ReportRolloutRequest) (*Connection, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportRollout not implemented")
 }
 func (UnimplementedRegistryServiceServer) ListConfigRevisions(context.Context, *ListConfigRevisionsRequest) (*ListConfigRevisionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListConfigRevisions not implemented")
@@ -755,6 +783,24 @@ func _RegistryService_RetireConnection_Handler(srv interface{}, ctx context.Cont
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RegistryServiceServer).RetireConnection(ctx, req.(*RetireConnectionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_ReportRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).ReportRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_ReportRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).ReportRollout(ctx, req.(*ReportRolloutRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1174,6 +1220,10 @@ var RegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RetireConnection",
 			Handler:    _RegistryService_RetireConnection_Handler,
+		},
+		{
+			MethodName: "ReportRollout",
+			Handler:    _RegistryService_ReportRollout_Handler,
 		},
 		{
 			MethodName: "ListConfigRevisions",
