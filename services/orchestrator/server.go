@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -160,6 +161,18 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		}
 		seen[src.GetUri()] = true
 	}
+	id := ids.New("task")
+	if rid := req.GetRequestId(); rid != "" {
+		if err := checkRequestID(rid); err != nil {
+			return nil, err
+		}
+		id = idempotentTaskID(requester.GetId(), actor, rid)
+		if _, err := s.st.GetTask(ctx, id); err == nil {
+			return s.replayStart(ctx, req, id, requester, actor)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return nil, s.internal(ctx, "load task", err)
+		}
+	}
 	// The request is checked before the registry is asked anything, and a
 	// refused profile leaves nothing behind: no task, no registration.
 	profile, err := s.profileOf(ctx, req)
@@ -170,7 +183,8 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 
 	now := s.timestamp()
 	task := &orchestratorv1.Task{
-		Id:                 ids.New("task"),
+		Id:                 id,
+		RequestId:          req.GetRequestId(),
 		Requester:          requester,
 		Actor:              actor,
 		Purpose:            req.GetPurpose(),
@@ -188,6 +202,10 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	//lint:ignore SA1019 a task records the deprecated kind as it was given.
 	task.Kind = req.GetKind()
 	if err := s.st.CreateTask(ctx, task); err != nil {
+		if req.GetRequestId() != "" && errors.Is(err, store.ErrExists) {
+			// Another call with the same request id created it first.
+			return s.replayStart(ctx, req, id, requester, actor)
+		}
 		return nil, s.internal(ctx, "persist task", err)
 	}
 	s.log.InfoContext(ctx, "task started", "task", task.GetId(), "profile", task.GetProfile(), "profile_revision", task.GetProfileRevision(), "requester", task.GetRequester().GetId(), "actor", actor, "needed", needed)
@@ -270,21 +288,6 @@ func (s *Server) GetRequest(ctx context.Context, req *orchestratorv1.GetRequestR
 	return r, err
 }
 
-// ListRequests returns a task's requests, oldest first.
-func (s *Server) ListRequests(ctx context.Context, req *orchestratorv1.ListRequestsRequest) (*orchestratorv1.ListRequestsResponse, error) {
-	if req.GetTaskId() == "" {
-		return nil, missing("task_id")
-	}
-	if _, err := s.openTask(ctx, req.GetTaskId(), authz.TaskRead); err != nil {
-		return nil, err
-	}
-	rs, err := s.st.ListRequests(ctx, req.GetTaskId())
-	if err != nil {
-		return nil, s.internal(ctx, "list requests", err)
-	}
-	return &orchestratorv1.ListRequestsResponse{Requests: rs}, nil
-}
-
 // CancelTask cancels an active task. Requests waiting for approval are
 // refused with TASK_CANCELLED. Cancelling a cancelled task returns it.
 func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskRequest) (*orchestratorv1.Task, error) {
@@ -325,6 +328,76 @@ func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskR
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task " + detail,
 	})
 	s.emit(ctx, task.GetId(), "", "task.cancelled", detail)
+	return task, nil
+}
+
+// CompleteTask marks an active task completed; a completed task accepts
+// no request afterwards (TASK_NOT_ACTIVE, metadata state "completed").
+// It is refused with REQUESTS_IN_FLIGHT while a request of the task is
+// being decided or executed (state REQUESTED or APPROVED): the product
+// waits for those to end (WatchTask) or cancels the task instead.
+// Requests waiting for a person are refused with TASK_COMPLETED: nobody
+// can act on their approval any more. Completing a completed task
+// returns it.
+func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteTaskRequest) (*orchestratorv1.Task, error) {
+	if req.GetId() == "" {
+		return nil, missing("id")
+	}
+	cur, err := s.openTask(ctx, req.GetId(), taskWrite)
+	if err != nil {
+		return nil, err
+	}
+	if cur.GetState() == orchestratorv1.TaskState_TASK_STATE_COMPLETED {
+		return cur, nil
+	}
+	rs, err := s.st.ListRequests(ctx, req.GetId())
+	if err != nil {
+		return nil, s.internal(ctx, "list requests", err)
+	}
+	var busy []string
+	for _, r := range rs {
+		if st := r.GetState(); st == orchestratorv1.RequestState_REQUEST_STATE_REQUESTED || st == orchestratorv1.RequestState_REQUEST_STATE_APPROVED {
+			busy = append(busy, r.GetId())
+		}
+	}
+	if len(busy) > 0 {
+		return nil, apierror.New(codes.FailedPrecondition, "REQUESTS_IN_FLIGHT",
+			fmt.Sprintf("task %s has %d request(s) still being decided or executed (%s); wait for them to end (WatchTask) or cancel the task", req.GetId(), len(busy), strings.Join(busy, ", ")),
+			map[string]string{"task_id": req.GetId(), "request_ids": strings.Join(busy, ",")})
+	}
+	detail := "completed"
+	if req.GetReason() != "" {
+		detail = "completed: " + req.GetReason()
+	}
+	already := false
+	task, err := s.st.UpdateTask(ctx, req.GetId(), func(t *orchestratorv1.Task) error {
+		switch t.GetState() {
+		case orchestratorv1.TaskState_TASK_STATE_COMPLETED:
+			already = true
+			return nil
+		case orchestratorv1.TaskState_TASK_STATE_ACTIVE:
+		default:
+			return apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
+				fmt.Sprintf("task %s is %s and cannot be completed", t.GetId(), stateName(t.GetState())),
+				map[string]string{"task_id": t.GetId(), "state": stateName(t.GetState())})
+		}
+		t.State = orchestratorv1.TaskState_TASK_STATE_COMPLETED
+		t.Checkpoint = detail + "; " + t.GetCheckpoint()
+		t.UpdateTime = s.timestamp()
+		return nil
+	})
+	if err != nil {
+		return nil, s.taskErr(ctx, req.GetId(), err)
+	}
+	if already {
+		return task, nil
+	}
+	s.log.InfoContext(ctx, "task completed", "task", task.GetId())
+	s.refusePending(ctx, task.GetId(), "TASK_COMPLETED", "task "+task.GetId()+" was "+detail)
+	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task " + detail,
+	})
+	s.emit(ctx, task.GetId(), "", "task.completed", detail)
 	return task, nil
 }
 
