@@ -67,7 +67,6 @@ func samePayload(req *orchestratorv1.StartTaskRequest, task *orchestratorv1.Task
 	if profile == "" {
 		profile = kindProfile(req.GetKind())
 	}
-	//lint:ignore SA1019 a task records the deprecated kind as it was given.
 	kind := task.GetKind()
 	return proto.Equal(requester, task.GetRequester()) && actor == task.GetActor() &&
 		req.GetPurpose() == task.GetPurpose() && req.GetEvidencePresent() == task.GetEvidencePresent() &&

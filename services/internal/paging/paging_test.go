@@ -130,6 +130,8 @@ func TestBadTokens(t *testing.T) {
 		{"not json", "bm90IGpzb24", paging.Filter("state", "ACTIVE"), paging.ReasonPageTokenInvalid},
 		{"empty json", "e30", paging.Filter("state", "ACTIVE"), paging.ReasonPageTokenInvalid},
 		{"truncated", next[:len(next)-3], paging.Filter("state", "ACTIVE"), paging.ReasonPageTokenInvalid},
+		{"appended to", next + "x", paging.Filter("state", "ACTIVE"), paging.ReasonPageTokenInvalid},
+		{"appended two", next + "xy", paging.Filter("state", "ACTIVE"), paging.ReasonPageTokenInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
