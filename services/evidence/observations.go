@@ -118,8 +118,9 @@ func (s *Server) ListObservations(ctx context.Context, req *evidencev1.ListObser
 	if err != nil {
 		return nil, s.storeError(ctx, err, "list observations", "", "", nil)
 	}
-	page, next, err := paging.Page(req, paging.Filter("task_id", req.GetTaskId()), list,
-		func(o *evidencev1.SourceObservation) string { return paging.TimeKey(o.GetRetrieveTime(), o.GetId()) })
+	// Observations are never removed: the order they were recorded in is
+	// the order of pages.
+	page, next, err := paging.PageAppendOnly(req, paging.Filter("task_id", req.GetTaskId()), list)
 	if err != nil {
 		return nil, err
 	}

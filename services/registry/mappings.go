@@ -435,13 +435,16 @@ func (s *Server) resolveByCapability(ctx context.Context, req *registryv1.Resolv
 	if err != nil {
 		return nil, err
 	}
-	list, err := s.ListMappings(ctx, &registryv1.ListMappingsRequest{Capability: req.GetCapability(), ConnectionId: req.GetConnectionId()})
+	list, err := paging.Collect(ctx, func(ctx context.Context, tok string) ([]*registryv1.Mapping, string, error) {
+		r, err := s.ListMappings(ctx, &registryv1.ListMappingsRequest{Capability: req.GetCapability(), ConnectionId: req.GetConnectionId(), PageSize: paging.MaxSize, PageToken: tok})
+		return r.GetMappings(), r.GetNextPageToken(), err
+	})
 	if err != nil {
 		return nil, err
 	}
 	var active []*registryv1.Mapping
 	var review *registryv1.Mapping
-	for _, m := range list.GetMappings() {
+	for _, m := range list {
 		switch m.GetState() {
 		case registryv1.MappingState_MAPPING_STATE_ACTIVE:
 			active = append(active, m)

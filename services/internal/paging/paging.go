@@ -197,3 +197,22 @@ func Collect[T any](ctx context.Context, fetch func(ctx context.Context, token s
 
 // MaxPages bounds Collect.
 const MaxPages = 10000
+
+// PageAppendOnly is Page for a list that only ever grows at its end and
+// is read back in the same order every time (e.g. a task's observations in
+// the order they were recorded): an item's position is its key.
+func PageAppendOnly[T any](req Request, filter string, items []T) ([]T, string, error) {
+	pos := make([]int, len(items))
+	for i := range pos {
+		pos[i] = i
+	}
+	page, next, err := Page(req, filter, pos, func(i int) string { return NumKey(int64(i), "") })
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]T, len(page))
+	for i, p := range page {
+		out[i] = items[p]
+	}
+	return out, next, nil
+}

@@ -163,3 +163,25 @@ func TestCollect(t *testing.T) {
 		t.Fatalf("Collect = %d items, %v", len(got), err)
 	}
 }
+
+func TestPageAppendOnlyKeepsOrder(t *testing.T) {
+	t.Parallel()
+	all := []string{"c", "a", "b", "a2"}
+	got := []string{}
+	tok := ""
+	for {
+		page, next, err := paging.PageAppendOnly(req{size: 3, token: tok}, "f", all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, page...)
+		if next == "" {
+			break
+		}
+		tok = next
+		all = append(all, "later") // grows at its end between pages
+	}
+	if fmt.Sprint(got) != "[c a b a2 later]" {
+		t.Fatalf("got %v", got)
+	}
+}
