@@ -374,4 +374,3 @@ func TestStartTaskIdempotent(t *testing.T) {
 		}
 	}
 }
-
