@@ -61,14 +61,16 @@ func checkRequestID(id string) error {
 }
 
 // samePayload reports whether req asks for what task records: the
-// requester, actor, purpose, sources, evidence flag and profile.
+// requester, actor, purpose, sources, evidence flag and profile. The
+// requester's groups are not payload: they come from the token, which a
+// retry may renew.
 func samePayload(req *orchestratorv1.StartTaskRequest, task *orchestratorv1.Task, requester *policyv1.Principal, actor string) bool {
 	profile := req.GetProfile()
 	if profile == "" {
 		profile = kindProfile(req.GetKind())
 	}
 	kind := task.GetKind()
-	return proto.Equal(requester, task.GetRequester()) && actor == task.GetActor() &&
+	return requester.GetId() == task.GetRequester().GetId() && actor == task.GetActor() &&
 		req.GetPurpose() == task.GetPurpose() && req.GetEvidencePresent() == task.GetEvidencePresent() &&
 		profile == task.GetProfile() && req.GetKind() == kind &&
 		slices.EqualFunc(req.GetSourceScope(), task.GetSourceScope(), func(a, b *orchestratorv1.SourceRef) bool { return proto.Equal(a, b) })
