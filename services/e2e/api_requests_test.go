@@ -223,6 +223,12 @@ func TestErrorModel(t *testing.T) {
 	id := task.GetTask().GetId()
 	handle := scenario.FindHandle(scenario.FindOffered(task.GetCatalogue(), scenario.Retrieve), "Migration FAQ")
 	foreign := scenario.FindHandle(scenario.FindOffered(other.GetCatalogue(), scenario.Retrieve), "Migration FAQ")
+	wctx, cancel := context.WithCancel(w.as(scenario.Alice))
+	defer cancel()
+	stream, err := s.Orchestrator.WatchTask(wctx, &orchestratorv1.WatchTaskRequest{TaskId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name       string
 		capability string
@@ -276,13 +282,10 @@ func TestErrorModel(t *testing.T) {
 				return
 			}
 			if tc.async {
-				// Followed to its end with GetRequest, within a deadline.
-				deadline := time.Now().Add(90 * time.Second)
-				for rec.GetState() == orchestratorv1.RequestState_REQUEST_STATE_REQUESTED && time.Now().Before(deadline) {
-					time.Sleep(50 * time.Millisecond)
-					if rec, gerr = s.Orchestrator.GetRequest(w.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: requestID}); gerr != nil {
-						t.Fatal(gerr)
-					}
+				// Followed to its end with WatchTask, then read.
+				recvUntil(t, stream, requestID, "request.executed")
+				if rec, gerr = s.Orchestrator.GetRequest(w.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: requestID}); gerr != nil {
+					t.Fatal(gerr)
 				}
 				if rec.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || len(rec.GetExcerpts()) == 0 {
 					t.Errorf("the background execution ended %v with %d excerpts", rec.GetState(), len(rec.GetExcerpts()))
@@ -296,7 +299,7 @@ func TestErrorModel(t *testing.T) {
 	}
 	// Not recorded: a caller without authority gets no request id and
 	// leaves no request behind.
-	_, err := s.Orchestrator.SubmitToolRequest(w.as(scenario.Bob), &orchestratorv1.SubmitToolRequestRequest{
+	_, err = s.Orchestrator.SubmitToolRequest(w.as(scenario.Bob), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: id, ProviderCallId: "bob", Capability: scenario.Retrieve, Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": "q"}),
 	})
 	if apierror.Code(err) != codes.PermissionDenied || apierror.Info(err).GetMetadata()["request_id"] != "" {
