@@ -31,6 +31,7 @@ func TestSamePayload(t *testing.T) {
 		{"groups renewed", func(*orchestratorv1.StartTaskRequest) {}, &policyv1.Principal{Id: "alice", Groups: []string{"authors", "x"}}, "", true},
 		{"kind naming the same profile", func(r *orchestratorv1.StartTaskRequest) {
 			r.Profile = ""
+			//lint:ignore SA1019 a retry may still name the deprecated kind.
 			r.Kind = orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW
 		}, alice, "", false}, // the task recorded no kind
 		{"purpose", func(r *orchestratorv1.StartTaskRequest) { r.Purpose = "other" }, alice, "", false},
@@ -72,7 +73,8 @@ func TestIdempotentTaskID(t *testing.T) {
 		}
 		ids[id] = name
 	}
-	if idempotentTaskID("alice", "", "k") != idempotentTaskID("alice", "", "k") {
+	first, again := idempotentTaskID("alice", "", "k"), idempotentTaskID("alice", "", "k")
+	if first != again {
 		t.Error("the id is not deterministic")
 	}
 }

@@ -350,20 +350,8 @@ func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteT
 	if cur.GetState() == orchestratorv1.TaskState_TASK_STATE_COMPLETED {
 		return cur, nil
 	}
-	rs, err := s.st.ListRequests(ctx, req.GetId())
-	if err != nil {
-		return nil, s.internal(ctx, "list requests", err)
-	}
-	var busy []string
-	for _, r := range rs {
-		if st := r.GetState(); st == orchestratorv1.RequestState_REQUEST_STATE_REQUESTED || st == orchestratorv1.RequestState_REQUEST_STATE_APPROVED {
-			busy = append(busy, r.GetId())
-		}
-	}
-	if len(busy) > 0 {
-		return nil, apierror.New(codes.FailedPrecondition, "REQUESTS_IN_FLIGHT",
-			fmt.Sprintf("task %s has %d request(s) still being decided or executed (%s); wait for them to end (WatchTask) or cancel the task", req.GetId(), len(busy), strings.Join(busy, ", ")),
-			map[string]string{"task_id": req.GetId(), "request_ids": strings.Join(busy, ",")})
+	if err := s.noRequestInFlight(ctx, req.GetId()); err != nil {
+		return nil, err
 	}
 	detail := "completed"
 	if req.GetReason() != "" {
@@ -392,6 +380,26 @@ func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteT
 	if already {
 		return task, nil
 	}
+	// A submission that read the task as active before this update and
+	// recorded its request after the check above would act on a completed
+	// task. A submission reads the task again after recording its request
+	// (SubmitToolRequest), so it either sees the task completed or its
+	// request is seen here; then the task is active again and the caller
+	// told to wait.
+	if err := s.noRequestInFlight(ctx, req.GetId()); err != nil {
+		if _, rerr := s.st.UpdateTask(ctx, req.GetId(), func(t *orchestratorv1.Task) error {
+			if t.GetState() != orchestratorv1.TaskState_TASK_STATE_COMPLETED {
+				return errStateChanged
+			}
+			t.State = orchestratorv1.TaskState_TASK_STATE_ACTIVE
+			t.Checkpoint = strings.TrimPrefix(t.GetCheckpoint(), detail+"; ")
+			t.UpdateTime = s.timestamp()
+			return nil
+		}); rerr != nil {
+			s.log.WarnContext(ctx, "reopen a task completed under a new request", "task", req.GetId(), "err", rerr)
+		}
+		return nil, err
+	}
 	s.log.InfoContext(ctx, "task completed", "task", task.GetId())
 	s.refusePending(ctx, task.GetId(), "TASK_COMPLETED", "task "+task.GetId()+" was "+detail)
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
@@ -399,6 +407,27 @@ func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteT
 	})
 	s.emit(ctx, task.GetId(), "", "task.completed", detail)
 	return task, nil
+}
+
+// noRequestInFlight fails REQUESTS_IN_FLIGHT when a request of the task
+// is being decided or executed (REQUESTED or APPROVED).
+func (s *Server) noRequestInFlight(ctx context.Context, taskID string) error {
+	rs, err := s.st.ListRequests(ctx, taskID)
+	if err != nil {
+		return s.internal(ctx, "list requests", err)
+	}
+	var busy []string
+	for _, r := range rs {
+		if st := r.GetState(); st == orchestratorv1.RequestState_REQUEST_STATE_REQUESTED || st == orchestratorv1.RequestState_REQUEST_STATE_APPROVED {
+			busy = append(busy, r.GetId())
+		}
+	}
+	if len(busy) == 0 {
+		return nil
+	}
+	return apierror.New(codes.FailedPrecondition, "REQUESTS_IN_FLIGHT",
+		fmt.Sprintf("task %s has %d request(s) still being decided or executed (%s); wait for them to end (WatchTask) or cancel the task", taskID, len(busy), strings.Join(busy, ", ")),
+		map[string]string{"task_id": taskID, "request_ids": strings.Join(busy, ",")})
 }
 
 // refusePending refuses every request of a task that is waiting for a

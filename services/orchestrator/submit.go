@@ -88,6 +88,12 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return req, nil
 	}
 	defer func() { err = withRequestID(err, req.GetId()) }()
+	// The task is read again now that the request is recorded: a
+	// CompleteTask that missed this request has changed the task's state
+	// by now, or will see the request (see CompleteTask).
+	if task, err = s.loadTask(ctx, task.GetId()); err != nil {
+		return s.refuse(ctx, req, nil, err)
+	}
 	// The request is recorded; whatever happens next must be recorded too,
 	// even if the caller stops waiting.
 	ctx = context.WithoutCancel(ctx)
