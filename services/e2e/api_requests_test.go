@@ -3,7 +3,9 @@ package e2e_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
+	"unicode"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -276,8 +278,19 @@ func TestErrorModel(t *testing.T) {
 				t.Errorf("the named request is %s of %s", rec.GetProviderCallId(), rec.GetTaskId())
 			}
 			if err != nil {
-				if rec.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REFUSED || rec.GetRefusalReason() != apierror.Reason(err) {
-					t.Errorf("recorded %v %q, the error says %s", rec.GetState(), rec.GetRefusalReason(), apierror.Reason(err))
+				if rec.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REFUSED || rec.GetRefusalReason() != apierror.Reason(err) ||
+					rec.GetRefusalCode() != strings.ToUpper(strcase(apierror.Code(err).String())) {
+					t.Errorf("recorded %v %q %q, the error says %v %s", rec.GetState(), rec.GetRefusalCode(), rec.GetRefusalReason(), apierror.Code(err), apierror.Reason(err))
+				}
+				// Submitting the same call again: the same error, the same
+				// request.
+				_, again := s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+					TaskId: id, ProviderCallId: "call/" + tc.name, Capability: tc.capability,
+					Arguments: scenario.MustStruct(tc.args), ReturnImmediately: tc.async,
+				})
+				if apierror.Code(again) != apierror.Code(err) || apierror.Reason(again) != apierror.Reason(err) ||
+					apierror.Info(again).GetMetadata()["request_id"] != requestID {
+					t.Errorf("resubmitted: %v, want %v naming %s", again, err, requestID)
 				}
 				return
 			}
@@ -314,4 +327,17 @@ func TestErrorModel(t *testing.T) {
 			t.Error("bob's refused call left a request")
 		}
 	}
+}
+
+// strcase turns a code's Go name ("PermissionDenied") into snake case
+// ("Permission_Denied").
+func strcase(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

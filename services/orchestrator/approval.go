@@ -288,6 +288,7 @@ func (s *Server) invalidate(ctx context.Context, req *orchestratorv1.ToolRequest
 		}
 		r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
 		r.RefusalReason, r.RefusalDetail = reasonApprovalInvalidated, msg
+		r.RefusalCode = codeName(codes.FailedPrecondition)
 		r.Approval.Invalidated, r.Approval.InvalidatedDetail = binding, detail
 		r.UpdateTime = s.timestamp()
 		return nil

@@ -448,6 +448,7 @@ func (s *Server) refusePending(ctx context.Context, taskID, reason, detail strin
 			}
 			r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
 			r.RefusalReason, r.RefusalDetail = reason, detail
+			r.RefusalCode = codeName(codes.FailedPrecondition)
 			r.UpdateTime = s.timestamp()
 			return nil
 		})

@@ -85,6 +85,9 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return nil, s.internal(ctx, "record the candidate request", err)
 	}
 	if !created {
+		if err := replayedRefusal(req); err != nil {
+			return nil, err
+		}
 		return req, nil
 	}
 	defer func() { err = withRequestID(err, req.GetId()) }()
@@ -123,6 +126,21 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return s.executeInBackground(ctx, task, req, p)
 	}
 	return s.execute(ctx, task, req, p)
+}
+
+// replayedRefusal is the error of a resubmitted request that was
+// refused, as the first submission saw it; nil for any other state.
+func replayedRefusal(r *orchestratorv1.ToolRequest) error {
+	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REFUSED {
+		return nil
+	}
+	code := codes.FailedPrecondition // refused before the code was recorded
+	for c := codes.OK + 1; c <= codes.Unauthenticated; c++ {
+		if codeName(c) == r.GetRefusalCode() {
+			code = c
+		}
+	}
+	return apierror.New(code, r.GetRefusalReason(), r.GetRefusalDetail(), map[string]string{"request_id": r.GetId()})
 }
 
 // withRequestID adds the id of the recorded request to a submission's or
@@ -354,6 +372,7 @@ func (s *Server) refuse(ctx context.Context, req *orchestratorv1.ToolRequest, p 
 	_, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
 		r.RefusalReason, r.RefusalDetail = reason, detail
+		r.RefusalCode = codeName(status.Code(cause))
 		p.record(r)
 		r.UpdateTime = s.timestamp()
 		return nil

@@ -1565,7 +1565,11 @@ type ToolRequest struct {
 	// media type that is not evidence, only a title and a link, structured
 	// content): recorded here and in the trace, never quoted or recorded as
 	// source observations.
-	Diagnostics   []*Diagnostic `protobuf:"bytes,24,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	Diagnostics []*Diagnostic `protobuf:"bytes,24,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	// Output only. The gRPC status code of the refusal, in upper snake case
+	// (e.g. "PERMISSION_DENIED"): submitting the same provider call id again
+	// returns the same error.
+	RefusalCode   string `protobuf:"bytes,25,opt,name=refusal_code,json=refusalCode,proto3" json:"refusal_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1766,6 +1770,13 @@ func (x *ToolRequest) GetDiagnostics() []*Diagnostic {
 		return x.Diagnostics
 	}
 	return nil
+}
+
+func (x *ToolRequest) GetRefusalCode() string {
+	if x != nil {
+		return x.RefusalCode
+	}
+	return ""
 }
 
 // Diagnostic is one result item that did not become evidence.
@@ -2879,7 +2890,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x12invalidated_detail\x18\x12 \x01(\tR\x11invalidatedDetail\"3\n" +
 	"\x12GetApprovalRequest\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\"\xaf\b\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"\xd2\b\n" +
 	"\vToolRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12(\n" +
@@ -2911,7 +2922,8 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
 	"receipt_id\x18\x16 \x01(\tR\treceiptId\x12'\n" +
 	"\x0fartifact_digest\x18\x17 \x01(\tR\x0eartifactDigest\x12B\n" +
-	"\vdiagnostics\x18\x18 \x03(\v2 .v0m3.orchestrator.v1.DiagnosticR\vdiagnostics\"L\n" +
+	"\vdiagnostics\x18\x18 \x03(\v2 .v0m3.orchestrator.v1.DiagnosticR\vdiagnostics\x12!\n" +
+	"\frefusal_code\x18\x19 \x01(\tR\vrefusalCode\"L\n" +
 	"\n" +
 	"Diagnostic\x12\x12\n" +
 	"\x04item\x18\x01 \x01(\tR\x04item\x12\x12\n" +
