@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unicode"
 	"time"
+	"unicode"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/structpb"

@@ -15,7 +15,9 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/paging"
+	"github.com/v0m3/v0m3/services/internal/redistest"
 	"github.com/v0m3/v0m3/services/scenario"
+	"github.com/v0m3/v0m3/services/suite"
 )
 
 // The product API of issue 20 (items 2 and 3), through the real services.
@@ -289,7 +291,27 @@ func TestListsPageInEveryService(t *testing.T) {
 // nothing; another requester's key is their own.
 func TestStartTaskIdempotent(t *testing.T) {
 	t.Parallel()
-	s := startSuite(t, t.TempDir())
+	// The store's create-if-absent decides between concurrent retries:
+	// both stores.
+	for _, store := range []string{"file", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			cfg := suite.Config{DataDir: t.TempDir()}
+			if store == "redis" {
+				addr, _ := redistest.Start(t)
+				cfg.Store = "redis://" + addr + "/0?prefix=" + redistest.Prefix(t)
+			}
+			s, err := suite.Start(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			testStartTaskIdempotent(t, s)
+		})
+	}
+}
+
+func testStartTaskIdempotent(t *testing.T, s *suite.Suite) {
 	w := &world{t: t, s: s}
 	w.connect(scenario.StdioFixture(v0m3Bin))
 	start := func(p scenario.Person, requestID, purpose string) (*orchestratorv1.StartTaskResponse, error) {
