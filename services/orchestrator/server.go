@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -410,17 +411,27 @@ func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteT
 }
 
 // noRequestInFlight fails REQUESTS_IN_FLIGHT when a request of the task
-// is being decided or executed (REQUESTED or APPROVED).
+// is being decided or executed (REQUESTED or APPROVED). A request with an
+// open attempt is in flight until recovery settles it. One without, last
+// changed more than two attempt timeouts ago, is not: the process deciding
+// it is gone (it crashed before its first attempt), and nothing was sent
+// for it, so it must not keep the task open forever.
 func (s *Server) noRequestInFlight(ctx context.Context, taskID string) error {
 	rs, err := s.st.ListRequests(ctx, taskID)
 	if err != nil {
 		return s.internal(ctx, "list requests", err)
 	}
+	stale := s.now().Add(-2 * s.attemptTimeout)
 	var busy []string
 	for _, r := range rs {
-		if st := r.GetState(); st == orchestratorv1.RequestState_REQUEST_STATE_REQUESTED || st == orchestratorv1.RequestState_REQUEST_STATE_APPROVED {
-			busy = append(busy, r.GetId())
+		if st := r.GetState(); st != orchestratorv1.RequestState_REQUEST_STATE_REQUESTED && st != orchestratorv1.RequestState_REQUEST_STATE_APPROVED {
+			continue
 		}
+		open := slices.ContainsFunc(r.GetAttempts(), func(a *orchestratorv1.Attempt) bool { return a.GetEndTime() == nil })
+		if !open && r.GetUpdateTime().AsTime().Before(stale) {
+			continue
+		}
+		busy = append(busy, r.GetId())
 	}
 	if len(busy) == 0 {
 		return nil
