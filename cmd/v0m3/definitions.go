@@ -105,8 +105,10 @@ var capabilityKind = definitionKind[*registryv1.Capability]{
 		return c.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: name, Revision: rev})
 	},
 	list: func(ctx context.Context, c registryv1.RegistryServiceClient, all bool) ([]*registryv1.Capability, error) {
-		r, err := c.ListCapabilities(ctx, &registryv1.ListCapabilitiesRequest{ShowDeprecated: all})
-		return r.GetCapabilities(), err
+		return collectPages(ctx, func(ctx context.Context, tok string) ([]*registryv1.Capability, string, error) {
+			r, err := c.ListCapabilities(ctx, &registryv1.ListCapabilitiesRequest{ShowDeprecated: all, PageSize: maxPageSize, PageToken: tok})
+			return r.GetCapabilities(), r.GetNextPageToken(), err
+		})
 	},
 	deprecate: func(ctx context.Context, c registryv1.RegistryServiceClient, name, reason string) (*registryv1.Capability, error) {
 		return c.DeprecateCapability(ctx, &registryv1.DeprecateCapabilityRequest{Name: name, Reason: reason})
@@ -129,8 +131,10 @@ var profileKind = definitionKind[*registryv1.TaskProfile]{
 		return c.GetTaskProfile(ctx, &registryv1.GetTaskProfileRequest{Name: name, Revision: rev})
 	},
 	list: func(ctx context.Context, c registryv1.RegistryServiceClient, all bool) ([]*registryv1.TaskProfile, error) {
-		r, err := c.ListTaskProfiles(ctx, &registryv1.ListTaskProfilesRequest{ShowDeprecated: all})
-		return r.GetProfiles(), err
+		return collectPages(ctx, func(ctx context.Context, tok string) ([]*registryv1.TaskProfile, string, error) {
+			r, err := c.ListTaskProfiles(ctx, &registryv1.ListTaskProfilesRequest{ShowDeprecated: all, PageSize: maxPageSize, PageToken: tok})
+			return r.GetProfiles(), r.GetNextPageToken(), err
+		})
 	},
 	deprecate: func(ctx context.Context, c registryv1.RegistryServiceClient, name, reason string) (*registryv1.TaskProfile, error) {
 		return c.DeprecateTaskProfile(ctx, &registryv1.DeprecateTaskProfileRequest{Name: name, Reason: reason})
@@ -330,4 +334,24 @@ func rpcError(err error) error {
 
 func enumWord(s, prefix string) string {
 	return strings.ToLower(strings.TrimPrefix(s, prefix))
+}
+
+// maxPageSize is the largest page the services return.
+const maxPageSize = 1000
+
+// collectPages calls fetch for every page of a list and returns all items.
+func collectPages[T any](ctx context.Context, fetch func(ctx context.Context, token string) ([]T, string, error)) ([]T, error) {
+	var all []T
+	tok := ""
+	for {
+		items, next, err := fetch(ctx, tok)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		if next == "" || next == tok {
+			return all, nil
+		}
+		tok = next
+	}
 }

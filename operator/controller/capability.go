@@ -122,7 +122,7 @@ func (r *CapabilityReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 // failing the reconcile: the definition itself is recorded.
 func (r *CapabilityReconciler) observeMappings(ctx context.Context, d *definitions[*registryv1.Capability], c *v1alpha1.Capability) {
 	st := &c.Status.DefinitionStatus
-	list, err := r.Registry.ListMappings(ctx, &registryv1.ListMappingsRequest{Capability: c.Status.RegistryName})
+	list, err := r.Registry.ListMappings(ctx, &registryv1.ListMappingsRequest{Capability: c.Status.RegistryName, PageSize: maxPageSize})
 	if err != nil {
 		d.setCondition(c, st, v1alpha1.ConditionReviewRequired, metav1.ConditionUnknown, v1alpha1.ReasonRegistryUnavailable,
 			"could not list the capability's mappings: "+status.Convert(err).Message())

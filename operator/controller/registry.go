@@ -183,7 +183,7 @@ func (r *Reconciler) currentConnection(ctx context.Context, s *v1alpha1.MCPServe
 		}
 		return c, err
 	}
-	list, err := r.Registry.ListConnections(ctx, &registryv1.ListConnectionsRequest{})
+	list, err := r.Registry.ListConnections(ctx, &registryv1.ListConnectionsRequest{PageSize: maxPageSize})
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +250,7 @@ func (r *Reconciler) observeRegistry(ctx context.Context, s *v1alpha1.MCPServer,
 		return
 	}
 	m, err := r.Registry.ListMappings(ctx, &registryv1.ListMappingsRequest{
-		ConnectionId: conn.GetId(), State: registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED})
+		ConnectionId: conn.GetId(), State: registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED, PageSize: maxPageSize})
 	switch {
 	case err != nil:
 		r.setCondition(s, v1alpha1.ConditionReviewRequired, metav1.ConditionUnknown, v1alpha1.ReasonRegistryUnavailable,
@@ -284,3 +284,7 @@ func (r *Reconciler) retire(ctx context.Context, s *v1alpha1.MCPServer) error {
 	}
 	return nil
 }
+
+// maxPageSize is the registry's largest list page (paging.MaxSize): the
+// operator reads its own servers' connections and mappings, far fewer.
+const maxPageSize = 1000

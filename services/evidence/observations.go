@@ -12,6 +12,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/paging"
 )
 
 // contentDigestPattern is the one spelling of a content digest. Lower-case
@@ -117,7 +118,13 @@ func (s *Server) ListObservations(ctx context.Context, req *evidencev1.ListObser
 	if err != nil {
 		return nil, s.storeError(ctx, err, "list observations", "", "", nil)
 	}
-	return &evidencev1.ListObservationsResponse{Observations: list}, nil
+	// Observations are never removed: the order they were recorded in is
+	// the order of pages.
+	page, next, err := paging.PageAppendOnly(req, paging.Filter("task_id", req.GetTaskId()), list)
+	if err != nil {
+		return nil, err
+	}
+	return &evidencev1.ListObservationsResponse{Observations: page, NextPageToken: next}, nil
 }
 
 // ListRevisions returns the revisions of one source, oldest first. A source
@@ -133,7 +140,12 @@ func (s *Server) ListRevisions(ctx context.Context, req *evidencev1.ListRevision
 	if err != nil {
 		return nil, s.storeError(ctx, err, "list revisions", "", "", nil)
 	}
-	return &evidencev1.ListRevisionsResponse{Revisions: list}, nil
+	page, next, err := paging.Page(req, paging.Filter("connection_id", req.GetConnectionId(), "resource_uri", req.GetResourceUri()), list,
+		func(r *evidencev1.SourceRevision) string { return paging.NumKey(int64(r.GetNumber()), r.GetId()) })
+	if err != nil {
+		return nil, err
+	}
+	return &evidencev1.ListRevisionsResponse{Revisions: page, NextPageToken: next}, nil
 }
 
 // checkSize keeps large content out of the record store: inline passage

@@ -101,10 +101,11 @@ func (s *Server) GetApproval(ctx context.Context, in *orchestratorv1.GetApproval
 // request with APPROVAL_INVALIDATED naming the binding. Then every product
 // check runs again on current state, the approval is used (once), and the
 // request executes.
-func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest) (*orchestratorv1.ToolRequest, error) {
+func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest) (_ *orchestratorv1.ToolRequest, err error) {
 	if in.GetRequestId() == "" {
 		return nil, missing("request_id")
 	}
+	defer func() { err = withRequestID(err, in.GetRequestId()) }()
 	req, task, approver, err := s.decider(ctx, in.GetRequestId(), authz.RequestApprove)
 	if err != nil {
 		return nil, err
@@ -159,6 +160,9 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	}
 	if err := s.charge(ctx, task, req); err != nil {
 		return s.refuse(ctx, req, p, err)
+	}
+	if in.GetReturnImmediately() {
+		return s.executeInBackground(ctx, task, req, p)
 	}
 	return s.execute(ctx, task, req, p)
 }
@@ -328,6 +332,7 @@ func (s *Server) invalidate(ctx context.Context, req *orchestratorv1.ToolRequest
 		}
 		r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
 		r.RefusalReason, r.RefusalDetail = reasonApprovalInvalidated, msg
+		r.RefusalCode = codeName(codes.FailedPrecondition)
 		r.Approval.Invalidated, r.Approval.InvalidatedDetail = binding, detail
 		r.UpdateTime = s.timestamp()
 		return nil
@@ -348,10 +353,11 @@ func (s *Server) invalidate(ctx context.Context, req *orchestratorv1.ToolRequest
 }
 
 // Deny denies a request awaiting approval.
-func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (*orchestratorv1.ToolRequest, error) {
+func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (_ *orchestratorv1.ToolRequest, err error) {
 	if in.GetRequestId() == "" {
 		return nil, missing("request_id")
 	}
+	defer func() { err = withRequestID(err, in.GetRequestId()) }()
 	_, _, approver, err := s.decider(ctx, in.GetRequestId(), authz.RequestDeny)
 	if err != nil {
 		return nil, err

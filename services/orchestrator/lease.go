@@ -59,7 +59,10 @@ type lease struct {
 	renewed atomic.Int64
 	// abandoned leases are left to expire (a replica that "died").
 	abandoned atomic.Bool
-	once      sync.Once
+	// handed leases belong to work that outlives the call that took
+	// them (handOff): that call's release leaves them held.
+	handed atomic.Bool
+	once   sync.Once
 }
 
 // own takes this replica's lease on a request. ok is false when another
@@ -116,11 +119,28 @@ func (l *lease) renew() {
 	}
 }
 
-// release ends the lease (unless it was abandoned) and stops its renewal.
+// release ends the lease (unless it was abandoned) and stops its renewal;
+// a lease handed off is left to the work it was handed to.
 func (l *lease) release() {
-	if l == nil {
+	if l == nil || l.handed.Load() {
 		return
 	}
+	l.end()
+}
+
+// handOff passes the lease to work that continues after the call that
+// took it returns (return_immediately): that call's deferred release
+// leaves it held, and the work calls the returned func when it ends, so
+// no other replica's recovery takes the request over while it runs.
+func (l *lease) handOff() (release func()) {
+	if l == nil {
+		return func() {}
+	}
+	l.handed.Store(true)
+	return l.end
+}
+
+func (l *lease) end() {
 	l.once.Do(func() {
 		close(l.stop)
 		<-l.done

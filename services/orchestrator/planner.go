@@ -12,6 +12,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/paging"
 )
 
 // profileOf reads the task profile a StartTask request names, at its
@@ -62,7 +63,7 @@ func (s *Server) profileOf(ctx context.Context, req *orchestratorv1.StartTaskReq
 // naming the profiles it does know so the caller can pick one.
 func (s *Server) unknownProfile(ctx context.Context, name string) error {
 	known := "unavailable"
-	if list, err := s.deps.Registry.ListTaskProfiles(ctx, &registryv1.ListTaskProfilesRequest{}); err != nil {
+	if list, err := s.deps.Registry.ListTaskProfiles(ctx, &registryv1.ListTaskProfilesRequest{PageSize: paging.MaxSize}); err != nil {
 		s.log.WarnContext(ctx, "list task profiles for an unknown profile", "err", err)
 	} else {
 		var names []string

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -191,6 +192,18 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 			return nil, err
 		}
 	}
+	id := ids.New("task")
+	if rid := req.GetRequestId(); rid != "" {
+		if err := checkRequestID(rid); err != nil {
+			return nil, err
+		}
+		id = idempotentTaskID(requester.GetId(), actor, rid)
+		if _, err := s.st.GetTask(ctx, id); err == nil {
+			return s.replayStart(ctx, req, id, requester, actor)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return nil, s.internal(ctx, "load task", err)
+		}
+	}
 	// The request is checked before the registry is asked anything, and a
 	// refused profile leaves nothing behind: no task, no registration.
 	profile, err := s.profileOf(ctx, req)
@@ -201,7 +214,8 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 
 	now := s.timestamp()
 	task := &orchestratorv1.Task{
-		Id:                 ids.New("task"),
+		Id:                 id,
+		RequestId:          req.GetRequestId(),
 		Requester:          requester,
 		Actor:              actor,
 		Purpose:            req.GetPurpose(),
@@ -221,6 +235,10 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	//lint:ignore SA1019 a task records the deprecated kind as it was given.
 	task.Kind = req.GetKind()
 	if err := s.st.CreateTask(ctx, task); err != nil {
+		if req.GetRequestId() != "" && errors.Is(err, store.ErrExists) {
+			// Another call with the same request id created it first.
+			return s.replayStart(ctx, req, id, requester, actor)
+		}
 		return nil, s.internal(ctx, "persist task", err)
 	}
 	s.log.InfoContext(ctx, "task started", "task", task.GetId(), "profile", task.GetProfile(), "profile_revision", task.GetProfileRevision(), "requester", task.GetRequester().GetId(), "actor", actor, "needed", needed)
@@ -303,21 +321,6 @@ func (s *Server) GetRequest(ctx context.Context, req *orchestratorv1.GetRequestR
 	return r, err
 }
 
-// ListRequests returns a task's requests, oldest first.
-func (s *Server) ListRequests(ctx context.Context, req *orchestratorv1.ListRequestsRequest) (*orchestratorv1.ListRequestsResponse, error) {
-	if req.GetTaskId() == "" {
-		return nil, missing("task_id")
-	}
-	if _, err := s.openTask(ctx, req.GetTaskId(), authz.TaskRead); err != nil {
-		return nil, err
-	}
-	rs, err := s.st.ListRequests(ctx, req.GetTaskId())
-	if err != nil {
-		return nil, s.internal(ctx, "list requests", err)
-	}
-	return &orchestratorv1.ListRequestsResponse{Requests: rs}, nil
-}
-
 // CancelTask cancels an active task. Requests waiting for approval are
 // refused with TASK_CANCELLED. Cancelling a cancelled task returns it.
 func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskRequest) (*orchestratorv1.Task, error) {
@@ -361,6 +364,115 @@ func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskR
 	return task, nil
 }
 
+// CompleteTask marks an active task completed; a completed task accepts
+// no request afterwards (TASK_NOT_ACTIVE, metadata state "completed").
+// It is refused with REQUESTS_IN_FLIGHT while a request of the task is
+// being decided or executed (state REQUESTED or APPROVED): the product
+// waits for those to end (WatchTask) or cancels the task instead.
+// Requests waiting for a person are refused with TASK_COMPLETED: nobody
+// can act on their approval any more. Completing a completed task
+// returns it.
+func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteTaskRequest) (*orchestratorv1.Task, error) {
+	if req.GetId() == "" {
+		return nil, missing("id")
+	}
+	cur, err := s.openTask(ctx, req.GetId(), taskWrite)
+	if err != nil {
+		return nil, err
+	}
+	if cur.GetState() == orchestratorv1.TaskState_TASK_STATE_COMPLETED {
+		return cur, nil
+	}
+	if err := s.noRequestInFlight(ctx, req.GetId()); err != nil {
+		return nil, err
+	}
+	detail := "completed"
+	if req.GetReason() != "" {
+		detail = "completed: " + req.GetReason()
+	}
+	already := false
+	task, err := s.st.UpdateTask(ctx, req.GetId(), func(t *orchestratorv1.Task) error {
+		switch t.GetState() {
+		case orchestratorv1.TaskState_TASK_STATE_COMPLETED:
+			already = true
+			return nil
+		case orchestratorv1.TaskState_TASK_STATE_ACTIVE:
+		default:
+			return apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
+				fmt.Sprintf("task %s is %s and cannot be completed", t.GetId(), stateName(t.GetState())),
+				map[string]string{"task_id": t.GetId(), "state": stateName(t.GetState())})
+		}
+		t.State = orchestratorv1.TaskState_TASK_STATE_COMPLETED
+		t.Checkpoint = detail + "; " + t.GetCheckpoint()
+		t.UpdateTime = s.timestamp()
+		return nil
+	})
+	if err != nil {
+		return nil, s.taskErr(ctx, req.GetId(), err)
+	}
+	if already {
+		return task, nil
+	}
+	// A submission that read the task as active before this update and
+	// recorded its request after the check above would act on a completed
+	// task. A submission reads the task again after recording its request
+	// (SubmitToolRequest), so it either sees the task completed or its
+	// request is seen here; then the task is active again and the caller
+	// told to wait.
+	if err := s.noRequestInFlight(ctx, req.GetId()); err != nil {
+		if _, rerr := s.st.UpdateTask(ctx, req.GetId(), func(t *orchestratorv1.Task) error {
+			if t.GetState() != orchestratorv1.TaskState_TASK_STATE_COMPLETED {
+				return errStateChanged
+			}
+			t.State = orchestratorv1.TaskState_TASK_STATE_ACTIVE
+			t.Checkpoint = strings.TrimPrefix(t.GetCheckpoint(), detail+"; ")
+			t.UpdateTime = s.timestamp()
+			return nil
+		}); rerr != nil {
+			s.log.WarnContext(ctx, "reopen a task completed under a new request", "task", req.GetId(), "err", rerr)
+		}
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "task completed", "task", task.GetId())
+	s.refusePending(ctx, task.GetId(), "TASK_COMPLETED", "task "+task.GetId()+" was "+detail)
+	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task " + detail,
+	})
+	s.emit(ctx, task.GetId(), "", "task.completed", detail)
+	return task, nil
+}
+
+// noRequestInFlight fails REQUESTS_IN_FLIGHT when a request of the task
+// is being decided or executed (REQUESTED or APPROVED). A request with an
+// open attempt is in flight until recovery settles it. One without, last
+// changed more than two attempt timeouts ago, is not: the process deciding
+// it is gone (it crashed before its first attempt), and nothing was sent
+// for it, so it must not keep the task open forever.
+func (s *Server) noRequestInFlight(ctx context.Context, taskID string) error {
+	rs, err := s.st.ListRequests(ctx, taskID)
+	if err != nil {
+		return s.internal(ctx, "list requests", err)
+	}
+	stale := s.now().Add(-2 * s.attemptTimeout)
+	var busy []string
+	for _, r := range rs {
+		if st := r.GetState(); st != orchestratorv1.RequestState_REQUEST_STATE_REQUESTED && st != orchestratorv1.RequestState_REQUEST_STATE_APPROVED {
+			continue
+		}
+		open := slices.ContainsFunc(r.GetAttempts(), func(a *orchestratorv1.Attempt) bool { return a.GetEndTime() == nil })
+		if !open && r.GetUpdateTime().AsTime().Before(stale) {
+			continue
+		}
+		busy = append(busy, r.GetId())
+	}
+	if len(busy) == 0 {
+		return nil
+	}
+	return apierror.New(codes.FailedPrecondition, "REQUESTS_IN_FLIGHT",
+		fmt.Sprintf("task %s has %d request(s) still being decided or executed (%s); wait for them to end (WatchTask) or cancel the task", taskID, len(busy), strings.Join(busy, ", ")),
+		map[string]string{"task_id": taskID, "request_ids": strings.Join(busy, ",")})
+}
+
 // refusePending refuses every request of a task that is waiting for a
 // human: the task it belonged to can no longer act on an approval.
 func (s *Server) refusePending(ctx context.Context, taskID, reason, detail string) {
@@ -379,6 +491,7 @@ func (s *Server) refusePending(ctx context.Context, taskID, reason, detail strin
 			}
 			r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
 			r.RefusalReason, r.RefusalDetail = reason, detail
+			r.RefusalCode = codeName(codes.FailedPrecondition)
 			r.UpdateTime = s.timestamp()
 			return nil
 		})

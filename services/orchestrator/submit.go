@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -52,7 +53,11 @@ type prepared struct {
 // request, then validates, authorizes and, when no approval is needed,
 // executes it. The same (task, provider call id) returns the recorded
 // request without acting again.
-func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.SubmitToolRequestRequest) (*orchestratorv1.ToolRequest, error) {
+//
+// Once the request is recorded every error carries its id in the
+// ErrorInfo metadata ("request_id"), and GetRequest returns the request
+// in the state the error tells of (see the README's error model).
+func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.SubmitToolRequestRequest) (_ *orchestratorv1.ToolRequest, err error) {
 	for _, f := range []struct{ name, value string }{
 		{"task_id", in.GetTaskId()}, {"provider_call_id", in.GetProviderCallId()}, {"capability", in.GetCapability()},
 	} {
@@ -89,7 +94,17 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return nil, s.internal(ctx, "record the candidate request", err)
 	}
 	if !created {
+		if err := replayedRefusal(req); err != nil {
+			return nil, err
+		}
 		return req, nil
+	}
+	defer func() { err = withRequestID(err, req.GetId()) }()
+	// The task is read again now that the request is recorded: a
+	// CompleteTask that missed this request has changed the task's state
+	// by now, or will see the request (see CompleteTask).
+	if task, err = s.loadTask(ctx, task.GetId()); err != nil {
+		return s.refuse(ctx, req, nil, err)
 	}
 	// The request is recorded; whatever happens next must be recorded too,
 	// even if the caller stops waiting.
@@ -119,7 +134,69 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	if p.approvalRequired {
 		return s.awaitApproval(ctx, req, p)
 	}
+	if in.GetReturnImmediately() {
+		return s.executeInBackground(ctx, task, req, p)
+	}
 	return s.execute(ctx, task, req, p)
+}
+
+// replayedRefusal is the error of a resubmitted request that was
+// refused, as the first submission saw it; nil for any other state.
+func replayedRefusal(r *orchestratorv1.ToolRequest) error {
+	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REFUSED {
+		return nil
+	}
+	code := codes.FailedPrecondition // refused before the code was recorded
+	for c := codes.OK + 1; c <= codes.Unauthenticated; c++ {
+		if codeName(c) == r.GetRefusalCode() {
+			code = c
+		}
+	}
+	return apierror.New(code, r.GetRefusalReason(), r.GetRefusalDetail(), map[string]string{"request_id": r.GetId()})
+}
+
+// withRequestID adds the id of the recorded request to a submission's or
+// decision's error, so the caller can always read the request resource.
+func withRequestID(err error, id string) error {
+	if err == nil {
+		return nil
+	}
+	reason := "DEPENDENCY_" + codeName(status.Code(err))
+	return apierror.WithMetadata(err, reason, "request_id", id)
+}
+
+// executeInBackground records what was decided about an authorized
+// request and executes it after returning (return_immediately): the
+// caller follows it with GetRequest or WatchTask. The events of the
+// decision are written before execution starts, so a watcher sees them
+// first. A server closing waits for the execution (Close), as it would
+// for a call in progress.
+func (s *Server) executeInBackground(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, p *prepared) (*orchestratorv1.ToolRequest, error) {
+	out, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		p.record(r)
+		r.UpdateTime = s.timestamp()
+		return nil
+	})
+	if err != nil {
+		return nil, s.internal(ctx, "record the decided request", err)
+	}
+	s.flush(ctx)
+	if s.ctx.Err() != nil {
+		// Closing: run it here rather than start work nobody waits for.
+		return s.execute(ctx, task, out, p)
+	}
+	release := leaseOf(ctx).handOff()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer release()
+		bctx := withCheckpoint(ctx)
+		defer s.flush(bctx)
+		if _, err := s.execute(bctx, task, out, p); err != nil {
+			s.log.WarnContext(bctx, "background execution ended with an error", "task", task.GetId(), "request", out.GetId(), "reason", apierror.Reason(err))
+		}
+	}()
+	return proto.Clone(out).(*orchestratorv1.ToolRequest), nil
 }
 
 // prepare runs every product decision about a request, in order, and stops
@@ -135,7 +212,7 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	if task.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
 		return p, apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
 			fmt.Sprintf("task %s is %s; it accepts no requests", task.GetId(), stateName(task.GetState())),
-			map[string]string{"task_id": task.GetId()})
+			map[string]string{"task_id": task.GetId(), "state": stateName(task.GetState())})
 	}
 
 	// b. Only what was offered to this task may be requested.
@@ -316,6 +393,7 @@ func (s *Server) refuse(ctx context.Context, req *orchestratorv1.ToolRequest, p 
 	_, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
 		r.RefusalReason, r.RefusalDetail = reason, detail
+		r.RefusalCode = codeName(status.Code(cause))
 		p.record(r)
 		r.UpdateTime = s.timestamp()
 		return nil

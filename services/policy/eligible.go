@@ -14,6 +14,7 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/paging"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
 
@@ -37,16 +38,22 @@ func (s *Server) Eligible(ctx context.Context, req *policyv1.EligibleRequest) (*
 		return nil, apierror.InvalidArgument("INVALID_ELIGIBLE_REQUEST", "the eligibility request is incomplete", bad...)
 	}
 
-	caps, err := s.deps.Registry.ListCapabilities(ctx, &registryv1.ListCapabilitiesRequest{})
+	caps, err := paging.Collect(ctx, func(ctx context.Context, tok string) ([]*registryv1.Capability, string, error) {
+		r, err := s.deps.Registry.ListCapabilities(ctx, &registryv1.ListCapabilitiesRequest{PageSize: paging.MaxSize, PageToken: tok})
+		return r.GetCapabilities(), r.GetNextPageToken(), err
+	})
 	if err != nil {
 		return nil, apierror.Propagate(err, "policy: list capabilities")
 	}
-	maps, err := s.deps.Registry.ListMappings(ctx, &registryv1.ListMappingsRequest{})
+	maps, err := paging.Collect(ctx, func(ctx context.Context, tok string) ([]*registryv1.Mapping, string, error) {
+		r, err := s.deps.Registry.ListMappings(ctx, &registryv1.ListMappingsRequest{PageSize: paging.MaxSize, PageToken: tok})
+		return r.GetMappings(), r.GetNextPageToken(), err
+	})
 	if err != nil {
 		return nil, apierror.Propagate(err, "policy: list mappings")
 	}
 	byCap := map[string][]*registryv1.Mapping{}
-	for _, m := range maps.GetMappings() {
+	for _, m := range maps {
 		byCap[m.GetCapability()] = append(byCap[m.GetCapability()], m)
 	}
 	needed := map[string]bool{}
@@ -56,7 +63,7 @@ func (s *Server) Eligible(ctx context.Context, req *policyv1.EligibleRequest) (*
 
 	e := &eligibility{s: s, req: req, conns: map[string]connState{}}
 	resp := &policyv1.EligibleResponse{PolicyRevision: s.policy.Load().revision}
-	for _, c := range caps.GetCapabilities() {
+	for _, c := range caps {
 		ce, err := e.evaluate(ctx, c, byCap[c.GetName()], needed[c.GetName()])
 		if err != nil {
 			return nil, err

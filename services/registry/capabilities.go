@@ -19,6 +19,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/handlekind"
+	"github.com/v0m3/v0m3/services/internal/paging"
 	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/internal/summary"
 )
@@ -392,8 +393,12 @@ func (s *Server) ListCapabilities(ctx context.Context, req *registryv1.ListCapab
 	out := slices.DeleteFunc(all, func(c *registryv1.Capability) bool {
 		return !req.GetShowDeprecated() && c.GetState() == registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED
 	})
-	slices.SortFunc(out, func(a, b *registryv1.Capability) int { return strings.Compare(a.GetName(), b.GetName()) })
-	return &registryv1.ListCapabilitiesResponse{Capabilities: out}, nil
+	page, next, err := paging.Page(req, paging.Filter("show_deprecated", strconv.FormatBool(req.GetShowDeprecated())), out,
+		func(c *registryv1.Capability) string { return c.GetName() })
+	if err != nil {
+		return nil, err
+	}
+	return &registryv1.ListCapabilitiesResponse{Capabilities: page, NextPageToken: next}, nil
 }
 
 func capabilityUnknown(name string, revision int64) error {

@@ -29,6 +29,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/paging"
 	"github.com/v0m3/v0m3/services/internal/reach"
 	"github.com/v0m3/v0m3/services/internal/redact"
 )
@@ -135,13 +136,12 @@ func (s *Server) ListConnections(ctx context.Context, req *registryv1.ListConnec
 	out := slices.DeleteFunc(all, func(c *registryv1.Connection) bool {
 		return !req.GetIncludeRetired() && c.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED
 	})
-	slices.SortFunc(out, func(a, b *registryv1.Connection) int {
-		if n := a.GetCreateTime().AsTime().Compare(b.GetCreateTime().AsTime()); n != 0 {
-			return n
-		}
-		return strings.Compare(a.GetId(), b.GetId())
-	})
-	return &registryv1.ListConnectionsResponse{Connections: out}, nil
+	page, next, err := paging.Page(req, paging.Filter("include_retired", strconv.FormatBool(req.GetIncludeRetired())), out,
+		func(c *registryv1.Connection) string { return paging.TimeKey(c.GetCreateTime(), c.GetId()) })
+	if err != nil {
+		return nil, err
+	}
+	return &registryv1.ListConnectionsResponse{Connections: page, NextPageToken: next}, nil
 }
 
 // UpdateConnection replaces a connection's configuration (when transport is
@@ -376,7 +376,12 @@ func (s *Server) ListConfigRevisions(ctx context.Context, req *registryv1.ListCo
 	if err != nil {
 		return nil, s.storeError(ctx, err, "list config revisions", nil)
 	}
-	return &registryv1.ListConfigRevisionsResponse{Revisions: revs}, nil
+	page, next, err := paging.Page(req, paging.Filter("connection_id", req.GetConnectionId()), revs,
+		func(r *registryv1.ConfigRevision) string { return paging.NumKey(r.GetRevision(), "") })
+	if err != nil {
+		return nil, err
+	}
+	return &registryv1.ListConfigRevisionsResponse{Revisions: page, NextPageToken: next}, nil
 }
 
 // invalidConnection is INVALID_ARGUMENT with every violation; reason is

@@ -15,6 +15,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/paging"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
 
@@ -354,13 +355,12 @@ func (s *Server) ListMappings(ctx context.Context, req *registryv1.ListMappingsR
 			(req.GetConnectionId() != "" && m.GetConnectionId() != req.GetConnectionId()) ||
 			(req.GetState() != registryv1.MappingState_MAPPING_STATE_UNSPECIFIED && m.GetState() != req.GetState())
 	})
-	slices.SortFunc(out, func(a, b *registryv1.Mapping) int {
-		if n := strings.Compare(a.GetCapability(), b.GetCapability()); n != 0 {
-			return n
-		}
-		return strings.Compare(a.GetId(), b.GetId())
-	})
-	return &registryv1.ListMappingsResponse{Mappings: out}, nil
+	page, next, err := paging.Page(req, paging.Filter("capability", req.GetCapability(), "connection_id", req.GetConnectionId(), "state", req.GetState().String()),
+		out, func(m *registryv1.Mapping) string { return m.GetCapability() + "\x00" + m.GetId() })
+	if err != nil {
+		return nil, err
+	}
+	return &registryv1.ListMappingsResponse{Mappings: page, NextPageToken: next}, nil
 }
 
 // ResolveMapping answers "is this still current?": it returns the active
@@ -435,13 +435,16 @@ func (s *Server) resolveByCapability(ctx context.Context, req *registryv1.Resolv
 	if err != nil {
 		return nil, err
 	}
-	list, err := s.ListMappings(ctx, &registryv1.ListMappingsRequest{Capability: req.GetCapability(), ConnectionId: req.GetConnectionId()})
+	list, err := paging.Collect(ctx, func(ctx context.Context, tok string) ([]*registryv1.Mapping, string, error) {
+		r, err := s.ListMappings(ctx, &registryv1.ListMappingsRequest{Capability: req.GetCapability(), ConnectionId: req.GetConnectionId(), PageSize: paging.MaxSize, PageToken: tok})
+		return r.GetMappings(), r.GetNextPageToken(), err
+	})
 	if err != nil {
 		return nil, err
 	}
 	var active []*registryv1.Mapping
 	var review *registryv1.Mapping
-	for _, m := range list.GetMappings() {
+	for _, m := range list {
 		switch m.GetState() {
 		case registryv1.MappingState_MAPPING_STATE_ACTIVE:
 			active = append(active, m)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -14,6 +13,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
+	"github.com/v0m3/v0m3/services/internal/paging"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
 
@@ -245,8 +245,12 @@ func (s *Server) ListTaskProfiles(ctx context.Context, req *registryv1.ListTaskP
 	out := slices.DeleteFunc(all, func(p *registryv1.TaskProfile) bool {
 		return !req.GetShowDeprecated() && p.GetState() == registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED
 	})
-	slices.SortFunc(out, func(a, b *registryv1.TaskProfile) int { return strings.Compare(a.GetName(), b.GetName()) })
-	return &registryv1.ListTaskProfilesResponse{Profiles: out}, nil
+	page, next, err := paging.Page(req, paging.Filter("show_deprecated", strconv.FormatBool(req.GetShowDeprecated())), out,
+		func(p *registryv1.TaskProfile) string { return p.GetName() })
+	if err != nil {
+		return nil, err
+	}
+	return &registryv1.ListTaskProfilesResponse{Profiles: page, NextPageToken: next}, nil
 }
 
 func profileUnknown(name string, revision int64) error {

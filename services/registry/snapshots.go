@@ -17,6 +17,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/paging"
 )
 
 // Names of the digests (and plain fields) a diff or a drift reason can
@@ -578,7 +579,12 @@ func (s *Server) ListSnapshots(ctx context.Context, req *registryv1.ListSnapshot
 	if err != nil {
 		return nil, s.storeError(ctx, err, "list snapshots", nil)
 	}
-	return &registryv1.ListSnapshotsResponse{Snapshots: snaps}, nil
+	page, next, err := paging.Page(req, paging.Filter("connection_id", req.GetConnectionId()), snaps,
+		func(s *registryv1.DiscoverySnapshot) string { return paging.TimeKey(s.GetRetrieveTime(), s.GetId()) })
+	if err != nil {
+		return nil, err
+	}
+	return &registryv1.ListSnapshotsResponse{Snapshots: page, NextPageToken: next}, nil
 }
 
 // DiffSnapshots says which tools, resources, resource templates and prompts

@@ -19,6 +19,7 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/paging"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -256,7 +257,7 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	p.line("request state %s", enumName(req.GetState().String(), "REQUEST_STATE_"))
 
 	p.stage("observed")
-	obs, err := c.Evidence.ListObservations(as(Auditor), &evidencev1.ListObservationsRequest{TaskId: task})
+	obs, err := c.Evidence.ListObservations(as(Auditor), &evidencev1.ListObservationsRequest{TaskId: task, PageSize: paging.MaxSize})
 	if err != nil {
 		return r, fmt.Errorf("list observations: %w", err)
 	}
@@ -297,7 +298,7 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 			p.line("%3d protocol %-22s %s outcome=%s response=%s (%d bytes)", e.GetSequence(), pe.GetMethod(), pe.GetRequestId(), pe.GetOutcome(), short(pe.GetResponseDigest()), pe.GetResponseBytes())
 		}
 	}
-	reqs, err := c.Orchestrator.ListRequests(ctx, &orchestratorv1.ListRequestsRequest{TaskId: task})
+	reqs, err := c.Orchestrator.ListRequests(ctx, &orchestratorv1.ListRequestsRequest{TaskId: task, PageSize: paging.MaxSize})
 	if err != nil {
 		return r, fmt.Errorf("list requests: %w", err)
 	}

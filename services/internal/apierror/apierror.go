@@ -12,6 +12,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // Domain is the ErrorInfo domain of every V0M3 error.
@@ -110,4 +111,52 @@ func Propagate(err error, msg string) error {
 		return se.GRPCStatus().Err()
 	}
 	return status.Errorf(codes.Internal, "%s: %v", msg, err)
+}
+
+// WithMetadata returns err with kv (key, value pairs) added to its
+// ErrorInfo metadata, keeping its code, message and other details; a key
+// already set is left as it is. A status error without an ErrorInfo gets
+// one with fallbackReason (unchanged when that is ""); nil stays nil.
+// Values must be safe to show, as for New.
+func WithMetadata(err error, fallbackReason string, kv ...string) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	pb := st.Proto()
+	at := -1
+	info := &errdetails.ErrorInfo{}
+	for i, d := range pb.GetDetails() {
+		if d.MessageIs(info) && d.UnmarshalTo(info) == nil {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		if fallbackReason == "" {
+			return err
+		}
+		info = &errdetails.ErrorInfo{Reason: fallbackReason, Domain: Domain}
+	}
+	if info.Metadata == nil {
+		info.Metadata = map[string]string{}
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if _, set := info.Metadata[kv[i]]; !set {
+			info.Metadata[kv[i]] = kv[i+1]
+		}
+	}
+	a, merr := anypb.New(info)
+	if merr != nil {
+		return err
+	}
+	if at < 0 {
+		pb.Details = append([]*anypb.Any{a}, pb.Details...)
+	} else {
+		pb.Details[at] = a
+	}
+	return status.FromProto(pb).Err()
 }

@@ -983,7 +983,13 @@ func (x *GetObservationRequest) GetId() string {
 type ListObservationsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Task id.
-	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The next_page_token of a previous call with the same
+	// filters; empty for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1025,11 +1031,27 @@ func (x *ListObservationsRequest) GetTaskId() string {
 	return ""
 }
 
+func (x *ListObservationsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListObservationsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListObservationsResponse holds observations.
 type ListObservationsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Observations, oldest first.
-	Observations  []*SourceObservation `protobuf:"bytes,1,rep,name=observations,proto3" json:"observations,omitempty"`
+	Observations []*SourceObservation `protobuf:"bytes,1,rep,name=observations,proto3" json:"observations,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1069,6 +1091,13 @@ func (x *ListObservationsResponse) GetObservations() []*SourceObservation {
 		return x.Observations
 	}
 	return nil
+}
+
+func (x *ListObservationsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // SourceRevision is one content version of one source.
@@ -1177,7 +1206,13 @@ type ListRevisionsRequest struct {
 	// Required. Connection id.
 	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
 	// Required. Resource URI.
-	ResourceUri   string `protobuf:"bytes,2,opt,name=resource_uri,json=resourceUri,proto3" json:"resource_uri,omitempty"`
+	ResourceUri string `protobuf:"bytes,2,opt,name=resource_uri,json=resourceUri,proto3" json:"resource_uri,omitempty"`
+	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The next_page_token of a previous call with the same
+	// filters; empty for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1226,11 +1261,27 @@ func (x *ListRevisionsRequest) GetResourceUri() string {
 	return ""
 }
 
+func (x *ListRevisionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRevisionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListRevisionsResponse holds revisions.
 type ListRevisionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Revisions, oldest first.
-	Revisions     []*SourceRevision `protobuf:"bytes,1,rep,name=revisions,proto3" json:"revisions,omitempty"`
+	Revisions []*SourceRevision `protobuf:"bytes,1,rep,name=revisions,proto3" json:"revisions,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1270,6 +1321,13 @@ func (x *ListRevisionsResponse) GetRevisions() []*SourceRevision {
 		return x.Revisions
 	}
 	return nil
+}
+
+func (x *ListRevisionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // ClaimLink ties a claim to the evidence that supports it.
@@ -3312,11 +3370,15 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x18RecordObservationRequest\x12E\n" +
 	"\vobservation\x18\x01 \x01(\v2#.v0m3.evidence.v1.SourceObservationR\vobservation\"'\n" +
 	"\x15GetObservationRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"2\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"n\n" +
 	"\x17ListObservationsRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\"c\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x8b\x01\n" +
 	"\x18ListObservationsResponse\x12G\n" +
-	"\fobservations\x18\x01 \x03(\v2#.v0m3.evidence.v1.SourceObservationR\fobservations\"\x9d\x02\n" +
+	"\fobservations\x18\x01 \x03(\v2#.v0m3.evidence.v1.SourceObservationR\fobservations\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9d\x02\n" +
 	"\x0eSourceRevision\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
 	"\rconnection_id\x18\x02 \x01(\tR\fconnectionId\x12!\n" +
@@ -3324,12 +3386,16 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x06number\x18\x04 \x01(\x05R\x06number\x12%\n" +
 	"\x0econtent_digest\x18\x05 \x01(\tR\rcontentDigest\x120\n" +
 	"\x14first_observation_id\x18\x06 \x01(\tR\x12firstObservationId\x12B\n" +
-	"\x0ffirst_seen_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rfirstSeenTime\"^\n" +
+	"\x0ffirst_seen_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rfirstSeenTime\"\x9a\x01\n" +
 	"\x14ListRevisionsRequest\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12!\n" +
-	"\fresource_uri\x18\x02 \x01(\tR\vresourceUri\"W\n" +
+	"\fresource_uri\x18\x02 \x01(\tR\vresourceUri\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x7f\n" +
 	"\x15ListRevisionsResponse\x12>\n" +
-	"\trevisions\x18\x01 \x03(\v2 .v0m3.evidence.v1.SourceRevisionR\trevisions\"\xd6\x01\n" +
+	"\trevisions\x18\x01 \x03(\v2 .v0m3.evidence.v1.SourceRevisionR\trevisions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd6\x01\n" +
 	"\tClaimLink\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bclaim_id\x18\x02 \x01(\tR\aclaimId\x12%\n" +

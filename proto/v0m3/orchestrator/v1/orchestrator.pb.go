@@ -391,8 +391,10 @@ type Task struct {
 	ArtifactScope []*SourceRef `protobuf:"bytes,20,rep,name=artifact_scope,json=artifactScope,proto3" json:"artifact_scope,omitempty"`
 	// Destinations the task may deliver to (destination handles).
 	DestinationScope []*SourceRef `protobuf:"bytes,21,rep,name=destination_scope,json=destinationScope,proto3" json:"destination_scope,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Output only. The request_id the task was started with, if any.
+	RequestId     string `protobuf:"bytes,16,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -542,6 +544,13 @@ func (x *Task) GetDestinationScope() []*SourceRef {
 		return x.DestinationScope
 	}
 	return nil
+}
+
+func (x *Task) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // HandleOffer is a handle in the catalogue.
@@ -916,8 +925,14 @@ type StartTaskRequest struct {
 	// Destinations the task may deliver to; the model gets destination
 	// handles for them.
 	DestinationScope []*SourceRef `protobuf:"bytes,21,rep,name=destination_scope,json=destinationScope,proto3" json:"destination_scope,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Optional. Idempotency key chosen by the caller (a UUID is a good
+	// choice; at most 128 characters), scoped per requester: a retried call
+	// with the same request_id and the same payload returns the task and
+	// catalogue the first call created; the same request_id with another
+	// payload fails ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED.
+	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartTaskRequest) Reset() {
@@ -1004,6 +1019,13 @@ func (x *StartTaskRequest) GetDestinationScope() []*SourceRef {
 		return x.DestinationScope
 	}
 	return nil
+}
+
+func (x *StartTaskRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // StartTaskResponse is a started task and its catalogue.
@@ -1691,7 +1713,11 @@ type ToolRequest struct {
 	// media type that is not evidence, only a title and a link, structured
 	// content): recorded here and in the trace, never quoted or recorded as
 	// source observations.
-	Diagnostics   []*Diagnostic `protobuf:"bytes,24,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	Diagnostics []*Diagnostic `protobuf:"bytes,24,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	// Output only. The gRPC status code of the refusal, in upper snake case
+	// (e.g. "PERMISSION_DENIED"): submitting the same provider call id again
+	// returns the same error.
+	RefusalCode   string `protobuf:"bytes,25,opt,name=refusal_code,json=refusalCode,proto3" json:"refusal_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1894,6 +1920,13 @@ func (x *ToolRequest) GetDiagnostics() []*Diagnostic {
 	return nil
 }
 
+func (x *ToolRequest) GetRefusalCode() string {
+	if x != nil {
+		return x.RefusalCode
+	}
+	return ""
+}
+
 // Diagnostic is one result item that did not become evidence.
 type Diagnostic struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1973,8 +2006,15 @@ type SubmitToolRequestRequest struct {
 	// revision to render), supplied by the product service; an approval binds
 	// it.
 	DocumentDigest string `protobuf:"bytes,5,opt,name=document_digest,json=documentDigest,proto3" json:"document_digest,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Optional. Return as soon as the request is recorded and decided,
+	// without waiting for its execution: the response is the request
+	// resource (REFUSED and AWAITING_APPROVAL are final for this call;
+	// REQUESTED means it was allowed and is executing), and its end is
+	// followed with GetRequest or WatchTask. A refusal is still the call's
+	// error. Default false: the call returns the executed request.
+	ReturnImmediately bool `protobuf:"varint,6,opt,name=return_immediately,json=returnImmediately,proto3" json:"return_immediately,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SubmitToolRequestRequest) Reset() {
@@ -2042,6 +2082,13 @@ func (x *SubmitToolRequestRequest) GetDocumentDigest() string {
 	return ""
 }
 
+func (x *SubmitToolRequestRequest) GetReturnImmediately() bool {
+	if x != nil {
+		return x.ReturnImmediately
+	}
+	return false
+}
+
 // GetRequestRequest names a request.
 type GetRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2092,7 +2139,15 @@ func (x *GetRequestRequest) GetId() string {
 type ListRequestsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Task id.
-	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Optional. Only requests in this state.
+	State RequestState `protobuf:"varint,4,opt,name=state,proto3,enum=v0m3.orchestrator.v1.RequestState" json:"state,omitempty"`
+	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The next_page_token of a previous call with the same
+	// filters; empty for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2134,11 +2189,34 @@ func (x *ListRequestsRequest) GetTaskId() string {
 	return ""
 }
 
+func (x *ListRequestsRequest) GetState() RequestState {
+	if x != nil {
+		return x.State
+	}
+	return RequestState_REQUEST_STATE_UNSPECIFIED
+}
+
+func (x *ListRequestsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRequestsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListRequestsResponse holds requests.
 type ListRequestsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Requests, oldest first.
-	Requests      []*ToolRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	Requests []*ToolRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2180,6 +2258,13 @@ func (x *ListRequestsResponse) GetRequests() []*ToolRequest {
 	return nil
 }
 
+func (x *ListRequestsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // ApproveRequest approves a request.
 type ApproveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2188,8 +2273,12 @@ type ApproveRequest struct {
 	// The document digest the approver saw. When it differs from the digest
 	// bound at submission the approval is invalidated (binding DOCUMENT).
 	DocumentDigest string `protobuf:"bytes,3,opt,name=document_digest,json=documentDigest,proto3" json:"document_digest,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Optional. Return as soon as the approval is used, without waiting for
+	// the execution (state APPROVED); follow it with GetRequest or
+	// WatchTask. Default false: the call returns the executed request.
+	ReturnImmediately bool `protobuf:"varint,4,opt,name=return_immediately,json=returnImmediately,proto3" json:"return_immediately,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ApproveRequest) Reset() {
@@ -2234,6 +2323,13 @@ func (x *ApproveRequest) GetDocumentDigest() string {
 		return x.DocumentDigest
 	}
 	return ""
+}
+
+func (x *ApproveRequest) GetReturnImmediately() bool {
+	if x != nil {
+		return x.ReturnImmediately
+	}
+	return false
 }
 
 // DenyRequest denies a request.
@@ -2538,6 +2634,333 @@ func (x *RefreshHandlesRequest) GetTaskId() string {
 	return ""
 }
 
+// ListTasksRequest filters tasks. Every filter is optional.
+type ListTasksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optional. Only tasks in this state.
+	State TaskState `protobuf:"varint,1,opt,name=state,proto3,enum=v0m3.orchestrator.v1.TaskState" json:"state,omitempty"`
+	// Optional. Only tasks started with this profile.
+	Profile string `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Optional. Only tasks of this requester. A caller who may not read
+	// every task may name only itself (PERMISSION_DENIED otherwise).
+	Requester string `protobuf:"bytes,3,opt,name=requester,proto3" json:"requester,omitempty"`
+	// Optional. Most tasks to return: 50 when unset or 0, at most 1000 (a
+	// larger value is read as 1000). Negative fails INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The next_page_token of a previous call with the same
+	// filters; empty for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTasksRequest) Reset() {
+	*x = ListTasksRequest{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTasksRequest) ProtoMessage() {}
+
+func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
+func (*ListTasksRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListTasksRequest) GetState() TaskState {
+	if x != nil {
+		return x.State
+	}
+	return TaskState_TASK_STATE_UNSPECIFIED
+}
+
+func (x *ListTasksRequest) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTasksRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListTasksResponse holds tasks.
+type ListTasksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tasks, oldest first.
+	Tasks []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTasksResponse) Reset() {
+	*x = ListTasksResponse{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTasksResponse) ProtoMessage() {}
+
+func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
+func (*ListTasksResponse) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListTasksResponse) GetTasks() []*Task {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *ListTasksResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// CompleteTaskRequest completes a task.
+type CompleteTaskRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Task id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Optional. Why, in words.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteTaskRequest) Reset() {
+	*x = CompleteTaskRequest{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteTaskRequest) ProtoMessage() {}
+
+func (x *CompleteTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteTaskRequest.ProtoReflect.Descriptor instead.
+func (*CompleteTaskRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CompleteTaskRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CompleteTaskRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ListPendingApprovalsRequest filters the approvals waiting for the
+// caller.
+type ListPendingApprovalsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optional. Only requests of this task.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Optional. Only requests for this capability.
+	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Optional. Most requests to return: 50 when unset or 0, at most 1000 (a
+	// larger value is read as 1000). Negative fails INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The next_page_token of a previous call with the same
+	// filters; empty for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPendingApprovalsRequest) Reset() {
+	*x = ListPendingApprovalsRequest{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPendingApprovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPendingApprovalsRequest) ProtoMessage() {}
+
+func (x *ListPendingApprovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPendingApprovalsRequest.ProtoReflect.Descriptor instead.
+func (*ListPendingApprovalsRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListPendingApprovalsRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ListPendingApprovalsRequest) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *ListPendingApprovalsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListPendingApprovalsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListPendingApprovalsResponse holds requests awaiting approval.
+type ListPendingApprovalsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Requests in state AWAITING_APPROVAL with their approval, oldest
+	// first.
+	Requests []*ToolRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPendingApprovalsResponse) Reset() {
+	*x = ListPendingApprovalsResponse{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPendingApprovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPendingApprovalsResponse) ProtoMessage() {}
+
+func (x *ListPendingApprovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPendingApprovalsResponse.ProtoReflect.Descriptor instead.
+func (*ListPendingApprovalsResponse) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListPendingApprovalsResponse) GetRequests() []*ToolRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+func (x *ListPendingApprovalsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_v0m3_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
@@ -2545,7 +2968,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"'v0m3/orchestrator/v1/orchestrator.proto\x12\x14v0m3.orchestrator.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dv0m3/adapter/v1/adapter.proto\x1a\x1bv0m3/policy/v1/policy.proto\x1a\x1fv0m3/registry/v1/registry.proto\"3\n" +
 	"\tSourceRef\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x14\n" +
-	"\x05title\x18\x02 \x01(\tR\x05title\"\xa6\x06\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\"\xc5\x06\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\trequester\x18\x02 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\trequester\x12\x18\n" +
@@ -2568,7 +2991,9 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x10profile_revision\x18\x0e \x01(\x03R\x0fprofileRevision\x12%\n" +
 	"\x0epolicy_purpose\x18\x0f \x01(\tR\rpolicyPurpose\x12F\n" +
 	"\x0eartifact_scope\x18\x14 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\rartifactScope\x12L\n" +
-	"\x11destination_scope\x18\x15 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\x10destinationScope\"\xaa\x01\n" +
+	"\x11destination_scope\x18\x15 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\x10destinationScope\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x10 \x01(\tR\trequestId\"\xaa\x01\n" +
 	"\vHandleOffer\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12;\n" +
@@ -2597,7 +3022,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"considered\x12'\n" +
 	"\x0fpolicy_revision\x18\x04 \x01(\tR\x0epolicyRevision\x12=\n" +
 	"\fcompile_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompileTime\x12=\n" +
-	"\frefresh_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vrefreshTime\"\xcd\x03\n" +
+	"\frefresh_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vrefreshTime\"\xec\x03\n" +
 	"\x10StartTaskRequest\x122\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.v0m3.orchestrator.v1.TaskKindR\x04kind\x12\x18\n" +
 	"\apurpose\x18\x03 \x01(\tR\apurpose\x12B\n" +
@@ -2607,7 +3032,9 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"onBehalfOf\x12\x18\n" +
 	"\aprofile\x18\a \x01(\tR\aprofile\x12F\n" +
 	"\x0eartifact_scope\x18\x14 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\rartifactScope\x12L\n" +
-	"\x11destination_scope\x18\x15 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\x10destinationScopeJ\x04\b\x01\x10\x02R\trequester\"\x89\x01\n" +
+	"\x11destination_scope\x18\x15 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\x10destinationScope\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\tR\trequestIdJ\x04\b\x01\x10\x02R\trequester\"\x89\x01\n" +
 	"\x11StartTaskResponse\x12.\n" +
 	"\x04task\x18\x01 \x01(\v2\x1a.v0m3.orchestrator.v1.TaskR\x04task\x12D\n" +
 	"\tcatalogue\x18\x02 \x01(\v2&.v0m3.orchestrator.v1.OfferedCatalogueR\tcatalogue\" \n" +
@@ -2669,7 +3096,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x12invalidated_detail\x18\x12 \x01(\tR\x11invalidatedDetail\"3\n" +
 	"\x12GetApprovalRequest\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\"\xaf\b\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"\xd2\b\n" +
 	"\vToolRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12(\n" +
@@ -2701,12 +3128,13 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
 	"receipt_id\x18\x16 \x01(\tR\treceiptId\x12'\n" +
 	"\x0fartifact_digest\x18\x17 \x01(\tR\x0eartifactDigest\x12B\n" +
-	"\vdiagnostics\x18\x18 \x03(\v2 .v0m3.orchestrator.v1.DiagnosticR\vdiagnostics\"L\n" +
+	"\vdiagnostics\x18\x18 \x03(\v2 .v0m3.orchestrator.v1.DiagnosticR\vdiagnostics\x12!\n" +
+	"\frefusal_code\x18\x19 \x01(\tR\vrefusalCode\"L\n" +
 	"\n" +
 	"Diagnostic\x12\x12\n" +
 	"\x04item\x18\x01 \x01(\tR\x04item\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xdd\x01\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x8c\x02\n" +
 	"\x18SubmitToolRequestRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12(\n" +
 	"\x10provider_call_id\x18\x02 \x01(\tR\x0eproviderCallId\x12\x1e\n" +
@@ -2714,17 +3142,24 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"capability\x18\x03 \x01(\tR\n" +
 	"capability\x125\n" +
 	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\x12'\n" +
-	"\x0fdocument_digest\x18\x05 \x01(\tR\x0edocumentDigest\"#\n" +
+	"\x0fdocument_digest\x18\x05 \x01(\tR\x0edocumentDigest\x12-\n" +
+	"\x12return_immediately\x18\x06 \x01(\bR\x11returnImmediately\"#\n" +
 	"\x11GetRequestRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\".\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xa4\x01\n" +
 	"\x13ListRequestsRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\"U\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x128\n" +
+	"\x05state\x18\x04 \x01(\x0e2\".v0m3.orchestrator.v1.RequestStateR\x05state\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"}\n" +
 	"\x14ListRequestsResponse\x12=\n" +
-	"\brequests\x18\x01 \x03(\v2!.v0m3.orchestrator.v1.ToolRequestR\brequests\"h\n" +
+	"\brequests\x18\x01 \x03(\v2!.v0m3.orchestrator.v1.ToolRequestR\brequests\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n" +
 	"\x0eApproveRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12'\n" +
-	"\x0fdocument_digest\x18\x03 \x01(\tR\x0edocumentDigestJ\x04\b\x02\x10\x03R\bapprover\"T\n" +
+	"\x0fdocument_digest\x18\x03 \x01(\tR\x0edocumentDigest\x12-\n" +
+	"\x12return_immediately\x18\x04 \x01(\bR\x11returnImmediatelyJ\x04\b\x02\x10\x03R\bapprover\"T\n" +
 	"\vDenyRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
@@ -2744,7 +3179,31 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"0\n" +
 	"\x15RefreshHandlesRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId*\x86\x01\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\xbd\x01\n" +
+	"\x10ListTasksRequest\x125\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x1f.v0m3.orchestrator.v1.TaskStateR\x05state\x12\x18\n" +
+	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x1c\n" +
+	"\trequester\x18\x03 \x01(\tR\trequester\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"m\n" +
+	"\x11ListTasksResponse\x120\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x1a.v0m3.orchestrator.v1.TaskR\x05tasks\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"=\n" +
+	"\x13CompleteTaskRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x92\x01\n" +
+	"\x1bListPendingApprovalsRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x02 \x01(\tR\n" +
+	"capability\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x85\x01\n" +
+	"\x1cListPendingApprovalsResponse\x12=\n" +
+	"\brequests\x18\x01 \x03(\v2!.v0m3.orchestrator.v1.ToolRequestR\brequests\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\x86\x01\n" +
 	"\bTaskKind\x12\x19\n" +
 	"\x15TASK_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TASK_KIND_SOURCE_REVIEW\x10\x01\x12\x15\n" +
@@ -2773,15 +3232,18 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x18APPROVAL_BINDING_MAPPING\x10\x03\x12\x1b\n" +
 	"\x17APPROVAL_BINDING_POLICY\x10\x04\x12 \n" +
 	"\x1cAPPROVAL_BINDING_CREDENTIALS\x10\x05\x12\x1b\n" +
-	"\x17APPROVAL_BINDING_EXPIRY\x10\x062\xd9\b\n" +
+	"\x17APPROVAL_BINDING_EXPIRY\x10\x062\x8d\v\n" +
 	"\x13OrchestratorService\x12\\\n" +
 	"\tStartTask\x12&.v0m3.orchestrator.v1.StartTaskRequest\x1a'.v0m3.orchestrator.v1.StartTaskResponse\x12K\n" +
-	"\aGetTask\x12$.v0m3.orchestrator.v1.GetTaskRequest\x1a\x1a.v0m3.orchestrator.v1.Task\x12a\n" +
+	"\aGetTask\x12$.v0m3.orchestrator.v1.GetTaskRequest\x1a\x1a.v0m3.orchestrator.v1.Task\x12\\\n" +
+	"\tListTasks\x12&.v0m3.orchestrator.v1.ListTasksRequest\x1a'.v0m3.orchestrator.v1.ListTasksResponse\x12U\n" +
+	"\fCompleteTask\x12).v0m3.orchestrator.v1.CompleteTaskRequest\x1a\x1a.v0m3.orchestrator.v1.Task\x12a\n" +
 	"\fGetCatalogue\x12).v0m3.orchestrator.v1.GetCatalogueRequest\x1a&.v0m3.orchestrator.v1.OfferedCatalogue\x12f\n" +
 	"\x11SubmitToolRequest\x12..v0m3.orchestrator.v1.SubmitToolRequestRequest\x1a!.v0m3.orchestrator.v1.ToolRequest\x12X\n" +
 	"\n" +
 	"GetRequest\x12'.v0m3.orchestrator.v1.GetRequestRequest\x1a!.v0m3.orchestrator.v1.ToolRequest\x12e\n" +
-	"\fListRequests\x12).v0m3.orchestrator.v1.ListRequestsRequest\x1a*.v0m3.orchestrator.v1.ListRequestsResponse\x12R\n" +
+	"\fListRequests\x12).v0m3.orchestrator.v1.ListRequestsRequest\x1a*.v0m3.orchestrator.v1.ListRequestsResponse\x12}\n" +
+	"\x14ListPendingApprovals\x121.v0m3.orchestrator.v1.ListPendingApprovalsRequest\x1a2.v0m3.orchestrator.v1.ListPendingApprovalsResponse\x12R\n" +
 	"\aApprove\x12$.v0m3.orchestrator.v1.ApproveRequest\x1a!.v0m3.orchestrator.v1.ToolRequest\x12L\n" +
 	"\x04Deny\x12!.v0m3.orchestrator.v1.DenyRequest\x1a!.v0m3.orchestrator.v1.ToolRequest\x12W\n" +
 	"\vGetApproval\x12(.v0m3.orchestrator.v1.GetApprovalRequest\x1a\x1e.v0m3.orchestrator.v1.Approval\x12V\n" +
@@ -2803,123 +3265,138 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_v0m3_orchestrator_v1_orchestrator_proto_goTypes = []any{
-	(TaskKind)(0),                    // 0: v0m3.orchestrator.v1.TaskKind
-	(TaskState)(0),                   // 1: v0m3.orchestrator.v1.TaskState
-	(RequestState)(0),                // 2: v0m3.orchestrator.v1.RequestState
-	(ApprovalBinding)(0),             // 3: v0m3.orchestrator.v1.ApprovalBinding
-	(*SourceRef)(nil),                // 4: v0m3.orchestrator.v1.SourceRef
-	(*Task)(nil),                     // 5: v0m3.orchestrator.v1.Task
-	(*HandleOffer)(nil),              // 6: v0m3.orchestrator.v1.HandleOffer
-	(*HandleFieldOffer)(nil),         // 7: v0m3.orchestrator.v1.HandleFieldOffer
-	(*OfferedCapability)(nil),        // 8: v0m3.orchestrator.v1.OfferedCapability
-	(*OfferedCatalogue)(nil),         // 9: v0m3.orchestrator.v1.OfferedCatalogue
-	(*StartTaskRequest)(nil),         // 10: v0m3.orchestrator.v1.StartTaskRequest
-	(*StartTaskResponse)(nil),        // 11: v0m3.orchestrator.v1.StartTaskResponse
-	(*GetTaskRequest)(nil),           // 12: v0m3.orchestrator.v1.GetTaskRequest
-	(*GetCatalogueRequest)(nil),      // 13: v0m3.orchestrator.v1.GetCatalogueRequest
-	(*QuotedExcerpt)(nil),            // 14: v0m3.orchestrator.v1.QuotedExcerpt
-	(*Attempt)(nil),                  // 15: v0m3.orchestrator.v1.Attempt
-	(*Approval)(nil),                 // 16: v0m3.orchestrator.v1.Approval
-	(*GetApprovalRequest)(nil),       // 17: v0m3.orchestrator.v1.GetApprovalRequest
-	(*ToolRequest)(nil),              // 18: v0m3.orchestrator.v1.ToolRequest
-	(*Diagnostic)(nil),               // 19: v0m3.orchestrator.v1.Diagnostic
-	(*SubmitToolRequestRequest)(nil), // 20: v0m3.orchestrator.v1.SubmitToolRequestRequest
-	(*GetRequestRequest)(nil),        // 21: v0m3.orchestrator.v1.GetRequestRequest
-	(*ListRequestsRequest)(nil),      // 22: v0m3.orchestrator.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil),     // 23: v0m3.orchestrator.v1.ListRequestsResponse
-	(*ApproveRequest)(nil),           // 24: v0m3.orchestrator.v1.ApproveRequest
-	(*DenyRequest)(nil),              // 25: v0m3.orchestrator.v1.DenyRequest
-	(*WatchTaskRequest)(nil),         // 26: v0m3.orchestrator.v1.WatchTaskRequest
-	(*TaskEvent)(nil),                // 27: v0m3.orchestrator.v1.TaskEvent
-	(*CancelTaskRequest)(nil),        // 28: v0m3.orchestrator.v1.CancelTaskRequest
-	(*RefreshHandlesRequest)(nil),    // 29: v0m3.orchestrator.v1.RefreshHandlesRequest
-	(*v1.Principal)(nil),             // 30: v0m3.policy.v1.Principal
-	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
-	(v11.HandleKind)(0),              // 32: v0m3.registry.v1.HandleKind
-	(*structpb.Struct)(nil),          // 33: google.protobuf.Struct
-	(*v1.CapabilityEligibility)(nil), // 34: v0m3.policy.v1.CapabilityEligibility
-	(v12.DeliveryStage)(0),           // 35: v0m3.adapter.v1.DeliveryStage
-	(v12.Outcome)(0),                 // 36: v0m3.adapter.v1.Outcome
-	(*v12.ErrorEvidence)(nil),        // 37: v0m3.adapter.v1.ErrorEvidence
+	(TaskKind)(0),                        // 0: v0m3.orchestrator.v1.TaskKind
+	(TaskState)(0),                       // 1: v0m3.orchestrator.v1.TaskState
+	(RequestState)(0),                    // 2: v0m3.orchestrator.v1.RequestState
+	(ApprovalBinding)(0),                 // 3: v0m3.orchestrator.v1.ApprovalBinding
+	(*SourceRef)(nil),                    // 4: v0m3.orchestrator.v1.SourceRef
+	(*Task)(nil),                         // 5: v0m3.orchestrator.v1.Task
+	(*HandleOffer)(nil),                  // 6: v0m3.orchestrator.v1.HandleOffer
+	(*HandleFieldOffer)(nil),             // 7: v0m3.orchestrator.v1.HandleFieldOffer
+	(*OfferedCapability)(nil),            // 8: v0m3.orchestrator.v1.OfferedCapability
+	(*OfferedCatalogue)(nil),             // 9: v0m3.orchestrator.v1.OfferedCatalogue
+	(*StartTaskRequest)(nil),             // 10: v0m3.orchestrator.v1.StartTaskRequest
+	(*StartTaskResponse)(nil),            // 11: v0m3.orchestrator.v1.StartTaskResponse
+	(*GetTaskRequest)(nil),               // 12: v0m3.orchestrator.v1.GetTaskRequest
+	(*GetCatalogueRequest)(nil),          // 13: v0m3.orchestrator.v1.GetCatalogueRequest
+	(*QuotedExcerpt)(nil),                // 14: v0m3.orchestrator.v1.QuotedExcerpt
+	(*Attempt)(nil),                      // 15: v0m3.orchestrator.v1.Attempt
+	(*Approval)(nil),                     // 16: v0m3.orchestrator.v1.Approval
+	(*GetApprovalRequest)(nil),           // 17: v0m3.orchestrator.v1.GetApprovalRequest
+	(*ToolRequest)(nil),                  // 18: v0m3.orchestrator.v1.ToolRequest
+	(*Diagnostic)(nil),                   // 19: v0m3.orchestrator.v1.Diagnostic
+	(*SubmitToolRequestRequest)(nil),     // 20: v0m3.orchestrator.v1.SubmitToolRequestRequest
+	(*GetRequestRequest)(nil),            // 21: v0m3.orchestrator.v1.GetRequestRequest
+	(*ListRequestsRequest)(nil),          // 22: v0m3.orchestrator.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil),         // 23: v0m3.orchestrator.v1.ListRequestsResponse
+	(*ApproveRequest)(nil),               // 24: v0m3.orchestrator.v1.ApproveRequest
+	(*DenyRequest)(nil),                  // 25: v0m3.orchestrator.v1.DenyRequest
+	(*WatchTaskRequest)(nil),             // 26: v0m3.orchestrator.v1.WatchTaskRequest
+	(*TaskEvent)(nil),                    // 27: v0m3.orchestrator.v1.TaskEvent
+	(*CancelTaskRequest)(nil),            // 28: v0m3.orchestrator.v1.CancelTaskRequest
+	(*RefreshHandlesRequest)(nil),        // 29: v0m3.orchestrator.v1.RefreshHandlesRequest
+	(*ListTasksRequest)(nil),             // 30: v0m3.orchestrator.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),            // 31: v0m3.orchestrator.v1.ListTasksResponse
+	(*CompleteTaskRequest)(nil),          // 32: v0m3.orchestrator.v1.CompleteTaskRequest
+	(*ListPendingApprovalsRequest)(nil),  // 33: v0m3.orchestrator.v1.ListPendingApprovalsRequest
+	(*ListPendingApprovalsResponse)(nil), // 34: v0m3.orchestrator.v1.ListPendingApprovalsResponse
+	(*v1.Principal)(nil),                 // 35: v0m3.policy.v1.Principal
+	(*timestamppb.Timestamp)(nil),        // 36: google.protobuf.Timestamp
+	(v11.HandleKind)(0),                  // 37: v0m3.registry.v1.HandleKind
+	(*structpb.Struct)(nil),              // 38: google.protobuf.Struct
+	(*v1.CapabilityEligibility)(nil),     // 39: v0m3.policy.v1.CapabilityEligibility
+	(v12.DeliveryStage)(0),               // 40: v0m3.adapter.v1.DeliveryStage
+	(v12.Outcome)(0),                     // 41: v0m3.adapter.v1.Outcome
+	(*v12.ErrorEvidence)(nil),            // 42: v0m3.adapter.v1.ErrorEvidence
 }
 var file_v0m3_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	30, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
+	35, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
 	0,  // 1: v0m3.orchestrator.v1.Task.kind:type_name -> v0m3.orchestrator.v1.TaskKind
 	4,  // 2: v0m3.orchestrator.v1.Task.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	1,  // 3: v0m3.orchestrator.v1.Task.state:type_name -> v0m3.orchestrator.v1.TaskState
-	31, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
-	31, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
+	36, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
+	36, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
 	4,  // 6: v0m3.orchestrator.v1.Task.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	4,  // 7: v0m3.orchestrator.v1.Task.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	31, // 8: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
-	32, // 9: v0m3.orchestrator.v1.HandleOffer.kind:type_name -> v0m3.registry.v1.HandleKind
-	32, // 10: v0m3.orchestrator.v1.HandleFieldOffer.kind:type_name -> v0m3.registry.v1.HandleKind
-	33, // 11: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
+	36, // 8: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
+	37, // 9: v0m3.orchestrator.v1.HandleOffer.kind:type_name -> v0m3.registry.v1.HandleKind
+	37, // 10: v0m3.orchestrator.v1.HandleFieldOffer.kind:type_name -> v0m3.registry.v1.HandleKind
+	38, // 11: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
 	6,  // 12: v0m3.orchestrator.v1.OfferedCapability.handles:type_name -> v0m3.orchestrator.v1.HandleOffer
 	7,  // 13: v0m3.orchestrator.v1.OfferedCapability.handle_fields:type_name -> v0m3.orchestrator.v1.HandleFieldOffer
 	8,  // 14: v0m3.orchestrator.v1.OfferedCatalogue.offered:type_name -> v0m3.orchestrator.v1.OfferedCapability
-	34, // 15: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
-	31, // 16: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
-	31, // 17: v0m3.orchestrator.v1.OfferedCatalogue.refresh_time:type_name -> google.protobuf.Timestamp
+	39, // 15: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
+	36, // 16: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
+	36, // 17: v0m3.orchestrator.v1.OfferedCatalogue.refresh_time:type_name -> google.protobuf.Timestamp
 	0,  // 18: v0m3.orchestrator.v1.StartTaskRequest.kind:type_name -> v0m3.orchestrator.v1.TaskKind
 	4,  // 19: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	30, // 20: v0m3.orchestrator.v1.StartTaskRequest.on_behalf_of:type_name -> v0m3.policy.v1.Principal
+	35, // 20: v0m3.orchestrator.v1.StartTaskRequest.on_behalf_of:type_name -> v0m3.policy.v1.Principal
 	4,  // 21: v0m3.orchestrator.v1.StartTaskRequest.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	4,  // 22: v0m3.orchestrator.v1.StartTaskRequest.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	5,  // 23: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
 	9,  // 24: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
-	35, // 25: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
-	36, // 26: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
-	37, // 27: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
-	31, // 28: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	31, // 29: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
-	31, // 30: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	31, // 31: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	31, // 32: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
+	40, // 25: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
+	41, // 26: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
+	42, // 27: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
+	36, // 28: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	36, // 29: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
+	36, // 30: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	36, // 31: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	36, // 32: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
 	3,  // 33: v0m3.orchestrator.v1.Approval.invalidated:type_name -> v0m3.orchestrator.v1.ApprovalBinding
-	33, // 34: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
+	38, // 34: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
 	2,  // 35: v0m3.orchestrator.v1.ToolRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
-	36, // 36: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
+	41, // 36: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
 	15, // 37: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
 	14, // 38: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
-	31, // 39: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
-	31, // 40: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
+	36, // 39: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
+	36, // 40: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
 	16, // 41: v0m3.orchestrator.v1.ToolRequest.approval:type_name -> v0m3.orchestrator.v1.Approval
 	19, // 42: v0m3.orchestrator.v1.ToolRequest.diagnostics:type_name -> v0m3.orchestrator.v1.Diagnostic
-	33, // 43: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
-	18, // 44: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
-	31, // 45: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	10, // 46: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
-	12, // 47: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
-	13, // 48: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
-	20, // 49: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
-	21, // 50: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
-	22, // 51: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
-	24, // 52: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
-	25, // 53: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
-	17, // 54: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
-	26, // 55: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
-	28, // 56: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
-	29, // 57: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:input_type -> v0m3.orchestrator.v1.RefreshHandlesRequest
-	11, // 58: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
-	5,  // 59: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
-	9,  // 60: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
-	18, // 61: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	18, // 62: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	23, // 63: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
-	18, // 64: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
-	18, // 65: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
-	16, // 66: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
-	27, // 67: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
-	5,  // 68: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
-	9,  // 69: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
-	58, // [58:70] is the sub-list for method output_type
-	46, // [46:58] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	38, // 43: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
+	2,  // 44: v0m3.orchestrator.v1.ListRequestsRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
+	18, // 45: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
+	36, // 46: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	1,  // 47: v0m3.orchestrator.v1.ListTasksRequest.state:type_name -> v0m3.orchestrator.v1.TaskState
+	5,  // 48: v0m3.orchestrator.v1.ListTasksResponse.tasks:type_name -> v0m3.orchestrator.v1.Task
+	18, // 49: v0m3.orchestrator.v1.ListPendingApprovalsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
+	10, // 50: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
+	12, // 51: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
+	30, // 52: v0m3.orchestrator.v1.OrchestratorService.ListTasks:input_type -> v0m3.orchestrator.v1.ListTasksRequest
+	32, // 53: v0m3.orchestrator.v1.OrchestratorService.CompleteTask:input_type -> v0m3.orchestrator.v1.CompleteTaskRequest
+	13, // 54: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
+	20, // 55: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
+	21, // 56: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
+	22, // 57: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
+	33, // 58: v0m3.orchestrator.v1.OrchestratorService.ListPendingApprovals:input_type -> v0m3.orchestrator.v1.ListPendingApprovalsRequest
+	24, // 59: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
+	25, // 60: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
+	17, // 61: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
+	26, // 62: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
+	28, // 63: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
+	29, // 64: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:input_type -> v0m3.orchestrator.v1.RefreshHandlesRequest
+	11, // 65: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
+	5,  // 66: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
+	31, // 67: v0m3.orchestrator.v1.OrchestratorService.ListTasks:output_type -> v0m3.orchestrator.v1.ListTasksResponse
+	5,  // 68: v0m3.orchestrator.v1.OrchestratorService.CompleteTask:output_type -> v0m3.orchestrator.v1.Task
+	9,  // 69: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	18, // 70: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	18, // 71: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	23, // 72: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
+	34, // 73: v0m3.orchestrator.v1.OrchestratorService.ListPendingApprovals:output_type -> v0m3.orchestrator.v1.ListPendingApprovalsResponse
+	18, // 74: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
+	18, // 75: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
+	16, // 76: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
+	27, // 77: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
+	5,  // 78: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
+	9,  // 79: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	65, // [65:80] is the sub-list for method output_type
+	50, // [50:65] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_orchestrator_v1_orchestrator_proto_init() }
@@ -2933,7 +3410,7 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc), len(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   26,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

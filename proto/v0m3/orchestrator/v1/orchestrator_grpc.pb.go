@@ -19,18 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OrchestratorService_StartTask_FullMethodName         = "/v0m3.orchestrator.v1.OrchestratorService/StartTask"
-	OrchestratorService_GetTask_FullMethodName           = "/v0m3.orchestrator.v1.OrchestratorService/GetTask"
-	OrchestratorService_GetCatalogue_FullMethodName      = "/v0m3.orchestrator.v1.OrchestratorService/GetCatalogue"
-	OrchestratorService_SubmitToolRequest_FullMethodName = "/v0m3.orchestrator.v1.OrchestratorService/SubmitToolRequest"
-	OrchestratorService_GetRequest_FullMethodName        = "/v0m3.orchestrator.v1.OrchestratorService/GetRequest"
-	OrchestratorService_ListRequests_FullMethodName      = "/v0m3.orchestrator.v1.OrchestratorService/ListRequests"
-	OrchestratorService_Approve_FullMethodName           = "/v0m3.orchestrator.v1.OrchestratorService/Approve"
-	OrchestratorService_Deny_FullMethodName              = "/v0m3.orchestrator.v1.OrchestratorService/Deny"
-	OrchestratorService_GetApproval_FullMethodName       = "/v0m3.orchestrator.v1.OrchestratorService/GetApproval"
-	OrchestratorService_WatchTask_FullMethodName         = "/v0m3.orchestrator.v1.OrchestratorService/WatchTask"
-	OrchestratorService_CancelTask_FullMethodName        = "/v0m3.orchestrator.v1.OrchestratorService/CancelTask"
-	OrchestratorService_RefreshHandles_FullMethodName    = "/v0m3.orchestrator.v1.OrchestratorService/RefreshHandles"
+	OrchestratorService_StartTask_FullMethodName            = "/v0m3.orchestrator.v1.OrchestratorService/StartTask"
+	OrchestratorService_GetTask_FullMethodName              = "/v0m3.orchestrator.v1.OrchestratorService/GetTask"
+	OrchestratorService_ListTasks_FullMethodName            = "/v0m3.orchestrator.v1.OrchestratorService/ListTasks"
+	OrchestratorService_CompleteTask_FullMethodName         = "/v0m3.orchestrator.v1.OrchestratorService/CompleteTask"
+	OrchestratorService_GetCatalogue_FullMethodName         = "/v0m3.orchestrator.v1.OrchestratorService/GetCatalogue"
+	OrchestratorService_SubmitToolRequest_FullMethodName    = "/v0m3.orchestrator.v1.OrchestratorService/SubmitToolRequest"
+	OrchestratorService_GetRequest_FullMethodName           = "/v0m3.orchestrator.v1.OrchestratorService/GetRequest"
+	OrchestratorService_ListRequests_FullMethodName         = "/v0m3.orchestrator.v1.OrchestratorService/ListRequests"
+	OrchestratorService_ListPendingApprovals_FullMethodName = "/v0m3.orchestrator.v1.OrchestratorService/ListPendingApprovals"
+	OrchestratorService_Approve_FullMethodName              = "/v0m3.orchestrator.v1.OrchestratorService/Approve"
+	OrchestratorService_Deny_FullMethodName                 = "/v0m3.orchestrator.v1.OrchestratorService/Deny"
+	OrchestratorService_GetApproval_FullMethodName          = "/v0m3.orchestrator.v1.OrchestratorService/GetApproval"
+	OrchestratorService_WatchTask_FullMethodName            = "/v0m3.orchestrator.v1.OrchestratorService/WatchTask"
+	OrchestratorService_CancelTask_FullMethodName           = "/v0m3.orchestrator.v1.OrchestratorService/CancelTask"
+	OrchestratorService_RefreshHandles_FullMethodName       = "/v0m3.orchestrator.v1.OrchestratorService/RefreshHandles"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -42,10 +45,23 @@ const (
 // the only caller of the adapter's Execute.
 type OrchestratorServiceClient interface {
 	// StartTask plans a task, compiles its offered catalogue through policy,
-	// and returns both. The catalogue is what goes into model context.
+	// and returns both. The catalogue is what goes into model context. With
+	// a request_id it is idempotent: the same requester, request id and
+	// payload return the same task and catalogue (the same handles).
 	StartTask(ctx context.Context, in *StartTaskRequest, opts ...grpc.CallOption) (*StartTaskResponse, error)
 	// GetTask returns one task.
 	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*Task, error)
+	// ListTasks returns the tasks the caller may see, oldest first: a
+	// requester (or the service that started a task for one) sees its own
+	// tasks; a caller policy lets read every task (task.read on the task
+	// collection, e.g. auditors and approvers) sees all.
+	ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error)
+	// CompleteTask marks an active task completed: it accepts no request
+	// afterwards. It fails FAILED_PRECONDITION REQUESTS_IN_FLIGHT while a
+	// request of the task is being executed; requests waiting for approval
+	// are refused with TASK_COMPLETED. Completing a completed task returns
+	// it.
+	CompleteTask(ctx context.Context, in *CompleteTaskRequest, opts ...grpc.CallOption) (*Task, error)
 	// GetCatalogue returns a task's offered catalogue, including why each
 	// capability not offered was left out.
 	GetCatalogue(ctx context.Context, in *GetCatalogueRequest, opts ...grpc.CallOption) (*OfferedCatalogue, error)
@@ -58,6 +74,11 @@ type OrchestratorServiceClient interface {
 	GetRequest(ctx context.Context, in *GetRequestRequest, opts ...grpc.CallOption) (*ToolRequest, error)
 	// ListRequests returns a task's requests, oldest first.
 	ListRequests(ctx context.Context, in *ListRequestsRequest, opts ...grpc.CallOption) (*ListRequestsResponse, error)
+	// ListPendingApprovals returns the requests waiting for a person that
+	// the caller may approve (policy's request.approve, with separation of
+	// duties: never a request of the caller's own task), oldest first.
+	// Approvals already expired are left out.
+	ListPendingApprovals(ctx context.Context, in *ListPendingApprovalsRequest, opts ...grpc.CallOption) (*ListPendingApprovalsResponse, error)
 	// Approve approves a request awaiting approval and executes it.
 	Approve(ctx context.Context, in *ApproveRequest, opts ...grpc.CallOption) (*ToolRequest, error)
 	// Deny denies a request awaiting approval.
@@ -105,6 +126,26 @@ func (c *orchestratorServiceClient) GetTask(ctx context.Context, in *GetTaskRequ
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTasksResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_ListTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *orchestratorServiceClient) CompleteTask(ctx context.Context, in *CompleteTaskRequest, opts ...grpc.CallOption) (*Task, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Task)
+	err := c.cc.Invoke(ctx, OrchestratorService_CompleteTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *orchestratorServiceClient) GetCatalogue(ctx context.Context, in *GetCatalogueRequest, opts ...grpc.CallOption) (*OfferedCatalogue, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(OfferedCatalogue)
@@ -139,6 +180,16 @@ func (c *orchestratorServiceClient) ListRequests(ctx context.Context, in *ListRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListRequestsResponse)
 	err := c.cc.Invoke(ctx, OrchestratorService_ListRequests_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *orchestratorServiceClient) ListPendingApprovals(ctx context.Context, in *ListPendingApprovalsRequest, opts ...grpc.CallOption) (*ListPendingApprovalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPendingApprovalsResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_ListPendingApprovals_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -223,10 +274,23 @@ func (c *orchestratorServiceClient) RefreshHandles(ctx context.Context, in *Refr
 // the only caller of the adapter's Execute.
 type OrchestratorServiceServer interface {
 	// StartTask plans a task, compiles its offered catalogue through policy,
-	// and returns both. The catalogue is what goes into model context.
+	// and returns both. The catalogue is what goes into model context. With
+	// a request_id it is idempotent: the same requester, request id and
+	// payload return the same task and catalogue (the same handles).
 	StartTask(context.Context, *StartTaskRequest) (*StartTaskResponse, error)
 	// GetTask returns one task.
 	GetTask(context.Context, *GetTaskRequest) (*Task, error)
+	// ListTasks returns the tasks the caller may see, oldest first: a
+	// requester (or the service that started a task for one) sees its own
+	// tasks; a caller policy lets read every task (task.read on the task
+	// collection, e.g. auditors and approvers) sees all.
+	ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error)
+	// CompleteTask marks an active task completed: it accepts no request
+	// afterwards. It fails FAILED_PRECONDITION REQUESTS_IN_FLIGHT while a
+	// request of the task is being executed; requests waiting for approval
+	// are refused with TASK_COMPLETED. Completing a completed task returns
+	// it.
+	CompleteTask(context.Context, *CompleteTaskRequest) (*Task, error)
 	// GetCatalogue returns a task's offered catalogue, including why each
 	// capability not offered was left out.
 	GetCatalogue(context.Context, *GetCatalogueRequest) (*OfferedCatalogue, error)
@@ -239,6 +303,11 @@ type OrchestratorServiceServer interface {
 	GetRequest(context.Context, *GetRequestRequest) (*ToolRequest, error)
 	// ListRequests returns a task's requests, oldest first.
 	ListRequests(context.Context, *ListRequestsRequest) (*ListRequestsResponse, error)
+	// ListPendingApprovals returns the requests waiting for a person that
+	// the caller may approve (policy's request.approve, with separation of
+	// duties: never a request of the caller's own task), oldest first.
+	// Approvals already expired are left out.
+	ListPendingApprovals(context.Context, *ListPendingApprovalsRequest) (*ListPendingApprovalsResponse, error)
 	// Approve approves a request awaiting approval and executes it.
 	Approve(context.Context, *ApproveRequest) (*ToolRequest, error)
 	// Deny denies a request awaiting approval.
@@ -272,6 +341,12 @@ func (UnimplementedOrchestratorServiceServer) StartTask(context.Context, *StartT
 func (UnimplementedOrchestratorServiceServer) GetTask(context.Context, *GetTaskRequest) (*Task, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetTask not implemented")
 }
+func (UnimplementedOrchestratorServiceServer) ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTasks not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) CompleteTask(context.Context, *CompleteTaskRequest) (*Task, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteTask not implemented")
+}
 func (UnimplementedOrchestratorServiceServer) GetCatalogue(context.Context, *GetCatalogueRequest) (*OfferedCatalogue, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetCatalogue not implemented")
 }
@@ -283,6 +358,9 @@ func (UnimplementedOrchestratorServiceServer) GetRequest(context.Context, *GetRe
 }
 func (UnimplementedOrchestratorServiceServer) ListRequests(context.Context, *ListRequestsRequest) (*ListRequestsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRequests not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) ListPendingApprovals(context.Context, *ListPendingApprovalsRequest) (*ListPendingApprovalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPendingApprovals not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) Approve(context.Context, *ApproveRequest) (*ToolRequest, error) {
 	return nil, status.Error(codes.Unimplemented, "method Approve not implemented")
@@ -359,6 +437,42 @@ func _OrchestratorService_GetTask_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_ListTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).ListTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_ListTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).ListTasks(ctx, req.(*ListTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OrchestratorService_CompleteTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).CompleteTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_CompleteTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).CompleteTask(ctx, req.(*CompleteTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OrchestratorService_GetCatalogue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetCatalogueRequest)
 	if err := dec(in); err != nil {
@@ -427,6 +541,24 @@ func _OrchestratorService_ListRequests_Handler(srv interface{}, ctx context.Cont
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(OrchestratorServiceServer).ListRequests(ctx, req.(*ListRequestsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OrchestratorService_ListPendingApprovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPendingApprovalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).ListPendingApprovals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_ListPendingApprovals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).ListPendingApprovals(ctx, req.(*ListPendingApprovalsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -548,6 +680,14 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _OrchestratorService_GetTask_Handler,
 		},
 		{
+			MethodName: "ListTasks",
+			Handler:    _OrchestratorService_ListTasks_Handler,
+		},
+		{
+			MethodName: "CompleteTask",
+			Handler:    _OrchestratorService_CompleteTask_Handler,
+		},
+		{
 			MethodName: "GetCatalogue",
 			Handler:    _OrchestratorService_GetCatalogue_Handler,
 		},
@@ -562,6 +702,10 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRequests",
 			Handler:    _OrchestratorService_ListRequests_Handler,
+		},
+		{
+			MethodName: "ListPendingApprovals",
+			Handler:    _OrchestratorService_ListPendingApprovals_Handler,
 		},
 		{
 			MethodName: "Approve",

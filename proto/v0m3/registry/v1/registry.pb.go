@@ -2333,8 +2333,14 @@ type ListConnectionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Include retired connections.
 	IncludeRetired bool `protobuf:"varint,1,opt,name=include_retired,json=includeRetired,proto3" json:"include_retired,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The next_page_token of a previous call with the same
+	// filters; empty for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListConnectionsRequest) Reset() {
@@ -2374,11 +2380,27 @@ func (x *ListConnectionsRequest) GetIncludeRetired() bool {
 	return false
 }
 
+func (x *ListConnectionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListConnectionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListConnectionsResponse holds connections.
 type ListConnectionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The connections, oldest first.
-	Connections   []*Connection `protobuf:"bytes,1,rep,name=connections,proto3" json:"connections,omitempty"`
+	Connections []*Connection `protobuf:"bytes,1,rep,name=connections,proto3" json:"connections,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2418,6 +2440,13 @@ func (x *ListConnectionsResponse) GetConnections() []*Connection {
 		return x.Connections
 	}
 	return nil
+}
+
+func (x *ListConnectionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // UpdateConnectionRequest replaces a connection's configuration.
@@ -2711,7 +2740,13 @@ func (x *RetireConnectionRequest) GetReason() string {
 type ListConfigRevisionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Connection id.
-	ConnectionId  string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
+	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
+	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The next_page_token of a previous call with the same
+	// filters; empty for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2749,6 +2784,20 @@ func (*ListConfigRevisionsRequest) Descriptor() ([]byte, []int) {
 func (x *ListConfigRevisionsRequest) GetConnectionId() string {
 	if x != nil {
 		return x.ConnectionId
+	}
+	return ""
+}
+
+func (x *ListConfigRevisionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListConfigRevisionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
 	}
 	return ""
 }
@@ -2831,7 +2880,9 @@ func (x *ReviewConnectionRequest) GetNote() string {
 type ListConfigRevisionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Revisions, oldest first.
-	Revisions     []*ConfigRevision `protobuf:"bytes,1,rep,name=revisions,proto3" json:"revisions,omitempty"`
+	Revisions []*ConfigRevision `protobuf:"bytes,1,rep,name=revisions,proto3" json:"revisions,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2871,6 +2922,13 @@ func (x *ListConfigRevisionsResponse) GetRevisions() []*ConfigRevision {
 		return x.Revisions
 	}
 	return nil
+}
+
+func (x *ListConfigRevisionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // DiscoverySnapshot is what one server described at one time. Immutable.
@@ -3834,7 +3892,13 @@ func (x *GetSnapshotRequest) GetId() string {
 type ListSnapshotsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Connection id.
-	ConnectionId  string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
+	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
+	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The next_page_token of a previous call with the same
+	// filters; empty for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3876,11 +3940,27 @@ func (x *ListSnapshotsRequest) GetConnectionId() string {
 	return ""
 }
 
+func (x *ListSnapshotsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSnapshotsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListSnapshotsResponse holds snapshots.
 type ListSnapshotsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Snapshots, oldest first.
-	Snapshots     []*DiscoverySnapshot `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	Snapshots []*DiscoverySnapshot `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3920,6 +4000,13 @@ func (x *ListSnapshotsResponse) GetSnapshots() []*DiscoverySnapshot {
 		return x.Snapshots
 	}
 	return nil
+}
+
+func (x *ListSnapshotsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // DiffSnapshotsRequest names two snapshots.
@@ -4686,8 +4773,14 @@ type ListCapabilitiesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Include deprecated capabilities.
 	ShowDeprecated bool `protobuf:"varint,1,opt,name=show_deprecated,json=showDeprecated,proto3" json:"show_deprecated,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The next_page_token of a previous call with the same
+	// filters; empty for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListCapabilitiesRequest) Reset() {
@@ -4727,11 +4820,27 @@ func (x *ListCapabilitiesRequest) GetShowDeprecated() bool {
 	return false
 }
 
+func (x *ListCapabilitiesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListCapabilitiesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListCapabilitiesResponse holds capabilities.
 type ListCapabilitiesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Capabilities, sorted by name.
-	Capabilities  []*Capability `protobuf:"bytes,1,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	Capabilities []*Capability `protobuf:"bytes,1,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4771,6 +4880,13 @@ func (x *ListCapabilitiesResponse) GetCapabilities() []*Capability {
 		return x.Capabilities
 	}
 	return nil
+}
+
+func (x *ListCapabilitiesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // ProfileNeed is one capability a profile may need.
@@ -5247,8 +5363,14 @@ type ListTaskProfilesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Include deprecated profiles.
 	ShowDeprecated bool `protobuf:"varint,1,opt,name=show_deprecated,json=showDeprecated,proto3" json:"show_deprecated,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The next_page_token of a previous call with the same
+	// filters; empty for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListTaskProfilesRequest) Reset() {
@@ -5288,11 +5410,27 @@ func (x *ListTaskProfilesRequest) GetShowDeprecated() bool {
 	return false
 }
 
+func (x *ListTaskProfilesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTaskProfilesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListTaskProfilesResponse holds profiles.
 type ListTaskProfilesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Profiles, sorted by name.
-	Profiles      []*TaskProfile `protobuf:"bytes,1,rep,name=profiles,proto3" json:"profiles,omitempty"`
+	Profiles []*TaskProfile `protobuf:"bytes,1,rep,name=profiles,proto3" json:"profiles,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5332,6 +5470,13 @@ func (x *ListTaskProfilesResponse) GetProfiles() []*TaskProfile {
 		return x.Profiles
 	}
 	return nil
+}
+
+func (x *ListTaskProfilesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // RemoteTarget names one remote tool or resource.
@@ -6320,7 +6465,13 @@ type ListMappingsRequest struct {
 	// Only this connection.
 	ConnectionId string `protobuf:"bytes,2,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
 	// Only this state.
-	State         MappingState `protobuf:"varint,3,opt,name=state,proto3,enum=v0m3.registry.v1.MappingState" json:"state,omitempty"`
+	State MappingState `protobuf:"varint,3,opt,name=state,proto3,enum=v0m3.registry.v1.MappingState" json:"state,omitempty"`
+	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The next_page_token of a previous call with the same
+	// filters; empty for the first page. Opaque.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6376,11 +6527,27 @@ func (x *ListMappingsRequest) GetState() MappingState {
 	return MappingState_MAPPING_STATE_UNSPECIFIED
 }
 
+func (x *ListMappingsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListMappingsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListMappingsResponse holds mappings.
 type ListMappingsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Mappings at their current revision.
-	Mappings      []*Mapping `protobuf:"bytes,1,rep,name=mappings,proto3" json:"mappings,omitempty"`
+	Mappings []*Mapping `protobuf:"bytes,1,rep,name=mappings,proto3" json:"mappings,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6420,6 +6587,13 @@ func (x *ListMappingsResponse) GetMappings() []*Mapping {
 		return x.Mappings
 	}
 	return nil
+}
+
+func (x *ListMappingsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // ResolveMappingRequest asks for the current mapping.
@@ -6771,11 +6945,15 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x12credential_version\x18\a \x01(\tR\x11credentialVersion\x12'\n" +
 	"\x0fworkload_digest\x18\b \x01(\tR\x0eworkloadDigest\"&\n" +
 	"\x14GetConnectionRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"A\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"}\n" +
 	"\x16ListConnectionsRequest\x12'\n" +
-	"\x0finclude_retired\x18\x01 \x01(\bR\x0eincludeRetired\"Y\n" +
+	"\x0finclude_retired\x18\x01 \x01(\bR\x0eincludeRetired\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x81\x01\n" +
 	"\x17ListConnectionsResponse\x12>\n" +
-	"\vconnections\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.ConnectionR\vconnections\"\x9f\x04\n" +
+	"\vconnections\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.ConnectionR\vconnections\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9f\x04\n" +
 	"\x17UpdateConnectionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
 	"\x18expected_config_revision\x18\x02 \x01(\x03R\x16expectedConfigRevision\x129\n" +
@@ -6798,16 +6976,20 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\"A\n" +
 	"\x17RetireConnectionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"A\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"}\n" +
 	"\x1aListConfigRevisionsRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\x95\x01\n" +
+	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x95\x01\n" +
 	"\x17ReviewConnectionRequest\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12'\n" +
 	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12\x18\n" +
 	"\aapprove\x18\x03 \x01(\bR\aapprove\x12\x12\n" +
-	"\x04note\x18\x04 \x01(\tR\x04note\"]\n" +
+	"\x04note\x18\x04 \x01(\tR\x04note\"\x85\x01\n" +
 	"\x1bListConfigRevisionsResponse\x12>\n" +
-	"\trevisions\x18\x01 \x03(\v2 .v0m3.registry.v1.ConfigRevisionR\trevisions\"\xc3\x04\n" +
+	"\trevisions\x18\x01 \x03(\v2 .v0m3.registry.v1.ConfigRevisionR\trevisions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc3\x04\n" +
 	"\x11DiscoverySnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
 	"\rconnection_id\x18\x02 \x01(\tR\fconnectionId\x12'\n" +
@@ -6889,11 +7071,15 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x15RecordSnapshotRequest\x12?\n" +
 	"\bsnapshot\x18\x01 \x01(\v2#.v0m3.registry.v1.DiscoverySnapshotR\bsnapshot\"$\n" +
 	"\x12GetSnapshotRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\";\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"w\n" +
 	"\x14ListSnapshotsRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"Z\n" +
+	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x82\x01\n" +
 	"\x15ListSnapshotsResponse\x12A\n" +
-	"\tsnapshots\x18\x01 \x03(\v2#.v0m3.registry.v1.DiscoverySnapshotR\tsnapshots\"n\n" +
+	"\tsnapshots\x18\x01 \x03(\v2#.v0m3.registry.v1.DiscoverySnapshotR\tsnapshots\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"n\n" +
 	"\x14DiffSnapshotsRequest\x12(\n" +
 	"\x10base_snapshot_id\x18\x01 \x01(\tR\x0ebaseSnapshotId\x12,\n" +
 	"\x12target_snapshot_id\x18\x02 \x01(\tR\x10targetSnapshotId\"\x82\x03\n" +
@@ -6959,11 +7145,15 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"F\n" +
 	"\x14GetCapabilityRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"B\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"~\n" +
 	"\x17ListCapabilitiesRequest\x12'\n" +
-	"\x0fshow_deprecated\x18\x01 \x01(\bR\x0eshowDeprecated\"\\\n" +
+	"\x0fshow_deprecated\x18\x01 \x01(\bR\x0eshowDeprecated\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x84\x01\n" +
 	"\x18ListCapabilitiesResponse\x12@\n" +
-	"\fcapabilities\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.CapabilityR\fcapabilities\"b\n" +
+	"\fcapabilities\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.CapabilityR\fcapabilities\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"b\n" +
 	"\vProfileNeed\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
@@ -7000,11 +7190,15 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"G\n" +
 	"\x15GetTaskProfileRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"B\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"~\n" +
 	"\x17ListTaskProfilesRequest\x12'\n" +
-	"\x0fshow_deprecated\x18\x01 \x01(\bR\x0eshowDeprecated\"U\n" +
+	"\x0fshow_deprecated\x18\x01 \x01(\bR\x0eshowDeprecated\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"}\n" +
 	"\x18ListTaskProfilesResponse\x129\n" +
-	"\bprofiles\x18\x01 \x03(\v2\x1d.v0m3.registry.v1.TaskProfileR\bprofiles\"T\n" +
+	"\bprofiles\x18\x01 \x03(\v2\x1d.v0m3.registry.v1.TaskProfileR\bprofiles\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"T\n" +
 	"\fRemoteTarget\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.v0m3.registry.v1.RemoteKindR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\xae\x01\n" +
@@ -7102,15 +7296,19 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x04note\x18\x05 \x01(\tR\x04noteJ\x04\b\x04\x10\x05R\breviewer\"?\n" +
 	"\x11GetMappingRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\x90\x01\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\xcc\x01\n" +
 	"\x13ListMappingsRequest\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
 	"capability\x12#\n" +
 	"\rconnection_id\x18\x02 \x01(\tR\fconnectionId\x124\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x1e.v0m3.registry.v1.MappingStateR\x05state\"M\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x1e.v0m3.registry.v1.MappingStateR\x05state\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"u\n" +
 	"\x14ListMappingsResponse\x125\n" +
-	"\bmappings\x18\x01 \x03(\v2\x19.v0m3.registry.v1.MappingR\bmappings\"\x97\x01\n" +
+	"\bmappings\x18\x01 \x03(\v2\x19.v0m3.registry.v1.MappingR\bmappings\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n" +
 	"\x15ResolveMappingRequest\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
