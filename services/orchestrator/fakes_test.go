@@ -671,7 +671,8 @@ func as(ctx context.Context, id string, groups ...string) context.Context {
 }
 
 // AuthorizeAction stands in for the Cedar roles of the default policy:
-// approvers decide requests, but not of their own tasks; auditors read.
+// approvers decide requests, but not of their own tasks; auditors read;
+// settlers and admins settle unknown outcomes.
 func (p *fakePolicy) AuthorizeAction(_ context.Context, in *policyv1.AuthorizeActionRequest) (*policyv1.AuthorizeResponse, error) {
 	has := func(g string) bool { return slices.Contains(in.GetPrincipal().GetGroups(), g) }
 	deny := func(reason string) (*policyv1.AuthorizeResponse, error) {
@@ -688,6 +689,10 @@ func (p *fakePolicy) AuthorizeAction(_ context.Context, in *policyv1.AuthorizeAc
 		}
 	case "task.read":
 		if !has("auditors") && !has("approvers") {
+			return deny("ROLE_NOT_GRANTED")
+		}
+	case "request.settle":
+		if !has("settler") && !has("admins") {
 			return deny("ROLE_NOT_GRANTED")
 		}
 	case "task.act_for":

@@ -41,6 +41,7 @@ func (s *Server) recoverUnsettled(ctx context.Context) {
 		}
 		return
 	}
+	s.forgetSettled(rs)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, recoveryParallelism)
@@ -89,6 +90,9 @@ func (s *Server) recoverOwned(ctx context.Context, id string) {
 // recovery: a request waiting for a person needs none until its approval
 // expires (read without taking its lease, so waiting costs no writes).
 func (s *Server) needsRecovery(r *orchestratorv1.ToolRequest) bool {
+	if awaitingSettlement(r) {
+		return s.settleDue(r.GetId())
+	}
 	if r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL && openAttempt(r) == nil {
 		return !s.now().Before(r.GetApproval().GetExpireTime().AsTime())
 	}
@@ -116,6 +120,11 @@ func (s *Server) recoverRequest(ctx context.Context, id string) error {
 	req, err := s.st.GetRequest(ctx, id)
 	if err != nil {
 		return fmt.Errorf("load request %s: %w", id, err)
+	}
+	if awaitingSettlement(req) {
+		ctx = withCheckpoint(ctx)
+		defer s.flush(ctx)
+		return s.settleUnknown(ctx, req)
 	}
 	if !unsettled(req) {
 		return nil // settled since it was listed

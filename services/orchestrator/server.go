@@ -100,6 +100,8 @@ type Server struct {
 	recoveryInterval time.Duration
 	workMu           sync.Mutex
 	working          map[string]bool
+	// settles spaces the automatic checks of unknown outcomes.
+	settles settleSchedule
 	// watchPoll is how often a WatchTask stream reads the store unwoken.
 	watchPoll time.Duration
 

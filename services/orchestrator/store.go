@@ -68,8 +68,10 @@ type Store interface {
 	// when the request is not awaiting approval (or has no approval).
 	UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error)
 	// ListUnsettledRequests returns every request that is not in a
-	// terminal state (requested, awaiting approval, approved) or has an
-	// attempt with no end time. Continuous recovery starts from these.
+	// terminal state (requested, awaiting approval, approved), has an
+	// attempt with no end time, or failed with an unknown outcome that
+	// evidence may still settle (see recoverable). Continuous recovery
+	// starts from these.
 	ListUnsettledRequests(ctx context.Context) ([]*orchestratorv1.ToolRequest, error)
 
 	// AcquireLease makes owner the one replica working on a request until
