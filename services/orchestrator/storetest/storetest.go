@@ -521,6 +521,10 @@ func testUnsettled(t *testing.T, st orchestrator.Store) {
 			r.Attempts = []*orchestratorv1.Attempt{attempt("att_a", adapterv1.DeliveryStage_DELIVERY_STAGE_SENT, false)}
 		}, []string{"req_a", "req_c"}},
 		{"req_a", func(r *orchestratorv1.ToolRequest) { r.Attempts[0].EndTime = timestamppb.Now() }, []string{"req_c"}},
+		// A request that failed with an unknown outcome awaits its
+		// settlement by evidence; once settled it is not listed.
+		{"req_a", func(r *orchestratorv1.ToolRequest) { r.Outcome = adapterv1.Outcome_OUTCOME_UNKNOWN }, []string{"req_a", "req_c"}},
+		{"req_a", func(r *orchestratorv1.ToolRequest) { r.Outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED }, []string{"req_c"}},
 		{"req_c", func(r *orchestratorv1.ToolRequest) { r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED }, nil},
 	}
 	for i, s := range steps {
