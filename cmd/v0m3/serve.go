@@ -42,6 +42,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	pprofAddr := addPprofFlag(fs)
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, false)
+	callTimeout := addInternalCallTimeoutFlag(fs)
 	var replica struct {
 		id            *string
 		ttl, interval *time.Duration
@@ -79,6 +80,9 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 		Peers:           map[string]string{},
 		PolicyFile:      *policyFile,
 		Log:             log,
+		// Every call to a peer is bounded (the adapter's Execute and
+		// Discover by their own bounds).
+		InternalCallTimeout: *callTimeout,
 	}
 	for p, addr := range peers {
 		cfg.Peers[p] = *addr
@@ -112,6 +116,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	pprofAddr := addPprofFlag(fs)
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, true)
+	callTimeout := addInternalCallTimeoutFlag(fs)
 	pkiDir := fs.String("pki-dir", "", "where the development CA and token issuer live (default <data-dir>/pki); dev processes given one dir trust each other")
 	bf := addBudgetFlags(fs)
 	if err := parse(fs, args); err != nil {
@@ -158,7 +163,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach(),
-		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions()})
+		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions(), InternalCallTimeout: *callTimeout})
 	if err != nil {
 		return err
 	}
@@ -216,4 +221,11 @@ func startPprof(ctx context.Context, addr string, log *slog.Logger) (net.Addr, e
 		return nil, usageError{err.Error()}
 	}
 	return a, nil
+}
+
+// addInternalCallTimeoutFlag adds --internal-call-timeout: the bound on
+// each call one service makes to another.
+func addInternalCallTimeoutFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("internal-call-timeout", suite.DefaultInternalCallTimeout,
+		"bound on each call one service makes to another (a caller's sooner deadline stays; the adapter's Execute is bounded by the attempt timeout)")
 }

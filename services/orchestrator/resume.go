@@ -75,7 +75,10 @@ func (s *Server) recoverOwned(ctx context.Context, id string) {
 	if !ok {
 		return // another replica (or call) is working on it
 	}
-	err = s.recoverRequest(withLease(ctx, l), id)
+	// Recovery of one request is bounded as a caller's detached work is.
+	wctx, cancel := context.WithTimeout(withLease(ctx, l), s.workTimeout)
+	err = s.recoverRequest(wctx, id)
+	cancel()
 	l.release()
 	switch {
 	case err == nil || ctx.Err() != nil:

@@ -26,6 +26,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/capcache"
+	"github.com/v0m3/v0m3/services/internal/deadline"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
@@ -48,6 +49,11 @@ type Deps struct {
 	// AttemptTimeout bounds one adapter call; zero means
 	// DefaultAttemptTimeout. A call cut off by it has an unknown outcome.
 	AttemptTimeout time.Duration
+	// InternalCallTimeout is the bound the process puts on each internal
+	// call (see services/internal/deadline; zero means its default). The
+	// work a request needs after its caller stopped waiting is bounded
+	// from it and AttemptTimeout (see workTimeout).
+	InternalCallTimeout time.Duration
 	// AssetThreshold is the content size above which a retrieval whose
 	// mapping allows asset references stores its content as an evidence
 	// asset; zero means DefaultAssetThreshold.
@@ -91,6 +97,8 @@ type Server struct {
 
 	approvalTTL    time.Duration
 	attemptTimeout time.Duration
+	// workTimeout bounds the detached work on one request (see detach).
+	workTimeout time.Duration
 
 	// replica owns the leases this server takes (see own); working holds
 	// the requests a call of this server works on, so its own recovery
@@ -147,6 +155,13 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if s.attemptTimeout <= 0 {
 		s.attemptTimeout = DefaultAttemptTimeout
 	}
+	internal := deps.InternalCallTimeout
+	if internal <= 0 {
+		internal = deadline.DefaultInternalCallTimeout
+	}
+	// Every attempt one execution may make, and the internal calls around
+	// them, each at its own bound.
+	s.workTimeout = time.Duration(1+maxAutomaticRetries+maxRevisionFollows)*s.attemptTimeout + workInternalCalls*internal
 	if deps.Registry != nil {
 		s.wg.Add(1)
 		go func() {

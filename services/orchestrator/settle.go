@@ -284,7 +284,9 @@ func (s *Server) SettleRequest(ctx context.Context, in *orchestratorv1.SettleReq
 	defer l.release()
 	// Once claimed, the settlement is recorded whether or not the caller
 	// waits for it.
-	ctx = withCheckpoint(withLease(context.WithoutCancel(ctx), l))
+	ctx, cancel := s.detach(ctx, l)
+	defer cancel()
+	ctx = withCheckpoint(ctx)
 	defer s.flush(ctx)
 	if req, err = s.loadRequest(ctx, req.GetId()); err != nil {
 		return nil, err

@@ -28,6 +28,7 @@ import (
 	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/authz"
+	"github.com/v0m3/v0m3/services/internal/deadline"
 	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
@@ -100,6 +101,11 @@ type Config struct {
 	// mapping allows asset references is stored as an asset; zero means
 	// orchestrator.DefaultAssetThreshold.
 	AssetThreshold int64
+	// InternalCallTimeout bounds every unary call one service makes to
+	// another (a sooner deadline of the caller stays), except the
+	// adapter's Execute and Discover, which carry their own bounds; zero
+	// means deadline.DefaultInternalCallTimeout.
+	InternalCallTimeout time.Duration
 	// Replica configures the orchestrator's ownership of in-flight
 	// requests among replicas on one store (orchestrator.Deps: ReplicaID,
 	// LeaseTTL, RecoveryInterval, FailPoint); the zero value is the
@@ -121,6 +127,10 @@ type Config struct {
 	// per service and a development token issuer.
 	Identity *Identity
 }
+
+// DefaultInternalCallTimeout bounds each call one service makes to another
+// when Config.InternalCallTimeout is zero.
+const DefaultInternalCallTimeout = deadline.DefaultInternalCallTimeout
 
 // Replica is how an orchestrator replica shares in-flight requests with
 // the others on its store (see orchestrator.Deps).
@@ -187,6 +197,8 @@ type Suite struct {
 	Dev *identity.Dev
 
 	ident *Identity
+	// internalCallTimeout is Config.InternalCallTimeout.
+	internalCallTimeout time.Duration
 
 	conns   []*grpc.ClientConn
 	credsMu sync.Mutex
@@ -214,7 +226,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s = &Suite{Addr: map[string]string{}, cancel: cancel}
+	s = &Suite{Addr: map[string]string{}, cancel: cancel, internalCallTimeout: cfg.InternalCallTimeout}
 	// Every failure below returns a nil suite, so release what was
 	// started through this copy.
 	started := s
@@ -372,7 +384,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				Registry: peers.Registry, Policy: peers.Policy, Adapter: peers.Adapter, Evidence: peers.Evidence,
 				AssetThreshold: cfg.AssetThreshold, Credentials: creds,
 				ReplicaID: cfg.Replica.ID, LeaseTTL: cfg.Replica.LeaseTTL, RecoveryInterval: cfg.Replica.RecoveryInterval,
-				FailPoint: cfg.Replica.FailPoint,
+				FailPoint: cfg.Replica.FailPoint, InternalCallTimeout: cfg.InternalCallTimeout,
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, o.Close)
 			orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
@@ -544,7 +556,9 @@ func (s *Suite) PeerClients(self string) (Clients, error) {
 		if s.Addr[name] == "" || name == self {
 			continue
 		}
-		c, err := serve.Dial(s.Addr[name], identity.PeerDialOptions(self, creds, name)...)
+		opts := append(identity.PeerDialOptions(self, creds, name),
+			grpc.WithChainUnaryInterceptor(deadline.UnaryClientInterceptor(s.internalCallTimeout, deadline.Exempt...)))
+		c, err := serve.Dial(s.Addr[name], opts...)
 		if err != nil {
 			return Clients{}, err
 		}
