@@ -282,6 +282,13 @@ func (s *Server) trace(ctx context.Context, taskID string, ev *evidencev1.Produc
 // by one.
 func (s *Server) appendTraces(ctx context.Context, evs []*evidencev1.TraceEvent) {
 	ctx = context.WithoutCancel(ctx)
+	// Sized so every message fits what the transport accepts, in order.
+	for _, batch := range traceBatches(evs) {
+		s.appendTraceBatch(ctx, batch)
+	}
+}
+
+func (s *Server) appendTraceBatch(ctx context.Context, evs []*evidencev1.TraceEvent) {
 	var err error
 	if len(evs) == 1 {
 		_, err = s.deps.Evidence.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: evs[0]})

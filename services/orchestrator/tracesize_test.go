@@ -1,0 +1,62 @@
+package orchestrator
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+)
+
+func TestBoundTraceEvent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		detail string
+		cut    bool
+	}{
+		{"short", "attempt 1 failed: unknown", false},
+		{"at the bound", strings.Repeat("a", maxTraceDetail), false},
+		{"over the bound", strings.Repeat("a", 3*maxTraceDetail), true},
+		{"multi-byte over the bound", strings.Repeat("é", maxTraceDetail), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			te := &evidencev1.TraceEvent{Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{Detail: tc.detail}}}
+			boundTraceEvent(te)
+			got := te.GetProduct().GetDetail()
+			if !tc.cut {
+				if got != tc.detail {
+					t.Fatalf("a detail within the bound was changed")
+				}
+				return
+			}
+			if len(got) > maxTraceDetail+64 || !strings.Contains(got, "[truncated: ") || !utf8.ValidString(got) {
+				t.Fatalf("cut detail: %d bytes, valid UTF-8 %v, ends %q", len(got), utf8.ValidString(got), got[max(0, len(got)-40):])
+			}
+		})
+	}
+}
+
+// A call whose trace is larger than one gRPC message accepts delivers
+// every event, in order, each oversized detail cut with a marker.
+func TestLargeTraceIsDeliveredWhole(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := withCheckpoint(t.Context())
+	const n = 80 // 80 × 64 KiB is over the 4 MiB a message may carry
+	for i := range n {
+		h.server.trace(ctx, "task_big", &evidencev1.ProductEvent{Detail: fmt.Sprintf("%03d ", i) + strings.Repeat("x", 100<<10)})
+	}
+	h.server.flush(ctx)
+	got := h.evidence.product("task_big")
+	if len(got) != n {
+		t.Fatalf("delivered %d trace events, want %d", len(got), n)
+	}
+	for i, ev := range got {
+		if !strings.HasPrefix(ev.GetDetail(), fmt.Sprintf("%03d ", i)) || !strings.Contains(ev.GetDetail(), "[truncated: ") {
+			t.Fatalf("event %d out of order or not cut: starts %q", i, ev.GetDetail()[:8])
+		}
+	}
+}
