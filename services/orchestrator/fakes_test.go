@@ -477,8 +477,10 @@ type fakeEvidence struct {
 	down         bool // RecordObservation fails while set
 	// frozen makes every call wait until its caller gives up, as a
 	// dependency that accepts calls and never answers.
-	frozen   atomic.Bool
-	receipts map[string]*evidencev1.Receipt
+	frozen atomic.Bool
+	// tracesDown makes AppendTrace(s) unavailable while set.
+	tracesDown atomic.Bool
+	receipts   map[string]*evidencev1.Receipt
 	// noBatch makes AppendTraces unimplemented (an older evidence
 	// service); batches counts the AppendTraces calls served.
 	noBatch bool
@@ -528,6 +530,9 @@ func (e *fakeEvidence) GetReceipt(ctx context.Context, in *evidencev1.GetReceipt
 func (e *fakeEvidence) AppendTrace(ctx context.Context, in *evidencev1.AppendTraceRequest) (*evidencev1.TraceEvent, error) {
 	if err := e.wait(ctx); err != nil {
 		return nil, err
+	}
+	if e.tracesDown.Load() {
+		return nil, apierror.New(codes.Unavailable, "", "evidence store unavailable", nil)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -22,6 +22,7 @@ import (
 // several replicas on one store each is recovered by one of them.
 func (s *Server) recoverLoop(ctx context.Context) {
 	for {
+		s.deliverOutbox(ctx)
 		s.recoverUnsettled(ctx)
 		if !sleep(ctx, s.recoveryInterval) {
 			return

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -110,6 +111,9 @@ type Server struct {
 	working          map[string]bool
 	// settles spaces the automatic checks of unknown outcomes.
 	settles settleSchedule
+	// outboxPending is set while trace events may wait in the outbox:
+	// new ones then queue behind them (see appendTraces).
+	outboxPending atomic.Bool
 	// watchPoll is how often a WatchTask stream reads the store unwoken.
 	watchPoll time.Duration
 

@@ -16,6 +16,8 @@ import (
 // inside one transaction so concurrent callers never lose an update.
 // Missing records fail with an error wrapping store.ErrNotFound.
 type Store interface {
+	// TraceOutbox holds trace events until evidence takes them.
+	TraceOutbox
 	// CreateTask stores a new task; a task with the same id fails with
 	// store.ErrExists.
 	CreateTask(ctx context.Context, t *orchestratorv1.Task) error

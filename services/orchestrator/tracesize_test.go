@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -59,4 +60,44 @@ func TestLargeTraceIsDeliveredWhole(t *testing.T) {
 			t.Fatalf("event %d out of order or not cut: starts %q", i, ev.GetDetail()[:8])
 		}
 	}
+}
+
+// Trace events evidence does not take wait in the orchestrator's outbox
+// (later ones queue behind them) and are delivered, in order, once
+// evidence is back: none is lost.
+func TestTraceEventsWaitInTheOutboxWhileEvidenceIsDown(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
+	h.evidence.tracesDown.Store(true)
+	for i := range 10 {
+		ctx := t.Context()
+		if i%2 == 0 {
+			ctx = withCheckpoint(ctx) // some as one call's batch
+		}
+		h.server.trace(ctx, "task_o", &evidencev1.ProductEvent{Detail: fmt.Sprintf("%02d", i)})
+		h.server.flush(ctx)
+	}
+	if got := h.evidence.product("task_o"); len(got) != 0 {
+		t.Fatalf("evidence took %d events while down", len(got))
+	}
+	waiting, err := h.server.st.ListTraceOutbox(t.Context(), 100)
+	if err != nil || len(waiting) != 10 {
+		t.Fatalf("outbox holds %d events (%v), want 10", len(waiting), err)
+	}
+
+	h.evidence.tracesDown.Store(false)
+	waitFor(t, "the outbox delivered", func() bool { return len(h.evidence.product("task_o")) >= 10 })
+	got := h.evidence.product("task_o")
+	if len(got) != 10 {
+		t.Fatalf("delivered %d events, want 10 exactly once", len(got))
+	}
+	for i, ev := range got {
+		if ev.GetDetail() != fmt.Sprintf("%02d", i) {
+			t.Fatalf("event %d is %q: out of order", i, ev.GetDetail())
+		}
+	}
+	waitFor(t, "the outbox emptied", func() bool {
+		rest, err := h.server.st.ListTraceOutbox(t.Context(), 100)
+		return err == nil && len(rest) == 0
+	})
 }
