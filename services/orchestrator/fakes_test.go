@@ -629,9 +629,18 @@ type harness struct {
 // orchestrator's dependencies before it starts.
 func newHarness(t *testing.T, configure ...func(*Deps)) *harness {
 	t.Helper()
+	return newHarnessOn(t, nil, configure...)
+}
+
+// newHarnessOn is newHarness on st (nil: a bbolt file).
+func newHarnessOn(t *testing.T, st Store, configure ...func(*Deps)) *harness {
+	t.Helper()
 	db, err := store.Open(filepath.Join(t.TempDir(), "orchestrator.db"))
 	if err != nil {
 		t.Fatalf("open store: %v", err)
+	}
+	if st == nil {
+		st = NewBoltStore(db)
 	}
 	h := &harness{registry: newFakeRegistry(t), adapter: &fakeAdapter{}, evidence: newFakeEvidence()}
 	h.policy = newFakePolicy(h.registry)
@@ -665,7 +674,7 @@ func newHarness(t *testing.T, configure ...func(*Deps)) *harness {
 	for _, c := range configure {
 		c(&deps)
 	}
-	h.server = NewServer(NewBoltStore(db), deps, slog.New(slog.DiscardHandler))
+	h.server = NewServer(st, deps, slog.New(slog.DiscardHandler))
 	orchestratorv1.RegisterOrchestratorServiceServer(gs, h.server)
 	go func() { _ = gs.Serve(lis) }()
 	h.client = orchestratorv1.NewOrchestratorServiceClient(conn)

@@ -41,7 +41,12 @@ type previewHarness struct {
 }
 
 func newPreviewHarness(t *testing.T, configure ...func(*Deps)) *previewHarness {
-	h := &previewHarness{harness: newHarness(t, configure...), artifacts: map[string]string{}}
+	return newPreviewHarnessOn(t, nil, configure...)
+}
+
+// newPreviewHarnessOn is newPreviewHarness on st (nil: a bbolt file).
+func newPreviewHarnessOn(t *testing.T, st Store, configure ...func(*Deps)) *previewHarness {
+	h := &previewHarness{harness: newHarnessOn(t, st, configure...), artifacts: map[string]string{}}
 	h.registry.mu.Lock()
 	c := h.registry.capabilities[capRenderPreview]
 	c.RetryRule = registryv1.RetryRule_RETRY_RULE_CHECK_RECEIPT

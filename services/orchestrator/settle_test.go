@@ -14,6 +14,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/redistest"
 )
 
 // unknownRender approves a render that ends FAILED / UNKNOWN: the render
@@ -59,18 +60,30 @@ func settlements(h *previewHarness, taskID, requestID string) []*evidencev1.Prod
 // task events and the trace.
 func TestUnknownOutcomeSettledByTheServersStatusOnceItIsBack(t *testing.T) {
 	t.Parallel()
+	redisAddr, _ := redistest.Start(t)
 	for _, tc := range []struct {
 		fault       string
+		redis       bool
 		wantState   orchestratorv1.RequestState
 		wantOutcome adapterv1.Outcome
 		renders     int64
 	}{
-		{"crash", orchestratorv1.RequestState_REQUEST_STATE_EXECUTED, adapterv1.Outcome_OUTCOME_OK, 1},
-		{"lost", orchestratorv1.RequestState_REQUEST_STATE_FAILED, adapterv1.Outcome_OUTCOME_INTERRUPTED, 0},
+		{"crash", false, orchestratorv1.RequestState_REQUEST_STATE_EXECUTED, adapterv1.Outcome_OUTCOME_OK, 1},
+		{"lost", false, orchestratorv1.RequestState_REQUEST_STATE_FAILED, adapterv1.Outcome_OUTCOME_INTERRUPTED, 0},
+		{"crash", true, orchestratorv1.RequestState_REQUEST_STATE_EXECUTED, adapterv1.Outcome_OUTCOME_OK, 1},
+		{"lost", true, orchestratorv1.RequestState_REQUEST_STATE_FAILED, adapterv1.Outcome_OUTCOME_INTERRUPTED, 0},
 	} {
-		t.Run(tc.fault, func(t *testing.T) {
+		name := tc.fault + " on a file"
+		if tc.redis {
+			name = tc.fault + " on redis"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			h, _ := recoveringHarness(t)
+			var st Store
+			if tc.redis {
+				st = NewRedisStore(redistest.Client(t, redisAddr), redistest.Prefix(t))
+			}
+			h := newPreviewHarnessOn(t, st, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
 			h.renderFault = func(int64) string { return tc.fault }
 			h.statusDown.Store(true)
 			task := h.start(t, "preview", false).GetTask()
