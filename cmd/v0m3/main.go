@@ -6,6 +6,7 @@
 //	v0m3 fixture-server                                  the synthetic "V0M3 Sources" MCP server
 //	v0m3 operator | bridge | rotation                    Kubernetes operator, stdio bridge, rotation state
 //	v0m3 capability | profile apply|list|get|deprecate   declared capabilities and task profiles
+//	v0m3 settle                                          settle an unknown outcome by hand, with evidence
 //	v0m3 fixture-renderer                                the synthetic "V0M3 Renderer" MCP server
 //	v0m3 bench                                           a governed call's cost beside a direct one
 //
@@ -48,6 +49,7 @@ Declared definitions (as you, with --token):
   capability      apply, list, get or deprecate capabilities: 'v0m3 capability apply -f FILE'
   profile         apply, list, get or deprecate task profiles: 'v0m3 profile apply -f FILE'
   audit           list the audit log of privileged actions ('--jsonl' exports JSON lines)
+  settle          settle by hand, with evidence, a request whose outcome is unknown
 
 Kubernetes:
   operator        reconcile MCPServer, Capability and TaskProfile resources into the registry
@@ -113,6 +115,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runAudit(ctx, rest, stdout, stderr)
 	case "profile":
 		return runProfile(ctx, rest, stdout, stderr)
+	case "settle":
+		return runSettle(ctx, rest, stdout, stderr)
 	case "fixture-renderer":
 		return runRenderer(ctx, rest, stderr)
 	case "help", "-h", "--help":

@@ -43,6 +43,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	metricsAddr := addMetricsFlag(fs)
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, false)
+	callTimeout := addInternalCallTimeoutFlag(fs)
 	var replica struct {
 		id            *string
 		ttl, interval *time.Duration
@@ -80,6 +81,9 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 		Peers:           map[string]string{},
 		PolicyFile:      *policyFile,
 		Log:             log,
+		// Every call to a peer is bounded (the adapter's Execute and
+		// Discover by their own bounds).
+		InternalCallTimeout: *callTimeout,
 	}
 	for p, addr := range peers {
 		cfg.Peers[p] = *addr
@@ -119,6 +123,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	metricsAddr := addMetricsFlag(fs)
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, true)
+	callTimeout := addInternalCallTimeoutFlag(fs)
 	pkiDir := fs.String("pki-dir", "", "where the development CA and token issuer live (default <data-dir>/pki); dev processes given one dir trust each other")
 	bf := addBudgetFlags(fs)
 	if err := parse(fs, args); err != nil {
@@ -170,7 +175,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer shutdown()
 	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach(),
-		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions()})
+		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions(), InternalCallTimeout: *callTimeout})
 	if err != nil {
 		return err
 	}
@@ -259,4 +264,11 @@ func startTelemetry(ctx context.Context, service, addr string, log *slog.Logger)
 			log.Warn("flush traces", "err", err)
 		}
 	}, nil
+}
+
+// addInternalCallTimeoutFlag adds --internal-call-timeout: the bound on
+// each call one service makes to another.
+func addInternalCallTimeoutFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("internal-call-timeout", suite.DefaultInternalCallTimeout,
+		"bound on each call one service makes to another (a caller's sooner deadline stays; the adapter's Execute is bounded by the attempt timeout)")
 }

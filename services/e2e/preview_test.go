@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/v0m3/v0m3/services/fixture/renderer"
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/audit"
 	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/internal/testkit"
@@ -345,7 +347,10 @@ func startWithOrchestrator(t *testing.T, deps orchestrator.Deps) stack {
 	// Its own certificate signs the execution grants the adapter requires.
 	deps.Credentials = guard.Creds
 	o := orchestrator.NewServer(orchestrator.NewBoltStore(db), deps, slog.New(slog.DiscardHandler))
-	srv := serve.New(suite.Orchestrator, slog.New(slog.DiscardHandler), guard)
+	// Privileged calls are audited in evidence, as the suite's own
+	// orchestrator does.
+	srv := serve.New(suite.Orchestrator, slog.New(slog.DiscardHandler), guard,
+		grpc.ChainUnaryInterceptor(audit.UnaryServer(audit.New(peers.Evidence, slog.New(slog.DiscardHandler)))))
 	orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

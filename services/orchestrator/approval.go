@@ -120,7 +120,9 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 		return nil, err
 	}
 	defer l.release()
-	ctx = withCheckpoint(withLease(context.WithoutCancel(ctx), l))
+	ctx, cancel := s.detach(ctx, l)
+	defer cancel()
+	ctx = withCheckpoint(ctx)
 	defer s.flush(ctx)
 	binding, detail, err := s.checkBindings(ctx, task, req, in.GetDocumentDigest(), true)
 	if err != nil {

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -282,6 +283,23 @@ func (s *Server) trace(ctx context.Context, taskID string, ev *evidencev1.Produc
 // by one.
 func (s *Server) appendTraces(ctx context.Context, evs []*evidencev1.TraceEvent) {
 	ctx = context.WithoutCancel(ctx)
+	// Sized so every message fits what the transport accepts, in order.
+	batches := traceBatches(evs)
+	for i, batch := range batches {
+		if s.outboxPending.Load() {
+			// Earlier events wait in the outbox: these go after them.
+			s.toOutbox(ctx, slices.Concat(batches[i:]...))
+			return
+		}
+		if err := s.appendTraceBatch(ctx, batch); err != nil {
+			s.log.WarnContext(ctx, "append product trace; kept in the outbox", "task", batch[0].GetTaskId(), "events", len(batch), "err", err)
+			s.toOutbox(ctx, slices.Concat(batches[i:]...))
+			return
+		}
+	}
+}
+
+func (s *Server) appendTraceBatch(ctx context.Context, evs []*evidencev1.TraceEvent) error {
 	var err error
 	if len(evs) == 1 {
 		_, err = s.deps.Evidence.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: evs[0]})
@@ -297,9 +315,7 @@ func (s *Server) appendTraces(ctx context.Context, evs []*evidencev1.TraceEvent)
 			err = errors.Join(errs...)
 		}
 	}
-	if err != nil {
-		s.log.WarnContext(ctx, "append product trace", "task", evs[0].GetTaskId(), "events", len(evs), "err", err)
-	}
+	return err
 }
 
 // WatchTask streams a task's events after after_sequence, then follows new

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -28,6 +29,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/deadline"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/store"
@@ -473,7 +475,12 @@ type fakeEvidence struct {
 	traces       map[string][]*evidencev1.TraceEvent
 	observations []*evidencev1.SourceObservation
 	down         bool // RecordObservation fails while set
-	receipts     map[string]*evidencev1.Receipt
+	// frozen makes every call wait until its caller gives up, as a
+	// dependency that accepts calls and never answers.
+	frozen atomic.Bool
+	// tracesDown makes AppendTrace(s) unavailable while set.
+	tracesDown atomic.Bool
+	receipts   map[string]*evidencev1.Receipt
 	// noBatch makes AppendTraces unimplemented (an older evidence
 	// service); batches counts the AppendTraces calls served.
 	noBatch bool
@@ -484,7 +491,19 @@ func newFakeEvidence() *fakeEvidence {
 	return &fakeEvidence{traces: map[string][]*evidencev1.TraceEvent{}, receipts: map[string]*evidencev1.Receipt{}}
 }
 
-func (e *fakeEvidence) RecordReceipt(_ context.Context, in *evidencev1.RecordReceiptRequest) (*evidencev1.Receipt, error) {
+// wait holds a call while the evidence service is frozen.
+func (e *fakeEvidence) wait(ctx context.Context) error {
+	if !e.frozen.Load() {
+		return nil
+	}
+	<-ctx.Done()
+	return status.FromContextError(ctx.Err()).Err()
+}
+
+func (e *fakeEvidence) RecordReceipt(ctx context.Context, in *evidencev1.RecordReceiptRequest) (*evidencev1.Receipt, error) {
+	if err := e.wait(ctx); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if r, ok := e.receipts[in.GetReceipt().GetIdempotencyKey()]; ok {
@@ -496,7 +515,10 @@ func (e *fakeEvidence) RecordReceipt(_ context.Context, in *evidencev1.RecordRec
 	return r, nil
 }
 
-func (e *fakeEvidence) GetReceipt(_ context.Context, in *evidencev1.GetReceiptRequest) (*evidencev1.Receipt, error) {
+func (e *fakeEvidence) GetReceipt(ctx context.Context, in *evidencev1.GetReceiptRequest) (*evidencev1.Receipt, error) {
+	if err := e.wait(ctx); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if r, ok := e.receipts[in.GetIdempotencyKey()]; ok {
@@ -505,7 +527,13 @@ func (e *fakeEvidence) GetReceipt(_ context.Context, in *evidencev1.GetReceiptRe
 	return nil, apierror.New(codes.NotFound, "RECEIPT_UNKNOWN", "no receipt", nil)
 }
 
-func (e *fakeEvidence) AppendTrace(_ context.Context, in *evidencev1.AppendTraceRequest) (*evidencev1.TraceEvent, error) {
+func (e *fakeEvidence) AppendTrace(ctx context.Context, in *evidencev1.AppendTraceRequest) (*evidencev1.TraceEvent, error) {
+	if err := e.wait(ctx); err != nil {
+		return nil, err
+	}
+	if e.tracesDown.Load() {
+		return nil, apierror.New(codes.Unavailable, "", "evidence store unavailable", nil)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ev := proto.CloneOf(in.GetEvent())
@@ -536,7 +564,10 @@ func (e *fakeEvidence) AppendTraces(ctx context.Context, in *evidencev1.AppendTr
 	return out, nil
 }
 
-func (e *fakeEvidence) RecordObservation(_ context.Context, in *evidencev1.RecordObservationRequest) (*evidencev1.SourceObservation, error) {
+func (e *fakeEvidence) RecordObservation(ctx context.Context, in *evidencev1.RecordObservationRequest) (*evidencev1.SourceObservation, error) {
+	if err := e.wait(ctx); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.down {
@@ -549,7 +580,10 @@ func (e *fakeEvidence) RecordObservation(_ context.Context, in *evidencev1.Recor
 }
 
 // ValidateObservation applies the evidence service's own rule.
-func (e *fakeEvidence) ValidateObservation(_ context.Context, in *evidencev1.ValidateObservationRequest) (*evidencev1.ObservationValidation, error) {
+func (e *fakeEvidence) ValidateObservation(ctx context.Context, in *evidencev1.ValidateObservationRequest) (*evidencev1.ObservationValidation, error) {
+	if err := e.wait(ctx); err != nil {
+		return nil, err
+	}
 	f := evidence.Assess(in.GetObservation())
 	return &evidencev1.ObservationValidation{Fit: len(f) == 0, Findings: f}, nil
 }
@@ -595,17 +629,32 @@ type harness struct {
 // orchestrator's dependencies before it starts.
 func newHarness(t *testing.T, configure ...func(*Deps)) *harness {
 	t.Helper()
+	return newHarnessOn(t, nil, configure...)
+}
+
+// newHarnessOn is newHarness on st (nil: a bbolt file).
+func newHarnessOn(t *testing.T, st Store, configure ...func(*Deps)) *harness {
+	t.Helper()
 	db, err := store.Open(filepath.Join(t.TempDir(), "orchestrator.db"))
 	if err != nil {
 		t.Fatalf("open store: %v", err)
+	}
+	if st == nil {
+		st = NewBoltStore(db)
 	}
 	h := &harness{registry: newFakeRegistry(t), adapter: &fakeAdapter{}, evidence: newFakeEvidence()}
 	h.policy = newFakePolicy(h.registry)
 
 	lis := bufconn.Listen(1 << 20)
+	var deps Deps
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Internal calls are bounded as the suite bounds them, at the
+		// bound the test configures (read once the server runs).
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return deadline.UnaryClientInterceptor(deps.InternalCallTimeout, deadline.Exempt...)(ctx, method, req, reply, cc, invoker, opts...)
+		}))
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -615,7 +664,7 @@ func newHarness(t *testing.T, configure ...func(*Deps)) *harness {
 	policyv1.RegisterPolicyServiceServer(gs, h.policy)
 	adapterv1.RegisterAdapterServiceServer(gs, h.adapter)
 	evidencev1.RegisterEvidenceServiceServer(gs, h.evidence)
-	deps := Deps{
+	deps = Deps{
 		Registry: registryv1.NewRegistryServiceClient(conn),
 		Policy:   policyv1.NewPolicyServiceClient(conn),
 		Adapter:  adapterv1.NewAdapterServiceClient(conn),
@@ -625,7 +674,7 @@ func newHarness(t *testing.T, configure ...func(*Deps)) *harness {
 	for _, c := range configure {
 		c(&deps)
 	}
-	h.server = NewServer(NewBoltStore(db), deps, slog.New(slog.DiscardHandler))
+	h.server = NewServer(st, deps, slog.New(slog.DiscardHandler))
 	orchestratorv1.RegisterOrchestratorServiceServer(gs, h.server)
 	go func() { _ = gs.Serve(lis) }()
 	h.client = orchestratorv1.NewOrchestratorServiceClient(conn)
@@ -671,7 +720,8 @@ func as(ctx context.Context, id string, groups ...string) context.Context {
 }
 
 // AuthorizeAction stands in for the Cedar roles of the default policy:
-// approvers decide requests, but not of their own tasks; auditors read.
+// approvers decide requests, but not of their own tasks; auditors read;
+// settlers and admins settle unknown outcomes.
 func (p *fakePolicy) AuthorizeAction(_ context.Context, in *policyv1.AuthorizeActionRequest) (*policyv1.AuthorizeResponse, error) {
 	has := func(g string) bool { return slices.Contains(in.GetPrincipal().GetGroups(), g) }
 	deny := func(reason string) (*policyv1.AuthorizeResponse, error) {
@@ -688,6 +738,10 @@ func (p *fakePolicy) AuthorizeAction(_ context.Context, in *policyv1.AuthorizeAc
 		}
 	case "task.read":
 		if !has("auditors") && !has("approvers") {
+			return deny("ROLE_NOT_GRANTED")
+		}
+	case "request.settle":
+		if !has("settler") && !has("admins") {
 			return deny("ROLE_NOT_GRANTED")
 		}
 	case "task.act_for":

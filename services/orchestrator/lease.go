@@ -157,6 +157,20 @@ func (l *lease) end() {
 	})
 }
 
+// workInternalCalls is how many internal calls, each at its bound, the
+// detached work on one request is allowed besides its attempts.
+const workInternalCalls = 30
+
+// detach returns the context the work on a request continues under once
+// it is recorded, whether or not the caller still waits: not cancelled by
+// the caller, owned by l, and bounded by the server's work timeout. Work
+// cut off by that bound leaves the request as stored for recovery (the
+// lease is released), never unrecorded.
+func (s *Server) detach(ctx context.Context, l *lease) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.workTimeout)
+	return withLease(ctx, l), cancel
+}
+
 type leaseKey struct{}
 
 func withLease(ctx context.Context, l *lease) context.Context {

@@ -33,12 +33,20 @@ type previewHarness struct {
 	renders   atomic.Int64      // renders actually performed
 	statuses  atomic.Int64
 	// renderFault, when set, decides how a render call misbehaves:
-	// "down" (never reached), "crash" (rendered, no reply), "" (normal).
+	// "down" (never reached), "crash" (rendered, no reply), "lost" (not
+	// rendered, no reply), "" (normal).
 	renderFault func(call int64) string
+	// statusDown makes the status tool unreachable while set.
+	statusDown atomic.Bool
 }
 
 func newPreviewHarness(t *testing.T, configure ...func(*Deps)) *previewHarness {
-	h := &previewHarness{harness: newHarness(t, configure...), artifacts: map[string]string{}}
+	return newPreviewHarnessOn(t, nil, configure...)
+}
+
+// newPreviewHarnessOn is newPreviewHarness on st (nil: a bbolt file).
+func newPreviewHarnessOn(t *testing.T, st Store, configure ...func(*Deps)) *previewHarness {
+	h := &previewHarness{harness: newHarnessOn(t, st, configure...), artifacts: map[string]string{}}
 	h.registry.mu.Lock()
 	c := h.registry.capabilities[capRenderPreview]
 	c.RetryRule = registryv1.RetryRule_RETRY_RULE_CHECK_RECEIPT
@@ -61,6 +69,9 @@ func newPreviewHarness(t *testing.T, configure ...func(*Deps)) *previewHarness {
 		switch in.GetTarget().GetName() {
 		case statusTool:
 			h.statuses.Add(1)
+			if h.statusDown.Load() {
+				return nil, apierror.New(codes.Unavailable, "SERVER_UNREACHABLE", "renderer unreachable", nil)
+			}
 			h.mu.Lock()
 			a, ok := h.artifacts[key]
 			h.mu.Unlock()
@@ -74,6 +85,10 @@ func newPreviewHarness(t *testing.T, configure ...func(*Deps)) *previewHarness {
 			fault := ""
 			if h.renderFault != nil {
 				fault = h.renderFault(calls.Add(1))
+			}
+			if fault == "lost" {
+				return &adapterv1.ExecuteResponse{Outcome: adapterv1.Outcome_OUTCOME_UNKNOWN, Stage: adapterv1.DeliveryStage_DELIVERY_STAGE_SENT,
+					Error: &adapterv1.ErrorEvidence{SafeCode: "TRANSPORT_CLOSED"}}, nil
 			}
 			if fault == "down" {
 				return &adapterv1.ExecuteResponse{Outcome: adapterv1.Outcome_OUTCOME_UNAVAILABLE, Stage: adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED,

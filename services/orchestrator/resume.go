@@ -22,6 +22,7 @@ import (
 // several replicas on one store each is recovered by one of them.
 func (s *Server) recoverLoop(ctx context.Context) {
 	for {
+		s.deliverOutbox(ctx)
 		s.recoverUnsettled(ctx)
 		if !sleep(ctx, s.recoveryInterval) {
 			return
@@ -41,6 +42,7 @@ func (s *Server) recoverUnsettled(ctx context.Context) {
 		}
 		return
 	}
+	s.forgetSettled(rs)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, recoveryParallelism)
@@ -74,7 +76,10 @@ func (s *Server) recoverOwned(ctx context.Context, id string) {
 	if !ok {
 		return // another replica (or call) is working on it
 	}
-	err = s.recoverRequest(withLease(ctx, l), id)
+	// Recovery of one request is bounded as a caller's detached work is.
+	wctx, cancel := context.WithTimeout(withLease(ctx, l), s.workTimeout)
+	err = s.recoverRequest(wctx, id)
+	cancel()
 	l.release()
 	switch {
 	case err == nil || ctx.Err() != nil:
@@ -89,6 +94,9 @@ func (s *Server) recoverOwned(ctx context.Context, id string) {
 // recovery: a request waiting for a person needs none until its approval
 // expires (read without taking its lease, so waiting costs no writes).
 func (s *Server) needsRecovery(r *orchestratorv1.ToolRequest) bool {
+	if awaitingSettlement(r) {
+		return s.settleDue(r.GetId())
+	}
 	if r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL && openAttempt(r) == nil {
 		return !s.now().Before(r.GetApproval().GetExpireTime().AsTime())
 	}
@@ -116,6 +124,11 @@ func (s *Server) recoverRequest(ctx context.Context, id string) error {
 	req, err := s.st.GetRequest(ctx, id)
 	if err != nil {
 		return fmt.Errorf("load request %s: %w", id, err)
+	}
+	if awaitingSettlement(req) {
+		ctx = withCheckpoint(ctx)
+		defer s.flush(ctx)
+		return s.settleUnknown(ctx, req)
 	}
 	if !unsettled(req) {
 		return nil // settled since it was listed

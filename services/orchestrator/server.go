@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -27,6 +28,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/capcache"
+	"github.com/v0m3/v0m3/services/internal/deadline"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
@@ -49,6 +51,11 @@ type Deps struct {
 	// AttemptTimeout bounds one adapter call; zero means
 	// DefaultAttemptTimeout. A call cut off by it has an unknown outcome.
 	AttemptTimeout time.Duration
+	// InternalCallTimeout is the bound the process puts on each internal
+	// call (see services/internal/deadline; zero means its default). The
+	// work a request needs after its caller stopped waiting is bounded
+	// from it and AttemptTimeout (see workTimeout).
+	InternalCallTimeout time.Duration
 	// AssetThreshold is the content size above which a retrieval whose
 	// mapping allows asset references stores its content as an evidence
 	// asset; zero means DefaultAssetThreshold.
@@ -92,6 +99,8 @@ type Server struct {
 
 	approvalTTL    time.Duration
 	attemptTimeout time.Duration
+	// workTimeout bounds the detached work on one request (see detach).
+	workTimeout time.Duration
 
 	// replica owns the leases this server takes (see own); working holds
 	// the requests a call of this server works on, so its own recovery
@@ -101,6 +110,11 @@ type Server struct {
 	recoveryInterval time.Duration
 	workMu           sync.Mutex
 	working          map[string]bool
+	// settles spaces the automatic checks of unknown outcomes.
+	settles settleSchedule
+	// outboxPending is set while trace events may wait in the outbox:
+	// new ones then queue behind them (see appendTraces).
+	outboxPending atomic.Bool
 	// watchPoll is how often a WatchTask stream reads the store unwoken.
 	watchPoll time.Duration
 
@@ -146,6 +160,13 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if s.attemptTimeout <= 0 {
 		s.attemptTimeout = DefaultAttemptTimeout
 	}
+	internal := deps.InternalCallTimeout
+	if internal <= 0 {
+		internal = deadline.DefaultInternalCallTimeout
+	}
+	// Every attempt one execution may make, and the internal calls around
+	// them, each at its own bound.
+	s.workTimeout = time.Duration(1+maxAutomaticRetries+maxRevisionFollows)*s.attemptTimeout + workInternalCalls*internal
 	if deps.Registry != nil {
 		s.wg.Add(1)
 		go func() {

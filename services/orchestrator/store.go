@@ -16,6 +16,8 @@ import (
 // inside one transaction so concurrent callers never lose an update.
 // Missing records fail with an error wrapping store.ErrNotFound.
 type Store interface {
+	// TraceOutbox holds trace events until evidence takes them.
+	TraceOutbox
 	// CreateTask stores a new task; a task with the same id fails with
 	// store.ErrExists.
 	CreateTask(ctx context.Context, t *orchestratorv1.Task) error
@@ -68,8 +70,10 @@ type Store interface {
 	// when the request is not awaiting approval (or has no approval).
 	UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error)
 	// ListUnsettledRequests returns every request that is not in a
-	// terminal state (requested, awaiting approval, approved) or has an
-	// attempt with no end time. Continuous recovery starts from these.
+	// terminal state (requested, awaiting approval, approved), has an
+	// attempt with no end time, or failed with an unknown outcome that
+	// evidence may still settle (see recoverable). Continuous recovery
+	// starts from these.
 	ListUnsettledRequests(ctx context.Context) ([]*orchestratorv1.ToolRequest, error)
 
 	// AcquireLease makes owner the one replica working on a request until

@@ -25,7 +25,7 @@ const (
 	bucketEventSeq     = "event_seq"     // task id -> last event sequence
 	bucketEvents       = "events"        // task id "/" seq -> TaskEvent
 	bucketOpen         = "open_requests" // request id -> request id, while an attempt has no end time
-	bucketUnsettled    = "unsettled"     // request id -> request id, while unsettled (see unsettled)
+	bucketUnsettled    = "unsettled"     // request id -> request id, while recoverable (see recoverable)
 )
 
 type boltStore struct {
@@ -310,7 +310,7 @@ func (b *boltStore) ListEvents(_ context.Context, taskID string, after int64) ([
 // transaction that writes r.
 func indexOpen(tx *store.Tx, r *orchestratorv1.ToolRequest) error {
 	var err error
-	if unsettled(r) {
+	if recoverable(r) {
 		err = tx.Put(bucketUnsettled, r.GetId(), wrapperspb.String(r.GetId()))
 	} else {
 		err = tx.Delete(bucketUnsettled, r.GetId())

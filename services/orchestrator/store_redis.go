@@ -26,7 +26,7 @@ import (
 //	reqkey:<digest>      request id, for digest of (task id, provider call id)
 //	taskreqs:<task>      LIST of request ids, oldest first
 //	open                 SET of request ids with an attempt that has no end time
-//	unsettled            SET of request ids not settled yet (see unsettled)
+//	unsettled            SET of request ids recovery has work for (see recoverable)
 //	lease:<id>           owner of the request's lease, expiring with it (PX)
 //	events:<task>        LIST of TaskEvents; the event at index i has sequence i+1
 //	eventsig:<task>      pub/sub channel: a message per appended event, to
@@ -192,7 +192,7 @@ func (s *redisOrchestratorStore) GetCatalogue(ctx context.Context, taskID string
 // queueOpen keeps the open-requests index in step with r, in the same
 // MULTI/EXEC that writes r.
 func (s *redisOrchestratorStore) queueOpen(ctx context.Context, p redis.Pipeliner, r *orchestratorv1.ToolRequest) {
-	if unsettled(r) {
+	if recoverable(r) {
 		p.SAdd(ctx, s.k.Key("unsettled"), r.GetId())
 	} else {
 		p.SRem(ctx, s.k.Key("unsettled"), r.GetId())

@@ -108,7 +108,8 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	}
 	// The request is recorded; whatever happens next must be recorded too,
 	// even if the caller stops waiting.
-	ctx = withLease(context.WithoutCancel(ctx), l)
+	ctx, cancel := s.detach(ctx, l)
+	defer cancel()
 	// The call's trace and task events are written together at its
 	// checkpoints: before the adapter is called and before this returns.
 	ctx = withCheckpoint(ctx)

@@ -41,6 +41,14 @@ func TestDefaultRoles(t *testing.T) {
 		{"product services act for users", &policyv1.AuthorizeActionRequest{Principal: p("writer", "product-services"), Action: "task.act_for", ResourceType: "user", ResourceId: "alice"}, true, ""},
 		{"others do not", &policyv1.AuthorizeActionRequest{Principal: p("mallory", "authors"), Action: "task.act_for", ResourceType: "user", ResourceId: "alice"}, false, "ROLE_NOT_GRANTED"},
 		{"auditors read traces", &policyv1.AuthorizeActionRequest{Principal: p("ada", "auditors"), Action: "trace.read", ResourceType: "task", ResourceId: "task_1"}, true, ""},
+		{"a settler settles an unknown outcome", &policyv1.AuthorizeActionRequest{Principal: p("carol", "settler"), Action: "request.settle", ResourceType: "request",
+			Attributes: map[string]string{"requester": "alice", "actor": ""}}, true, ""},
+		{"an admin settles an unknown outcome", &policyv1.AuthorizeActionRequest{Principal: p("dana", "admins"), Action: "request.settle", ResourceType: "request",
+			Attributes: map[string]string{"requester": "alice", "actor": ""}}, true, ""},
+		{"the requester does not", &policyv1.AuthorizeActionRequest{Principal: p("alice", "authors"), Action: "request.settle", ResourceType: "request",
+			Attributes: map[string]string{"requester": "alice", "actor": ""}}, false, "ROLE_NOT_GRANTED"},
+		{"an approver does not", &policyv1.AuthorizeActionRequest{Principal: p("bob", "approvers"), Action: "request.settle", ResourceType: "request",
+			Attributes: map[string]string{"requester": "alice", "actor": ""}}, false, "ROLE_NOT_GRANTED"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

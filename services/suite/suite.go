@@ -30,6 +30,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/audit"
 	"github.com/v0m3/v0m3/services/internal/authz"
+	"github.com/v0m3/v0m3/services/internal/deadline"
 	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/internal/telemetry"
 	"github.com/v0m3/v0m3/services/orchestrator"
@@ -103,6 +104,11 @@ type Config struct {
 	// mapping allows asset references is stored as an asset; zero means
 	// orchestrator.DefaultAssetThreshold.
 	AssetThreshold int64
+	// InternalCallTimeout bounds every unary call one service makes to
+	// another (a sooner deadline of the caller stays), except the
+	// adapter's Execute and Discover, which carry their own bounds; zero
+	// means deadline.DefaultInternalCallTimeout.
+	InternalCallTimeout time.Duration
 	// Replica configures the orchestrator's ownership of in-flight
 	// requests among replicas on one store (orchestrator.Deps: ReplicaID,
 	// LeaseTTL, RecoveryInterval, FailPoint); the zero value is the
@@ -128,6 +134,10 @@ type Config struct {
 	// a no-op unless OTLP export is configured.
 	TracerProvider trace.TracerProvider
 }
+
+// DefaultInternalCallTimeout bounds each call one service makes to another
+// when Config.InternalCallTimeout is zero.
+const DefaultInternalCallTimeout = deadline.DefaultInternalCallTimeout
 
 // Replica is how an orchestrator replica shares in-flight requests with
 // the others on its store (see orchestrator.Deps).
@@ -196,6 +206,8 @@ type Suite struct {
 	ident *Identity
 	// tp is Config.TracerProvider.
 	tp trace.TracerProvider
+	// internalCallTimeout is Config.InternalCallTimeout.
+	internalCallTimeout time.Duration
 
 	conns   []*grpc.ClientConn
 	credsMu sync.Mutex
@@ -223,7 +235,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s = &Suite{Addr: map[string]string{}, cancel: cancel, tp: cfg.TracerProvider}
+	s = &Suite{Addr: map[string]string{}, cancel: cancel, tp: cfg.TracerProvider, internalCallTimeout: cfg.InternalCallTimeout}
 	// Every failure below returns a nil suite, so release what was
 	// started through this copy.
 	started := s
@@ -388,7 +400,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				Registry: peers.Registry, Policy: peers.Policy, Adapter: peers.Adapter, Evidence: peers.Evidence,
 				AssetThreshold: cfg.AssetThreshold, Credentials: creds,
 				ReplicaID: cfg.Replica.ID, LeaseTTL: cfg.Replica.LeaseTTL, RecoveryInterval: cfg.Replica.RecoveryInterval,
-				FailPoint: cfg.Replica.FailPoint,
+				FailPoint: cfg.Replica.FailPoint, InternalCallTimeout: cfg.InternalCallTimeout,
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, o.Close)
 			telemetry.ObserveApprovals(waitingApprovals(st))
@@ -563,7 +575,7 @@ func (s *Suite) PeerClients(self string) (Clients, error) {
 			continue
 		}
 		opts := append(identity.PeerDialOptions(self, creds, name),
-			telemetry.DialOption(s.tp), grpc.WithChainUnaryInterceptor(telemetry.UnaryClient(self)))
+			telemetry.DialOption(s.tp), grpc.WithChainUnaryInterceptor(deadline.UnaryClientInterceptor(s.internalCallTimeout, deadline.Exempt...), telemetry.UnaryClient(self)))
 		c, err := serve.Dial(s.Addr[name], opts...)
 		if err != nil {
 			return Clients{}, err

@@ -31,8 +31,8 @@ const (
 	RequestDeny      = "request.deny"
 	TaskCancel       = "task.cancel"
 	PolicyReload     = "policy.reload"
-	// OutcomeSettle is the manual settlement of an unknown outcome; no
-	// RPC settles one yet, so nothing records it today.
+	// OutcomeSettle is the manual settlement of an unknown outcome
+	// (OrchestratorService.SettleRequest).
 	OutcomeSettle = "outcome.settle"
 )
 

@@ -75,6 +75,13 @@ var privileged = map[string]entry{
 		r, _ := req.(*orchestratorv1.CancelTaskRequest)
 		return "task:" + r.GetId(), "", "", true
 	}},
+	"/v0m3.orchestrator.v1.OrchestratorService/SettleRequest": {OutcomeSettle, func(req, _ any) (string, string, string, bool) {
+		// The note is the settler's free text: the trace keeps it, the
+		// audit record names only what was settled.
+		r, _ := req.(*orchestratorv1.SettleRequestRequest)
+		return "request:" + r.GetRequestId(), "attempt=" + r.GetAttemptId(),
+			strings.ToLower(strings.TrimPrefix(r.GetSettlement().String(), "SETTLEMENT_")), true
+	}},
 	"/v0m3.policy.v1.PolicyService/ReloadPolicy": {PolicyReload, func(_, resp any) (string, string, string, bool) {
 		p, _ := resp.(*policyv1.PolicyRevision)
 		rev := ""

@@ -32,6 +32,7 @@ const (
 	ProfileWrite       = "profile.write"
 	RequestApprove     = "request.approve"
 	RequestDeny        = "request.deny"
+	RequestSettle      = "request.settle"
 	TaskActFor         = "task.act_for"
 	TaskRead           = "task.read"
 	TraceRead          = "trace.read"

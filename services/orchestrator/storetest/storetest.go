@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/orchestrator"
@@ -38,6 +39,7 @@ func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
 		{"EventSequences", testEvents},
 		{"UpdatesEmitEventsInOneStep", testEmit},
 		{"UnsettledRequests", testUnsettled},
+		{"TraceOutbox", testTraceOutbox},
 		{"LeaseHasOneOwner", func(t *testing.T, st orchestrator.Store) { CheckLease(t, []orchestrator.Store{st, st}) }},
 	}
 	for _, tc := range tests {
@@ -482,6 +484,42 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 	}
 }
 
+// testTraceOutbox: trace events put in the outbox come back oldest first,
+// a page at a time, and leave it once deleted.
+func testTraceOutbox(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	ev := func(i int) *evidencev1.TraceEvent {
+		return &evidencev1.TraceEvent{TaskId: "task_o", Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{Detail: fmt.Sprint(i)}}}
+	}
+	details := func(es []orchestrator.OutboxEntry) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Event.GetProduct().GetDetail())
+		}
+		return out
+	}
+	if got, err := st.ListTraceOutbox(ctx, 10); err != nil || len(got) != 0 {
+		t.Fatalf("empty outbox = %v, %v", got, err)
+	}
+	if err := st.PutTraceOutbox(ctx, []*evidencev1.TraceEvent{ev(0), ev(1), ev(2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutTraceOutbox(ctx, []*evidencev1.TraceEvent{ev(3), ev(4)}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := st.ListTraceOutbox(ctx, 4)
+	if err != nil || !slices.Equal(details(page), []string{"0", "1", "2", "3"}) {
+		t.Fatalf("first page = %v, %v; want 0..3 in order", details(page), err)
+	}
+	if err := st.DeleteTraceOutbox(ctx, []string{page[0].Key, page[1].Key}); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := st.ListTraceOutbox(ctx, 10)
+	if err != nil || !slices.Equal(details(rest), []string{"2", "3", "4"}) {
+		t.Fatalf("after delivering two = %v, %v; want 2..4 in order", details(rest), err)
+	}
+}
+
 func testUnsettled(t *testing.T, st orchestrator.Store) {
 	ctx := context.Background()
 	ids := func() []string {
@@ -521,6 +559,10 @@ func testUnsettled(t *testing.T, st orchestrator.Store) {
 			r.Attempts = []*orchestratorv1.Attempt{attempt("att_a", adapterv1.DeliveryStage_DELIVERY_STAGE_SENT, false)}
 		}, []string{"req_a", "req_c"}},
 		{"req_a", func(r *orchestratorv1.ToolRequest) { r.Attempts[0].EndTime = timestamppb.Now() }, []string{"req_c"}},
+		// A request that failed with an unknown outcome awaits its
+		// settlement by evidence; once settled it is not listed.
+		{"req_a", func(r *orchestratorv1.ToolRequest) { r.Outcome = adapterv1.Outcome_OUTCOME_UNKNOWN }, []string{"req_a", "req_c"}},
+		{"req_a", func(r *orchestratorv1.ToolRequest) { r.Outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED }, []string{"req_c"}},
 		{"req_c", func(r *orchestratorv1.ToolRequest) { r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED }, nil},
 	}
 	for i, s := range steps {

@@ -292,6 +292,62 @@ func (ApprovalBinding) EnumDescriptor() ([]byte, []int) {
 	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{3}
 }
 
+// Settlement is what an operator established about an unknown outcome.
+type Settlement int32
+
+const (
+	// Not set.
+	Settlement_SETTLEMENT_UNSPECIFIED Settlement = 0
+	// The effect happened: the request becomes EXECUTED with the evidence
+	// given (a receipt id of this request's intent, an artifact digest or a
+	// delivery id).
+	Settlement_SETTLEMENT_EXECUTED Settlement = 1
+	// The effect did not happen: the request stays FAILED with outcome
+	// INTERRUPTED (a new request may be made).
+	Settlement_SETTLEMENT_NOT_EXECUTED Settlement = 2
+)
+
+// Enum value maps for Settlement.
+var (
+	Settlement_name = map[int32]string{
+		0: "SETTLEMENT_UNSPECIFIED",
+		1: "SETTLEMENT_EXECUTED",
+		2: "SETTLEMENT_NOT_EXECUTED",
+	}
+	Settlement_value = map[string]int32{
+		"SETTLEMENT_UNSPECIFIED":  0,
+		"SETTLEMENT_EXECUTED":     1,
+		"SETTLEMENT_NOT_EXECUTED": 2,
+	}
+)
+
+func (x Settlement) Enum() *Settlement {
+	p := new(Settlement)
+	*p = x
+	return p
+}
+
+func (x Settlement) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Settlement) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes[4].Descriptor()
+}
+
+func (Settlement) Type() protoreflect.EnumType {
+	return &file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes[4]
+}
+
+func (x Settlement) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Settlement.Descriptor instead.
+func (Settlement) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
+}
+
 // SourceRef is one target the workflow allows a task to reach: a source to
 // read, or, in the artifact and destination scopes, an artifact to use or
 // a destination to deliver to. The model never sees its URI; it gets a
@@ -2961,6 +3017,111 @@ func (x *ListPendingApprovalsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// SettleRequestRequest settles one request whose outcome is unknown.
+type SettleRequestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Request id.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Required. The attempt whose unknown outcome is settled: the one the
+	// operator examined. The settlement is refused when the request's last
+	// attempt is another one (it changed since).
+	AttemptId string `protobuf:"bytes,2,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	// Required. What the operator established.
+	Settlement Settlement `protobuf:"varint,3,opt,name=settlement,proto3,enum=v0m3.orchestrator.v1.Settlement" json:"settlement,omitempty"`
+	// Evidence of an executed effect: a receipt id recorded for this
+	// request's intent.
+	ReceiptId string `protobuf:"bytes,4,opt,name=receipt_id,json=receiptId,proto3" json:"receipt_id,omitempty"`
+	// Evidence of an executed effect: the artifact digest
+	// ("sha256:<64 hex>").
+	ArtifactDigest string `protobuf:"bytes,5,opt,name=artifact_digest,json=artifactDigest,proto3" json:"artifact_digest,omitempty"`
+	// Evidence of an executed effect: the delivery id.
+	DeliveryId string `protobuf:"bytes,6,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	// Required. How it was established (at most 1024 bytes), kept in the
+	// trace.
+	Note          string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRequestRequest) Reset() {
+	*x = SettleRequestRequest{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRequestRequest) ProtoMessage() {}
+
+func (x *SettleRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRequestRequest.ProtoReflect.Descriptor instead.
+func (*SettleRequestRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SettleRequestRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *SettleRequestRequest) GetAttemptId() string {
+	if x != nil {
+		return x.AttemptId
+	}
+	return ""
+}
+
+func (x *SettleRequestRequest) GetSettlement() Settlement {
+	if x != nil {
+		return x.Settlement
+	}
+	return Settlement_SETTLEMENT_UNSPECIFIED
+}
+
+func (x *SettleRequestRequest) GetReceiptId() string {
+	if x != nil {
+		return x.ReceiptId
+	}
+	return ""
+}
+
+func (x *SettleRequestRequest) GetArtifactDigest() string {
+	if x != nil {
+		return x.ArtifactDigest
+	}
+	return ""
+}
+
+func (x *SettleRequestRequest) GetDeliveryId() string {
+	if x != nil {
+		return x.DeliveryId
+	}
+	return ""
+}
+
+func (x *SettleRequestRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
 var File_v0m3_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
@@ -3203,7 +3364,21 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"\x85\x01\n" +
 	"\x1cListPendingApprovalsResponse\x12=\n" +
 	"\brequests\x18\x01 \x03(\v2!.v0m3.orchestrator.v1.ToolRequestR\brequests\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\x86\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x93\x02\n" +
+	"\x14SettleRequestRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
+	"\n" +
+	"attempt_id\x18\x02 \x01(\tR\tattemptId\x12@\n" +
+	"\n" +
+	"settlement\x18\x03 \x01(\x0e2 .v0m3.orchestrator.v1.SettlementR\n" +
+	"settlement\x12\x1d\n" +
+	"\n" +
+	"receipt_id\x18\x04 \x01(\tR\treceiptId\x12'\n" +
+	"\x0fartifact_digest\x18\x05 \x01(\tR\x0eartifactDigest\x12\x1f\n" +
+	"\vdelivery_id\x18\x06 \x01(\tR\n" +
+	"deliveryId\x12\x12\n" +
+	"\x04note\x18\a \x01(\tR\x04note*\x86\x01\n" +
 	"\bTaskKind\x12\x19\n" +
 	"\x15TASK_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TASK_KIND_SOURCE_REVIEW\x10\x01\x12\x15\n" +
@@ -3232,7 +3407,12 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x18APPROVAL_BINDING_MAPPING\x10\x03\x12\x1b\n" +
 	"\x17APPROVAL_BINDING_POLICY\x10\x04\x12 \n" +
 	"\x1cAPPROVAL_BINDING_CREDENTIALS\x10\x05\x12\x1b\n" +
-	"\x17APPROVAL_BINDING_EXPIRY\x10\x062\x8d\v\n" +
+	"\x17APPROVAL_BINDING_EXPIRY\x10\x06*^\n" +
+	"\n" +
+	"Settlement\x12\x1a\n" +
+	"\x16SETTLEMENT_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13SETTLEMENT_EXECUTED\x10\x01\x12\x1b\n" +
+	"\x17SETTLEMENT_NOT_EXECUTED\x10\x022\xed\v\n" +
 	"\x13OrchestratorService\x12\\\n" +
 	"\tStartTask\x12&.v0m3.orchestrator.v1.StartTaskRequest\x1a'.v0m3.orchestrator.v1.StartTaskResponse\x12K\n" +
 	"\aGetTask\x12$.v0m3.orchestrator.v1.GetTaskRequest\x1a\x1a.v0m3.orchestrator.v1.Task\x12\\\n" +
@@ -3250,7 +3430,8 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\tWatchTask\x12&.v0m3.orchestrator.v1.WatchTaskRequest\x1a\x1f.v0m3.orchestrator.v1.TaskEvent0\x01\x12Q\n" +
 	"\n" +
 	"CancelTask\x12'.v0m3.orchestrator.v1.CancelTaskRequest\x1a\x1a.v0m3.orchestrator.v1.Task\x12e\n" +
-	"\x0eRefreshHandles\x12+.v0m3.orchestrator.v1.RefreshHandlesRequest\x1a&.v0m3.orchestrator.v1.OfferedCatalogueB@Z>github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1;orchestratorv1b\x06proto3"
+	"\x0eRefreshHandles\x12+.v0m3.orchestrator.v1.RefreshHandlesRequest\x1a&.v0m3.orchestrator.v1.OfferedCatalogue\x12^\n" +
+	"\rSettleRequest\x12*.v0m3.orchestrator.v1.SettleRequestRequest\x1a!.v0m3.orchestrator.v1.ToolRequestB@Z>github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1;orchestratorv1b\x06proto3"
 
 var (
 	file_v0m3_orchestrator_v1_orchestrator_proto_rawDescOnce sync.Once
@@ -3264,139 +3445,144 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescData
 }
 
-var file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_v0m3_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(TaskKind)(0),                        // 0: v0m3.orchestrator.v1.TaskKind
 	(TaskState)(0),                       // 1: v0m3.orchestrator.v1.TaskState
 	(RequestState)(0),                    // 2: v0m3.orchestrator.v1.RequestState
 	(ApprovalBinding)(0),                 // 3: v0m3.orchestrator.v1.ApprovalBinding
-	(*SourceRef)(nil),                    // 4: v0m3.orchestrator.v1.SourceRef
-	(*Task)(nil),                         // 5: v0m3.orchestrator.v1.Task
-	(*HandleOffer)(nil),                  // 6: v0m3.orchestrator.v1.HandleOffer
-	(*HandleFieldOffer)(nil),             // 7: v0m3.orchestrator.v1.HandleFieldOffer
-	(*OfferedCapability)(nil),            // 8: v0m3.orchestrator.v1.OfferedCapability
-	(*OfferedCatalogue)(nil),             // 9: v0m3.orchestrator.v1.OfferedCatalogue
-	(*StartTaskRequest)(nil),             // 10: v0m3.orchestrator.v1.StartTaskRequest
-	(*StartTaskResponse)(nil),            // 11: v0m3.orchestrator.v1.StartTaskResponse
-	(*GetTaskRequest)(nil),               // 12: v0m3.orchestrator.v1.GetTaskRequest
-	(*GetCatalogueRequest)(nil),          // 13: v0m3.orchestrator.v1.GetCatalogueRequest
-	(*QuotedExcerpt)(nil),                // 14: v0m3.orchestrator.v1.QuotedExcerpt
-	(*Attempt)(nil),                      // 15: v0m3.orchestrator.v1.Attempt
-	(*Approval)(nil),                     // 16: v0m3.orchestrator.v1.Approval
-	(*GetApprovalRequest)(nil),           // 17: v0m3.orchestrator.v1.GetApprovalRequest
-	(*ToolRequest)(nil),                  // 18: v0m3.orchestrator.v1.ToolRequest
-	(*Diagnostic)(nil),                   // 19: v0m3.orchestrator.v1.Diagnostic
-	(*SubmitToolRequestRequest)(nil),     // 20: v0m3.orchestrator.v1.SubmitToolRequestRequest
-	(*GetRequestRequest)(nil),            // 21: v0m3.orchestrator.v1.GetRequestRequest
-	(*ListRequestsRequest)(nil),          // 22: v0m3.orchestrator.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil),         // 23: v0m3.orchestrator.v1.ListRequestsResponse
-	(*ApproveRequest)(nil),               // 24: v0m3.orchestrator.v1.ApproveRequest
-	(*DenyRequest)(nil),                  // 25: v0m3.orchestrator.v1.DenyRequest
-	(*WatchTaskRequest)(nil),             // 26: v0m3.orchestrator.v1.WatchTaskRequest
-	(*TaskEvent)(nil),                    // 27: v0m3.orchestrator.v1.TaskEvent
-	(*CancelTaskRequest)(nil),            // 28: v0m3.orchestrator.v1.CancelTaskRequest
-	(*RefreshHandlesRequest)(nil),        // 29: v0m3.orchestrator.v1.RefreshHandlesRequest
-	(*ListTasksRequest)(nil),             // 30: v0m3.orchestrator.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),            // 31: v0m3.orchestrator.v1.ListTasksResponse
-	(*CompleteTaskRequest)(nil),          // 32: v0m3.orchestrator.v1.CompleteTaskRequest
-	(*ListPendingApprovalsRequest)(nil),  // 33: v0m3.orchestrator.v1.ListPendingApprovalsRequest
-	(*ListPendingApprovalsResponse)(nil), // 34: v0m3.orchestrator.v1.ListPendingApprovalsResponse
-	(*v1.Principal)(nil),                 // 35: v0m3.policy.v1.Principal
-	(*timestamppb.Timestamp)(nil),        // 36: google.protobuf.Timestamp
-	(v11.HandleKind)(0),                  // 37: v0m3.registry.v1.HandleKind
-	(*structpb.Struct)(nil),              // 38: google.protobuf.Struct
-	(*v1.CapabilityEligibility)(nil),     // 39: v0m3.policy.v1.CapabilityEligibility
-	(v12.DeliveryStage)(0),               // 40: v0m3.adapter.v1.DeliveryStage
-	(v12.Outcome)(0),                     // 41: v0m3.adapter.v1.Outcome
-	(*v12.ErrorEvidence)(nil),            // 42: v0m3.adapter.v1.ErrorEvidence
+	(Settlement)(0),                      // 4: v0m3.orchestrator.v1.Settlement
+	(*SourceRef)(nil),                    // 5: v0m3.orchestrator.v1.SourceRef
+	(*Task)(nil),                         // 6: v0m3.orchestrator.v1.Task
+	(*HandleOffer)(nil),                  // 7: v0m3.orchestrator.v1.HandleOffer
+	(*HandleFieldOffer)(nil),             // 8: v0m3.orchestrator.v1.HandleFieldOffer
+	(*OfferedCapability)(nil),            // 9: v0m3.orchestrator.v1.OfferedCapability
+	(*OfferedCatalogue)(nil),             // 10: v0m3.orchestrator.v1.OfferedCatalogue
+	(*StartTaskRequest)(nil),             // 11: v0m3.orchestrator.v1.StartTaskRequest
+	(*StartTaskResponse)(nil),            // 12: v0m3.orchestrator.v1.StartTaskResponse
+	(*GetTaskRequest)(nil),               // 13: v0m3.orchestrator.v1.GetTaskRequest
+	(*GetCatalogueRequest)(nil),          // 14: v0m3.orchestrator.v1.GetCatalogueRequest
+	(*QuotedExcerpt)(nil),                // 15: v0m3.orchestrator.v1.QuotedExcerpt
+	(*Attempt)(nil),                      // 16: v0m3.orchestrator.v1.Attempt
+	(*Approval)(nil),                     // 17: v0m3.orchestrator.v1.Approval
+	(*GetApprovalRequest)(nil),           // 18: v0m3.orchestrator.v1.GetApprovalRequest
+	(*ToolRequest)(nil),                  // 19: v0m3.orchestrator.v1.ToolRequest
+	(*Diagnostic)(nil),                   // 20: v0m3.orchestrator.v1.Diagnostic
+	(*SubmitToolRequestRequest)(nil),     // 21: v0m3.orchestrator.v1.SubmitToolRequestRequest
+	(*GetRequestRequest)(nil),            // 22: v0m3.orchestrator.v1.GetRequestRequest
+	(*ListRequestsRequest)(nil),          // 23: v0m3.orchestrator.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil),         // 24: v0m3.orchestrator.v1.ListRequestsResponse
+	(*ApproveRequest)(nil),               // 25: v0m3.orchestrator.v1.ApproveRequest
+	(*DenyRequest)(nil),                  // 26: v0m3.orchestrator.v1.DenyRequest
+	(*WatchTaskRequest)(nil),             // 27: v0m3.orchestrator.v1.WatchTaskRequest
+	(*TaskEvent)(nil),                    // 28: v0m3.orchestrator.v1.TaskEvent
+	(*CancelTaskRequest)(nil),            // 29: v0m3.orchestrator.v1.CancelTaskRequest
+	(*RefreshHandlesRequest)(nil),        // 30: v0m3.orchestrator.v1.RefreshHandlesRequest
+	(*ListTasksRequest)(nil),             // 31: v0m3.orchestrator.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),            // 32: v0m3.orchestrator.v1.ListTasksResponse
+	(*CompleteTaskRequest)(nil),          // 33: v0m3.orchestrator.v1.CompleteTaskRequest
+	(*ListPendingApprovalsRequest)(nil),  // 34: v0m3.orchestrator.v1.ListPendingApprovalsRequest
+	(*ListPendingApprovalsResponse)(nil), // 35: v0m3.orchestrator.v1.ListPendingApprovalsResponse
+	(*SettleRequestRequest)(nil),         // 36: v0m3.orchestrator.v1.SettleRequestRequest
+	(*v1.Principal)(nil),                 // 37: v0m3.policy.v1.Principal
+	(*timestamppb.Timestamp)(nil),        // 38: google.protobuf.Timestamp
+	(v11.HandleKind)(0),                  // 39: v0m3.registry.v1.HandleKind
+	(*structpb.Struct)(nil),              // 40: google.protobuf.Struct
+	(*v1.CapabilityEligibility)(nil),     // 41: v0m3.policy.v1.CapabilityEligibility
+	(v12.DeliveryStage)(0),               // 42: v0m3.adapter.v1.DeliveryStage
+	(v12.Outcome)(0),                     // 43: v0m3.adapter.v1.Outcome
+	(*v12.ErrorEvidence)(nil),            // 44: v0m3.adapter.v1.ErrorEvidence
 }
 var file_v0m3_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	35, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
+	37, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
 	0,  // 1: v0m3.orchestrator.v1.Task.kind:type_name -> v0m3.orchestrator.v1.TaskKind
-	4,  // 2: v0m3.orchestrator.v1.Task.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	5,  // 2: v0m3.orchestrator.v1.Task.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	1,  // 3: v0m3.orchestrator.v1.Task.state:type_name -> v0m3.orchestrator.v1.TaskState
-	36, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
-	36, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
-	4,  // 6: v0m3.orchestrator.v1.Task.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	4,  // 7: v0m3.orchestrator.v1.Task.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	36, // 8: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
-	37, // 9: v0m3.orchestrator.v1.HandleOffer.kind:type_name -> v0m3.registry.v1.HandleKind
-	37, // 10: v0m3.orchestrator.v1.HandleFieldOffer.kind:type_name -> v0m3.registry.v1.HandleKind
-	38, // 11: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
-	6,  // 12: v0m3.orchestrator.v1.OfferedCapability.handles:type_name -> v0m3.orchestrator.v1.HandleOffer
-	7,  // 13: v0m3.orchestrator.v1.OfferedCapability.handle_fields:type_name -> v0m3.orchestrator.v1.HandleFieldOffer
-	8,  // 14: v0m3.orchestrator.v1.OfferedCatalogue.offered:type_name -> v0m3.orchestrator.v1.OfferedCapability
-	39, // 15: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
-	36, // 16: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
-	36, // 17: v0m3.orchestrator.v1.OfferedCatalogue.refresh_time:type_name -> google.protobuf.Timestamp
+	38, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
+	38, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 6: v0m3.orchestrator.v1.Task.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	5,  // 7: v0m3.orchestrator.v1.Task.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	38, // 8: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
+	39, // 9: v0m3.orchestrator.v1.HandleOffer.kind:type_name -> v0m3.registry.v1.HandleKind
+	39, // 10: v0m3.orchestrator.v1.HandleFieldOffer.kind:type_name -> v0m3.registry.v1.HandleKind
+	40, // 11: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
+	7,  // 12: v0m3.orchestrator.v1.OfferedCapability.handles:type_name -> v0m3.orchestrator.v1.HandleOffer
+	8,  // 13: v0m3.orchestrator.v1.OfferedCapability.handle_fields:type_name -> v0m3.orchestrator.v1.HandleFieldOffer
+	9,  // 14: v0m3.orchestrator.v1.OfferedCatalogue.offered:type_name -> v0m3.orchestrator.v1.OfferedCapability
+	41, // 15: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
+	38, // 16: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
+	38, // 17: v0m3.orchestrator.v1.OfferedCatalogue.refresh_time:type_name -> google.protobuf.Timestamp
 	0,  // 18: v0m3.orchestrator.v1.StartTaskRequest.kind:type_name -> v0m3.orchestrator.v1.TaskKind
-	4,  // 19: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	35, // 20: v0m3.orchestrator.v1.StartTaskRequest.on_behalf_of:type_name -> v0m3.policy.v1.Principal
-	4,  // 21: v0m3.orchestrator.v1.StartTaskRequest.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	4,  // 22: v0m3.orchestrator.v1.StartTaskRequest.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	5,  // 23: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
-	9,  // 24: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
-	40, // 25: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
-	41, // 26: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
-	42, // 27: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
-	36, // 28: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	36, // 29: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
-	36, // 30: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	36, // 31: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	36, // 32: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
+	5,  // 19: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	37, // 20: v0m3.orchestrator.v1.StartTaskRequest.on_behalf_of:type_name -> v0m3.policy.v1.Principal
+	5,  // 21: v0m3.orchestrator.v1.StartTaskRequest.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	5,  // 22: v0m3.orchestrator.v1.StartTaskRequest.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
+	6,  // 23: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
+	10, // 24: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
+	42, // 25: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
+	43, // 26: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
+	44, // 27: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
+	38, // 28: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	38, // 29: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
+	38, // 30: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	38, // 31: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	38, // 32: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
 	3,  // 33: v0m3.orchestrator.v1.Approval.invalidated:type_name -> v0m3.orchestrator.v1.ApprovalBinding
-	38, // 34: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
+	40, // 34: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
 	2,  // 35: v0m3.orchestrator.v1.ToolRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
-	41, // 36: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
-	15, // 37: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
-	14, // 38: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
-	36, // 39: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
-	36, // 40: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
-	16, // 41: v0m3.orchestrator.v1.ToolRequest.approval:type_name -> v0m3.orchestrator.v1.Approval
-	19, // 42: v0m3.orchestrator.v1.ToolRequest.diagnostics:type_name -> v0m3.orchestrator.v1.Diagnostic
-	38, // 43: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
+	43, // 36: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
+	16, // 37: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
+	15, // 38: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
+	38, // 39: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
+	38, // 40: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
+	17, // 41: v0m3.orchestrator.v1.ToolRequest.approval:type_name -> v0m3.orchestrator.v1.Approval
+	20, // 42: v0m3.orchestrator.v1.ToolRequest.diagnostics:type_name -> v0m3.orchestrator.v1.Diagnostic
+	40, // 43: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
 	2,  // 44: v0m3.orchestrator.v1.ListRequestsRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
-	18, // 45: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
-	36, // 46: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	19, // 45: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
+	38, // 46: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
 	1,  // 47: v0m3.orchestrator.v1.ListTasksRequest.state:type_name -> v0m3.orchestrator.v1.TaskState
-	5,  // 48: v0m3.orchestrator.v1.ListTasksResponse.tasks:type_name -> v0m3.orchestrator.v1.Task
-	18, // 49: v0m3.orchestrator.v1.ListPendingApprovalsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
-	10, // 50: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
-	12, // 51: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
-	30, // 52: v0m3.orchestrator.v1.OrchestratorService.ListTasks:input_type -> v0m3.orchestrator.v1.ListTasksRequest
-	32, // 53: v0m3.orchestrator.v1.OrchestratorService.CompleteTask:input_type -> v0m3.orchestrator.v1.CompleteTaskRequest
-	13, // 54: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
-	20, // 55: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
-	21, // 56: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
-	22, // 57: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
-	33, // 58: v0m3.orchestrator.v1.OrchestratorService.ListPendingApprovals:input_type -> v0m3.orchestrator.v1.ListPendingApprovalsRequest
-	24, // 59: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
-	25, // 60: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
-	17, // 61: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
-	26, // 62: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
-	28, // 63: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
-	29, // 64: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:input_type -> v0m3.orchestrator.v1.RefreshHandlesRequest
-	11, // 65: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
-	5,  // 66: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
-	31, // 67: v0m3.orchestrator.v1.OrchestratorService.ListTasks:output_type -> v0m3.orchestrator.v1.ListTasksResponse
-	5,  // 68: v0m3.orchestrator.v1.OrchestratorService.CompleteTask:output_type -> v0m3.orchestrator.v1.Task
-	9,  // 69: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
-	18, // 70: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	18, // 71: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	23, // 72: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
-	34, // 73: v0m3.orchestrator.v1.OrchestratorService.ListPendingApprovals:output_type -> v0m3.orchestrator.v1.ListPendingApprovalsResponse
-	18, // 74: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
-	18, // 75: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
-	16, // 76: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
-	27, // 77: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
-	5,  // 78: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
-	9,  // 79: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
-	65, // [65:80] is the sub-list for method output_type
-	50, // [50:65] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	6,  // 48: v0m3.orchestrator.v1.ListTasksResponse.tasks:type_name -> v0m3.orchestrator.v1.Task
+	19, // 49: v0m3.orchestrator.v1.ListPendingApprovalsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
+	4,  // 50: v0m3.orchestrator.v1.SettleRequestRequest.settlement:type_name -> v0m3.orchestrator.v1.Settlement
+	11, // 51: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
+	13, // 52: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
+	31, // 53: v0m3.orchestrator.v1.OrchestratorService.ListTasks:input_type -> v0m3.orchestrator.v1.ListTasksRequest
+	33, // 54: v0m3.orchestrator.v1.OrchestratorService.CompleteTask:input_type -> v0m3.orchestrator.v1.CompleteTaskRequest
+	14, // 55: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
+	21, // 56: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
+	22, // 57: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
+	23, // 58: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
+	34, // 59: v0m3.orchestrator.v1.OrchestratorService.ListPendingApprovals:input_type -> v0m3.orchestrator.v1.ListPendingApprovalsRequest
+	25, // 60: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
+	26, // 61: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
+	18, // 62: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
+	27, // 63: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
+	29, // 64: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
+	30, // 65: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:input_type -> v0m3.orchestrator.v1.RefreshHandlesRequest
+	36, // 66: v0m3.orchestrator.v1.OrchestratorService.SettleRequest:input_type -> v0m3.orchestrator.v1.SettleRequestRequest
+	12, // 67: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
+	6,  // 68: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
+	32, // 69: v0m3.orchestrator.v1.OrchestratorService.ListTasks:output_type -> v0m3.orchestrator.v1.ListTasksResponse
+	6,  // 70: v0m3.orchestrator.v1.OrchestratorService.CompleteTask:output_type -> v0m3.orchestrator.v1.Task
+	10, // 71: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	19, // 72: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	19, // 73: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	24, // 74: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
+	35, // 75: v0m3.orchestrator.v1.OrchestratorService.ListPendingApprovals:output_type -> v0m3.orchestrator.v1.ListPendingApprovalsResponse
+	19, // 76: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
+	19, // 77: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
+	17, // 78: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
+	28, // 79: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
+	6,  // 80: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
+	10, // 81: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	19, // 82: v0m3.orchestrator.v1.OrchestratorService.SettleRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	67, // [67:83] is the sub-list for method output_type
+	51, // [51:67] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_orchestrator_v1_orchestrator_proto_init() }
@@ -3409,8 +3595,8 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc), len(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   31,
+			NumEnums:      5,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

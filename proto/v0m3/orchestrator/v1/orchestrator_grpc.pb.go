@@ -34,6 +34,7 @@ const (
 	OrchestratorService_WatchTask_FullMethodName            = "/v0m3.orchestrator.v1.OrchestratorService/WatchTask"
 	OrchestratorService_CancelTask_FullMethodName           = "/v0m3.orchestrator.v1.OrchestratorService/CancelTask"
 	OrchestratorService_RefreshHandles_FullMethodName       = "/v0m3.orchestrator.v1.OrchestratorService/RefreshHandles"
+	OrchestratorService_SettleRequest_FullMethodName        = "/v0m3.orchestrator.v1.OrchestratorService/SettleRequest"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -96,6 +97,14 @@ type OrchestratorServiceClient interface {
 	// keep their expiry. Only the task's requester (or the actor who started
 	// it for them) may refresh.
 	RefreshHandles(ctx context.Context, in *RefreshHandlesRequest, opts ...grpc.CallOption) (*OfferedCatalogue, error)
+	// SettleRequest settles by hand, with evidence, a request whose outcome
+	// is unknown (FAILED with outcome UNKNOWN): an operator who established
+	// whether the effect happened records it. Only a caller policy grants
+	// `request.settle` (the default policy: the `settler` and `admins`
+	// groups) may; the settlement, who made it and the evidence are recorded
+	// in the request's attempt, the task events and the trace. Any other
+	// outcome is never rewritten.
+	SettleRequest(ctx context.Context, in *SettleRequestRequest, opts ...grpc.CallOption) (*ToolRequest, error)
 }
 
 type orchestratorServiceClient struct {
@@ -265,6 +274,16 @@ func (c *orchestratorServiceClient) RefreshHandles(ctx context.Context, in *Refr
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) SettleRequest(ctx context.Context, in *SettleRequestRequest, opts ...grpc.CallOption) (*ToolRequest, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ToolRequest)
+	err := c.cc.Invoke(ctx, OrchestratorService_SettleRequest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -325,6 +344,14 @@ type OrchestratorServiceServer interface {
 	// keep their expiry. Only the task's requester (or the actor who started
 	// it for them) may refresh.
 	RefreshHandles(context.Context, *RefreshHandlesRequest) (*OfferedCatalogue, error)
+	// SettleRequest settles by hand, with evidence, a request whose outcome
+	// is unknown (FAILED with outcome UNKNOWN): an operator who established
+	// whether the effect happened records it. Only a caller policy grants
+	// `request.settle` (the default policy: the `settler` and `admins`
+	// groups) may; the settlement, who made it and the evidence are recorded
+	// in the request's attempt, the task events and the trace. Any other
+	// outcome is never rewritten.
+	SettleRequest(context.Context, *SettleRequestRequest) (*ToolRequest, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -379,6 +406,9 @@ func (UnimplementedOrchestratorServiceServer) CancelTask(context.Context, *Cance
 }
 func (UnimplementedOrchestratorServiceServer) RefreshHandles(context.Context, *RefreshHandlesRequest) (*OfferedCatalogue, error) {
 	return nil, status.Error(codes.Unimplemented, "method RefreshHandles not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) SettleRequest(context.Context, *SettleRequestRequest) (*ToolRequest, error) {
+	return nil, status.Error(codes.Unimplemented, "method SettleRequest not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -664,6 +694,24 @@ func _OrchestratorService_RefreshHandles_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_SettleRequest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRequestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).SettleRequest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_SettleRequest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).SettleRequest(ctx, req.(*SettleRequestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -726,6 +774,10 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RefreshHandles",
 			Handler:    _OrchestratorService_RefreshHandles_Handler,
+		},
+		{
+			MethodName: "SettleRequest",
+			Handler:    _OrchestratorService_SettleRequest_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"os"
+
+	"google.golang.org/grpc"
+
+	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/identity"
+)
+
+const settleUsage = `Usage:
+  v0m3 settle REQUEST_ID --attempt ATTEMPT_ID --executed (--artifact-digest D | --receipt-id R | --delivery-id I) --note TEXT
+  v0m3 settle REQUEST_ID --attempt ATTEMPT_ID --not-executed --note TEXT
+
+Settles by hand a request whose outcome is unknown (FAILED / UNKNOWN), with
+the evidence you established, at the attempt you examined. The orchestrator
+records it, with you as its author, in the request, its task's events and
+the trace. Policy decides who may (by default the settler and admins
+groups): --token (or V0M3_TOKEN) is your bearer token.
+
+Flags:
+`
+
+// runSettle is `v0m3 settle`: SettleRequest as the person running it.
+func runSettle(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("settle", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, settleUsage)
+		fs.PrintDefaults()
+	}
+	addr := fs.String("orchestrator-addr", defaultAddr("orchestrator"), "orchestrator address")
+	token := fs.String("token", "", "your bearer token (V0M3_TOKEN)")
+	caFile := fs.String("tls-ca-file", "./.v0m3-data/pki/ca.crt", "PEM CA bundle the orchestrator's certificate chains to")
+	insecure := fs.Bool("insecure-plaintext", false, "DEVELOPMENT ONLY: the orchestrator serves plaintext")
+	attempt := fs.String("attempt", "", "the attempt whose unknown outcome you settle (required)")
+	executed := fs.Bool("executed", false, "the effect happened (give its evidence)")
+	notExecuted := fs.Bool("not-executed", false, "the effect did not happen")
+	artifact := fs.String("artifact-digest", "", "evidence: the artifact digest, sha256:<64 hex>")
+	receiptID := fs.String("receipt-id", "", "evidence: the receipt recorded for the request's intent")
+	delivery := fs.String("delivery-id", "", "evidence: the delivery id")
+	note := fs.String("note", "", "how you established it (required; kept in the trace)")
+	// The request id comes first; flags follow it.
+	var id string
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		id, args = args[0], args[1:]
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if id == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return usageError{"settle takes one request id, before the flags"}
+	}
+	if *executed == *notExecuted {
+		return usageError{"say what you established: --executed or --not-executed"}
+	}
+	if *token == "" {
+		return usageError{"--token (or V0M3_TOKEN) is required: the orchestrator decides what you may do from who your token names"}
+	}
+	in := &orchestratorv1.SettleRequestRequest{RequestId: id, AttemptId: *attempt, Note: *note,
+		ArtifactDigest: *artifact, ReceiptId: *receiptID, DeliveryId: *delivery, Settlement: orchestratorv1.Settlement_SETTLEMENT_NOT_EXECUTED}
+	if *executed {
+		in.Settlement = orchestratorv1.Settlement_SETTLEMENT_EXECUTED
+	}
+	var roots *x509.CertPool
+	if !*insecure {
+		pem, err := os.ReadFile(*caFile)
+		if err != nil {
+			return fmt.Errorf("read --tls-ca-file: %w", err)
+		}
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--tls-ca-file %s holds no PEM certificate", *caFile)
+		}
+	}
+	conn, err := grpc.NewClient(*addr, identity.CallerDialOptions(roots)...)
+	if err != nil {
+		return fmt.Errorf("dial the orchestrator at %s: %w", *addr, err)
+	}
+	defer func() { _ = conn.Close() }()
+	r, err := orchestratorv1.NewOrchestratorServiceClient(conn).SettleRequest(identity.WithBearer(ctx, *token), in)
+	if err != nil {
+		return rpcError(err)
+	}
+	fmt.Fprintf(stdout, "request %s settled: %s, outcome %s", r.GetId(), enumWord(r.GetState().String(), "REQUEST_STATE_"), enumWord(r.GetOutcome().String(), "OUTCOME_"))
+	if r.GetArtifactDigest() != "" {
+		fmt.Fprintf(stdout, ", artifact %s", r.GetArtifactDigest())
+	}
+	fmt.Fprintln(stdout)
+	return nil
+}

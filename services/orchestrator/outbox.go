@@ -1,0 +1,80 @@
+package orchestrator
+
+import (
+	"context"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+)
+
+// Trace events are never dropped because evidence is down: a batch it did
+// not take goes to the outbox in this service's own store, and every
+// recovery pass delivers the outbox in order, deleting what evidence took.
+// While the outbox holds events, new ones queue behind them. Delivery is
+// at least once: a batch evidence took whose deletion failed is sent
+// again.
+
+// outboxLease names the claim on delivering the outbox, so among replicas
+// on one store one delivers at a time, in order.
+const outboxLease = "trace-outbox"
+
+// outboxPage bounds the entries read per delivery step.
+const outboxPage = 256
+
+// toOutbox keeps evs for later delivery; only a store that is down too
+// loses them, which is logged.
+func (s *Server) toOutbox(ctx context.Context, evs []*evidencev1.TraceEvent) {
+	if err := s.st.PutTraceOutbox(ctx, evs); err != nil {
+		s.log.ErrorContext(ctx, "trace events lost: neither evidence nor the outbox took them", "task", evs[0].GetTaskId(), "events", len(evs), "err", err)
+		return
+	}
+	s.outboxPending.Store(true)
+}
+
+// deliverOutbox sends the outbox to evidence, oldest first, until it is
+// empty or evidence refuses again.
+func (s *Server) deliverOutbox(ctx context.Context) {
+	if s.deps.Evidence == nil {
+		return
+	}
+	l, ok, err := s.own(ctx, outboxLease)
+	if err != nil || !ok {
+		return // another replica delivers, or the store is down
+	}
+	defer l.release()
+	for ctx.Err() == nil {
+		entries, err := s.st.ListTraceOutbox(ctx, outboxPage)
+		if err != nil {
+			s.log.WarnContext(ctx, "read the trace outbox", "err", err)
+			return
+		}
+		if len(entries) == 0 {
+			s.outboxPending.Store(false)
+			return
+		}
+		evs := make([]*evidencev1.TraceEvent, len(entries))
+		for i, e := range entries {
+			evs[i] = e.Event
+		}
+		sent := 0
+		for _, batch := range traceBatches(evs) {
+			if err := s.appendTraceBatch(ctx, batch); err != nil {
+				s.log.WarnContext(ctx, "deliver the trace outbox; tried again on the next pass", "waiting", len(entries)-sent, "err", err)
+				break
+			}
+			sent += len(batch)
+		}
+		if sent > 0 {
+			keys := make([]string, sent)
+			for i := range sent {
+				keys[i] = entries[i].Key
+			}
+			if err := s.st.DeleteTraceOutbox(ctx, keys); err != nil {
+				s.log.WarnContext(ctx, "delete delivered trace outbox entries", "err", err)
+				return
+			}
+		}
+		if sent < len(entries) {
+			return
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/internal/store"
+)
+
+// OutboxEntry is one trace event waiting in the outbox, under the key
+// that orders it.
+type OutboxEntry struct {
+	Key   string
+	Event *evidencev1.TraceEvent
+}
+
+// TraceOutbox holds, in the orchestrator's own store, the trace events
+// the evidence service could not take, until they are delivered.
+type TraceOutbox interface {
+	// PutTraceOutbox appends events after every one already held, in
+	// order.
+	PutTraceOutbox(ctx context.Context, evs []*evidencev1.TraceEvent) error
+	// ListTraceOutbox returns up to limit of the oldest entries, oldest
+	// first.
+	ListTraceOutbox(ctx context.Context, limit int) ([]OutboxEntry, error)
+	// DeleteTraceOutbox removes delivered entries by key.
+	DeleteTraceOutbox(ctx context.Context, keys []string) error
+}
+
+const bucketTraceOutbox = "trace_outbox" // seq key -> TraceEvent, waiting for delivery
+
+func (b *boltStore) PutTraceOutbox(_ context.Context, evs []*evidencev1.TraceEvent) error {
+	return b.db.Update(func(tx *store.Tx) error {
+		for _, ev := range evs {
+			n, err := tx.NextSequence(bucketTraceOutbox)
+			if err != nil {
+				return fmt.Errorf("trace outbox sequence: %w", err)
+			}
+			if err := tx.Put(bucketTraceOutbox, store.SeqKey(n), ev); err != nil {
+				return fmt.Errorf("put trace outbox entry: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+var errOutboxFull = errors.New("limit reached")
+
+func (b *boltStore) ListTraceOutbox(_ context.Context, limit int) ([]OutboxEntry, error) {
+	var out []OutboxEntry
+	err := b.db.View(func(tx *store.Tx) error {
+		return store.List(tx, bucketTraceOutbox, "", func() *evidencev1.TraceEvent { return &evidencev1.TraceEvent{} },
+			func(key string, ev *evidencev1.TraceEvent) error {
+				if len(out) >= limit {
+					return errOutboxFull
+				}
+				out = append(out, OutboxEntry{Key: key, Event: ev})
+				return nil
+			})
+	})
+	if err != nil && !errors.Is(err, errOutboxFull) {
+		return nil, fmt.Errorf("list trace outbox: %w", err)
+	}
+	return out, nil
+}
+
+func (b *boltStore) DeleteTraceOutbox(_ context.Context, keys []string) error {
+	return b.db.Update(func(tx *store.Tx) error {
+		for _, k := range keys {
+			if err := tx.Delete(bucketTraceOutbox, k); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("delete trace outbox entry: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// On Redis the outbox is a sorted set scored by a counter; each member is
+// "<20-digit seq>:<event bytes>", so members are unique and ordered.
+func (s *redisOrchestratorStore) PutTraceOutbox(ctx context.Context, evs []*evidencev1.TraceEvent) error {
+	last, err := s.c.IncrBy(ctx, s.k.Key("trace_outbox_seq"), int64(len(evs))).Result()
+	if err != nil {
+		return fmt.Errorf("trace outbox sequence: %w", err)
+	}
+	zs := make([]redis.Z, 0, len(evs))
+	for i, ev := range evs {
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		seq := last - int64(len(evs)) + int64(i) + 1
+		zs = append(zs, redis.Z{Score: float64(seq), Member: store.SeqKey(seq) + ":" + string(b)})
+	}
+	if err := s.c.ZAdd(ctx, s.k.Key("trace_outbox"), zs...).Err(); err != nil {
+		return fmt.Errorf("put trace outbox entries: %w", err)
+	}
+	return nil
+}
+
+func (s *redisOrchestratorStore) ListTraceOutbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
+	members, err := s.c.ZRange(ctx, s.k.Key("trace_outbox"), 0, int64(limit)-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list trace outbox: %w", err)
+	}
+	out := make([]OutboxEntry, 0, len(members))
+	for _, m := range members {
+		seq, raw, ok := strings.Cut(m, ":")
+		if _, err := strconv.ParseInt(seq, 10, 64); !ok || err != nil {
+			return nil, fmt.Errorf("trace outbox: malformed entry")
+		}
+		ev := &evidencev1.TraceEvent{}
+		if err := proto.Unmarshal([]byte(raw), ev); err != nil {
+			return nil, fmt.Errorf("trace outbox entry %s: %w", seq, err)
+		}
+		out = append(out, OutboxEntry{Key: m, Event: ev})
+	}
+	return out, nil
+}
+
+func (s *redisOrchestratorStore) DeleteTraceOutbox(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	members := make([]any, len(keys))
+	for i, k := range keys {
+		members[i] = k
+	}
+	if err := s.c.ZRem(ctx, s.k.Key("trace_outbox"), members...).Err(); err != nil {
+		return fmt.Errorf("delete trace outbox entries: %w", err)
+	}
+	return nil
+}

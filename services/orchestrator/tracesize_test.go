@@ -1,0 +1,103 @@
+package orchestrator
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+)
+
+func TestBoundTraceEvent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		detail string
+		cut    bool
+	}{
+		{"short", "attempt 1 failed: unknown", false},
+		{"at the bound", strings.Repeat("a", maxTraceDetail), false},
+		{"over the bound", strings.Repeat("a", 3*maxTraceDetail), true},
+		{"multi-byte over the bound", strings.Repeat("é", maxTraceDetail), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			te := &evidencev1.TraceEvent{Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{Detail: tc.detail}}}
+			boundTraceEvent(te)
+			got := te.GetProduct().GetDetail()
+			if !tc.cut {
+				if got != tc.detail {
+					t.Fatalf("a detail within the bound was changed")
+				}
+				return
+			}
+			if len(got) > maxTraceDetail+64 || !strings.Contains(got, "[truncated: ") || !utf8.ValidString(got) {
+				t.Fatalf("cut detail: %d bytes, valid UTF-8 %v, ends %q", len(got), utf8.ValidString(got), got[max(0, len(got)-40):])
+			}
+		})
+	}
+}
+
+// A call whose trace is larger than one gRPC message accepts delivers
+// every event, in order, each oversized detail cut with a marker.
+func TestLargeTraceIsDeliveredWhole(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := withCheckpoint(t.Context())
+	const n = 80 // 80 × 64 KiB is over the 4 MiB a message may carry
+	for i := range n {
+		h.server.trace(ctx, "task_big", &evidencev1.ProductEvent{Detail: fmt.Sprintf("%03d ", i) + strings.Repeat("x", 100<<10)})
+	}
+	h.server.flush(ctx)
+	got := h.evidence.product("task_big")
+	if len(got) != n {
+		t.Fatalf("delivered %d trace events, want %d", len(got), n)
+	}
+	for i, ev := range got {
+		if !strings.HasPrefix(ev.GetDetail(), fmt.Sprintf("%03d ", i)) || !strings.Contains(ev.GetDetail(), "[truncated: ") {
+			t.Fatalf("event %d out of order or not cut: starts %q", i, ev.GetDetail()[:8])
+		}
+	}
+}
+
+// Trace events evidence does not take wait in the orchestrator's outbox
+// (later ones queue behind them) and are delivered, in order, once
+// evidence is back: none is lost.
+func TestTraceEventsWaitInTheOutboxWhileEvidenceIsDown(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
+	h.evidence.tracesDown.Store(true)
+	for i := range 10 {
+		ctx := t.Context()
+		if i%2 == 0 {
+			ctx = withCheckpoint(ctx) // some as one call's batch
+		}
+		h.server.trace(ctx, "task_o", &evidencev1.ProductEvent{Detail: fmt.Sprintf("%02d", i)})
+		h.server.flush(ctx)
+	}
+	if got := h.evidence.product("task_o"); len(got) != 0 {
+		t.Fatalf("evidence took %d events while down", len(got))
+	}
+	waiting, err := h.server.st.ListTraceOutbox(t.Context(), 100)
+	if err != nil || len(waiting) != 10 {
+		t.Fatalf("outbox holds %d events (%v), want 10", len(waiting), err)
+	}
+
+	h.evidence.tracesDown.Store(false)
+	waitFor(t, "the outbox delivered", func() bool { return len(h.evidence.product("task_o")) >= 10 })
+	got := h.evidence.product("task_o")
+	if len(got) != 10 {
+		t.Fatalf("delivered %d events, want 10 exactly once", len(got))
+	}
+	for i, ev := range got {
+		if ev.GetDetail() != fmt.Sprintf("%02d", i) {
+			t.Fatalf("event %d is %q: out of order", i, ev.GetDetail())
+		}
+	}
+	waitFor(t, "the outbox emptied", func() bool {
+		rest, err := h.server.st.ListTraceOutbox(t.Context(), 100)
+		return err == nil && len(rest) == 0
+	})
+}
