@@ -56,22 +56,33 @@ func (f *registryFlags) dial(ctx context.Context) (registryv1.RegistryServiceCli
 	if *f.token == "" {
 		return nil, nil, nil, usageError{"--token (or V0M3_TOKEN) is required: the registry decides what you may do from who your token names"}
 	}
+	conn, err := dialAs(*f.addr, *f.caFile, *f.insecure, "the registry")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return registryv1.NewRegistryServiceClient(conn), identity.WithBearer(ctx, *f.token), func() { _ = conn.Close() }, nil
+}
+
+// dialAs connects to the service what at addr as a caller: mutual TLS
+// verified against the CA bundle in caFile, or plaintext when insecure
+// (development only). The bearer token travels in each call's context.
+func dialAs(addr, caFile string, insecure bool, what string) (*grpc.ClientConn, error) {
 	var roots *x509.CertPool
-	if !*f.insecure {
-		pem, err := os.ReadFile(*f.caFile)
+	if !insecure {
+		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("read --tls-ca-file: %w", err)
+			return nil, fmt.Errorf("read --tls-ca-file: %w", err)
 		}
 		roots = x509.NewCertPool()
 		if !roots.AppendCertsFromPEM(pem) {
-			return nil, nil, nil, fmt.Errorf("--tls-ca-file %s holds no PEM certificate", *f.caFile)
+			return nil, fmt.Errorf("--tls-ca-file %s holds no PEM certificate", caFile)
 		}
 	}
-	conn, err := grpc.NewClient(*f.addr, identity.CallerDialOptions(roots)...)
+	conn, err := grpc.NewClient(addr, identity.CallerDialOptions(roots)...)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("dial the registry at %s: %w", *f.addr, err)
+		return nil, fmt.Errorf("dial %s at %s: %w", what, addr, err)
 	}
-	return registryv1.NewRegistryServiceClient(conn), identity.WithBearer(ctx, *f.token), func() { _ = conn.Close() }, nil
+	return conn, nil
 }
 
 // definitionKind is what differs between `v0m3 capability` and `v0m3

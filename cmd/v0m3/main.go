@@ -54,7 +54,7 @@ Declared definitions (as you, with --token):
 Kubernetes:
   operator        reconcile MCPServer, Capability and TaskProfile resources into the registry
   bridge          serve a stdio MCP server over streamable HTTP (runs inside MCPServer pods)
-  rotation        show credential rotation state across MCPServers (--wait: until rolled out)
+  rotation        show credential rotation state across MCPServers (--wait: until rolled out; --token: approvals invalidated)
 
 Fixtures:
   fixture-server  the synthetic "V0M3 Sources" MCP server (stdio or streamable HTTP)
