@@ -125,8 +125,13 @@ func startOperator(t *testing.T, w *npmWorld) client.Client {
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Error("the manager did not stop within a minute")
 		}
 	})
 	k8s, err := client.New(cfg, client.Options{Scheme: scheme})

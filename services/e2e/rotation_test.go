@@ -115,7 +115,7 @@ func TestGovernedReadsContinueThroughRotations(t *testing.T) {
 	// read after the previous one instead of guessing how long one takes.
 	var succeeded atomic.Int64
 	type result struct{ ok, failed int }
-	done := make(chan result)
+	done := make(chan result, 1)
 	go func() {
 		var r result
 		for i := 0; ; i++ {
@@ -164,7 +164,12 @@ func TestGovernedReadsContinueThroughRotations(t *testing.T) {
 		}
 	}
 	close(stop)
-	r := <-done
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the reader did not stop within 2 minutes of being told to")
+	}
 	if r.failed != 0 {
 		t.Errorf("%d reads succeeded and %d failed across %d rotations; want none failed", r.ok, r.failed, rotations)
 	}
