@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -409,6 +410,29 @@ func TestResubmissionIsIdempotent(t *testing.T) {
 	}
 	if n := h.adapter.calls.Load(); n != 1 {
 		t.Errorf("adapter called %d times, want 1", n)
+	}
+	// The same provider call id with another payload is refused, every
+	// time, and changes nothing: the key names one candidate request.
+	other := map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle()), "query": "something else"}
+	for name, tc := range map[string]struct {
+		capability string
+		args       map[string]any
+	}{
+		"other arguments":  {capRetrieveAuthorizedSource, other},
+		"other capability": {capRenderPreview, args},
+	} {
+		for range 2 {
+			_, err := h.submit(t, cat.GetTaskId(), "call_1", tc.capability, tc.args)
+			if !apierror.Is(err, codes.AlreadyExists, "IDEMPOTENCY_KEY_REUSED") || apierror.Info(err).GetMetadata()["request_id"] != first.GetId() {
+				t.Errorf("%s under a used provider call id: %v, want ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED naming %s", name, err, first.GetId())
+			}
+		}
+	}
+	if again, err := h.client.GetRequest(t.Context(), &orchestratorv1.GetRequestRequest{Id: first.GetId()}); err != nil || !proto.Equal(again.GetArguments(), first.GetArguments()) || again.GetState() != first.GetState() {
+		t.Errorf("the request after reused keys = %v, %v; want it unchanged", again, err)
+	}
+	if n := h.adapter.calls.Load(); n != 1 {
+		t.Errorf("adapter called %d times after reused keys, want 1", n)
 	}
 	// A different provider call id is a different request.
 	second, err := h.submit(t, cat.GetTaskId(), "call_2", capRetrieveAuthorizedSource, args)

@@ -94,6 +94,11 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return nil, s.internal(ctx, "record the candidate request", err)
 	}
 	if !created {
+		if !sameCandidate(in, req) {
+			return nil, apierror.New(codes.AlreadyExists, reasonIdempotencyKeyReused,
+				fmt.Sprintf("provider call %q of task %s was already submitted with another capability, arguments or document digest; a new call needs a new provider_call_id", truncate(in.GetProviderCallId(), 128), task.GetId()),
+				map[string]string{"request_id": req.GetId()})
+		}
 		if err := replayedRefusal(req); err != nil {
 			return nil, err
 		}
@@ -139,6 +144,14 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return s.executeInBackground(ctx, task, req, p)
 	}
 	return s.execute(ctx, task, req, p)
+}
+
+// sameCandidate reports whether a resubmission asks for what the recorded
+// request of its provider call id asked: the idempotency key names one
+// candidate request, not whichever came first.
+func sameCandidate(in *orchestratorv1.SubmitToolRequestRequest, r *orchestratorv1.ToolRequest) bool {
+	return in.GetCapability() == r.GetCapability() && in.GetDocumentDigest() == r.GetDocumentDigest() &&
+		proto.Equal(in.GetArguments(), r.GetArguments())
 }
 
 // replayedRefusal is the error of a resubmitted request that was
