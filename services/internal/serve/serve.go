@@ -22,6 +22,13 @@ import (
 	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
+// MaxMessageBytes bounds every gRPC message a V0M3 server or client (see
+// Dial) sends or receives. It holds the largest result a mapping may allow
+// (64 MiB, the adapter's cap on max_response_bytes) with its envelope, so
+// whatever a mapping allows arrives, on every hop, instead of failing on
+// gRPC's 4 MB default; a test in the adapter keeps the two in step.
+const MaxMessageBytes = 72 << 20
+
 // Server is one gRPC server with health and reflection registered.
 type Server struct {
 	GRPC   *grpc.Server
@@ -40,6 +47,7 @@ func New(name string, log *slog.Logger, guard *identity.Guard, extra ...grpc.Ser
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(telemetry.UnaryServer(name), logUnary(name, log), guard.Unary()),
 		grpc.ChainStreamInterceptor(guard.Stream()),
+		grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
 	}
 	opts = append(opts, extra...)
 	if guard.Creds != nil {
@@ -81,10 +89,12 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	return nil
 }
 
-// Dial returns a client connection to a V0M3 service at addr (host:port)
-// with the given options (identity.PeerDialOptions for a service calling a
+// Dial returns a client connection to a V0M3 service at addr (host:port),
+// sending and receiving messages up to MaxMessageBytes, with the given options (identity.PeerDialOptions for a service calling a
 // peer, identity.CallerDialOptions for a product or admin caller).
 func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts = append([]grpc.DialOption{grpc.WithDefaultCallOptions(
+		grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))}, opts...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
