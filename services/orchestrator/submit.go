@@ -204,7 +204,11 @@ func (s *Server) executeInBackground(ctx context.Context, task *orchestratorv1.T
 	go func() {
 		defer s.wg.Done()
 		defer release()
-		bctx := withCheckpoint(ctx)
+		// The call's work bound ends when it returns: the execution gets
+		// one of its own, under the same lease.
+		bctx, cancel := s.detach(ctx, leaseOf(ctx))
+		defer cancel()
+		bctx = withCheckpoint(bctx)
 		defer s.flush(bctx)
 		if _, err := s.execute(bctx, task, out, p); err != nil {
 			s.log.WarnContext(bctx, "background execution ended with an error", "task", task.GetId(), "request", out.GetId(), "reason", apierror.Reason(err))
