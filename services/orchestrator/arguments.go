@@ -56,9 +56,15 @@ func normalizeArguments(schema, args *structpb.Struct) (map[string]any, error) {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
+		// The names are the caller's: quoted bounded, however many or long.
+		shown, more := echoNames(unknown)
+		listed := strings.Join(quoteAll(shown), ", ")
+		if more > 0 {
+			listed += fmt.Sprintf(" and %d more", more)
+		}
 		return nil, apierror.InvalidArgument(reasonUnknownField,
-			fmt.Sprintf("unknown argument field %s; the capability accepts: %s", strings.Join(quoteAll(unknown), ", "), strings.Join(quoteAll(slices.Sorted(maps.Keys(props))), ", ")),
-			violations(unknown, "not a field of the capability's input schema")...)
+			fmt.Sprintf("unknown argument field %s; the capability accepts: %s", listed, strings.Join(quoteAll(slices.Sorted(maps.Keys(props))), ", ")),
+			violations(shown, "not a field of the capability's input schema")...)
 	}
 
 	var missing []string

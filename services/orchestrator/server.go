@@ -201,6 +201,9 @@ func (s *Server) timestamp() *timestamppb.Timestamp { return timestamppb.New(s.n
 // StartTask plans a task, persists it, compiles its offered catalogue and
 // returns both.
 func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskRequest) (*orchestratorv1.StartTaskResponse, error) {
+	if err := checkInput(req); err != nil {
+		return nil, err
+	}
 	requester, actor, err := s.requesterOf(ctx, req.GetOnBehalfOf())
 	if err != nil {
 		return nil, err
@@ -345,6 +348,9 @@ func (s *Server) GetRequest(ctx context.Context, req *orchestratorv1.GetRequestR
 // CancelTask cancels an active task. Requests waiting for approval are
 // refused with TASK_CANCELLED. Cancelling a cancelled task returns it.
 func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskRequest) (*orchestratorv1.Task, error) {
+	if err := checkInput(req); err != nil {
+		return nil, err
+	}
 	if req.GetId() == "" {
 		return nil, missing("id")
 	}
@@ -394,6 +400,9 @@ func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskR
 // can act on their approval any more. Completing a completed task
 // returns it.
 func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteTaskRequest) (*orchestratorv1.Task, error) {
+	if err := checkInput(req); err != nil {
+		return nil, err
+	}
 	if req.GetId() == "" {
 		return nil, missing("id")
 	}

@@ -355,10 +355,6 @@ func validateSettlement(in *orchestratorv1.SettleRequestRequest) error {
 	case in.GetNote() == "":
 		return missing("note")
 	}
-	long := func(field string, limit int) error {
-		return apierror.InvalidArgument("FIELD_TOO_LONG", fmt.Sprintf("%s is longer than %d bytes", field, limit),
-			apierror.FieldViolation{Field: field, Description: fmt.Sprintf("at most %d bytes", limit)})
-	}
 	for _, f := range []struct {
 		name, value string
 		limit       int
@@ -368,7 +364,7 @@ func validateSettlement(in *orchestratorv1.SettleRequestRequest) error {
 		{"artifact_digest", in.GetArtifactDigest(), maxSettleEvidence}, {"note", in.GetNote(), maxSettleNote},
 	} {
 		if len(f.value) > f.limit {
-			return long(f.name, f.limit)
+			return fieldTooLong(f.name, f.limit)
 		}
 	}
 	if d := in.GetArtifactDigest(); d != "" && !artifactDigestPattern.MatchString(d) {

@@ -58,6 +58,9 @@ type prepared struct {
 // ErrorInfo metadata ("request_id"), and GetRequest returns the request
 // in the state the error tells of (see the README's error model).
 func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.SubmitToolRequestRequest) (_ *orchestratorv1.ToolRequest, err error) {
+	if err := checkInput(in); err != nil {
+		return nil, err
+	}
 	for _, f := range []struct{ name, value string }{
 		{"task_id", in.GetTaskId()}, {"provider_call_id", in.GetProviderCallId()}, {"capability", in.GetCapability()},
 	} {
@@ -96,7 +99,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	if !created {
 		if !sameCandidate(in, req) {
 			return nil, apierror.New(codes.AlreadyExists, reasonIdempotencyKeyReused,
-				fmt.Sprintf("provider call %q of task %s was already submitted with another capability, arguments or document digest; a new call needs a new provider_call_id", truncate(in.GetProviderCallId(), 128), task.GetId()),
+				fmt.Sprintf("provider call %q of task %s was already submitted with another capability, arguments or document digest; a new call needs a new provider_call_id", truncate(in.GetProviderCallId(), maxEchoBytes), task.GetId()),
 				map[string]string{"request_id": req.GetId()})
 		}
 		if err := replayedRefusal(req); err != nil {
