@@ -585,7 +585,7 @@ func (s *Server) loadRequest(ctx context.Context, id string) (*orchestratorv1.To
 // the underlying detail.
 func (s *Server) internal(ctx context.Context, what string, err error) error {
 	s.log.ErrorContext(ctx, what, "err", err)
-	return apierror.New(codes.Internal, "STORAGE_FAILED", "the orchestrator could not "+what+"; try again", nil)
+	return apierror.Store("STORAGE_FAILED", "the orchestrator could not "+what, err)
 }
 
 func missing(field string) error {

@@ -160,7 +160,7 @@ func (s *Server) storeError(ctx context.Context, err error, op string, notFound 
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	}
 	s.log.ErrorContext(ctx, "registry store failure", "op", op, "error", err)
-	return apierror.New(codes.Internal, "STORE_FAILURE", fmt.Sprintf("%s failed in the registry store; retry later", op), nil)
+	return apierror.Store("STORE_FAILURE", fmt.Sprintf("%s failed in the registry store", op), err)
 }
 
 func connectionUnknown(id string) error {

@@ -1,0 +1,52 @@
+package apierror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// ReasonStoreUnavailable is the reason of a call that failed because the
+// service's store could not be reached (e.g. Redis down): retrying later
+// may succeed, so it is UNAVAILABLE with a RetryInfo, not INTERNAL.
+const ReasonStoreUnavailable = "STORE_UNAVAILABLE"
+
+// storeRetryDelay is the RetryInfo delay of an unreachable store.
+const storeRetryDelay = time.Second
+
+// Store returns the error of a failed store operation: UNAVAILABLE
+// STORE_UNAVAILABLE with a RetryInfo when the store could not be reached
+// (a network error, a refused or reset connection, a deadline), otherwise
+// INTERNAL with reason and msg. The store's own error is never in the
+// message: the caller logs it.
+func Store(reason, msg string, err error) error {
+	if !unreachable(err) {
+		return New(codes.Internal, reason, msg, nil)
+	}
+	st := status.New(codes.Unavailable, fmt.Sprintf("%s: the store is unreachable; retry in %s", msg, storeRetryDelay))
+	if d, derr := st.WithDetails(
+		&errdetails.ErrorInfo{Reason: ReasonStoreUnavailable, Domain: Domain},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(storeRetryDelay)},
+	); derr == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// unreachable reports whether err says the store could not be reached,
+// rather than that it answered with a failure.
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
