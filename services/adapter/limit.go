@@ -571,11 +571,12 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.rc.Read(p)
 	b.m.total.Add(int64(n))
-	if b.events != nil {
-		b.events.feed(b.m, b.call, p[:n])
-	}
 	if b.perEvent {
+		b.events.feed(b.m, nil, p[:n])
 		return b.readEvents(p[:n], err)
+	}
+	if b.events != nil && b.call != nil {
+		return b.readCallEvents(p[:n], err)
 	}
 	b.n += int64(n)
 	if b.call != nil {
@@ -601,6 +602,64 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// readCallEvents counts p, just read, from the event stream that answers
+// a call: each event is one message, bounded on its own; the server's own
+// messages (notifications) count against the notification bounds, the
+// rest (the response) against the call's response limit.
+func (b *limitedBody) readCallEvents(p []byte, err error) (int, error) {
+	bound := b.m.currentBound()
+	e := b.events
+	for _, c := range p {
+		switch {
+		case c == '\n' && e.lineStart:
+			b.endCallEvent()
+			continue
+		case c == '\n':
+			e.lineStart = true
+		case c != '\r':
+			e.lineStart = false
+		}
+		e.n++
+		e.scan.feed(c)
+		if e.n > bound {
+			b.m.exceeded.Store(true)
+			b.call.charge(e.n)
+			b.call.exceed()
+			b.err = &LimitError{Limit: bound}
+			_ = b.rc.Close()
+			return 0, b.err
+		}
+	}
+	if err != nil {
+		b.endCallEvent()
+	}
+	if b.frame != nil {
+		b.frame.feed(p)
+		if err != nil {
+			b.frame.end()
+			b.frame = nil
+		}
+	}
+	return len(p), err
+}
+
+// endCallEvent charges a complete event of a call's stream.
+func (b *limitedBody) endCallEvent() {
+	e := b.events
+	switch {
+	case e.n == 0:
+	case e.scan.hasMethod:
+		b.m.serverMessage(b.call, e.n)
+	default:
+		b.n += e.n
+		b.call.charge(e.n)
+		if e.n > b.call.limit {
+			b.call.exceed()
+		}
+	}
+	e.n, e.scan = 0, idScanner{}
 }
 
 // readEvents counts p, just read, event by event: a blank line ends an
