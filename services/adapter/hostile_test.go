@@ -119,7 +119,9 @@ func TestNotificationFlood(t *testing.T) {
 	t.Parallel()
 	transports(t, func(t *testing.T, e *env, conn *registryv1.Connection) {
 		t.Run("under the bound", func(t *testing.T) {
-			resp := execute(t, e, call(t, conn, "notify_flood", map[string]any{"count": 100}, nil))
+			// About 300 KB of notifications: more than the call's
+			// response limit (64 KiB), which bounds the response alone.
+			resp := execute(t, e, call(t, conn, "notify_flood", map[string]any{"count": 2000}, nil))
 			if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK || len(resp.GetItems()) != 1 {
 				t.Fatalf("outcome %v code %q, want OK with the answer", resp.GetOutcome(), resp.GetError().GetSafeCode())
 			}
