@@ -186,7 +186,12 @@ func (s *Server) discoveryFailed(ctx context.Context, connectionID string, cause
 			fmt.Sprintf("a discovery message from connection %s exceeded %d bytes", connectionID, discoveryMessageLimit),
 			map[string]string{"connection_id": connectionID})
 	}
-	s.log.Warn("discovery failed", "connection_id", connectionID, "error", cause)
+	if pv := unsupportedVersion(cause); pv != nil {
+		s.log.Warn("discovery: protocol version unsupported", "connection_id", connectionID, "server_version", pv.version)
+		s.reportHealth(ctx, connectionID, false, "protocol version unsupported")
+		return pv.status(connectionID)
+	}
+	s.log.Warn("discovery failed", "connection_id", connectionID, "error", logText(cause))
 	s.reportHealth(ctx, connectionID, false, "server unreachable")
 	return apierror.New(codes.Unavailable, "SERVER_UNREACHABLE",
 		fmt.Sprintf("could not discover connection %s: the server could not be reached or broke the session", connectionID),

@@ -60,6 +60,14 @@ const (
 	// server's sandbox (data directory, dedicated uid, user namespace), so
 	// it did not start the server; the detail says why.
 	CodeSandboxUnavailable = "SANDBOX_UNAVAILABLE"
+	// CodeNotificationLimitExceeded: the server sent more notifications
+	// (or bytes of them) during the call than maxNotificationsPerCall
+	// (maxNotificationBytesPerCall) allow, so the adapter cancelled the
+	// call; what it did is unknown.
+	CodeNotificationLimitExceeded = "NOTIFICATION_LIMIT_EXCEEDED"
+	// CodeProtocolVersionUnsupported: the server answered initialize with
+	// a protocol version the adapter does not speak; nothing was called.
+	CodeProtocolVersionUnsupported = "PROTOCOL_VERSION_UNSUPPORTED"
 )
 
 // Execute performs one remote call for an already authorized attempt.
@@ -220,15 +228,16 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	)
 	for attempt := 1; ; attempt++ {
 		var (
-			e  *pooled
-			ss *session
+			e       *pooled
+			ss      *session
+			flooded bool
 		)
 		e, ss, err = s.pool.acquire(ctx, conn)
 		if err != nil {
 			if ss == nil {
 				ss = &session{m: newMeter(0)}
 			}
-			s.log.Warn("execute: connect failed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", err)
+			s.log.Warn("execute: connect failed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", logText(err))
 			var ce *credentialError
 			switch re := refusal(err, ss.m); {
 			case errors.Is(err, errBusy):
@@ -241,6 +250,11 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 				return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeCredentialUnavailable, "")
 			case errors.Is(err, errAdapterClosed):
 				return fail(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeAdapterShuttingDown, "")
+			case unsupportedVersion(err) != nil:
+				pv := unsupportedVersion(err)
+				resp = failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeProtocolVersionUnsupported, pv.fact())
+				resp.Error.UntrustedDetail = pv.version
+				return resp
 			case isSandboxSetup(err):
 				// The adapter's own account of its host or configuration.
 				return failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeSandboxUnavailable, err.Error())
@@ -256,9 +270,13 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		// request is written, and its response is checked against it
 		// exactly.
 		cm := ss.m.register(method, req.GetAttemptId(), limits.GetMaxResponseBytes()+envelopeAllowance)
-		toolRes, readRes, err = ss.call(ctx, method, req)
+		callCtx, cancelCall := context.WithCancel(ctx)
+		cm.cancelOnFlood(cancelCall)
+		toolRes, readRes, err = ss.call(callCtx, method, req)
+		cancelCall()
 		observed = time.Now()
 		sent, acked, sendTime, n, exceeded = cm.state()
+		flooded = cm.isFlooded()
 		exceeded = exceeded || n > cm.limit
 		// A session whose transport failed, or on which a call gave up
 		// while its response may still arrive, serves no other call: it
@@ -269,7 +287,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 			ss.m.unregister(cm)
 		}
 		e.release(broken)
-		if broken && !sent && attempt == 1 && ctx.Err() == nil {
+		if broken && !sent && !flooded && attempt == 1 && ctx.Err() == nil {
 			// The session had died (its server exited, say) before the
 			// request went out: nothing was sent, so a fresh session may
 			// carry it.
@@ -277,15 +295,21 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 				"connection_id", conn.GetId(), "attempt_id", req.GetAttemptId())
 			continue
 		}
+		if err != nil && flooded && !exceeded {
+			// The call was cancelled for the flood; whatever the
+			// server did with the request is unknown.
+			s.log.Warn("execute: the server's notifications exceeded the call's bound; call cancelled",
+				"connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(),
+				"max_notifications", maxNotificationsPerCall, "max_notification_bytes", maxNotificationBytesPerCall)
+			setStage(resp, sent, acked, sendTime)
+			resp.ResponseBytes = n
+			return failFact(resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeNotificationLimitExceeded,
+				fmt.Sprintf("the server sent more than %d notifications or %d bytes of them during the call; the adapter cancelled it",
+					maxNotificationsPerCall, maxNotificationBytesPerCall))
+		}
 		break
 	}
-	if sent {
-		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_SENT
-		resp.SendTime = timestamppb.New(sendTime)
-	}
-	if acked {
-		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_ACKNOWLEDGED
-	}
+	setStage(resp, sent, acked, sendTime)
 	resp.ResponseBytes = n
 	if err == nil && exceeded {
 		// The response was read whole (a concurrent call's larger limit
@@ -317,6 +341,17 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	resp.Items, resp.StructuredContent, resp.ResponseDigest, resp.Diagnostics = r.items, r.structured, r.digest, r.diagnostics
 	resp.Outcome = adapterv1.Outcome_OUTCOME_OK
 	return resp
+}
+
+// setStage records how far the call's request got.
+func setStage(resp *adapterv1.ExecuteResponse, sent, acked bool, sendTime time.Time) {
+	if sent {
+		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_SENT
+		resp.SendTime = timestamppb.New(sendTime)
+	}
+	if acked {
+		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_ACKNOWLEDGED
+	}
 }
 
 // call sends the call's request on the session: a tools/call or a
@@ -369,7 +404,7 @@ func (s *Server) callFailed(ctx context.Context, resp *adapterv1.ExecuteResponse
 		}
 		return fail(resp, outcome, fmt.Sprintf("JSONRPC_%d", werr.Code), truncate(werr.Message, maxDetailBytes))
 	}
-	s.log.Warn("execute: call failed", "sent", sent, "error", err)
+	s.log.Warn("execute: call failed", "sent", sent, "error", logText(err))
 	// A message arrived that is not JSON-RPC, or a response that is not a
 	// result of the method's shape: the server answered something, and
 	// what it did is unknown.
@@ -442,6 +477,16 @@ func toolErrorText(res *mcp.CallToolResult) string {
 		}
 	}
 	return truncate(b.String(), maxDetailBytes)
+}
+
+// logText is an error as logged: its text, which may carry remote text
+// (a server's JSON-RPC message, a dependency's detail), truncated to
+// maxDetailBytes so a server cannot fill the log.
+func logText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return truncate(err.Error(), maxDetailBytes)
 }
 
 // truncate cuts s to at most n bytes on a rune boundary and drops invalid

@@ -79,7 +79,7 @@ func (s *Server) attest(ctx context.Context, g grant.Grant, req *adapterv1.Execu
 		ResponseDigest: resp.GetResponseDigest(), ArtifactDigest: artifact, DeliveryID: delivery,
 	}, observed)
 	if err != nil {
-		s.log.ErrorContext(ctx, "sign receipt attestation", "attempt_id", req.GetAttemptId(), "error", err)
+		s.log.ErrorContext(ctx, "sign receipt attestation", "attempt_id", req.GetAttemptId(), "error", logText(err))
 		return
 	}
 	resp.ReceiptAttestation = tok

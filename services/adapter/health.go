@@ -81,13 +81,17 @@ func (s *Server) probe(ctx context.Context, conn *registryv1.Connection) (ok boo
 		if err := connectError(conn.GetId(), err, ss.m); err != nil {
 			return false, "", 0, err
 		}
-		s.log.Warn("health check: connect failed", "connection_id", conn.GetId(), "error", err)
+		if pv := unsupportedVersion(err); pv != nil {
+			s.log.Warn("health check: protocol version unsupported", "connection_id", conn.GetId(), "server_version", pv.version)
+			return false, pv.healthDetail(), 0, nil
+		}
+		s.log.Warn("health check: connect failed", "connection_id", conn.GetId(), "error", logText(err))
 		return false, "server unreachable", 0, nil
 	}
 	defer ss.close()
 	start := time.Now()
 	if err := ss.ping(ctx); err != nil {
-		s.log.Warn("health check: ping failed", "connection_id", conn.GetId(), "error", err)
+		s.log.Warn("health check: ping failed", "connection_id", conn.GetId(), "error", logText(err))
 		return false, "ping failed", 0, nil
 	}
 	return true, "initialize and ping answered", time.Since(start).Milliseconds(), nil

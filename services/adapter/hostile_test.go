@@ -2,12 +2,17 @@ package adapter
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/internal/apierror"
@@ -101,5 +106,116 @@ func TestDiscoveryWithChangingLists(t *testing.T) {
 	e.registry.mu.Unlock()
 	if n != 1 {
 		t.Errorf("%d snapshots recorded, want 1", n)
+	}
+}
+
+// TestNotificationFlood: a server that floods notifications during a call
+// cannot hold the attempt open until its deadline: past the bound the
+// call is cancelled and ends as NOTIFICATION_LIMIT_EXCEEDED, outcome
+// unknown (the request was sent; what the server did is not known), and
+// the connection serves the next call. Notifications under the bound
+// change nothing.
+func TestNotificationFlood(t *testing.T) {
+	t.Parallel()
+	transports(t, func(t *testing.T, e *env, conn *registryv1.Connection) {
+		t.Run("under the bound", func(t *testing.T) {
+			// About 300 KB of notifications: more than the call's
+			// response limit (64 KiB), which bounds the response alone.
+			resp := execute(t, e, call(t, conn, "notify_flood", map[string]any{"count": 2000}, nil))
+			if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK || len(resp.GetItems()) != 1 {
+				t.Fatalf("outcome %v code %q, want OK with the answer", resp.GetOutcome(), resp.GetError().GetSafeCode())
+			}
+		})
+		t.Run("flood", func(t *testing.T) {
+			const timeout = 2 * time.Minute
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			start := time.Now()
+			// Far more than the bound: without it the call would run
+			// until the server finished (or the deadline) and answer.
+			resp, err := e.srv.Execute(ctx, granted(t, call(t, conn, "notify_flood", map[string]any{"count": 5_000_000}, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantFailure(t, resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeNotificationLimitExceeded)
+			if resp.GetStage() < adapterv1.DeliveryStage_DELIVERY_STAGE_SENT || resp.GetStage() == adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED {
+				t.Errorf("stage %v, want sent or acknowledged", resp.GetStage())
+			}
+			if !strings.Contains(resp.GetError().GetAdapterDetail(), fmt.Sprint(maxNotificationsPerCall)) {
+				t.Errorf("adapter detail %q does not name the bound", resp.GetError().GetAdapterDetail())
+			}
+			if d := time.Since(start); d > timeout/2 {
+				t.Errorf("the flooded call took %v, more than half its timeout %v", d, timeout)
+			}
+		})
+		t.Run("the connection still serves", func(t *testing.T) {
+			resp := execute(t, e, call(t, conn, "pid", map[string]any{}, nil))
+			if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+				t.Fatalf("outcome %v code %q after the flood", resp.GetOutcome(), resp.GetError().GetSafeCode())
+			}
+		})
+	})
+}
+
+// TestUnsupportedProtocolVersion: a server answering initialize with a
+// version the adapter does not speak is PROTOCOL_VERSION_UNSUPPORTED,
+// naming that version (truncated), from Execute, Discover and Health,
+// not SERVER_UNREACHABLE; no snapshot is recorded and no tool is called.
+func TestUnsupportedProtocolVersion(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode, version string
+	}{
+		{fixture.RawOldVersion, fixture.RawOldVersionValue},
+		{fixture.RawHugeVersion, strings.Repeat("9", maxVersionBytes)},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			var logs syncBuffer
+			e := newEnvLog(t, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+			conn := e.rawConn(tc.mode)
+			ctx := context.Background()
+
+			resp := execute(t, e, call(t, conn, "echo", map[string]any{}, nil))
+			wantFailure(t, resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeProtocolVersionUnsupported)
+			if resp.GetError().GetUntrustedDetail() != tc.version || resp.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED {
+				t.Errorf("detail %.80q stage %v, want the server's version %.80q and nothing sent", resp.GetError().GetUntrustedDetail(), resp.GetStage(), tc.version)
+			}
+
+			_, err := e.srv.Discover(asOperator(ctx), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+			if !apierror.Is(err, codes.FailedPrecondition, CodeProtocolVersionUnsupported) {
+				t.Errorf("Discover: %.300v", err)
+			}
+			if info := apierror.Info(err); info.GetMetadata()["server_version"] != tc.version {
+				t.Errorf("Discover names server_version %.80q, want %.80q", info.GetMetadata()["server_version"], tc.version)
+			}
+			if n := len(status.Convert(err).Message()); n > 1024 {
+				t.Errorf("Discover's error message is %d bytes", n)
+			}
+			e.registry.mu.Lock()
+			snaps := len(e.registry.snapshots)
+			e.registry.mu.Unlock()
+			if snaps != 0 {
+				t.Errorf("%d snapshots recorded", snaps)
+			}
+
+			h, err := e.srv.Health(ctx, &adapterv1.HealthRequest{ConnectionId: conn.GetId()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.GetHealthy() || !strings.Contains(h.GetDetail(), CodeProtocolVersionUnsupported) || !strings.Contains(h.GetDetail(), tc.version) || len(h.GetDetail()) > 1024 {
+				t.Errorf("health %v detail %.200q, want unhealthy naming the reason and version", h.GetHealthy(), h.GetDetail())
+			}
+			if r := e.policy.last(); r == nil || r.GetState() != policyv1.HealthState_HEALTH_STATE_DEGRADED {
+				t.Errorf("policy heard %v, want the connection reported unhealthy", r)
+			}
+
+			// Untrusted text reaches the log truncated.
+			for line := range strings.Lines(logs.String()) {
+				if len(line) > 4<<10 {
+					t.Errorf("a log line of %d bytes: %.200s", len(line), line)
+				}
+			}
+		})
 	}
 }

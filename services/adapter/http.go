@@ -151,10 +151,13 @@ func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		call.acknowledged()
 	}
 	body := &limitedBody{rc: resp.Body, m: t.m, call: call}
-	if call == nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		// A stream no call owns (the standalone stream) lives as long as
-		// the session: each event is one message, bounded on its own.
-		body.perEvent = true
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		// Each event is one message: the server's own messages are
+		// counted (see maxNotificationsPerCall). A stream no call owns
+		// (the standalone stream) lives as long as the session: each
+		// event is also bounded on its own.
+		body.events = &eventCounter{}
+		body.perEvent = call == nil
 	}
 	if tap := t.m.tap.Load(); tap != nil {
 		body.frame = bodyFramerFor(tap, resp.Header.Get("Content-Type"))

@@ -26,6 +26,19 @@ const discoveryMessageLimit = 4 << 20
 // readChunk bounds one read from a stdio server.
 const readChunk = 32 << 10
 
+// A server may send messages of its own (notifications such as progress
+// or log messages, and requests to the client) while a call is in flight,
+// but not without end: past either bound the call is cancelled (the client
+// library tells the server with notifications/cancelled) and ends as
+// NOTIFICATION_LIMIT_EXCEEDED instead of holding its attempt open until its
+// deadline. Such messages name no call (a log message never does), so each
+// is charged to every call in flight on the session; a call's own POST
+// stream (HTTP) is charged to that call alone.
+const (
+	maxNotificationsPerCall     = 10000
+	maxNotificationBytesPerCall = 4 << 20
+)
+
 // LimitError is returned by the limited readers once a single inbound
 // message exceeds the limit. The read stops there: the rest of the message
 // is never buffered.
@@ -84,6 +97,11 @@ type callMeter struct {
 	sendTime time.Time
 	bytes    int64 // bytes of its response
 	exceeded bool  // its response exceeded its limit
+	// Server messages seen while the call was in flight, their bytes, and
+	// whether they went past the bounds; cancel ends the call then.
+	notes, noteBytes int64
+	flooded          bool
+	cancel           func()
 }
 
 func newMeter(limit int64) *meter {
@@ -181,6 +199,55 @@ func (c *callMeter) acknowledged() {
 	}
 }
 
+// cancelOnFlood sets the function that ends the call once the server's
+// own messages exceed the bounds.
+func (c *callMeter) cancelOnFlood(cancel func()) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	c.cancel = cancel
+}
+
+// isFlooded reports whether the server's own messages during the call went
+// past the bounds.
+func (c *callMeter) isFlooded() bool {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.flooded
+}
+
+// serverMessage charges a complete message of n bytes the server sent on
+// its own (a notification or a request, not a response) to call, or, when
+// call is nil, to every call in flight; calls it floods are cancelled.
+func (m *meter) serverMessage(call *callMeter, n int64) {
+	var cancels []func()
+	m.mu.Lock()
+	charge := func(c *callMeter) {
+		c.notes++
+		c.noteBytes += n
+		if !c.flooded && (c.notes > maxNotificationsPerCall || c.noteBytes > maxNotificationBytesPerCall) {
+			c.flooded = true
+			if c.cancel != nil {
+				cancels = append(cancels, c.cancel)
+			}
+		}
+	}
+	if call != nil {
+		charge(call)
+	} else {
+		for c := range m.calls {
+			if c.id != "" {
+				charge(c)
+			}
+		}
+	}
+	m.mu.Unlock()
+	// Cancelled outside the lock: the client library may write (its
+	// cancellation notice) through this meter.
+	for _, cancel := range cancels {
+		cancel()
+	}
+}
+
 // state returns the call's progress: how far its request got, how many
 // bytes its response had, and whether that response exceeded the call's
 // own limit.
@@ -262,6 +329,8 @@ func (l *lineLimitReader) Read(p []byte) (int, error) {
 				l.m.response(id, l.cur, true, false)
 			case l.scan.escapedKey:
 				l.m.unattributed(l.cur)
+			case l.scan.hasMethod:
+				l.m.serverMessage(nil, l.cur)
 			}
 			l.cur = 0
 			l.scan.reset()
@@ -458,6 +527,38 @@ type limitedBody struct {
 	// perEvent counts each server-sent event on its own (a stream no call
 	// owns); lineStart says the last byte ended a line.
 	perEvent, lineStart bool
+	// events, on an event stream, finds the server's own messages.
+	events *eventCounter
+}
+
+// eventCounter follows the events of a server-sent event stream and
+// charges each that is a server's own message (it has a method) to the
+// stream's call, or to every call in flight.
+type eventCounter struct {
+	lineStart bool
+	n         int64
+	scan      idScanner
+}
+
+// feed reads p; the event fields around the JSON data are no JSON
+// structure to the scanner.
+func (e *eventCounter) feed(m *meter, call *callMeter, p []byte) {
+	for _, c := range p {
+		switch {
+		case c == '\n' && e.lineStart:
+			if e.scan.hasMethod {
+				m.serverMessage(call, e.n)
+			}
+			e.n, e.scan = 0, idScanner{}
+			continue
+		case c == '\n':
+			e.lineStart = true
+		case c != '\r':
+			e.lineStart = false
+		}
+		e.n++
+		e.scan.feed(c)
+	}
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -471,7 +572,11 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.m.total.Add(int64(n))
 	if b.perEvent {
+		b.events.feed(b.m, nil, p[:n])
 		return b.readEvents(p[:n], err)
+	}
+	if b.events != nil && b.call != nil {
+		return b.readCallEvents(p[:n], err)
 	}
 	b.n += int64(n)
 	if b.call != nil {
@@ -497,6 +602,64 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// readCallEvents counts p, just read, from the event stream that answers
+// a call: each event is one message, bounded on its own; the server's own
+// messages (notifications) count against the notification bounds, the
+// rest (the response) against the call's response limit.
+func (b *limitedBody) readCallEvents(p []byte, err error) (int, error) {
+	bound := b.m.currentBound()
+	e := b.events
+	for _, c := range p {
+		switch {
+		case c == '\n' && e.lineStart:
+			b.endCallEvent()
+			continue
+		case c == '\n':
+			e.lineStart = true
+		case c != '\r':
+			e.lineStart = false
+		}
+		e.n++
+		e.scan.feed(c)
+		if e.n > bound {
+			b.m.exceeded.Store(true)
+			b.call.charge(e.n)
+			b.call.exceed()
+			b.err = &LimitError{Limit: bound}
+			_ = b.rc.Close()
+			return 0, b.err
+		}
+	}
+	if err != nil {
+		b.endCallEvent()
+	}
+	if b.frame != nil {
+		b.frame.feed(p)
+		if err != nil {
+			b.frame.end()
+			b.frame = nil
+		}
+	}
+	return len(p), err
+}
+
+// endCallEvent charges a complete event of a call's stream.
+func (b *limitedBody) endCallEvent() {
+	e := b.events
+	switch {
+	case e.n == 0:
+	case e.scan.hasMethod:
+		b.m.serverMessage(b.call, e.n)
+	default:
+		b.n += e.n
+		b.call.charge(e.n)
+		if e.n > b.call.limit {
+			b.call.exceed()
+		}
+	}
+	e.n, e.scan = 0, idScanner{}
 }
 
 // readEvents counts p, just read, event by event: a blank line ends an

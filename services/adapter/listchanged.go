@@ -80,7 +80,7 @@ func (e *pooled) describeAndRecord() {
 	}
 	rec, err := s.recordSnapshot(ctx, conn, snap, retrieved)
 	if err != nil {
-		s.log.Warn("rediscovery after a list change: record snapshot", "connection_id", conn.GetId(), "error", err)
+		s.log.Warn("rediscovery after a list change: record snapshot", "connection_id", conn.GetId(), "error", logText(err))
 		return
 	}
 	s.log.Info("server changed its lists; recorded a new snapshot", "connection_id", conn.GetId(), "snapshot_id", rec.GetId())

@@ -29,7 +29,7 @@ func (s *Server) recordDiscovery(conn *registryv1.Connection, snap *registryv1.D
 		}, snap, nil)
 	}
 	if err != nil {
-		s.log.Warn("record discovery fixture", "connection_id", conn.GetId(), "error", err)
+		s.log.Warn("record discovery fixture", "connection_id", conn.GetId(), "error", logText(err))
 	}
 }
 
@@ -55,7 +55,7 @@ func (s *Server) recordExecute(ctx context.Context, conn *registryv1.Connection,
 		}, nil, resp)
 	}
 	if err != nil {
-		s.log.Warn("record call fixture", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", err)
+		s.log.Warn("record call fixture", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", logText(err))
 	}
 }
 

@@ -283,7 +283,7 @@ func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, l
 		if err == nil || attempt == connectAttempts || !retryable(err, ss.m) {
 			return ss, err
 		}
-		s.log.Info("connect failed; retrying", "connection_id", conn.GetId(), "attempt", attempt, "backoff", backoff, "error", err)
+		s.log.Info("connect failed; retrying", "connection_id", conn.GetId(), "attempt", attempt, "backoff", backoff, "error", logText(err))
 		select {
 		case <-ctx.Done():
 			return ss, err
@@ -295,7 +295,8 @@ func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, l
 
 func retryable(err error, m *meter) bool {
 	var ce *credentialError
-	if errors.As(err, &ce) || isLimitError(err, m) || refusal(err, m) != nil || errors.Is(err, errAdapterClosed) || isSandboxSetup(err) {
+	if errors.As(err, &ce) || isLimitError(err, m) || refusal(err, m) != nil || errors.Is(err, errAdapterClosed) || isSandboxSetup(err) ||
+		unsupportedVersion(err) != nil {
 		return false
 	}
 	_, isStatus := status.FromError(err)
@@ -417,7 +418,7 @@ func (s *Server) recordSandbox(ctx context.Context, conn *registryv1.Connection,
 		ExpectedConfigRevision: conn.GetConfigRevision(),
 		Sandbox:                sb,
 	}); err != nil {
-		s.log.Warn("record sandbox constraints", "connection_id", conn.GetId(), "error", err)
+		s.log.Warn("record sandbox constraints", "connection_id", conn.GetId(), "error", logText(err))
 		return
 	}
 	conn.Sandbox = sb
@@ -438,7 +439,7 @@ func (s *Server) reportHealth(ctx context.Context, connectionID string, healthy 
 	if _, err := s.deps.Policy.ReportConnectionHealth(ctx, &policyv1.ReportConnectionHealthRequest{
 		ConnectionId: connectionID, State: state, Detail: detail,
 	}); err != nil {
-		s.log.Warn("report connection health", "connection_id", connectionID, "error", err)
+		s.log.Warn("report connection health", "connection_id", connectionID, "error", logText(err))
 	}
 }
 

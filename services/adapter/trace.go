@@ -45,6 +45,6 @@ func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp 
 		Time:   timestamppb.Now(),
 		Layer:  &evidencev1.TraceEvent_Protocol{Protocol: ev},
 	}}); err != nil {
-		s.log.Warn("append protocol trace", "task_id", req.GetTaskId(), "attempt_id", req.GetAttemptId(), "error", err)
+		s.log.Warn("append protocol trace", "task_id", req.GetTaskId(), "attempt_id", req.GetAttemptId(), "error", logText(err))
 	}
 }
