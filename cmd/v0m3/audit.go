@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -34,20 +31,9 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *token == "" {
 		return usageError{"--token (or V0M3_TOKEN) is required: the evidence service decides who may read the audit log from who your token names"}
 	}
-	var roots *x509.CertPool
-	if !*insecure {
-		pem, err := os.ReadFile(*caFile)
-		if err != nil {
-			return fmt.Errorf("read --tls-ca-file: %w", err)
-		}
-		roots = x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--tls-ca-file %s holds no PEM certificate", *caFile)
-		}
-	}
-	conn, err := grpc.NewClient(*addr, identity.CallerDialOptions(roots)...)
+	conn, err := dialAs(*addr, *caFile, *insecure, "the evidence service")
 	if err != nil {
-		return fmt.Errorf("dial the evidence service at %s: %w", *addr, err)
+		return err
 	}
 	defer conn.Close()
 	return exportAudit(identity.WithBearer(ctx, *token), evidencev1.NewEvidenceServiceClient(conn), &evidencev1.ListAuditRecordsRequest{

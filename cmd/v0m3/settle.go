@@ -2,12 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"io"
-	"os"
-
-	"google.golang.org/grpc"
 
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/identity"
@@ -67,20 +63,9 @@ func runSettle(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *executed {
 		in.Settlement = orchestratorv1.Settlement_SETTLEMENT_EXECUTED
 	}
-	var roots *x509.CertPool
-	if !*insecure {
-		pem, err := os.ReadFile(*caFile)
-		if err != nil {
-			return fmt.Errorf("read --tls-ca-file: %w", err)
-		}
-		roots = x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--tls-ca-file %s holds no PEM certificate", *caFile)
-		}
-	}
-	conn, err := grpc.NewClient(*addr, identity.CallerDialOptions(roots)...)
+	conn, err := dialAs(*addr, *caFile, *insecure, "the orchestrator")
 	if err != nil {
-		return fmt.Errorf("dial the orchestrator at %s: %w", *addr, err)
+		return err
 	}
 	defer func() { _ = conn.Close() }()
 	r, err := orchestratorv1.NewOrchestratorServiceClient(conn).SettleRequest(identity.WithBearer(ctx, *token), in)
