@@ -544,21 +544,29 @@ type eventCounter struct {
 // structure to the scanner.
 func (e *eventCounter) feed(m *meter, call *callMeter, p []byte) {
 	for _, c := range p {
-		switch {
-		case c == '\n' && e.lineStart:
+		if e.next(c) {
 			if e.scan.hasMethod {
 				m.serverMessage(call, e.n)
 			}
 			e.n, e.scan = 0, idScanner{}
-			continue
-		case c == '\n':
-			e.lineStart = true
-		case c != '\r':
-			e.lineStart = false
 		}
-		e.n++
-		e.scan.feed(c)
 	}
+}
+
+// next counts one byte of the stream; it reports whether the byte ended
+// an event (the blank line after it), which is not counted.
+func (e *eventCounter) next(c byte) (ended bool) {
+	switch {
+	case c == '\n' && e.lineStart:
+		return true
+	case c == '\n':
+		e.lineStart = true
+	case c != '\r':
+		e.lineStart = false
+	}
+	e.n++
+	e.scan.feed(c)
+	return false
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -612,17 +620,10 @@ func (b *limitedBody) readCallEvents(p []byte, err error) (int, error) {
 	bound := b.m.currentBound()
 	e := b.events
 	for _, c := range p {
-		switch {
-		case c == '\n' && e.lineStart:
+		if e.next(c) {
 			b.endCallEvent()
 			continue
-		case c == '\n':
-			e.lineStart = true
-		case c != '\r':
-			e.lineStart = false
 		}
-		e.n++
-		e.scan.feed(c)
 		if e.n > bound {
 			b.m.exceeded.Store(true)
 			b.call.charge(e.n)
