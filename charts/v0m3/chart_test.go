@@ -208,6 +208,10 @@ func TestRedisStore(t *testing.T) {
 		if got := *d.Spec.Replicas; got != wantReplicas {
 			t.Errorf("%s: %d replicas with store=redis; want %d", name, got, wantReplicas)
 		}
+		// Calls between services are bounded as the values say.
+		if got := flagValue(t, name, d.Spec.Template.Spec.Containers[0].Args, "internal-call-timeout"); got != "10s" {
+			t.Errorf("%s --internal-call-timeout=%s; want 10s", name, got)
+		}
 	}
 
 	// Orchestrator replicas own requests under their pod names, with the
