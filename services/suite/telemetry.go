@@ -8,14 +8,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // ServeMetrics serves the process's Prometheus metrics on addr, a port of
-// its own, until ctx ends (see telemetry.ServeMetrics); the commands'
+// its own, until ctx ends (see serve.Metrics); the commands'
 // --metrics-addr flag, off by default, calls it.
 func ServeMetrics(ctx context.Context, addr string, log *slog.Logger) (net.Addr, error) {
-	return telemetry.ServeMetrics(ctx, addr, log)
+	return serve.Metrics(ctx, addr, log)
 }
 
 // SetupTracing installs the process's tracer provider for service: OTLP

@@ -39,16 +39,22 @@ func Profiling(ctx context.Context, addr string, log *slog.Logger) (net.Addr, er
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	serveHTTP(ctx, lis, mux, "pprof", log)
+	log.Info("serving runtime profiles", "addr", "http://"+lis.Addr().String()+"/debug/pprof/")
+	return lis.Addr(), nil
+}
+
+// serveHTTP serves mux on lis, a listener of its own beside the gRPC
+// port, until ctx ends.
+func serveHTTP(ctx context.Context, lis net.Listener, mux *http.ServeMux, what string, log *slog.Logger) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("pprof server stopped", "err", err)
+			log.Warn(what+" server stopped", "err", err)
 		}
 	}()
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	log.Info("serving runtime profiles", "addr", "http://"+lis.Addr().String()+"/debug/pprof/")
-	return lis.Addr(), nil
 }

@@ -2,10 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -103,34 +99,6 @@ func Collectors() []prometheus.Collector {
 // Handler serves the registry in the Prometheus exposition format.
 func Handler() http.Handler {
 	return promhttp.HandlerFor(Registry, promhttp.HandlerOpts{Registry: Registry})
-}
-
-// ServeMetrics serves /metrics on addr, a listener of its own (never the
-// gRPC port), until ctx ends, and returns the address it listens on. Empty
-// addr serves nothing. Metrics hold no secrets or ids, so unlike profiles
-// any address is allowed: the chart exposes it to Prometheus in-cluster.
-func ServeMetrics(ctx context.Context, addr string, log *slog.Logger) (net.Addr, error) {
-	if addr == "" {
-		return nil, nil
-	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("metrics server stopped", "err", err)
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	log.Info("serving metrics", "addr", "http://"+lis.Addr().String()+"/metrics")
-	return lis.Addr(), nil
 }
 
 // WaitingApprovals lists when each tool request now awaiting approval
