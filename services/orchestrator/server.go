@@ -357,38 +357,53 @@ func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskR
 	if _, err := s.openTask(ctx, req.GetId(), taskWrite); err != nil {
 		return nil, err
 	}
-	detail := "cancelled"
-	if req.GetReason() != "" {
-		detail = "cancelled: " + req.GetReason()
+	task, detail, already, err := s.endTask(ctx, req.GetId(), orchestratorv1.TaskState_TASK_STATE_CANCELLED, "cancelled", req.GetReason())
+	if err != nil || already {
+		return task, err
 	}
-	already := false
-	task, err := s.st.UpdateTask(ctx, req.GetId(), func(t *orchestratorv1.Task) error {
+	s.announceEnd(ctx, task, "TASK_CANCELLED", "task.cancelled", detail)
+	return task, nil
+}
+
+// endTask moves an active task to the terminal state to, recording
+// "<verb>[: reason]" (detail) in its checkpoint. already reports that the
+// task was in that state (nothing changed); any other state is
+// TASK_NOT_ACTIVE.
+func (s *Server) endTask(ctx context.Context, id string, to orchestratorv1.TaskState, verb, reason string) (task *orchestratorv1.Task, detail string, already bool, err error) {
+	detail = verb
+	if reason != "" {
+		detail = verb + ": " + reason
+	}
+	task, err = s.st.UpdateTask(ctx, id, func(t *orchestratorv1.Task) error {
 		switch t.GetState() {
-		case orchestratorv1.TaskState_TASK_STATE_CANCELLED:
+		case to:
 			already = true
 			return nil
 		case orchestratorv1.TaskState_TASK_STATE_ACTIVE:
 		default:
 			return apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
-				fmt.Sprintf("task %s is %s and cannot be cancelled", t.GetId(), stateName(t.GetState())), nil)
+				fmt.Sprintf("task %s is %s and cannot be %s", t.GetId(), stateName(t.GetState()), verb),
+				map[string]string{"task_id": t.GetId(), "state": stateName(t.GetState())})
 		}
-		t.State = orchestratorv1.TaskState_TASK_STATE_CANCELLED
+		t.State = to
 		t.Checkpoint = detail + "; " + t.GetCheckpoint()
 		t.UpdateTime = s.timestamp()
 		return nil
 	})
 	if err != nil {
-		return nil, s.taskErr(ctx, req.GetId(), err)
+		return nil, "", false, s.taskErr(ctx, id, err)
 	}
-	if already {
-		return task, nil
-	}
-	s.refusePending(ctx, task.GetId(), "TASK_CANCELLED", "task "+task.GetId()+" was "+detail)
+	return task, detail, already, nil
+}
+
+// announceEnd refuses the ended task's requests still waiting (reason)
+// and records the end in its trace and task events.
+func (s *Server) announceEnd(ctx context.Context, task *orchestratorv1.Task, reason, event, detail string) {
+	s.refusePending(ctx, task.GetId(), reason, "task "+task.GetId()+" was "+detail)
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task " + detail,
 	})
-	s.emit(ctx, task.GetId(), "", "task.cancelled", detail)
-	return task, nil
+	s.emit(ctx, task.GetId(), "", event, detail)
 }
 
 // CompleteTask marks an active task completed; a completed task accepts
@@ -416,32 +431,9 @@ func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteT
 	if err := s.noRequestInFlight(ctx, req.GetId()); err != nil {
 		return nil, err
 	}
-	detail := "completed"
-	if req.GetReason() != "" {
-		detail = "completed: " + req.GetReason()
-	}
-	already := false
-	task, err := s.st.UpdateTask(ctx, req.GetId(), func(t *orchestratorv1.Task) error {
-		switch t.GetState() {
-		case orchestratorv1.TaskState_TASK_STATE_COMPLETED:
-			already = true
-			return nil
-		case orchestratorv1.TaskState_TASK_STATE_ACTIVE:
-		default:
-			return apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
-				fmt.Sprintf("task %s is %s and cannot be completed", t.GetId(), stateName(t.GetState())),
-				map[string]string{"task_id": t.GetId(), "state": stateName(t.GetState())})
-		}
-		t.State = orchestratorv1.TaskState_TASK_STATE_COMPLETED
-		t.Checkpoint = detail + "; " + t.GetCheckpoint()
-		t.UpdateTime = s.timestamp()
-		return nil
-	})
-	if err != nil {
-		return nil, s.taskErr(ctx, req.GetId(), err)
-	}
-	if already {
-		return task, nil
+	task, detail, already, err := s.endTask(ctx, req.GetId(), orchestratorv1.TaskState_TASK_STATE_COMPLETED, "completed", req.GetReason())
+	if err != nil || already {
+		return task, err
 	}
 	// A submission that read the task as active before this update and
 	// recorded its request after the check above would act on a completed
@@ -464,11 +456,7 @@ func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteT
 		return nil, err
 	}
 	s.log.InfoContext(ctx, "task completed", "task", task.GetId())
-	s.refusePending(ctx, task.GetId(), "TASK_COMPLETED", "task "+task.GetId()+" was "+detail)
-	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task " + detail,
-	})
-	s.emit(ctx, task.GetId(), "", "task.completed", detail)
+	s.announceEnd(ctx, task, "TASK_COMPLETED", "task.completed", detail)
 	return task, nil
 }
 
