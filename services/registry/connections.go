@@ -450,6 +450,10 @@ func (s *Server) validateConfig(t *registryv1.Transport, credentialRef string) (
 			v = append(v, apierror.FieldViolation{Field: "transport.streamable_http.url", Description: re.Detail})
 			refuse(re.Reason)
 		}
+		if ov := validateOAuth(k.StreamableHttp.GetOauth(), credentialRef); len(ov) > 0 {
+			v = append(v, ov...)
+			refuse(ReasonInvalidOAuth)
+		}
 	case *registryv1.Transport_Direct:
 		if strings.TrimSpace(k.Direct.GetAdapter()) == "" {
 			v = append(v, apierror.FieldViolation{Field: "transport.direct.adapter", Description: "the direct adapter name is required"})
@@ -537,10 +541,10 @@ func configDigest(c *registryv1.Connection) (string, error) {
 // reviewedConfig is the part of a connection's configuration a review
 // accepts: what runs (executable, arguments, environment, executable
 // digest, image, workload) and what is reached (endpoint, direct adapter).
-// The credential (reference, version, scope) is not part of it: rotating
-// it keeps the review.
+// The credential (reference, version, scope, the OAuth client secret's
+// reference) is not part of it: rotating it keeps the review.
 func reviewedConfig(c *registryv1.Connection) *registryv1.Connection {
-	return &registryv1.Connection{Transport: c.GetTransport(), ImageDigest: c.GetImageDigest(), WorkloadDigest: c.GetWorkloadDigest()}
+	return &registryv1.Connection{Transport: withoutRotatable(c.GetTransport()), ImageDigest: c.GetImageDigest(), WorkloadDigest: c.GetWorkloadDigest()}
 }
 
 // reviewedConfigChanged reports whether next changes what a review of prev

@@ -23,6 +23,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// OauthGrant is an OAuth 2.1 grant the adapter performs.
+type OauthGrant int32
+
+const (
+	// Not set; refused.
+	OauthGrant_OAUTH_GRANT_UNSPECIFIED OauthGrant = 0
+	// Client credentials (machine access): the adapter authenticates as the
+	// client with its secret.
+	OauthGrant_OAUTH_GRANT_CLIENT_CREDENTIALS OauthGrant = 1
+	// Authorization code with PKCE, for a pre-consented client that needs no
+	// person: the authorization endpoint redirects with a code at once.
+	OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE OauthGrant = 2
+)
+
+// Enum value maps for OauthGrant.
+var (
+	OauthGrant_name = map[int32]string{
+		0: "OAUTH_GRANT_UNSPECIFIED",
+		1: "OAUTH_GRANT_CLIENT_CREDENTIALS",
+		2: "OAUTH_GRANT_AUTHORIZATION_CODE",
+	}
+	OauthGrant_value = map[string]int32{
+		"OAUTH_GRANT_UNSPECIFIED":        0,
+		"OAUTH_GRANT_CLIENT_CREDENTIALS": 1,
+		"OAUTH_GRANT_AUTHORIZATION_CODE": 2,
+	}
+)
+
+func (x OauthGrant) Enum() *OauthGrant {
+	p := new(OauthGrant)
+	*p = x
+	return p
+}
+
+func (x OauthGrant) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OauthGrant) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_registry_v1_registry_proto_enumTypes[0].Descriptor()
+}
+
+func (OauthGrant) Type() protoreflect.EnumType {
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[0]
+}
+
+func (x OauthGrant) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OauthGrant.Descriptor instead.
+func (OauthGrant) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{0}
+}
+
 // IdentityKind says how a local server's identity was separated from the
 // adapter's and from other servers'.
 type IdentityKind int32
@@ -69,11 +124,11 @@ func (x IdentityKind) String() string {
 }
 
 func (IdentityKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[0].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[1].Descriptor()
 }
 
 func (IdentityKind) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[0]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[1]
 }
 
 func (x IdentityKind) Number() protoreflect.EnumNumber {
@@ -82,7 +137,7 @@ func (x IdentityKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use IdentityKind.Descriptor instead.
 func (IdentityKind) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{0}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{1}
 }
 
 // Enforcement says whether one sandbox constraint was applied.
@@ -122,11 +177,11 @@ func (x Enforcement) String() string {
 }
 
 func (Enforcement) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[1].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[2].Descriptor()
 }
 
 func (Enforcement) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[1]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[2]
 }
 
 func (x Enforcement) Number() protoreflect.EnumNumber {
@@ -135,7 +190,7 @@ func (x Enforcement) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Enforcement.Descriptor instead.
 func (Enforcement) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{1}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{2}
 }
 
 // NetworkIsolation says whether a local server had network access.
@@ -179,11 +234,11 @@ func (x NetworkIsolation) String() string {
 }
 
 func (NetworkIsolation) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[2].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[3].Descriptor()
 }
 
 func (NetworkIsolation) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[2]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[3]
 }
 
 func (x NetworkIsolation) Number() protoreflect.EnumNumber {
@@ -192,7 +247,7 @@ func (x NetworkIsolation) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NetworkIsolation.Descriptor instead.
 func (NetworkIsolation) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{2}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{3}
 }
 
 // ReviewState is the review state of a connection.
@@ -237,11 +292,11 @@ func (x ReviewState) String() string {
 }
 
 func (ReviewState) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[3].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[4].Descriptor()
 }
 
 func (ReviewState) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[3]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[4]
 }
 
 func (x ReviewState) Number() protoreflect.EnumNumber {
@@ -250,7 +305,7 @@ func (x ReviewState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReviewState.Descriptor instead.
 func (ReviewState) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{3}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{4}
 }
 
 // ConnectionState is the lifecycle state of a connection.
@@ -290,11 +345,11 @@ func (x ConnectionState) String() string {
 }
 
 func (ConnectionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[4].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[5].Descriptor()
 }
 
 func (ConnectionState) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[4]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[5]
 }
 
 func (x ConnectionState) Number() protoreflect.EnumNumber {
@@ -303,7 +358,7 @@ func (x ConnectionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConnectionState.Descriptor instead.
 func (ConnectionState) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{4}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{5}
 }
 
 // ChangeKind classifies an ItemChange.
@@ -347,11 +402,11 @@ func (x ChangeKind) String() string {
 }
 
 func (ChangeKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[5].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[6].Descriptor()
 }
 
 func (ChangeKind) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[5]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[6]
 }
 
 func (x ChangeKind) Number() protoreflect.EnumNumber {
@@ -360,7 +415,7 @@ func (x ChangeKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChangeKind.Descriptor instead.
 func (ChangeKind) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{5}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{6}
 }
 
 // EffectClass is what kind of consequence a capability has.
@@ -404,11 +459,11 @@ func (x EffectClass) String() string {
 }
 
 func (EffectClass) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[6].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[7].Descriptor()
 }
 
 func (EffectClass) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[6]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[7]
 }
 
 func (x EffectClass) Number() protoreflect.EnumNumber {
@@ -417,7 +472,7 @@ func (x EffectClass) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EffectClass.Descriptor instead.
 func (EffectClass) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{6}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
 }
 
 // RetryRule says what a new attempt after a failure may do.
@@ -461,11 +516,11 @@ func (x RetryRule) String() string {
 }
 
 func (RetryRule) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[7].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[8].Descriptor()
 }
 
 func (RetryRule) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[7]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[8]
 }
 
 func (x RetryRule) Number() protoreflect.EnumNumber {
@@ -474,7 +529,7 @@ func (x RetryRule) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetryRule.Descriptor instead.
 func (RetryRule) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
 }
 
 // ResultKind says what a capability's successful result becomes in V0M3.
@@ -525,11 +580,11 @@ func (x ResultKind) String() string {
 }
 
 func (ResultKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[8].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[9].Descriptor()
 }
 
 func (ResultKind) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[8]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[9]
 }
 
 func (x ResultKind) Number() protoreflect.EnumNumber {
@@ -538,7 +593,7 @@ func (x ResultKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ResultKind.Descriptor instead.
 func (ResultKind) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
 }
 
 // ApprovalRequirement says when a person must approve a request.
@@ -580,11 +635,11 @@ func (x ApprovalRequirement) String() string {
 }
 
 func (ApprovalRequirement) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[9].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[10].Descriptor()
 }
 
 func (ApprovalRequirement) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[9]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[10]
 }
 
 func (x ApprovalRequirement) Number() protoreflect.EnumNumber {
@@ -593,7 +648,7 @@ func (x ApprovalRequirement) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ApprovalRequirement.Descriptor instead.
 func (ApprovalRequirement) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
 // DefinitionState is the lifecycle of a declared capability or profile.
@@ -633,11 +688,11 @@ func (x DefinitionState) String() string {
 }
 
 func (DefinitionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[10].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[11].Descriptor()
 }
 
 func (DefinitionState) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[10]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[11]
 }
 
 func (x DefinitionState) Number() protoreflect.EnumNumber {
@@ -646,7 +701,7 @@ func (x DefinitionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DefinitionState.Descriptor instead.
 func (DefinitionState) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
 }
 
 // HandleKind is what a handle field takes. A handle is bound to its kind
@@ -695,11 +750,11 @@ func (x HandleKind) String() string {
 }
 
 func (HandleKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[11].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[12].Descriptor()
 }
 
 func (HandleKind) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[11]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[12]
 }
 
 func (x HandleKind) Number() protoreflect.EnumNumber {
@@ -708,7 +763,7 @@ func (x HandleKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HandleKind.Descriptor instead.
 func (HandleKind) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
 }
 
 // NeedCondition says when a profile needs a capability.
@@ -753,11 +808,11 @@ func (x NeedCondition) String() string {
 }
 
 func (NeedCondition) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[12].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[13].Descriptor()
 }
 
 func (NeedCondition) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[12]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[13]
 }
 
 func (x NeedCondition) Number() protoreflect.EnumNumber {
@@ -766,7 +821,7 @@ func (x NeedCondition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NeedCondition.Descriptor instead.
 func (NeedCondition) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
 // MappingState is the review state of a mapping revision.
@@ -815,11 +870,11 @@ func (x MappingState) String() string {
 }
 
 func (MappingState) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[13].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[14].Descriptor()
 }
 
 func (MappingState) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[13]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[14]
 }
 
 func (x MappingState) Number() protoreflect.EnumNumber {
@@ -828,7 +883,7 @@ func (x MappingState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MappingState.Descriptor instead.
 func (MappingState) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
 }
 
 // RemoteKind says whether a mapping targets a tool or a resource.
@@ -868,11 +923,11 @@ func (x RemoteKind) String() string {
 }
 
 func (RemoteKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[14].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[15].Descriptor()
 }
 
 func (RemoteKind) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[14]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[15]
 }
 
 func (x RemoteKind) Number() protoreflect.EnumNumber {
@@ -881,7 +936,7 @@ func (x RemoteKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RemoteKind.Descriptor instead.
 func (RemoteKind) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
 }
 
 // ProvenanceMode says what a tool result is attributed to when it becomes
@@ -933,11 +988,11 @@ func (x ProvenanceMode) String() string {
 }
 
 func (ProvenanceMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[15].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[16].Descriptor()
 }
 
 func (ProvenanceMode) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[15]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[16]
 }
 
 func (x ProvenanceMode) Number() protoreflect.EnumNumber {
@@ -946,7 +1001,7 @@ func (x ProvenanceMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProvenanceMode.Descriptor instead.
 func (ProvenanceMode) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
 }
 
 // RegistryEventType classifies a registry event.
@@ -1046,11 +1101,11 @@ func (x RegistryEventType) String() string {
 }
 
 func (RegistryEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[16].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[17].Descriptor()
 }
 
 func (RegistryEventType) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[16]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[17]
 }
 
 func (x RegistryEventType) Number() protoreflect.EnumNumber {
@@ -1059,7 +1114,7 @@ func (x RegistryEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RegistryEventType.Descriptor instead.
 func (RegistryEventType) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
 }
 
 // Connection is the local registry identity of one configured server.
@@ -1615,7 +1670,15 @@ func (x *StdioTransport) GetExecutableDigest() string {
 type StreamableHTTPTransport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Endpoint URL, e.g. "http://sources.mcp.svc:8080/mcp".
-	Url           string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// Optional. OAuth 2.1 authorization as the MCP specification describes it
+	// for clients: the adapter discovers the server's protected resource
+	// metadata and its authorization server, checks the issuer, obtains a
+	// token and refreshes it. Set, it replaces the static bearer token: the
+	// connection's credential_ref must then be empty. Part of the
+	// configuration: a change is a new config revision; a change of anything
+	// but client_secret_ref (a rotation) also needs a new review.
+	Oauth         *OAuthClient `protobuf:"bytes,2,opt,name=oauth,proto3" json:"oauth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1657,6 +1720,140 @@ func (x *StreamableHTTPTransport) GetUrl() string {
 	return ""
 }
 
+func (x *StreamableHTTPTransport) GetOauth() *OAuthClient {
+	if x != nil {
+		return x.Oauth
+	}
+	return nil
+}
+
+// OAuthClient is how the adapter authorizes itself, as an OAuth 2.1 client,
+// to a remote MCP server. No secret is ever stored here: a confidential
+// client's secret is a reference the adapter resolves when it needs a
+// token, after policy passed.
+type OAuthClient struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The grant that obtains tokens.
+	Grant OauthGrant `protobuf:"varint,1,opt,name=grant,proto3,enum=v0m3.registry.v1.OauthGrant" json:"grant,omitempty"`
+	// The client identifier registered with the authorization server.
+	// Exactly one of client_id and client_id_metadata_url is required
+	// (client_id_metadata_url only with the authorization code grant).
+	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// A client ID metadata document URL (https), used as the client
+	// identifier where the authorization server supports such documents.
+	ClientIdMetadataUrl string `protobuf:"bytes,3,opt,name=client_id_metadata_url,json=clientIdMetadataUrl,proto3" json:"client_id_metadata_url,omitempty"`
+	// Where the adapter reads the client secret, e.g.
+	// "file:/var/run/secrets/v0m3/search/oauth-secret". A reference, never a
+	// value. Required for client_credentials; optional (a public client
+	// without it) for authorization_code.
+	ClientSecretRef string `protobuf:"bytes,4,opt,name=client_secret_ref,json=clientSecretRef,proto3" json:"client_secret_ref,omitempty"`
+	// Scopes to request when neither the server's challenge nor its
+	// protected resource metadata names any. Each a scope token (no spaces).
+	Scopes []string `protobuf:"bytes,5,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// The authorization server's issuer identifier (https, or http on
+	// loopback), e.g. "https://auth.example.com". The adapter uses only this
+	// authorization server, and only when its metadata names exactly this
+	// issuer: a server cannot send the client's credentials elsewhere.
+	// Required whenever client_secret_ref is set.
+	Issuer string `protobuf:"bytes,6,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	// Optional. The resource indicator (RFC 8707) tokens are requested for;
+	// by default the resource the server's protected resource metadata names.
+	Resource string `protobuf:"bytes,7,opt,name=resource,proto3" json:"resource,omitempty"`
+	// The redirect URI registered for the client. Required for
+	// authorization_code, whose client must be pre-consented: its
+	// authorization endpoint answers with a redirect at once, since no
+	// person takes part.
+	RedirectUrl   string `protobuf:"bytes,8,opt,name=redirect_url,json=redirectUrl,proto3" json:"redirect_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OAuthClient) Reset() {
+	*x = OAuthClient{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OAuthClient) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OAuthClient) ProtoMessage() {}
+
+func (x *OAuthClient) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OAuthClient.ProtoReflect.Descriptor instead.
+func (*OAuthClient) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *OAuthClient) GetGrant() OauthGrant {
+	if x != nil {
+		return x.Grant
+	}
+	return OauthGrant_OAUTH_GRANT_UNSPECIFIED
+}
+
+func (x *OAuthClient) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *OAuthClient) GetClientIdMetadataUrl() string {
+	if x != nil {
+		return x.ClientIdMetadataUrl
+	}
+	return ""
+}
+
+func (x *OAuthClient) GetClientSecretRef() string {
+	if x != nil {
+		return x.ClientSecretRef
+	}
+	return ""
+}
+
+func (x *OAuthClient) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *OAuthClient) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *OAuthClient) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *OAuthClient) GetRedirectUrl() string {
+	if x != nil {
+		return x.RedirectUrl
+	}
+	return ""
+}
+
 // DirectTransport names a built-in adapter that is not MCP.
 type DirectTransport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1668,7 +1865,7 @@ type DirectTransport struct {
 
 func (x *DirectTransport) Reset() {
 	*x = DirectTransport{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1877,7 @@ func (x *DirectTransport) String() string {
 func (*DirectTransport) ProtoMessage() {}
 
 func (x *DirectTransport) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[5]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1890,7 @@ func (x *DirectTransport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectTransport.ProtoReflect.Descriptor instead.
 func (*DirectTransport) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{5}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DirectTransport) GetAdapter() string {
@@ -1719,7 +1916,7 @@ type ServerInfo struct {
 
 func (x *ServerInfo) Reset() {
 	*x = ServerInfo{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1928,7 @@ func (x *ServerInfo) String() string {
 func (*ServerInfo) ProtoMessage() {}
 
 func (x *ServerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[6]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1941,7 @@ func (x *ServerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfo.ProtoReflect.Descriptor instead.
 func (*ServerInfo) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{6}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ServerInfo) GetName() string {
@@ -1817,7 +2014,7 @@ type SandboxConstraints struct {
 
 func (x *SandboxConstraints) Reset() {
 	*x = SandboxConstraints{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +2026,7 @@ func (x *SandboxConstraints) String() string {
 func (*SandboxConstraints) ProtoMessage() {}
 
 func (x *SandboxConstraints) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[7]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +2039,7 @@ func (x *SandboxConstraints) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxConstraints.ProtoReflect.Descriptor instead.
 func (*SandboxConstraints) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{7}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SandboxConstraints) GetWorkingDir() string {
@@ -1947,7 +2144,7 @@ type SandboxIdentity struct {
 
 func (x *SandboxIdentity) Reset() {
 	*x = SandboxIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2156,7 @@ func (x *SandboxIdentity) String() string {
 func (*SandboxIdentity) ProtoMessage() {}
 
 func (x *SandboxIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[8]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2169,7 @@ func (x *SandboxIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxIdentity.ProtoReflect.Descriptor instead.
 func (*SandboxIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SandboxIdentity) GetKind() IdentityKind {
@@ -2054,7 +2251,7 @@ type ConfigRevision struct {
 
 func (x *ConfigRevision) Reset() {
 	*x = ConfigRevision{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2263,7 @@ func (x *ConfigRevision) String() string {
 func (*ConfigRevision) ProtoMessage() {}
 
 func (x *ConfigRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[9]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2276,7 @@ func (x *ConfigRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigRevision.ProtoReflect.Descriptor instead.
 func (*ConfigRevision) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{9}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ConfigRevision) GetConnectionId() string {
@@ -2198,7 +2395,7 @@ type CreateConnectionRequest struct {
 
 func (x *CreateConnectionRequest) Reset() {
 	*x = CreateConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2407,7 @@ func (x *CreateConnectionRequest) String() string {
 func (*CreateConnectionRequest) ProtoMessage() {}
 
 func (x *CreateConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[10]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2420,7 @@ func (x *CreateConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConnectionRequest.ProtoReflect.Descriptor instead.
 func (*CreateConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{10}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateConnectionRequest) GetDisplayName() string {
@@ -2293,7 +2490,7 @@ type GetConnectionRequest struct {
 
 func (x *GetConnectionRequest) Reset() {
 	*x = GetConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2502,7 @@ func (x *GetConnectionRequest) String() string {
 func (*GetConnectionRequest) ProtoMessage() {}
 
 func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[11]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2515,7 @@ func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*GetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{11}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetConnectionRequest) GetId() string {
@@ -2345,7 +2542,7 @@ type ListConnectionsRequest struct {
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2554,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[12]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2567,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{12}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListConnectionsRequest) GetIncludeRetired() bool {
@@ -2407,7 +2604,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2616,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[13]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2629,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{13}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*Connection {
@@ -2489,7 +2686,7 @@ type UpdateConnectionRequest struct {
 
 func (x *UpdateConnectionRequest) Reset() {
 	*x = UpdateConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2698,7 @@ func (x *UpdateConnectionRequest) String() string {
 func (*UpdateConnectionRequest) ProtoMessage() {}
 
 func (x *UpdateConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[14]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2711,7 @@ func (x *UpdateConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateConnectionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateConnectionRequest) GetId() string {
@@ -2625,7 +2822,7 @@ type ReportRolloutRequest struct {
 
 func (x *ReportRolloutRequest) Reset() {
 	*x = ReportRolloutRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2834,7 @@ func (x *ReportRolloutRequest) String() string {
 func (*ReportRolloutRequest) ProtoMessage() {}
 
 func (x *ReportRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[15]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2847,7 @@ func (x *ReportRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRolloutRequest.ProtoReflect.Descriptor instead.
 func (*ReportRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportRolloutRequest) GetId() string {
@@ -2694,7 +2891,7 @@ type RetireConnectionRequest struct {
 
 func (x *RetireConnectionRequest) Reset() {
 	*x = RetireConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +2903,7 @@ func (x *RetireConnectionRequest) String() string {
 func (*RetireConnectionRequest) ProtoMessage() {}
 
 func (x *RetireConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[16]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +2916,7 @@ func (x *RetireConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireConnectionRequest.ProtoReflect.Descriptor instead.
 func (*RetireConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RetireConnectionRequest) GetId() string {
@@ -2753,7 +2950,7 @@ type ListConfigRevisionsRequest struct {
 
 func (x *ListConfigRevisionsRequest) Reset() {
 	*x = ListConfigRevisionsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2962,7 @@ func (x *ListConfigRevisionsRequest) String() string {
 func (*ListConfigRevisionsRequest) ProtoMessage() {}
 
 func (x *ListConfigRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[17]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2975,7 @@ func (x *ListConfigRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConfigRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListConfigRevisionsRequest) GetConnectionId() string {
@@ -2820,7 +3017,7 @@ type ReviewConnectionRequest struct {
 
 func (x *ReviewConnectionRequest) Reset() {
 	*x = ReviewConnectionRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +3029,7 @@ func (x *ReviewConnectionRequest) String() string {
 func (*ReviewConnectionRequest) ProtoMessage() {}
 
 func (x *ReviewConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[18]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +3042,7 @@ func (x *ReviewConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewConnectionRequest.ProtoReflect.Descriptor instead.
 func (*ReviewConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReviewConnectionRequest) GetConnectionId() string {
@@ -2889,7 +3086,7 @@ type ListConfigRevisionsResponse struct {
 
 func (x *ListConfigRevisionsResponse) Reset() {
 	*x = ListConfigRevisionsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3098,7 @@ func (x *ListConfigRevisionsResponse) String() string {
 func (*ListConfigRevisionsResponse) ProtoMessage() {}
 
 func (x *ListConfigRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[19]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3111,7 @@ func (x *ListConfigRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConfigRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConfigRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListConfigRevisionsResponse) GetRevisions() []*ConfigRevision {
@@ -2963,7 +3160,7 @@ type DiscoverySnapshot struct {
 
 func (x *DiscoverySnapshot) Reset() {
 	*x = DiscoverySnapshot{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3172,7 @@ func (x *DiscoverySnapshot) String() string {
 func (*DiscoverySnapshot) ProtoMessage() {}
 
 func (x *DiscoverySnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[20]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3185,7 @@ func (x *DiscoverySnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverySnapshot.ProtoReflect.Descriptor instead.
 func (*DiscoverySnapshot) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DiscoverySnapshot) GetId() string {
@@ -3111,7 +3308,7 @@ type ToolIdentity struct {
 
 func (x *ToolIdentity) Reset() {
 	*x = ToolIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3123,7 +3320,7 @@ func (x *ToolIdentity) String() string {
 func (*ToolIdentity) ProtoMessage() {}
 
 func (x *ToolIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[21]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3136,7 +3333,7 @@ func (x *ToolIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolIdentity.ProtoReflect.Descriptor instead.
 func (*ToolIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolIdentity) GetName() string {
@@ -3279,7 +3476,7 @@ type ResourceIdentity struct {
 
 func (x *ResourceIdentity) Reset() {
 	*x = ResourceIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3488,7 @@ func (x *ResourceIdentity) String() string {
 func (*ResourceIdentity) ProtoMessage() {}
 
 func (x *ResourceIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[22]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3501,7 @@ func (x *ResourceIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceIdentity.ProtoReflect.Descriptor instead.
 func (*ResourceIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResourceIdentity) GetUri() string {
@@ -3424,7 +3621,7 @@ type ResourceTemplateIdentity struct {
 
 func (x *ResourceTemplateIdentity) Reset() {
 	*x = ResourceTemplateIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +3633,7 @@ func (x *ResourceTemplateIdentity) String() string {
 func (*ResourceTemplateIdentity) ProtoMessage() {}
 
 func (x *ResourceTemplateIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[23]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +3646,7 @@ func (x *ResourceTemplateIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceTemplateIdentity.ProtoReflect.Descriptor instead.
 func (*ResourceTemplateIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResourceTemplateIdentity) GetUriTemplate() string {
@@ -3558,7 +3755,7 @@ type PromptIdentity struct {
 
 func (x *PromptIdentity) Reset() {
 	*x = PromptIdentity{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3570,7 +3767,7 @@ func (x *PromptIdentity) String() string {
 func (*PromptIdentity) ProtoMessage() {}
 
 func (x *PromptIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[24]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3583,7 +3780,7 @@ func (x *PromptIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptIdentity.ProtoReflect.Descriptor instead.
 func (*PromptIdentity) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PromptIdentity) GetName() string {
@@ -3666,7 +3863,7 @@ type PromptArgument struct {
 
 func (x *PromptArgument) Reset() {
 	*x = PromptArgument{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3678,7 +3875,7 @@ func (x *PromptArgument) String() string {
 func (*PromptArgument) ProtoMessage() {}
 
 func (x *PromptArgument) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[25]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3691,7 +3888,7 @@ func (x *PromptArgument) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptArgument.ProtoReflect.Descriptor instead.
 func (*PromptArgument) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PromptArgument) GetName() string {
@@ -3740,7 +3937,7 @@ type Icon struct {
 
 func (x *Icon) Reset() {
 	*x = Icon{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3752,7 +3949,7 @@ func (x *Icon) String() string {
 func (*Icon) ProtoMessage() {}
 
 func (x *Icon) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[26]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3765,7 +3962,7 @@ func (x *Icon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Icon.ProtoReflect.Descriptor instead.
 func (*Icon) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Icon) GetSrc() string {
@@ -3807,7 +4004,7 @@ type RecordSnapshotRequest struct {
 
 func (x *RecordSnapshotRequest) Reset() {
 	*x = RecordSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3819,7 +4016,7 @@ func (x *RecordSnapshotRequest) String() string {
 func (*RecordSnapshotRequest) ProtoMessage() {}
 
 func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[27]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3832,7 +4029,7 @@ func (x *RecordSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RecordSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecordSnapshotRequest) GetSnapshot() *DiscoverySnapshot {
@@ -3853,7 +4050,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3865,7 +4062,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[28]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3878,7 +4075,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetSnapshotRequest) GetId() string {
@@ -3905,7 +4102,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4114,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[29]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4127,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListSnapshotsRequest) GetConnectionId() string {
@@ -3967,7 +4164,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4176,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[30]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4189,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*DiscoverySnapshot {
@@ -4022,7 +4219,7 @@ type DiffSnapshotsRequest struct {
 
 func (x *DiffSnapshotsRequest) Reset() {
 	*x = DiffSnapshotsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4034,7 +4231,7 @@ func (x *DiffSnapshotsRequest) String() string {
 func (*DiffSnapshotsRequest) ProtoMessage() {}
 
 func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[31]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4047,7 +4244,7 @@ func (x *DiffSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*DiffSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DiffSnapshotsRequest) GetBaseSnapshotId() string {
@@ -4087,7 +4284,7 @@ type SnapshotDiff struct {
 
 func (x *SnapshotDiff) Reset() {
 	*x = SnapshotDiff{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4099,7 +4296,7 @@ func (x *SnapshotDiff) String() string {
 func (*SnapshotDiff) ProtoMessage() {}
 
 func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[32]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4112,7 +4309,7 @@ func (x *SnapshotDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDiff.ProtoReflect.Descriptor instead.
 func (*SnapshotDiff) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotDiff) GetBaseSnapshotId() string {
@@ -4180,7 +4377,7 @@ type ItemChange struct {
 
 func (x *ItemChange) Reset() {
 	*x = ItemChange{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4192,7 +4389,7 @@ func (x *ItemChange) String() string {
 func (*ItemChange) ProtoMessage() {}
 
 func (x *ItemChange) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[33]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4205,7 +4402,7 @@ func (x *ItemChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemChange.ProtoReflect.Descriptor instead.
 func (*ItemChange) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ItemChange) GetName() string {
@@ -4248,7 +4445,7 @@ type HandleField struct {
 
 func (x *HandleField) Reset() {
 	*x = HandleField{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4260,7 +4457,7 @@ func (x *HandleField) String() string {
 func (*HandleField) ProtoMessage() {}
 
 func (x *HandleField) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[34]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4273,7 +4470,7 @@ func (x *HandleField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleField.ProtoReflect.Descriptor instead.
 func (*HandleField) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{34}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HandleField) GetField() string {
@@ -4366,7 +4563,7 @@ type Capability struct {
 
 func (x *Capability) Reset() {
 	*x = Capability{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4378,7 +4575,7 @@ func (x *Capability) String() string {
 func (*Capability) ProtoMessage() {}
 
 func (x *Capability) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[35]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4391,7 +4588,7 @@ func (x *Capability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capability.ProtoReflect.Descriptor instead.
 func (*Capability) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{35}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Capability) GetName() string {
@@ -4566,7 +4763,7 @@ type CreateCapabilityRequest struct {
 
 func (x *CreateCapabilityRequest) Reset() {
 	*x = CreateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4578,7 +4775,7 @@ func (x *CreateCapabilityRequest) String() string {
 func (*CreateCapabilityRequest) ProtoMessage() {}
 
 func (x *CreateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[36]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4591,7 +4788,7 @@ func (x *CreateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*CreateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{36}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateCapabilityRequest) GetCapability() *Capability {
@@ -4616,7 +4813,7 @@ type UpdateCapabilityRequest struct {
 
 func (x *UpdateCapabilityRequest) Reset() {
 	*x = UpdateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4628,7 +4825,7 @@ func (x *UpdateCapabilityRequest) String() string {
 func (*UpdateCapabilityRequest) ProtoMessage() {}
 
 func (x *UpdateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[37]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4641,7 +4838,7 @@ func (x *UpdateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*UpdateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{37}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UpdateCapabilityRequest) GetCapability() *Capability {
@@ -4671,7 +4868,7 @@ type DeprecateCapabilityRequest struct {
 
 func (x *DeprecateCapabilityRequest) Reset() {
 	*x = DeprecateCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4683,7 +4880,7 @@ func (x *DeprecateCapabilityRequest) String() string {
 func (*DeprecateCapabilityRequest) ProtoMessage() {}
 
 func (x *DeprecateCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[38]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4696,7 +4893,7 @@ func (x *DeprecateCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeprecateCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*DeprecateCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{38}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeprecateCapabilityRequest) GetName() string {
@@ -4726,7 +4923,7 @@ type GetCapabilityRequest struct {
 
 func (x *GetCapabilityRequest) Reset() {
 	*x = GetCapabilityRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4738,7 +4935,7 @@ func (x *GetCapabilityRequest) String() string {
 func (*GetCapabilityRequest) ProtoMessage() {}
 
 func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[39]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4751,7 +4948,7 @@ func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{39}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetCapabilityRequest) GetName() string {
@@ -4785,7 +4982,7 @@ type ListCapabilitiesRequest struct {
 
 func (x *ListCapabilitiesRequest) Reset() {
 	*x = ListCapabilitiesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4797,7 +4994,7 @@ func (x *ListCapabilitiesRequest) String() string {
 func (*ListCapabilitiesRequest) ProtoMessage() {}
 
 func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[40]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4810,7 +5007,7 @@ func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{40}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListCapabilitiesRequest) GetShowDeprecated() bool {
@@ -4847,7 +5044,7 @@ type ListCapabilitiesResponse struct {
 
 func (x *ListCapabilitiesResponse) Reset() {
 	*x = ListCapabilitiesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4859,7 +5056,7 @@ func (x *ListCapabilitiesResponse) String() string {
 func (*ListCapabilitiesResponse) ProtoMessage() {}
 
 func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[41]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4872,7 +5069,7 @@ func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{41}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListCapabilitiesResponse) GetCapabilities() []*Capability {
@@ -4902,7 +5099,7 @@ type ProfileNeed struct {
 
 func (x *ProfileNeed) Reset() {
 	*x = ProfileNeed{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4914,7 +5111,7 @@ func (x *ProfileNeed) String() string {
 func (*ProfileNeed) ProtoMessage() {}
 
 func (x *ProfileNeed) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[42]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4927,7 +5124,7 @@ func (x *ProfileNeed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileNeed.ProtoReflect.Descriptor instead.
 func (*ProfileNeed) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{42}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ProfileNeed) GetCapability() string {
@@ -4960,7 +5157,7 @@ type TaskBudget struct {
 
 func (x *TaskBudget) Reset() {
 	*x = TaskBudget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4972,7 +5169,7 @@ func (x *TaskBudget) String() string {
 func (*TaskBudget) ProtoMessage() {}
 
 func (x *TaskBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[43]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4985,7 +5182,7 @@ func (x *TaskBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBudget.ProtoReflect.Descriptor instead.
 func (*TaskBudget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{43}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TaskBudget) GetMaxCalls() int64 {
@@ -5042,7 +5239,7 @@ type TaskProfile struct {
 
 func (x *TaskProfile) Reset() {
 	*x = TaskProfile{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5054,7 +5251,7 @@ func (x *TaskProfile) String() string {
 func (*TaskProfile) ProtoMessage() {}
 
 func (x *TaskProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[44]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5067,7 +5264,7 @@ func (x *TaskProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskProfile.ProtoReflect.Descriptor instead.
 func (*TaskProfile) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{44}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TaskProfile) GetName() string {
@@ -5158,7 +5355,7 @@ type CreateTaskProfileRequest struct {
 
 func (x *CreateTaskProfileRequest) Reset() {
 	*x = CreateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5170,7 +5367,7 @@ func (x *CreateTaskProfileRequest) String() string {
 func (*CreateTaskProfileRequest) ProtoMessage() {}
 
 func (x *CreateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[45]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5183,7 +5380,7 @@ func (x *CreateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*CreateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{45}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreateTaskProfileRequest) GetProfile() *TaskProfile {
@@ -5206,7 +5403,7 @@ type UpdateTaskProfileRequest struct {
 
 func (x *UpdateTaskProfileRequest) Reset() {
 	*x = UpdateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5218,7 +5415,7 @@ func (x *UpdateTaskProfileRequest) String() string {
 func (*UpdateTaskProfileRequest) ProtoMessage() {}
 
 func (x *UpdateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[46]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5231,7 +5428,7 @@ func (x *UpdateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{46}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UpdateTaskProfileRequest) GetProfile() *TaskProfile {
@@ -5261,7 +5458,7 @@ type DeprecateTaskProfileRequest struct {
 
 func (x *DeprecateTaskProfileRequest) Reset() {
 	*x = DeprecateTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5273,7 +5470,7 @@ func (x *DeprecateTaskProfileRequest) String() string {
 func (*DeprecateTaskProfileRequest) ProtoMessage() {}
 
 func (x *DeprecateTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[47]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5286,7 +5483,7 @@ func (x *DeprecateTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeprecateTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*DeprecateTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{47}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeprecateTaskProfileRequest) GetName() string {
@@ -5316,7 +5513,7 @@ type GetTaskProfileRequest struct {
 
 func (x *GetTaskProfileRequest) Reset() {
 	*x = GetTaskProfileRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5328,7 +5525,7 @@ func (x *GetTaskProfileRequest) String() string {
 func (*GetTaskProfileRequest) ProtoMessage() {}
 
 func (x *GetTaskProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[48]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5341,7 +5538,7 @@ func (x *GetTaskProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskProfileRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskProfileRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{48}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetTaskProfileRequest) GetName() string {
@@ -5375,7 +5572,7 @@ type ListTaskProfilesRequest struct {
 
 func (x *ListTaskProfilesRequest) Reset() {
 	*x = ListTaskProfilesRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5387,7 +5584,7 @@ func (x *ListTaskProfilesRequest) String() string {
 func (*ListTaskProfilesRequest) ProtoMessage() {}
 
 func (x *ListTaskProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[49]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5400,7 +5597,7 @@ func (x *ListTaskProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListTaskProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{49}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListTaskProfilesRequest) GetShowDeprecated() bool {
@@ -5437,7 +5634,7 @@ type ListTaskProfilesResponse struct {
 
 func (x *ListTaskProfilesResponse) Reset() {
 	*x = ListTaskProfilesResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5449,7 +5646,7 @@ func (x *ListTaskProfilesResponse) String() string {
 func (*ListTaskProfilesResponse) ProtoMessage() {}
 
 func (x *ListTaskProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[50]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5462,7 +5659,7 @@ func (x *ListTaskProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListTaskProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{50}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListTaskProfilesResponse) GetProfiles() []*TaskProfile {
@@ -5492,7 +5689,7 @@ type RemoteTarget struct {
 
 func (x *RemoteTarget) Reset() {
 	*x = RemoteTarget{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5504,7 +5701,7 @@ func (x *RemoteTarget) String() string {
 func (*RemoteTarget) ProtoMessage() {}
 
 func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[51]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5517,7 +5714,7 @@ func (x *RemoteTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteTarget.ProtoReflect.Descriptor instead.
 func (*RemoteTarget) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{51}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoteTarget) GetKind() RemoteKind {
@@ -5582,7 +5779,7 @@ type ArgumentBinding struct {
 
 func (x *ArgumentBinding) Reset() {
 	*x = ArgumentBinding{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +5791,7 @@ func (x *ArgumentBinding) String() string {
 func (*ArgumentBinding) ProtoMessage() {}
 
 func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[52]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +5804,7 @@ func (x *ArgumentBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArgumentBinding.ProtoReflect.Descriptor instead.
 func (*ArgumentBinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{52}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ArgumentBinding) GetRemoteField() string {
@@ -5662,7 +5859,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5674,7 +5871,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[53]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5687,7 +5884,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{53}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Limits) GetMaxResponseBytes() int64 {
@@ -5746,7 +5943,7 @@ type Provenance struct {
 
 func (x *Provenance) Reset() {
 	*x = Provenance{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5758,7 +5955,7 @@ func (x *Provenance) String() string {
 func (*Provenance) ProtoMessage() {}
 
 func (x *Provenance) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[54]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5771,7 +5968,7 @@ func (x *Provenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Provenance.ProtoReflect.Descriptor instead.
 func (*Provenance) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{54}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Provenance) GetMode() ProvenanceMode {
@@ -5878,7 +6075,7 @@ type Mapping struct {
 
 func (x *Mapping) Reset() {
 	*x = Mapping{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5890,7 +6087,7 @@ func (x *Mapping) String() string {
 func (*Mapping) ProtoMessage() {}
 
 func (x *Mapping) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[55]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5903,7 +6100,7 @@ func (x *Mapping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mapping.ProtoReflect.Descriptor instead.
 func (*Mapping) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{55}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Mapping) GetId() string {
@@ -6118,7 +6315,7 @@ type TargetDigests struct {
 
 func (x *TargetDigests) Reset() {
 	*x = TargetDigests{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6130,7 +6327,7 @@ func (x *TargetDigests) String() string {
 func (*TargetDigests) ProtoMessage() {}
 
 func (x *TargetDigests) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[56]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6143,7 +6340,7 @@ func (x *TargetDigests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetDigests.ProtoReflect.Descriptor instead.
 func (*TargetDigests) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{56}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TargetDigests) GetTitleDigest() string {
@@ -6224,7 +6421,7 @@ type ProposeMappingRequest struct {
 
 func (x *ProposeMappingRequest) Reset() {
 	*x = ProposeMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6236,7 +6433,7 @@ func (x *ProposeMappingRequest) String() string {
 func (*ProposeMappingRequest) ProtoMessage() {}
 
 func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[57]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6249,7 +6446,7 @@ func (x *ProposeMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeMappingRequest.ProtoReflect.Descriptor instead.
 func (*ProposeMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{57}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ProposeMappingRequest) GetMappingId() string {
@@ -6346,7 +6543,7 @@ type ReviewMappingRequest struct {
 
 func (x *ReviewMappingRequest) Reset() {
 	*x = ReviewMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6358,7 +6555,7 @@ func (x *ReviewMappingRequest) String() string {
 func (*ReviewMappingRequest) ProtoMessage() {}
 
 func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[58]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6371,7 +6568,7 @@ func (x *ReviewMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReviewMappingRequest.ProtoReflect.Descriptor instead.
 func (*ReviewMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{58}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReviewMappingRequest) GetMappingId() string {
@@ -6415,7 +6612,7 @@ type GetMappingRequest struct {
 
 func (x *GetMappingRequest) Reset() {
 	*x = GetMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6427,7 +6624,7 @@ func (x *GetMappingRequest) String() string {
 func (*GetMappingRequest) ProtoMessage() {}
 
 func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[59]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6440,7 +6637,7 @@ func (x *GetMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMappingRequest.ProtoReflect.Descriptor instead.
 func (*GetMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{59}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetMappingRequest) GetId() string {
@@ -6478,7 +6675,7 @@ type ListMappingsRequest struct {
 
 func (x *ListMappingsRequest) Reset() {
 	*x = ListMappingsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6490,7 +6687,7 @@ func (x *ListMappingsRequest) String() string {
 func (*ListMappingsRequest) ProtoMessage() {}
 
 func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[60]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6503,7 +6700,7 @@ func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsRequest.ProtoReflect.Descriptor instead.
 func (*ListMappingsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{60}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListMappingsRequest) GetCapability() string {
@@ -6554,7 +6751,7 @@ type ListMappingsResponse struct {
 
 func (x *ListMappingsResponse) Reset() {
 	*x = ListMappingsResponse{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6566,7 +6763,7 @@ func (x *ListMappingsResponse) String() string {
 func (*ListMappingsResponse) ProtoMessage() {}
 
 func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[61]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6579,7 +6776,7 @@ func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsResponse.ProtoReflect.Descriptor instead.
 func (*ListMappingsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{61}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListMappingsResponse) GetMappings() []*Mapping {
@@ -6614,7 +6811,7 @@ type ResolveMappingRequest struct {
 
 func (x *ResolveMappingRequest) Reset() {
 	*x = ResolveMappingRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6626,7 +6823,7 @@ func (x *ResolveMappingRequest) String() string {
 func (*ResolveMappingRequest) ProtoMessage() {}
 
 func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[62]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6639,7 +6836,7 @@ func (x *ResolveMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveMappingRequest.ProtoReflect.Descriptor instead.
 func (*ResolveMappingRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{62}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ResolveMappingRequest) GetCapability() string {
@@ -6681,7 +6878,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[63]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6693,7 +6890,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[63]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6706,7 +6903,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{63}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WatchEventsRequest) GetAfterSequence() int64 {
@@ -6741,7 +6938,7 @@ type RegistryEvent struct {
 
 func (x *RegistryEvent) Reset() {
 	*x = RegistryEvent{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6753,7 +6950,7 @@ func (x *RegistryEvent) String() string {
 func (*RegistryEvent) ProtoMessage() {}
 
 func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6766,7 +6963,7 @@ func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryEvent.ProtoReflect.Descriptor instead.
 func (*RegistryEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{64}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RegistryEvent) GetSequence() int64 {
@@ -6887,9 +7084,19 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x11executable_digest\x18\x04 \x01(\tR\x10executableDigest\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"+\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"`\n" +
 	"\x17StreamableHTTPTransport\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url\"+\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x123\n" +
+	"\x05oauth\x18\x02 \x01(\v2\x1d.v0m3.registry.v1.OAuthClientR\x05oauth\"\xae\x02\n" +
+	"\vOAuthClient\x122\n" +
+	"\x05grant\x18\x01 \x01(\x0e2\x1c.v0m3.registry.v1.OauthGrantR\x05grant\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x123\n" +
+	"\x16client_id_metadata_url\x18\x03 \x01(\tR\x13clientIdMetadataUrl\x12*\n" +
+	"\x11client_secret_ref\x18\x04 \x01(\tR\x0fclientSecretRef\x12\x16\n" +
+	"\x06scopes\x18\x05 \x03(\tR\x06scopes\x12\x16\n" +
+	"\x06issuer\x18\x06 \x01(\tR\x06issuer\x12\x1a\n" +
+	"\bresource\x18\a \x01(\tR\bresource\x12!\n" +
+	"\fredirect_url\x18\b \x01(\tR\vredirectUrl\"+\n" +
 	"\x0fDirectTransport\x12\x18\n" +
 	"\aadapter\x18\x01 \x01(\tR\aadapter\"P\n" +
 	"\n" +
@@ -7331,7 +7538,12 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1e\n" +
 	"\n" +
 	"definition\x18\b \x01(\tR\n" +
-	"definition*\x90\x01\n" +
+	"definition*q\n" +
+	"\n" +
+	"OauthGrant\x12\x1b\n" +
+	"\x17OAUTH_GRANT_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eOAUTH_GRANT_CLIENT_CREDENTIALS\x10\x01\x12\"\n" +
+	"\x1eOAUTH_GRANT_AUTHORIZATION_CODE\x10\x02*\x90\x01\n" +
 	"\fIdentityKind\x12\x1d\n" +
 	"\x19IDENTITY_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bIDENTITY_KIND_DEDICATED_UID\x10\x01\x12 \n" +
@@ -7475,253 +7687,257 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 	return file_v0m3_registry_v1_registry_proto_rawDescData
 }
 
-var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 17)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 18)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
-	(IdentityKind)(0),                   // 0: v0m3.registry.v1.IdentityKind
-	(Enforcement)(0),                    // 1: v0m3.registry.v1.Enforcement
-	(NetworkIsolation)(0),               // 2: v0m3.registry.v1.NetworkIsolation
-	(ReviewState)(0),                    // 3: v0m3.registry.v1.ReviewState
-	(ConnectionState)(0),                // 4: v0m3.registry.v1.ConnectionState
-	(ChangeKind)(0),                     // 5: v0m3.registry.v1.ChangeKind
-	(EffectClass)(0),                    // 6: v0m3.registry.v1.EffectClass
-	(RetryRule)(0),                      // 7: v0m3.registry.v1.RetryRule
-	(ResultKind)(0),                     // 8: v0m3.registry.v1.ResultKind
-	(ApprovalRequirement)(0),            // 9: v0m3.registry.v1.ApprovalRequirement
-	(DefinitionState)(0),                // 10: v0m3.registry.v1.DefinitionState
-	(HandleKind)(0),                     // 11: v0m3.registry.v1.HandleKind
-	(NeedCondition)(0),                  // 12: v0m3.registry.v1.NeedCondition
-	(MappingState)(0),                   // 13: v0m3.registry.v1.MappingState
-	(RemoteKind)(0),                     // 14: v0m3.registry.v1.RemoteKind
-	(ProvenanceMode)(0),                 // 15: v0m3.registry.v1.ProvenanceMode
-	(RegistryEventType)(0),              // 16: v0m3.registry.v1.RegistryEventType
-	(*Connection)(nil),                  // 17: v0m3.registry.v1.Connection
-	(*RolloutFailure)(nil),              // 18: v0m3.registry.v1.RolloutFailure
-	(*Transport)(nil),                   // 19: v0m3.registry.v1.Transport
-	(*StdioTransport)(nil),              // 20: v0m3.registry.v1.StdioTransport
-	(*StreamableHTTPTransport)(nil),     // 21: v0m3.registry.v1.StreamableHTTPTransport
-	(*DirectTransport)(nil),             // 22: v0m3.registry.v1.DirectTransport
-	(*ServerInfo)(nil),                  // 23: v0m3.registry.v1.ServerInfo
-	(*SandboxConstraints)(nil),          // 24: v0m3.registry.v1.SandboxConstraints
-	(*SandboxIdentity)(nil),             // 25: v0m3.registry.v1.SandboxIdentity
-	(*ConfigRevision)(nil),              // 26: v0m3.registry.v1.ConfigRevision
-	(*CreateConnectionRequest)(nil),     // 27: v0m3.registry.v1.CreateConnectionRequest
-	(*GetConnectionRequest)(nil),        // 28: v0m3.registry.v1.GetConnectionRequest
-	(*ListConnectionsRequest)(nil),      // 29: v0m3.registry.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),     // 30: v0m3.registry.v1.ListConnectionsResponse
-	(*UpdateConnectionRequest)(nil),     // 31: v0m3.registry.v1.UpdateConnectionRequest
-	(*ReportRolloutRequest)(nil),        // 32: v0m3.registry.v1.ReportRolloutRequest
-	(*RetireConnectionRequest)(nil),     // 33: v0m3.registry.v1.RetireConnectionRequest
-	(*ListConfigRevisionsRequest)(nil),  // 34: v0m3.registry.v1.ListConfigRevisionsRequest
-	(*ReviewConnectionRequest)(nil),     // 35: v0m3.registry.v1.ReviewConnectionRequest
-	(*ListConfigRevisionsResponse)(nil), // 36: v0m3.registry.v1.ListConfigRevisionsResponse
-	(*DiscoverySnapshot)(nil),           // 37: v0m3.registry.v1.DiscoverySnapshot
-	(*ToolIdentity)(nil),                // 38: v0m3.registry.v1.ToolIdentity
-	(*ResourceIdentity)(nil),            // 39: v0m3.registry.v1.ResourceIdentity
-	(*ResourceTemplateIdentity)(nil),    // 40: v0m3.registry.v1.ResourceTemplateIdentity
-	(*PromptIdentity)(nil),              // 41: v0m3.registry.v1.PromptIdentity
-	(*PromptArgument)(nil),              // 42: v0m3.registry.v1.PromptArgument
-	(*Icon)(nil),                        // 43: v0m3.registry.v1.Icon
-	(*RecordSnapshotRequest)(nil),       // 44: v0m3.registry.v1.RecordSnapshotRequest
-	(*GetSnapshotRequest)(nil),          // 45: v0m3.registry.v1.GetSnapshotRequest
-	(*ListSnapshotsRequest)(nil),        // 46: v0m3.registry.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 47: v0m3.registry.v1.ListSnapshotsResponse
-	(*DiffSnapshotsRequest)(nil),        // 48: v0m3.registry.v1.DiffSnapshotsRequest
-	(*SnapshotDiff)(nil),                // 49: v0m3.registry.v1.SnapshotDiff
-	(*ItemChange)(nil),                  // 50: v0m3.registry.v1.ItemChange
-	(*HandleField)(nil),                 // 51: v0m3.registry.v1.HandleField
-	(*Capability)(nil),                  // 52: v0m3.registry.v1.Capability
-	(*CreateCapabilityRequest)(nil),     // 53: v0m3.registry.v1.CreateCapabilityRequest
-	(*UpdateCapabilityRequest)(nil),     // 54: v0m3.registry.v1.UpdateCapabilityRequest
-	(*DeprecateCapabilityRequest)(nil),  // 55: v0m3.registry.v1.DeprecateCapabilityRequest
-	(*GetCapabilityRequest)(nil),        // 56: v0m3.registry.v1.GetCapabilityRequest
-	(*ListCapabilitiesRequest)(nil),     // 57: v0m3.registry.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil),    // 58: v0m3.registry.v1.ListCapabilitiesResponse
-	(*ProfileNeed)(nil),                 // 59: v0m3.registry.v1.ProfileNeed
-	(*TaskBudget)(nil),                  // 60: v0m3.registry.v1.TaskBudget
-	(*TaskProfile)(nil),                 // 61: v0m3.registry.v1.TaskProfile
-	(*CreateTaskProfileRequest)(nil),    // 62: v0m3.registry.v1.CreateTaskProfileRequest
-	(*UpdateTaskProfileRequest)(nil),    // 63: v0m3.registry.v1.UpdateTaskProfileRequest
-	(*DeprecateTaskProfileRequest)(nil), // 64: v0m3.registry.v1.DeprecateTaskProfileRequest
-	(*GetTaskProfileRequest)(nil),       // 65: v0m3.registry.v1.GetTaskProfileRequest
-	(*ListTaskProfilesRequest)(nil),     // 66: v0m3.registry.v1.ListTaskProfilesRequest
-	(*ListTaskProfilesResponse)(nil),    // 67: v0m3.registry.v1.ListTaskProfilesResponse
-	(*RemoteTarget)(nil),                // 68: v0m3.registry.v1.RemoteTarget
-	(*ArgumentBinding)(nil),             // 69: v0m3.registry.v1.ArgumentBinding
-	(*Limits)(nil),                      // 70: v0m3.registry.v1.Limits
-	(*Provenance)(nil),                  // 71: v0m3.registry.v1.Provenance
-	(*Mapping)(nil),                     // 72: v0m3.registry.v1.Mapping
-	(*TargetDigests)(nil),               // 73: v0m3.registry.v1.TargetDigests
-	(*ProposeMappingRequest)(nil),       // 74: v0m3.registry.v1.ProposeMappingRequest
-	(*ReviewMappingRequest)(nil),        // 75: v0m3.registry.v1.ReviewMappingRequest
-	(*GetMappingRequest)(nil),           // 76: v0m3.registry.v1.GetMappingRequest
-	(*ListMappingsRequest)(nil),         // 77: v0m3.registry.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),        // 78: v0m3.registry.v1.ListMappingsResponse
-	(*ResolveMappingRequest)(nil),       // 79: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 80: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 81: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 82: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 83: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 84: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 85: google.protobuf.Value
+	(OauthGrant)(0),                     // 0: v0m3.registry.v1.OauthGrant
+	(IdentityKind)(0),                   // 1: v0m3.registry.v1.IdentityKind
+	(Enforcement)(0),                    // 2: v0m3.registry.v1.Enforcement
+	(NetworkIsolation)(0),               // 3: v0m3.registry.v1.NetworkIsolation
+	(ReviewState)(0),                    // 4: v0m3.registry.v1.ReviewState
+	(ConnectionState)(0),                // 5: v0m3.registry.v1.ConnectionState
+	(ChangeKind)(0),                     // 6: v0m3.registry.v1.ChangeKind
+	(EffectClass)(0),                    // 7: v0m3.registry.v1.EffectClass
+	(RetryRule)(0),                      // 8: v0m3.registry.v1.RetryRule
+	(ResultKind)(0),                     // 9: v0m3.registry.v1.ResultKind
+	(ApprovalRequirement)(0),            // 10: v0m3.registry.v1.ApprovalRequirement
+	(DefinitionState)(0),                // 11: v0m3.registry.v1.DefinitionState
+	(HandleKind)(0),                     // 12: v0m3.registry.v1.HandleKind
+	(NeedCondition)(0),                  // 13: v0m3.registry.v1.NeedCondition
+	(MappingState)(0),                   // 14: v0m3.registry.v1.MappingState
+	(RemoteKind)(0),                     // 15: v0m3.registry.v1.RemoteKind
+	(ProvenanceMode)(0),                 // 16: v0m3.registry.v1.ProvenanceMode
+	(RegistryEventType)(0),              // 17: v0m3.registry.v1.RegistryEventType
+	(*Connection)(nil),                  // 18: v0m3.registry.v1.Connection
+	(*RolloutFailure)(nil),              // 19: v0m3.registry.v1.RolloutFailure
+	(*Transport)(nil),                   // 20: v0m3.registry.v1.Transport
+	(*StdioTransport)(nil),              // 21: v0m3.registry.v1.StdioTransport
+	(*StreamableHTTPTransport)(nil),     // 22: v0m3.registry.v1.StreamableHTTPTransport
+	(*OAuthClient)(nil),                 // 23: v0m3.registry.v1.OAuthClient
+	(*DirectTransport)(nil),             // 24: v0m3.registry.v1.DirectTransport
+	(*ServerInfo)(nil),                  // 25: v0m3.registry.v1.ServerInfo
+	(*SandboxConstraints)(nil),          // 26: v0m3.registry.v1.SandboxConstraints
+	(*SandboxIdentity)(nil),             // 27: v0m3.registry.v1.SandboxIdentity
+	(*ConfigRevision)(nil),              // 28: v0m3.registry.v1.ConfigRevision
+	(*CreateConnectionRequest)(nil),     // 29: v0m3.registry.v1.CreateConnectionRequest
+	(*GetConnectionRequest)(nil),        // 30: v0m3.registry.v1.GetConnectionRequest
+	(*ListConnectionsRequest)(nil),      // 31: v0m3.registry.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),     // 32: v0m3.registry.v1.ListConnectionsResponse
+	(*UpdateConnectionRequest)(nil),     // 33: v0m3.registry.v1.UpdateConnectionRequest
+	(*ReportRolloutRequest)(nil),        // 34: v0m3.registry.v1.ReportRolloutRequest
+	(*RetireConnectionRequest)(nil),     // 35: v0m3.registry.v1.RetireConnectionRequest
+	(*ListConfigRevisionsRequest)(nil),  // 36: v0m3.registry.v1.ListConfigRevisionsRequest
+	(*ReviewConnectionRequest)(nil),     // 37: v0m3.registry.v1.ReviewConnectionRequest
+	(*ListConfigRevisionsResponse)(nil), // 38: v0m3.registry.v1.ListConfigRevisionsResponse
+	(*DiscoverySnapshot)(nil),           // 39: v0m3.registry.v1.DiscoverySnapshot
+	(*ToolIdentity)(nil),                // 40: v0m3.registry.v1.ToolIdentity
+	(*ResourceIdentity)(nil),            // 41: v0m3.registry.v1.ResourceIdentity
+	(*ResourceTemplateIdentity)(nil),    // 42: v0m3.registry.v1.ResourceTemplateIdentity
+	(*PromptIdentity)(nil),              // 43: v0m3.registry.v1.PromptIdentity
+	(*PromptArgument)(nil),              // 44: v0m3.registry.v1.PromptArgument
+	(*Icon)(nil),                        // 45: v0m3.registry.v1.Icon
+	(*RecordSnapshotRequest)(nil),       // 46: v0m3.registry.v1.RecordSnapshotRequest
+	(*GetSnapshotRequest)(nil),          // 47: v0m3.registry.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),        // 48: v0m3.registry.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 49: v0m3.registry.v1.ListSnapshotsResponse
+	(*DiffSnapshotsRequest)(nil),        // 50: v0m3.registry.v1.DiffSnapshotsRequest
+	(*SnapshotDiff)(nil),                // 51: v0m3.registry.v1.SnapshotDiff
+	(*ItemChange)(nil),                  // 52: v0m3.registry.v1.ItemChange
+	(*HandleField)(nil),                 // 53: v0m3.registry.v1.HandleField
+	(*Capability)(nil),                  // 54: v0m3.registry.v1.Capability
+	(*CreateCapabilityRequest)(nil),     // 55: v0m3.registry.v1.CreateCapabilityRequest
+	(*UpdateCapabilityRequest)(nil),     // 56: v0m3.registry.v1.UpdateCapabilityRequest
+	(*DeprecateCapabilityRequest)(nil),  // 57: v0m3.registry.v1.DeprecateCapabilityRequest
+	(*GetCapabilityRequest)(nil),        // 58: v0m3.registry.v1.GetCapabilityRequest
+	(*ListCapabilitiesRequest)(nil),     // 59: v0m3.registry.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),    // 60: v0m3.registry.v1.ListCapabilitiesResponse
+	(*ProfileNeed)(nil),                 // 61: v0m3.registry.v1.ProfileNeed
+	(*TaskBudget)(nil),                  // 62: v0m3.registry.v1.TaskBudget
+	(*TaskProfile)(nil),                 // 63: v0m3.registry.v1.TaskProfile
+	(*CreateTaskProfileRequest)(nil),    // 64: v0m3.registry.v1.CreateTaskProfileRequest
+	(*UpdateTaskProfileRequest)(nil),    // 65: v0m3.registry.v1.UpdateTaskProfileRequest
+	(*DeprecateTaskProfileRequest)(nil), // 66: v0m3.registry.v1.DeprecateTaskProfileRequest
+	(*GetTaskProfileRequest)(nil),       // 67: v0m3.registry.v1.GetTaskProfileRequest
+	(*ListTaskProfilesRequest)(nil),     // 68: v0m3.registry.v1.ListTaskProfilesRequest
+	(*ListTaskProfilesResponse)(nil),    // 69: v0m3.registry.v1.ListTaskProfilesResponse
+	(*RemoteTarget)(nil),                // 70: v0m3.registry.v1.RemoteTarget
+	(*ArgumentBinding)(nil),             // 71: v0m3.registry.v1.ArgumentBinding
+	(*Limits)(nil),                      // 72: v0m3.registry.v1.Limits
+	(*Provenance)(nil),                  // 73: v0m3.registry.v1.Provenance
+	(*Mapping)(nil),                     // 74: v0m3.registry.v1.Mapping
+	(*TargetDigests)(nil),               // 75: v0m3.registry.v1.TargetDigests
+	(*ProposeMappingRequest)(nil),       // 76: v0m3.registry.v1.ProposeMappingRequest
+	(*ReviewMappingRequest)(nil),        // 77: v0m3.registry.v1.ReviewMappingRequest
+	(*GetMappingRequest)(nil),           // 78: v0m3.registry.v1.GetMappingRequest
+	(*ListMappingsRequest)(nil),         // 79: v0m3.registry.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),        // 80: v0m3.registry.v1.ListMappingsResponse
+	(*ResolveMappingRequest)(nil),       // 81: v0m3.registry.v1.ResolveMappingRequest
+	(*WatchEventsRequest)(nil),          // 82: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 83: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 84: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 85: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 86: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 87: google.protobuf.Value
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
-	19,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
-	3,   // 1: v0m3.registry.v1.Connection.review_state:type_name -> v0m3.registry.v1.ReviewState
-	4,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
-	23,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
-	24,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	83,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	83,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	83,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	83,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
-	18,  // 9: v0m3.registry.v1.Connection.rollout_failure:type_name -> v0m3.registry.v1.RolloutFailure
-	83,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
-	20,  // 11: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
-	21,  // 12: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
-	22,  // 13: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	82,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
-	2,   // 15: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
-	25,  // 16: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
-	1,   // 17: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
-	1,   // 18: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
-	1,   // 19: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
-	0,   // 20: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
-	19,  // 21: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	83,  // 22: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
-	19,  // 23: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	17,  // 24: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
-	19,  // 25: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	24,  // 26: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	26,  // 27: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
-	23,  // 28: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
-	38,  // 29: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
-	39,  // 30: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	83,  // 31: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	40,  // 32: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
-	41,  // 33: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
-	84,  // 34: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	84,  // 35: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	84,  // 36: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	84,  // 37: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
-	43,  // 38: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	84,  // 39: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
-	43,  // 40: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	84,  // 41: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
-	43,  // 42: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	42,  // 43: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
-	43,  // 44: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	37,  // 45: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	37,  // 46: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	50,  // 47: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	50,  // 48: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
-	50,  // 49: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
-	50,  // 50: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
-	5,   // 51: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
-	11,  // 52: v0m3.registry.v1.HandleField.kind:type_name -> v0m3.registry.v1.HandleKind
-	6,   // 53: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	84,  // 54: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
-	7,   // 55: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	51,  // 56: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
-	8,   // 57: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
-	70,  // 58: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
-	9,   // 59: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
-	10,  // 60: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	83,  // 61: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
-	52,  // 62: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	52,  // 63: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	52,  // 64: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
-	12,  // 65: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
-	59,  // 66: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
-	60,  // 67: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
-	10,  // 68: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	83,  // 69: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
-	61,  // 70: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	61,  // 71: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	61,  // 72: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
-	14,  // 73: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	85,  // 74: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
-	15,  // 75: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
-	68,  // 76: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	69,  // 77: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	84,  // 78: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	70,  // 79: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	13,  // 80: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	83,  // 81: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	83,  // 82: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	71,  // 83: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
-	84,  // 84: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
-	73,  // 85: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
-	68,  // 86: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	69,  // 87: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	84,  // 88: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	70,  // 89: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	71,  // 90: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
-	13,  // 91: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	72,  // 92: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	16,  // 93: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	83,  // 94: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	27,  // 95: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	28,  // 96: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	29,  // 97: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	31,  // 98: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	33,  // 99: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	32,  // 100: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
-	34,  // 101: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	35,  // 102: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	44,  // 103: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	45,  // 104: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	46,  // 105: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	48,  // 106: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	53,  // 107: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	54,  // 108: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	55,  // 109: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	56,  // 110: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	57,  // 111: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	62,  // 112: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	63,  // 113: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	64,  // 114: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	65,  // 115: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	66,  // 116: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	74,  // 117: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	75,  // 118: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	76,  // 119: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	77,  // 120: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	79,  // 121: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	80,  // 122: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	17,  // 123: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	17,  // 124: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	30,  // 125: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	17,  // 126: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	17,  // 127: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	17,  // 128: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
-	36,  // 129: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	17,  // 130: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	37,  // 131: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	37,  // 132: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	47,  // 133: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	49,  // 134: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	52,  // 135: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	52,  // 136: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	52,  // 137: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	52,  // 138: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	58,  // 139: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	61,  // 140: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	61,  // 141: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	61,  // 142: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	61,  // 143: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	67,  // 144: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	72,  // 145: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	72,  // 146: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	72,  // 147: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	78,  // 148: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	72,  // 149: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	81,  // 150: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	123, // [123:151] is the sub-list for method output_type
-	95,  // [95:123] is the sub-list for method input_type
-	95,  // [95:95] is the sub-list for extension type_name
-	95,  // [95:95] is the sub-list for extension extendee
-	0,   // [0:95] is the sub-list for field type_name
+	20,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
+	4,   // 1: v0m3.registry.v1.Connection.review_state:type_name -> v0m3.registry.v1.ReviewState
+	5,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
+	25,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
+	26,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	85,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	85,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	85,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	85,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	19,  // 9: v0m3.registry.v1.Connection.rollout_failure:type_name -> v0m3.registry.v1.RolloutFailure
+	85,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
+	21,  // 11: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
+	22,  // 12: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
+	24,  // 13: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
+	84,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	23,  // 15: v0m3.registry.v1.StreamableHTTPTransport.oauth:type_name -> v0m3.registry.v1.OAuthClient
+	0,   // 16: v0m3.registry.v1.OAuthClient.grant:type_name -> v0m3.registry.v1.OauthGrant
+	3,   // 17: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
+	27,  // 18: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
+	2,   // 19: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
+	2,   // 20: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
+	2,   // 21: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
+	1,   // 22: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
+	20,  // 23: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
+	85,  // 24: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	20,  // 25: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	18,  // 26: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
+	20,  // 27: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	26,  // 28: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	28,  // 29: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
+	25,  // 30: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
+	40,  // 31: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
+	41,  // 32: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
+	85,  // 33: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	42,  // 34: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
+	43,  // 35: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
+	86,  // 36: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	86,  // 37: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	86,  // 38: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	86,  // 39: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
+	45,  // 40: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	86,  // 41: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
+	45,  // 42: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	86,  // 43: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
+	45,  // 44: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	44,  // 45: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
+	45,  // 46: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	39,  // 47: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	39,  // 48: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	52,  // 49: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	52,  // 50: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	52,  // 51: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
+	52,  // 52: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
+	6,   // 53: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
+	12,  // 54: v0m3.registry.v1.HandleField.kind:type_name -> v0m3.registry.v1.HandleKind
+	7,   // 55: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	86,  // 56: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	8,   // 57: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
+	53,  // 58: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
+	9,   // 59: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
+	72,  // 60: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
+	10,  // 61: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
+	11,  // 62: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
+	85,  // 63: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	54,  // 64: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	54,  // 65: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	54,  // 66: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	13,  // 67: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
+	61,  // 68: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
+	62,  // 69: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
+	11,  // 70: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
+	85,  // 71: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	63,  // 72: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	63,  // 73: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	63,  // 74: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
+	15,  // 75: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
+	87,  // 76: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	16,  // 77: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
+	70,  // 78: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	71,  // 79: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	86,  // 80: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	72,  // 81: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	14,  // 82: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	85,  // 83: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	85,  // 84: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	73,  // 85: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
+	86,  // 86: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
+	75,  // 87: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
+	70,  // 88: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	71,  // 89: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	86,  // 90: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	72,  // 91: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	73,  // 92: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
+	14,  // 93: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	74,  // 94: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	17,  // 95: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	85,  // 96: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	29,  // 97: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	30,  // 98: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	31,  // 99: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	33,  // 100: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	35,  // 101: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	34,  // 102: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
+	36,  // 103: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	37,  // 104: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	46,  // 105: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	47,  // 106: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	48,  // 107: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	50,  // 108: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	55,  // 109: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	56,  // 110: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	57,  // 111: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	58,  // 112: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	59,  // 113: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	64,  // 114: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	65,  // 115: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	66,  // 116: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	67,  // 117: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	68,  // 118: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	76,  // 119: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	77,  // 120: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	78,  // 121: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	79,  // 122: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	81,  // 123: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	82,  // 124: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	18,  // 125: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	18,  // 126: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	32,  // 127: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	18,  // 128: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	18,  // 129: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	18,  // 130: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
+	38,  // 131: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	18,  // 132: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	39,  // 133: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	39,  // 134: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	49,  // 135: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	51,  // 136: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	54,  // 137: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	54,  // 138: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	54,  // 139: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	54,  // 140: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	60,  // 141: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	63,  // 142: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	63,  // 143: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	63,  // 144: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	63,  // 145: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	69,  // 146: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	74,  // 147: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	74,  // 148: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	74,  // 149: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	80,  // 150: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	74,  // 151: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	83,  // 152: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	125, // [125:153] is the sub-list for method output_type
+	97,  // [97:125] is the sub-list for method input_type
+	97,  // [97:97] is the sub-list for extension type_name
+	97,  // [97:97] is the sub-list for extension extendee
+	0,   // [0:97] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -7739,8 +7955,8 @@ func file_v0m3_registry_v1_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
-			NumEnums:      17,
-			NumMessages:   66,
+			NumEnums:      18,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
