@@ -130,6 +130,9 @@ func connectError(connectionID string, err error, m *meter) error {
 			fmt.Sprintf("connection %s: %s", connectionID, re.Detail),
 			map[string]string{"connection_id": connectionID})
 	}
+	if ae := authFailure(err, m); ae != nil {
+		return ae.status(connectionID)
+	}
 	var ce *credentialError
 	switch {
 	case errors.As(err, &ce):

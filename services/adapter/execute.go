@@ -225,6 +225,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		sendTime, observed    time.Time
 		n                     int64
 		err                   error
+		authRefused           *authError // the server refused the session's authorization
 	)
 	for attempt := 1; ; attempt++ {
 		var (
@@ -244,6 +245,8 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 				return failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeConnectionBusy, busyDetail(conn, s.pool.cfg.MaxCallsPerConnection))
 			case re != nil:
 				return failFact(resp, adapterv1.Outcome_OUTCOME_FORBIDDEN, re.Reason, re.Detail)
+			case authFailure(err, ss.m) != nil:
+				return authFailure(err, ss.m).executeFailure(resp)
 			case isLimitError(err, ss.m):
 				return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
 			case errors.As(err, &ce):
@@ -274,6 +277,9 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		cm.cancelOnFlood(cancelCall)
 		toolRes, readRes, err = ss.call(callCtx, method, req)
 		cancelCall()
+		if err != nil {
+			authRefused = authFailure(err, ss.m)
+		}
 		observed = time.Now()
 		sent, acked, sendTime, n, exceeded = cm.state()
 		flooded = cm.isFlooded()
@@ -320,6 +326,9 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	if err != nil {
 		if exceeded {
 			return failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeResponseLimitExceeded, limitDetail(limits))
+		}
+		if authRefused != nil {
+			return authRefused.executeFailure(resp) // refused before the server acted
 		}
 		return s.callFailed(ctx, resp, err, sent)
 	}

@@ -28,6 +28,9 @@ type httpDialer struct {
 	// server sends what it says outside any call (list_changed): for
 	// long-lived sessions.
 	listen bool
+	// oauth, when set, authorizes the session with OAuth 2.1 instead of
+	// the static credential (see oauth.go).
+	oauth *authorizer
 }
 
 // maxRedirects bounds same-origin redirects.
@@ -54,6 +57,9 @@ func (d *httpDialer) open(ctx context.Context, m *meter) (mcp.Transport, func(),
 		DisableStandaloneSSE: !d.listen, // a one-off session needs no server-initiated stream
 		MaxEventSize:         -1,        // limitedBody enforces the limit while reading
 	}
+	if d.oauth != nil {
+		t.OAuthHandler = &sessionAuth{a: d.oauth, creds: d.creds, m: m}
+	}
 	return t, func() {}, nil
 }
 
@@ -72,7 +78,7 @@ func (d *httpDialer) client(m *meter, secret string) (*http.Client, error) {
 		auth = "Bearer " + secret
 	}
 	return &http.Client{
-		Transport: &meteredTransport{base: d.base, m: m, origin: origin, authorization: auth},
+		Transport: &meteredTransport{base: d.base, m: m, origin: origin, authorization: auth, creds: d.creds},
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if originOf(req.URL) != origin {
 				// The target is remote text: it is not repeated.
@@ -114,15 +120,18 @@ type meteredTransport struct {
 	m             *meter
 	origin        string
 	authorization string
+	creds         *credentials // scrubs the server's auth challenges
 }
 
 func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	telemetry.InjectHTTP(req.Context(), req.Header) // the governed call's trace continues at the server
-	if t.authorization != "" && originOf(req.URL) == t.origin {
+	endpoint := originOf(req.URL) == t.origin
+	switch {
+	case t.authorization != "" && endpoint:
 		req.Header.Set("Authorization", t.authorization)
-	} else {
-		req.Header.Del("Authorization")
+	case !endpoint:
+		req.Header.Del("Authorization") // an OAuth token goes to the endpoint's origin only too
 	}
 	var call *callMeter
 	if req.Method == http.MethodPost && req.GetBody != nil {
@@ -149,6 +158,9 @@ func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	if call != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		call.acknowledged()
+	}
+	if endpoint {
+		t.m.observeAuth(resp, t.creds)
 	}
 	body := &limitedBody{rc: resp.Body, m: t.m, call: call}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {

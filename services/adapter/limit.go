@@ -72,6 +72,10 @@ type meter struct {
 	// refused is the reachability refusal of a dial or redirect, if any.
 	refused atomic.Pointer[reach.Error]
 
+	// auth is the server's last refusal of the session's authorization
+	// (see observeAuth), if no request succeeded since.
+	auth atomic.Pointer[authError]
+
 	// tap, when set (discovery), sees every complete inbound message.
 	tap atomic.Pointer[wireTap]
 

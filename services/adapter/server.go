@@ -140,6 +140,9 @@ type Server struct {
 	// pool keeps Execute's sessions.
 	pool *pool
 
+	// oauth keeps each OAuth connection's authorizer (see oauth.go).
+	oauth authorizers
+
 	// procStarts counts local server processes started, procLive those
 	// not yet reaped.
 	procStarts, procLive atomic.Int64
@@ -295,7 +298,7 @@ func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, l
 
 func retryable(err error, m *meter) bool {
 	var ce *credentialError
-	if errors.As(err, &ce) || isLimitError(err, m) || refusal(err, m) != nil || errors.Is(err, errAdapterClosed) || isSandboxSetup(err) ||
+	if errors.As(err, &ce) || authFailure(err, m) != nil || isLimitError(err, m) || refusal(err, m) != nil || errors.Is(err, errAdapterClosed) || isSandboxSetup(err) ||
 		unsupportedVersion(err) != nil {
 		return false
 	}

@@ -32,7 +32,8 @@ func (s *Server) dialerFor(conn *registryv1.Connection, creds *credentials, list
 	case *registryv1.Transport_Stdio:
 		return &stdioDialer{spec: t.Stdio, workRoot: s.workDir, connectionID: conn.GetId(), credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach, sx: s.sandbox, log: s.log, starts: &s.procStarts, live: &s.procLive}, nil
 	case *registryv1.Transport_StreamableHttp:
-		return &httpDialer{url: t.StreamableHttp.GetUrl(), base: s.httpTransport, credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach, listen: listen}, nil
+		return &httpDialer{url: t.StreamableHttp.GetUrl(), base: s.httpTransport, credentialRef: conn.GetCredentialRef(), creds: creds, reach: s.reach, listen: listen,
+			oauth: s.authorizerFor(conn, t.StreamableHttp.GetUrl())}, nil
 	case *registryv1.Transport_Direct:
 		return nil, apierror.New(codes.FailedPrecondition, "TRANSPORT_NOT_SUPPORTED",
 			fmt.Sprintf("connection %s uses the direct adapter %q, which this adapter does not run", conn.GetId(), t.Direct.GetAdapter()),
