@@ -411,14 +411,22 @@ func (a *authorizer) authorizeCode(ctx context.Context, req *http.Request, resp 
 			Client:                   a.http,
 			RequestRefreshToken:      true,
 		}
+		// The handler tries the metadata document where the server
+		// supports it, then the pre-registered client, then registration.
 		if doc := a.cfg.GetClientIdMetadataUrl(); doc != "" {
 			cfg.ClientIDMetadataDocumentConfig = &auth.ClientIDMetadataDocumentConfig{URL: doc}
-		} else {
-			client := &oauthex.ClientCredentials{ClientID: a.cfg.GetClientId(), Issuer: a.cfg.GetIssuer()}
+		}
+		if id := a.cfg.GetClientId(); id != "" {
+			client := &oauthex.ClientCredentials{ClientID: id, Issuer: a.cfg.GetIssuer()}
 			if secret != "" {
 				client.ClientSecretAuth = &oauthex.ClientSecretAuth{ClientSecret: secret}
 			}
 			cfg.PreregisteredClient = client
+		}
+		if a.cfg.GetDynamicRegistration() {
+			cfg.DynamicClientRegistrationConfig = &auth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
+				RedirectURIs: []string{a.cfg.GetRedirectUrl()}, ClientName: "V0M3 Boundary adapter",
+				GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"}}}
 		}
 		if sc := a.cfg.GetScopes(); len(sc) > 0 {
 			cfg.ScopeFilter = func(discovered []string) []string {

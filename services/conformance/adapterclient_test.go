@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -61,11 +63,23 @@ func runAdapterClient(url, scenario string, ctxJSON string) int {
 	defer cancel()
 	ctx = identity.WithCaller(identity.WithPeer(ctx, identity.Orchestrator), identity.Caller{ID: identity.Orchestrator, Kind: identity.KindService})
 
+	workDir, err := os.MkdirTemp("", "v0m3-conformance-client-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer os.RemoveAll(workDir)
+	oauth, err := oauthFor(scenario, ctxJSON, workDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	reg := &oneConnection{conn: &registryv1.Connection{
 		Id: connectionID, DisplayName: "conformance", ConfigRevision: 1,
 		State:       registryv1.ConnectionState_CONNECTION_STATE_ACTIVE,
 		ReviewState: registryv1.ReviewState_REVIEW_STATE_APPROVED,
-		Transport:   &registryv1.Transport{Kind: &registryv1.Transport_StreamableHttp{StreamableHttp: &registryv1.StreamableHTTPTransport{Url: url}}},
+		Transport: &registryv1.Transport{Kind: &registryv1.Transport_StreamableHttp{StreamableHttp: &registryv1.StreamableHTTPTransport{
+			Url: url, Oauth: oauth}}},
 	}}
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
@@ -80,12 +94,6 @@ func runAdapterClient(url, scenario string, ctxJSON string) int {
 		return 2
 	}
 	defer cc.Close()
-	workDir, err := os.MkdirTemp("", "v0m3-conformance-client-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	defer os.RemoveAll(workDir)
 	a := adapter.NewServer(adapter.Deps{
 		Registry:          registryv1.NewRegistryServiceClient(cc),
 		WorkDir:           workDir,
@@ -133,6 +141,51 @@ func runAdapterClient(url, scenario string, ctxJSON string) int {
 		return 1
 	}
 	return 0
+}
+
+// conformanceClientMetadata is the client ID metadata document URL the
+// runner's authorization servers accept (as the go-sdk's client uses it).
+const conformanceClientMetadata = "https://conformance-test.local/client-metadata.json"
+
+// oauthFor is the connection's OAuth block in an auth scenario, as an
+// operator would configure it: for the authorization code scenarios a
+// pre-consented client (the runner's authorization server redirects at
+// once) identified by a metadata document, by dynamic registration, or by
+// the pre-registered client the scenario's context names; for the client
+// credentials scenarios the context's client. A secret is written to a
+// file and referenced, as in production. Everything else (discovery,
+// issuer checks, grants, step-up) is the adapter's.
+func oauthFor(scenario, ctxJSON, dir string) (*registryv1.OAuthClient, error) {
+	if !strings.HasPrefix(scenario, "auth/") {
+		return nil, nil
+	}
+	var c struct {
+		ClientID     string `json:"client_id"`
+		ClientSecret string `json:"client_secret"`
+		Issuer       string `json:"issuer"`
+	}
+	if ctxJSON != "" {
+		if err := json.Unmarshal([]byte(ctxJSON), &c); err != nil {
+			return nil, fmt.Errorf("scenario context: %w", err)
+		}
+	}
+	o := &registryv1.OAuthClient{ClientId: c.ClientID, Issuer: c.Issuer}
+	if c.ClientSecret != "" {
+		path := filepath.Join(dir, "client-secret")
+		if err := os.WriteFile(path, []byte(c.ClientSecret), 0o600); err != nil {
+			return nil, err
+		}
+		o.ClientSecretRef = "file:" + path
+	}
+	if strings.HasPrefix(scenario, "auth/client-credentials") {
+		o.Grant = registryv1.OauthGrant_OAUTH_GRANT_CLIENT_CREDENTIALS
+		return o, nil
+	}
+	o.Grant = registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE
+	o.RedirectUrl = "http://localhost:3000/callback"
+	o.ClientIdMetadataUrl = conformanceClientMetadata
+	o.DynamicRegistration = true
+	return o, nil
 }
 
 // call is one tool call (or resource read) a scenario expects.
@@ -202,5 +255,9 @@ func callsFor(scenario string, snap *registryv1.DiscoverySnapshot, ctxJSON strin
 		}
 		return calls
 	}
-	return nil // initialize, request-metadata, json-schema-ref-no-deref, auth/*: connecting is the scenario
+	if strings.HasPrefix(scenario, "auth/") {
+		// As the go-sdk's client: list, then call the scenario's tool.
+		return []call{{name: "test-tool", args: map[string]any{}, required: true}}
+	}
+	return nil // initialize, request-metadata, json-schema-ref-no-deref: connecting is the scenario
 }

@@ -50,20 +50,26 @@ func validateOAuth(o *registryv1.OAuthClient, credentialRef string) []apierror.F
 	default:
 		bad("grant", "a grant is required: client_credentials or authorization_code")
 	}
-	switch id, doc := o.GetClientId(), o.GetClientIdMetadataUrl(); {
-	case id == "" && doc == "":
-		bad("client_id", "a client_id (or, for authorization_code, a client_id_metadata_url) is required")
-	case id != "" && doc != "":
-		bad("client_id_metadata_url", "set client_id or client_id_metadata_url, not both")
-	case doc != "":
-		if grant != registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE {
+	code := grant == registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE
+	id, doc := o.GetClientId(), o.GetClientIdMetadataUrl()
+	switch {
+	case id == "" && !code:
+		bad("client_id", "the client_credentials grant needs the client_id registered with the authorization server")
+	case id == "" && doc == "" && !o.GetDynamicRegistration():
+		bad("client_id", "a client_id, a client_id_metadata_url or dynamic_registration is required")
+	case strings.ContainsAny(id, " \t\r\n\x00"):
+		bad("client_id", "must not contain spaces or control characters")
+	}
+	if doc != "" {
+		if !code {
 			bad("client_id_metadata_url", "a client ID metadata document identifies a client of the authorization_code grant only")
 		}
 		if u, err := url.Parse(doc); err != nil || u.Scheme != "https" || u.Host == "" || u.Path == "" || u.Path == "/" || u.Fragment != "" || u.User != nil {
 			bad("client_id_metadata_url", "must be an https URL with a path and no fragment or user information")
 		}
-	case strings.ContainsAny(id, " \t\r\n\x00"):
-		bad("client_id", "must not contain spaces or control characters")
+	}
+	if o.GetDynamicRegistration() && !code {
+		bad("dynamic_registration", "only a client of the authorization_code grant registers dynamically")
 	}
 	ref := o.GetClientSecretRef()
 	switch {
@@ -71,8 +77,8 @@ func validateOAuth(o *registryv1.OAuthClient, credentialRef string) []apierror.F
 		bad("client_secret_ref", `must be a reference such as "file:/var/run/secrets/v0m3/oauth-secret", never a secret value`)
 	case ref == "" && grant == registryv1.OauthGrant_OAUTH_GRANT_CLIENT_CREDENTIALS:
 		bad("client_secret_ref", "the client_credentials grant needs a confidential client: set the reference of its secret")
-	case ref != "" && o.GetClientIdMetadataUrl() != "":
-		bad("client_secret_ref", "a client identified by a metadata document has no secret")
+	case ref != "" && id == "" && code:
+		bad("client_secret_ref", "a secret belongs to a pre-registered client: set its client_id")
 	}
 	if iss := o.GetIssuer(); iss != "" {
 		if err := checkAuthURL(iss); err != nil {

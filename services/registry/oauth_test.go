@@ -48,6 +48,13 @@ func TestCreateConnectionOAuth(t *testing.T) {
 			RedirectUrl: "http://localhost:3000/callback"}},
 		{name: "public authorization code client without issuer", oauth: &registryv1.OAuthClient{
 			Grant: registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE, ClientId: "v0m3", RedirectUrl: "https://v0m3.example/callback"}},
+		{name: "dynamically registered public client", oauth: &registryv1.OAuthClient{
+			Grant: registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE, DynamicRegistration: true, RedirectUrl: "http://localhost:3000/callback"}},
+		{name: "dynamic registration for client credentials", oauth: with(func(o *registryv1.OAuthClient) { o.DynamicRegistration = true }),
+			wantFields: []string{f + "dynamic_registration"}},
+		{name: "secret without a client id", oauth: &registryv1.OAuthClient{Grant: registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE,
+			ClientIdMetadataUrl: "https://v0m3.example/oauth/client.json", ClientSecretRef: "file:/s", Issuer: "https://auth.example.com", RedirectUrl: "https://v0m3.example/cb"},
+			wantFields: []string{f + "client_secret_ref"}},
 		{name: "loopback http issuer", oauth: with(func(o *registryv1.OAuthClient) { o.Issuer = "http://127.0.0.1:4444/" })},
 		{name: "no grant", oauth: with(func(o *registryv1.OAuthClient) { o.Grant = 0 }), wantFields: []string{f + "grant"}},
 		{name: "no client", oauth: with(func(o *registryv1.OAuthClient) { o.ClientId = "" }), wantFields: []string{f + "client_id"}},

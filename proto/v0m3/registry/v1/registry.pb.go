@@ -1736,11 +1736,14 @@ type OAuthClient struct {
 	// Required. The grant that obtains tokens.
 	Grant OauthGrant `protobuf:"varint,1,opt,name=grant,proto3,enum=v0m3.registry.v1.OauthGrant" json:"grant,omitempty"`
 	// The client identifier registered with the authorization server.
-	// Exactly one of client_id and client_id_metadata_url is required
-	// (client_id_metadata_url only with the authorization code grant).
+	// Required for client_credentials. For authorization_code at least one
+	// of client_id, client_id_metadata_url and dynamic_registration is
+	// required; the adapter uses the metadata document where the
+	// authorization server supports it, else client_id, else registers.
 	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// A client ID metadata document URL (https), used as the client
-	// identifier where the authorization server supports such documents.
+	// identifier where the authorization server supports such documents
+	// (authorization_code only).
 	ClientIdMetadataUrl string `protobuf:"bytes,3,opt,name=client_id_metadata_url,json=clientIdMetadataUrl,proto3" json:"client_id_metadata_url,omitempty"`
 	// Where the adapter reads the client secret, e.g.
 	// "file:/var/run/secrets/v0m3/search/oauth-secret". A reference, never a
@@ -1763,9 +1766,13 @@ type OAuthClient struct {
 	// authorization_code, whose client must be pre-consented: its
 	// authorization endpoint answers with a redirect at once, since no
 	// person takes part.
-	RedirectUrl   string `protobuf:"bytes,8,opt,name=redirect_url,json=redirectUrl,proto3" json:"redirect_url,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RedirectUrl string `protobuf:"bytes,8,opt,name=redirect_url,json=redirectUrl,proto3" json:"redirect_url,omitempty"`
+	// Register a public client dynamically (RFC 7591) at the authorization
+	// server when no other client identification applies and the server
+	// offers registration (authorization_code only; no secret involved).
+	DynamicRegistration bool `protobuf:"varint,9,opt,name=dynamic_registration,json=dynamicRegistration,proto3" json:"dynamic_registration,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *OAuthClient) Reset() {
@@ -1852,6 +1859,13 @@ func (x *OAuthClient) GetRedirectUrl() string {
 		return x.RedirectUrl
 	}
 	return ""
+}
+
+func (x *OAuthClient) GetDynamicRegistration() bool {
+	if x != nil {
+		return x.DynamicRegistration
+	}
+	return false
 }
 
 // DirectTransport names a built-in adapter that is not MCP.
@@ -7087,7 +7101,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"`\n" +
 	"\x17StreamableHTTPTransport\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x123\n" +
-	"\x05oauth\x18\x02 \x01(\v2\x1d.v0m3.registry.v1.OAuthClientR\x05oauth\"\xae\x02\n" +
+	"\x05oauth\x18\x02 \x01(\v2\x1d.v0m3.registry.v1.OAuthClientR\x05oauth\"\xe1\x02\n" +
 	"\vOAuthClient\x122\n" +
 	"\x05grant\x18\x01 \x01(\x0e2\x1c.v0m3.registry.v1.OauthGrantR\x05grant\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x123\n" +
@@ -7096,7 +7110,8 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x06scopes\x18\x05 \x03(\tR\x06scopes\x12\x16\n" +
 	"\x06issuer\x18\x06 \x01(\tR\x06issuer\x12\x1a\n" +
 	"\bresource\x18\a \x01(\tR\bresource\x12!\n" +
-	"\fredirect_url\x18\b \x01(\tR\vredirectUrl\"+\n" +
+	"\fredirect_url\x18\b \x01(\tR\vredirectUrl\x121\n" +
+	"\x14dynamic_registration\x18\t \x01(\bR\x13dynamicRegistration\"+\n" +
 	"\x0fDirectTransport\x12\x18\n" +
 	"\aadapter\x18\x01 \x01(\tR\aadapter\"P\n" +
 	"\n" +
