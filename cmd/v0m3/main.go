@@ -46,6 +46,7 @@ Together:
   bench           measure a governed call beside a direct one (p50, p99, calls/s, CPU per call)
 
 Declared definitions (as you, with --token):
+  connect         register a remote streamable HTTP MCP server (static credential or OAuth 2.1 client); it awaits review
   capability      apply, list, get or deprecate capabilities: 'v0m3 capability apply -f FILE'
   profile         apply, list, get or deprecate task profiles: 'v0m3 profile apply -f FILE'
   audit           list the audit log of privileged actions ('--jsonl' exports JSON lines)
@@ -109,6 +110,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runBridge(ctx, rest, stderr)
 	case "rotation":
 		return runRotation(ctx, rest, stdout, stderr)
+	case "connect":
+		return runConnect(ctx, rest, stdout, stderr)
 	case "capability":
 		return runCapability(ctx, rest, stdout, stderr)
 	case "audit":
