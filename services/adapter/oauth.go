@@ -144,8 +144,8 @@ type authorizers struct {
 	m  map[string]*authorizer // by connection id
 }
 
-// forConnection returns the authorizer of conn's OAuth block, or nil when
-// the connection has none.
+// authorizerFor returns the authorizer of conn's OAuth block at its
+// config revision, or nil when the connection has none.
 func (s *Server) authorizerFor(conn *registryv1.Connection, endpoint string) *authorizer {
 	cfg := conn.GetTransport().GetStreamableHttp().GetOauth()
 	if cfg == nil {
@@ -163,6 +163,14 @@ func (s *Server) authorizerFor(conn *registryv1.Connection, endpoint string) *au
 	a := &authorizer{key: key, cfg: cfg, endpoint: endpoint, http: s.oauthClient(), log: s.log}
 	s.oauth.m[key.connectionID] = a
 	return a
+}
+
+// drop forgets a connection's authorizer and the token it holds (the
+// connection was retired or is no longer approved).
+func (as *authorizers) drop(connectionID string) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	delete(as.m, connectionID)
 }
 
 // oauthClient is the HTTP client of metadata and token requests: it dials

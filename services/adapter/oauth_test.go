@@ -381,3 +381,43 @@ func TestOAuthRefusals(t *testing.T) {
 		})
 	}
 }
+
+// A server that refuses a static bearer credential is
+// AUTHENTICATION_REQUIRED after one request, not SERVER_UNREACHABLE after
+// three: retrying cannot fix a refused credential. The challenge is
+// untrusted detail, scrubbed of the credential the server echoes in it.
+func TestStaticCredentialRefused(t *testing.T) {
+	t.Parallel()
+	const token = "static-token-5f2c9a17e3"
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="token `+strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")+` revoked"`)
+		http.Error(w, "no", http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	conn := e.httpConn(srv.URL + "/mcp")
+	conn.CredentialRef = "file:" + path
+	e.registry.add(conn)
+	_, err := e.srv.Discover(asOperator(t.Context()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	if !apierror.Is(err, codes.FailedPrecondition, CodeAuthenticationRequired) {
+		t.Fatalf("Discover error = %v, want FAILED_PRECONDITION %s", err, CodeAuthenticationRequired)
+	}
+	resp := execute(t, e, call(t, conn, "search", map[string]any{}, nil))
+	wantFailure(t, resp, adapterv1.Outcome_OUTCOME_FORBIDDEN, CodeAuthenticationRequired)
+	detail := resp.GetError().GetUntrustedDetail()
+	if !strings.Contains(detail, "invalid_token") || strings.Contains(detail, token) || strings.Contains(err.Error(), token) ||
+		strings.Contains(apierror.Info(err).GetMetadata()["untrusted_challenge"], token) {
+		t.Errorf("challenge detail %q / error %v: want the challenge without the token", detail, err)
+	}
+	// Each operation sent its first request only (the client library's
+	// version fallback may add one more); never three attempts.
+	if n := hits.Load(); n > 4 {
+		t.Errorf("the server was asked %d times over two operations", n)
+	}
+}

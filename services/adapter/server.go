@@ -223,12 +223,14 @@ func (s *Server) connection(ctx context.Context, id string) (*registryv1.Connect
 	}
 	if conn.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
 		s.pool.drop(id)
+		s.oauth.drop(id)
 		return nil, apierror.New(codes.FailedPrecondition, "CONNECTION_RETIRED",
 			fmt.Sprintf("connection %s is retired; it is kept for history and never used again", id),
 			map[string]string{"connection_id": id})
 	}
 	if err := review.Approved(conn); err != nil {
 		s.pool.drop(id)
+		s.oauth.drop(id)
 		s.log.InfoContext(ctx, "refused to use an unreviewed connection", "connection_id", id,
 			"config_revision", conn.GetConfigRevision(), "review_state", conn.GetReviewState().String())
 		return nil, err
