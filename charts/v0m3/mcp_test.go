@@ -53,7 +53,9 @@ func TestTaskMCPEndpoint(t *testing.T) {
 	}
 	var svc corev1.Service
 	m.must(t, "Service", orch, &svc)
-	if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "mcp" && p.Port == 7410 && p.TargetPort.String() == "mcp" }) {
+	if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
+		return p.Name == "mcp" && p.Port == 7410 && p.TargetPort.String() == "mcp"
+	}) {
 		t.Errorf("Service ports %v lack mcp 7410", svc.Spec.Ports)
 	}
 	var np networkingv1.NetworkPolicy
