@@ -25,6 +25,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/conformance"
 	"github.com/v0m3/v0m3/services/internal/paging"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
@@ -125,7 +126,7 @@ func text(res *mcp.CallToolResult) string {
 func TestTaskMCPSourceReview(t *testing.T) {
 	t.Parallel()
 	s := startMCPSuite(t)
-	logPath := filepath.Join(t.TempDir(), "calls.jsonl")
+	logPath := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
 	r, err := scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath), As: s.As})
 	if err != nil {
 		t.Fatalf("scenario: %v", err)
@@ -236,8 +237,8 @@ func TestTaskMCPSourceReview(t *testing.T) {
 			// A refusal is a tool error naming the reason a model can act on.
 			bad, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: scenario.Retrieve, Arguments: map[string]any{"source": faq, "query": "x", "path": "/etc/passwd"},
 				Meta: mcp.Meta{orchestrator.MetaProviderCallID: "bad-1"}})
-			if err != nil || !bad.IsError || !strings.Contains(text(bad), "UNKNOWN_FIELD") || !strings.Contains(text(bad), "What to do") {
-				t.Errorf("call with an unknown field = %v, %v; want a tool error naming UNKNOWN_FIELD", bad, err)
+			if err != nil || !bad.IsError || !strings.Contains(text(bad), "Refused (UNKNOWN_ARGUMENT_FIELD)") || !strings.Contains(text(bad), "What to do: remove the fields") {
+				t.Errorf("call with an unknown field = %q, %v; want a tool error naming UNKNOWN_ARGUMENT_FIELD and what to do", text(bad), err)
 			}
 		})
 	}
@@ -304,7 +305,7 @@ func TestTaskMCPApproval(t *testing.T) {
 func TestTaskMCPTokenRefused(t *testing.T) {
 	t.Parallel()
 	s := startMCPSuite(t)
-	logPath := filepath.Join(t.TempDir(), "calls.jsonl")
+	logPath := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
 	if _, err := scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath), As: s.As}); err != nil {
 		t.Fatalf("scenario: %v", err)
 	}

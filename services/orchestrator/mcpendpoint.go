@@ -178,7 +178,6 @@ func metaString(m mcp.Meta, key string) string {
 // refusalHints say what a model can do about a refusal, by reason.
 var refusalHints = map[string]string{
 	"INVALID_ARGUMENTS":       "correct the arguments to match the tool's input schema and call again",
-	"UNKNOWN_FIELD":           "remove the fields the tool's input schema does not list and call again",
 	"UNKNOWN_ARGUMENT_FIELD":  "remove the fields the tool's input schema does not list and call again",
 	"HANDLE_REQUIRED":         "pick one of the handles the tool's input schema lists",
 	"HANDLE_KIND_MISMATCH":    "use a handle the tool's input schema lists for that field",
