@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"testing"
 
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -25,7 +28,20 @@ import (
 // catalogue.
 func startTaskEndpoint(t *testing.T, v0m3 string) string {
 	t.Helper()
-	s, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), MCP: &suite.MCP{}})
+	// The fixture is the v0m3 binary this test built, copied where the
+	// adapter starts executables from: a directory every uid reaches (a
+	// root adapter runs it under a uid of its own) and only this one writes.
+	dir := testkit.ReachableDir(t)
+	exe, err := os.ReadFile(v0m3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v0m3 = filepath.Join(dir, "v0m3")
+	if err := os.WriteFile(v0m3, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), MCP: &suite.MCP{},
+		Reach: &suite.Reach{StdioRoots: []string{dir}, AllowLoopback: true}})
 	if err != nil {
 		t.Fatalf("start suite: %v", err)
 	}
