@@ -5,11 +5,13 @@ package e2e_test
 // with the orchestrator's certificate, and sees only that task.
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +22,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
@@ -34,10 +37,15 @@ import (
 // mcpVersions are the protocol versions the endpoint must speak (issue 17).
 var mcpVersions = []string{"2025-06-18", "2025-11-25", "2026-07-28"}
 
-// startMCPSuite starts the services with the task MCP endpoint served.
-func startMCPSuite(t *testing.T) *suite.Suite {
+// startMCPSuite starts the services with the task MCP endpoint served;
+// logs, when given, receives every service's debug logs.
+func startMCPSuite(t *testing.T, logs ...*syncBuffer) *suite.Suite {
 	t.Helper()
-	s, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), MCP: &suite.MCP{}})
+	cfg := suite.Config{DataDir: t.TempDir(), MCP: &suite.MCP{}}
+	if len(logs) > 0 {
+		cfg.Log = slog.New(slog.NewJSONHandler(logs[0], &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	s, err := suite.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("start suite: %v", err)
 	}
@@ -304,7 +312,8 @@ func TestTaskMCPApproval(t *testing.T) {
 // request, its trace no new event, and the fixture server no call.
 func TestTaskMCPTokenRefused(t *testing.T) {
 	t.Parallel()
-	s := startMCPSuite(t)
+	logs := &syncBuffer{}
+	s := startMCPSuite(t, logs)
 	logPath := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
 	if _, err := scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath), As: s.As}); err != nil {
 		t.Fatalf("scenario: %v", err)
@@ -417,6 +426,29 @@ func TestTaskMCPTokenRefused(t *testing.T) {
 	}
 	if _, err := s.Orchestrator.MintMcpToken(as(s, scenario.Bob), &orchestratorv1.MintMcpTokenRequest{TaskId: alice.GetTask().GetId()}); err == nil {
 		t.Error("bob minted a token for alice's task")
+	}
+
+	// No token, used or refused, is in any log or trace.
+	secrets := []string{ep.GetToken()}
+	for _, tk := range tasks {
+		secrets = append(secrets, tk.GetMcpEndpoint().GetToken())
+	}
+	var traceJSON []byte
+	for _, tk := range tasks {
+		tr, err := s.Evidence.GetTrace(as(s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: tk.GetTask().GetId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := protojson.Marshal(tr)
+		traceJSON = append(traceJSON, b...)
+	}
+	if !bytes.Contains(logs.Bytes(), []byte("MCP token minted")) {
+		t.Fatal("no log of the minting: the log capture is not working")
+	}
+	for _, secret := range secrets {
+		if bytes.Contains(logs.Bytes(), []byte(secret)) || bytes.Contains(traceJSON, []byte(secret)) {
+			t.Error("a task token appears in the logs or traces")
+		}
 	}
 }
 
