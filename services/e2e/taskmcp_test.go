@@ -286,9 +286,18 @@ func TestTaskMCPApproval(t *testing.T) {
 	if env.renders(t) != 0 {
 		t.Fatal("rendered before approval")
 	}
+	// The model asking again while it waits is the same request, still
+	// pending: nothing renders, no second approval is asked for.
+	res, err = cs.CallTool(ctx, call)
+	if err != nil || res.IsError || !strings.Contains(text(res), "Approval pending") {
+		t.Fatalf("the same call while pending = %v, %v", res, err)
+	}
 	reqs, err := s.Orchestrator.ListRequests(as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: resp.GetTask().GetId()})
 	if err != nil || len(reqs.GetRequests()) != 1 || !strings.Contains(body, reqs.GetRequests()[0].GetId()) {
 		t.Fatalf("requests = %v, %v; want one, named in the result", reqs.GetRequests(), err)
+	}
+	if env.renders(t) != 0 {
+		t.Fatal("rendered before approval")
 	}
 	done, err := approve(c, reqs.GetRequests()[0].GetId(), documentDigest)
 	if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
@@ -303,6 +312,20 @@ func TestTaskMCPApproval(t *testing.T) {
 	}
 	if env.renders(t) != 1 {
 		t.Errorf("renders = %d, want exactly 1", env.renders(t))
+	}
+
+	// Revoking the task ends its endpoint for the session already open.
+	if _, err := s.Orchestrator.CancelTask(as(s, scenario.Alice), &orchestratorv1.CancelTaskRequest{Id: resp.GetTask().GetId(), Reason: "revoked"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ListTools(ctx, nil); err == nil {
+		t.Error("tools/list still answers after the task was cancelled")
+	}
+	if _, err := cs.CallTool(ctx, call); err == nil {
+		t.Error("tools/call still answers after the task was cancelled")
+	}
+	if env.renders(t) != 1 {
+		t.Errorf("renders after the cancel = %d, want still 1", env.renders(t))
 	}
 }
 
