@@ -221,8 +221,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // mcpFlags configure the orchestrator's task MCP endpoint (issue 17).
 type mcpFlags struct {
-	addr, url, hosts *string
-	ttl              *time.Duration
+	addr, url, hosts, approval *string
+	ttl                        *time.Duration
 }
 
 // addMCPFlags adds the task MCP endpoint's flags; addrNote, when set,
@@ -233,10 +233,11 @@ func addMCPFlags(fs *flag.FlagSet, addrNote string) *mcpFlags {
 		usage = "serve task-scoped MCP endpoints (/tasks/{task_id}/mcp) on this address (" + addrNote + ")"
 	}
 	return &mcpFlags{
-		addr:  fs.String("mcp-addr", "", usage),
-		url:   fs.String("mcp-url", "", "base URL clients reach --mcp-addr at, handed out by StartTask (empty = https://<mcp-addr>)"),
-		hosts: fs.String("mcp-allowed-hosts", "", "comma-separated host names clients may use in Host and Origin besides loopback (others get 403, against DNS rebinding); the --mcp-url host is always allowed"),
-		ttl:   fs.Duration("mcp-token-ttl", orchestrator.DefaultMCPTokenTTL, "how long a task MCP token lasts"),
+		addr:     fs.String("mcp-addr", "", usage),
+		url:      fs.String("mcp-url", "", "base URL clients reach --mcp-addr at, handed out by StartTask (empty = https://<mcp-addr>)"),
+		hosts:    fs.String("mcp-allowed-hosts", "", "comma-separated host names clients may use in Host and Origin besides loopback (others get 403, against DNS rebinding); the --mcp-url host is always allowed"),
+		ttl:      fs.Duration("mcp-token-ttl", orchestrator.DefaultMCPTokenTTL, "how long a task MCP token lasts"),
+		approval: fs.String("approval-url", "", "page where a person approves a request, with {request_id} in it (e.g. https://console.example/approvals/{request_id}): task MCP clients on 2026-07-28 are asked through URL elicitation to have a pending request approved there; empty = none"),
 	}
 }
 
@@ -245,7 +246,7 @@ func (f *mcpFlags) config() *suite.MCP {
 	if *f.addr == "" || *f.addr == "off" {
 		return nil
 	}
-	m := &suite.MCP{Addr: *f.addr, BaseURL: *f.url, TokenTTL: *f.ttl}
+	m := &suite.MCP{Addr: *f.addr, BaseURL: *f.url, TokenTTL: *f.ttl, ApprovalURL: *f.approval}
 	for _, h := range strings.Split(*f.hosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			m.AllowedHosts = append(m.AllowedHosts, h)

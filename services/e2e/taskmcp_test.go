@@ -566,3 +566,88 @@ func TestTaskMCPTypeScriptClient(t *testing.T) {
 		t.Errorf("the client saw a source URI: %s", out)
 	}
 }
+
+// TestTaskMCPApprovalElicited: with an approval page configured, a
+// 2026-07-28 client that accepts URL elicitation is asked (input_required)
+// to have the pending request approved there; the person at the page
+// (another person, over gRPC here) approves, the client retries on its own
+// and gets the result in the same tools/call. A client on an older
+// protocol gets the pending text instead (it cannot be asked mid-call on a
+// stateless endpoint).
+func TestTaskMCPApprovalElicited(t *testing.T) {
+	t.Parallel()
+	const page = "https://console.test/approvals/"
+	s, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), MCP: &suite.MCP{ApprovalURL: page + "{request_id}"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	c := stackOf(s)
+	env := connectRenderer(t, c)
+	start := func() *orchestratorv1.StartTaskResponse {
+		resp, err := s.Orchestrator.StartTask(as(s, scenario.Alice), &orchestratorv1.StartTaskRequest{
+			Profile: "preview", Purpose: "preview revision 31 before review", McpAccess: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A client fills a call's _meta in place: each call gets its own.
+	newCall := func() *mcp.CallToolParams {
+		return &mcp.CallToolParams{Name: renderPreview, Arguments: map[string]any{"document_revision": 31, "profile": 4},
+			Meta: mcp.Meta{orchestrator.MetaDocumentDigest: documentDigest}}
+	}
+
+	resp := start()
+	var asked []string
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked = append(asked, req.Params.URL)
+			if req.Params.Mode != "url" || !strings.HasPrefix(req.Params.URL, page) || !strings.Contains(req.Params.Message, previewSummary) {
+				return &mcp.ElicitResult{Action: "decline"}, nil
+			}
+			if env.renders(t) != 0 {
+				t.Error("rendered before the person at the page approved")
+			}
+			// The person at the page is the approver, not alice.
+			if _, err := approve(c, strings.TrimPrefix(req.Params.URL, page), documentDigest); err != nil {
+				t.Errorf("approve at the page: %v", err)
+			}
+			return &mcp.ElicitResult{Action: "accept"}, nil
+		},
+	})
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: resp.GetMcpEndpoint().GetUrl(),
+		HTTPClient: mcpHTTP(t, s, resp.GetMcpEndpoint().GetToken()), MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, newCall())
+	if err != nil || res.IsError {
+		t.Fatalf("tools/call = %v, %v", res, err)
+	}
+	if body := text(res); !strings.HasPrefix(body, "Done: "+previewSummary) {
+		t.Errorf("result after the elicited approval:\n%s\nwant the done result", body)
+	}
+	if len(asked) != 1 || env.renders(t) != 1 {
+		t.Errorf("asked %v, rendered %d; want one page shown and one render", asked, env.renders(t))
+	}
+
+	// An older client gets the pending text; nothing is asked of it.
+	old := start()
+	cs2, err := connectMCP(t, s, old.GetMcpEndpoint(), old.GetMcpEndpoint().GetToken(), "2025-11-25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = cs2.CallTool(ctx, newCall())
+	if err != nil || res.IsError || !strings.Contains(text(res), "Approval pending") {
+		t.Errorf("2025-11-25 client = %v, %v; want the pending text", res, err)
+	}
+	if env.renders(t) != 1 {
+		t.Errorf("renders = %d; the older client's request must wait", env.renders(t))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -165,8 +166,47 @@ func (s *Server) mcpCall(task *orchestratorv1.Task, capability string) mcp.ToolH
 		if err != nil {
 			return refusalResult(err), nil
 		}
+		if in := s.approvalInput(req, r); in != nil {
+			return in, nil
+		}
 		return toolResult(r), nil
 	}
+}
+
+// approvalInputID names the approval among a call's input requests.
+const approvalInputID = "v0m3/approval"
+
+// approvalInput asks, for a request awaiting approval, through an
+// input_required result with a URL-mode elicitation, that a person approve
+// it at the configured approval page: the client shows the page to its
+// user, who has someone else approve (never the requester: separation of
+// duties holds at the page as everywhere), and retries the call, which
+// then returns the result. nil when that cannot be asked: no approval
+// page configured, a protocol version before input_required (2026-07-28),
+// a client that does not accept URL elicitation, or a retry that already
+// answered (the pending text then says the request still waits; asking
+// again would loop).
+func (s *Server) approvalInput(req *mcp.CallToolRequest, r *orchestratorv1.ToolRequest) *mcp.CallToolResult {
+	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL || s.deps.ApprovalURL == "" ||
+		len(req.Params.InputResponses) > 0 {
+		return nil
+	}
+	// Only a request that names its version in _meta (2026-07-28 and
+	// later) tells it: on this stateless endpoint an older client's
+	// session holds default parameters, not what the client declared.
+	if v, _ := req.Params.Meta[mcp.MetaKeyProtocolVersion].(string); v < "2026-07-28" {
+		return nil
+	}
+	if caps := req.ClientCapabilities(); caps == nil || caps.Elicitation == nil || caps.Elicitation.URL == nil {
+		return nil
+	}
+	return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{approvalInputID: &mcp.ElicitParams{
+		Mode:          "url",
+		URL:           strings.ReplaceAll(s.deps.ApprovalURL, "{request_id}", url.PathEscape(r.GetId())),
+		ElicitationID: r.GetId(),
+		Message: fmt.Sprintf("Approval needed: %q (request %s). Someone other than the requester approves it on this page; nothing happens before.",
+			r.GetSummary(), r.GetId()),
+	}}}
 }
 
 // metaString returns a string value of a request's _meta.

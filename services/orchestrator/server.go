@@ -84,6 +84,13 @@ type Deps struct {
 	// MCPTokenTTL is how long a task MCP token lasts; zero means
 	// DefaultMCPTokenTTL.
 	MCPTokenTTL time.Duration
+	// ApprovalURL is the page where a person approves a request, with
+	// "{request_id}" in it, e.g. "https://console.example/approvals/{request_id}".
+	// When set, a task MCP client on a protocol version with
+	// input_required (2026-07-28) that accepts URL-mode elicitation is
+	// asked through it to have the request approved; "" means the call
+	// answers with the pending text only.
+	ApprovalURL string
 	// FailPoint, for tests only, is asked at each fail point (the
 	// FailPoint* constants); an error stops the call there as if this
 	// replica's process died. nil in production.

@@ -169,6 +169,10 @@ type MCP struct {
 	// TokenTTL is how long a task token lasts; zero means the
 	// orchestrator's default.
 	TokenTTL time.Duration
+	// ApprovalURL is the approval page with "{request_id}" in it, offered
+	// to MCP clients through URL elicitation (orchestrator.Deps.ApprovalURL);
+	// "" offers none.
+	ApprovalURL string
 }
 
 // Reach is what the adapter may start and reach (see reach.Policy).
@@ -425,7 +429,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				}
 			}
 			o := orchestrator.NewServer(st, orchestrator.Deps{
-				MCPBaseURL: mcpBase, MCPTokenTTL: mcpTTL(cfg.MCP),
+				MCPBaseURL: mcpBase, MCPTokenTTL: mcpTTL(cfg.MCP), ApprovalURL: approvalURL(cfg.MCP),
 				Registry: peers.Registry, Policy: peers.Policy, Adapter: peers.Adapter, Evidence: peers.Evidence,
 				AssetThreshold: cfg.AssetThreshold, Credentials: creds,
 				ReplicaID: cfg.Replica.ID, LeaseTTL: cfg.Replica.LeaseTTL, RecoveryInterval: cfg.Replica.RecoveryInterval,
@@ -713,6 +717,14 @@ func mcpTTL(m *MCP) time.Duration {
 		return 0
 	}
 	return m.TokenTTL
+}
+
+// approvalURL is the configured approval page ("" for none).
+func approvalURL(m *MCP) string {
+	if m == nil {
+		return ""
+	}
+	return m.ApprovalURL
 }
 
 // listenMCP listens for the task MCP endpoint and returns the listener and
