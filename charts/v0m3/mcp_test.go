@@ -25,12 +25,14 @@ func TestTaskMCPEndpoint(t *testing.T) {
 		}
 	}
 
-	m := render(t, bin, "orchestrator.mcp.enabled=true", "orchestrator.mcp.allowedHosts={mcp.example.com}")
+	m := render(t, bin, "orchestrator.mcp.enabled=true", "orchestrator.mcp.allowedHosts={mcp.example.com}",
+		"orchestrator.mcp.approvalURL=https://console.example/approvals/{request_id}")
 	c := deployment(t, m, "orchestrator").Spec.Template.Spec.Containers[0]
 	wantArgs := []string{
 		"--mcp-addr=:7410",
 		"--mcp-url=https://" + orch + "." + namespace + ".svc:7410",
 		"--mcp-token-ttl=1h",
+		"--approval-url=https://console.example/approvals/{request_id}",
 	}
 	for _, w := range wantArgs {
 		if !slices.Contains(c.Args, w) {
