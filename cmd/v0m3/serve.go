@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/v0m3/v0m3/services/identity"
@@ -48,7 +50,9 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 		id            *string
 		ttl, interval *time.Duration
 	}
+	var mcpf *mcpFlags
 	if name == suite.Orchestrator {
+		mcpf = addMCPFlags(fs, "")
 		replica.id = fs.String("replica-id", "", "this replica's name as the owner of in-flight requests (empty = a random id)")
 		replica.ttl = fs.Duration("lease-ttl", orchestrator.DefaultLeaseTTL, "how long a replica's claim on an in-flight request lasts without renewal; another replica takes the request over only after it")
 		replica.interval = fs.Duration("recovery-interval", orchestrator.DefaultRecoveryInterval, "how often unsettled requests no replica owns are recovered")
@@ -88,6 +92,9 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	for p, addr := range peers {
 		cfg.Peers[p] = *addr
 	}
+	if mcpf != nil {
+		cfg.MCP = mcpf.config()
+	}
 	if replica.id != nil {
 		cfg.Replica = suite.Replica{ID: *replica.id, LeaseTTL: *replica.ttl, RecoveryInterval: *replica.interval}
 	}
@@ -126,12 +133,19 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	callTimeout := addInternalCallTimeoutFlag(fs)
 	pkiDir := fs.String("pki-dir", "", "where the development CA and token issuer live (default <data-dir>/pki); dev processes given one dir trust each other")
 	bf := addBudgetFlags(fs)
+	mcpf := addMCPFlags(fs, "default: --host at --port-base+10; \"off\" serves none")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
 		return err
+	}
+	if *mcpf.addr == "" {
+		*mcpf.addr = *host + ":0"
+		if *portBase != 0 {
+			*mcpf.addr = fmt.Sprintf("%s:%d", *host, *portBase+10)
+		}
 	}
 	if *idf.caFile != "" || *idf.certFile != "" || *idf.keyFile != "" {
 		return usageError{"v0m3 dev makes its own CA and certificates; --tls-* files are for single services"}
@@ -175,7 +189,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer shutdown()
 	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach(),
-		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions(), InternalCallTimeout: *callTimeout})
+		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions(), InternalCallTimeout: *callTimeout, MCP: mcpf.config()})
 	if err != nil {
 		return err
 	}
@@ -183,6 +197,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "v0m3 dev: data in %s\n", *dataDir)
 	for _, name := range suite.Names {
 		fmt.Fprintf(stdout, "  %-13s %s\n", name, s.Addr[name])
+	}
+	if s.MCPURL != "" {
+		fmt.Fprintf(stdout, "  %-13s %s/tasks/<task_id>/mcp (StartTask with mcp_access)\n", "task MCP", s.MCPURL)
 	}
 	if profiles != nil {
 		fmt.Fprintf(stdout, "  %-13s http://%s/debug/pprof/\n", "pprof", profiles)
@@ -200,6 +217,48 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	<-ctx.Done()
 	s.Close()
 	return s.Err()
+}
+
+// mcpFlags configure the orchestrator's task MCP endpoint (issue 17).
+type mcpFlags struct {
+	addr, url, hosts, approval *string
+	ttl                        *time.Duration
+}
+
+// addMCPFlags adds the task MCP endpoint's flags; addrNote, when set,
+// describes the default of --mcp-addr.
+func addMCPFlags(fs *flag.FlagSet, addrNote string) *mcpFlags {
+	usage := "serve task-scoped MCP endpoints (/tasks/{task_id}/mcp) on this address, TLS with the orchestrator's certificate; empty = off"
+	if addrNote != "" {
+		usage = "serve task-scoped MCP endpoints (/tasks/{task_id}/mcp) on this address (" + addrNote + ")"
+	}
+	return &mcpFlags{
+		addr:     fs.String("mcp-addr", "", usage),
+		url:      fs.String("mcp-url", "", "base URL clients reach --mcp-addr at, handed out by StartTask (empty = https://<mcp-addr>)"),
+		hosts:    fs.String("mcp-allowed-hosts", "", "comma-separated host names clients may use in Host and Origin besides loopback (others get 403, against DNS rebinding); the --mcp-url host is always allowed"),
+		ttl:      fs.Duration("mcp-token-ttl", orchestrator.DefaultMCPTokenTTL, "how long a task MCP token lasts"),
+		approval: fs.String("approval-url", "", "page where a person approves a request, with {request_id} in it (e.g. https://console.example/approvals/{request_id}): task MCP clients on 2026-07-28 are asked through URL elicitation to have a pending request approved there; empty = none"),
+	}
+}
+
+// config is the suite's endpoint configuration; nil when off.
+func (f *mcpFlags) config() *suite.MCP {
+	if *f.addr == "" || *f.addr == "off" {
+		return nil
+	}
+	m := &suite.MCP{Addr: *f.addr, BaseURL: *f.url, TokenTTL: *f.ttl, ApprovalURL: *f.approval}
+	for _, h := range strings.Split(*f.hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			m.AllowedHosts = append(m.AllowedHosts, h)
+		}
+	}
+	if u, err := url.Parse(*f.url); err == nil && u.Hostname() != "" {
+		m.AllowedHosts = append(m.AllowedHosts, u.Hostname())
+	}
+	if h, _, err := net.SplitHostPort(*f.addr); err == nil && h != "" && h != "0.0.0.0" && h != "::" {
+		m.AllowedHosts = append(m.AllowedHosts, h)
+	}
+	return m
 }
 
 // budgetFlags override the policy service's default task and requester

@@ -18,10 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/netip"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +30,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/v0m3/v0m3/services/hostguard"
 )
 
 // Defaults for Options.
@@ -90,7 +89,7 @@ type Options struct {
 // Bridge is an http.Handler serving one MCP endpoint.
 type Bridge struct {
 	opts  Options
-	hosts map[string]bool
+	hosts hostguard.Hosts
 	// events keeps what each session's streams carried (bounded, oldest
 	// first out), so a message for a stream the client has not opened yet
 	// waits for it and a dropped stream resumes with Last-Event-ID.
@@ -139,50 +138,14 @@ func New(opts Options) (*Bridge, error) {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
-	hosts := map[string]bool{}
-	for _, h := range opts.AllowedHosts {
-		if h = strings.ToLower(strings.Trim(strings.TrimSpace(h), "[]")); h != "" {
-			hosts[h] = true
-		}
-	}
-	return &Bridge{opts: opts, hosts: hosts, events: mcp.NewMemoryEventStore(nil), sessions: map[string]*session{}}, nil
-}
-
-// allowedHost reports whether host (a Host header or URL host, with or
-// without port) names this bridge.
-func (b *Bridge) allowedHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.ToLower(strings.Trim(host, "[]"))
-	if host == "localhost" || b.hosts[host] {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
-}
-
-// checkOrigin refuses a request whose Host or Origin names another site.
-func (b *Bridge) checkOrigin(r *http.Request) error {
-	if !b.allowedHost(r.Host) {
-		return fmt.Errorf("host %q is not allowed", r.Host)
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return nil // not a browser, or a same-origin GET
-	}
-	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" || !b.allowedHost(u.Host) {
-		return fmt.Errorf("origin %q is not allowed", origin)
-	}
-	return nil
+	return &Bridge{opts: opts, hosts: hostguard.New(opts.AllowedHosts), events: mcp.NewMemoryEventStore(nil), sessions: map[string]*session{}}, nil
 }
 
 // ServeHTTP implements MCP streamable HTTP: a POST without a session id
 // starts a session (and a child); later requests carry its id. Every error
 // the bridge answers is a JSON-RPC error object.
 func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := b.checkOrigin(r); err != nil {
+	if err := b.hosts.Check(r); err != nil {
 		b.opts.Log.Warn("request refused", "reason", err.Error(), "remote", r.RemoteAddr)
 		writeError(w, http.StatusForbidden, nil, jsonrpc.CodeInvalidRequest, "Forbidden: "+err.Error(), nil)
 		return

@@ -36,6 +36,7 @@ const (
 	bridgedServer  = "bridge/go-sdk-server"    // v0m3 bridge fronting the same server over stdio
 	adapterClient  = "adapter-client"          // the adapter's client path (Discover, Execute)
 	goSDKClient    = "go-sdk-client"           // the go-sdk's conformance client, for comparison
+	taskEndpoint   = "task-endpoint"           // the orchestrator's task-scoped MCP endpoint (issue 17)
 	updateBaseline = "V0M3_CONFORMANCE_UPDATE" // set to 1 to rewrite the baseline from this run
 )
 
@@ -97,6 +98,9 @@ func TestConformance(t *testing.T) {
 			addr := freeAddr(t)
 			start(t, addr, bin.v0m3, "bridge", "--listen", addr, "--log-level", "warn", "--", bin.server)
 			return runner.Server(t.Context(), "http://"+addr+"/mcp", dir, logFile(t, dir))
+		}},
+		{taskEndpoint, func(t *testing.T, dir string) (conformance.Results, error) {
+			return runner.Server(t.Context(), startTaskEndpoint(t, bin.v0m3), dir, logFile(t, dir))
 		}},
 		{goSDKClient, func(t *testing.T, dir string) (conformance.Results, error) {
 			return runner.Client(t.Context(), bin.client, nil, dir, logFile(t, dir))

@@ -98,7 +98,15 @@ func (s *Server) replayStart(ctx context.Context, req *orchestratorv1.StartTaskR
 		cat, err := s.st.GetCatalogue(ctx, id)
 		if err == nil {
 			s.log.DebugContext(ctx, "task start replayed", "task", id)
-			return &orchestratorv1.StartTaskResponse{Task: task, Catalogue: cat}, nil
+			out := &orchestratorv1.StartTaskResponse{Task: task, Catalogue: cat}
+			if req.GetMcpAccess() {
+				// The first answer's token is not stored: a replay mints
+				// a fresh one for the same requester.
+				if out.McpEndpoint, err = s.mintMCPToken(ctx, task); err != nil {
+					return nil, err
+				}
+			}
+			return out, nil
 		}
 		if !errors.Is(err, store.ErrNotFound) {
 			return nil, s.internal(ctx, "get catalogue", err)

@@ -77,6 +77,20 @@ type Deps struct {
 	// RecoveryInterval is how often unsettled requests nobody owns are
 	// looked for and recovered; zero means DefaultRecoveryInterval.
 	RecoveryInterval time.Duration
+	// MCPBaseURL is the base URL under which this orchestrator's task MCP
+	// endpoints are reached (see MCPHandler), e.g. "https://v0m3.example";
+	// "" means no endpoint is served and MCP access is refused.
+	MCPBaseURL string
+	// MCPTokenTTL is how long a task MCP token lasts; zero means
+	// DefaultMCPTokenTTL.
+	MCPTokenTTL time.Duration
+	// ApprovalURL is the page where a person approves a request, with
+	// "{request_id}" in it, e.g. "https://console.example/approvals/{request_id}".
+	// When set, a task MCP client on a protocol version with
+	// input_required (2026-07-28) that accepts URL-mode elicitation is
+	// asked through it to have the request approved; "" means the call
+	// answers with the pending text only.
+	ApprovalURL string
 	// FailPoint, for tests only, is asked at each fail point (the
 	// FailPoint* constants); an error stops the call there as if this
 	// replica's process died. nil in production.
@@ -204,6 +218,9 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	if err := checkInput(req); err != nil {
 		return nil, err
 	}
+	if req.GetMcpAccess() && s.deps.MCPBaseURL == "" {
+		return nil, errMCPDisabled()
+	}
 	requester, actor, err := s.requesterOf(ctx, req.GetOnBehalfOf())
 	if err != nil {
 		return nil, err
@@ -307,7 +324,13 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		Detail: catalogueDetail(cat),
 	})
 	s.emit(ctx, task.GetId(), "", "catalogue.offered", catalogueDetail(cat))
-	return &orchestratorv1.StartTaskResponse{Task: task, Catalogue: cat}, nil
+	out := &orchestratorv1.StartTaskResponse{Task: task, Catalogue: cat}
+	if req.GetMcpAccess() {
+		if out.McpEndpoint, err = s.mintMCPToken(ctx, task); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // GetTask returns one task.

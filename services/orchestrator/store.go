@@ -86,6 +86,14 @@ type Store interface {
 	// holds is left as it is.
 	ReleaseLease(ctx context.Context, requestID, owner string) error
 
+	// AddAccessToken records one task-scoped MCP token (its digest, never
+	// the token) with its task, dropping the task's tokens expired at
+	// t.create_time and, beyond maxAccessTokens, the oldest.
+	AddAccessToken(ctx context.Context, t *orchestratorv1.TaskAccessToken) error
+	// ListAccessTokens returns the MCP tokens recorded for a task, oldest
+	// first; none is an empty list, not an error.
+	ListAccessTokens(ctx context.Context, taskID string) ([]*orchestratorv1.TaskAccessToken, error)
+
 	// AppendEvent assigns e the task's next sequence number (starting at 1)
 	// and stores it.
 	AppendEvent(ctx context.Context, e *orchestratorv1.TaskEvent) (*orchestratorv1.TaskEvent, error)
@@ -142,4 +150,26 @@ func openAttempt(r *orchestratorv1.ToolRequest) *orchestratorv1.Attempt {
 		}
 	}
 	return open
+}
+
+// maxAccessTokens bounds the MCP tokens kept per task: minting more drops
+// the oldest, so a requester minting in a loop cannot grow the record.
+const maxAccessTokens = 16
+
+// addAccessToken is the rule both stores apply inside their transaction:
+// tokens expired when t was minted go, t is appended, and only the newest
+// maxAccessTokens stay.
+func addAccessToken(list *orchestratorv1.TaskAccessTokens, t *orchestratorv1.TaskAccessToken) {
+	now := t.GetCreateTime().AsTime()
+	kept := list.GetTokens()[:0]
+	for _, old := range list.GetTokens() {
+		if old.GetExpireTime().AsTime().After(now) {
+			kept = append(kept, old)
+		}
+	}
+	kept = append(kept, t)
+	if len(kept) > maxAccessTokens {
+		kept = kept[len(kept)-maxAccessTokens:]
+	}
+	list.Tokens = kept
 }

@@ -26,6 +26,7 @@ const (
 	bucketEvents       = "events"        // task id "/" seq -> TaskEvent
 	bucketOpen         = "open_requests" // request id -> request id, while an attempt has no end time
 	bucketUnsettled    = "unsettled"     // request id -> request id, while recoverable (see recoverable)
+	bucketAccessTokens = "access_tokens" // task id -> TaskAccessTokens (digests of MCP tokens)
 )
 
 type boltStore struct {
@@ -403,4 +404,28 @@ func (b *boltStore) ReleaseLease(_ context.Context, requestID, owner string) err
 
 func (b *boltStore) UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error) {
 	return b.UpdateRequest(ctx, requestID, useApproval(approver, at))
+}
+
+func (b *boltStore) AddAccessToken(_ context.Context, t *orchestratorv1.TaskAccessToken) error {
+	err := b.db.Update(func(tx *store.Tx) error {
+		list := &orchestratorv1.TaskAccessTokens{}
+		if err := tx.Get(bucketAccessTokens, t.GetTaskId(), list); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		addAccessToken(list, t)
+		return tx.Put(bucketAccessTokens, t.GetTaskId(), list)
+	})
+	if err != nil {
+		return fmt.Errorf("add access token of task %s: %w", t.GetTaskId(), err)
+	}
+	return nil
+}
+
+func (b *boltStore) ListAccessTokens(_ context.Context, taskID string) ([]*orchestratorv1.TaskAccessToken, error) {
+	list := &orchestratorv1.TaskAccessTokens{}
+	err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketAccessTokens, taskID, list) })
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("list access tokens of task %s: %w", taskID, err)
+	}
+	return list.GetTokens(), nil
 }

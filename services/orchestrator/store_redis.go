@@ -29,6 +29,7 @@ import (
 //	unsettled            SET of request ids recovery has work for (see recoverable)
 //	lease:<id>           owner of the request's lease, expiring with it (PX)
 //	events:<task>        LIST of TaskEvents; the event at index i has sequence i+1
+//	tokens:<task>        TaskAccessTokens (digests of the task's MCP tokens)
 //	eventsig:<task>      pub/sub channel: a message per appended event, to
 //	                     wake WatchTask streams on every replica (FollowEvents)
 //
@@ -478,4 +479,36 @@ func (s *redisOrchestratorStore) ListEvents(ctx context.Context, taskID string, 
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+func (s *redisOrchestratorStore) AddAccessToken(ctx context.Context, t *orchestratorv1.TaskAccessToken) error {
+	key := s.k.Key("tokens", t.GetTaskId())
+	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
+		list := &orchestratorv1.TaskAccessTokens{}
+		if err := redisstore.Get(ctx, tx, key, list); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		addAccessToken(list, t)
+		v, err := redisstore.Marshal(list)
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, key, v, 0)
+			return nil
+		})
+		return err
+	}, key)
+	if err != nil {
+		return fmt.Errorf("add access token of task %s: %w", t.GetTaskId(), err)
+	}
+	return nil
+}
+
+func (s *redisOrchestratorStore) ListAccessTokens(ctx context.Context, taskID string) ([]*orchestratorv1.TaskAccessToken, error) {
+	list := &orchestratorv1.TaskAccessTokens{}
+	if err := redisstore.Get(ctx, s.c, s.k.Key("tokens", taskID), list); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("list access tokens of task %s: %w", taskID, err)
+	}
+	return list.GetTokens(), nil
 }

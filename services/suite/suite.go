@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -129,6 +130,9 @@ type Config struct {
 	// (identity.Dev) under DataDir/pki: an ephemeral CA with a certificate
 	// per service and a development token issuer.
 	Identity *Identity
+	// MCP, when set and the orchestrator runs here, serves the task MCP
+	// endpoints (issue 17) on a listener of their own; nil serves none.
+	MCP *MCP
 	// TracerProvider receives the spans of every server and client here;
 	// nil means the process's global provider (telemetry.Setup), which is
 	// a no-op unless OTLP export is configured.
@@ -150,6 +154,25 @@ type Replica struct {
 	// FailPoint stops the orchestrator at a named point as if its process
 	// died; tests only.
 	FailPoint func(point string) error
+}
+
+// MCP configures the orchestrator's task MCP endpoint.
+type MCP struct {
+	// Addr is the listen address; "" means an ephemeral loopback port.
+	Addr string
+	// BaseURL is the URL clients reach Addr at (what StartTask hands
+	// out); "" means https://<listen address> (http:// when plaintext).
+	BaseURL string
+	// AllowedHosts are the host names clients may use besides loopback
+	// (DNS-rebinding protection; see hostguard).
+	AllowedHosts []string
+	// TokenTTL is how long a task token lasts; zero means the
+	// orchestrator's default.
+	TokenTTL time.Duration
+	// ApprovalURL is the approval page with "{request_id}" in it, offered
+	// to MCP clients through URL elicitation (orchestrator.Deps.ApprovalURL);
+	// "" offers none.
+	ApprovalURL string
 }
 
 // Reach is what the adapter may start and reach (see reach.Policy).
@@ -199,6 +222,8 @@ type Suite struct {
 	// TLS without a client certificate, so every call needs a bearer token
 	// (see As).
 	Clients
+	// MCPURL is the base URL of the task MCP endpoints; "" when not served.
+	MCPURL string
 	// Dev is the development identity setup when the suite made one (no
 	// Config.Identity): it mints tokens its services accept.
 	Dev *identity.Dev
@@ -396,7 +421,15 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			if err != nil {
 				return nil, err
 			}
+			var mcpLis net.Listener
+			var mcpBase string
+			if cfg.MCP != nil {
+				if mcpLis, mcpBase, err = s.listenMCP(cfg.MCP, creds != nil); err != nil {
+					return nil, err
+				}
+			}
 			o := orchestrator.NewServer(st, orchestrator.Deps{
+				MCPBaseURL: mcpBase, MCPTokenTTL: mcpTTL(cfg.MCP), ApprovalURL: approvalURL(cfg.MCP),
 				Registry: peers.Registry, Policy: peers.Policy, Adapter: peers.Adapter, Evidence: peers.Evidence,
 				AssetThreshold: cfg.AssetThreshold, Credentials: creds,
 				ReplicaID: cfg.Replica.ID, LeaseTTL: cfg.Replica.LeaseTTL, RecoveryInterval: cfg.Replica.RecoveryInterval,
@@ -405,6 +438,10 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			s.stoppers = append(s.stoppers, o.Close)
 			telemetry.ObserveApprovals(waitingApprovals(st))
 			orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
+			if mcpLis != nil {
+				s.serveMCP(ctx, mcpLis, o.MCPHandler(orchestrator.MCPOptions{AllowedHosts: cfg.MCP.AllowedHosts}), creds, log.With("service", name))
+				s.MCPURL = mcpBase
+			}
 		}
 		l := lis[name]
 		s.wg.Add(1)
@@ -672,4 +709,65 @@ func waitingApprovals(st orchestrator.Store) telemetry.WaitingApprovals {
 		}
 		return out, nil
 	}
+}
+
+// mcpTTL is the configured task token lifetime (zero: the default).
+func mcpTTL(m *MCP) time.Duration {
+	if m == nil {
+		return 0
+	}
+	return m.TokenTTL
+}
+
+// approvalURL is the configured approval page ("" for none).
+func approvalURL(m *MCP) string {
+	if m == nil {
+		return ""
+	}
+	return m.ApprovalURL
+}
+
+// listenMCP listens for the task MCP endpoint and returns the listener and
+// the base URL clients reach it at.
+func (s *Suite) listenMCP(m *MCP, tls bool) (net.Listener, string, error) {
+	addr := m.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("suite: listen for the task MCP endpoint on %s: %w", addr, err)
+	}
+	s.closers = append(s.closers, func() { _ = l.Close() })
+	base := m.BaseURL
+	if base == "" {
+		scheme := "http"
+		if tls {
+			scheme = "https"
+		}
+		base = scheme + "://" + l.Addr().String()
+	}
+	return l, base, nil
+}
+
+// serveMCP serves the task MCP endpoint on l until the suite stops: TLS
+// with the orchestrator's server certificate when it has credentials.
+func (s *Suite) serveMCP(ctx context.Context, l net.Listener, h http.Handler, creds *identity.Credentials, log *slog.Logger) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if creds != nil {
+		srv.TLSConfig = creds.ServerTLS()
+	}
+	s.stoppers = append(s.stoppers, func() { _ = srv.Close() })
+	s.wg.Go(func() {
+		var err error
+		if creds != nil {
+			err = srv.ServeTLS(l, "", "")
+		} else {
+			err = srv.Serve(l)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) && ctx.Err() == nil {
+			log.Warn("task MCP endpoint stopped", "err", err)
+		}
+	})
+	log.Info("serving task MCP endpoints", "addr", l.Addr().String(), "path", "/tasks/{task_id}/mcp")
 }

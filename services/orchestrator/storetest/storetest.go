@@ -32,6 +32,7 @@ func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
 		{"Tasks", testTasks},
 		{"ConcurrentTaskUpdatesLoseNothing", testConcurrentTaskUpdates},
 		{"Catalogue", testCatalogue},
+		{"AccessTokens", testAccessTokens},
 		{"RequestCreatedOnce", testRequestCreatedOnce},
 		{"ConcurrentDuplicateSubmission", testConcurrentDuplicateSubmission},
 		{"AttemptStageNeverMovesBack", testAttemptStages},
@@ -137,6 +138,59 @@ func testConcurrentTaskUpdates(t *testing.T, st orchestrator.Store) {
 	got, err := st.GetTask(ctx, "task_1")
 	if err != nil || len(got.GetCheckpoint()) != 50 {
 		t.Errorf("after 50 updates checkpoint has %d marks, %v; want 50", len(got.GetCheckpoint()), err)
+	}
+}
+
+// testAccessTokens checks the MCP token records of a task: kept per task,
+// oldest first, expired ones dropped when a new one is added, and bounded.
+func testAccessTokens(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	if got, err := st.ListAccessTokens(ctx, "task_1"); err != nil || len(got) != 0 {
+		t.Fatalf("no tokens yet: %v, %v; want an empty list", got, err)
+	}
+	base := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	tok := func(task, d string, minted time.Duration) *orchestratorv1.TaskAccessToken {
+		return &orchestratorv1.TaskAccessToken{TaskId: task, TokenDigest: d, Requester: "alice",
+			CreateTime: timestamppb.New(base.Add(minted)), ExpireTime: timestamppb.New(base.Add(minted + time.Hour))}
+	}
+	for _, tk := range []*orchestratorv1.TaskAccessToken{tok("task_1", "sha256:a", 0), tok("task_1", "sha256:b", 30*time.Minute), tok("task_2", "sha256:x", 0)} {
+		if err := st.AddAccessToken(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	digests := func(task string) []string {
+		t.Helper()
+		got, err := st.ListAccessTokens(ctx, task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tk := range got {
+			out = append(out, tk.GetTokenDigest())
+		}
+		return out
+	}
+	if got := digests("task_1"); !slices.Equal(got, []string{"sha256:a", "sha256:b"}) {
+		t.Errorf("task_1 tokens = %v; want a, b in order", got)
+	}
+	if got := digests("task_2"); !slices.Equal(got, []string{"sha256:x"}) {
+		t.Errorf("task_2 tokens = %v; want only its own", got)
+	}
+	// Minted after a expired: a goes, b stays.
+	if err := st.AddAccessToken(ctx, tok("task_1", "sha256:c", 61*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got := digests("task_1"); !slices.Equal(got, []string{"sha256:b", "sha256:c"}) {
+		t.Errorf("after a expired: tokens = %v; want b, c", got)
+	}
+	for i := range 40 {
+		if err := st.AddAccessToken(ctx, tok("task_3", fmt.Sprintf("sha256:%02d", i), time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := digests("task_3")
+	if len(got) == 0 || len(got) > 16 || got[len(got)-1] != "sha256:39" {
+		t.Errorf("after 40 mints: %d tokens, last %v; want at most 16, the newest kept", len(got), got)
 	}
 }
 

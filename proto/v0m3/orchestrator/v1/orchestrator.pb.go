@@ -986,7 +986,13 @@ type StartTaskRequest struct {
 	// with the same request_id and the same payload returns the task and
 	// catalogue the first call created; the same request_id with another
 	// payload fails ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED.
-	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Optional. Also return a task-scoped MCP endpoint and a short-lived
+	// bearer token for it (StartTaskResponse.mcp_endpoint): an agent's MCP
+	// client connects there and sees exactly this task's offered catalogue.
+	// Fails FAILED_PRECONDITION MCP_ENDPOINT_DISABLED when the orchestrator
+	// does not serve the endpoint (--mcp-addr unset).
+	McpAccess     bool `protobuf:"varint,22,opt,name=mcp_access,json=mcpAccess,proto3" json:"mcp_access,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1084,13 +1090,22 @@ func (x *StartTaskRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *StartTaskRequest) GetMcpAccess() bool {
+	if x != nil {
+		return x.McpAccess
+	}
+	return false
+}
+
 // StartTaskResponse is a started task and its catalogue.
 type StartTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The task.
 	Task *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	// Its offered catalogue.
-	Catalogue     *OfferedCatalogue `protobuf:"bytes,2,opt,name=catalogue,proto3" json:"catalogue,omitempty"`
+	Catalogue *OfferedCatalogue `protobuf:"bytes,2,opt,name=catalogue,proto3" json:"catalogue,omitempty"`
+	// The task's MCP endpoint and token, when mcp_access was asked for.
+	McpEndpoint   *McpEndpoint `protobuf:"bytes,3,opt,name=mcp_endpoint,json=mcpEndpoint,proto3" json:"mcp_endpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1139,6 +1154,256 @@ func (x *StartTaskResponse) GetCatalogue() *OfferedCatalogue {
 	return nil
 }
 
+func (x *StartTaskResponse) GetMcpEndpoint() *McpEndpoint {
+	if x != nil {
+		return x.McpEndpoint
+	}
+	return nil
+}
+
+// McpEndpoint is where an MCP client reaches one task, and the bearer token
+// it presents there. The token is a secret: it is returned once, and only
+// its SHA-256 digest is stored.
+type McpEndpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Streamable HTTP URL of the task's endpoint, e.g.
+	// "https://v0m3.example/tasks/task_.../mcp".
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// Bearer token ("v0m3tt_..."), bound to the task and its requester.
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// After this the token is refused.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpEndpoint) Reset() {
+	*x = McpEndpoint{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpEndpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpEndpoint) ProtoMessage() {}
+
+func (x *McpEndpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpEndpoint.ProtoReflect.Descriptor instead.
+func (*McpEndpoint) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *McpEndpoint) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *McpEndpoint) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *McpEndpoint) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+// MintMcpTokenRequest names the task to mint an MCP token for.
+type MintMcpTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Task id.
+	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MintMcpTokenRequest) Reset() {
+	*x = MintMcpTokenRequest{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MintMcpTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MintMcpTokenRequest) ProtoMessage() {}
+
+func (x *MintMcpTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MintMcpTokenRequest.ProtoReflect.Descriptor instead.
+func (*MintMcpTokenRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MintMcpTokenRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+// TaskAccessToken is the stored record of one task-scoped MCP token: never
+// the token itself, only its digest. The orchestrator stores it; no RPC
+// returns it.
+type TaskAccessToken struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Task the token opens.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// "sha256:" + hex of the token.
+	TokenDigest string `protobuf:"bytes,2,opt,name=token_digest,json=tokenDigest,proto3" json:"token_digest,omitempty"`
+	// The task's requester the token acts as.
+	Requester string `protobuf:"bytes,3,opt,name=requester,proto3" json:"requester,omitempty"`
+	// Minted.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// After this the token is refused.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskAccessToken) Reset() {
+	*x = TaskAccessToken{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskAccessToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskAccessToken) ProtoMessage() {}
+
+func (x *TaskAccessToken) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskAccessToken.ProtoReflect.Descriptor instead.
+func (*TaskAccessToken) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TaskAccessToken) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskAccessToken) GetTokenDigest() string {
+	if x != nil {
+		return x.TokenDigest
+	}
+	return ""
+}
+
+func (x *TaskAccessToken) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *TaskAccessToken) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *TaskAccessToken) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+// TaskAccessTokens are the unexpired MCP tokens of one task (stored).
+type TaskAccessTokens struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens, oldest first.
+	Tokens        []*TaskAccessToken `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskAccessTokens) Reset() {
+	*x = TaskAccessTokens{}
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskAccessTokens) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskAccessTokens) ProtoMessage() {}
+
+func (x *TaskAccessTokens) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskAccessTokens.ProtoReflect.Descriptor instead.
+func (*TaskAccessTokens) Descriptor() ([]byte, []int) {
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TaskAccessTokens) GetTokens() []*TaskAccessToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
 // GetTaskRequest names a task.
 type GetTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1150,7 +1415,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1427,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1440,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -1196,7 +1461,7 @@ type GetCatalogueRequest struct {
 
 func (x *GetCatalogueRequest) Reset() {
 	*x = GetCatalogueRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1473,7 @@ func (x *GetCatalogueRequest) String() string {
 func (*GetCatalogueRequest) ProtoMessage() {}
 
 func (x *GetCatalogueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1486,7 @@ func (x *GetCatalogueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCatalogueRequest.ProtoReflect.Descriptor instead.
 func (*GetCatalogueRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetCatalogueRequest) GetTaskId() string {
@@ -1257,7 +1522,7 @@ type QuotedExcerpt struct {
 
 func (x *QuotedExcerpt) Reset() {
 	*x = QuotedExcerpt{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1534,7 @@ func (x *QuotedExcerpt) String() string {
 func (*QuotedExcerpt) ProtoMessage() {}
 
 func (x *QuotedExcerpt) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1547,7 @@ func (x *QuotedExcerpt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotedExcerpt.ProtoReflect.Descriptor instead.
 func (*QuotedExcerpt) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QuotedExcerpt) GetObservationId() string {
@@ -1370,7 +1635,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1647,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1660,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Attempt) GetId() string {
@@ -1513,7 +1778,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1790,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1803,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Approval) GetId() string {
@@ -1678,7 +1943,7 @@ type GetApprovalRequest struct {
 
 func (x *GetApprovalRequest) Reset() {
 	*x = GetApprovalRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1955,7 @@ func (x *GetApprovalRequest) String() string {
 func (*GetApprovalRequest) ProtoMessage() {}
 
 func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1968,7 @@ func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetApprovalRequest) GetRequestId() string {
@@ -1780,7 +2045,7 @@ type ToolRequest struct {
 
 func (x *ToolRequest) Reset() {
 	*x = ToolRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +2057,7 @@ func (x *ToolRequest) String() string {
 func (*ToolRequest) ProtoMessage() {}
 
 func (x *ToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +2070,7 @@ func (x *ToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRequest.ProtoReflect.Descriptor instead.
 func (*ToolRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolRequest) GetId() string {
@@ -1998,7 +2263,7 @@ type Diagnostic struct {
 
 func (x *Diagnostic) Reset() {
 	*x = Diagnostic{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2275,7 @@ func (x *Diagnostic) String() string {
 func (*Diagnostic) ProtoMessage() {}
 
 func (x *Diagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2288,7 @@ func (x *Diagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostic.ProtoReflect.Descriptor instead.
 func (*Diagnostic) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Diagnostic) GetItem() string {
@@ -2075,7 +2340,7 @@ type SubmitToolRequestRequest struct {
 
 func (x *SubmitToolRequestRequest) Reset() {
 	*x = SubmitToolRequestRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2352,7 @@ func (x *SubmitToolRequestRequest) String() string {
 func (*SubmitToolRequestRequest) ProtoMessage() {}
 
 func (x *SubmitToolRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2365,7 @@ func (x *SubmitToolRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitToolRequestRequest.ProtoReflect.Descriptor instead.
 func (*SubmitToolRequestRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SubmitToolRequestRequest) GetTaskId() string {
@@ -2156,7 +2421,7 @@ type GetRequestRequest struct {
 
 func (x *GetRequestRequest) Reset() {
 	*x = GetRequestRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2433,7 @@ func (x *GetRequestRequest) String() string {
 func (*GetRequestRequest) ProtoMessage() {}
 
 func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2446,7 @@ func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequestRequest.ProtoReflect.Descriptor instead.
 func (*GetRequestRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetRequestRequest) GetId() string {
@@ -2210,7 +2475,7 @@ type ListRequestsRequest struct {
 
 func (x *ListRequestsRequest) Reset() {
 	*x = ListRequestsRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2487,7 @@ func (x *ListRequestsRequest) String() string {
 func (*ListRequestsRequest) ProtoMessage() {}
 
 func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2500,7 @@ func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsRequest.ProtoReflect.Descriptor instead.
 func (*ListRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListRequestsRequest) GetTaskId() string {
@@ -2279,7 +2544,7 @@ type ListRequestsResponse struct {
 
 func (x *ListRequestsResponse) Reset() {
 	*x = ListRequestsResponse{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2556,7 @@ func (x *ListRequestsResponse) String() string {
 func (*ListRequestsResponse) ProtoMessage() {}
 
 func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2569,7 @@ func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsResponse.ProtoReflect.Descriptor instead.
 func (*ListRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRequestsResponse) GetRequests() []*ToolRequest {
@@ -2339,7 +2604,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2616,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2629,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ApproveRequest) GetRequestId() string {
@@ -2401,7 +2666,7 @@ type DenyRequest struct {
 
 func (x *DenyRequest) Reset() {
 	*x = DenyRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2678,7 @@ func (x *DenyRequest) String() string {
 func (*DenyRequest) ProtoMessage() {}
 
 func (x *DenyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2691,7 @@ func (x *DenyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyRequest.ProtoReflect.Descriptor instead.
 func (*DenyRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DenyRequest) GetRequestId() string {
@@ -2456,7 +2721,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2733,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2746,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchTaskRequest) GetTaskId() string {
@@ -2519,7 +2784,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2796,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2809,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TaskEvent) GetSequence() int64 {
@@ -2602,7 +2867,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2879,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2892,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -2655,7 +2920,7 @@ type RefreshHandlesRequest struct {
 
 func (x *RefreshHandlesRequest) Reset() {
 	*x = RefreshHandlesRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2932,7 @@ func (x *RefreshHandlesRequest) String() string {
 func (*RefreshHandlesRequest) ProtoMessage() {}
 
 func (x *RefreshHandlesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2945,7 @@ func (x *RefreshHandlesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefreshHandlesRequest.ProtoReflect.Descriptor instead.
 func (*RefreshHandlesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RefreshHandlesRequest) GetTaskId() string {
@@ -2712,7 +2977,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2989,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +3002,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListTasksRequest) GetState() TaskState {
@@ -2788,7 +3053,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +3065,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +3078,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -2843,7 +3108,7 @@ type CompleteTaskRequest struct {
 
 func (x *CompleteTaskRequest) Reset() {
 	*x = CompleteTaskRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +3120,7 @@ func (x *CompleteTaskRequest) String() string {
 func (*CompleteTaskRequest) ProtoMessage() {}
 
 func (x *CompleteTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +3133,7 @@ func (x *CompleteTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTaskRequest.ProtoReflect.Descriptor instead.
 func (*CompleteTaskRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CompleteTaskRequest) GetId() string {
@@ -2905,7 +3170,7 @@ type ListPendingApprovalsRequest struct {
 
 func (x *ListPendingApprovalsRequest) Reset() {
 	*x = ListPendingApprovalsRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2917,7 +3182,7 @@ func (x *ListPendingApprovalsRequest) String() string {
 func (*ListPendingApprovalsRequest) ProtoMessage() {}
 
 func (x *ListPendingApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2930,7 +3195,7 @@ func (x *ListPendingApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListPendingApprovalsRequest) GetTaskId() string {
@@ -2975,7 +3240,7 @@ type ListPendingApprovalsResponse struct {
 
 func (x *ListPendingApprovalsResponse) Reset() {
 	*x = ListPendingApprovalsResponse{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3252,7 @@ func (x *ListPendingApprovalsResponse) String() string {
 func (*ListPendingApprovalsResponse) ProtoMessage() {}
 
 func (x *ListPendingApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3265,7 @@ func (x *ListPendingApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListPendingApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListPendingApprovalsResponse) GetRequests() []*ToolRequest {
@@ -3045,7 +3310,7 @@ type SettleRequestRequest struct {
 
 func (x *SettleRequestRequest) Reset() {
 	*x = SettleRequestRequest{}
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3322,7 @@ func (x *SettleRequestRequest) String() string {
 func (*SettleRequestRequest) ProtoMessage() {}
 
 func (x *SettleRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3335,7 @@ func (x *SettleRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleRequestRequest.ProtoReflect.Descriptor instead.
 func (*SettleRequestRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SettleRequestRequest) GetRequestId() string {
@@ -3183,7 +3448,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"considered\x12'\n" +
 	"\x0fpolicy_revision\x18\x04 \x01(\tR\x0epolicyRevision\x12=\n" +
 	"\fcompile_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompileTime\x12=\n" +
-	"\frefresh_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vrefreshTime\"\xec\x03\n" +
+	"\frefresh_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vrefreshTime\"\x8b\x04\n" +
 	"\x10StartTaskRequest\x122\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.v0m3.orchestrator.v1.TaskKindR\x04kind\x12\x18\n" +
 	"\apurpose\x18\x03 \x01(\tR\apurpose\x12B\n" +
@@ -3195,10 +3460,30 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x0eartifact_scope\x18\x14 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\rartifactScope\x12L\n" +
 	"\x11destination_scope\x18\x15 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\x10destinationScope\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\b \x01(\tR\trequestIdJ\x04\b\x01\x10\x02R\trequester\"\x89\x01\n" +
+	"request_id\x18\b \x01(\tR\trequestId\x12\x1d\n" +
+	"\n" +
+	"mcp_access\x18\x16 \x01(\bR\tmcpAccessJ\x04\b\x01\x10\x02R\trequester\"\xcf\x01\n" +
 	"\x11StartTaskResponse\x12.\n" +
 	"\x04task\x18\x01 \x01(\v2\x1a.v0m3.orchestrator.v1.TaskR\x04task\x12D\n" +
-	"\tcatalogue\x18\x02 \x01(\v2&.v0m3.orchestrator.v1.OfferedCatalogueR\tcatalogue\" \n" +
+	"\tcatalogue\x18\x02 \x01(\v2&.v0m3.orchestrator.v1.OfferedCatalogueR\tcatalogue\x12D\n" +
+	"\fmcp_endpoint\x18\x03 \x01(\v2!.v0m3.orchestrator.v1.McpEndpointR\vmcpEndpoint\"r\n" +
+	"\vMcpEndpoint\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12;\n" +
+	"\vexpire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\".\n" +
+	"\x13MintMcpTokenRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\xe5\x01\n" +
+	"\x0fTaskAccessToken\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12!\n" +
+	"\ftoken_digest\x18\x02 \x01(\tR\vtokenDigest\x12\x1c\n" +
+	"\trequester\x18\x03 \x01(\tR\trequester\x12;\n" +
+	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vexpire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"Q\n" +
+	"\x10TaskAccessTokens\x12=\n" +
+	"\x06tokens\x18\x01 \x03(\v2%.v0m3.orchestrator.v1.TaskAccessTokenR\x06tokens\" \n" +
 	"\x0eGetTaskRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\".\n" +
 	"\x13GetCatalogueRequest\x12\x17\n" +
@@ -3412,7 +3697,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"Settlement\x12\x1a\n" +
 	"\x16SETTLEMENT_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SETTLEMENT_EXECUTED\x10\x01\x12\x1b\n" +
-	"\x17SETTLEMENT_NOT_EXECUTED\x10\x022\xed\v\n" +
+	"\x17SETTLEMENT_NOT_EXECUTED\x10\x022\xcb\f\n" +
 	"\x13OrchestratorService\x12\\\n" +
 	"\tStartTask\x12&.v0m3.orchestrator.v1.StartTaskRequest\x1a'.v0m3.orchestrator.v1.StartTaskResponse\x12K\n" +
 	"\aGetTask\x12$.v0m3.orchestrator.v1.GetTaskRequest\x1a\x1a.v0m3.orchestrator.v1.Task\x12\\\n" +
@@ -3431,7 +3716,8 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
 	"CancelTask\x12'.v0m3.orchestrator.v1.CancelTaskRequest\x1a\x1a.v0m3.orchestrator.v1.Task\x12e\n" +
 	"\x0eRefreshHandles\x12+.v0m3.orchestrator.v1.RefreshHandlesRequest\x1a&.v0m3.orchestrator.v1.OfferedCatalogue\x12^\n" +
-	"\rSettleRequest\x12*.v0m3.orchestrator.v1.SettleRequestRequest\x1a!.v0m3.orchestrator.v1.ToolRequestB@Z>github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1;orchestratorv1b\x06proto3"
+	"\rSettleRequest\x12*.v0m3.orchestrator.v1.SettleRequestRequest\x1a!.v0m3.orchestrator.v1.ToolRequest\x12\\\n" +
+	"\fMintMcpToken\x12).v0m3.orchestrator.v1.MintMcpTokenRequest\x1a!.v0m3.orchestrator.v1.McpEndpointB@Z>github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1;orchestratorv1b\x06proto3"
 
 var (
 	file_v0m3_orchestrator_v1_orchestrator_proto_rawDescOnce sync.Once
@@ -3446,7 +3732,7 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_v0m3_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_v0m3_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(TaskKind)(0),                        // 0: v0m3.orchestrator.v1.TaskKind
 	(TaskState)(0),                       // 1: v0m3.orchestrator.v1.TaskState
@@ -3461,128 +3747,139 @@ var file_v0m3_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*OfferedCatalogue)(nil),             // 10: v0m3.orchestrator.v1.OfferedCatalogue
 	(*StartTaskRequest)(nil),             // 11: v0m3.orchestrator.v1.StartTaskRequest
 	(*StartTaskResponse)(nil),            // 12: v0m3.orchestrator.v1.StartTaskResponse
-	(*GetTaskRequest)(nil),               // 13: v0m3.orchestrator.v1.GetTaskRequest
-	(*GetCatalogueRequest)(nil),          // 14: v0m3.orchestrator.v1.GetCatalogueRequest
-	(*QuotedExcerpt)(nil),                // 15: v0m3.orchestrator.v1.QuotedExcerpt
-	(*Attempt)(nil),                      // 16: v0m3.orchestrator.v1.Attempt
-	(*Approval)(nil),                     // 17: v0m3.orchestrator.v1.Approval
-	(*GetApprovalRequest)(nil),           // 18: v0m3.orchestrator.v1.GetApprovalRequest
-	(*ToolRequest)(nil),                  // 19: v0m3.orchestrator.v1.ToolRequest
-	(*Diagnostic)(nil),                   // 20: v0m3.orchestrator.v1.Diagnostic
-	(*SubmitToolRequestRequest)(nil),     // 21: v0m3.orchestrator.v1.SubmitToolRequestRequest
-	(*GetRequestRequest)(nil),            // 22: v0m3.orchestrator.v1.GetRequestRequest
-	(*ListRequestsRequest)(nil),          // 23: v0m3.orchestrator.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil),         // 24: v0m3.orchestrator.v1.ListRequestsResponse
-	(*ApproveRequest)(nil),               // 25: v0m3.orchestrator.v1.ApproveRequest
-	(*DenyRequest)(nil),                  // 26: v0m3.orchestrator.v1.DenyRequest
-	(*WatchTaskRequest)(nil),             // 27: v0m3.orchestrator.v1.WatchTaskRequest
-	(*TaskEvent)(nil),                    // 28: v0m3.orchestrator.v1.TaskEvent
-	(*CancelTaskRequest)(nil),            // 29: v0m3.orchestrator.v1.CancelTaskRequest
-	(*RefreshHandlesRequest)(nil),        // 30: v0m3.orchestrator.v1.RefreshHandlesRequest
-	(*ListTasksRequest)(nil),             // 31: v0m3.orchestrator.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),            // 32: v0m3.orchestrator.v1.ListTasksResponse
-	(*CompleteTaskRequest)(nil),          // 33: v0m3.orchestrator.v1.CompleteTaskRequest
-	(*ListPendingApprovalsRequest)(nil),  // 34: v0m3.orchestrator.v1.ListPendingApprovalsRequest
-	(*ListPendingApprovalsResponse)(nil), // 35: v0m3.orchestrator.v1.ListPendingApprovalsResponse
-	(*SettleRequestRequest)(nil),         // 36: v0m3.orchestrator.v1.SettleRequestRequest
-	(*v1.Principal)(nil),                 // 37: v0m3.policy.v1.Principal
-	(*timestamppb.Timestamp)(nil),        // 38: google.protobuf.Timestamp
-	(v11.HandleKind)(0),                  // 39: v0m3.registry.v1.HandleKind
-	(*structpb.Struct)(nil),              // 40: google.protobuf.Struct
-	(*v1.CapabilityEligibility)(nil),     // 41: v0m3.policy.v1.CapabilityEligibility
-	(v12.DeliveryStage)(0),               // 42: v0m3.adapter.v1.DeliveryStage
-	(v12.Outcome)(0),                     // 43: v0m3.adapter.v1.Outcome
-	(*v12.ErrorEvidence)(nil),            // 44: v0m3.adapter.v1.ErrorEvidence
+	(*McpEndpoint)(nil),                  // 13: v0m3.orchestrator.v1.McpEndpoint
+	(*MintMcpTokenRequest)(nil),          // 14: v0m3.orchestrator.v1.MintMcpTokenRequest
+	(*TaskAccessToken)(nil),              // 15: v0m3.orchestrator.v1.TaskAccessToken
+	(*TaskAccessTokens)(nil),             // 16: v0m3.orchestrator.v1.TaskAccessTokens
+	(*GetTaskRequest)(nil),               // 17: v0m3.orchestrator.v1.GetTaskRequest
+	(*GetCatalogueRequest)(nil),          // 18: v0m3.orchestrator.v1.GetCatalogueRequest
+	(*QuotedExcerpt)(nil),                // 19: v0m3.orchestrator.v1.QuotedExcerpt
+	(*Attempt)(nil),                      // 20: v0m3.orchestrator.v1.Attempt
+	(*Approval)(nil),                     // 21: v0m3.orchestrator.v1.Approval
+	(*GetApprovalRequest)(nil),           // 22: v0m3.orchestrator.v1.GetApprovalRequest
+	(*ToolRequest)(nil),                  // 23: v0m3.orchestrator.v1.ToolRequest
+	(*Diagnostic)(nil),                   // 24: v0m3.orchestrator.v1.Diagnostic
+	(*SubmitToolRequestRequest)(nil),     // 25: v0m3.orchestrator.v1.SubmitToolRequestRequest
+	(*GetRequestRequest)(nil),            // 26: v0m3.orchestrator.v1.GetRequestRequest
+	(*ListRequestsRequest)(nil),          // 27: v0m3.orchestrator.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil),         // 28: v0m3.orchestrator.v1.ListRequestsResponse
+	(*ApproveRequest)(nil),               // 29: v0m3.orchestrator.v1.ApproveRequest
+	(*DenyRequest)(nil),                  // 30: v0m3.orchestrator.v1.DenyRequest
+	(*WatchTaskRequest)(nil),             // 31: v0m3.orchestrator.v1.WatchTaskRequest
+	(*TaskEvent)(nil),                    // 32: v0m3.orchestrator.v1.TaskEvent
+	(*CancelTaskRequest)(nil),            // 33: v0m3.orchestrator.v1.CancelTaskRequest
+	(*RefreshHandlesRequest)(nil),        // 34: v0m3.orchestrator.v1.RefreshHandlesRequest
+	(*ListTasksRequest)(nil),             // 35: v0m3.orchestrator.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),            // 36: v0m3.orchestrator.v1.ListTasksResponse
+	(*CompleteTaskRequest)(nil),          // 37: v0m3.orchestrator.v1.CompleteTaskRequest
+	(*ListPendingApprovalsRequest)(nil),  // 38: v0m3.orchestrator.v1.ListPendingApprovalsRequest
+	(*ListPendingApprovalsResponse)(nil), // 39: v0m3.orchestrator.v1.ListPendingApprovalsResponse
+	(*SettleRequestRequest)(nil),         // 40: v0m3.orchestrator.v1.SettleRequestRequest
+	(*v1.Principal)(nil),                 // 41: v0m3.policy.v1.Principal
+	(*timestamppb.Timestamp)(nil),        // 42: google.protobuf.Timestamp
+	(v11.HandleKind)(0),                  // 43: v0m3.registry.v1.HandleKind
+	(*structpb.Struct)(nil),              // 44: google.protobuf.Struct
+	(*v1.CapabilityEligibility)(nil),     // 45: v0m3.policy.v1.CapabilityEligibility
+	(v12.DeliveryStage)(0),               // 46: v0m3.adapter.v1.DeliveryStage
+	(v12.Outcome)(0),                     // 47: v0m3.adapter.v1.Outcome
+	(*v12.ErrorEvidence)(nil),            // 48: v0m3.adapter.v1.ErrorEvidence
 }
 var file_v0m3_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	37, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
+	41, // 0: v0m3.orchestrator.v1.Task.requester:type_name -> v0m3.policy.v1.Principal
 	0,  // 1: v0m3.orchestrator.v1.Task.kind:type_name -> v0m3.orchestrator.v1.TaskKind
 	5,  // 2: v0m3.orchestrator.v1.Task.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	1,  // 3: v0m3.orchestrator.v1.Task.state:type_name -> v0m3.orchestrator.v1.TaskState
-	38, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
-	38, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
+	42, // 4: v0m3.orchestrator.v1.Task.create_time:type_name -> google.protobuf.Timestamp
+	42, // 5: v0m3.orchestrator.v1.Task.update_time:type_name -> google.protobuf.Timestamp
 	5,  // 6: v0m3.orchestrator.v1.Task.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	5,  // 7: v0m3.orchestrator.v1.Task.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	38, // 8: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
-	39, // 9: v0m3.orchestrator.v1.HandleOffer.kind:type_name -> v0m3.registry.v1.HandleKind
-	39, // 10: v0m3.orchestrator.v1.HandleFieldOffer.kind:type_name -> v0m3.registry.v1.HandleKind
-	40, // 11: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
+	42, // 8: v0m3.orchestrator.v1.HandleOffer.expire_time:type_name -> google.protobuf.Timestamp
+	43, // 9: v0m3.orchestrator.v1.HandleOffer.kind:type_name -> v0m3.registry.v1.HandleKind
+	43, // 10: v0m3.orchestrator.v1.HandleFieldOffer.kind:type_name -> v0m3.registry.v1.HandleKind
+	44, // 11: v0m3.orchestrator.v1.OfferedCapability.input_schema:type_name -> google.protobuf.Struct
 	7,  // 12: v0m3.orchestrator.v1.OfferedCapability.handles:type_name -> v0m3.orchestrator.v1.HandleOffer
 	8,  // 13: v0m3.orchestrator.v1.OfferedCapability.handle_fields:type_name -> v0m3.orchestrator.v1.HandleFieldOffer
 	9,  // 14: v0m3.orchestrator.v1.OfferedCatalogue.offered:type_name -> v0m3.orchestrator.v1.OfferedCapability
-	41, // 15: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
-	38, // 16: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
-	38, // 17: v0m3.orchestrator.v1.OfferedCatalogue.refresh_time:type_name -> google.protobuf.Timestamp
+	45, // 15: v0m3.orchestrator.v1.OfferedCatalogue.considered:type_name -> v0m3.policy.v1.CapabilityEligibility
+	42, // 16: v0m3.orchestrator.v1.OfferedCatalogue.compile_time:type_name -> google.protobuf.Timestamp
+	42, // 17: v0m3.orchestrator.v1.OfferedCatalogue.refresh_time:type_name -> google.protobuf.Timestamp
 	0,  // 18: v0m3.orchestrator.v1.StartTaskRequest.kind:type_name -> v0m3.orchestrator.v1.TaskKind
 	5,  // 19: v0m3.orchestrator.v1.StartTaskRequest.source_scope:type_name -> v0m3.orchestrator.v1.SourceRef
-	37, // 20: v0m3.orchestrator.v1.StartTaskRequest.on_behalf_of:type_name -> v0m3.policy.v1.Principal
+	41, // 20: v0m3.orchestrator.v1.StartTaskRequest.on_behalf_of:type_name -> v0m3.policy.v1.Principal
 	5,  // 21: v0m3.orchestrator.v1.StartTaskRequest.artifact_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	5,  // 22: v0m3.orchestrator.v1.StartTaskRequest.destination_scope:type_name -> v0m3.orchestrator.v1.SourceRef
 	6,  // 23: v0m3.orchestrator.v1.StartTaskResponse.task:type_name -> v0m3.orchestrator.v1.Task
 	10, // 24: v0m3.orchestrator.v1.StartTaskResponse.catalogue:type_name -> v0m3.orchestrator.v1.OfferedCatalogue
-	42, // 25: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
-	43, // 26: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
-	44, // 27: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
-	38, // 28: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	38, // 29: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
-	38, // 30: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	38, // 31: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	38, // 32: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
-	3,  // 33: v0m3.orchestrator.v1.Approval.invalidated:type_name -> v0m3.orchestrator.v1.ApprovalBinding
-	40, // 34: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
-	2,  // 35: v0m3.orchestrator.v1.ToolRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
-	43, // 36: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
-	16, // 37: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
-	15, // 38: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
-	38, // 39: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
-	38, // 40: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
-	17, // 41: v0m3.orchestrator.v1.ToolRequest.approval:type_name -> v0m3.orchestrator.v1.Approval
-	20, // 42: v0m3.orchestrator.v1.ToolRequest.diagnostics:type_name -> v0m3.orchestrator.v1.Diagnostic
-	40, // 43: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
-	2,  // 44: v0m3.orchestrator.v1.ListRequestsRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
-	19, // 45: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
-	38, // 46: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
-	1,  // 47: v0m3.orchestrator.v1.ListTasksRequest.state:type_name -> v0m3.orchestrator.v1.TaskState
-	6,  // 48: v0m3.orchestrator.v1.ListTasksResponse.tasks:type_name -> v0m3.orchestrator.v1.Task
-	19, // 49: v0m3.orchestrator.v1.ListPendingApprovalsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
-	4,  // 50: v0m3.orchestrator.v1.SettleRequestRequest.settlement:type_name -> v0m3.orchestrator.v1.Settlement
-	11, // 51: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
-	13, // 52: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
-	31, // 53: v0m3.orchestrator.v1.OrchestratorService.ListTasks:input_type -> v0m3.orchestrator.v1.ListTasksRequest
-	33, // 54: v0m3.orchestrator.v1.OrchestratorService.CompleteTask:input_type -> v0m3.orchestrator.v1.CompleteTaskRequest
-	14, // 55: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
-	21, // 56: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
-	22, // 57: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
-	23, // 58: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
-	34, // 59: v0m3.orchestrator.v1.OrchestratorService.ListPendingApprovals:input_type -> v0m3.orchestrator.v1.ListPendingApprovalsRequest
-	25, // 60: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
-	26, // 61: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
-	18, // 62: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
-	27, // 63: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
-	29, // 64: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
-	30, // 65: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:input_type -> v0m3.orchestrator.v1.RefreshHandlesRequest
-	36, // 66: v0m3.orchestrator.v1.OrchestratorService.SettleRequest:input_type -> v0m3.orchestrator.v1.SettleRequestRequest
-	12, // 67: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
-	6,  // 68: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
-	32, // 69: v0m3.orchestrator.v1.OrchestratorService.ListTasks:output_type -> v0m3.orchestrator.v1.ListTasksResponse
-	6,  // 70: v0m3.orchestrator.v1.OrchestratorService.CompleteTask:output_type -> v0m3.orchestrator.v1.Task
-	10, // 71: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
-	19, // 72: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	19, // 73: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	24, // 74: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
-	35, // 75: v0m3.orchestrator.v1.OrchestratorService.ListPendingApprovals:output_type -> v0m3.orchestrator.v1.ListPendingApprovalsResponse
-	19, // 76: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
-	19, // 77: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
-	17, // 78: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
-	28, // 79: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
-	6,  // 80: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
-	10, // 81: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
-	19, // 82: v0m3.orchestrator.v1.OrchestratorService.SettleRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
-	67, // [67:83] is the sub-list for method output_type
-	51, // [51:67] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	13, // 25: v0m3.orchestrator.v1.StartTaskResponse.mcp_endpoint:type_name -> v0m3.orchestrator.v1.McpEndpoint
+	42, // 26: v0m3.orchestrator.v1.McpEndpoint.expire_time:type_name -> google.protobuf.Timestamp
+	42, // 27: v0m3.orchestrator.v1.TaskAccessToken.create_time:type_name -> google.protobuf.Timestamp
+	42, // 28: v0m3.orchestrator.v1.TaskAccessToken.expire_time:type_name -> google.protobuf.Timestamp
+	15, // 29: v0m3.orchestrator.v1.TaskAccessTokens.tokens:type_name -> v0m3.orchestrator.v1.TaskAccessToken
+	46, // 30: v0m3.orchestrator.v1.Attempt.stage:type_name -> v0m3.adapter.v1.DeliveryStage
+	47, // 31: v0m3.orchestrator.v1.Attempt.outcome:type_name -> v0m3.adapter.v1.Outcome
+	48, // 32: v0m3.orchestrator.v1.Attempt.error:type_name -> v0m3.adapter.v1.ErrorEvidence
+	42, // 33: v0m3.orchestrator.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	42, // 34: v0m3.orchestrator.v1.Attempt.end_time:type_name -> google.protobuf.Timestamp
+	42, // 35: v0m3.orchestrator.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	42, // 36: v0m3.orchestrator.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	42, // 37: v0m3.orchestrator.v1.Approval.use_time:type_name -> google.protobuf.Timestamp
+	3,  // 38: v0m3.orchestrator.v1.Approval.invalidated:type_name -> v0m3.orchestrator.v1.ApprovalBinding
+	44, // 39: v0m3.orchestrator.v1.ToolRequest.arguments:type_name -> google.protobuf.Struct
+	2,  // 40: v0m3.orchestrator.v1.ToolRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
+	47, // 41: v0m3.orchestrator.v1.ToolRequest.outcome:type_name -> v0m3.adapter.v1.Outcome
+	20, // 42: v0m3.orchestrator.v1.ToolRequest.attempts:type_name -> v0m3.orchestrator.v1.Attempt
+	19, // 43: v0m3.orchestrator.v1.ToolRequest.excerpts:type_name -> v0m3.orchestrator.v1.QuotedExcerpt
+	42, // 44: v0m3.orchestrator.v1.ToolRequest.create_time:type_name -> google.protobuf.Timestamp
+	42, // 45: v0m3.orchestrator.v1.ToolRequest.update_time:type_name -> google.protobuf.Timestamp
+	21, // 46: v0m3.orchestrator.v1.ToolRequest.approval:type_name -> v0m3.orchestrator.v1.Approval
+	24, // 47: v0m3.orchestrator.v1.ToolRequest.diagnostics:type_name -> v0m3.orchestrator.v1.Diagnostic
+	44, // 48: v0m3.orchestrator.v1.SubmitToolRequestRequest.arguments:type_name -> google.protobuf.Struct
+	2,  // 49: v0m3.orchestrator.v1.ListRequestsRequest.state:type_name -> v0m3.orchestrator.v1.RequestState
+	23, // 50: v0m3.orchestrator.v1.ListRequestsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
+	42, // 51: v0m3.orchestrator.v1.TaskEvent.time:type_name -> google.protobuf.Timestamp
+	1,  // 52: v0m3.orchestrator.v1.ListTasksRequest.state:type_name -> v0m3.orchestrator.v1.TaskState
+	6,  // 53: v0m3.orchestrator.v1.ListTasksResponse.tasks:type_name -> v0m3.orchestrator.v1.Task
+	23, // 54: v0m3.orchestrator.v1.ListPendingApprovalsResponse.requests:type_name -> v0m3.orchestrator.v1.ToolRequest
+	4,  // 55: v0m3.orchestrator.v1.SettleRequestRequest.settlement:type_name -> v0m3.orchestrator.v1.Settlement
+	11, // 56: v0m3.orchestrator.v1.OrchestratorService.StartTask:input_type -> v0m3.orchestrator.v1.StartTaskRequest
+	17, // 57: v0m3.orchestrator.v1.OrchestratorService.GetTask:input_type -> v0m3.orchestrator.v1.GetTaskRequest
+	35, // 58: v0m3.orchestrator.v1.OrchestratorService.ListTasks:input_type -> v0m3.orchestrator.v1.ListTasksRequest
+	37, // 59: v0m3.orchestrator.v1.OrchestratorService.CompleteTask:input_type -> v0m3.orchestrator.v1.CompleteTaskRequest
+	18, // 60: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:input_type -> v0m3.orchestrator.v1.GetCatalogueRequest
+	25, // 61: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:input_type -> v0m3.orchestrator.v1.SubmitToolRequestRequest
+	26, // 62: v0m3.orchestrator.v1.OrchestratorService.GetRequest:input_type -> v0m3.orchestrator.v1.GetRequestRequest
+	27, // 63: v0m3.orchestrator.v1.OrchestratorService.ListRequests:input_type -> v0m3.orchestrator.v1.ListRequestsRequest
+	38, // 64: v0m3.orchestrator.v1.OrchestratorService.ListPendingApprovals:input_type -> v0m3.orchestrator.v1.ListPendingApprovalsRequest
+	29, // 65: v0m3.orchestrator.v1.OrchestratorService.Approve:input_type -> v0m3.orchestrator.v1.ApproveRequest
+	30, // 66: v0m3.orchestrator.v1.OrchestratorService.Deny:input_type -> v0m3.orchestrator.v1.DenyRequest
+	22, // 67: v0m3.orchestrator.v1.OrchestratorService.GetApproval:input_type -> v0m3.orchestrator.v1.GetApprovalRequest
+	31, // 68: v0m3.orchestrator.v1.OrchestratorService.WatchTask:input_type -> v0m3.orchestrator.v1.WatchTaskRequest
+	33, // 69: v0m3.orchestrator.v1.OrchestratorService.CancelTask:input_type -> v0m3.orchestrator.v1.CancelTaskRequest
+	34, // 70: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:input_type -> v0m3.orchestrator.v1.RefreshHandlesRequest
+	40, // 71: v0m3.orchestrator.v1.OrchestratorService.SettleRequest:input_type -> v0m3.orchestrator.v1.SettleRequestRequest
+	14, // 72: v0m3.orchestrator.v1.OrchestratorService.MintMcpToken:input_type -> v0m3.orchestrator.v1.MintMcpTokenRequest
+	12, // 73: v0m3.orchestrator.v1.OrchestratorService.StartTask:output_type -> v0m3.orchestrator.v1.StartTaskResponse
+	6,  // 74: v0m3.orchestrator.v1.OrchestratorService.GetTask:output_type -> v0m3.orchestrator.v1.Task
+	36, // 75: v0m3.orchestrator.v1.OrchestratorService.ListTasks:output_type -> v0m3.orchestrator.v1.ListTasksResponse
+	6,  // 76: v0m3.orchestrator.v1.OrchestratorService.CompleteTask:output_type -> v0m3.orchestrator.v1.Task
+	10, // 77: v0m3.orchestrator.v1.OrchestratorService.GetCatalogue:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	23, // 78: v0m3.orchestrator.v1.OrchestratorService.SubmitToolRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	23, // 79: v0m3.orchestrator.v1.OrchestratorService.GetRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	28, // 80: v0m3.orchestrator.v1.OrchestratorService.ListRequests:output_type -> v0m3.orchestrator.v1.ListRequestsResponse
+	39, // 81: v0m3.orchestrator.v1.OrchestratorService.ListPendingApprovals:output_type -> v0m3.orchestrator.v1.ListPendingApprovalsResponse
+	23, // 82: v0m3.orchestrator.v1.OrchestratorService.Approve:output_type -> v0m3.orchestrator.v1.ToolRequest
+	23, // 83: v0m3.orchestrator.v1.OrchestratorService.Deny:output_type -> v0m3.orchestrator.v1.ToolRequest
+	21, // 84: v0m3.orchestrator.v1.OrchestratorService.GetApproval:output_type -> v0m3.orchestrator.v1.Approval
+	32, // 85: v0m3.orchestrator.v1.OrchestratorService.WatchTask:output_type -> v0m3.orchestrator.v1.TaskEvent
+	6,  // 86: v0m3.orchestrator.v1.OrchestratorService.CancelTask:output_type -> v0m3.orchestrator.v1.Task
+	10, // 87: v0m3.orchestrator.v1.OrchestratorService.RefreshHandles:output_type -> v0m3.orchestrator.v1.OfferedCatalogue
+	23, // 88: v0m3.orchestrator.v1.OrchestratorService.SettleRequest:output_type -> v0m3.orchestrator.v1.ToolRequest
+	13, // 89: v0m3.orchestrator.v1.OrchestratorService.MintMcpToken:output_type -> v0m3.orchestrator.v1.McpEndpoint
+	73, // [73:90] is the sub-list for method output_type
+	56, // [56:73] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_orchestrator_v1_orchestrator_proto_init() }
@@ -3596,7 +3893,7 @@ func file_v0m3_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc), len(file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   32,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

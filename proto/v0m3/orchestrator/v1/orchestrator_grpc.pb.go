@@ -35,6 +35,7 @@ const (
 	OrchestratorService_CancelTask_FullMethodName           = "/v0m3.orchestrator.v1.OrchestratorService/CancelTask"
 	OrchestratorService_RefreshHandles_FullMethodName       = "/v0m3.orchestrator.v1.OrchestratorService/RefreshHandles"
 	OrchestratorService_SettleRequest_FullMethodName        = "/v0m3.orchestrator.v1.OrchestratorService/SettleRequest"
+	OrchestratorService_MintMcpToken_FullMethodName         = "/v0m3.orchestrator.v1.OrchestratorService/MintMcpToken"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -105,6 +106,14 @@ type OrchestratorServiceClient interface {
 	// in the request's attempt, the task events and the trace. Any other
 	// outcome is never rewritten.
 	SettleRequest(ctx context.Context, in *SettleRequestRequest, opts ...grpc.CallOption) (*ToolRequest, error)
+	// MintMcpToken mints a fresh task-scoped token for the task's MCP
+	// endpoint (see StartTaskRequest.mcp_access), e.g. when the one StartTask
+	// returned is about to expire. Only the task's requester (or the actor
+	// who started it for them) may mint one, for an active task, and only
+	// when the orchestrator serves the endpoint (FAILED_PRECONDITION
+	// MCP_ENDPOINT_DISABLED otherwise). Tokens minted earlier stay valid
+	// until they expire or the task ends.
+	MintMcpToken(ctx context.Context, in *MintMcpTokenRequest, opts ...grpc.CallOption) (*McpEndpoint, error)
 }
 
 type orchestratorServiceClient struct {
@@ -284,6 +293,16 @@ func (c *orchestratorServiceClient) SettleRequest(ctx context.Context, in *Settl
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) MintMcpToken(ctx context.Context, in *MintMcpTokenRequest, opts ...grpc.CallOption) (*McpEndpoint, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(McpEndpoint)
+	err := c.cc.Invoke(ctx, OrchestratorService_MintMcpToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -352,6 +371,14 @@ type OrchestratorServiceServer interface {
 	// in the request's attempt, the task events and the trace. Any other
 	// outcome is never rewritten.
 	SettleRequest(context.Context, *SettleRequestRequest) (*ToolRequest, error)
+	// MintMcpToken mints a fresh task-scoped token for the task's MCP
+	// endpoint (see StartTaskRequest.mcp_access), e.g. when the one StartTask
+	// returned is about to expire. Only the task's requester (or the actor
+	// who started it for them) may mint one, for an active task, and only
+	// when the orchestrator serves the endpoint (FAILED_PRECONDITION
+	// MCP_ENDPOINT_DISABLED otherwise). Tokens minted earlier stay valid
+	// until they expire or the task ends.
+	MintMcpToken(context.Context, *MintMcpTokenRequest) (*McpEndpoint, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -409,6 +436,9 @@ func (UnimplementedOrchestratorServiceServer) RefreshHandles(context.Context, *R
 }
 func (UnimplementedOrchestratorServiceServer) SettleRequest(context.Context, *SettleRequestRequest) (*ToolRequest, error) {
 	return nil, status.Error(codes.Unimplemented, "method SettleRequest not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) MintMcpToken(context.Context, *MintMcpTokenRequest) (*McpEndpoint, error) {
+	return nil, status.Error(codes.Unimplemented, "method MintMcpToken not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -712,6 +742,24 @@ func _OrchestratorService_SettleRequest_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_MintMcpToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MintMcpTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).MintMcpToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_MintMcpToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).MintMcpToken(ctx, req.(*MintMcpTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -778,6 +826,10 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SettleRequest",
 			Handler:    _OrchestratorService_SettleRequest_Handler,
+		},
+		{
+			MethodName: "MintMcpToken",
+			Handler:    _OrchestratorService_MintMcpToken_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
