@@ -241,6 +241,9 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 	if err == nil && c != nil {
 		c.markSent()
 	}
+	if err == nil && c == nil {
+		w.m.wroteCancel(p)
+	}
 	return n, err
 }
 
