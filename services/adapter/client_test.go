@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -559,5 +560,64 @@ func TestParamHeadersSent(t *testing.T) {
 				t.Errorf("%d tools/list requests for two calls on one session, want %d", lists, want)
 			}
 		})
+	}
+}
+
+// lockedBuffer is a log sink for one test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestNoisyStdoutTolerated: a local server that prints non-JSON lines on
+// stdout before speaking JSON-RPC (a banner, a long log line) is
+// discovered and called; the lines are dropped and logged, only the
+// first maxNoiseLogged of them and each cut to maxNoiseLogText bytes.
+func TestNoisyStdoutTolerated(t *testing.T) {
+	t.Parallel()
+	var logs lockedBuffer
+	e := newEnvLog(t, slog.New(slog.NewJSONHandler(&logs, nil)))
+	conn := e.stdioConn("--banner", "9")
+	if _, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
+		t.Fatalf("discover a noisy server: %v", err)
+	}
+	if r := execute(t, e, call(t, conn, "search", map[string]any{"query": "migration"}, nil)); r.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+		t.Fatalf("call a noisy server: %v", r.GetError())
+	}
+	// Two sessions (discovery, then the call's), each logging its first
+	// lines and then one notice.
+	var dropped, quiet int
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec struct {
+			Msg  string `json:"msg"`
+			Line string `json:"line"`
+		}
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		switch {
+		case strings.Contains(rec.Msg, "non-JSON line on stdout; dropped"):
+			dropped++
+			if len(rec.Line) > maxNoiseLogText || !strings.HasPrefix(rec.Line, "fixture banner line") {
+				t.Errorf("logged line %q (%d bytes): want the line, cut to %d bytes", rec.Line[:min(len(rec.Line), 60)], len(rec.Line), maxNoiseLogText)
+			}
+		case strings.Contains(rec.Msg, "keeps printing non-JSON lines"):
+			quiet++
+		}
+	}
+	if dropped != 2*maxNoiseLogged || quiet != 2 {
+		t.Errorf("%d dropped lines logged and %d notices, want %d and 2", dropped, quiet, 2*maxNoiseLogged)
 	}
 }

@@ -116,7 +116,7 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		close(exited)
 	}()
 	t := &mcp.IOTransport{
-		Reader:        &lineLimitReader{r: outR, m: m},
+		Reader:        &lineLimitReader{r: newNoiseFilter(outR, m, d.creds, d.log, d.connectionID), m: m},
 		Writer:        &watchWriter{w: inW, m: m},
 		MaxLineLength: -1, // lineLimitReader enforces the limit while reading
 	}
