@@ -115,7 +115,10 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 		ctx, cancel = context.WithTimeout(ctx, defaultExecuteTimeout)
 		defer cancel()
 	}
-	var resp *adapterv1.ExecuteResponse
+	var (
+		resp  *adapterv1.ExecuteResponse
+		heard callEvidence
+	)
 	switch {
 	case s.replaying():
 		// Replay never falls through to a live call, whatever the
@@ -124,7 +127,7 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 	case conn.GetTransport().GetDirect() != nil:
 		resp = s.executeDirect(ctx, conn, req, schema)
 	default:
-		resp = s.execute(ctx, conn, req, schema)
+		resp = s.execute(ctx, conn, req, schema, &heard)
 	}
 	if s.recording() {
 		s.recordExecute(ctx, conn, req, resp)
@@ -135,7 +138,7 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 	s.log.Info("executed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(),
 		"method", resp.GetMethod(), "outcome", outcomeName(resp.GetOutcome()), "stage", resp.GetStage().String(),
 		"safe_code", resp.GetError().GetSafeCode(), "response_bytes", resp.GetResponseBytes())
-	s.trace(ctx, req, resp)
+	s.trace(ctx, req, resp, &heard)
 	return resp, nil
 }
 
@@ -209,9 +212,17 @@ func outputSchema(req *adapterv1.ExecuteRequest) (*resultschema.Schema, error) {
 	return schema, nil
 }
 
+// callEvidence is what the server said during a call besides its
+// response, for the protocol trace.
+type callEvidence struct {
+	progress      []progressNote
+	progressCount int64
+}
+
 // execute runs the call and builds its response; schema, when not nil,
-// judges a tool result's structured content.
-func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *adapterv1.ExecuteRequest, schema *resultschema.Schema) *adapterv1.ExecuteResponse {
+// judges a tool result's structured content; heard receives the call's
+// progress.
+func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *adapterv1.ExecuteRequest, schema *resultschema.Schema, heard *callEvidence) *adapterv1.ExecuteResponse {
 	method := "tools/call"
 	if req.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
 		method = "resources/read"
@@ -226,7 +237,9 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		n                     int64
 		err                   error
 		authRefused           *authError // the server refused the session's authorization
+		st                    *callState
 	)
+	defer func() { heard.progress, heard.progressCount = st.notes() }()
 	for attempt := 1; ; attempt++ {
 		var (
 			e       *pooled
@@ -273,9 +286,14 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		// request is written, and its response is checked against it
 		// exactly.
 		cm := ss.m.register(method, req.GetAttemptId(), limits.GetMaxResponseBytes()+envelopeAllowance)
-		callCtx, cancelCall := context.WithCancel(ctx)
+		st = ss.calls.begin()
+		callCtx, cancelCall := context.WithCancel(withCallState(ctx, st))
 		cm.cancelOnFlood(cancelCall)
-		toolRes, readRes, err = ss.call(callCtx, method, req)
+		toolRes, readRes, err = ss.call(callCtx, method, req, st.token)
+		if notes, shared := cm.serverMessages(); err == nil && !shared {
+			st.catchUp(notes)
+		}
+		ss.calls.end(st)
 		cancelCall()
 		if err != nil {
 			authRefused = authFailure(err, ss.m)
@@ -288,11 +306,17 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		// while its response may still arrive, serves no other call: it
 		// drains and closes. The abandoned call's limit keeps bounding the
 		// session until then, since its response may still be on the way.
-		broken := err != nil && !isServerError(err)
+		broken := err != nil && !isServerError(err) && !errors.Is(err, errInputDeclinedAgain)
 		if !broken || !sent {
 			ss.m.unregister(cm)
 		}
-		e.release(broken)
+		if broken && sent && (ctx.Err() != nil || flooded) {
+			// The call was given up: the server hears so
+			// (notifications/cancelled) before the session closes.
+			e.releaseAfterNotice(cm.cancelled)
+		} else {
+			e.release(broken)
+		}
 		if broken && !sent && !flooded && attempt == 1 && ctx.Err() == nil {
 			// The session had died (its server exited, say) before the
 			// request went out: nothing was sent, so a fresh session may
@@ -317,6 +341,15 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	}
 	setStage(resp, sent, acked, sendTime)
 	resp.ResponseBytes = n
+	if asked, msg := st.inputRequested(); asked && (err == nil || isServerError(err) || errors.Is(err, errInputDeclinedAgain)) {
+		// The server answered a call it had asked user input for, which
+		// the adapter declined: the answer is not the call's result.
+		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED
+		resp.ObserveTime = timestamppb.New(observed)
+		resp = failFact(resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeUserInputRequired, inputRequiredFact())
+		resp.Error.UntrustedDetail = msg
+		return resp
+	}
 	if err == nil && exceeded {
 		// The response was read whole (a concurrent call's larger limit
 		// allowed the message) but is over this call's own limit: refused
@@ -364,9 +397,10 @@ func setStage(resp *adapterv1.ExecuteResponse, sent, acked bool, sendTime time.T
 }
 
 // call sends the call's request on the session: a tools/call or a
-// resources/read carrying the attempt id in _meta.
-func (ss *session) call(ctx context.Context, method string, req *adapterv1.ExecuteRequest) (*mcp.CallToolResult, *mcp.ReadResourceResult, error) {
-	meta := mcp.Meta{AttemptMetaKey: req.GetAttemptId()}
+// resources/read carrying the attempt id in _meta, and progressToken, so
+// the server may report its progress.
+func (ss *session) call(ctx context.Context, method string, req *adapterv1.ExecuteRequest, progressToken string) (*mcp.CallToolResult, *mcp.ReadResourceResult, error) {
+	meta := mcp.Meta{AttemptMetaKey: req.GetAttemptId(), "progressToken": progressToken}
 	telemetry.InjectMeta(ctx, meta) // traceparent for servers behind stdio, which has no headers
 	if method == "tools/call" {
 		params := &mcp.CallToolParams{Meta: meta, Name: req.GetTarget().GetName()}

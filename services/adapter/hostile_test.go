@@ -38,8 +38,13 @@ func TestHostileServers(t *testing.T) {
 		code    string
 		stage   adapterv1.DeliveryStage
 	}{
-		// A line that is not JSON ends the session: sent, no result.
-		{"malformed JSON-RPC", fixture.RawMalformed, 0, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedMessage, adapterv1.DeliveryStage_DELIVERY_STAGE_SENT},
+		// A line that starts as JSON and breaks its syntax ends the
+		// session: sent, no result.
+		{"malformed JSON-RPC", fixture.RawBrokenJSON, 0, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedMessage, adapterv1.DeliveryStage_DELIVERY_STAGE_SENT},
+		// A line that is not JSON at all is noise some servers print on
+		// stdout: dropped, so the call gets no answer and ends at its
+		// deadline, sent, no result.
+		{"non-JSON answer", fixture.RawMalformed, time.Second, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeDeadlineExceeded, adapterv1.DeliveryStage_DELIVERY_STAGE_SENT},
 		// A result of the wrong shape is not a result.
 		{"result of the wrong shape", fixture.RawBadResult, 0, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedResult, adapterv1.DeliveryStage_DELIVERY_STAGE_SENT},
 		// A trickle is cut by the caller's deadline.

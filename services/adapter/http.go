@@ -36,6 +36,10 @@ type httpDialer struct {
 // maxRedirects bounds same-origin redirects.
 const maxRedirects = 5
 
+// maxStreamResumptions bounds how often one dropped event stream is
+// resumed; the call's deadline bounds the waiting too.
+const maxStreamResumptions = 3
+
 func (d *httpDialer) open(ctx context.Context, m *meter) (mcp.Transport, func(), error) {
 	// A literal address or metadata name is refused before the
 	// credential is even read; names are decided at dial time.
@@ -51,9 +55,14 @@ func (d *httpDialer) open(ctx context.Context, m *meter) (mcp.Transport, func(),
 		return nil, nil, err
 	}
 	t := &mcp.StreamableClientTransport{
-		Endpoint:             d.url,
-		HTTPClient:           client,
-		MaxRetries:           -1,        // a broken call stream is evidence, not something to replay
+		Endpoint:   d.url,
+		HTTPClient: client,
+		// A call's stream that drops is resumed (after the server's retry
+		// delay, with Last-Event-ID) when the server numbered its events:
+		// the response arrives on the resumed stream and nothing is sent
+		// again. A stream without event ids is not resumed; its call
+		// stays an unknown outcome.
+		MaxRetries:           maxStreamResumptions,
 		DisableStandaloneSSE: !d.listen, // a one-off session needs no server-initiated stream
 		MaxEventSize:         -1,        // limitedBody enforces the limit while reading
 	}
@@ -133,11 +142,15 @@ func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	case !endpoint:
 		req.Header.Del("Authorization") // an OAuth token goes to the endpoint's origin only too
 	}
-	var call *callMeter
+	var (
+		call   *callMeter
+		posted []byte
+	)
 	if req.Method == http.MethodPost && req.GetBody != nil {
 		if rc, err := req.GetBody(); err == nil {
 			body, _ := io.ReadAll(io.LimitReader(rc, 1<<20))
 			_ = rc.Close()
+			posted = body
 			if call = t.m.bind(body); call != nil {
 				c := call
 				trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
@@ -150,6 +163,9 @@ func (t *meteredTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 	}
 	resp, err := t.base.RoundTrip(req)
+	if call == nil && posted != nil && err == nil {
+		t.m.wroteCancel(posted)
+	}
 	if err != nil {
 		if re, ok := reach.AsError(err); ok {
 			t.m.refuse(re)

@@ -104,8 +104,16 @@ type callMeter struct {
 	// Server messages seen while the call was in flight, their bytes, and
 	// whether they went past the bounds; cancel ends the call then.
 	notes, noteBytes int64
-	flooded          bool
-	cancel           func()
+	// sharedNotes: some of notes were messages no stream tied to this
+	// call, charged to every call in flight, so notes may count other
+	// calls' messages.
+	sharedNotes bool
+	flooded     bool
+	cancel      func()
+	// cancelled is closed once the client library's notifications/cancelled
+	// for this call was written to the server.
+	cancelled     chan struct{}
+	cancelNoticed bool
 }
 
 func newMeter(limit int64) *meter {
@@ -121,7 +129,7 @@ func (m *meter) currentBound() int64 { return max(m.bound.Load(), m.limit) }
 // whose response may be up to limit bytes. The bound rises before the
 // request can be written.
 func (m *meter) register(method, attempt string, limit int64) *callMeter {
-	c := &callMeter{m: m, limit: limit, method: method, attempt: attempt}
+	c := &callMeter{m: m, limit: limit, method: method, attempt: attempt, cancelled: make(chan struct{})}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.calls[c] = struct{}{}
@@ -184,6 +192,32 @@ func (m *meter) bind(msg []byte) *callMeter {
 	return nil
 }
 
+// cancelledNotice is the part of a notifications/cancelled the meter reads.
+type cancelledNotice struct {
+	Method string `json:"method"`
+	Params struct {
+		RequestID json.RawMessage `json:"requestId"`
+	} `json:"params"`
+}
+
+// wroteCancel records that msg, just written to the server, was the
+// client library's notifications/cancelled for a bound call.
+func (m *meter) wroteCancel(msg []byte) {
+	if !bytes.Contains(msg, []byte(`"notifications/cancelled"`)) {
+		return
+	}
+	var n cancelledNotice
+	if json.Unmarshal(msg, &n) != nil || n.Method != "notifications/cancelled" || len(n.Params.RequestID) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c := m.byID[canonicalID(n.Params.RequestID)]; c != nil && !c.cancelNoticed {
+		c.cancelNoticed = true
+		close(c.cancelled)
+	}
+}
+
 // markSent records the call's request fully written to the transport.
 func (c *callMeter) markSent() {
 	c.m.mu.Lock()
@@ -238,9 +272,16 @@ func (m *meter) serverMessage(call *callMeter, n int64) {
 	if call != nil {
 		charge(call)
 	} else {
+		var charged []*callMeter
 		for c := range m.calls {
 			if c.id != "" {
 				charge(c)
+				charged = append(charged, c)
+			}
+		}
+		if len(charged) > 1 {
+			for _, c := range charged {
+				c.sharedNotes = true
 			}
 		}
 	}
@@ -250,6 +291,15 @@ func (m *meter) serverMessage(call *callMeter, n int64) {
 	for _, cancel := range cancels {
 		cancel()
 	}
+}
+
+// serverMessages returns how many messages of its own the server sent
+// while the call was in flight, and whether that count may include other
+// calls' messages.
+func (c *callMeter) serverMessages() (n int64, shared bool) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.notes, c.sharedNotes
 }
 
 // state returns the call's progress: how far its request got, how many
@@ -545,12 +595,19 @@ type eventCounter struct {
 }
 
 // feed reads p; the event fields around the JSON data are no JSON
-// structure to the scanner.
+// structure to the scanner. On a stream no call owns, a response (a
+// call's stream resumed with Last-Event-ID after it dropped) is charged
+// to the call it answers, found by its id.
 func (e *eventCounter) feed(m *meter, call *callMeter, p []byte) {
 	for _, c := range p {
 		if e.next(c) {
-			if e.scan.hasMethod {
+			switch {
+			case e.scan.hasMethod:
 				m.serverMessage(call, e.n)
+			case call == nil:
+				if id := e.scan.responseID(); id != "" {
+					m.response(id, e.n, true, false)
+				}
 			}
 			e.n, e.scan = 0, idScanner{}
 		}

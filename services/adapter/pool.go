@@ -190,6 +190,9 @@ func (e *pooled) open() {
 	ctx, cancel := context.WithTimeout(p.ctx, openTimeout)
 	defer cancel()
 	ss, err := p.s.openSession(ctx, e.conn, idleMessageLimit, e.listChanged)
+	if err == nil {
+		ss.primeToolHeaders(ctx)
+	}
 	if ss == nil {
 		ss = &session{m: newMeter(idleMessageLimit), creds: &credentials{}, srv: p.s}
 	}
@@ -237,6 +240,41 @@ func (e *pooled) release(broken bool) {
 	e.done(broken)
 	<-e.slots
 }
+
+// releaseAfterNotice releases a call the caller abandoned (its deadline
+// passed, or it was cancelled) on a session that no other call may
+// inherit: the session stops taking calls now, and its slot is released,
+// and the session closed, once notice is closed (the client library told
+// the server the call is cancelled, which it does off the caller's path)
+// or after cancelNoticeWait, so closing the session does not swallow the
+// notice.
+func (e *pooled) releaseAfterNotice(notice <-chan struct{}) {
+	p := e.p
+	p.mu.Lock()
+	p.retireLocked(e)
+	if p.closed {
+		p.mu.Unlock()
+		e.release(true)
+		return
+	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTimer(cancelNoticeWait)
+		defer t.Stop()
+		select {
+		case <-notice:
+		case <-t.C:
+		case <-p.ctx.Done():
+		}
+		e.release(true)
+	}()
+}
+
+// cancelNoticeWait bounds how long an abandoned call's session stays open
+// for its notifications/cancelled to go out.
+const cancelNoticeWait = 2 * time.Second
 
 // done is release without the slot: the bookkeeping of one use ending.
 func (e *pooled) done(broken bool) {

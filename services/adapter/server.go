@@ -142,6 +142,8 @@ type Server struct {
 
 	// oauth keeps each OAuth connection's authorizer (see oauth.go).
 	oauth authorizers
+	// legacy remembers the servers that do not take server/discover.
+	legacy legacyServers
 
 	// procStarts counts local server processes started, procLive those
 	// not yet reaped.
@@ -252,6 +254,11 @@ type session struct {
 	listChanged atomic.Int64
 	// info is the server's scrubbed self-description, computed once.
 	info func() *registryv1.ServerInfo
+	// connectionID is the connection the session serves, for logs.
+	connectionID string
+	// calls are the calls in flight, for what the server says during
+	// them besides their responses.
+	calls callStates
 }
 
 // Connect retry: a connection that fails before anything was sent is
@@ -310,7 +317,7 @@ func retryable(err error, m *meter) bool {
 
 func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, limit int64, creds *credentials, onListChanged func()) (*session, error) {
 	m := newMeter(limit)
-	ss := &session{m: m, creds: creds, srv: s}
+	ss := &session{m: m, creds: creds, srv: s, connectionID: conn.GetId()}
 	ss.info = sync.OnceValue(func() *registryv1.ServerInfo { return serverInfoOf(ss) })
 	d, err := s.dialerFor(conn, creds, onListChanged != nil)
 	if err != nil {
@@ -330,8 +337,15 @@ func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, l
 		s.recordSandbox(ctx, conn, sd.sandbox)
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "v0m3-adapter", Version: "1"}, &mcp.ClientOptions{
-		Capabilities: &mcp.ClientCapabilities{}, // no roots, sampling or elicitation offered to servers
-		Logger:       slog.New(slog.DiscardHandler),
+		// No roots or sampling are offered to servers. Elicitation is
+		// offered only so that a server that asks for user input hears
+		// "declined" at once (see session.elicit) instead of waiting.
+		Capabilities:       &mcp.ClientCapabilities{},
+		ElicitationHandler: ss.elicit,
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			ss.progressed(req.Params)
+		},
+		Logger: slog.New(slog.DiscardHandler),
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			ss.changed(onListChanged)
 		},
@@ -345,11 +359,16 @@ func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, l
 	// The initialize result may describe the server at length: it may be
 	// as large as a discovery message, whatever the session's floor.
 	init := m.register("initialize", "", discoveryMessageLimit)
-	cs, err := client.Connect(ctx, t, nil)
+	opts := s.legacy.sessionOptions(conn, time.Now())
+	cs, err := client.Connect(ctx, t, opts)
 	m.unregister(init)
 	if err != nil {
 		release()
 		return ss, creds.err(err)
+	}
+	if opts == nil && s.legacy.observe(conn, cs.InitializeResult().ProtocolVersion, time.Now()) {
+		s.log.Debug("the server did not take server/discover; its next sessions start with initialize",
+			"connection_id", conn.GetId(), "protocol_version", truncate(cs.InitializeResult().ProtocolVersion, maxVersionBytes))
 	}
 	ss.cs, ss.release = cs, release
 	s.mu.Lock()

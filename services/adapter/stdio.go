@@ -116,7 +116,7 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		close(exited)
 	}()
 	t := &mcp.IOTransport{
-		Reader:        &lineLimitReader{r: outR, m: m},
+		Reader:        &lineLimitReader{r: newNoiseFilter(outR, m, d.creds, d.log, d.connectionID), m: m},
 		Writer:        &watchWriter{w: inW, m: m},
 		MaxLineLength: -1, // lineLimitReader enforces the limit while reading
 	}
@@ -240,6 +240,9 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 	n, err := w.w.Write(p)
 	if err == nil && c != nil {
 		c.markSent()
+	}
+	if err == nil && c == nil {
+		w.m.wroteCancel(p)
 	}
 	return n, err
 }

@@ -18,7 +18,7 @@ const Redacted = redact.Placeholder
 
 // trace appends the protocol-layer trace event of one execution. A failure
 // to append is logged, not returned: the call already happened.
-func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp *adapterv1.ExecuteResponse) {
+func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp *adapterv1.ExecuteResponse, heard *callEvidence) {
 	if s.deps.Evidence == nil || req.GetTaskId() == "" {
 		return
 	}
@@ -31,6 +31,14 @@ func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp 
 		ResponseDigest: resp.GetResponseDigest(),
 		ResponseBytes:  resp.GetResponseBytes(),
 		Outcome:        outcomeName(resp.GetOutcome()),
+	}
+	if heard != nil {
+		ev.ProgressNotifications = heard.progressCount
+		for _, p := range heard.progress {
+			ev.Progress = append(ev.Progress, &evidencev1.ProtocolProgress{
+				Time: timestamppb.New(p.at), Progress: p.progress, Total: p.total, UntrustedMessage: p.message,
+			})
+		}
 	}
 	if st, ot := resp.GetSendTime(), resp.GetObserveTime(); st != nil && ot != nil {
 		ev.Duration = durationpb.New(ot.AsTime().Sub(st.AsTime()))

@@ -5,11 +5,15 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"google.golang.org/grpc/codes"
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/serving"
 )
 
 // maxVersionBytes bounds the protocol version a server named that the
@@ -84,4 +88,71 @@ func hasSDKError(err error, name string) bool {
 		}
 	}
 	return false
+}
+
+// statelessVersion is the first protocol version a session starts with
+// server/discover instead of initialize.
+const statelessVersion = "2026-07-28"
+
+// legacyTTL is how long the adapter remembers that a connection's server
+// speaks only the initialize handshake: a remote server may be upgraded
+// in place, without a new config revision.
+const legacyTTL = time.Hour
+
+// legacyServers remembers, per connection and serving revision, that its
+// server answered server/discover with an error and was spoken to
+// through initialize: the next session starts with initialize at once,
+// one round trip less for every new session to such a server.
+type legacyServers struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+func legacyKey(conn *registryv1.Connection) string {
+	return fmt.Sprintf("%s@%d", conn.GetId(), serving.Revision(conn))
+}
+
+// sessionOptions are the options of a new session to conn's server: nil
+// (try server/discover first) unless the server is known to speak only
+// initialize.
+func (l *legacyServers) sessionOptions(conn *registryv1.Connection, now time.Time) *mcp.ClientSessionOptions {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Before(l.until[legacyKey(conn)]) {
+		return &mcp.ClientSessionOptions{ProtocolVersion: latestLegacyVersion()}
+	}
+	return nil
+}
+
+// observe records what a session that tried server/discover first
+// negotiated: a version before the stateless one means the server did
+// not take server/discover.
+func (l *legacyServers) observe(conn *registryv1.Connection, negotiated string, now time.Time) bool {
+	if negotiated == "" || negotiated >= statelessVersion {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.until == nil {
+		l.until = map[string]time.Time{}
+	}
+	for k, t := range l.until {
+		if !now.Before(t) {
+			delete(l.until, k) // expired entries go, so the map stays as small as the live connections
+		}
+	}
+	l.until[legacyKey(conn)] = now.Add(legacyTTL)
+	return true
+}
+
+// latestLegacyVersion is the newest protocol version the client library
+// speaks through initialize.
+func latestLegacyVersion() string {
+	best := ""
+	for _, v := range mcp.SupportedProtocolVersions() {
+		if v < statelessVersion && v > best {
+			best = v
+		}
+	}
+	return best
 }

@@ -1572,9 +1572,16 @@ type ProtocolEvent struct {
 	// Outcome name, e.g. "ok", "unknown".
 	Outcome string `protobuf:"bytes,9,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	// Error evidence, when it failed.
-	Error         *ErrorEvidence `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Error *ErrorEvidence `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// Progress the server reported during the call
+	// (notifications/progress for the call's progress token), in order: at
+	// most the first 16.
+	Progress []*ProtocolProgress `protobuf:"bytes,11,rep,name=progress,proto3" json:"progress,omitempty"`
+	// How many progress notifications the server sent during the call,
+	// including those not kept in progress.
+	ProgressNotifications int64 `protobuf:"varint,12,opt,name=progress_notifications,json=progressNotifications,proto3" json:"progress_notifications,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ProtocolEvent) Reset() {
@@ -1677,6 +1684,94 @@ func (x *ProtocolEvent) GetError() *ErrorEvidence {
 	return nil
 }
 
+func (x *ProtocolEvent) GetProgress() []*ProtocolProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *ProtocolEvent) GetProgressNotifications() int64 {
+	if x != nil {
+		return x.ProgressNotifications
+	}
+	return 0
+}
+
+// ProtocolProgress is one progress notification a server sent during a
+// call.
+type ProtocolProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the adapter received it.
+	Time *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// The progress so far, as the server counts it.
+	Progress float64 `protobuf:"fixed64,2,opt,name=progress,proto3" json:"progress,omitempty"`
+	// The total, when the server named one; 0 when unknown.
+	Total float64 `protobuf:"fixed64,3,opt,name=total,proto3" json:"total,omitempty"`
+	// The server's message: untrusted remote text, at most 256 bytes.
+	UntrustedMessage string `protobuf:"bytes,4,opt,name=untrusted_message,json=untrustedMessage,proto3" json:"untrusted_message,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ProtocolProgress) Reset() {
+	*x = ProtocolProgress{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProtocolProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProtocolProgress) ProtoMessage() {}
+
+func (x *ProtocolProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProtocolProgress.ProtoReflect.Descriptor instead.
+func (*ProtocolProgress) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ProtocolProgress) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ProtocolProgress) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *ProtocolProgress) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ProtocolProgress) GetUntrustedMessage() string {
+	if x != nil {
+		return x.UntrustedMessage
+	}
+	return ""
+}
+
 // ProductEvent is the product layer of the trace.
 type ProductEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1714,7 +1809,7 @@ type ProductEvent struct {
 
 func (x *ProductEvent) Reset() {
 	*x = ProductEvent{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1821,7 @@ func (x *ProductEvent) String() string {
 func (*ProductEvent) ProtoMessage() {}
 
 func (x *ProductEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1834,7 @@ func (x *ProductEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProductEvent.ProtoReflect.Descriptor instead.
 func (*ProductEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ProductEvent) GetKind() ProductEventKind {
@@ -1861,7 +1956,7 @@ type TraceEvent struct {
 
 func (x *TraceEvent) Reset() {
 	*x = TraceEvent{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1873,7 +1968,7 @@ func (x *TraceEvent) String() string {
 func (*TraceEvent) ProtoMessage() {}
 
 func (x *TraceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1886,7 +1981,7 @@ func (x *TraceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceEvent.ProtoReflect.Descriptor instead.
 func (*TraceEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TraceEvent) GetId() string {
@@ -1978,7 +2073,7 @@ type AppendTraceRequest struct {
 
 func (x *AppendTraceRequest) Reset() {
 	*x = AppendTraceRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2085,7 @@ func (x *AppendTraceRequest) String() string {
 func (*AppendTraceRequest) ProtoMessage() {}
 
 func (x *AppendTraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2098,7 @@ func (x *AppendTraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendTraceRequest.ProtoReflect.Descriptor instead.
 func (*AppendTraceRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AppendTraceRequest) GetEvent() *TraceEvent {
@@ -2024,7 +2119,7 @@ type AppendTracesRequest struct {
 
 func (x *AppendTracesRequest) Reset() {
 	*x = AppendTracesRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2131,7 @@ func (x *AppendTracesRequest) String() string {
 func (*AppendTracesRequest) ProtoMessage() {}
 
 func (x *AppendTracesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2144,7 @@ func (x *AppendTracesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendTracesRequest.ProtoReflect.Descriptor instead.
 func (*AppendTracesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AppendTracesRequest) GetEvents() []*TraceEvent {
@@ -2070,7 +2165,7 @@ type AppendTracesResponse struct {
 
 func (x *AppendTracesResponse) Reset() {
 	*x = AppendTracesResponse{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2177,7 @@ func (x *AppendTracesResponse) String() string {
 func (*AppendTracesResponse) ProtoMessage() {}
 
 func (x *AppendTracesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2190,7 @@ func (x *AppendTracesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendTracesResponse.ProtoReflect.Descriptor instead.
 func (*AppendTracesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AppendTracesResponse) GetEvents() []*TraceEvent {
@@ -2116,7 +2211,7 @@ type GetTraceRequest struct {
 
 func (x *GetTraceRequest) Reset() {
 	*x = GetTraceRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2223,7 @@ func (x *GetTraceRequest) String() string {
 func (*GetTraceRequest) ProtoMessage() {}
 
 func (x *GetTraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2236,7 @@ func (x *GetTraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTraceRequest.ProtoReflect.Descriptor instead.
 func (*GetTraceRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetTraceRequest) GetTaskId() string {
@@ -2164,7 +2259,7 @@ type Trace struct {
 
 func (x *Trace) Reset() {
 	*x = Trace{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2271,7 @@ func (x *Trace) String() string {
 func (*Trace) ProtoMessage() {}
 
 func (x *Trace) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2284,7 @@ func (x *Trace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trace.ProtoReflect.Descriptor instead.
 func (*Trace) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Trace) GetTaskId() string {
@@ -2241,7 +2336,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2348,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2361,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Receipt) GetId() string {
@@ -2344,7 +2439,7 @@ type RecordReceiptRequest struct {
 
 func (x *RecordReceiptRequest) Reset() {
 	*x = RecordReceiptRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2451,7 @@ func (x *RecordReceiptRequest) String() string {
 func (*RecordReceiptRequest) ProtoMessage() {}
 
 func (x *RecordReceiptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2464,7 @@ func (x *RecordReceiptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordReceiptRequest.ProtoReflect.Descriptor instead.
 func (*RecordReceiptRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RecordReceiptRequest) GetReceipt() *Receipt {
@@ -2390,7 +2485,7 @@ type GetReceiptRequest struct {
 
 func (x *GetReceiptRequest) Reset() {
 	*x = GetReceiptRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2497,7 @@ func (x *GetReceiptRequest) String() string {
 func (*GetReceiptRequest) ProtoMessage() {}
 
 func (x *GetReceiptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2510,7 @@ func (x *GetReceiptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReceiptRequest.ProtoReflect.Descriptor instead.
 func (*GetReceiptRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetReceiptRequest) GetIdempotencyKey() string {
@@ -2441,7 +2536,7 @@ type ValidationFinding struct {
 
 func (x *ValidationFinding) Reset() {
 	*x = ValidationFinding{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2548,7 @@ func (x *ValidationFinding) String() string {
 func (*ValidationFinding) ProtoMessage() {}
 
 func (x *ValidationFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2561,7 @@ func (x *ValidationFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidationFinding.ProtoReflect.Descriptor instead.
 func (*ValidationFinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ValidationFinding) GetCode() string {
@@ -2501,7 +2596,7 @@ type ValidateObservationRequest struct {
 
 func (x *ValidateObservationRequest) Reset() {
 	*x = ValidateObservationRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2608,7 @@ func (x *ValidateObservationRequest) String() string {
 func (*ValidateObservationRequest) ProtoMessage() {}
 
 func (x *ValidateObservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2621,7 @@ func (x *ValidateObservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateObservationRequest.ProtoReflect.Descriptor instead.
 func (*ValidateObservationRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ValidateObservationRequest) GetObservation() *SourceObservation {
@@ -2549,7 +2644,7 @@ type ObservationValidation struct {
 
 func (x *ObservationValidation) Reset() {
 	*x = ObservationValidation{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2656,7 @@ func (x *ObservationValidation) String() string {
 func (*ObservationValidation) ProtoMessage() {}
 
 func (x *ObservationValidation) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2669,7 @@ func (x *ObservationValidation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservationValidation.ProtoReflect.Descriptor instead.
 func (*ObservationValidation) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ObservationValidation) GetFit() bool {
@@ -2604,7 +2699,7 @@ type CompareRevisionsRequest struct {
 
 func (x *CompareRevisionsRequest) Reset() {
 	*x = CompareRevisionsRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +2711,7 @@ func (x *CompareRevisionsRequest) String() string {
 func (*CompareRevisionsRequest) ProtoMessage() {}
 
 func (x *CompareRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +2724,7 @@ func (x *CompareRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*CompareRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CompareRevisionsRequest) GetBaseObservationId() string {
@@ -2679,7 +2774,7 @@ type RevisionComparison struct {
 
 func (x *RevisionComparison) Reset() {
 	*x = RevisionComparison{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +2786,7 @@ func (x *RevisionComparison) String() string {
 func (*RevisionComparison) ProtoMessage() {}
 
 func (x *RevisionComparison) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +2799,7 @@ func (x *RevisionComparison) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevisionComparison.ProtoReflect.Descriptor instead.
 func (*RevisionComparison) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RevisionComparison) GetConnectionId() string {
@@ -2821,7 +2916,7 @@ type RequestClassification struct {
 
 func (x *RequestClassification) Reset() {
 	*x = RequestClassification{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2833,7 +2928,7 @@ func (x *RequestClassification) String() string {
 func (*RequestClassification) ProtoMessage() {}
 
 func (x *RequestClassification) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2846,7 +2941,7 @@ func (x *RequestClassification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestClassification.ProtoReflect.Descriptor instead.
 func (*RequestClassification) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RequestClassification) GetRequestId() string {
@@ -2930,7 +3025,7 @@ type ClassifyTraceRequest struct {
 
 func (x *ClassifyTraceRequest) Reset() {
 	*x = ClassifyTraceRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3037,7 @@ func (x *ClassifyTraceRequest) String() string {
 func (*ClassifyTraceRequest) ProtoMessage() {}
 
 func (x *ClassifyTraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3050,7 @@ func (x *ClassifyTraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyTraceRequest.ProtoReflect.Descriptor instead.
 func (*ClassifyTraceRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClassifyTraceRequest) GetTaskId() string {
@@ -2978,7 +3073,7 @@ type TraceClassification struct {
 
 func (x *TraceClassification) Reset() {
 	*x = TraceClassification{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2990,7 +3085,7 @@ func (x *TraceClassification) String() string {
 func (*TraceClassification) ProtoMessage() {}
 
 func (x *TraceClassification) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3003,7 +3098,7 @@ func (x *TraceClassification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceClassification.ProtoReflect.Descriptor instead.
 func (*TraceClassification) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{34}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TraceClassification) GetTaskId() string {
@@ -3037,7 +3132,7 @@ type Asset struct {
 
 func (x *Asset) Reset() {
 	*x = Asset{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3049,7 +3144,7 @@ func (x *Asset) String() string {
 func (*Asset) ProtoMessage() {}
 
 func (x *Asset) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3062,7 +3157,7 @@ func (x *Asset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Asset.ProtoReflect.Descriptor instead.
 func (*Asset) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{35}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Asset) GetDigest() string {
@@ -3108,7 +3203,7 @@ type PutAssetRequest struct {
 
 func (x *PutAssetRequest) Reset() {
 	*x = PutAssetRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[36]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +3215,7 @@ func (x *PutAssetRequest) String() string {
 func (*PutAssetRequest) ProtoMessage() {}
 
 func (x *PutAssetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[36]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +3228,7 @@ func (x *PutAssetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAssetRequest.ProtoReflect.Descriptor instead.
 func (*PutAssetRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{36}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PutAssetRequest) GetContent() []byte {
@@ -3168,7 +3263,7 @@ type GetAssetRequest struct {
 
 func (x *GetAssetRequest) Reset() {
 	*x = GetAssetRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[37]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3275,7 @@ func (x *GetAssetRequest) String() string {
 func (*GetAssetRequest) ProtoMessage() {}
 
 func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[37]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3288,7 @@ func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssetRequest.ProtoReflect.Descriptor instead.
 func (*GetAssetRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{37}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetAssetRequest) GetDigest() string {
@@ -3214,7 +3309,7 @@ type PruneRequest struct {
 
 func (x *PruneRequest) Reset() {
 	*x = PruneRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[38]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3226,7 +3321,7 @@ func (x *PruneRequest) String() string {
 func (*PruneRequest) ProtoMessage() {}
 
 func (x *PruneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[38]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3239,7 +3334,7 @@ func (x *PruneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneRequest.ProtoReflect.Descriptor instead.
 func (*PruneRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{38}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PruneRequest) GetOlderThan() *durationpb.Duration {
@@ -3260,7 +3355,7 @@ type PruneResponse struct {
 
 func (x *PruneResponse) Reset() {
 	*x = PruneResponse{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[39]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3367,7 @@ func (x *PruneResponse) String() string {
 func (*PruneResponse) ProtoMessage() {}
 
 func (x *PruneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[39]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3380,7 @@ func (x *PruneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneResponse.ProtoReflect.Descriptor instead.
 func (*PruneResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{39}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PruneResponse) GetSummarizedEvents() int32 {
@@ -3413,7 +3508,7 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\rErrorEvidence\x12\x1b\n" +
 	"\tsafe_code\x18\x01 \x01(\tR\bsafeCode\x12)\n" +
 	"\x10untrusted_detail\x18\x02 \x01(\tR\x0funtrustedDetail\x12%\n" +
-	"\x0eadapter_detail\x18\x03 \x01(\tR\radapterDetail\"\xa4\x03\n" +
+	"\x0eadapter_detail\x18\x03 \x01(\tR\radapterDetail\"\x9b\x04\n" +
 	"\rProtocolEvent\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x1f\n" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
@@ -3427,7 +3522,14 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x0eresponse_bytes\x18\b \x01(\x03R\rresponseBytes\x12\x18\n" +
 	"\aoutcome\x18\t \x01(\tR\aoutcome\x125\n" +
 	"\x05error\x18\n" +
-	" \x01(\v2\x1f.v0m3.evidence.v1.ErrorEvidenceR\x05error\"\xb0\x03\n" +
+	" \x01(\v2\x1f.v0m3.evidence.v1.ErrorEvidenceR\x05error\x12>\n" +
+	"\bprogress\x18\v \x03(\v2\".v0m3.evidence.v1.ProtocolProgressR\bprogress\x125\n" +
+	"\x16progress_notifications\x18\f \x01(\x03R\x15progressNotifications\"\xa1\x01\n" +
+	"\x10ProtocolProgress\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
+	"\bprogress\x18\x02 \x01(\x01R\bprogress\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x01R\x05total\x12+\n" +
+	"\x11untrusted_message\x18\x04 \x01(\tR\x10untrustedMessage\"\xb0\x03\n" +
 	"\fProductEvent\x126\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\".v0m3.evidence.v1.ProductEventKindR\x04kind\x12\x1e\n" +
 	"\n" +
@@ -3612,7 +3714,7 @@ func file_v0m3_evidence_v1_evidence_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_evidence_v1_evidence_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_v0m3_evidence_v1_evidence_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_v0m3_evidence_v1_evidence_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_v0m3_evidence_v1_evidence_proto_goTypes = []any{
 	(ObservationKind)(0),               // 0: v0m3.evidence.v1.ObservationKind
 	(ProductEventKind)(0),              // 1: v0m3.evidence.v1.ProductEventKind
@@ -3634,107 +3736,110 @@ var file_v0m3_evidence_v1_evidence_proto_goTypes = []any{
 	(*LinkClaimRequest)(nil),           // 17: v0m3.evidence.v1.LinkClaimRequest
 	(*ErrorEvidence)(nil),              // 18: v0m3.evidence.v1.ErrorEvidence
 	(*ProtocolEvent)(nil),              // 19: v0m3.evidence.v1.ProtocolEvent
-	(*ProductEvent)(nil),               // 20: v0m3.evidence.v1.ProductEvent
-	(*TraceEvent)(nil),                 // 21: v0m3.evidence.v1.TraceEvent
-	(*AppendTraceRequest)(nil),         // 22: v0m3.evidence.v1.AppendTraceRequest
-	(*AppendTracesRequest)(nil),        // 23: v0m3.evidence.v1.AppendTracesRequest
-	(*AppendTracesResponse)(nil),       // 24: v0m3.evidence.v1.AppendTracesResponse
-	(*GetTraceRequest)(nil),            // 25: v0m3.evidence.v1.GetTraceRequest
-	(*Trace)(nil),                      // 26: v0m3.evidence.v1.Trace
-	(*Receipt)(nil),                    // 27: v0m3.evidence.v1.Receipt
-	(*RecordReceiptRequest)(nil),       // 28: v0m3.evidence.v1.RecordReceiptRequest
-	(*GetReceiptRequest)(nil),          // 29: v0m3.evidence.v1.GetReceiptRequest
-	(*ValidationFinding)(nil),          // 30: v0m3.evidence.v1.ValidationFinding
-	(*ValidateObservationRequest)(nil), // 31: v0m3.evidence.v1.ValidateObservationRequest
-	(*ObservationValidation)(nil),      // 32: v0m3.evidence.v1.ObservationValidation
-	(*CompareRevisionsRequest)(nil),    // 33: v0m3.evidence.v1.CompareRevisionsRequest
-	(*RevisionComparison)(nil),         // 34: v0m3.evidence.v1.RevisionComparison
-	(*RequestClassification)(nil),      // 35: v0m3.evidence.v1.RequestClassification
-	(*ClassifyTraceRequest)(nil),       // 36: v0m3.evidence.v1.ClassifyTraceRequest
-	(*TraceClassification)(nil),        // 37: v0m3.evidence.v1.TraceClassification
-	(*Asset)(nil),                      // 38: v0m3.evidence.v1.Asset
-	(*PutAssetRequest)(nil),            // 39: v0m3.evidence.v1.PutAssetRequest
-	(*GetAssetRequest)(nil),            // 40: v0m3.evidence.v1.GetAssetRequest
-	(*PruneRequest)(nil),               // 41: v0m3.evidence.v1.PruneRequest
-	(*PruneResponse)(nil),              // 42: v0m3.evidence.v1.PruneResponse
-	nil,                                // 43: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
-	(*timestamppb.Timestamp)(nil),      // 44: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),            // 45: google.protobuf.Struct
-	(*durationpb.Duration)(nil),        // 46: google.protobuf.Duration
+	(*ProtocolProgress)(nil),           // 20: v0m3.evidence.v1.ProtocolProgress
+	(*ProductEvent)(nil),               // 21: v0m3.evidence.v1.ProductEvent
+	(*TraceEvent)(nil),                 // 22: v0m3.evidence.v1.TraceEvent
+	(*AppendTraceRequest)(nil),         // 23: v0m3.evidence.v1.AppendTraceRequest
+	(*AppendTracesRequest)(nil),        // 24: v0m3.evidence.v1.AppendTracesRequest
+	(*AppendTracesResponse)(nil),       // 25: v0m3.evidence.v1.AppendTracesResponse
+	(*GetTraceRequest)(nil),            // 26: v0m3.evidence.v1.GetTraceRequest
+	(*Trace)(nil),                      // 27: v0m3.evidence.v1.Trace
+	(*Receipt)(nil),                    // 28: v0m3.evidence.v1.Receipt
+	(*RecordReceiptRequest)(nil),       // 29: v0m3.evidence.v1.RecordReceiptRequest
+	(*GetReceiptRequest)(nil),          // 30: v0m3.evidence.v1.GetReceiptRequest
+	(*ValidationFinding)(nil),          // 31: v0m3.evidence.v1.ValidationFinding
+	(*ValidateObservationRequest)(nil), // 32: v0m3.evidence.v1.ValidateObservationRequest
+	(*ObservationValidation)(nil),      // 33: v0m3.evidence.v1.ObservationValidation
+	(*CompareRevisionsRequest)(nil),    // 34: v0m3.evidence.v1.CompareRevisionsRequest
+	(*RevisionComparison)(nil),         // 35: v0m3.evidence.v1.RevisionComparison
+	(*RequestClassification)(nil),      // 36: v0m3.evidence.v1.RequestClassification
+	(*ClassifyTraceRequest)(nil),       // 37: v0m3.evidence.v1.ClassifyTraceRequest
+	(*TraceClassification)(nil),        // 38: v0m3.evidence.v1.TraceClassification
+	(*Asset)(nil),                      // 39: v0m3.evidence.v1.Asset
+	(*PutAssetRequest)(nil),            // 40: v0m3.evidence.v1.PutAssetRequest
+	(*GetAssetRequest)(nil),            // 41: v0m3.evidence.v1.GetAssetRequest
+	(*PruneRequest)(nil),               // 42: v0m3.evidence.v1.PruneRequest
+	(*PruneResponse)(nil),              // 43: v0m3.evidence.v1.PruneResponse
+	nil,                                // 44: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	(*timestamppb.Timestamp)(nil),      // 45: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),            // 46: google.protobuf.Struct
+	(*durationpb.Duration)(nil),        // 47: google.protobuf.Duration
 }
 var file_v0m3_evidence_v1_evidence_proto_depIdxs = []int32{
-	44, // 0: v0m3.evidence.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	45, // 0: v0m3.evidence.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
 	3,  // 1: v0m3.evidence.v1.AppendAuditRecordRequest.record:type_name -> v0m3.evidence.v1.AuditRecord
 	3,  // 2: v0m3.evidence.v1.ListAuditRecordsResponse.records:type_name -> v0m3.evidence.v1.AuditRecord
-	44, // 3: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
-	43, // 4: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	45, // 3: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
+	44, // 4: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
 	7,  // 5: v0m3.evidence.v1.SourceObservation.passages:type_name -> v0m3.evidence.v1.Passage
 	0,  // 6: v0m3.evidence.v1.SourceObservation.kind:type_name -> v0m3.evidence.v1.ObservationKind
 	8,  // 7: v0m3.evidence.v1.RecordObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
 	8,  // 8: v0m3.evidence.v1.ListObservationsResponse.observations:type_name -> v0m3.evidence.v1.SourceObservation
-	44, // 9: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
+	45, // 9: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
 	13, // 10: v0m3.evidence.v1.ListRevisionsResponse.revisions:type_name -> v0m3.evidence.v1.SourceRevision
-	44, // 11: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
-	45, // 12: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
-	46, // 13: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
+	45, // 11: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
+	46, // 12: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
+	47, // 13: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
 	18, // 14: v0m3.evidence.v1.ProtocolEvent.error:type_name -> v0m3.evidence.v1.ErrorEvidence
-	1,  // 15: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
-	44, // 16: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
-	19, // 17: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
-	20, // 18: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
-	21, // 19: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
-	21, // 20: v0m3.evidence.v1.AppendTracesRequest.events:type_name -> v0m3.evidence.v1.TraceEvent
-	21, // 21: v0m3.evidence.v1.AppendTracesResponse.events:type_name -> v0m3.evidence.v1.TraceEvent
-	21, // 22: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
-	45, // 23: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
-	44, // 24: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
-	27, // 25: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
-	8,  // 26: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
-	30, // 27: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
-	2,  // 28: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
-	35, // 29: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
-	46, // 30: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
-	9,  // 31: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
-	10, // 32: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
-	11, // 33: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
-	14, // 34: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
-	17, // 35: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
-	22, // 36: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
-	23, // 37: v0m3.evidence.v1.EvidenceService.AppendTraces:input_type -> v0m3.evidence.v1.AppendTracesRequest
-	25, // 38: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
-	28, // 39: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
-	29, // 40: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
-	31, // 41: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
-	33, // 42: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
-	36, // 43: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
-	39, // 44: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
-	40, // 45: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
-	41, // 46: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
-	4,  // 47: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:input_type -> v0m3.evidence.v1.AppendAuditRecordRequest
-	5,  // 48: v0m3.evidence.v1.EvidenceService.ListAuditRecords:input_type -> v0m3.evidence.v1.ListAuditRecordsRequest
-	8,  // 49: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	8,  // 50: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	12, // 51: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
-	15, // 52: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
-	16, // 53: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
-	21, // 54: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
-	24, // 55: v0m3.evidence.v1.EvidenceService.AppendTraces:output_type -> v0m3.evidence.v1.AppendTracesResponse
-	26, // 56: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
-	27, // 57: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
-	27, // 58: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
-	32, // 59: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
-	34, // 60: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
-	37, // 61: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
-	38, // 62: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
-	38, // 63: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
-	42, // 64: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
-	3,  // 65: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:output_type -> v0m3.evidence.v1.AuditRecord
-	6,  // 66: v0m3.evidence.v1.EvidenceService.ListAuditRecords:output_type -> v0m3.evidence.v1.ListAuditRecordsResponse
-	49, // [49:67] is the sub-list for method output_type
-	31, // [31:49] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	20, // 15: v0m3.evidence.v1.ProtocolEvent.progress:type_name -> v0m3.evidence.v1.ProtocolProgress
+	45, // 16: v0m3.evidence.v1.ProtocolProgress.time:type_name -> google.protobuf.Timestamp
+	1,  // 17: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
+	45, // 18: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
+	19, // 19: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
+	21, // 20: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
+	22, // 21: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
+	22, // 22: v0m3.evidence.v1.AppendTracesRequest.events:type_name -> v0m3.evidence.v1.TraceEvent
+	22, // 23: v0m3.evidence.v1.AppendTracesResponse.events:type_name -> v0m3.evidence.v1.TraceEvent
+	22, // 24: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
+	46, // 25: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
+	45, // 26: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
+	28, // 27: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
+	8,  // 28: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
+	31, // 29: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
+	2,  // 30: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
+	36, // 31: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
+	47, // 32: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
+	9,  // 33: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
+	10, // 34: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
+	11, // 35: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
+	14, // 36: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
+	17, // 37: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
+	23, // 38: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
+	24, // 39: v0m3.evidence.v1.EvidenceService.AppendTraces:input_type -> v0m3.evidence.v1.AppendTracesRequest
+	26, // 40: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
+	29, // 41: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
+	30, // 42: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
+	32, // 43: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
+	34, // 44: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
+	37, // 45: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
+	40, // 46: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
+	41, // 47: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
+	42, // 48: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
+	4,  // 49: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:input_type -> v0m3.evidence.v1.AppendAuditRecordRequest
+	5,  // 50: v0m3.evidence.v1.EvidenceService.ListAuditRecords:input_type -> v0m3.evidence.v1.ListAuditRecordsRequest
+	8,  // 51: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	8,  // 52: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	12, // 53: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
+	15, // 54: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
+	16, // 55: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
+	22, // 56: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
+	25, // 57: v0m3.evidence.v1.EvidenceService.AppendTraces:output_type -> v0m3.evidence.v1.AppendTracesResponse
+	27, // 58: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
+	28, // 59: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
+	28, // 60: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
+	33, // 61: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
+	35, // 62: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
+	38, // 63: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
+	39, // 64: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
+	39, // 65: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
+	43, // 66: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
+	3,  // 67: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:output_type -> v0m3.evidence.v1.AuditRecord
+	6,  // 68: v0m3.evidence.v1.EvidenceService.ListAuditRecords:output_type -> v0m3.evidence.v1.ListAuditRecordsResponse
+	51, // [51:69] is the sub-list for method output_type
+	33, // [33:51] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_evidence_v1_evidence_proto_init() }
@@ -3742,7 +3847,7 @@ func file_v0m3_evidence_v1_evidence_proto_init() {
 	if File_v0m3_evidence_v1_evidence_proto != nil {
 		return
 	}
-	file_v0m3_evidence_v1_evidence_proto_msgTypes[18].OneofWrappers = []any{
+	file_v0m3_evidence_v1_evidence_proto_msgTypes[19].OneofWrappers = []any{
 		(*TraceEvent_Protocol)(nil),
 		(*TraceEvent_Product)(nil),
 	}
@@ -3752,7 +3857,7 @@ func file_v0m3_evidence_v1_evidence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_evidence_v1_evidence_proto_rawDesc), len(file_v0m3_evidence_v1_evidence_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/v0m3/v0m3/services/fixture"
@@ -25,8 +26,16 @@ func main() {
 		hostile     = flag.Bool("hostile", false, "add the misbehaving test tools")
 		redescribe  = flag.Int("redescribe-after-calls", 0, "change the search tool's description after this many search calls (sends tools/list_changed)")
 		raw         = flag.String("raw", "", "serve a hand-written, protocol-breaking server over stdio instead: one of fixture.RawModes")
+		banner      = flag.Int("banner", 0, "print this many non-JSON lines (the last one 100 KB long) on stdout before serving, as some community servers do")
 	)
 	flag.Parse()
+	for i := 1; i <= *banner; i++ {
+		line := fmt.Sprintf("fixture banner line %d of %d", i, *banner)
+		if i == *banner {
+			line += " " + strings.Repeat("x", 100<<10)
+		}
+		fmt.Println(line)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *raw != "" {
