@@ -1,0 +1,42 @@
+package evidence
+
+import (
+	"github.com/v0m3/v0m3/services/internal/bounds"
+	"github.com/v0m3/v0m3/services/internal/serve"
+)
+
+// limits bound every field of a request to evidence (bounds.UnaryServer
+// applies them before a handler runs); identifiers and digests take
+// bounds.ID and other text bounds.Text unless named here. Trace details
+// and attestations are written by peer services and may be longer than
+// what a person writes; an asset's content is bounded by the largest
+// message a V0M3 hop carries.
+var limits = bounds.Limits{
+	Bytes: map[string]int{
+		"media_type": bounds.Name, "method": bounds.Name, "outcome": bounds.Name, "safe_code": bounds.Name,
+		"capability": bounds.Name, "server_name": bounds.Name, "server_version": bounds.Name,
+		"requester": bounds.Name, "actor": bounds.Name,
+		"resource_uri": bounds.URI,
+		"detail":       bounds.Long, "untrusted_detail": bounds.Long, "adapter_detail": bounds.Long,
+		"policy_decision": bounds.Long, "attestation": bounds.Long,
+		"idempotency_key": maxIdempotencyKeyBytes,
+		"principal":       maxAuditField, "action": maxAuditField, "resource": maxAuditField, "revision": maxAuditField,
+		"content": serve.MaxMessageBytes,
+	},
+	Entries: map[string]int{"events": maxAppendTraces, "passages": 100 * bounds.Entries},
+}
+
+// limitsFor are limits with a passage's text bounded by what one
+// observation may quote inline.
+func limitsFor(maxInline int64) bounds.Limits {
+	l := limits
+	l.Bytes = make(map[string]int, len(limits.Bytes)+1)
+	for k, v := range limits.Bytes {
+		l.Bytes[k] = v
+	}
+	l.Bytes["text"] = int(maxInline)
+	return l
+}
+
+// Limits are the bounds of a request to evidence (see bounds.Bounded).
+func (s *Server) Limits() bounds.Limits { return s.limits }
