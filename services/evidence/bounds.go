@@ -19,6 +19,9 @@ var limits = bounds.Limits{
 		"resource_uri": bounds.URI,
 		"detail":       bounds.Long, "untrusted_detail": bounds.Long, "adapter_detail": bounds.Long,
 		"policy_decision": bounds.Long, "attestation": bounds.Long,
+		// The remote arguments of a call: product arguments (at most
+		// bounds.Structured) with mapping defaults and resolved targets.
+		"safe_arguments":  4 * bounds.Structured,
 		"idempotency_key": maxIdempotencyKeyBytes,
 		"principal":       maxAuditField, "action": maxAuditField, "resource": maxAuditField, "revision": maxAuditField,
 		"content": serve.MaxMessageBytes,
