@@ -123,6 +123,9 @@ func TestErrorContract(t *testing.T) {
 	}
 
 	mb := strings.Repeat("x", 1<<20)
+	// A 1 MB (10^6 bytes) field name keeps the arguments within their
+	// 1 MiB bound, so the name itself is what is refused.
+	unknownName := strings.Repeat("f", 1_000_000)
 	submit := func(call string, args map[string]any) func(context.Context) (string, error) {
 		return func(context.Context) (string, error) {
 			r, err := w.s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
@@ -164,7 +167,7 @@ func TestErrorContract(t *testing.T) {
 			code: codes.AlreadyExists, reason: "IDEMPOTENCY_KEY_REUSED", meta: map[string]string{"request_id": first.GetId()}},
 		{name: "a 32 KB provider call id", call: submit(strings.Repeat("c", 32<<10), map[string]any{"source": handle, "query": "q"}),
 			code: codes.InvalidArgument, reason: "FIELD_TOO_LONG", meta: tooLong("provider_call_id", "256")},
-		{name: "a 1 MB unknown argument field name", call: submit("call/unknown", map[string]any{"source": handle, "query": "q", mb: 1}),
+		{name: "a 1 MB unknown argument field name", call: submit("call/unknown", map[string]any{"source": handle, "query": "q", unknownName: 1}),
 			code: codes.InvalidArgument, reason: "UNKNOWN_ARGUMENT_FIELD", meta: map[string]string{"request_id": ""}},
 		{name: "registry: a 1 MB connection name", call: func(ctx context.Context) (string, error) {
 			_, err := s.Registry.CreateConnection(w.as(scenario.Integrator), &registryv1.CreateConnectionRequest{

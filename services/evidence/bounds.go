@@ -19,6 +19,9 @@ var limits = bounds.Limits{
 		"resource_uri": bounds.URI,
 		"detail":       bounds.Long, "untrusted_detail": bounds.Long, "adapter_detail": bounds.Long,
 		"policy_decision": bounds.Long, "attestation": bounds.Long,
+		// Each value of an observation's revision metadata, which a
+		// server reported.
+		"revision_metadata": bounds.Long,
 		// The remote arguments of a call: product arguments (at most
 		// bounds.Structured) with mapping defaults and resolved targets.
 		"safe_arguments":  4 * bounds.Structured,
