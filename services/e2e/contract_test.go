@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -257,6 +258,41 @@ func TestErrorContract(t *testing.T) {
 	for _, r := range down[1:] {
 		waitUntil(t, r.name+" answered once Redis is back", func() bool { _, err := r.call(context.Background()); return err == nil })
 	}
+
+	// A notification flood: retrieve_authorized_source mapped onto the
+	// hostile fixture's notify_flood tool, told to send 5,000,000 progress
+	// notifications, far past the adapter's bound. The call ends quickly
+	// in a recorded state naming the bound, and a retry returns it as
+	// recorded.
+	fs := startSuite(t, t.TempDir())
+	fw := &world{t: t, s: fs}
+	fw.conn, err = fs.Connect(fw.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+		DisplayName: "Hostile", Owner: "platform-team",
+		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: rawFixture, Args: []string{"--hostile"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsnap := fw.discover()
+	fm, err := fs.Registry.ProposeMapping(fw.as(scenario.Integrator), &registryv1.ProposeMappingRequest{
+		Capability: scenario.Retrieve, ConnectionId: fw.conn.GetId(), SnapshotId: fsnap.GetId(),
+		Target:      &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "notify_flood"},
+		ArgumentMap: []*registryv1.ArgumentBinding{{RemoteField: "count", Constant: structpb.NewNumberValue(5_000_000)}},
+		Limits:      &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 5, AllowedMediaTypes: []string{"text/plain", "text/markdown"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw.mapping = fw.review(fm)
+	ftask := fw.startTask()
+	contractRow{name: "a notification flood", call: func(ctx context.Context) (string, error) {
+		r, err := fw.retrieve(ftask, "call/flood")
+		last := ""
+		if n := len(r.GetAttempts()); n > 0 {
+			last = r.GetAttempts()[n-1].GetError().GetSafeCode()
+		}
+		return r.GetState().String() + " " + last, err
+	}, code: codes.OK, same: "REQUEST_STATE_FAILED NOTIFICATION_LIMIT_EXCEEDED"}.check(t)
 
 	// A dependency down: the orchestrator (and the registry) with no policy
 	// service at its address.

@@ -46,3 +46,6 @@ func limitsFor(maxInline int64) bounds.Limits {
 
 // Limits are the bounds of a request to evidence (see bounds.Bounded).
 func (s *Server) Limits() bounds.Limits { return s.limits }
+
+// The server declares its limits, so serve.New bounds every request.
+var _ bounds.Bounded = (*Server)(nil)

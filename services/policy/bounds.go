@@ -20,3 +20,6 @@ var limits = bounds.Limits{
 
 // Limits are the bounds of a request to policy (see bounds.Bounded).
 func (s *Server) Limits() bounds.Limits { return limits }
+
+// The server declares its limits, so serve.New bounds every request.
+var _ bounds.Bounded = (*Server)(nil)
