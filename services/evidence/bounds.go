@@ -28,24 +28,18 @@ var limits = bounds.Limits{
 		"idempotency_key": maxIdempotencyKeyBytes,
 		"principal":       maxAuditField, "action": maxAuditField, "resource": maxAuditField, "revision": maxAuditField,
 		"content": serve.MaxMessageBytes,
+		// A candidate observation is validated with its whole text, so
+		// that evidence can say it must be an asset; what one record may
+		// quote inline is the handler's bound (WithMaxInlineBytes).
+		"text": serve.MaxMessageBytes,
 	},
-	Entries: map[string]int{"events": maxAppendTraces, "passages": 100 * bounds.Entries},
-}
-
-// limitsFor are limits with a passage's text bounded by what one
-// observation may quote inline.
-func limitsFor(maxInline int64) bounds.Limits {
-	l := limits
-	l.Bytes = make(map[string]int, len(limits.Bytes)+1)
-	for k, v := range limits.Bytes {
-		l.Bytes[k] = v
-	}
-	l.Bytes["text"] = int(maxInline)
-	return l
+	// Passages are as many as the text has paragraphs: bounded by the
+	// message, as each takes more than 8 bytes encoded.
+	Entries: map[string]int{"events": maxAppendTraces, "passages": serve.MaxMessageBytes / 8},
 }
 
 // Limits are the bounds of a request to evidence (see bounds.Bounded).
-func (s *Server) Limits() bounds.Limits { return s.limits }
+func (s *Server) Limits() bounds.Limits { return limits }
 
 // The server declares its limits, so serve.New bounds every request.
 var _ bounds.Bounded = (*Server)(nil)

@@ -13,7 +13,6 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/bounds"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
 
@@ -30,8 +29,6 @@ type Server struct {
 	assets AssetStore
 	// maxInline bounds the quoted text one observation may hold inline.
 	maxInline int64
-	// limits bound every request (see Limits).
-	limits bounds.Limits
 	// authz decides what people and product services may do here.
 	authz authz.Decider
 	// creds verify the adapter's receipt attestations; nil (plaintext
@@ -44,7 +41,7 @@ func NewServer(st Store, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{st: st, log: log, now: time.Now, maxInline: DefaultMaxInlineBytes, limits: limitsFor(DefaultMaxInlineBytes)}
+	return &Server{st: st, log: log, now: time.Now, maxInline: DefaultMaxInlineBytes}
 }
 
 // DefaultMaxInlineBytes bounds the passage text one observation holds
@@ -62,7 +59,7 @@ func (s *Server) WithAssets(a AssetStore) *Server {
 // WithMaxInlineBytes replaces DefaultMaxInlineBytes and returns the server.
 func (s *Server) WithMaxInlineBytes(n int64) *Server {
 	if n > 0 {
-		s.maxInline, s.limits = n, limitsFor(n)
+		s.maxInline = n
 	}
 	return s
 }
