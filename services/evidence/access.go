@@ -5,7 +5,6 @@ import (
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 )
 
@@ -39,7 +38,7 @@ func (s *Server) requireTask(ctx context.Context, action, taskID string) error {
 	if taskID != "" {
 		events, err := s.st.ListTrace(ctx, taskID)
 		if err != nil {
-			return apierror.Propagate(err, "evidence: read the task's trace")
+			return s.storeError(ctx, err, "read the task's trace", "", "", nil)
 		}
 		for _, ev := range events {
 			if p := ev.GetProduct(); p.GetKind() == evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STARTED {

@@ -15,6 +15,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/argmap"
+	"github.com/v0m3/v0m3/services/internal/bounds"
 )
 
 // Argument refusal reasons.
@@ -57,7 +58,7 @@ func normalizeArguments(schema, args *structpb.Struct) (map[string]any, error) {
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		// The names are the caller's: quoted bounded, however many or long.
-		shown, more := echoNames(unknown)
+		shown, more := bounds.Names(unknown)
 		listed := strings.Join(quoteAll(shown), ", ")
 		if more > 0 {
 			listed += fmt.Sprintf(" and %d more", more)

@@ -3,11 +3,11 @@ package orchestrator
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
 // splitPassages splits source text into passages at blank lines (lines
@@ -42,16 +42,7 @@ func splitPassages(text string) []*evidencev1.Passage {
 }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
+func truncate(s string, n int) string { return apierror.Truncate(s, n) }
 
 func outcomeName(o adapterv1.Outcome) string {
 	return strings.ToLower(strings.TrimPrefix(o.String(), "OUTCOME_"))

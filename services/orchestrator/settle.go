@@ -17,6 +17,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
+	"github.com/v0m3/v0m3/services/internal/bounds"
 )
 
 // Unknown outcomes are settled by evidence only: the receipt recorded under
@@ -364,7 +365,7 @@ func validateSettlement(in *orchestratorv1.SettleRequestRequest) error {
 		{"artifact_digest", in.GetArtifactDigest(), maxSettleEvidence}, {"note", in.GetNote(), maxSettleNote},
 	} {
 		if len(f.value) > f.limit {
-			return fieldTooLong(f.name, f.limit)
+			return bounds.FieldTooLong(f.name, f.limit)
 		}
 	}
 	if d := in.GetArtifactDigest(); d != "" && !artifactDigestPattern.MatchString(d) {

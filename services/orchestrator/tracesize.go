@@ -6,14 +6,17 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/internal/bounds"
 )
 
 // Trace events travel in messages well under the 4 MiB gRPC default: one
 // event's free-form detail is bounded, and a flush is split into batches.
 const (
 	// maxTraceDetail bounds a product event's detail, which may quote
-	// untrusted text; a longer one is cut with a marker saying so.
-	maxTraceDetail = 64 << 10
+	// untrusted text; a longer one is cut with a marker saying so, the
+	// marker included, so evidence (which refuses a longer detail) takes
+	// it.
+	maxTraceDetail = bounds.Long
 	// maxTraceBatchBytes bounds one AppendTraces message.
 	maxTraceBatchBytes = 1 << 20
 )
@@ -24,8 +27,16 @@ func boundTraceEvent(te *evidencev1.TraceEvent) {
 	if p == nil || len(p.GetDetail()) <= maxTraceDetail {
 		return
 	}
-	kept := truncate(p.GetDetail(), maxTraceDetail)
-	p.Detail = kept + fmt.Sprintf(" …[truncated: %d more bytes]", len(p.GetDetail())-len(kept))
+	// The marker for the whole length is at least as long as the one
+	// written, so room for it is room enough.
+	room := maxTraceDetail - len(truncationMarker(len(p.GetDetail())))
+	kept := truncate(p.GetDetail(), room)
+	p.Detail = kept + truncationMarker(len(p.GetDetail())-len(kept))
+}
+
+// truncationMarker says how many bytes of a detail were cut.
+func truncationMarker(n int) string {
+	return fmt.Sprintf(" …[truncated: %d more bytes]", n)
 }
 
 // traceBatches bounds each event and splits evs, in order, into batches of

@@ -33,7 +33,7 @@ func TestBoundTraceEvent(t *testing.T) {
 				}
 				return
 			}
-			if len(got) > maxTraceDetail+64 || !strings.Contains(got, "[truncated: ") || !utf8.ValidString(got) {
+			if len(got) > maxTraceDetail || !strings.Contains(got, "[truncated: ") || !utf8.ValidString(got) {
 				t.Fatalf("cut detail: %d bytes, valid UTF-8 %v, ends %q", len(got), utf8.ValidString(got), got[max(0, len(got)-40):])
 			}
 		})

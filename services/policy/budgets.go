@@ -47,7 +47,7 @@ func (s *Server) Charge(ctx context.Context, req *policyv1.ChargeRequest) (*poli
 	case err == nil:
 		tl = taskLimits(ts.GetBudget(), s.deps.TaskBudget)
 	case !errors.Is(err, store.ErrNotFound):
-		return nil, apierror.Propagate(fmt.Errorf("read task scope: %w", err), "policy: charge budgets")
+		return nil, s.storeError(ctx, err, "read the task scope")
 	}
 	op := ChargeOp{
 		// Keys are scoped to the task, so two tasks cannot collide.
@@ -71,7 +71,7 @@ func (s *Server) Charge(ctx context.Context, req *policyv1.ChargeRequest) (*poli
 			"this idempotency key was already used for a different charge; use a new key for a new charge",
 			map[string]string{"task_id": req.GetTaskId()})
 	case err != nil:
-		return nil, apierror.Propagate(fmt.Errorf("charge: %w", err), "policy: charge budgets")
+		return nil, s.storeError(ctx, err, "charge the budgets")
 	}
 	s.log.DebugContext(ctx, "budgets charged", "task_id", req.GetTaskId(), "requester", req.GetRequester(),
 		"replayed", res.Replayed, "task_used_calls", res.Task.GetUsedCalls(), "requester_used_calls", res.Requester.GetUsedCalls())

@@ -215,7 +215,7 @@ func (e *eligibility) connection(ctx context.Context, id string) (connState, err
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
-			return connState{}, apierror.Propagate(err, "policy: read connection health")
+			return connState{}, e.s.storeError(ctx, err, "read the connection's health")
 		case h.GetState() == policyv1.HealthState_HEALTH_STATE_DEGRADED:
 			cs = connState{degraded: true, detail: fmt.Sprintf("connection %s reported degraded at %s", id,
 				h.GetReportTime().AsTime().UTC().Format("2006-01-02T15:04:05Z"))}

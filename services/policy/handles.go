@@ -106,7 +106,7 @@ func (s *Server) MintHandle(ctx context.Context, req *policyv1.MintHandleRequest
 	}
 	token := ids.Token("h")
 	if err := s.store.CreateHandle(ctx, handleKey(token), b); err != nil {
-		return nil, apierror.Propagate(fmt.Errorf("store handle: %w", err), "policy: mint handle")
+		return nil, s.storeError(ctx, err, "store the handle")
 	}
 	s.log.InfoContext(ctx, "handle minted", "token_prefix", token[:6], "task_id", b.GetTaskId(),
 		"requester", b.GetRequester(), "capability", b.GetCapability(), "kind", handlekind.Name(kind), "mapping_id", b.GetMappingId(),
@@ -144,7 +144,7 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 		return nil, s.refuse(ctx, req, codes.NotFound, "HANDLE_UNKNOWN", fmt.Sprintf("handle %s is not known", tok))
 	}
 	if err != nil {
-		return nil, apierror.Propagate(fmt.Errorf("read handle: %w", err), "policy: resolve handle")
+		return nil, s.storeError(ctx, err, "read the handle")
 	}
 	switch {
 	case b.GetTaskId() != req.GetTaskId():

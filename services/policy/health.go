@@ -38,7 +38,7 @@ func (s *Server) ReportConnectionHealth(ctx context.Context, req *policyv1.Repor
 		ReportTime:   timestamppb.New(s.now()),
 	}
 	if err := s.store.PutHealth(ctx, h); err != nil {
-		return nil, apierror.Propagate(fmt.Errorf("store health: %w", err), "policy: record connection health")
+		return nil, s.storeError(ctx, err, "record the connection's health")
 	}
 	s.log.InfoContext(ctx, "connection health reported", "connection_id", h.GetConnectionId(), "state", h.GetState().String())
 	return h, nil

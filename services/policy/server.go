@@ -18,10 +18,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/capcache"
 )
 
@@ -207,4 +209,20 @@ func (s *Server) GetPolicyRevision(context.Context, *policyv1.GetPolicyRevisionR
 		LoadTime:  timestamppb.New(c.loadTime),
 		PolicyIds: append([]string(nil), c.ids...),
 	}, nil
+}
+
+// storeError is the error a client sees when the store failed at op: the
+// call's own end (cancelled, out of time) when its context ended,
+// UNAVAILABLE STORE_UNAVAILABLE with a RetryInfo when the store could not
+// be reached, INTERNAL otherwise (apierror.Store decides). The store's
+// error is logged, never returned.
+func (s *Server) storeError(ctx context.Context, err error, op string) error {
+	switch ctx.Err() {
+	case context.Canceled:
+		return apierror.New(codes.Canceled, "CANCELLED", "the call was cancelled", nil)
+	case context.DeadlineExceeded:
+		return apierror.New(codes.DeadlineExceeded, "DEADLINE_EXCEEDED", "the call ran out of time", nil)
+	}
+	s.log.ErrorContext(ctx, "policy store failure", "op", op, "err", err)
+	return apierror.Store("STORE_FAILURE", "policy could not "+op, err)
 }

@@ -90,7 +90,7 @@ func (s *Server) RegisterTask(ctx context.Context, req *policyv1.RegisterTaskReq
 	if errors.Is(err, store.ErrExists) {
 		prev, gerr := s.store.GetTaskScope(ctx, ts.GetTaskId())
 		if gerr != nil {
-			return nil, apierror.Propagate(fmt.Errorf("read task scope: %w", gerr), "policy: register task")
+			return nil, s.storeError(ctx, gerr, "read the task scope")
 		}
 		// A retry of the same registration is answered with the record;
 		// a different one never replaces it.
@@ -105,7 +105,7 @@ func (s *Server) RegisterTask(ctx context.Context, req *policyv1.RegisterTaskReq
 			map[string]string{"task_id": ts.GetTaskId()})
 	}
 	if err != nil {
-		return nil, apierror.Propagate(fmt.Errorf("store task scope: %w", err), "policy: register task")
+		return nil, s.storeError(ctx, err, "store the task scope")
 	}
 	s.log.InfoContext(ctx, "task registered", "task_id", ts.GetTaskId(), "requester", ts.GetRequester(), "sources", len(ts.GetSourceScope()),
 		"artifacts", len(ts.GetArtifactScope()), "destinations", len(ts.GetDestinationScope()))
@@ -159,7 +159,7 @@ func (s *Server) inScope(ctx context.Context, taskID, requester string, kind reg
 			map[string]string{"task_id": taskID})
 	}
 	if err != nil {
-		return apierror.Propagate(fmt.Errorf("read task scope: %w", err), "policy: mint handle")
+		return s.storeError(ctx, err, "read the task scope")
 	}
 	if ts.GetRequester() != requester {
 		return apierror.New(codes.PermissionDenied, "TASK_REQUESTER_MISMATCH",

@@ -5,14 +5,16 @@
 package apierror
 
 import (
-	"errors"
+	"fmt"
 	"maps"
 	"slices"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Domain is the ErrorInfo domain of every V0M3 error.
@@ -97,20 +99,65 @@ func Is(err error, code codes.Code, reason string) bool {
 	return err != nil && status.Code(err) == code && Reason(err) == reason
 }
 
-// Propagate returns a status error unchanged (so a downstream service's code
-// and details reach the caller) and wraps anything else as INTERNAL.
+// maxPropagatedMessage bounds the message of a status passed on from
+// another service: its text is the other side's, so it is cut rather than
+// echoed whole.
+const maxPropagatedMessage = 1024
+
+// Propagate returns a status error as the caller should see it, so a
+// downstream service's code and details reach the caller: unchanged, but
+// for a message over maxPropagatedMessage (cut) and an UNAVAILABLE that
+// says neither why nor when to retry (a dependency that could not be
+// reached: it gets reason DEPENDENCY_UNAVAILABLE and a RetryInfo, so it
+// stays retryable however many hops it crosses). Anything else is
+// INTERNAL, its text in the message only cut short.
 func Propagate(err error, msg string) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
+	st, ok := status.FromError(err)
+	if !ok {
+		return status.Error(codes.Internal, cut(fmt.Sprintf("%s: %v", msg, err)))
+	}
+	pb := st.Proto()
+	changed := false
+	if len(pb.GetMessage()) > maxPropagatedMessage {
+		pb.Message, changed = cut(pb.GetMessage()), true
+	}
+	if st.Code() == codes.Unavailable && RetryDelay(err) == 0 {
+		if Info(err) == nil {
+			info, _ := anypb.New(&errdetails.ErrorInfo{Reason: ReasonDependencyUnavailable, Domain: Domain})
+			pb.Details = append([]*anypb.Any{info}, pb.Details...)
+		}
+		retry, _ := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(retryDelay)})
+		pb.Details, changed = append(pb.Details, retry), true
+	}
+	if !changed {
 		return err
 	}
-	var se interface{ GRPCStatus() *status.Status }
-	if errors.As(err, &se) {
-		return se.GRPCStatus().Err()
+	return status.FromProto(pb).Err()
+}
+
+// cut shortens s to maxPropagatedMessage bytes, marking the cut.
+func cut(s string) string {
+	if len(s) <= maxPropagatedMessage {
+		return s
 	}
-	return status.Errorf(codes.Internal, "%s: %v", msg, err)
+	return Truncate(s, maxPropagatedMessage) + "… (cut)"
+}
+
+// Truncate cuts s to at most n bytes without splitting a UTF-8 sequence:
+// the form in which untrusted or caller text may appear in an error or a
+// log.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 // WithMetadata returns err with kv (key, value pairs) added to its

@@ -20,8 +20,14 @@ import (
 // may succeed, so it is UNAVAILABLE with a RetryInfo, not INTERNAL.
 const ReasonStoreUnavailable = "STORE_UNAVAILABLE"
 
-// storeRetryDelay is the RetryInfo delay of an unreachable store.
-const storeRetryDelay = time.Second
+// ReasonDependencyUnavailable is the reason of a call that failed because
+// a service it depends on could not be reached (its gRPC status was
+// UNAVAILABLE without a reason of its own).
+const ReasonDependencyUnavailable = "DEPENDENCY_UNAVAILABLE"
+
+// retryDelay is the RetryInfo delay of an unreachable store or
+// dependency.
+const retryDelay = time.Second
 
 // Store returns the error of a failed store operation: UNAVAILABLE
 // STORE_UNAVAILABLE with a RetryInfo when the store could not be reached
@@ -32,14 +38,34 @@ func Store(reason, msg string, err error) error {
 	if !unreachable(err) {
 		return New(codes.Internal, reason, msg, nil)
 	}
-	st := status.New(codes.Unavailable, fmt.Sprintf("%s: the store is unreachable; retry in %s", msg, storeRetryDelay))
+	return Unavailable(ReasonStoreUnavailable, fmt.Sprintf("%s: the store is unreachable; retry in %s", msg, retryDelay), nil)
+}
+
+// Unavailable returns UNAVAILABLE with an ErrorInfo (reason, metadata) and
+// a RetryInfo: what failed may succeed when retried a little later.
+func Unavailable(reason, msg string, metadata map[string]string) error {
+	st := status.New(codes.Unavailable, msg)
 	if d, derr := st.WithDetails(
-		&errdetails.ErrorInfo{Reason: ReasonStoreUnavailable, Domain: Domain},
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(storeRetryDelay)},
+		&errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: metadata},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(retryDelay)},
 	); derr == nil {
 		st = d
 	}
 	return st.Err()
+}
+
+// RetryDelay returns the RetryInfo delay of err, or 0 when it has none.
+func RetryDelay(err error) time.Duration {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0
+	}
+	for _, d := range st.Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			return r.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
 }
 
 // unreachable reports whether err says the store could not be reached,

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/bounds"
 	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
@@ -38,14 +39,15 @@ type Server struct {
 }
 
 // New returns a server for the named service, guarded by guard: with its
-// credentials it serves TLS, and every RPC is admitted by the access table
+// credentials it serves TLS, and every RPC is admitted by the access table,
+// then bounded by the service's declared limits (bounds.UnaryServer),
 // before its handler runs. Every RPC is counted in the process's metrics
 // (telemetry.UnaryServer), refusals included. extra adds server options,
 // e.g. telemetry.ServerOption for traces, which the suite always passes.
 // Register the service's API on s.GRPC before calling Serve.
 func New(name string, log *slog.Logger, guard *identity.Guard, extra ...grpc.ServerOption) *Server {
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(telemetry.UnaryServer(name), logUnary(name, log), guard.Unary()),
+		grpc.ChainUnaryInterceptor(telemetry.UnaryServer(name), logUnary(name, log), guard.Unary(), bounds.UnaryServer()),
 		grpc.ChainStreamInterceptor(guard.Stream()),
 		grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
 	}

@@ -1,0 +1,94 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/redistest"
+)
+
+// TestStoreOutageIsUnavailable: with policy's Redis down, every call that
+// needs the store is UNAVAILABLE STORE_UNAVAILABLE with a RetryInfo (try
+// again later), not INTERNAL, and its message names neither the store's
+// address nor its error; once Redis is back the same calls succeed on the
+// records written before the outage.
+func TestStoreOutageIsUnavailable(t *testing.T) {
+	t.Parallel()
+	redis := redistest.StartServer(t)
+	e := newEnv(t, options{redisAddr: redis.Addr})
+	h := mint(t, e, publicTarget, nil)
+
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"RegisterTask", func() error {
+			_, err := e.client.RegisterTask(t.Context(), &policyv1.RegisterTaskRequest{TaskId: "task_2", Requester: "alice", SourceScope: task1Scope})
+			return err
+		}},
+		{"MintHandle", func() error {
+			_, err := e.client.MintHandle(t.Context(), &policyv1.MintHandleRequest{
+				TaskId: "task_1", Requester: "alice", Capability: capRetrieve, Target: publicTarget, MappingId: mapRetrieve, MappingRevision: 2,
+			})
+			return err
+		}},
+		{"ResolveHandle", func() error {
+			_, err := e.client.ResolveHandle(t.Context(), resolveReq(h.GetToken()))
+			return err
+		}},
+		{"Charge", func() error {
+			_, err := e.client.Charge(t.Context(), &policyv1.ChargeRequest{TaskId: "task_1", Requester: "alice", Calls: 1, IdempotencyKey: "k1"})
+			return err
+		}},
+		{"ReportConnectionHealth", func() error {
+			_, err := e.client.ReportConnectionHealth(t.Context(), &policyv1.ReportConnectionHealthRequest{
+				ConnectionId: connOK, State: policyv1.HealthState_HEALTH_STATE_HEALTHY,
+			})
+			return err
+		}},
+		{"Eligible", func() error {
+			_, err := e.client.Eligible(t.Context(), &policyv1.EligibleRequest{TaskId: "task_1", Requester: alice(), Purpose: "source_review", NeededCapabilities: []string{capRetrieve}})
+			return err
+		}},
+	}
+
+	if err := redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls {
+		err := c.call()
+		if !apierror.Is(err, codes.Unavailable, apierror.ReasonStoreUnavailable) {
+			t.Errorf("%s with Redis down: %v, want UNAVAILABLE %s", c.name, err, apierror.ReasonStoreUnavailable)
+			continue
+		}
+		if apierror.RetryDelay(err) <= 0 {
+			t.Errorf("%s with Redis down carries no retry delay: %v", c.name, status.Convert(err).Details())
+		}
+		if msg := status.Convert(err).Message(); strings.Contains(msg, redis.Addr) || strings.Contains(msg, "refused") {
+			t.Errorf("%s: the message shows the store's error: %q", c.name, msg)
+		}
+	}
+
+	if err := redis.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, c := range calls {
+		for {
+			err := c.call()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s once Redis is back: %v", c.name, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
