@@ -62,6 +62,8 @@ func checkInput(in proto.Message) error {
 		return bounds.Check(bounds.Bytes("request_id", r.GetRequestId(), maxIDBytes), bounds.Bytes("reason", r.GetReason(), maxTextBytes))
 	case *orchestratorv1.CancelTaskRequest:
 		return bounds.Check(bounds.Bytes("id", r.GetId(), maxIDBytes), bounds.Bytes("reason", r.GetReason(), maxTextBytes))
+	case *orchestratorv1.MintMcpTokenRequest:
+		return bounds.Check(bounds.Bytes("task_id", r.GetTaskId(), maxIDBytes))
 	case *orchestratorv1.CompleteTaskRequest:
 		return bounds.Check(bounds.Bytes("id", r.GetId(), maxIDBytes), bounds.Bytes("reason", r.GetReason(), maxTextBytes))
 	}

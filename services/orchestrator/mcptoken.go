@@ -46,8 +46,8 @@ func (s *Server) MintMcpToken(ctx context.Context, req *orchestratorv1.MintMcpTo
 	if req.GetTaskId() == "" {
 		return nil, missing("task_id")
 	}
-	if len(req.GetTaskId()) > maxIDBytes {
-		return nil, checkBounds(bound{"task_id", len(req.GetTaskId()), maxIDBytes})
+	if err := checkInput(req); err != nil {
+		return nil, err
 	}
 	task, err := s.openTask(ctx, req.GetTaskId(), taskWrite)
 	if err != nil {
