@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 )
 
@@ -280,23 +280,56 @@ func (s *Server) trace(ctx context.Context, taskID string, ev *evidencev1.Produc
 
 // appendTraces writes trace events in one round trip; an evidence service
 // without AppendTraces (an older version during an upgrade) gets them one
-// by one.
+// by one. What evidence does not take now waits in the outbox.
 func (s *Server) appendTraces(ctx context.Context, evs []*evidencev1.TraceEvent) {
 	ctx = context.WithoutCancel(ctx)
-	// Sized so every message fits what the transport accepts, in order.
-	batches := traceBatches(evs)
-	for i, batch := range batches {
-		if s.outboxPending.Load() {
-			// Earlier events wait in the outbox: these go after them.
-			s.toOutbox(ctx, slices.Concat(batches[i:]...))
-			return
+	n, err := s.deliverTraces(ctx, evs, true)
+	if n == len(evs) {
+		return
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "append product trace; kept in the outbox", "task", evs[n].GetTaskId(), "events", len(evs)-n, "err", err)
+	}
+	s.toOutbox(ctx, evs[n:])
+}
+
+// deliverTraces sends evs to evidence in order, in batches sized so every
+// message fits what the transport accepts, and returns how many are done
+// with: taken, or refused as invalid. It stops at the first error worth
+// retrying, or (behindOutbox) as soon as the outbox holds events, which
+// then go first. An event evidence refuses as invalid would be refused
+// forever and hold every later one back, so it is dropped and logged
+// (without its content): events are cut to what evidence accepts
+// (boundTraceEvent), so one refused is a bug to report, not data to keep
+// retrying.
+func (s *Server) deliverTraces(ctx context.Context, evs []*evidencev1.TraceEvent, behindOutbox bool) (int, error) {
+	done := 0
+	for _, batch := range traceBatches(evs) {
+		if behindOutbox && s.outboxPending.Load() {
+			return done, nil
 		}
-		if err := s.appendTraceBatch(ctx, batch); err != nil {
-			s.log.WarnContext(ctx, "append product trace; kept in the outbox", "task", batch[0].GetTaskId(), "events", len(batch), "err", err)
-			s.toOutbox(ctx, slices.Concat(batches[i:]...))
-			return
+		err := s.appendTraceBatch(ctx, batch)
+		switch {
+		case err == nil:
+			done += len(batch)
+		case status.Code(err) == codes.InvalidArgument && len(batch) > 1:
+			// Find the refused event: the others are delivered.
+			for _, ev := range batch {
+				n, err := s.deliverTraces(ctx, []*evidencev1.TraceEvent{ev}, false)
+				done += n
+				if err != nil {
+					return done, err
+				}
+			}
+		case status.Code(err) == codes.InvalidArgument:
+			s.log.ErrorContext(ctx, "trace event refused by evidence as invalid; dropped", "task", batch[0].GetTaskId(),
+				"time", batch[0].GetTime().AsTime(), "reason", apierror.Reason(err), "err", apierror.Truncate(status.Convert(err).Message(), 512))
+			done++
+		default:
+			return done, err
 		}
 	}
+	return done, nil
 }
 
 func (s *Server) appendTraceBatch(ctx context.Context, evs []*evidencev1.TraceEvent) error {

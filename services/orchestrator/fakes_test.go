@@ -485,6 +485,9 @@ type fakeEvidence struct {
 	// service); batches counts the AppendTraces calls served.
 	noBatch bool
 	batches int
+	// invalid, when set, names a product event detail evidence refuses
+	// as INVALID_ARGUMENT (a whole batch holding it is refused).
+	invalid string
 }
 
 func newFakeEvidence() *fakeEvidence {
@@ -536,11 +539,19 @@ func (e *fakeEvidence) AppendTrace(ctx context.Context, in *evidencev1.AppendTra
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.refuses(in.GetEvent()) {
+		return nil, apierror.InvalidArgument("FIELD_TOO_LONG", "event.product.detail is longer than evidence accepts")
+	}
 	ev := proto.CloneOf(in.GetEvent())
 	ev.Id = ids.New("ev")
 	ev.Sequence = int64(len(e.traces[ev.GetTaskId()]) + 1)
 	e.traces[ev.GetTaskId()] = append(e.traces[ev.GetTaskId()], ev)
 	return ev, nil
+}
+
+// refuses reports whether ev is the event evidence refuses; e.mu is held.
+func (e *fakeEvidence) refuses(ev *evidencev1.TraceEvent) bool {
+	return e.invalid != "" && ev.GetProduct().GetDetail() == e.invalid
 }
 
 func (e *fakeEvidence) AppendTraces(ctx context.Context, in *evidencev1.AppendTracesRequest) (*evidencev1.AppendTracesResponse, error) {
@@ -553,6 +564,16 @@ func (e *fakeEvidence) AppendTraces(ctx context.Context, in *evidencev1.AppendTr
 	if noBatch {
 		return e.UnimplementedEvidenceServiceServer.AppendTraces(ctx, in)
 	}
+	e.mu.Lock()
+	for _, ev := range in.GetEvents() {
+		// Checked before anything is appended: a refused batch stores
+		// nothing, as the real service's bounds interceptor does.
+		if e.refuses(ev) {
+			e.mu.Unlock()
+			return nil, apierror.InvalidArgument("FIELD_TOO_LONG", "events.product.detail is longer than evidence accepts")
+		}
+	}
+	e.mu.Unlock()
 	out := &evidencev1.AppendTracesResponse{}
 	for _, ev := range in.GetEvents() {
 		got, err := e.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: ev})

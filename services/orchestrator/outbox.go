@@ -11,7 +11,8 @@ import (
 // recovery pass delivers the outbox in order, deleting what evidence took.
 // While the outbox holds events, new ones queue behind them. Delivery is
 // at least once: a batch evidence took whose deletion failed is sent
-// again.
+// again. An event evidence refuses as invalid is dropped and logged, not
+// retried (see deliverTraces): it would hold every later event back.
 
 // outboxLease names the claim on delivering the outbox, so among replicas
 // on one store one delivers at a time, in order.
@@ -55,13 +56,9 @@ func (s *Server) deliverOutbox(ctx context.Context) {
 		for i, e := range entries {
 			evs[i] = e.Event
 		}
-		sent := 0
-		for _, batch := range traceBatches(evs) {
-			if err := s.appendTraceBatch(ctx, batch); err != nil {
-				s.log.WarnContext(ctx, "deliver the trace outbox; tried again on the next pass", "waiting", len(entries)-sent, "err", err)
-				break
-			}
-			sent += len(batch)
+		sent, err := s.deliverTraces(ctx, evs, false)
+		if err != nil {
+			s.log.WarnContext(ctx, "deliver the trace outbox; tried again on the next pass", "waiting", len(entries)-sent, "err", err)
 		}
 		if sent > 0 {
 			keys := make([]string, sent)

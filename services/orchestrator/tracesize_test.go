@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -100,4 +101,50 @@ func TestTraceEventsWaitInTheOutboxWhileEvidenceIsDown(t *testing.T) {
 		rest, err := h.server.st.ListTraceOutbox(t.Context(), 100)
 		return err == nil && len(rest) == 0
 	})
+}
+
+// An event evidence refuses as invalid would be refused on every retry:
+// it is dropped, and neither the events of its batch nor later ones wait
+// behind it, whether it was sent at once or from the outbox.
+func TestInvalidTraceEventDoesNotHoldTheOthersBack(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
+	h.evidence.mu.Lock()
+	h.evidence.invalid = "bad"
+	h.evidence.mu.Unlock()
+	details := []string{"00", "01", "bad", "03"}
+	send := func(task string, ds []string) {
+		ctx := withCheckpoint(t.Context()) // one call's batch
+		for _, d := range ds {
+			h.server.trace(ctx, task, &evidencev1.ProductEvent{Detail: d})
+		}
+		h.server.flush(ctx)
+	}
+	send("task_direct", details)
+
+	// From the outbox: evidence is down while the events are written.
+	h.evidence.tracesDown.Store(true)
+	send("task_outbox", details)
+	h.evidence.tracesDown.Store(false)
+
+	want := []string{"00", "01", "03"}
+	for _, task := range []string{"task_direct", "task_outbox"} {
+		waitFor(t, task+" delivered", func() bool { return len(h.evidence.product(task)) >= len(want) })
+		var got []string
+		for _, ev := range h.evidence.product(task) {
+			got = append(got, ev.GetDetail())
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: evidence holds %q, want %q in order", task, got, want)
+		}
+	}
+	waitFor(t, "the outbox emptied", func() bool {
+		rest, err := h.server.st.ListTraceOutbox(t.Context(), 100)
+		return err == nil && len(rest) == 0
+	})
+	// Later events are not queued behind the refused one.
+	send("task_after", []string{"04"})
+	if got := h.evidence.product("task_after"); len(got) != 1 {
+		t.Fatalf("a later event was not delivered at once: %d events", len(got))
+	}
 }
