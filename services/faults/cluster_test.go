@@ -95,7 +95,7 @@ func newCluster(t *testing.T, storeURL string, replicas int) *cluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.args = []string{p.service, "--listen", p.addr, "--data-dir", p.dataDir, "--log-level", "warn",
+		p.args = []string{p.service, "--listen", p.addr, "--data-dir", p.dataDir, "--log-level", "info",
 			"--tls-ca-file", tls.CA, "--tls-cert-file", tls.Cert, "--tls-key-file", tls.Key,
 			"--oidc-issuer", identity.DevIssuerName, "--oidc-audience", identity.DevAudience, "--oidc-jwks-file", dev.JWKSFile,
 			// A frozen dependency costs a caller this long per call.
