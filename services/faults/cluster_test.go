@@ -81,13 +81,24 @@ func newCluster(t *testing.T, storeURL string, replicas int) *cluster {
 	if replicas == 2 {
 		names = append(names, "orchestrator-b")
 	}
+	// Every address is taken before any is released: a port released
+	// early may be handed out again to the next one.
+	var held []net.Listener
 	for _, n := range names {
 		service, _, _ := strings.Cut(n, "-")
-		c.procs[n] = &proc{name: n, service: service, addr: freeAddr(t), dataDir: filepath.Join(dir, n),
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+		c.procs[n] = &proc{name: n, service: service, addr: l.Addr().String(), dataDir: filepath.Join(dir, n),
 			log: filepath.Join(dir, n+".log"), mark: filepath.Join(dir, n+".mark")}
 		if service == suite.Orchestrator {
 			c.orchestrators = append(c.orchestrators, n)
 		}
+	}
+	for _, l := range held {
+		_ = l.Close()
 	}
 	for _, n := range names {
 		p := c.procs[n]
@@ -166,17 +177,6 @@ func (c *cluster) addrOf(service string) string {
 		return c.procs["orchestrator-a"].addr
 	}
 	return c.procs[service].addr
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
 }
 
 // start runs process n, with fail point spec armed when not empty.
