@@ -182,16 +182,24 @@ func (c *cluster) addrOf(service string) string {
 // start runs process n, with fail point spec armed when not empty.
 func (c *cluster) start(n, spec string) {
 	c.t.Helper()
+	if err := c.launch(n, spec); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// launch is start for any goroutine: it returns what went wrong.
+func (c *cluster) launch(n, spec string) error {
 	p := c.procs[n]
 	logf, err := os.OpenFile(p.log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	cmd := exec.Command(v0m3Bin, p.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), failpoint.Env+"="+spec, failpoint.MarkEnv+"="+p.mark)
 	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
+		_ = logf.Close()
+		return fmt.Errorf("start %s: %w", n, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); _ = logf.Close(); close(done) }()
@@ -203,6 +211,7 @@ func (c *cluster) start(n, spec string) {
 		_ = cmd.Process.Kill()
 		<-done
 	})
+	return nil
 }
 
 // stop ends process n gracefully (SIGTERM) and waits for it.

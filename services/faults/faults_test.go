@@ -319,7 +319,9 @@ func (c *cluster) supervise(target, action string, replicated bool, recovered ch
 			c.markDead(target)
 			return
 		}
-		c.start(target, "")
+		if err := c.launch(target, ""); err != nil {
+			c.t.Error(err)
+		}
 	case failpoint.Freeze:
 		time.Sleep(freezeFor)
 		c.signal(target, syscall.SIGCONT)
