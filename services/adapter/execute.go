@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/failpoint"
 	"github.com/v0m3/v0m3/services/internal/reach"
 	"github.com/v0m3/v0m3/services/internal/resultschema"
 	"github.com/v0m3/v0m3/services/internal/serving"
@@ -115,6 +116,7 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 		ctx, cancel = context.WithTimeout(ctx, defaultExecuteTimeout)
 		defer cancel()
 	}
+	failpoint.Hit(FailPointSend)
 	var (
 		resp  *adapterv1.ExecuteResponse
 		heard callEvidence
@@ -129,6 +131,7 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 	default:
 		resp = s.execute(ctx, conn, req, schema, &heard)
 	}
+	failpoint.Hit(FailPointResult)
 	if s.recording() {
 		s.recordExecute(ctx, conn, req, resp)
 	}

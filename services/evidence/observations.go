@@ -11,6 +11,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
+	"github.com/v0m3/v0m3/services/internal/failpoint"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/paging"
 )
@@ -46,6 +47,7 @@ func (s *Server) RecordObservation(ctx context.Context, req *evidencev1.RecordOb
 	if err != nil {
 		return nil, s.storeError(ctx, err, "record observation", "", "", nil)
 	}
+	failpoint.Hit(FailPointObservationAfter)
 	s.log.DebugContext(ctx, "observation recorded",
 		"observation_id", out.GetId(), "task_id", out.GetTaskId(), "connection_id", out.GetConnectionId(),
 		"revision_id", out.GetRevisionId(), "revision_number", out.GetRevisionNumber())

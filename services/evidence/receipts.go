@@ -10,6 +10,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/failpoint"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/receipt"
 	"github.com/v0m3/v0m3/services/internal/redact"
@@ -50,10 +51,12 @@ func (s *Server) RecordReceipt(ctx context.Context, req *evidencev1.RecordReceip
 	// Detail is meant to be safe already; redacting secret-looking names
 	// is defense in depth, as for trace arguments.
 	r.Detail = redact.Struct(r.GetDetail())
+	failpoint.Hit(FailPointReceiptBefore)
 	out, created, err := s.st.CreateReceipt(ctx, r)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "record receipt", "", "", nil)
 	}
+	failpoint.Hit(FailPointReceiptAfter)
 	s.log.InfoContext(ctx, "receipt recorded", "receipt_id", out.GetId(), "task_id", out.GetTaskId(),
 		"attempt_id", out.GetAttemptId(), "created", created)
 	return out, nil

@@ -10,6 +10,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
+	"github.com/v0m3/v0m3/services/internal/failpoint"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/redact"
 	"github.com/v0m3/v0m3/services/internal/telemetry"
@@ -81,10 +82,12 @@ func (s *Server) appendTraces(ctx context.Context, in []*evidencev1.TraceEvent) 
 		}
 		evs[i] = ev
 	}
+	failpoint.Hit(FailPointTraceBefore)
 	out, err := s.st.AppendTraces(ctx, evs)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "append trace", "", "", nil)
 	}
+	failpoint.Hit(FailPointTraceAfter)
 	for _, ev := range out {
 		s.log.DebugContext(ctx, "trace appended", "task_id", ev.GetTaskId(), "event_id", ev.GetId(),
 			"sequence", ev.GetSequence(), "layer", layerName(ev))

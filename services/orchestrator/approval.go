@@ -70,6 +70,9 @@ func (s *Server) awaitApproval(ctx context.Context, req *orchestratorv1.ToolRequ
 	if err != nil {
 		return nil, s.internal(ctx, "record the request as awaiting approval", err)
 	}
+	if err := s.failAt(ctx, FailPointSubmitDecided); err != nil {
+		return nil, err
+	}
 	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),
 		RequestId: req.GetId(), IntentId: req.GetIntentId(),

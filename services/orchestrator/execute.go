@@ -298,6 +298,9 @@ func (s *Server) complete(ctx context.Context, task *orchestratorv1.Task, req *o
 			s.log.ErrorContext(ctx, "record observation", "request", req.GetId(), "attempt", att.GetId(), "err", err)
 			return s.fail(ctx, req, att)
 		}
+		if err := s.failAt(ctx, FailPointAttemptObserved); err != nil {
+			return nil, err
+		}
 		return s.commit(ctx, task, req, att, obs, nil)
 	}
 	artifact, delivery := receipt.Fields(resp.GetStructuredContent())
@@ -376,6 +379,9 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 	})
 	if err != nil {
 		return nil, s.internal(ctx, "commit the executed request", err)
+	}
+	if err := s.failAt(ctx, FailPointRequestCommitted); err != nil {
+		return nil, err
 	}
 	checkpoint := fmt.Sprintf("last committed: request %s (%s), attempt %s #%d", out.GetId(), out.GetCapability(), att.GetId(), att.GetNumber())
 	s.updateTaskAtCheckpoint(ctx, task.GetId(), func(t *orchestratorv1.Task) error {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/failpoint"
 )
 
 // Defaults of request ownership and recovery.
@@ -23,12 +24,16 @@ const (
 	DefaultRecoveryInterval = 10 * time.Second
 )
 
-// Fail points where a test may stop a replica as if its process died (see
-// Deps.FailPoint).
+// Fail points where a test may stop a replica as if its process died: in
+// process through Deps.FailPoint, or as a real crash or freeze of a binary
+// built with the failpoints tag (services/internal/failpoint).
 const (
 	// FailPointSubmitReceived is after a request was recorded, before any
 	// decision about it: it stays REQUESTED.
 	FailPointSubmitReceived = "submit.received"
+	// FailPointSubmitDecided is after the decision that a request awaits
+	// approval was recorded, before its events are written.
+	FailPointSubmitDecided = "submit.decided"
 	// FailPointApprovalUsed is after an approval was used, before the
 	// first attempt: the request stays APPROVED.
 	FailPointApprovalUsed = "approval.used"
@@ -38,6 +43,12 @@ const (
 	// FailPointAttemptExecuted is after the adapter's reply was persisted,
 	// before the request is committed.
 	FailPointAttemptExecuted = "attempt.executed"
+	// FailPointAttemptObserved is after a retrieval's result was recorded
+	// as source observations, before the request is committed.
+	FailPointAttemptObserved = "attempt.observed"
+	// FailPointRequestCommitted is after the request was persisted as
+	// EXECUTED, before its trace and events are written.
+	FailPointRequestCommitted = "request.committed"
 )
 
 // reasonReplicaStopped is the reason of a call cut off by a fail point.
@@ -199,6 +210,9 @@ func stillOwner(ctx context.Context) error {
 // the call ends here as if the process died. Events held for the call's
 // next checkpoint are dropped and the lease is left to expire.
 func (s *Server) failAt(ctx context.Context, point string) error {
+	// A binary built with the failpoints tag may be crashed or frozen
+	// here for real; in any other it does nothing.
+	failpoint.Hit(point)
 	if s.deps.FailPoint == nil {
 		return nil
 	}

@@ -135,10 +135,10 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 
 	p, err := s.prepare(ctx, task, req)
 	if err != nil {
-		return s.refuse(ctx, req, p, err)
+		return s.refuseUnlessOutage(ctx, req, p, err)
 	}
 	if err := s.charge(ctx, task, req); err != nil {
-		return s.refuse(ctx, req, p, err)
+		return s.refuseUnlessOutage(ctx, req, p, err)
 	}
 	if p.approvalRequired {
 		return s.awaitApproval(ctx, req, p)
@@ -400,6 +400,21 @@ func (s *Server) chargeResponse(ctx context.Context, task *orchestratorv1.Task, 
 		ResponseBytes: resp.GetResponseBytes(), IdempotencyKey: att.GetId() + "/response-bytes",
 	})
 	return err
+}
+
+// refuseUnlessOutage refuses a request for cause, except when cause is a
+// dependency outage (UNAVAILABLE, DEADLINE_EXCEEDED): then the decision
+// was not taken, so the request stays REQUESTED and recovery takes it
+// again once the dependency is back (see decideAgain), and the caller's
+// retry under the same provider call id finds it decided. Recording the
+// outage as a refusal made every retry replay UNAVAILABLE for good.
+func (s *Server) refuseUnlessOutage(ctx context.Context, req *orchestratorv1.ToolRequest, p *prepared, cause error) (*orchestratorv1.ToolRequest, error) {
+	switch status.Code(cause) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		s.log.WarnContext(ctx, "request left undecided: a dependency is unavailable; recovery decides it", "task", req.GetTaskId(), "request", req.GetId(), "err", cause)
+		return nil, apierror.Propagate(cause, "decide the request")
+	}
+	return s.refuse(ctx, req, p, cause)
 }
 
 // refuse records a request as refused, traces why, and returns the error

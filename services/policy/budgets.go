@@ -12,6 +12,7 @@ import (
 
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/failpoint"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
 
@@ -58,7 +59,11 @@ func (s *Server) Charge(ctx context.Context, req *policyv1.ChargeRequest) (*poli
 			MaxCalls: rl.Calls, MaxResponseBytes: rl.ResponseBytes, MaxCostMicros: rl.CostMicros},
 		Request: req,
 	}
+	failpoint.Hit(FailPointChargeBefore)
 	res, err := s.store.Charge(ctx, op)
+	if err == nil {
+		failpoint.Hit(FailPointChargeAfter)
+	}
 	var exceeded *BudgetExceededError
 	switch {
 	case errors.As(err, &exceeded):
