@@ -1,0 +1,80 @@
+package identity
+
+import (
+	"crypto"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+
+	jose "github.com/go-jose/go-jose/v4"
+)
+
+// SignJWT returns claims as a compact JWT (RFC 7519) signed with this
+// service's certificate key. Unlike Sign, it is meant for verifiers outside
+// the mesh that do not trust V0M3's CA (an OAuth authorization server
+// verifying a subject token): its header names the key by its JWK
+// thumbprint (kid), which JWKS publishes, and carries no certificate.
+func (c *Credentials) SignJWT(claims any) (string, error) {
+	if c == nil {
+		return "", fmt.Errorf("identity: no credentials to sign with")
+	}
+	m := c.current()
+	signer, _, err := m.jwtMaterial()
+	if err != nil {
+		return "", err
+	}
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		return "", fmt.Errorf("identity: jwt claims: %w", err)
+	}
+	jws, err := signer.Sign(payload)
+	if err != nil {
+		return "", fmt.Errorf("identity: sign jwt: %w", err)
+	}
+	return jws.CompactSerialize()
+}
+
+// JWKS returns the JSON Web Key Set (RFC 7517) that verifies what SignJWT
+// signs: the public key of this service's current certificate. A verifier
+// fetches it again when it meets a kid it does not know (after a
+// certificate rotation).
+func (c *Credentials) JWKS() (*jose.JSONWebKeySet, error) {
+	if c == nil {
+		return nil, fmt.Errorf("identity: no credentials")
+	}
+	_, key, err := c.current().jwtMaterial()
+	if err != nil {
+		return nil, err
+	}
+	return &jose.JSONWebKeySet{Keys: []jose.JSONWebKey{key}}, nil
+}
+
+// jwtMaterial returns m's JWT signer and its public JWK, made once.
+func (m *material) jwtMaterial() (jose.Signer, jose.JSONWebKey, error) {
+	m.jwtOnce.Do(func() {
+		alg, err := signingAlgorithm(m.cert.PrivateKey)
+		if err != nil {
+			m.jwtErr = err
+			return
+		}
+		signer, ok := m.cert.PrivateKey.(crypto.Signer)
+		if !ok {
+			m.jwtErr = fmt.Errorf("identity: cannot sign with a %T key", m.cert.PrivateKey)
+			return
+		}
+		pub := jose.JSONWebKey{Key: signer.Public(), Algorithm: string(alg), Use: "sig"}
+		tp, err := pub.Thumbprint(crypto.SHA256)
+		if err != nil {
+			m.jwtErr = fmt.Errorf("identity: key thumbprint: %w", err)
+			return
+		}
+		pub.KeyID = base64.RawURLEncoding.EncodeToString(tp)
+		opts := (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", pub.KeyID)
+		m.jwtSigner, m.jwtErr = jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: m.cert.PrivateKey}, opts)
+		if m.jwtErr != nil {
+			m.jwtErr = fmt.Errorf("identity: jwt signer: %w", m.jwtErr)
+		}
+		m.jwtKey = pub
+	})
+	return m.jwtSigner, m.jwtKey, m.jwtErr
+}
