@@ -115,8 +115,15 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 		ctx, cancel = context.WithTimeout(ctx, defaultExecuteTimeout)
 		defer cancel()
 	}
+	method := "tools/call"
+	if req.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
+		method = "resources/read"
+	}
+	ctx, refused := s.exchangeContext(ctx, conn, g, method)
 	var resp *adapterv1.ExecuteResponse
 	switch {
+	case refused != nil:
+		resp = refused
 	case s.replaying():
 		// Replay never falls through to a live call, whatever the
 		// transport: a missing fixture is the answer.
