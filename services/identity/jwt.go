@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/http"
 
 	jose "github.com/go-jose/go-jose/v4"
 )
@@ -77,4 +78,24 @@ func (m *material) jwtMaterial() (jose.Signer, jose.JSONWebKey, error) {
 		m.jwtKey = pub
 	})
 	return m.jwtSigner, m.jwtKey, m.jwtErr
+}
+
+// JWKSHandler serves c's JWKS (GET, application/jwk-set+json), for an
+// authorization server to fetch: it holds public keys only.
+func JWKSHandler(c *Credentials) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		ks, err := c.JWKS()
+		if err != nil {
+			http.Error(w, "no signing key", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		w.Header().Set("Cache-Control", "max-age=300")
+		_ = json.NewEncoder(w).Encode(ks)
+	})
 }
