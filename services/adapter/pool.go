@@ -90,17 +90,17 @@ type pool struct {
 
 // pooled is one shared session.
 type pooled struct {
-	p     *pool
-	key   string                 // its poolKey
-	conn  *registryv1.Connection // the configuration it was opened with
+	p    *pool
+	key  string                 // its poolKey
+	conn *registryv1.Connection // the configuration it was opened with
 	// subject is the requester the session acts for on a token-exchange
 	// connection ("" otherwise): such a session carries that person's
 	// token, so it serves no one else.
 	subject string
-	slots chan struct{}
-	ready chan struct{} // closed once opening ended; then ss and err are set
-	ss    *session      // never nil once ready
-	err   error
+	slots   chan struct{}
+	ready   chan struct{} // closed once opening ended; then ss and err are set
+	ss      *session      // never nil once ready
+	err     error
 
 	// Guarded by p.mu.
 	inflight    int
