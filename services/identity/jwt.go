@@ -2,6 +2,10 @@ package identity
 
 import (
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -63,13 +67,11 @@ func (m *material) jwtMaterial() (jose.Signer, jose.JSONWebKey, error) {
 			m.jwtErr = fmt.Errorf("identity: cannot sign with a %T key", m.cert.PrivateKey)
 			return
 		}
-		pub := jose.JSONWebKey{Key: signer.Public(), Algorithm: string(alg), Use: "sig"}
-		tp, err := pub.Thumbprint(crypto.SHA256)
+		pub, err := publicJWK(signer.Public(), alg)
 		if err != nil {
-			m.jwtErr = fmt.Errorf("identity: key thumbprint: %w", err)
+			m.jwtErr = err
 			return
 		}
-		pub.KeyID = base64.RawURLEncoding.EncodeToString(tp)
 		opts := (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", pub.KeyID)
 		m.jwtSigner, m.jwtErr = jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: m.cert.PrivateKey}, opts)
 		if m.jwtErr != nil {
@@ -78,6 +80,43 @@ func (m *material) jwtMaterial() (jose.Signer, jose.JSONWebKey, error) {
 		m.jwtKey = pub
 	})
 	return m.jwtSigner, m.jwtKey, m.jwtErr
+}
+
+// publicJWK is the JWK of a public key, named by its RFC 7638
+// thumbprint.
+func publicJWK(pub crypto.PublicKey, alg jose.SignatureAlgorithm) (jose.JSONWebKey, error) {
+	k := jose.JSONWebKey{Key: pub, Algorithm: string(alg), Use: "sig"}
+	tp, err := k.Thumbprint(crypto.SHA256)
+	if err != nil {
+		return jose.JSONWebKey{}, fmt.Errorf("identity: key thumbprint: %w", err)
+	}
+	k.KeyID = base64.RawURLEncoding.EncodeToString(tp)
+	return k, nil
+}
+
+// CertificateJWKS is the JWKS SignJWT's signatures verify with when the
+// signer holds cert's key: what `v0m3 jwks` exports from the
+// orchestrator's certificate alone, without its private key.
+func CertificateJWKS(cert *x509.Certificate) (*jose.JSONWebKeySet, error) {
+	var alg jose.SignatureAlgorithm
+	switch k := cert.PublicKey.(type) {
+	case *ecdsa.PublicKey:
+		alg = map[int]jose.SignatureAlgorithm{256: jose.ES256, 384: jose.ES384}[k.Curve.Params().BitSize]
+		if alg == "" {
+			alg = jose.ES512
+		}
+	case *rsa.PublicKey:
+		alg = jose.PS256
+	case ed25519.PublicKey:
+		alg = jose.EdDSA
+	default:
+		return nil, fmt.Errorf("identity: cannot use a %T key", cert.PublicKey)
+	}
+	k, err := publicJWK(cert.PublicKey, alg)
+	if err != nil {
+		return nil, err
+	}
+	return &jose.JSONWebKeySet{Keys: []jose.JSONWebKey{k}}, nil
 }
 
 // JWKSHandler serves c's JWKS (GET, application/jwk-set+json), for an
