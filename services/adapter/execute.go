@@ -122,12 +122,13 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 	ctx, refused := s.exchangeContext(ctx, conn, g, method)
 	var resp *adapterv1.ExecuteResponse
 	switch {
-	case refused != nil:
-		resp = refused
 	case s.replaying():
 		// Replay never falls through to a live call, whatever the
 		// transport: a missing fixture is the answer.
 		resp = s.replayExecute(ctx, conn, req, schema)
+	case refused != nil:
+		// A token-exchange connection reached for no requester.
+		resp = refused
 	case conn.GetTransport().GetDirect() != nil:
 		resp = s.executeDirect(ctx, conn, req, schema)
 	default:

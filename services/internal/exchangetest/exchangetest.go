@@ -87,8 +87,8 @@ func Start(t testing.TB, cfg Config) *Server {
 	if _, err := rand.Read(crypto[:]); err != nil {
 		t.Fatal(err)
 	}
-	provider, err := op.NewOpenIDProvider(s.srv.URL, &op.Config{CryptoKey: crypto, CodeMethodS256: true},
-		&storage{s: s}, op.WithAllowInsecure(), op.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	provider, err := op.NewProvider(&op.Config{CryptoKey: crypto, CodeMethodS256: true},
+		&storage{s: s}, op.StaticIssuer(s.srv.URL), op.WithAllowInsecure(), op.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
