@@ -48,6 +48,7 @@ func runConnect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 var grantNames = map[string]registryv1.OauthGrant{
 	"client_credentials": registryv1.OauthGrant_OAUTH_GRANT_CLIENT_CREDENTIALS,
 	"authorization_code": registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE,
+	"token_exchange":     registryv1.OauthGrant_OAUTH_GRANT_TOKEN_EXCHANGE,
 }
 
 // connectFlags declares connect's flags on fs and returns the function
@@ -60,7 +61,7 @@ func connectFlags(fs *flag.FlagSet) func() (*registryv1.CreateConnectionRequest,
 	credRef := fs.String("credential-ref", "", `static bearer token reference, e.g. "file:/var/run/secrets/v0m3/search/token" (not with --oauth-grant)`)
 	credScope := fs.String("credential-scope", "", "a safe description of what the credential may do")
 	credVersion := fs.String("credential-version", "", "an opaque version of the credential (a new one is a rotation)")
-	grant := fs.String("oauth-grant", "", "authorize with OAuth 2.1: client_credentials, or authorization_code for a pre-consented client")
+	grant := fs.String("oauth-grant", "", "authorize with OAuth 2.1: client_credentials, authorization_code for a pre-consented client, or token_exchange so each call reaches the server as its requester (RFC 8693)")
 	clientID := fs.String("oauth-client-id", "", "the OAuth client id registered with the authorization server")
 	metadataURL := fs.String("oauth-client-metadata-url", "", "a client ID metadata document URL (https; authorization_code)")
 	secretRef := fs.String("oauth-client-secret-ref", "", `where the adapter reads the client secret, e.g. "file:/var/run/secrets/v0m3/search/oauth-secret"; never the secret`)
@@ -69,17 +70,21 @@ func connectFlags(fs *flag.FlagSet) func() (*registryv1.CreateConnectionRequest,
 	resource := fs.String("oauth-resource", "", "the resource indicator to request tokens for (default: the server's protected resource metadata)")
 	redirect := fs.String("oauth-redirect-url", "", "the redirect URI registered for the client (authorization_code)")
 	dcr := fs.Bool("oauth-dynamic-registration", false, "register a public client dynamically where the server offers it (authorization_code)")
+	audience := fs.String("oauth-audience", "", "the audience a token exchange asks for (token_exchange; default: the resource)")
+	tokenType := fs.String("oauth-requested-token-type", "", "the token type a token exchange asks for (token_exchange; default: urn:ietf:params:oauth:token-type:access_token)")
 	return func() (*registryv1.CreateConnectionRequest, error) {
 		t := &registryv1.StreamableHTTPTransport{Url: *url}
-		oauthSet := *clientID != "" || *metadataURL != "" || *secretRef != "" || *scopes != "" || *issuer != "" || *resource != "" || *redirect != "" || *dcr
+		oauthSet := *clientID != "" || *metadataURL != "" || *secretRef != "" || *scopes != "" || *issuer != "" || *resource != "" || *redirect != "" || *dcr ||
+			*audience != "" || *tokenType != ""
 		switch g, ok := grantNames[*grant]; {
 		case *grant == "" && oauthSet:
-			return nil, usageError{"--oauth-* flags need --oauth-grant (client_credentials or authorization_code)"}
+			return nil, usageError{"--oauth-* flags need --oauth-grant (client_credentials, authorization_code or token_exchange)"}
 		case *grant != "" && !ok:
-			return nil, usageError{fmt.Sprintf("--oauth-grant %q: want client_credentials or authorization_code", *grant)}
+			return nil, usageError{fmt.Sprintf("--oauth-grant %q: want client_credentials, authorization_code or token_exchange", *grant)}
 		case ok:
 			t.Oauth = &registryv1.OAuthClient{Grant: g, ClientId: *clientID, ClientIdMetadataUrl: *metadataURL, ClientSecretRef: *secretRef,
-				Scopes: strings.Fields(*scopes), Issuer: *issuer, Resource: *resource, RedirectUrl: *redirect, DynamicRegistration: *dcr}
+				Scopes: strings.Fields(*scopes), Issuer: *issuer, Resource: *resource, RedirectUrl: *redirect, DynamicRegistration: *dcr,
+				Audience: *audience, RequestedTokenType: *tokenType}
 		}
 		return &registryv1.CreateConnectionRequest{
 			DisplayName: *name, Owner: *owner,

@@ -65,6 +65,21 @@ func TestConnectOAuth(t *testing.T) {
 		t.Errorf("recorded connection = %v", &conn)
 	}
 
+	out, err = connect(append(base, "--oauth-grant", "token_exchange", "--oauth-client-id", "v0m3-boundary",
+		"--oauth-client-secret-ref", "file:/var/run/secrets/v0m3/search/oauth-secret", "--oauth-issuer", "https://auth.example.com",
+		"--oauth-audience", "search", "--oauth-requested-token-type", "urn:ietf:params:oauth:token-type:access_token")...)
+	if err != nil {
+		t.Fatalf("connect with token exchange: %v", err)
+	}
+	var exchange registryv1.Connection
+	if err := protojson.Unmarshal([]byte(out), &exchange); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	if o := exchange.GetTransport().GetStreamableHttp().GetOauth(); o.GetGrant() != registryv1.OauthGrant_OAUTH_GRANT_TOKEN_EXCHANGE ||
+		o.GetAudience() != "search" || o.GetRequestedTokenType() != "urn:ietf:params:oauth:token-type:access_token" {
+		t.Errorf("recorded token exchange connection = %v", &exchange)
+	}
+
 	_, err = connect(append(base, "--oauth-grant", "client_credentials", "--oauth-client-id", "v0m3-search",
 		"--oauth-client-secret-ref", "hunter2-secret-value", "--oauth-issuer", "https://auth.example.com")...)
 	if reasonOf(err) != registry.ReasonInvalidOAuth || status.Code(errors.Unwrap(err)) != codes.InvalidArgument || strings.Contains(err.Error(), "hunter2") {
@@ -78,15 +93,15 @@ func TestConnectOAuth(t *testing.T) {
 	if _, err := connect(append(base, "--oauth-grant", "password")...); !errors.As(err, &ue) {
 		t.Errorf("unknown grant: error = %v; want a usage error", err)
 	}
-	// Only the first connection exists: the refusals recorded nothing.
+	// Only the two accepted connections exist: the refusals recorded nothing.
 	cc, err := grpc.NewClient(s.Addr[suite.Registry], s.CallerDialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
 	list, err := registryv1.NewRegistryServiceClient(cc).ListConnections(s.As(t.Context(), "ines", "platform"), &registryv1.ListConnectionsRequest{})
-	if err != nil || len(list.GetConnections()) != 1 {
-		t.Errorf("connections = %v, %v; want only the first", list, err)
+	if err != nil || len(list.GetConnections()) != 2 {
+		t.Errorf("connections = %v, %v; want only the two accepted", list, err)
 	}
 }
 

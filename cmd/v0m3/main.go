@@ -49,6 +49,7 @@ Declared definitions (as you, with --token):
   connect         register a remote streamable HTTP MCP server (static credential or OAuth 2.1 client); it awaits review
   capability      apply, list, get or deprecate capabilities: 'v0m3 capability apply -f FILE'
   profile         apply, list, get or deprecate task profiles: 'v0m3 profile apply -f FILE'
+  jwks            print the JWKS an OAuth authorization server trusts for token exchange (from the orchestrator's certificate)
   audit           list the audit log of privileged actions ('--jsonl' exports JSON lines)
   settle          settle by hand, with evidence, a request whose outcome is unknown
 
@@ -112,6 +113,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRotation(ctx, rest, stdout, stderr)
 	case "connect":
 		return runConnect(ctx, rest, stdout, stderr)
+	case "jwks":
+		return runJWKS(ctx, rest, stdout, stderr)
 	case "capability":
 		return runCapability(ctx, rest, stdout, stderr)
 	case "audit":

@@ -116,6 +116,11 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 		ctx, cancel = context.WithTimeout(ctx, defaultExecuteTimeout)
 		defer cancel()
 	}
+	method := "tools/call"
+	if req.GetTarget().GetKind() == registryv1.RemoteKind_REMOTE_KIND_RESOURCE {
+		method = "resources/read"
+	}
+	ctx, refused := s.exchangeContext(ctx, conn, g, method)
 	failpoint.Hit(FailPointSend)
 	var (
 		resp  *adapterv1.ExecuteResponse
@@ -126,6 +131,9 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 		// Replay never falls through to a live call, whatever the
 		// transport: a missing fixture is the answer.
 		resp = s.replayExecute(ctx, conn, req, schema)
+	case refused != nil:
+		// A token-exchange connection reached for no requester.
+		resp = refused
 	case conn.GetTransport().GetDirect() != nil:
 		resp = s.executeDirect(ctx, conn, req, schema)
 	default:

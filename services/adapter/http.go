@@ -67,7 +67,7 @@ func (d *httpDialer) open(ctx context.Context, m *meter) (mcp.Transport, func(),
 		MaxEventSize:         -1,        // limitedBody enforces the limit while reading
 	}
 	if d.oauth != nil {
-		t.OAuthHandler = &sessionAuth{a: d.oauth, creds: d.creds, m: m}
+		t.OAuthHandler = &sessionAuth{a: d.oauth, creds: d.creds, m: m, subject: subjectOf(ctx).name}
 	}
 	return t, func() {}, nil
 }

@@ -204,11 +204,17 @@ type authorizer struct {
 	secret  string   // the resolved client secret, once read
 	// code is the go-sdk's authorization code handler (authorization_code).
 	code *auth.AuthorizationCodeHandler
+	// subs holds each requester's exchanged token (token_exchange; see
+	// tokenexchange.go).
+	subs subjects
 }
 
-// tokenSource is the current token source, or nil before the first
-// authorization.
-func (a *authorizer) tokenSource(ctx context.Context) (oauth2.TokenSource, error) {
+// tokenSource is the current token source (for subject, on a
+// token-exchange connection), or nil before the first authorization.
+func (a *authorizer) tokenSource(ctx context.Context, subject string) (oauth2.TokenSource, error) {
+	if subject != "" {
+		return a.exchangedSource(subject), nil
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.code != nil {
@@ -224,6 +230,10 @@ type sessionAuth struct {
 	a     *authorizer
 	creds *credentials
 	m     *meter
+	// subject is the requester the session acts for on a token-exchange
+	// connection; "" (discovery, health, other grants) uses the client's
+	// own grant.
+	subject string
 	// failed is the session's refused authorization: once the grant
 	// failed, nothing more is sent and nothing asked again (the client
 	// library would otherwise repeat both for its version fallback).
@@ -235,7 +245,7 @@ func (sa *sessionAuth) TokenSource(ctx context.Context) (oauth2.TokenSource, err
 	if ae := sa.failed.Load(); ae != nil {
 		return nil, ae
 	}
-	ts, err := sa.a.tokenSource(ctx)
+	ts, err := sa.a.tokenSource(ctx, sa.subject)
 	if ts == nil || err != nil {
 		return nil, err
 	}
@@ -249,7 +259,10 @@ func (sa *sessionAuth) Authorize(ctx context.Context, req *http.Request, resp *h
 	if ae := sa.failed.Load(); ae != nil {
 		return ae
 	}
-	err := sa.a.authorize(ctx, req, resp, sa.creds)
+	if sa.subject != "" {
+		sa.creds.add(sa.a.subjectToken(sa.subject))
+	}
+	err := sa.a.authorize(ctx, req, resp, sa.creds, sa.subject)
 	if err != nil {
 		ae := authFailure(err, nil)
 		if ae == nil {
@@ -294,7 +307,7 @@ func (s *scrubbedSource) Token() (*oauth2.Token, error) {
 }
 
 // authorize performs the connection's grant for a refused request.
-func (a *authorizer) authorize(ctx context.Context, req *http.Request, resp *http.Response, creds *credentials) error {
+func (a *authorizer) authorize(ctx context.Context, req *http.Request, resp *http.Response, creds *credentials, subject string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	secret, err := a.resolveSecret(creds)
@@ -304,7 +317,7 @@ func (a *authorizer) authorize(ctx context.Context, req *http.Request, resp *htt
 	if a.cfg.GetGrant() == registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE {
 		return a.authorizeCode(ctx, req, resp, secret)
 	}
-	return a.authorizeClient(ctx, req, resp, secret)
+	return a.authorizeClient(ctx, req, resp, secret, subject)
 }
 
 // resolveSecret reads the client secret once per authorizer (that is, per
@@ -327,8 +340,10 @@ func (a *authorizer) resolveSecret(creds *credentials) (string, error) {
 
 // authorizeClient runs the client credentials grant: protected resource
 // metadata, the connection's authorization server (and no other), a token
-// for the challenged (or configured, or advertised) scopes.
-func (a *authorizer) authorizeClient(ctx context.Context, req *http.Request, resp *http.Response, secret string) error {
+// for the challenged (or configured, or advertised) scopes. With a
+// subject (a token-exchange connection's call for a requester) the same
+// discovery ends in a token exchange instead.
+func (a *authorizer) authorizeClient(ctx context.Context, req *http.Request, resp *http.Response, secret, subject string) error {
 	challenges, _ := oauthex.ParseWWWAuthenticate(resp.Header.Values("WWW-Authenticate"))
 	challenged := challengeScopes(challenges)
 	if resp.StatusCode == http.StatusForbidden {
@@ -340,10 +355,10 @@ func (a *authorizer) authorizeClient(ctx context.Context, req *http.Request, res
 			return &authError{reason: CodeInsufficientScope,
 				fact: "the server asks for scopes the connection's token was already requested with; grant them to the OAuth client at the authorization server"}
 		}
-	} else if a.ts != nil && req.Header.Get("Authorization") != "" {
+	} else if cur := a.current(subject); cur != nil && req.Header.Get("Authorization") != "" {
 		// Another session may have replaced the token since this request
 		// was sent: retry with the current one before asking again.
-		if tok, err := a.ts.Token(); err == nil && req.Header.Get("Authorization") != "Bearer "+tok.AccessToken {
+		if tok, err := cur.Token(); err == nil && req.Header.Get("Authorization") != "Bearer "+tok.AccessToken {
 			return nil
 		}
 	}
@@ -387,6 +402,16 @@ func (a *authorizer) authorizeClient(ctx context.Context, req *http.Request, res
 		Scopes:         scopes,
 		EndpointParams: url.Values{"resource": {resource}},
 		AuthStyle:      authStyle(asm.TokenEndpointAuthMethodsSupported),
+	}
+	if subject != "" {
+		err := a.authorizeExchange(ctx, subject, cc, resource)
+		if ae := authFailure(err, nil); ae != nil && resp.StatusCode == http.StatusForbidden {
+			ae.reason = CodeInsufficientScope // the step-up was refused
+		}
+		if err == nil {
+			a.granted = scopes
+		}
+		return err
 	}
 	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, a.http))
 	if err != nil {
@@ -489,6 +514,15 @@ func (a *authorizer) fetchCode(ctx context.Context, args *auth.AuthorizationArgs
 	}
 	q := loc.Query()
 	return &auth.AuthorizationResult{Code: q.Get("code"), State: q.Get("state"), Iss: q.Get("iss")}, nil
+}
+
+// current is the token source a request was sent with: subject's on a
+// token-exchange connection, else the client's.
+func (a *authorizer) current(subject string) oauth2.TokenSource {
+	if subject != "" {
+		return a.exchangedSource(subject)
+	}
+	return a.ts
 }
 
 // protectedResource discovers the server's protected resource metadata

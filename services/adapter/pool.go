@@ -82,7 +82,7 @@ type pool struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	current map[string]*pooled // by connection id: the session new calls get
+	current map[string]*pooled // by poolKey: the session new calls get
 	all     map[*pooled]struct{}
 	closed  bool
 	wg      sync.WaitGroup // openings and closings in progress
@@ -90,12 +90,17 @@ type pool struct {
 
 // pooled is one shared session.
 type pooled struct {
-	p     *pool
-	conn  *registryv1.Connection // the configuration it was opened with
-	slots chan struct{}
-	ready chan struct{} // closed once opening ended; then ss and err are set
-	ss    *session      // never nil once ready
-	err   error
+	p    *pool
+	key  string                 // its poolKey
+	conn *registryv1.Connection // the configuration it was opened with
+	// subject is the requester the session acts for on a token-exchange
+	// connection ("" otherwise): such a session carries that person's
+	// token, so it serves no one else.
+	subject string
+	slots   chan struct{}
+	ready   chan struct{} // closed once opening ended; then ss and err are set
+	ss      *session      // never nil once ready
+	err     error
 
 	// Guarded by p.mu.
 	inflight    int
@@ -133,7 +138,9 @@ func (p *pool) acquire(ctx context.Context, conn *registryv1.Connection) (*poole
 			p.mu.Unlock()
 			return nil, nil, errAdapterClosed
 		}
-		e := p.current[conn.GetId()]
+		subject := subjectOf(ctx).name
+		key := poolKey(conn.GetId(), subject)
+		e := p.current[key]
 		if e != nil && !sameConfig(e.conn, conn) {
 			// A new configuration: the old session drains, and closes
 			// now when no call is in flight on it (its server process or
@@ -142,8 +149,8 @@ func (p *pool) acquire(ctx context.Context, conn *registryv1.Connection) (*poole
 			e = nil
 		}
 		if e == nil {
-			e = &pooled{p: p, conn: proto.CloneOf(conn), slots: make(chan struct{}, p.cfg.MaxCallsPerConnection), ready: make(chan struct{}), closed: make(chan struct{})}
-			p.current[conn.GetId()] = e
+			e = &pooled{p: p, key: key, subject: subject, conn: proto.CloneOf(conn), slots: make(chan struct{}, p.cfg.MaxCallsPerConnection), ready: make(chan struct{}), closed: make(chan struct{})}
+			p.current[key] = e
 			p.all[e] = struct{}{}
 			p.wg.Add(1)
 			go e.open()
@@ -183,11 +190,21 @@ func (p *pool) acquire(ctx context.Context, conn *registryv1.Connection) (*poole
 	}
 }
 
+// poolKey names the session new calls of a connection get: one per
+// connection, or one per connection and requester where the connection
+// exchanges the requester's identity for its token.
+func poolKey(connectionID, subject string) string {
+	if subject == "" {
+		return connectionID
+	}
+	return connectionID + "\x00" + subject
+}
+
 // open opens the session, watches it for death and publishes the result.
 func (e *pooled) open() {
 	p := e.p
 	defer p.wg.Done()
-	ctx, cancel := context.WithTimeout(p.ctx, openTimeout)
+	ctx, cancel := context.WithTimeout(withSubject(p.ctx, exchangeSubject{name: e.subject}), openTimeout)
 	defer cancel()
 	ss, err := p.s.openSession(ctx, e.conn, idleMessageLimit, e.listChanged)
 	if err == nil {
@@ -311,8 +328,8 @@ func (p *pool) armIdleLocked(e *pooled) {
 // retireLocked stops e taking new calls.
 func (p *pool) retireLocked(e *pooled) {
 	e.retired = true
-	if p.current[e.conn.GetId()] == e {
-		delete(p.current, e.conn.GetId())
+	if p.current[e.key] == e {
+		delete(p.current, e.key)
 	}
 }
 
@@ -363,8 +380,10 @@ func (p *pool) closeIdle() {
 func (p *pool) drop(connectionID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e := p.current[connectionID]; e != nil {
-		p.drainLocked(e)
+	for _, e := range p.current {
+		if e.conn.GetId() == connectionID {
+			p.drainLocked(e)
+		}
 	}
 }
 

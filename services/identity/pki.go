@@ -240,6 +240,13 @@ type material struct {
 	// whose chain to roots verified, so each statement checks only its
 	// signature. It belongs to this material: new trust starts empty.
 	signers sync.Map
+
+	// jwtSigner signs JWTs for verifiers outside the mesh (see jwt.go);
+	// made once, on first use.
+	jwtOnce   sync.Once
+	jwtSigner jose.Signer
+	jwtKey    jose.JSONWebKey
+	jwtErr    error
 }
 
 func parseMaterial(caPEM, certPEM, keyPEM []byte) (*material, error) {

@@ -39,23 +39,9 @@ func (c *Credentials) Sign(payload []byte) (string, error) {
 // statementSigner returns the signer of m's key, made once.
 func (m *material) statementSigner() (jose.Signer, error) {
 	m.signerOnce.Do(func() {
-		var alg jose.SignatureAlgorithm
-		switch k := m.cert.PrivateKey.(type) {
-		case *ecdsa.PrivateKey:
-			switch k.Curve.Params().BitSize {
-			case 256:
-				alg = jose.ES256
-			case 384:
-				alg = jose.ES384
-			default:
-				alg = jose.ES512
-			}
-		case *rsa.PrivateKey:
-			alg = jose.PS256
-		case ed25519.PrivateKey:
-			alg = jose.EdDSA
-		default:
-			m.signerErr = fmt.Errorf("identity: cannot sign with a %T key", m.cert.PrivateKey)
+		alg, err := signingAlgorithm(m.cert.PrivateKey)
+		if err != nil {
+			m.signerErr = err
 			return
 		}
 		opts := (&jose.SignerOptions{}).WithHeader("x5c", [][]byte{m.cert.Certificate[0]})
@@ -65,6 +51,26 @@ func (m *material) statementSigner() (jose.Signer, error) {
 		}
 	})
 	return m.signer, m.signerErr
+}
+
+// signingAlgorithm is the JWS algorithm of a certificate key.
+func signingAlgorithm(key any) (jose.SignatureAlgorithm, error) {
+	switch k := key.(type) {
+	case *ecdsa.PrivateKey:
+		switch k.Curve.Params().BitSize {
+		case 256:
+			return jose.ES256, nil
+		case 384:
+			return jose.ES384, nil
+		default:
+			return jose.ES512, nil
+		}
+	case *rsa.PrivateKey:
+		return jose.PS256, nil
+	case ed25519.PrivateKey:
+		return jose.EdDSA, nil
+	}
+	return "", fmt.Errorf("identity: cannot sign with a %T key", key)
 }
 
 // Verify checks a compact JWS made by Sign: its certificate chains to the

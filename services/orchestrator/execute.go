@@ -223,7 +223,7 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 	if p.target.GetKind() != registryv1.RemoteKind_REMOTE_KIND_TOOL {
 		in.OutputSchema = nil
 	}
-	resp, grantID, callErr := s.call(ctx, in, req.GetIntentId(), req.GetCapability())
+	resp, grantID, callErr := s.call(ctx, in, req.GetIntentId(), req.GetCapability(), task, p.connection)
 	if callErr != nil {
 		resp = responseFromCallError(callErr)
 	}

@@ -10,6 +10,7 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/grant"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/receipt"
@@ -22,8 +23,10 @@ const grantMargin = 30 * time.Second
 
 // call signs the execution grant for exactly in and sends it to the
 // adapter. It returns the grant id ("" without credentials: plaintext
-// development, where no grant is sent).
-func (s *Server) call(ctx context.Context, in *adapterv1.ExecuteRequest, intentID, capability string) (*adapterv1.ExecuteResponse, string, error) {
+// development, where no grant is sent). When conn's OAuth client exchanges
+// the requester's identity (token exchange), the grant carries a subject
+// token naming task's requester, addressed to conn's authorization server.
+func (s *Server) call(ctx context.Context, in *adapterv1.ExecuteRequest, intentID, capability string, task *orchestratorv1.Task, conn *registryv1.Connection) (*adapterv1.ExecuteResponse, string, error) {
 	// What led to the call is on record before anything is sent.
 	s.flush(ctx)
 	var grantID string
@@ -31,6 +34,12 @@ func (s *Server) call(ctx context.Context, in *adapterv1.ExecuteRequest, intentI
 		g, err := grant.For(in, ids.New("grant"), intentID, capability, s.now(), s.attemptTimeout+grantMargin)
 		if err != nil {
 			return nil, "", fmt.Errorf("build execution grant: %w", err)
+		}
+		if o := conn.GetTransport().GetStreamableHttp().GetOauth(); o.GetGrant() == registryv1.OauthGrant_OAUTH_GRANT_TOKEN_EXCHANGE {
+			r := task.GetRequester()
+			if g, err = grant.WithSubject(creds, g, ids.New("sbj"), r.GetId(), r.GetGroups(), o.GetIssuer()); err != nil {
+				return nil, "", fmt.Errorf("build subject token: %w", err)
+			}
 		}
 		if in.Grant, err = grant.Sign(creds, g); err != nil {
 			return nil, "", fmt.Errorf("sign execution grant: %w", err)

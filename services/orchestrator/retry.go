@@ -146,7 +146,7 @@ func (s *Server) queryStatus(ctx context.Context, task *orchestratorv1.Task, req
 		AttemptId:       att.GetId(),
 		SnapshotId:      m.GetSnapshotId(),
 	}
-	resp, grantID, err := s.call(ctx, in, req.GetIntentId(), req.GetCapability())
+	resp, grantID, err := s.call(ctx, in, req.GetIntentId(), req.GetCapability(), task, conn)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,8 @@ func validateOAuth(o *registryv1.OAuthClient, credentialRef string) []apierror.F
 		v = append(v, apierror.FieldViolation{Field: f + field, Description: fmt.Sprintf(format, args...)})
 	}
 	for name, val := range map[string]string{"client_id": o.GetClientId(), "client_id_metadata_url": o.GetClientIdMetadataUrl(),
-		"client_secret_ref": o.GetClientSecretRef(), "issuer": o.GetIssuer(), "resource": o.GetResource(), "redirect_url": o.GetRedirectUrl()} {
+		"client_secret_ref": o.GetClientSecretRef(), "issuer": o.GetIssuer(), "resource": o.GetResource(), "redirect_url": o.GetRedirectUrl(),
+		"audience": o.GetAudience(), "requested_token_type": o.GetRequestedTokenType()} {
 		if len(val) > maxOAuthFieldLen {
 			bad(name, "longer than %d bytes", maxOAuthFieldLen)
 		}
@@ -46,15 +47,16 @@ func validateOAuth(o *registryv1.OAuthClient, credentialRef string) []apierror.F
 	}
 	grant := o.GetGrant()
 	switch grant {
-	case registryv1.OauthGrant_OAUTH_GRANT_CLIENT_CREDENTIALS, registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE:
+	case registryv1.OauthGrant_OAUTH_GRANT_CLIENT_CREDENTIALS, registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE, registryv1.OauthGrant_OAUTH_GRANT_TOKEN_EXCHANGE:
 	default:
-		bad("grant", "a grant is required: client_credentials or authorization_code")
+		bad("grant", "a grant is required: client_credentials, authorization_code or token_exchange")
 	}
 	code := grant == registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE
+	exchange := grant == registryv1.OauthGrant_OAUTH_GRANT_TOKEN_EXCHANGE
 	id, doc := o.GetClientId(), o.GetClientIdMetadataUrl()
 	switch {
 	case id == "" && !code:
-		bad("client_id", "the client_credentials grant needs the client_id registered with the authorization server")
+		bad("client_id", "the %s grant needs the client_id registered with the authorization server", grantName(grant))
 	case id == "" && doc == "" && !o.GetDynamicRegistration():
 		bad("client_id", "a client_id, a client_id_metadata_url or dynamic_registration is required")
 	case strings.ContainsAny(id, " \t\r\n\x00"):
@@ -75,8 +77,8 @@ func validateOAuth(o *registryv1.OAuthClient, credentialRef string) []apierror.F
 	switch {
 	case ref != "" && !credentialRefPattern.MatchString(ref):
 		bad("client_secret_ref", `must be a reference such as "file:/var/run/secrets/v0m3/oauth-secret", never a secret value`)
-	case ref == "" && grant == registryv1.OauthGrant_OAUTH_GRANT_CLIENT_CREDENTIALS:
-		bad("client_secret_ref", "the client_credentials grant needs a confidential client: set the reference of its secret")
+	case ref == "" && !code:
+		bad("client_secret_ref", "the %s grant needs a confidential client: set the reference of its secret", grantName(grant))
 	case ref != "" && id == "" && code:
 		bad("client_secret_ref", "a secret belongs to a pre-registered client: set its client_id")
 	}
@@ -104,6 +106,20 @@ func validateOAuth(o *registryv1.OAuthClient, credentialRef string) []apierror.F
 			bad("redirect_url", "must be an http or https URL without a fragment")
 		}
 	}
+	if a := o.GetAudience(); a != "" {
+		if !exchange {
+			bad("audience", "only the token_exchange grant asks for an audience")
+		} else if strings.ContainsFunc(a, func(r rune) bool { return r <= 0x20 || r >= 0x7f }) {
+			bad("audience", "must be printable ASCII without spaces")
+		}
+	}
+	if t := o.GetRequestedTokenType(); t != "" {
+		if !exchange {
+			bad("requested_token_type", "only the token_exchange grant asks for a token type")
+		} else if !strings.HasPrefix(t, "urn:ietf:params:oauth:token-type:") {
+			bad("requested_token_type", `must be an RFC 8693 token type URI, e.g. "urn:ietf:params:oauth:token-type:access_token"`)
+		}
+	}
 	if len(o.GetScopes()) > maxOAuthScopes {
 		bad("scopes", "at most %d scopes", maxOAuthScopes)
 	}
@@ -114,6 +130,17 @@ func validateOAuth(o *registryv1.OAuthClient, credentialRef string) []apierror.F
 		}
 	}
 	return v
+}
+
+// grantName is a grant as the CLI and errors name it.
+func grantName(g registryv1.OauthGrant) string {
+	switch g {
+	case registryv1.OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE:
+		return "authorization_code"
+	case registryv1.OauthGrant_OAUTH_GRANT_TOKEN_EXCHANGE:
+		return "token_exchange"
+	}
+	return "client_credentials"
 }
 
 // checkAuthURL checks an authorization server's issuer: https, or http on

@@ -25,6 +25,13 @@ func machineClient() *registryv1.OAuthClient {
 		ClientSecretRef: "file:/var/run/secrets/v0m3/search/oauth-secret", Issuer: "https://auth.example.com", Scopes: []string{"search:read"}}
 }
 
+// exchangeClient is a valid token_exchange block.
+func exchangeClient() *registryv1.OAuthClient {
+	return &registryv1.OAuthClient{Grant: registryv1.OauthGrant_OAUTH_GRANT_TOKEN_EXCHANGE, ClientId: "v0m3-boundary",
+		ClientSecretRef: "file:/var/run/secrets/v0m3/search/oauth-secret", Issuer: "https://auth.example.com",
+		Audience: "https://search.example/mcp", RequestedTokenType: "urn:ietf:params:oauth:token-type:access_token"}
+}
+
 // An OAuth block is checked field by field, and every refusal names the
 // field and carries INVALID_OAUTH_CONFIG; a secret value is never echoed.
 func TestCreateConnectionOAuth(t *testing.T) {
@@ -56,6 +63,25 @@ func TestCreateConnectionOAuth(t *testing.T) {
 			ClientIdMetadataUrl: "https://v0m3.example/oauth/client.json", ClientSecretRef: "file:/s", Issuer: "https://auth.example.com", RedirectUrl: "https://v0m3.example/cb"},
 			wantFields: []string{f + "client_secret_ref"}},
 		{name: "loopback http issuer", oauth: with(func(o *registryv1.OAuthClient) { o.Issuer = "http://127.0.0.1:4444/" })},
+		{name: "token exchange", oauth: exchangeClient()},
+		{name: "token exchange without a secret", oauth: func() *registryv1.OAuthClient { o := exchangeClient(); o.ClientSecretRef = ""; return o }(),
+			wantFields: []string{f + "client_secret_ref"}},
+		{name: "token exchange without a client id", oauth: func() *registryv1.OAuthClient { o := exchangeClient(); o.ClientId = ""; return o }(),
+			wantFields: []string{f + "client_id"}},
+		{name: "token exchange with a redirect", oauth: func() *registryv1.OAuthClient {
+			o := exchangeClient()
+			o.RedirectUrl = "https://v0m3.example/cb"
+			return o
+		}(),
+			wantFields: []string{f + "redirect_url"}},
+		{name: "token exchange with a made-up token type", oauth: func() *registryv1.OAuthClient { o := exchangeClient(); o.RequestedTokenType = "jwt"; return o }(),
+			wantFields: []string{f + "requested_token_type"}},
+		{name: "audience for client credentials", oauth: with(func(o *registryv1.OAuthClient) { o.Audience = "search" }),
+			wantFields: []string{f + "audience"}},
+		{name: "token type for client credentials", oauth: with(func(o *registryv1.OAuthClient) {
+			o.RequestedTokenType = "urn:ietf:params:oauth:token-type:access_token"
+		}),
+			wantFields: []string{f + "requested_token_type"}},
 		{name: "no grant", oauth: with(func(o *registryv1.OAuthClient) { o.Grant = 0 }), wantFields: []string{f + "grant"}},
 		{name: "no client", oauth: with(func(o *registryv1.OAuthClient) { o.ClientId = "" }), wantFields: []string{f + "client_id"}},
 		{name: "secret value instead of a reference", oauth: with(func(o *registryv1.OAuthClient) { o.ClientSecretRef = "s3cr3t-value" }),

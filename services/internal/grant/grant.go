@@ -74,6 +74,13 @@ type Grant struct {
 	// validated against, "" for none: a call cannot be granted under one
 	// schema and judged by another.
 	OutputSchemaDigest string `json:"output_schema_digest,omitempty"`
+	// Subject and SubjectToken are set when the connection exchanges a
+	// requester's identity for its token (OAuth token exchange): the
+	// task's verified requester, and the subject token the orchestrator
+	// signed for this attempt (see subject.go). Signed inside the grant,
+	// the token is bound to the attempt and cannot travel to another.
+	Subject      string `json:"subject,omitempty"`
+	SubjectToken string `json:"subject_token,omitempty"`
 	// IssuedAt and ExpiresAt are Unix seconds.
 	IssuedAt  int64 `json:"iat"`
 	ExpiresAt int64 `json:"exp"`

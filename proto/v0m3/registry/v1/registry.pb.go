@@ -35,6 +35,14 @@ const (
 	// Authorization code with PKCE, for a pre-consented client that needs no
 	// person: the authorization endpoint redirects with a code at once.
 	OauthGrant_OAUTH_GRANT_AUTHORIZATION_CODE OauthGrant = 2
+	// Token exchange (RFC 8693) where a requester's identity must flow: for
+	// each call the orchestrator signs a short-lived subject token naming
+	// the task's verified requester, bound to the attempt's execution grant;
+	// the adapter exchanges it, authenticating as the client with its
+	// secret, for an access token for that requester. Discovery and health,
+	// which act for no requester, use client credentials with the same
+	// client.
+	OauthGrant_OAUTH_GRANT_TOKEN_EXCHANGE OauthGrant = 3
 )
 
 // Enum value maps for OauthGrant.
@@ -43,11 +51,13 @@ var (
 		0: "OAUTH_GRANT_UNSPECIFIED",
 		1: "OAUTH_GRANT_CLIENT_CREDENTIALS",
 		2: "OAUTH_GRANT_AUTHORIZATION_CODE",
+		3: "OAUTH_GRANT_TOKEN_EXCHANGE",
 	}
 	OauthGrant_value = map[string]int32{
 		"OAUTH_GRANT_UNSPECIFIED":        0,
 		"OAUTH_GRANT_CLIENT_CREDENTIALS": 1,
 		"OAUTH_GRANT_AUTHORIZATION_CODE": 2,
+		"OAUTH_GRANT_TOKEN_EXCHANGE":     3,
 	}
 )
 
@@ -1771,8 +1781,15 @@ type OAuthClient struct {
 	// server when no other client identification applies and the server
 	// offers registration (authorization_code only; no secret involved).
 	DynamicRegistration bool `protobuf:"varint,9,opt,name=dynamic_registration,json=dynamicRegistration,proto3" json:"dynamic_registration,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The audience (RFC 8693) a token exchange asks for: the logical name of
+	// the MCP server at the authorization server, by default the resource
+	// (token_exchange only).
+	Audience string `protobuf:"bytes,10,opt,name=audience,proto3" json:"audience,omitempty"`
+	// The token type a token exchange asks for (token_exchange only), by
+	// default "urn:ietf:params:oauth:token-type:access_token".
+	RequestedTokenType string `protobuf:"bytes,11,opt,name=requested_token_type,json=requestedTokenType,proto3" json:"requested_token_type,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *OAuthClient) Reset() {
@@ -1866,6 +1883,20 @@ func (x *OAuthClient) GetDynamicRegistration() bool {
 		return x.DynamicRegistration
 	}
 	return false
+}
+
+func (x *OAuthClient) GetAudience() string {
+	if x != nil {
+		return x.Audience
+	}
+	return ""
+}
+
+func (x *OAuthClient) GetRequestedTokenType() string {
+	if x != nil {
+		return x.RequestedTokenType
+	}
+	return ""
 }
 
 // DirectTransport names a built-in adapter that is not MCP.
@@ -7101,7 +7132,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"`\n" +
 	"\x17StreamableHTTPTransport\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x123\n" +
-	"\x05oauth\x18\x02 \x01(\v2\x1d.v0m3.registry.v1.OAuthClientR\x05oauth\"\xe1\x02\n" +
+	"\x05oauth\x18\x02 \x01(\v2\x1d.v0m3.registry.v1.OAuthClientR\x05oauth\"\xaf\x03\n" +
 	"\vOAuthClient\x122\n" +
 	"\x05grant\x18\x01 \x01(\x0e2\x1c.v0m3.registry.v1.OauthGrantR\x05grant\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x123\n" +
@@ -7111,7 +7142,10 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x06issuer\x18\x06 \x01(\tR\x06issuer\x12\x1a\n" +
 	"\bresource\x18\a \x01(\tR\bresource\x12!\n" +
 	"\fredirect_url\x18\b \x01(\tR\vredirectUrl\x121\n" +
-	"\x14dynamic_registration\x18\t \x01(\bR\x13dynamicRegistration\"+\n" +
+	"\x14dynamic_registration\x18\t \x01(\bR\x13dynamicRegistration\x12\x1a\n" +
+	"\baudience\x18\n" +
+	" \x01(\tR\baudience\x120\n" +
+	"\x14requested_token_type\x18\v \x01(\tR\x12requestedTokenType\"+\n" +
 	"\x0fDirectTransport\x12\x18\n" +
 	"\aadapter\x18\x01 \x01(\tR\aadapter\"P\n" +
 	"\n" +
@@ -7553,12 +7587,13 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1e\n" +
 	"\n" +
 	"definition\x18\b \x01(\tR\n" +
-	"definition*q\n" +
+	"definition*\x91\x01\n" +
 	"\n" +
 	"OauthGrant\x12\x1b\n" +
 	"\x17OAUTH_GRANT_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eOAUTH_GRANT_CLIENT_CREDENTIALS\x10\x01\x12\"\n" +
-	"\x1eOAUTH_GRANT_AUTHORIZATION_CODE\x10\x02*\x90\x01\n" +
+	"\x1eOAUTH_GRANT_AUTHORIZATION_CODE\x10\x02\x12\x1e\n" +
+	"\x1aOAUTH_GRANT_TOKEN_EXCHANGE\x10\x03*\x90\x01\n" +
 	"\fIdentityKind\x12\x1d\n" +
 	"\x19IDENTITY_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bIDENTITY_KIND_DEDICATED_UID\x10\x01\x12 \n" +
