@@ -47,12 +47,20 @@ type npmWorld struct {
 // and a non-secret environment.
 func startNPM(t *testing.T, name, script string, env map[string]string, args ...string) *npmWorld {
 	t.Helper()
-	dir := testkit.ThirdPartyMCP(t)
+	return startNode(t, suite.Config{}, name, filepath.Join(testkit.ThirdPartyMCP(t), script), env, args...)
+}
+
+// startNode starts the services (cfg with a data dir and a reach that
+// lets node run) and connects node running entry with args and a
+// non-secret environment.
+func startNode(t *testing.T, cfg suite.Config, name, entry string, env map[string]string, args ...string) *npmWorld {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), Reach: &suite.Reach{StdioRoots: []string{node}}})
+	cfg.DataDir, cfg.Reach = t.TempDir(), &suite.Reach{StdioRoots: []string{node}}
+	s, err := suite.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("start suite: %v", err)
 	}
@@ -61,7 +69,7 @@ func startNPM(t *testing.T, name, script string, env map[string]string, args ...
 	w.conn, err = s.Connect(as(s, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: name, Owner: "platform-team",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{
-			Command: node, Args: append([]string{filepath.Join(dir, script)}, args...), Env: env,
+			Command: node, Args: append([]string{entry}, args...), Env: env,
 		}}},
 	})
 	if err != nil {
