@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"net/http/httptest"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/v0m3/v0m3/operator/bridge"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -28,19 +31,54 @@ const timeMCPBanner = "Starting Time MCP server..."
 
 // TestNoisyCommunityServerGoverned: npm time-mcp, a community server that
 // prints a banner line on stdout before speaking JSON-RPC, run by node
-// under the adapter's sandbox, is discovered (the snapshot lists its
-// tools); a declared retrieval capability read_current_time is mapped onto
-// its current_time tool (the format a constant of reviewed policy) and
-// reviewed; a task of a declared profile calls it and gets the server's
-// answer as a quoted result. The banner reaches neither the result, the
-// trace nor the snapshot; the adapter logs it, once for each server
-// process and cut to a bound.
+// under the adapter's sandbox over stdio, or by `v0m3 bridge` (the
+// operator's stdio-to-HTTP bridge) and reached over streamable HTTP, is
+// discovered (the snapshot lists its tools); a declared retrieval
+// capability read_current_time is mapped onto its current_time tool (the
+// format a constant of reviewed policy) and reviewed; a task of a declared
+// profile calls it and gets the server's answer as a quoted result. The
+// banner reaches neither the result, the trace nor the snapshot; whoever
+// reads the server's stdout (the adapter, or the bridge) logs it, once for
+// each server process, as the line itself.
 func TestNoisyCommunityServerGoverned(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// start connects time-mcp, logging to log; it returns the world and
+		// the service attribute of the log records that must carry the
+		// dropped line.
+		start func(t *testing.T, entry string, log *slog.Logger) (*npmWorld, string)
+	}{
+		{"stdio", func(t *testing.T, entry string, log *slog.Logger) (*npmWorld, string) {
+			return startNode(t, suite.Config{Log: log}, "time-mcp", entry, nil), suite.Adapter
+		}},
+		{"bridge", func(t *testing.T, entry string, log *slog.Logger) (*npmWorld, string) {
+			node, err := exec.LookPath("node")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := bridge.New(bridge.Options{Command: []string{node, entry}, Log: log.With("service", "bridge")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(b)
+			t.Cleanup(func() { srv.Close(); b.Close() })
+			return startWorld(t, suite.Config{Log: log, Reach: &suite.Reach{AllowLoopback: true}}, "time-mcp",
+				&registryv1.Transport{Kind: &registryv1.Transport_StreamableHttp{StreamableHttp: &registryv1.StreamableHTTPTransport{Url: srv.URL}}}), "bridge"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			noisyServerGoverned(t, tc.start)
+		})
+	}
+}
+
+// noisyServerGoverned is one run of TestNoisyCommunityServerGoverned.
+func noisyServerGoverned(t *testing.T, start func(t *testing.T, entry string, log *slog.Logger) (*npmWorld, string)) {
 	entry := testkit.TimeMCP(t)
 	logs := &syncBuffer{}
-	w := startNode(t, suite.Config{Log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))},
-		"time-mcp", entry, nil)
+	w, reader := start(t, entry, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 
 	// Discovered despite the banner: its tools and what it says it is.
 	var tools []string
@@ -130,9 +168,9 @@ func TestNoisyCommunityServerGoverned(t *testing.T) {
 		}
 	}
 
-	// The adapter logged the banner it dropped, as a bounded warning for
-	// this connection: once for each time-mcp process (discovery's and the
-	// call's session), never more.
+	// Whoever read the server's stdout logged the banner it dropped, as a
+	// warning: once for each time-mcp process (discovery's session and the
+	// call's), never more.
 	var logged int
 	sc := bufio.NewScanner(bytes.NewReader(logs.Bytes()))
 	sc.Buffer(nil, 1<<20)
@@ -148,7 +186,8 @@ func TestNoisyCommunityServerGoverned(t *testing.T) {
 			continue
 		}
 		logged++
-		if rec.Service != suite.Adapter || rec.Level != slog.LevelWarn.String() || rec.ConnectionID != w.conn.GetId() || rec.Line != timeMCPBanner {
+		if rec.Service != reader || rec.Level != slog.LevelWarn.String() || rec.Line != timeMCPBanner ||
+			(reader == suite.Adapter && rec.ConnectionID != w.conn.GetId()) {
 			t.Errorf("dropped line logged as %s", sc.Text())
 		}
 	}
