@@ -5,6 +5,8 @@
 #   @modelcontextprotocol/server-everything
 #   @modelcontextprotocol/server-filesystem
 #   @modelcontextprotocol/server-memory
+#   time-mcp (a community server that prints a banner line on stdout
+#             before it speaks JSON-RPC)
 #
 # The install directory name carries every version, so a pin change installs
 # afresh and an existing install is reused. The tests compute the same path
@@ -21,9 +23,10 @@ set -euo pipefail
 EVERYTHING_VERSION=2026.8.31
 FILESYSTEM_VERSION=2026.8.31
 MEMORY_VERSION=2026.8.31
+TIME_MCP_VERSION=1.0.6
 
 cache="${V0M3_NPM_CACHE:-${HOME}/.cache/v0m3/npm}"
-dir="${cache}/everything-${EVERYTHING_VERSION}_filesystem-${FILESYSTEM_VERSION}_memory-${MEMORY_VERSION}"
+dir="${cache}/everything-${EVERYTHING_VERSION}_filesystem-${FILESYSTEM_VERSION}_memory-${MEMORY_VERSION}_time-mcp-${TIME_MCP_VERSION}"
 
 loud() {
 	echo "################################################################" >&2
@@ -60,15 +63,16 @@ cat >"${tmp}/package.json" <<EOF
   "dependencies": {
     "@modelcontextprotocol/server-everything": "${EVERYTHING_VERSION}",
     "@modelcontextprotocol/server-filesystem": "${FILESYSTEM_VERSION}",
-    "@modelcontextprotocol/server-memory": "${MEMORY_VERSION}"
+    "@modelcontextprotocol/server-memory": "${MEMORY_VERSION}",
+    "time-mcp": "${TIME_MCP_VERSION}"
   }
 }
 EOF
 # --ignore-scripts: installing must not run code from the packages.
 npm install --prefix "${tmp}" --save-exact --no-audit --no-fund --ignore-scripts --loglevel=error >&2
 
-for pkg in server-everything server-filesystem server-memory; do
-	if [[ ! -f "${tmp}/node_modules/@modelcontextprotocol/${pkg}/dist/index.js" ]]; then
+for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/server-filesystem @modelcontextprotocol/server-memory time-mcp; do
+	if [[ ! -f "${tmp}/node_modules/${pkg}/dist/index.js" ]]; then
 		echo "third-party MCP servers: ${pkg} has no dist/index.js after install" >&2
 		exit 1
 	fi

@@ -25,48 +25,17 @@ import (
 	"github.com/v0m3/v0m3/services/suite"
 )
 
-// The pinned third-party servers scripts/third-party-mcp.sh installs
-// (services/adapter/thirdparty_test.go pins the same versions).
-const (
-	everythingVersion = "2026.8.31"
-	filesystemVersion = "2026.8.31"
-)
-
 // filesystemServer returns node and the installed server-filesystem's
-// entry point. Without an install it skips loudly, or fails in CI.
+// entry point (testkit.ThirdPartyMCP: without an install it skips
+// loudly, or fails in CI).
 func filesystemServer(t *testing.T) (node, entry string) {
 	t.Helper()
-	cache := os.Getenv("V0M3_NPM_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cache = filepath.Join(home, ".cache", "v0m3", "npm")
+	dir := testkit.ThirdPartyMCP(t)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal(err)
 	}
-	dir := filepath.Join(cache, "everything-"+everythingVersion+"_filesystem-"+filesystemVersion)
-	_, statErr := os.Stat(filepath.Join(dir, ".installed"))
-	node, nodeErr := exec.LookPath("node")
-	if statErr != nil || nodeErr != nil {
-		msg := "third-party MCP servers are not installed (" + dir + ") or node is missing: run scripts/third-party-mcp.sh"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg + " (CI must run these tests)")
-		}
-		t.Skip("!!! SKIPPING THIRD-PARTY MCP SERVER TESTS: " + msg)
-	}
-	if os.Geteuid() == 0 {
-		// A root adapter runs each local server under a uid of its own;
-		// the install usually lies under root's 0700 home.
-		dst := testkit.ReachableDir(t)
-		if b, err := exec.Command("cp", "-a", dir, dst).CombinedOutput(); err != nil {
-			t.Fatalf("copy the third-party servers: %v: %s", err, b)
-		}
-		dir = filepath.Join(dst, filepath.Base(dir))
-		if b, err := exec.Command("chmod", "-R", "go+rX", dir).CombinedOutput(); err != nil {
-			t.Fatalf("open the third-party servers to every uid: %v: %s", err, b)
-		}
-	}
-	return node, filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
+	return node, filepath.Join(dir, "server-filesystem", "dist", "index.js")
 }
 
 // TestTypedArgumentMapReadMultipleFiles: server-filesystem's
@@ -110,7 +79,7 @@ func TestTypedArgumentMapReadMultipleFiles(t *testing.T) {
 	}
 	const tool = "read_multiple_files"
 	if !slices.ContainsFunc(snap.GetTools(), func(ti *registryv1.ToolIdentity) bool { return ti.GetName() == tool }) {
-		t.Fatalf("server-filesystem %s lists no %s", filesystemVersion, tool)
+		t.Fatalf("server-filesystem %s lists no %s", testkit.FilesystemVersion, tool)
 	}
 	proposal := func(remote string) *registryv1.ProposeMappingRequest {
 		return &registryv1.ProposeMappingRequest{

@@ -47,22 +47,36 @@ type npmWorld struct {
 // and a non-secret environment.
 func startNPM(t *testing.T, name, script string, env map[string]string, args ...string) *npmWorld {
 	t.Helper()
-	dir := testkit.ThirdPartyMCP(t)
+	return startNode(t, suite.Config{}, name, filepath.Join(testkit.ThirdPartyMCP(t), script), env, args...)
+}
+
+// startNode starts the services (cfg with a reach that lets node run)
+// and connects node running entry with args and a non-secret environment.
+func startNode(t *testing.T, cfg suite.Config, name, entry string, env map[string]string, args ...string) *npmWorld {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), Reach: &suite.Reach{StdioRoots: []string{node}}})
+	cfg.Reach = &suite.Reach{StdioRoots: []string{node}}
+	return startWorld(t, cfg, name, &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{
+		Command: node, Args: append([]string{entry}, args...), Env: env,
+	}}})
+}
+
+// startWorld starts the services (cfg with a data dir of its own) and
+// connects the server at transport.
+func startWorld(t *testing.T, cfg suite.Config, name string, transport *registryv1.Transport) *npmWorld {
+	t.Helper()
+	cfg.DataDir = t.TempDir()
+	s, err := suite.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("start suite: %v", err)
 	}
 	t.Cleanup(s.Close)
 	w := &npmWorld{t: t, s: s}
 	w.conn, err = s.Connect(as(s, scenario.Integrator), &registryv1.CreateConnectionRequest{
-		DisplayName: name, Owner: "platform-team",
-		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{
-			Command: node, Args: append([]string{filepath.Join(dir, script)}, args...), Env: env,
-		}}},
+		DisplayName: name, Owner: "platform-team", Transport: transport,
 	})
 	if err != nil {
 		t.Fatal(err)

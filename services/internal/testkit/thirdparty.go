@@ -14,12 +14,29 @@ const (
 	EverythingVersion = "2026.8.31"
 	FilesystemVersion = "2026.8.31"
 	MemoryVersion     = "2026.8.31"
+	// TimeMCPVersion is the community server time-mcp, which prints a
+	// banner line on stdout before it speaks JSON-RPC.
+	TimeMCPVersion = "1.0.6"
 )
 
 // ThirdPartyMCP returns the installed servers' node_modules/@modelcontextprotocol
 // directory (server-everything, server-filesystem, server-memory). Without
 // an install or node it skips loudly, or fails in CI.
 func ThirdPartyMCP(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(thirdPartyInstall(t), "node_modules", "@modelcontextprotocol")
+}
+
+// TimeMCP returns the installed time-mcp's entry script, for node to
+// run. Without an install or node it skips loudly, or fails in CI.
+func TimeMCP(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(thirdPartyInstall(t), "node_modules", "time-mcp", "dist", "index.js")
+}
+
+// thirdPartyInstall returns the install directory of every pinned
+// server, reachable by the uids local servers run under.
+func thirdPartyInstall(t testing.TB) string {
 	t.Helper()
 	cache := os.Getenv("V0M3_NPM_CACHE")
 	if cache == "" {
@@ -29,7 +46,7 @@ func ThirdPartyMCP(t testing.TB) string {
 		}
 		cache = filepath.Join(home, ".cache", "v0m3", "npm")
 	}
-	dir := filepath.Join(cache, "everything-"+EverythingVersion+"_filesystem-"+FilesystemVersion+"_memory-"+MemoryVersion)
+	dir := filepath.Join(cache, "everything-"+EverythingVersion+"_filesystem-"+FilesystemVersion+"_memory-"+MemoryVersion+"_time-mcp-"+TimeMCPVersion)
 	_, statErr := os.Stat(filepath.Join(dir, ".installed"))
 	_, nodeErr := exec.LookPath("node")
 	if statErr != nil || nodeErr != nil {
@@ -42,7 +59,7 @@ func ThirdPartyMCP(t testing.TB) string {
 	if os.Geteuid() == 0 {
 		dir = reachableCopy(t, dir)
 	}
-	return filepath.Join(dir, "node_modules", "@modelcontextprotocol")
+	return dir
 }
 
 // reachableCopy copies the install into a directory every uid may
