@@ -181,21 +181,20 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		Stage:     adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED,
 		StartTime: s.timestamp(),
 	}
-	// The call's trace so far is written first; the task events held
-	// until now are written with the prepared attempt, in one transaction.
-	events, giveBack := s.takeEvents(ctx)
-	req, stored, err := s.st.UpdateRequestEmit(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+	// The events held until now are written with the prepared attempt, in
+	// one transaction, and the call's trace is delivered before the
+	// adapter is called.
+	req, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		mergeAttempt(r, att)
 		p.record(r)
 		r.UpdateTime = s.timestamp()
 		return nil
-	}, events)
+	}, nil)
 	if err != nil {
-		giveBack()
 		// Nothing was sent; the caller may resubmit under a new call id.
 		return nil, nil, nil, s.internal(ctx, "persist the prepared attempt", err)
 	}
-	s.notify(stored)
+	s.flushTrace(ctx)
 	if err := s.failAt(ctx, FailPointAttemptPrepared); err != nil {
 		return nil, nil, nil, err
 	}
