@@ -415,13 +415,6 @@ const (
 // other.
 var knownBugs = func() map[string]knownBug {
 	const (
-		// An orchestrator persists a state change (request recorded,
-		// awaiting approval, approval used, attempt result, committed)
-		// and holds the trace and task events that tell of it in memory
-		// until the call's next checkpoint; killed in between, those
-		// events die with it and recovery, which works from the stored
-		// state, never writes them: the trace lacks the stage.
-		lostHeld = "events held for the next checkpoint die with a killed orchestrator (lost trace and task events)"
 		// A frozen replica keeps the events it held; after the other
 		// replica took the request over and finished it, the resumed one
 		// writes them, after its successor's: out of order, and a
@@ -440,13 +433,6 @@ var knownBugs = func() map[string]knownBug {
 	events := []string{violationTrace, violationTaskEvents}
 	bugs := map[string]knownBug{}
 	for _, store := range []string{"file", "redis"} {
-		for _, c := range []string{
-			"preview/submit.received/kill", "preview/submit.decided/kill", "preview/approval.used/kill",
-			"preview/attempt.executed/kill", "preview/request.committed/kill",
-			"retrieve/submit.received/kill", "retrieve/attempt.executed/kill", "retrieve/request.committed/kill",
-		} {
-			bugs[store+"/"+c] = knownBug{lostHeld, events}
-		}
 		for _, c := range []string{"retrieve/evidence.observation.after/kill", "retrieve/evidence.trace.before/kill"} {
 			bugs[store+"/"+c] = knownBug{observationLost, []string{violationFailedOK}}
 		}

@@ -60,19 +60,24 @@ func (s *Server) awaitApproval(ctx context.Context, req *orchestratorv1.ToolRequ
 		CreateTime:      timestamppb.New(now),
 		ExpireTime:      timestamppb.New(now.Add(s.approvalTTL)),
 	}
-	out, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+	out, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		r.State = orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL
 		r.Approval = ap
 		p.record(r)
 		r.UpdateTime = s.timestamp()
 		return nil
-	})
+	}, func(ctx context.Context) { s.traceAwaiting(ctx, req, ap) })
 	if err != nil {
 		return nil, s.internal(ctx, "record the request as awaiting approval", err)
 	}
 	if err := s.failAt(ctx, FailPointSubmitDecided); err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// traceAwaiting tells that req awaits approval ap.
+func (s *Server) traceAwaiting(ctx context.Context, req *orchestratorv1.ToolRequest, ap *orchestratorv1.Approval) {
 	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),
 		RequestId: req.GetId(), IntentId: req.GetIntentId(),
@@ -81,7 +86,6 @@ func (s *Server) awaitApproval(ctx context.Context, req *orchestratorv1.ToolRequ
 			ap.GetPolicyRevision(), ap.GetConnectionId(), ap.GetConfigRevision(), ap.GetExpireTime().AsTime().UTC().Format(time.RFC3339)),
 	})
 	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.awaiting_approval", ap.GetSummary())
-	return out, nil
 }
 
 // GetApproval returns a request's approval.
@@ -144,7 +148,17 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 		}
 		return s.refuse(ctx, req, p, err)
 	}
-	req, err = s.st.UseApproval(ctx, req.GetId(), approver, s.timestamp())
+	// UseApproval's rule, with what tells of the approval's use written
+	// in the same transaction.
+	awaiting := req
+	req, err = s.updateRequest(ctx, req.GetId(), useApproval(approver, s.timestamp()), func(ctx context.Context) {
+		s.trace(ctx, awaiting.GetTaskId(), &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: awaiting.GetCapability(),
+			RequestId: awaiting.GetId(), IntentId: awaiting.GetIntentId(),
+			Detail: fmt.Sprintf("approval %s used by %s: %s", awaiting.GetApproval().GetId(), approver, awaiting.GetApproval().GetSummary()),
+		})
+		s.emit(ctx, awaiting.GetTaskId(), awaiting.GetId(), "request.approved", "approved by "+approver+": "+awaiting.GetApproval().GetSummary())
+	})
 	switch {
 	case errors.Is(err, ErrApprovalUsed):
 		return nil, approvalUsed(in.GetRequestId())
@@ -157,12 +171,6 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	case err != nil:
 		return nil, s.internal(ctx, "use the approval", err)
 	}
-	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),
-		RequestId: req.GetId(), IntentId: req.GetIntentId(),
-		Detail: fmt.Sprintf("approval %s used by %s: %s", req.GetApproval().GetId(), approver, req.GetApproval().GetSummary()),
-	})
-	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.approved", "approved by "+approver+": "+req.GetApproval().GetSummary())
 	if err := s.failAt(ctx, FailPointApprovalUsed); err != nil {
 		return nil, err
 	}

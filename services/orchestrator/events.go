@@ -105,6 +105,9 @@ type checkpoint struct {
 	// task, when set, is an update of the task's checkpoint text written
 	// with the held events (see commit).
 	task *taskUpdate
+	// written are the outbox entries of trace events this call's state
+	// changes wrote, which it delivers at its next checkpoint.
+	written []OutboxEntry
 	// dead is set when a fail point stopped the call: what it held dies
 	// with it, as with a process that was killed.
 	dead bool
@@ -129,67 +132,182 @@ func checkpointOf(ctx context.Context) *checkpoint {
 	return c
 }
 
-// flush writes the trace events and then the task events held in ctx's
-// checkpoint, if any, with the held task update in the same transaction.
+// flush writes what ctx's checkpoint holds, if anything: the held task
+// update with the held task and trace events in one transaction, then
+// the call's trace (what its state changes put in the outbox, then the
+// rest) in one delivery, then any task event left.
 func (s *Server) flush(ctx context.Context) {
-	s.flushTrace(ctx)
+	ctx = context.WithoutCancel(ctx)
 	c := checkpointOf(ctx)
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
-	events, task, dead := c.events, c.task, c.dead
-	c.events, c.task = nil, nil
+	task, dead := c.task, c.dead
+	c.task = nil
+	c.mu.Unlock()
+	if task != nil && !dead {
+		held, giveBack := s.held(ctx, nil)
+		_, w, err := s.st.UpdateTaskEmit(ctx, task.id, task.fn, held)
+		if err != nil {
+			giveBack()
+			s.log.WarnContext(ctx, "update task checkpoint", "task", task.id, "err", err)
+		} else {
+			s.written(ctx, w)
+		}
+	}
+	s.flushTrace(ctx)
+	c.mu.Lock()
+	events, dead := c.events, c.dead
+	c.events = nil
 	c.mu.Unlock()
 	if dead {
 		return
-	}
-	if task != nil {
-		_, stored, err := s.st.UpdateTaskEmit(ctx, task.id, task.fn, events)
-		if err == nil {
-			s.notify(stored)
-			return
-		}
-		s.log.WarnContext(ctx, "update task checkpoint", "task", task.id, "err", err)
 	}
 	for _, e := range events {
 		s.appendEvent(ctx, e)
 	}
 }
 
-// flushTrace writes the trace events held in ctx's checkpoint, if any.
+// flushTrace delivers the call's trace: the outbox entries its state
+// changes wrote, then the trace events still held, in one round trip.
+// Delivered entries leave the outbox; what evidence did not take waits
+// there for the outbox loop.
 func (s *Server) flushTrace(ctx context.Context) {
 	c := checkpointOf(ctx)
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
-	traces, dead := c.traces, c.dead
-	c.traces = nil
+	written, traces, dead := c.written, c.traces, c.dead
+	c.written, c.traces = nil, nil
 	c.mu.Unlock()
-	if len(traces) > 0 && !dead {
-		s.appendTraces(ctx, traces)
+	defer s.undirect(written)
+	if dead {
+		return // the written entries are durable: the outbox loop sends them
+	}
+	if len(written) == 0 {
+		if len(traces) > 0 {
+			s.appendTraces(ctx, traces)
+		}
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	evs := make([]*evidencev1.TraceEvent, 0, len(written)+len(traces))
+	for _, e := range written {
+		evs = append(evs, e.Event)
+	}
+	evs = append(evs, traces...)
+	n, err := s.deliverTraces(ctx, evs, true)
+	if done := min(n, len(written)); done > 0 {
+		keys := make([]string, done)
+		for i := range done {
+			keys[i] = written[i].Key
+		}
+		if err := s.st.DeleteTraceOutbox(ctx, keys); err != nil {
+			s.log.WarnContext(ctx, "delete delivered trace outbox entries", "err", err)
+		}
+	}
+	if n < len(written) {
+		s.outboxPending.Store(true)
+	}
+	if n == len(evs) {
+		return
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "append product trace; kept in the outbox", "task", evs[n].GetTaskId(), "events", len(evs)-n, "err", err)
+	}
+	if rest := traces[max(n-len(written), 0):]; len(rest) > 0 {
+		s.toOutbox(ctx, rest)
 	}
 }
 
-// takeEvents returns the task events held in ctx's checkpoint (after the
-// trace is flushed), for a caller that writes them with its own state
-// change; giveBack returns them when that write failed.
-func (s *Server) takeEvents(ctx context.Context) (events []*orchestratorv1.TaskEvent, giveBack func()) {
+// undirect hands written entries back to the outbox loop.
+func (s *Server) undirect(written []OutboxEntry) {
+	for _, e := range written {
+		s.direct.Delete(e.Key)
+	}
+}
+
+// held takes the task and trace events ctx's checkpoint holds, followed
+// by those tell traces and emits (run once, now), for the transaction of
+// one state change; giveBack returns what the checkpoint held when that
+// transaction failed (tell's events tell of a change that did not
+// happen and are dropped).
+func (s *Server) held(ctx context.Context, tell func(context.Context)) (Held, func()) {
+	var h Held
+	giveBack := func() {}
+	if c := checkpointOf(ctx); c != nil {
+		c.mu.Lock()
+		h.Events, h.Traces = c.events, c.traces
+		c.events, c.traces = nil, nil
+		c.mu.Unlock()
+		prior := h
+		giveBack = func() {
+			c.mu.Lock()
+			c.events = append(prior.Events, c.events...)
+			c.traces = append(prior.Traces, c.traces...)
+			c.mu.Unlock()
+		}
+	}
+	if tell != nil {
+		t := &checkpoint{}
+		tell(context.WithValue(ctx, checkpointKey{}, t))
+		h.Events = append(h.Events[:len(h.Events):len(h.Events)], t.events...)
+		h.Traces = append(h.Traces[:len(h.Traces):len(h.Traces)], t.traces...)
+	}
+	return h, giveBack
+}
+
+// written wakes the watchers of w's task events and has w's trace
+// entries delivered: at ctx's next checkpoint when it holds one, else now.
+func (s *Server) written(ctx context.Context, w Written) {
+	s.notify(w.Events)
+	if len(w.Outbox) == 0 {
+		return
+	}
+	for _, e := range w.Outbox {
+		s.direct.Store(e.Key, struct{}{})
+	}
 	c := checkpointOf(ctx)
 	if c == nil {
-		return nil, func() {}
+		c = &checkpoint{}
+		ctx = context.WithValue(ctx, checkpointKey{}, c)
+		defer s.flushTrace(ctx)
 	}
-	s.flushTrace(ctx)
 	c.mu.Lock()
-	events = c.events
-	c.events = nil
+	c.written = append(c.written, w.Outbox...)
 	c.mu.Unlock()
-	return events, func() {
-		c.mu.Lock()
-		c.events = append(events, c.events...)
-		c.mu.Unlock()
+}
+
+// updateRequest applies fn to the request in one store transaction with
+// the events ctx's checkpoint holds and those tell traces and emits of
+// the change: a state change and what tells of it are durable together,
+// so a process killed right after cannot lose them. This is the one way
+// the server changes a request.
+func (s *Server) updateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, tell func(context.Context)) (*orchestratorv1.ToolRequest, error) {
+	held, giveBack := s.held(ctx, tell)
+	out, w, err := s.st.UpdateRequestEmit(ctx, id, fn, held)
+	if err != nil {
+		giveBack()
+		return nil, err
 	}
+	s.written(ctx, w)
+	return out, nil
+}
+
+// createRequest is CreateRequest with what tells of the creation written
+// in its transaction (as updateRequest does); nothing is written when the
+// request existed.
+func (s *Server) createRequest(ctx context.Context, r *orchestratorv1.ToolRequest, tell func(context.Context)) (*orchestratorv1.ToolRequest, bool, error) {
+	held, giveBack := s.held(ctx, tell)
+	out, created, w, err := s.st.CreateRequestEmit(ctx, r, held)
+	if err != nil || !created {
+		giveBack()
+		return out, created, err
+	}
+	s.written(ctx, w)
+	return out, created, nil
 }
 
 // notify wakes the watchers of the tasks of stored events.

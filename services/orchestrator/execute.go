@@ -181,21 +181,20 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		Stage:     adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED,
 		StartTime: s.timestamp(),
 	}
-	// The call's trace so far is written first; the task events held
-	// until now are written with the prepared attempt, in one transaction.
-	events, giveBack := s.takeEvents(ctx)
-	req, stored, err := s.st.UpdateRequestEmit(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+	// The events held until now are written with the prepared attempt, in
+	// one transaction, and the call's trace is delivered before the
+	// adapter is called.
+	req, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		mergeAttempt(r, att)
 		p.record(r)
 		r.UpdateTime = s.timestamp()
 		return nil
-	}, events)
+	}, nil)
 	if err != nil {
-		giveBack()
 		// Nothing was sent; the caller may resubmit under a new call id.
 		return nil, nil, nil, s.internal(ctx, "persist the prepared attempt", err)
 	}
-	s.notify(stored)
+	s.flushTrace(ctx)
 	if err := s.failAt(ctx, FailPointAttemptPrepared); err != nil {
 		return nil, nil, nil, err
 	}
@@ -258,21 +257,28 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 	}
 	att.Outcome = outcome
 	att.Error = resp.GetError()
-	if saved, err := s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
+	executed := func(ctx context.Context) {
+		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED, Capability: req.GetCapability(),
+			RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(outcome),
+			Detail: fmt.Sprintf("attempt %d via connection %s config r%d mapping %s r%d: %s, stage %s, %d bytes, response %s%s",
+				att.GetNumber(), p.mapping.GetConnectionId(), serving.Revision(p.connection), p.mapping.GetId(), p.mapping.GetRevision(), outcomeName(outcome),
+				stageName(att.GetStage()), resp.GetResponseBytes(), resp.GetResponseDigest(), servingNote(p.connection)),
+		})
+	}
+	saved, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		mergeAttempt(r, att)
+		return nil
+	}, executed)
+	if err != nil {
 		s.log.ErrorContext(ctx, "persist attempt stage", "request", req.GetId(), "attempt", att.GetId(), "err", err)
+		executed(ctx) // held for the call's next write
 	} else {
 		req = saved
 	}
 	if err := s.failAt(ctx, FailPointAttemptExecuted); err != nil {
 		return nil, nil, nil, err
 	}
-	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED, Capability: req.GetCapability(),
-		RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(outcome),
-		Detail: fmt.Sprintf("attempt %d via connection %s config r%d mapping %s r%d: %s, stage %s, %d bytes, response %s%s",
-			att.GetNumber(), p.mapping.GetConnectionId(), serving.Revision(p.connection), p.mapping.GetId(), p.mapping.GetRevision(), outcomeName(outcome),
-			stageName(att.GetStage()), resp.GetResponseBytes(), resp.GetResponseDigest(), servingNote(p.connection)),
-	})
 	return req, att, resp, nil
 }
 
@@ -364,7 +370,28 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 	}
 	att.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED
 	att.EndTime = s.timestamp()
-	out, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+	committed := func(ctx context.Context) {
+		what := fmt.Sprintf("%d quoted excerpts", len(obs.GetExcerpts()))
+		if rc != nil {
+			what = "receipt " + rc.GetId()
+			if rc.GetArtifactDigest() != "" {
+				what += ", artifact " + rc.GetArtifactDigest()
+			}
+			if rc.GetDeliveryId() != "" {
+				what += ", delivery " + rc.GetDeliveryId()
+			}
+		}
+		if att.GetResolution() != "" {
+			what += "; " + att.GetResolution()
+		}
+		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE, Capability: req.GetCapability(),
+			RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(adapterv1.Outcome_OUTCOME_OK),
+			Detail: "committed: " + what,
+		})
+		s.emit(ctx, task.GetId(), req.GetId(), "request.executed", fmt.Sprintf("%s committed with %s", req.GetCapability(), what))
+	}
+	out, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		mergeAttempt(r, att)
 		r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
 		r.Outcome = adapterv1.Outcome_OUTCOME_OK
@@ -376,7 +403,7 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 		}
 		r.UpdateTime = s.timestamp()
 		return nil
-	})
+	}, committed)
 	if err != nil {
 		return nil, s.internal(ctx, "commit the executed request", err)
 	}
@@ -389,25 +416,6 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 		t.UpdateTime = s.timestamp()
 		return nil
 	})
-	what := fmt.Sprintf("%d quoted excerpts", len(obs.GetExcerpts()))
-	if rc != nil {
-		what = "receipt " + rc.GetId()
-		if rc.GetArtifactDigest() != "" {
-			what += ", artifact " + rc.GetArtifactDigest()
-		}
-		if rc.GetDeliveryId() != "" {
-			what += ", delivery " + rc.GetDeliveryId()
-		}
-	}
-	if att.GetResolution() != "" {
-		what += "; " + att.GetResolution()
-	}
-	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE, Capability: out.GetCapability(),
-		RequestId: out.GetId(), IntentId: out.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(adapterv1.Outcome_OUTCOME_OK),
-		Detail: "committed: " + what,
-	})
-	s.emit(ctx, task.GetId(), out.GetId(), "request.executed", fmt.Sprintf("%s committed with %s", out.GetCapability(), what))
 	s.log.DebugContext(ctx, "request executed", "task", task.GetId(), "request", out.GetId(), "attempt", att.GetId())
 	return out, nil
 }

@@ -52,6 +52,17 @@ func (s *Server) deliverOutbox(ctx context.Context) {
 			s.outboxPending.Store(false)
 			return
 		}
+		cut := false
+		for i, e := range entries {
+			if _, ok := s.direct.Load(e.Key); ok {
+				// A live call delivers this one; the loop resumes after it.
+				entries, cut = entries[:i], true
+				break
+			}
+		}
+		if len(entries) == 0 {
+			return
+		}
 		evs := make([]*evidencev1.TraceEvent, len(entries))
 		for i, e := range entries {
 			evs[i] = e.Event
@@ -70,7 +81,7 @@ func (s *Server) deliverOutbox(ctx context.Context) {
 				return
 			}
 		}
-		if sent < len(entries) {
+		if sent < len(entries) || cut {
 			return
 		}
 	}

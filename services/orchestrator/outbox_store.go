@@ -38,17 +38,26 @@ const bucketTraceOutbox = "trace_outbox" // seq key -> TraceEvent, waiting for d
 
 func (b *boltStore) PutTraceOutbox(_ context.Context, evs []*evidencev1.TraceEvent) error {
 	return b.db.Update(func(tx *store.Tx) error {
-		for _, ev := range evs {
-			n, err := tx.NextSequence(bucketTraceOutbox)
-			if err != nil {
-				return fmt.Errorf("trace outbox sequence: %w", err)
-			}
-			if err := tx.Put(bucketTraceOutbox, store.SeqKey(n), ev); err != nil {
-				return fmt.Errorf("put trace outbox entry: %w", err)
-			}
-		}
-		return nil
+		_, err := putOutbox(tx, evs)
+		return err
 	})
+}
+
+// putOutbox appends evs to the outbox inside tx and returns their entries.
+func putOutbox(tx *store.Tx, evs []*evidencev1.TraceEvent) ([]OutboxEntry, error) {
+	out := make([]OutboxEntry, 0, len(evs))
+	for _, ev := range evs {
+		n, err := tx.NextSequence(bucketTraceOutbox)
+		if err != nil {
+			return nil, fmt.Errorf("trace outbox sequence: %w", err)
+		}
+		key := store.SeqKey(n)
+		if err := tx.Put(bucketTraceOutbox, key, ev); err != nil {
+			return nil, fmt.Errorf("put trace outbox entry: %w", err)
+		}
+		out = append(out, OutboxEntry{Key: key, Event: ev})
+	}
+	return out, nil
 }
 
 var errOutboxFull = errors.New("limit reached")
@@ -85,23 +94,57 @@ func (b *boltStore) DeleteTraceOutbox(_ context.Context, keys []string) error {
 // On Redis the outbox is a sorted set scored by a counter; each member is
 // "<20-digit seq>:<event bytes>", so members are unique and ordered.
 func (s *redisOrchestratorStore) PutTraceOutbox(ctx context.Context, evs []*evidencev1.TraceEvent) error {
-	last, err := s.c.IncrBy(ctx, s.k.Key("trace_outbox_seq"), int64(len(evs))).Result()
+	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := s.queueOutbox(ctx, p, evs)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("trace outbox sequence: %w", err)
-	}
-	zs := make([]redis.Z, 0, len(evs))
-	for i, ev := range evs {
-		b, err := proto.Marshal(ev)
-		if err != nil {
-			return err
-		}
-		seq := last - int64(len(evs)) + int64(i) + 1
-		zs = append(zs, redis.Z{Score: float64(seq), Member: store.SeqKey(seq) + ":" + string(b)})
-	}
-	if err := s.c.ZAdd(ctx, s.k.Key("trace_outbox"), zs...).Err(); err != nil {
 		return fmt.Errorf("put trace outbox entries: %w", err)
 	}
 	return nil
+}
+
+// putOutboxScript appends its arguments (marshalled trace events) to the
+// outbox, each under the next sequence, and returns the members: run
+// inside a MULTI, the sequence is taken in the same atomic step as the
+// state change it goes with.
+var putOutboxScript = redis.NewScript(`
+local members = {}
+for i, ev in ipairs(ARGV) do
+  local seq = redis.call('INCR', KEYS[1])
+  local m = string.format('%020d', seq) .. ':' .. ev
+  redis.call('ZADD', KEYS[2], seq, m)
+  members[i] = m
+end
+return members
+`)
+
+// queueOutbox queues the putting of evs in the outbox on p and returns
+// what gives their entries once p has run.
+func (s *redisOrchestratorStore) queueOutbox(ctx context.Context, p redis.Pipeliner, evs []*evidencev1.TraceEvent) (func() []OutboxEntry, error) {
+	if len(evs) == 0 {
+		return func() []OutboxEntry { return nil }, nil
+	}
+	args := make([]any, len(evs))
+	for i, ev := range evs {
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			return nil, err
+		}
+		args[i] = b
+	}
+	// EVAL, not EVALSHA: inside MULTI a missing script cannot be retried.
+	cmd := putOutboxScript.Eval(ctx, p, []string{s.k.Key("trace_outbox_seq"), s.k.Key("trace_outbox")}, args...)
+	return func() []OutboxEntry {
+		members, _ := cmd.StringSlice()
+		out := make([]OutboxEntry, 0, len(members))
+		for i, m := range members {
+			if i < len(evs) {
+				out = append(out, OutboxEntry{Key: m, Event: evs[i]})
+			}
+		}
+		return out
+	}, nil
 }
 
 func (s *redisOrchestratorStore) ListTraceOutbox(ctx context.Context, limit int) ([]OutboxEntry, error) {

@@ -129,6 +129,10 @@ type Server struct {
 	// outboxPending is set while trace events may wait in the outbox:
 	// new ones then queue behind them (see appendTraces).
 	outboxPending atomic.Bool
+	// direct holds the keys of outbox entries a live call wrote with its
+	// state change and delivers itself at its next checkpoint; the outbox
+	// loop stops before them so they are not sent twice.
+	direct sync.Map
 	// watchPoll is how often a WatchTask stream reads the store unwoken.
 	watchPoll time.Duration
 

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 )
 
@@ -28,10 +29,12 @@ type Store interface {
 	// may run more than once (a retried transaction, or a group commit
 	// rolled back for another's error): it must only change the task.
 	UpdateTask(ctx context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error)
-	// UpdateTaskEmit is UpdateTask that also appends events (as AppendEvent
-	// does each, in order) in the same transaction: one write for a state
-	// change and the events that tell of it. It returns the stored events.
-	UpdateTaskEmit(ctx context.Context, id string, fn func(*orchestratorv1.Task) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.Task, []*orchestratorv1.TaskEvent, error)
+	// UpdateTaskEmit is UpdateTask that also writes held in the same
+	// transaction: its task events appended (as AppendEvent does each, in
+	// order) and its trace events put in the trace outbox (as
+	// PutTraceOutbox does). A state change and the events that tell of it
+	// are durable together or not at all. It returns what was written.
+	UpdateTaskEmit(ctx context.Context, id string, fn func(*orchestratorv1.Task) error, held Held) (*orchestratorv1.Task, Written, error)
 	// ListTasks returns every task in the given state (every task when
 	// state is unspecified), in no particular order.
 	ListTasks(ctx context.Context, state orchestratorv1.TaskState) ([]*orchestratorv1.Task, error)
@@ -45,15 +48,19 @@ type Store interface {
 	// provider call id exists, in which case it returns that one and
 	// created is false. This is what makes resubmission idempotent.
 	CreateRequest(ctx context.Context, r *orchestratorv1.ToolRequest) (got *orchestratorv1.ToolRequest, created bool, err error)
+	// CreateRequestEmit is CreateRequest that also writes held in the same
+	// transaction when it creates the request (as UpdateTaskEmit does);
+	// when the request existed, held is not written.
+	CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (got *orchestratorv1.ToolRequest, created bool, w Written, err error)
 	// GetRequest returns one request.
 	GetRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error)
 	// UpdateRequest applies fn to the stored request and saves the result in
 	// one transaction. An error from fn aborts the update and is returned.
 	// fn may run more than once, as for UpdateTask.
 	UpdateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error)
-	// UpdateRequestEmit is UpdateRequest that also appends events in the
+	// UpdateRequestEmit is UpdateRequest that also writes held in the
 	// same transaction, as UpdateTaskEmit does.
-	UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.ToolRequest, []*orchestratorv1.TaskEvent, error)
+	UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error)
 	// SaveAttempt inserts or updates (by attempt id) one attempt of a
 	// request. The persisted stage never moves backwards.
 	SaveAttempt(ctx context.Context, requestID string, a *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error)
@@ -100,6 +107,21 @@ type Store interface {
 	// ListEvents returns a task's events with a sequence greater than after,
 	// in order.
 	ListEvents(ctx context.Context, taskID string, after int64) ([]*orchestratorv1.TaskEvent, error)
+}
+
+// Held is what tells of one state change: the task events and the trace
+// events a store writes in the same transaction as the change, so a
+// process killed right after it cannot lose them.
+type Held struct {
+	Events []*orchestratorv1.TaskEvent
+	Traces []*evidencev1.TraceEvent
+}
+
+// Written is what a transaction stored of its Held: the task events with
+// their sequences, and the trace events as outbox entries, in order.
+type Written struct {
+	Events []*orchestratorv1.TaskEvent
+	Outbox []OutboxEntry
 }
 
 // Errors of Store.UseApproval.

@@ -59,14 +59,14 @@ func (b *boltStore) GetTask(_ context.Context, id string) (*orchestratorv1.Task,
 }
 
 func (b *boltStore) UpdateTask(ctx context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error) {
-	out, _, err := b.UpdateTaskEmit(ctx, id, fn, nil)
+	out, _, err := b.UpdateTaskEmit(ctx, id, fn, Held{})
 	return out, err
 }
 
-func (b *boltStore) UpdateTaskEmit(_ context.Context, id string, fn func(*orchestratorv1.Task) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.Task, []*orchestratorv1.TaskEvent, error) {
+func (b *boltStore) UpdateTaskEmit(_ context.Context, id string, fn func(*orchestratorv1.Task) error, held Held) (*orchestratorv1.Task, Written, error) {
 	var (
 		out     *orchestratorv1.Task
-		emitted []*orchestratorv1.TaskEvent
+		emitted Written
 	)
 	// Concurrent updates share a commit (store.DB.Batch): fn may run again,
 	// as the Store contract allows; what the closure returns is set anew on
@@ -84,11 +84,11 @@ func (b *boltStore) UpdateTaskEmit(_ context.Context, id string, fn func(*orches
 			return err
 		}
 		var err error
-		emitted, err = appendEvents(tx, events)
+		emitted, err = writeHeld(tx, held)
 		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, Written{}, err
 	}
 	return out, emitted, nil
 }
@@ -125,13 +125,19 @@ func (b *boltStore) GetCatalogue(_ context.Context, taskID string) (*orchestrato
 	return c, nil
 }
 
-func (b *boltStore) CreateRequest(_ context.Context, r *orchestratorv1.ToolRequest) (*orchestratorv1.ToolRequest, bool, error) {
+func (b *boltStore) CreateRequest(ctx context.Context, r *orchestratorv1.ToolRequest) (*orchestratorv1.ToolRequest, bool, error) {
+	out, created, _, err := b.CreateRequestEmit(ctx, r, Held{})
+	return out, created, err
+}
+
+func (b *boltStore) CreateRequestEmit(_ context.Context, r *orchestratorv1.ToolRequest, held Held) (*orchestratorv1.ToolRequest, bool, Written, error) {
 	var (
 		out     *orchestratorv1.ToolRequest
 		created bool
+		emitted Written
 	)
 	err := b.db.Batch(func(tx *store.Tx) error {
-		out, created = nil, false // set anew on every run (see store.DB.Batch)
+		out, created, emitted = nil, false, Written{} // set anew on every run (see store.DB.Batch)
 		key := requestKey(r.GetTaskId(), r.GetProviderCallId())
 		existing := &wrapperspb.StringValue{}
 		switch err := tx.Get(bucketRequestKeys, key, existing); {
@@ -161,13 +167,16 @@ func (b *boltStore) CreateRequest(_ context.Context, r *orchestratorv1.ToolReque
 		if err := tx.Put(bucketTaskRequests, r.GetTaskId()+"/"+store.SeqKey(n), wrapperspb.String(r.GetId())); err != nil {
 			return err
 		}
+		if emitted, err = writeHeld(tx, held); err != nil {
+			return err
+		}
 		out, created = proto.CloneOf(r), true
 		return nil
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, false, Written{}, err
 	}
-	return out, created, nil
+	return out, created, emitted, nil
 }
 
 func (b *boltStore) GetRequest(_ context.Context, id string) (*orchestratorv1.ToolRequest, error) {
@@ -179,14 +188,14 @@ func (b *boltStore) GetRequest(_ context.Context, id string) (*orchestratorv1.To
 }
 
 func (b *boltStore) UpdateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error) {
-	out, _, err := b.UpdateRequestEmit(ctx, id, fn, nil)
+	out, _, err := b.UpdateRequestEmit(ctx, id, fn, Held{})
 	return out, err
 }
 
-func (b *boltStore) UpdateRequestEmit(_ context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.ToolRequest, []*orchestratorv1.TaskEvent, error) {
+func (b *boltStore) UpdateRequestEmit(_ context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error) {
 	var (
 		out     *orchestratorv1.ToolRequest
-		emitted []*orchestratorv1.TaskEvent
+		emitted Written
 	)
 	err := b.db.Batch(func(tx *store.Tx) error {
 		r := &orchestratorv1.ToolRequest{}
@@ -204,11 +213,11 @@ func (b *boltStore) UpdateRequestEmit(_ context.Context, id string, fn func(*orc
 			return err
 		}
 		var err error
-		emitted, err = appendEvents(tx, events)
+		emitted, err = writeHeld(tx, held)
 		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, Written{}, err
 	}
 	return out, emitted, nil
 }
@@ -266,6 +275,20 @@ func (b *boltStore) AppendEvent(_ context.Context, e *orchestratorv1.TaskEvent) 
 		return nil, fmt.Errorf("append event to %s: %w", e.GetTaskId(), err)
 	}
 	return out[0], nil
+}
+
+// writeHeld appends held's task events and puts its trace events in the
+// outbox, inside tx.
+func writeHeld(tx *store.Tx, held Held) (Written, error) {
+	events, err := appendEvents(tx, held.Events)
+	if err != nil {
+		return Written{}, err
+	}
+	outbox, err := putOutbox(tx, held.Traces)
+	if err != nil {
+		return Written{}, err
+	}
+	return Written{Events: events, Outbox: outbox}, nil
 }
 
 // appendEvents stores copies of events, each with its task's next

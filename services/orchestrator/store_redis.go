@@ -82,14 +82,14 @@ func (s *redisOrchestratorStore) GetTask(ctx context.Context, id string) (*orche
 }
 
 func (s *redisOrchestratorStore) UpdateTask(ctx context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error) {
-	out, _, err := s.UpdateTaskEmit(ctx, id, fn, nil)
+	out, _, err := s.UpdateTaskEmit(ctx, id, fn, Held{})
 	return out, err
 }
 
-func (s *redisOrchestratorStore) UpdateTaskEmit(ctx context.Context, id string, fn func(*orchestratorv1.Task) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.Task, []*orchestratorv1.TaskEvent, error) {
+func (s *redisOrchestratorStore) UpdateTaskEmit(ctx context.Context, id string, fn func(*orchestratorv1.Task) error, held Held) (*orchestratorv1.Task, Written, error) {
 	var (
 		out     *orchestratorv1.Task
-		emitted []*orchestratorv1.TaskEvent
+		emitted Written
 	)
 	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
 		t := &orchestratorv1.Task{}
@@ -103,10 +103,10 @@ func (s *redisOrchestratorStore) UpdateTaskEmit(ctx context.Context, id string, 
 		if err != nil {
 			return err
 		}
-		var queued func() []*orchestratorv1.TaskEvent
+		var queued func() Written
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, s.task(id), v, 0)
-			queued, err = s.queueEvents(ctx, p, events)
+			queued, err = s.queueHeld(ctx, p, held)
 			return err
 		})
 		out = t
@@ -116,9 +116,23 @@ func (s *redisOrchestratorStore) UpdateTaskEmit(ctx context.Context, id string, 
 		return err
 	}, s.task(id))
 	if err != nil {
-		return nil, nil, err
+		return nil, Written{}, err
 	}
 	return out, emitted, nil
+}
+
+// queueHeld queues the writing of held on p (see queueEvents and
+// queueOutbox) and returns what gives what was written once p has run.
+func (s *redisOrchestratorStore) queueHeld(ctx context.Context, p redis.Pipeliner, held Held) (func() Written, error) {
+	events, err := s.queueEvents(ctx, p, held.Events)
+	if err != nil {
+		return nil, err
+	}
+	outbox, err := s.queueOutbox(ctx, p, held.Traces)
+	if err != nil {
+		return nil, err
+	}
+	return func() Written { return Written{Events: events(), Outbox: outbox()} }, nil
 }
 
 // queueEvents queues the appending of events on p and returns what gives
@@ -206,18 +220,24 @@ func (s *redisOrchestratorStore) queueOpen(ctx context.Context, p redis.Pipeline
 }
 
 func (s *redisOrchestratorStore) CreateRequest(ctx context.Context, r *orchestratorv1.ToolRequest) (*orchestratorv1.ToolRequest, bool, error) {
+	out, created, _, err := s.CreateRequestEmit(ctx, r, Held{})
+	return out, created, err
+}
+
+func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (*orchestratorv1.ToolRequest, bool, Written, error) {
 	d, err := digest.JSON([]string{r.GetTaskId(), r.GetProviderCallId()})
 	if err != nil {
-		return nil, false, fmt.Errorf("request key: %w", err)
+		return nil, false, Written{}, fmt.Errorf("request key: %w", err)
 	}
 	idxKey := s.k.Key("reqkey", d)
 	v, err := redisstore.Marshal(r)
 	if err != nil {
-		return nil, false, err
+		return nil, false, Written{}, err
 	}
 	var (
 		out     *orchestratorv1.ToolRequest
 		created bool
+		emitted Written
 	)
 	// The (task, provider call) index entry is watched: of two replicas
 	// creating the same call at once, one EXEC succeeds; the other's fails,
@@ -245,20 +265,25 @@ func (s *redisOrchestratorStore) CreateRequest(ctx context.Context, r *orchestra
 		if n > 0 {
 			return redisstore.Abort(ctx, tx, fmt.Errorf("create request %s: %w", r.GetId(), store.ErrExists))
 		}
+		var queued func() Written
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, s.req(r.GetId()), v, 0)
 			p.Set(ctx, idxKey, r.GetId(), 0)
 			p.RPush(ctx, s.k.Key("taskreqs", r.GetTaskId()), r.GetId())
 			s.queueOpen(ctx, p, r)
-			return nil
+			queued, err = s.queueHeld(ctx, p, held)
+			return err
 		})
 		out, created = proto.CloneOf(r), true
+		if err == nil {
+			emitted = queued()
+		}
 		return err
 	}, idxKey)
 	if err != nil {
-		return nil, false, err
+		return nil, false, Written{}, err
 	}
-	return out, created, nil
+	return out, created, emitted, nil
 }
 
 func (s *redisOrchestratorStore) GetRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error) {
@@ -270,14 +295,14 @@ func (s *redisOrchestratorStore) GetRequest(ctx context.Context, id string) (*or
 }
 
 func (s *redisOrchestratorStore) UpdateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error) {
-	out, _, err := s.UpdateRequestEmit(ctx, id, fn, nil)
+	out, _, err := s.UpdateRequestEmit(ctx, id, fn, Held{})
 	return out, err
 }
 
-func (s *redisOrchestratorStore) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, events []*orchestratorv1.TaskEvent) (*orchestratorv1.ToolRequest, []*orchestratorv1.TaskEvent, error) {
+func (s *redisOrchestratorStore) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error) {
 	var (
 		out     *orchestratorv1.ToolRequest
-		emitted []*orchestratorv1.TaskEvent
+		emitted Written
 	)
 	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
 		r := &orchestratorv1.ToolRequest{}
@@ -291,11 +316,11 @@ func (s *redisOrchestratorStore) UpdateRequestEmit(ctx context.Context, id strin
 		if err != nil {
 			return err
 		}
-		var queued func() []*orchestratorv1.TaskEvent
+		var queued func() Written
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, s.req(id), v, 0)
 			s.queueOpen(ctx, p, r)
-			queued, err = s.queueEvents(ctx, p, events)
+			queued, err = s.queueHeld(ctx, p, held)
 			return err
 		})
 		out = r
@@ -305,7 +330,7 @@ func (s *redisOrchestratorStore) UpdateRequestEmit(ctx context.Context, id strin
 		return err
 	}, s.req(id))
 	if err != nil {
-		return nil, nil, err
+		return nil, Written{}, err
 	}
 	return out, emitted, nil
 }

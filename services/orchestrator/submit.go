@@ -80,8 +80,13 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return nil, apierror.New(codes.Unavailable, "STORE_UNAVAILABLE", "the orchestrator could not claim the new request; try again", nil)
 	}
 	defer l.release()
+	// The call's trace and task events are written with the state change
+	// they tell of, and delivered at its checkpoints: before the adapter
+	// is called and before this returns (ctx is the detached one by then).
+	ctx = withCheckpoint(ctx)
+	defer func() { s.flush(ctx) }()
 	now := s.timestamp()
-	req, created, err := s.st.CreateRequest(ctx, &orchestratorv1.ToolRequest{
+	cand := &orchestratorv1.ToolRequest{
 		Id:             id,
 		TaskId:         task.GetId(),
 		ProviderCallId: in.GetProviderCallId(),
@@ -92,6 +97,14 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		State:          orchestratorv1.RequestState_REQUEST_STATE_REQUESTED,
 		CreateTime:     now,
 		UpdateTime:     now,
+	}
+	req, created, err := s.createRequest(ctx, cand, func(ctx context.Context) {
+		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, Capability: cand.GetCapability(),
+			RequestId: cand.GetId(), IntentId: cand.GetIntentId(),
+			Detail: fmt.Sprintf("candidate request for %s (provider call %s); nothing has acted", cand.GetCapability(), cand.GetProviderCallId()),
+		})
+		s.emit(ctx, task.GetId(), cand.GetId(), "request.received", cand.GetCapability())
 	})
 	if err != nil {
 		return nil, s.internal(ctx, "record the candidate request", err)
@@ -118,17 +131,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	// even if the caller stops waiting.
 	ctx, cancel := s.detach(ctx, l)
 	defer cancel()
-	// The call's trace and task events are written together at its
-	// checkpoints: before the adapter is called and before this returns.
-	ctx = withCheckpoint(ctx)
-	defer s.flush(ctx)
 	s.log.DebugContext(ctx, "request received", "task", task.GetId(), "request", req.GetId(), "intent", req.GetIntentId(), "capability", req.GetCapability())
-	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, Capability: req.GetCapability(),
-		RequestId: req.GetId(), IntentId: req.GetIntentId(),
-		Detail: fmt.Sprintf("candidate request for %s (provider call %s); nothing has acted", req.GetCapability(), req.GetProviderCallId()),
-	})
-	s.emit(ctx, task.GetId(), req.GetId(), "request.received", req.GetCapability())
 	if err := s.failAt(ctx, FailPointSubmitReceived); err != nil {
 		return nil, err
 	}

@@ -484,21 +484,21 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 			r, got, err := st.UpdateRequestEmit(ctx, "req_1", func(r *orchestratorv1.ToolRequest) error {
 				r.Summary += "r"
 				return nil
-			}, in)
-			if err != nil || len(got) != 2 || r.GetId() != "req_1" {
-				t.Errorf("update request emit = %v, %d events, %v", r, len(got), err)
+			}, orchestrator.Held{Events: in, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1", Time: timestamppb.New(time.Unix(int64(i), 0))}}})
+			if err != nil || len(got.Events) != 2 || len(got.Outbox) != 1 || r.GetId() != "req_1" {
+				t.Errorf("update request emit = %v, %d events, %d outbox entries, %v", r, len(got.Events), len(got.Outbox), err)
 				return
 			}
-			if got[0].GetDetail() != in[0].GetDetail() || got[1].GetSequence() <= got[0].GetSequence() || in[0].GetSequence() != 0 {
-				t.Errorf("events %v for %v: order, details or the caller's events changed", got, in)
+			if got.Events[0].GetDetail() != in[0].GetDetail() || got.Events[1].GetSequence() <= got.Events[0].GetSequence() || in[0].GetSequence() != 0 {
+				t.Errorf("events %v for %v: order, details or the caller's events changed", got.Events, in)
 			}
 		})
 		wg.Go(func() {
 			tk, got, err := st.UpdateTaskEmit(ctx, "task_1", func(tk *orchestratorv1.Task) error {
 				tk.Checkpoint += "t"
 				return nil
-			}, []*orchestratorv1.TaskEvent{ev(fmt.Sprint("task-", i))})
-			if err != nil || len(got) != 1 || got[0].GetSequence() < 1 || tk.GetId() != "task_1" {
+			}, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev(fmt.Sprint("task-", i))}})
+			if err != nil || len(got.Events) != 1 || got.Events[0].GetSequence() < 1 || tk.GetId() != "task_1" {
 				t.Errorf("update task emit = %v, %v, %v", tk, got, err)
 			}
 		})
@@ -513,6 +513,10 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 			t.Errorf("event %d has sequence %d", i, e.GetSequence())
 		}
 	}
+	// Each request update put its trace event in the outbox with it.
+	if box, err := st.ListTraceOutbox(ctx, 100); err != nil || len(box) != 10 {
+		t.Errorf("outbox holds %d entries, %v; want 10", len(box), err)
+	}
 	r, err := st.GetRequest(ctx, "req_1")
 	if err != nil || len(r.GetSummary()) != 10 {
 		t.Errorf("request summary %q, %v; want 10 updates", r.GetSummary(), err)
@@ -524,17 +528,20 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 
 	// A refused update emits nothing.
 	refused := errors.New("refused")
-	if _, _, err := st.UpdateRequestEmit(ctx, "req_1", func(*orchestratorv1.ToolRequest) error { return refused }, []*orchestratorv1.TaskEvent{ev("never")}); !errors.Is(err, refused) {
+	if _, _, err := st.UpdateRequestEmit(ctx, "req_1", func(*orchestratorv1.ToolRequest) error { return refused }, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev("never")}, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1"}}}); !errors.Is(err, refused) {
 		t.Errorf("refused request update = %v", err)
 	}
-	if _, _, err := st.UpdateTaskEmit(ctx, "task_1", func(*orchestratorv1.Task) error { return refused }, []*orchestratorv1.TaskEvent{ev("never")}); !errors.Is(err, refused) {
+	if _, _, err := st.UpdateTaskEmit(ctx, "task_1", func(*orchestratorv1.Task) error { return refused }, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev("never")}, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1"}}}); !errors.Is(err, refused) {
 		t.Errorf("refused task update = %v", err)
 	}
-	if _, _, err := st.UpdateTaskEmit(ctx, "task_missing", func(*orchestratorv1.Task) error { return nil }, []*orchestratorv1.TaskEvent{ev("never")}); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := st.UpdateTaskEmit(ctx, "task_missing", func(*orchestratorv1.Task) error { return nil }, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev("never")}, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1"}}}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("update of a missing task = %v, want not found", err)
 	}
 	if after, err := st.ListEvents(ctx, "task_1", 40); err != nil || len(after) != 0 {
 		t.Errorf("refused updates emitted %v, %v", after, err)
+	}
+	if box, err := st.ListTraceOutbox(ctx, 100); err != nil || len(box) != 10 {
+		t.Errorf("refused updates left %d outbox entries, %v; want the 10 of before", len(box), err)
 	}
 }
 
@@ -754,7 +761,7 @@ func CheckEventWake(t *testing.T, a, b orchestrator.Store) {
 		t.Errorf("told of task %q, want task_wake", id)
 	}
 	if _, _, err := a.UpdateRequestEmit(ctx, "req_wake", func(*orchestratorv1.ToolRequest) error { return nil },
-		[]*orchestratorv1.TaskEvent{{TaskId: "task_wake", Type: "y"}}); err != nil {
+		orchestrator.Held{Events: []*orchestratorv1.TaskEvent{{TaskId: "task_wake", Type: "y"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if id := next("an event emitted with a state change"); id != "task_wake" {
