@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -621,24 +620,4 @@ func TestNoisyStdoutTolerated(t *testing.T) {
 	if dropped != 2*maxNoiseLogged || quiet != 2 {
 		t.Errorf("%d dropped lines logged and %d notices, want %d and 2", dropped, quiet, 2*maxNoiseLogged)
 	}
-}
-
-// TestCancellationReachesAStdioServer: over stdio too, a call given up at
-// its deadline tells the server (notifications/cancelled reaches the
-// fixture's call log) before the session's process is stopped.
-func TestCancellationReachesAStdioServer(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	conn, log := e.loggedConn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	resp, err := e.srv.Execute(ctx, granted(t, call(t, conn, "slow", map[string]any{"ms": 30000}, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantFailure(t, resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeDeadlineExceeded)
-	eventually(t, "notifications/cancelled reaches the stdio server", func() bool {
-		b, _ := os.ReadFile(log)
-		return strings.Contains(string(b), `"method":"notifications/cancelled"`)
-	})
 }
