@@ -415,11 +415,6 @@ const (
 // other.
 var knownBugs = func() map[string]knownBug {
 	const (
-		// A frozen replica keeps the events it held; after the other
-		// replica took the request over and finished it, the resumed one
-		// writes them, after its successor's: out of order, and a
-		// stage's event may be missing from the successor's account.
-		lateHeld = "a frozen replica's held events are written after its successor's (out of order or missing)"
 		// Evidence is down when a read's observation is recorded (or
 		// stored it and died before answering): the orchestrator fails
 		// the request as FAILED / OK (OBSERVATION_NOT_RECORDED) although
@@ -430,15 +425,11 @@ var knownBugs = func() map[string]knownBug {
 		// an end state while evidence stays frozen.
 		observationLost = "a read whose observation evidence could not record (evidence down) ends FAILED / OK, never read again"
 	)
-	events := []string{violationTrace, violationTaskEvents}
 	bugs := map[string]knownBug{}
 	for _, store := range []string{"file", "redis"} {
 		for _, c := range []string{"retrieve/evidence.observation.after/kill", "retrieve/evidence.trace.before/kill"} {
 			bugs[store+"/"+c] = knownBug{observationLost, []string{violationFailedOK}}
 		}
-	}
-	for _, c := range []string{"preview/submit.received/freeze", "preview/approval.used/freeze", "retrieve/submit.received/freeze"} {
-		bugs["redis/"+c] = knownBug{lateHeld, events}
 	}
 	return bugs
 }()

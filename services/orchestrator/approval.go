@@ -342,7 +342,7 @@ func (s *Server) invalidate(ctx context.Context, req *orchestratorv1.ToolRequest
 	msg := fmt.Sprintf("the approval of request %s is no longer valid: %s changed (%s); submit the request again for a new review", req.GetId(), name, detail)
 	cause := apierror.New(codes.FailedPrecondition, reasonApprovalInvalidated, msg,
 		map[string]string{"binding": name, "request_id": req.GetId(), "approval_id": req.GetApproval().GetId()})
-	_, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+	_, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		if err := approvable(r); err != nil {
 			return err
 		}
@@ -352,6 +352,12 @@ func (s *Server) invalidate(ctx context.Context, req *orchestratorv1.ToolRequest
 		r.Approval.Invalidated, r.Approval.InvalidatedDetail = binding, detail
 		r.UpdateTime = s.timestamp()
 		return nil
+	}, func(ctx context.Context) {
+		s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_REFUSED, Capability: req.GetCapability(),
+			RequestId: req.GetId(), IntentId: req.GetIntentId(), Reason: reasonApprovalInvalidated, Detail: msg,
+		})
+		s.emit(ctx, req.GetTaskId(), req.GetId(), "request.refused", reasonApprovalInvalidated+": "+name+" changed")
 	})
 	if err != nil {
 		if apierror.Reason(err) != "" {
@@ -360,11 +366,6 @@ func (s *Server) invalidate(ctx context.Context, req *orchestratorv1.ToolRequest
 		return s.internal(ctx, "record the invalidated approval", err)
 	}
 	s.log.InfoContext(ctx, "approval invalidated", "request", req.GetId(), "binding", name)
-	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_REFUSED, Capability: req.GetCapability(),
-		RequestId: req.GetId(), IntentId: req.GetIntentId(), Reason: reasonApprovalInvalidated, Detail: msg,
-	})
-	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.refused", reasonApprovalInvalidated+": "+name+" changed")
 	return cause
 }
 
@@ -377,7 +378,7 @@ func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (_ *o
 		return nil, missing("request_id")
 	}
 	defer func() { err = withRequestID(err, in.GetRequestId()) }()
-	_, _, approver, err := s.decider(ctx, in.GetRequestId(), authz.RequestDeny)
+	req, _, approver, err := s.decider(ctx, in.GetRequestId(), authz.RequestDeny)
 	if err != nil {
 		return nil, err
 	}
@@ -385,22 +386,20 @@ func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (_ *o
 	if in.GetReason() != "" {
 		detail += ": " + in.GetReason()
 	}
-	req, err := s.decide(ctx, in.GetRequestId(), orchestratorv1.RequestState_REQUEST_STATE_DENIED, "APPROVAL_DENIED", detail)
-	if err != nil {
-		return nil, err
-	}
-	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),
-		RequestId: req.GetId(), IntentId: req.GetIntentId(), Reason: "APPROVAL_DENIED", Detail: detail,
+	return s.decide(ctx, in.GetRequestId(), orchestratorv1.RequestState_REQUEST_STATE_DENIED, "APPROVAL_DENIED", detail, func(ctx context.Context) {
+		s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),
+			RequestId: req.GetId(), IntentId: req.GetIntentId(), Reason: "APPROVAL_DENIED", Detail: detail,
+		})
+		s.emit(ctx, req.GetTaskId(), req.GetId(), "request.denied", detail)
 	})
-	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.denied", detail)
-	return req, nil
 }
 
-// decide moves a request out of AWAITING_APPROVAL exactly once.
-func (s *Server) decide(ctx context.Context, id string, to orchestratorv1.RequestState, reason, detail string) (*orchestratorv1.ToolRequest, error) {
+// decide moves a request out of AWAITING_APPROVAL exactly once, with what
+// tell traces and emits of it.
+func (s *Server) decide(ctx context.Context, id string, to orchestratorv1.RequestState, reason, detail string, tell func(context.Context)) (*orchestratorv1.ToolRequest, error) {
 	var notAwaiting error
-	req, err := s.st.UpdateRequest(ctx, id, func(r *orchestratorv1.ToolRequest) error {
+	req, err := s.updateRequest(ctx, id, func(r *orchestratorv1.ToolRequest) error {
 		if err := approvable(r); err != nil {
 			notAwaiting = err
 			return err
@@ -411,7 +410,7 @@ func (s *Server) decide(ctx context.Context, id string, to orchestratorv1.Reques
 		}
 		r.UpdateTime = s.timestamp()
 		return nil
-	})
+	}, tell)
 	switch {
 	case notAwaiting != nil && errors.Is(err, notAwaiting):
 		return nil, notAwaiting

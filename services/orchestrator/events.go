@@ -93,11 +93,14 @@ func (s *Server) followEvents(ctx context.Context, f EventFollower) {
 const watchPoll = 5 * time.Second
 
 // checkpoint holds the trace events and task events of one call until the
-// call reaches a checkpoint (before the adapter is called, and before the
-// RPC returns), where they are written together: one AppendTraces round
-// trip instead of one per event. Nobody learns of a held event before it
-// is written: task events, which wake watchers, are held too and written
-// after the trace.
+// call's next state change, which writes them in its own transaction (see
+// updateRequest), or until it reaches a checkpoint (before the adapter is
+// called, and before the RPC returns), where what is left is written in
+// one transaction too. Either way the trace events go to the outbox with
+// the task events, and the call then delivers them in one AppendTraces
+// round trip (flushTrace): nobody learns of an event before it is
+// durable, and a call whose writes are fenced (another replica took its
+// request over) writes none of what it held.
 type checkpoint struct {
 	mu     sync.Mutex
 	traces []*evidencev1.TraceEvent
@@ -111,6 +114,14 @@ type checkpoint struct {
 	// dead is set when a fail point stopped the call: what it held dies
 	// with it, as with a process that was killed.
 	dead bool
+}
+
+// kill drops what c holds and keeps it from holding more: the call ended
+// as if its process died.
+func (c *checkpoint) kill() {
+	c.mu.Lock()
+	c.dead = true
+	c.mu.Unlock()
 }
 
 // taskUpdate is a held update of one task.
@@ -133,9 +144,10 @@ func checkpointOf(ctx context.Context) *checkpoint {
 }
 
 // flush writes what ctx's checkpoint holds, if anything: the held task
-// update with the held task and trace events in one transaction, then
-// the call's trace (what its state changes put in the outbox, then the
-// rest) in one delivery, then any task event left.
+// update with the held task and trace events in one transaction (under a
+// lease, the held events alone when there is no task update: fenced, see
+// Fence), then the call's trace (what its state changes put in the
+// outbox, then the rest) in one delivery, then any task event left.
 func (s *Server) flush(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	c := checkpointOf(ctx)
@@ -145,14 +157,28 @@ func (s *Server) flush(ctx context.Context) {
 	c.mu.Lock()
 	task, dead := c.task, c.dead
 	c.task = nil
+	held := len(c.events)+len(c.traces) > 0
 	c.mu.Unlock()
-	if task != nil && !dead {
+	f := leaseOf(ctx).fence()
+	if !dead && (task != nil || (held && f.Generation != 0)) {
 		held, giveBack := s.held(ctx, nil)
-		_, w, err := s.st.UpdateTaskEmit(ctx, task.id, task.fn, held)
-		if err != nil {
-			giveBack()
-			s.log.WarnContext(ctx, "update task checkpoint", "task", task.id, "err", err)
+		held.Fence = f
+		var (
+			w   Written
+			err error
+		)
+		if task != nil {
+			_, w, err = s.st.UpdateTaskEmit(ctx, task.id, task.fn, held)
 		} else {
+			w, err = s.st.EmitHeld(ctx, held)
+		}
+		switch {
+		case errors.Is(err, ErrFenced):
+			_ = s.fenced(ctx, f.RequestID, err)
+		case err != nil:
+			giveBack()
+			s.log.WarnContext(ctx, "write the call's held events", "err", err)
+		default:
 			s.written(ctx, w)
 		}
 	}
@@ -186,10 +212,7 @@ func (s *Server) flushTrace(ctx context.Context) {
 	if dead {
 		return // the written entries are durable: the outbox loop sends them
 	}
-	if len(written) == 0 {
-		if len(traces) > 0 {
-			s.appendTraces(ctx, traces)
-		}
+	if len(written) == 0 && len(traces) == 0 {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -199,25 +222,43 @@ func (s *Server) flushTrace(ctx context.Context) {
 	}
 	evs = append(evs, traces...)
 	n, err := s.deliverTraces(ctx, evs, true)
-	if done := min(n, len(written)); done > 0 {
-		keys := make([]string, done)
-		for i := range done {
-			keys[i] = written[i].Key
-		}
-		if err := s.st.DeleteTraceOutbox(ctx, keys); err != nil {
-			s.log.WarnContext(ctx, "delete delivered trace outbox entries", "err", err)
-		}
-	}
+	_ = s.deleteDelivered(ctx, written, n)
 	if n < len(written) {
 		s.outboxPending.Store(true)
 	}
+	s.keepRest(ctx, evs, n, len(traces), err)
+}
+
+// deleteDelivered removes the first n of entries, delivered, from the
+// outbox. A failure is logged and returned: the entries are sent again
+// (delivery is at least once).
+func (s *Server) deleteDelivered(ctx context.Context, entries []OutboxEntry, n int) error {
+	n = min(n, len(entries))
+	if n == 0 {
+		return nil
+	}
+	keys := make([]string, n)
+	for i := range n {
+		keys[i] = entries[i].Key
+	}
+	if err := s.st.DeleteTraceOutbox(ctx, keys); err != nil {
+		s.log.WarnContext(ctx, "delete delivered trace outbox entries", "err", err)
+		return err
+	}
+	return nil
+}
+
+// keepRest handles what a delivery of evs left after the first n: it
+// logs why (err), and puts in the outbox those not there already (the
+// last fresh of evs).
+func (s *Server) keepRest(ctx context.Context, evs []*evidencev1.TraceEvent, n, fresh int, err error) {
 	if n == len(evs) {
 		return
 	}
 	if err != nil {
 		s.log.WarnContext(ctx, "append product trace; kept in the outbox", "task", evs[n].GetTaskId(), "events", len(evs)-n, "err", err)
 	}
-	if rest := traces[max(n-len(written), 0):]; len(rest) > 0 {
+	if rest := evs[max(n, len(evs)-fresh):]; len(rest) > 0 {
 		s.toOutbox(ctx, rest)
 	}
 }
@@ -235,7 +276,9 @@ func (s *Server) undirect(written []OutboxEntry) {
 // transaction failed (tell's events tell of a change that did not
 // happen and are dropped).
 func (s *Server) held(ctx context.Context, tell func(context.Context)) (Held, func()) {
-	var h Held
+	// The call delivers what it writes (see written), so other replicas
+	// leave it for as long as the call's lease would last.
+	h := Held{Claim: OutboxClaim{Owner: s.replica, TTL: s.leaseTTL}}
 	giveBack := func() {}
 	if c := checkpointOf(ctx); c != nil {
 		c.mu.Lock()
@@ -285,9 +328,18 @@ func (s *Server) written(ctx context.Context, w Written) {
 // the change: a state change and what tells of it are durable together,
 // so a process killed right after cannot lose them. This is the one way
 // the server changes a request.
+//
+// Under a lease on the request the write carries the lease's generation:
+// when another replica took the request over since, the store refuses it
+// and the call ends with REQUEST_LEASE_LOST, writing nothing it held
+// (see fenced).
 func (s *Server) updateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, tell func(context.Context)) (*orchestratorv1.ToolRequest, error) {
 	held, giveBack := s.held(ctx, tell)
+	held.Fence = fenceOn(ctx, id)
 	out, w, err := s.st.UpdateRequestEmit(ctx, id, fn, held)
+	if errors.Is(err, ErrFenced) {
+		return nil, s.fenced(ctx, id, err)
+	}
 	if err != nil {
 		giveBack()
 		return nil, err
@@ -296,12 +348,25 @@ func (s *Server) updateRequest(ctx context.Context, id string, fn func(*orchestr
 	return out, nil
 }
 
+// saveAttempt inserts or updates att in the request (see mergeAttempt),
+// with what tell traces and emits, as updateRequest does.
+func (s *Server) saveAttempt(ctx context.Context, id string, att *orchestratorv1.Attempt, tell func(context.Context)) (*orchestratorv1.ToolRequest, error) {
+	return s.updateRequest(ctx, id, func(r *orchestratorv1.ToolRequest) error {
+		mergeAttempt(r, att)
+		return nil
+	}, tell)
+}
+
 // createRequest is CreateRequest with what tells of the creation written
 // in its transaction (as updateRequest does); nothing is written when the
 // request existed.
 func (s *Server) createRequest(ctx context.Context, r *orchestratorv1.ToolRequest, tell func(context.Context)) (*orchestratorv1.ToolRequest, bool, error) {
 	held, giveBack := s.held(ctx, tell)
+	held.Fence = fenceOn(ctx, r.GetId())
 	out, created, w, err := s.st.CreateRequestEmit(ctx, r, held)
+	if errors.Is(err, ErrFenced) {
+		return nil, false, s.fenced(ctx, r.GetId(), err)
+	}
 	if err != nil || !created {
 		giveBack()
 		return out, created, err
@@ -402,13 +467,7 @@ func (s *Server) trace(ctx context.Context, taskID string, ev *evidencev1.Produc
 func (s *Server) appendTraces(ctx context.Context, evs []*evidencev1.TraceEvent) {
 	ctx = context.WithoutCancel(ctx)
 	n, err := s.deliverTraces(ctx, evs, true)
-	if n == len(evs) {
-		return
-	}
-	if err != nil {
-		s.log.WarnContext(ctx, "append product trace; kept in the outbox", "task", evs[n].GetTaskId(), "events", len(evs)-n, "err", err)
-	}
-	s.toOutbox(ctx, evs[n:])
+	s.keepRest(ctx, evs, n, len(evs), err)
 }
 
 // deliverTraces sends evs to evidence in order, in batches sized so every

@@ -142,11 +142,12 @@ func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req
 				follows++
 				att.Resolution = joinResolution(att.GetResolution(), why)
 				att.EndTime = s.timestamp()
-				if req, err = s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
+				if req, err = s.saveAttempt(ctx, req.GetId(), att, func(ctx context.Context) {
+					s.emit(ctx, task.GetId(), req.GetId(), "request.revision_followed", why)
+				}); err != nil {
 					return nil, s.internal(ctx, "end the attempt refused at the old config revision", err)
 				}
 				p.connection = conn
-				s.emit(ctx, task.GetId(), req.GetId(), "request.revision_followed", why)
 				continue
 			}
 		}
@@ -158,10 +159,11 @@ func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req
 			retries++
 			att = next.att
 			att.EndTime = s.timestamp()
-			if req, err = s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
+			if req, err = s.saveAttempt(ctx, req.GetId(), att, func(ctx context.Context) {
+				s.emit(ctx, task.GetId(), req.GetId(), "request.retrying", att.GetResolution())
+			}); err != nil {
 				return nil, s.internal(ctx, "end the failed attempt", err)
 			}
-			s.emit(ctx, task.GetId(), req.GetId(), "request.retrying", att.GetResolution())
 			continue
 		default:
 			return s.fail(ctx, req, next.att)
@@ -364,7 +366,7 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 	if rc != nil {
 		att.Stage = max(att.GetStage(), adapterv1.DeliveryStage_DELIVERY_STAGE_RECEIPT_VERIFIED)
 		att.Outcome = adapterv1.Outcome_OUTCOME_OK
-		if _, err := s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
+		if _, err := s.saveAttempt(ctx, req.GetId(), att, nil); err != nil {
 			return nil, s.internal(ctx, "persist the verified receipt", err)
 		}
 	}
@@ -425,16 +427,6 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 // the request's state and its attempt's evidence.
 func (s *Server) fail(ctx context.Context, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error) {
 	att.EndTime = s.timestamp()
-	out, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
-		mergeAttempt(r, att)
-		r.State = orchestratorv1.RequestState_REQUEST_STATE_FAILED
-		r.Outcome = att.GetOutcome()
-		r.UpdateTime = s.timestamp()
-		return nil
-	})
-	if err != nil {
-		return nil, s.internal(ctx, "record the failed request", err)
-	}
 	code := att.GetError().GetSafeCode()
 	// Only the safe code goes into the product trace and events; the
 	// untrusted detail stays on the attempt, displayed, never parsed.
@@ -448,12 +440,23 @@ func (s *Server) fail(ctx context.Context, req *orchestratorv1.ToolRequest, att 
 	if att.GetOutcome() == adapterv1.Outcome_OUTCOME_UNKNOWN {
 		detail += "; not retried: a person must establish whether the effect happened before any new attempt"
 	}
-	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE, Capability: req.GetCapability(),
-		RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(att.GetOutcome()),
-		Reason: code, Detail: detail,
+	out, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		mergeAttempt(r, att)
+		r.State = orchestratorv1.RequestState_REQUEST_STATE_FAILED
+		r.Outcome = att.GetOutcome()
+		r.UpdateTime = s.timestamp()
+		return nil
+	}, func(ctx context.Context) {
+		s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE, Capability: req.GetCapability(),
+			RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: att.GetId(), Outcome: outcomeName(att.GetOutcome()),
+			Reason: code, Detail: detail,
+		})
+		s.emit(ctx, req.GetTaskId(), req.GetId(), "request.failed", detail)
 	})
-	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.failed", detail)
+	if err != nil {
+		return nil, s.internal(ctx, "record the failed request", err)
+	}
 	s.log.InfoContext(ctx, "request failed", "task", req.GetTaskId(), "request", req.GetId(), "attempt", att.GetId(), "outcome", outcomeName(att.GetOutcome()), "code", code)
 	if code == codeResponseLimitExceeded {
 		return nil, apierror.New(codes.ResourceExhausted, codeResponseLimitExceeded,

@@ -61,9 +61,13 @@ const reasonReplicaStopped = "ORCHESTRATOR_STOPPED"
 type lease struct {
 	s         *Server
 	requestID string
-	stop      chan struct{}
-	done      chan struct{}
-	lost      atomic.Bool
+	// gen is the lease's generation: every write made under the lease
+	// carries it (fence), so one made after another replica took the
+	// request over is refused.
+	gen  int64
+	stop chan struct{}
+	done chan struct{}
+	lost atomic.Bool
 	// renewed is when the lease was last taken or renewed (unix nanos):
 	// a lease not renewed for its ttl (the store unreachable) may have
 	// expired, so it is no proof of ownership.
@@ -86,8 +90,8 @@ func (s *Server) own(ctx context.Context, requestID string) (l *lease, ok bool, 
 	}
 	s.working[requestID] = true
 	s.workMu.Unlock()
-	held, err := s.st.AcquireLease(ctx, requestID, s.replica, s.leaseTTL)
-	if err != nil || !held {
+	gen, err := s.st.AcquireLease(ctx, requestID, s.replica, 0, s.leaseTTL)
+	if err != nil || gen == 0 {
 		s.workMu.Lock()
 		delete(s.working, requestID)
 		s.workMu.Unlock()
@@ -96,7 +100,7 @@ func (s *Server) own(ctx context.Context, requestID string) (l *lease, ok bool, 
 		}
 		return nil, false, nil
 	}
-	l = &lease{s: s, requestID: requestID, stop: make(chan struct{}), done: make(chan struct{})}
+	l = &lease{s: s, requestID: requestID, gen: gen, stop: make(chan struct{}), done: make(chan struct{})}
 	l.renewed.Store(time.Now().UnixNano())
 	go l.renew()
 	return l, true, nil
@@ -116,8 +120,8 @@ func (l *lease) renew() {
 			return
 		case <-t.C:
 		}
-		held, err := l.s.st.AcquireLease(l.s.ctx, l.requestID, l.s.replica, l.s.leaseTTL)
-		if err == nil && !held {
+		gen, err := l.s.st.AcquireLease(l.s.ctx, l.requestID, l.s.replica, l.gen, l.s.leaseTTL)
+		if err == nil && gen == 0 {
 			l.lost.Store(true)
 			l.s.log.Error("lease of an in-flight request lost to another replica", "request", l.requestID)
 			return
@@ -199,11 +203,51 @@ func leaseOf(ctx context.Context) *lease {
 // here.
 func stillOwner(ctx context.Context) error {
 	if l := leaseOf(ctx); l != nil && (l.lost.Load() || time.Since(time.Unix(0, l.renewed.Load())) >= l.s.leaseTTL) {
-		return apierror.New(codes.Aborted, "REQUEST_LEASE_LOST",
-			fmt.Sprintf("this orchestrator replica lost its claim on request %s; another replica continues it", l.requestID),
-			map[string]string{"request_id": l.requestID})
+		return leaseLost(l.requestID)
 	}
 	return nil
+}
+
+// reasonLeaseLost is the reason of a call cut off because another replica
+// took its request over.
+const reasonLeaseLost = "REQUEST_LEASE_LOST"
+
+func leaseLost(requestID string) error {
+	return apierror.New(codes.Aborted, reasonLeaseLost,
+		fmt.Sprintf("this orchestrator replica lost its claim on request %s; another replica continues it", requestID),
+		map[string]string{"request_id": requestID})
+}
+
+// fence is what the writes made under l carry; none for no lease.
+func (l *lease) fence() Fence {
+	if l == nil {
+		return Fence{}
+	}
+	return Fence{RequestID: l.requestID, Generation: l.gen}
+}
+
+// fenceOn is what a write to request id carries under ctx's lease: the
+// lease's fence when it is that request's, else none.
+func fenceOn(ctx context.Context, id string) Fence {
+	if f := leaseOf(ctx).fence(); f.RequestID == id {
+		return f
+	}
+	return Fence{}
+}
+
+// fenced ends the call whose write the store refused as stale: another
+// replica took the request over and writes its own account of it. What
+// the call still holds dies with it (as at a fail point), the lease is
+// lost, and nothing is retried.
+func (s *Server) fenced(ctx context.Context, id string, err error) error {
+	s.log.WarnContext(ctx, "write dropped: another replica took the request over", "request", id, "err", err)
+	if c := checkpointOf(ctx); c != nil {
+		c.kill()
+	}
+	if l := leaseOf(ctx); l != nil && l.requestID == id {
+		l.lost.Store(true)
+	}
+	return leaseLost(id)
 }
 
 // failAt is a fail point: when Deps.FailPoint stops this replica at point,
@@ -220,9 +264,7 @@ func (s *Server) failAt(ctx context.Context, point string) error {
 		return nil
 	}
 	if c := checkpointOf(ctx); c != nil {
-		c.mu.Lock()
-		c.dead = true
-		c.mu.Unlock()
+		c.kill()
 	}
 	if l := leaseOf(ctx); l != nil {
 		l.abandoned.Store(true)

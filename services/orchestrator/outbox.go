@@ -54,8 +54,11 @@ func (s *Server) deliverOutbox(ctx context.Context) {
 		}
 		cut := false
 		for i, e := range entries {
-			if _, ok := s.direct.Load(e.Key); ok {
-				// A live call delivers this one; the loop resumes after it.
+			_, direct := s.direct.Load(e.Key)
+			if direct || (e.Claimant != "" && e.Claimant != s.replica) {
+				// A live call, of this replica or (while its claim
+				// lasts) of another, delivers this one; the loop
+				// resumes after it.
 				entries, cut = entries[:i], true
 				break
 			}
@@ -71,15 +74,8 @@ func (s *Server) deliverOutbox(ctx context.Context) {
 		if err != nil {
 			s.log.WarnContext(ctx, "deliver the trace outbox; tried again on the next pass", "waiting", len(entries)-sent, "err", err)
 		}
-		if sent > 0 {
-			keys := make([]string, sent)
-			for i := range sent {
-				keys[i] = entries[i].Key
-			}
-			if err := s.st.DeleteTraceOutbox(ctx, keys); err != nil {
-				s.log.WarnContext(ctx, "delete delivered trace outbox entries", "err", err)
-				return
-			}
+		if err := s.deleteDelivered(ctx, entries, sent); err != nil {
+			return
 		}
 		if sent < len(entries) || cut {
 			return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
@@ -19,6 +20,22 @@ import (
 type OutboxEntry struct {
 	Key   string
 	Event *evidencev1.TraceEvent
+	// Claimant is the replica that delivers the entry while its claim
+	// lasts (see OutboxClaim); empty when any replica may.
+	Claimant string
+}
+
+// OutboxClaim is what a replica writing trace events to the outbox with
+// a state change says of their delivery: it delivers them itself (its
+// call does, right after the write), so another replica's outbox loop
+// leaves them, and every entry after them, alone until ttl from the
+// write, by the store's clock. Without it two replicas sent one event
+// twice. A claim that lapsed (its replica stopped) lets any deliver. A
+// store used by one process at a time (bbolt) need not keep claims: the
+// process knows what its calls deliver.
+type OutboxClaim struct {
+	Owner string
+	TTL   time.Duration
 }
 
 // TraceOutbox holds, in the orchestrator's own store, the trace events
@@ -95,7 +112,7 @@ func (b *boltStore) DeleteTraceOutbox(_ context.Context, keys []string) error {
 // "<20-digit seq>:<event bytes>", so members are unique and ordered.
 func (s *redisOrchestratorStore) PutTraceOutbox(ctx context.Context, evs []*evidencev1.TraceEvent) error {
 	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		_, err := s.queueOutbox(ctx, p, evs)
+		_, err := s.queueOutbox(ctx, p, evs, OutboxClaim{})
 		return err
 	})
 	if err != nil {
@@ -104,43 +121,66 @@ func (s *redisOrchestratorStore) PutTraceOutbox(ctx context.Context, evs []*evid
 	return nil
 }
 
-// putOutboxScript appends its arguments (marshalled trace events) to the
-// outbox, each under the next sequence, and returns the members: run
+// putOutboxScript appends its arguments after the first two (marshalled
+// trace events) to the outbox, each under the next sequence, claimed for
+// ARGV[1] (when not empty) for ARGV[2] ms, and returns the members: run
 // inside a MULTI, the sequence is taken in the same atomic step as the
-// state change it goes with.
+// state change it goes with. A claim is a key, KEYS[3] followed by the
+// entry's sequence, that expires with it.
 var putOutboxScript = redis.NewScript(`
 local members = {}
-for i, ev in ipairs(ARGV) do
+for i = 3, #ARGV do
   local seq = redis.call('INCR', KEYS[1])
-  local m = string.format('%020d', seq) .. ':' .. ev
+  local s = string.format('%020d', seq)
+  local m = s .. ':' .. ARGV[i]
   redis.call('ZADD', KEYS[2], seq, m)
-  members[i] = m
+  if ARGV[1] ~= '' then
+    redis.call('SET', KEYS[3] .. s, ARGV[1], 'PX', ARGV[2])
+  end
+  members[i - 2] = m
 end
 return members
 `)
 
+// listOutboxScript returns up to ARGV[1] of the oldest outbox members,
+// each followed by its claimant ("" when unclaimed).
+var listOutboxScript = redis.NewScript(`
+local out = {}
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do
+  out[#out + 1] = m
+  out[#out + 1] = redis.call('GET', KEYS[2] .. string.sub(m, 1, 20)) or ''
+end
+return out
+`)
+
+// claimKey is the prefix of the outbox's claim keys; an entry's claim is
+// under the prefix followed by the entry's sequence (its key's first 20
+// characters).
+func (s *redisOrchestratorStore) claimKey() string { return s.k.Key("trace_outbox_claim", "") }
+
 // queueOutbox queues the putting of evs in the outbox on p and returns
 // what gives their entries once p has run.
-func (s *redisOrchestratorStore) queueOutbox(ctx context.Context, p redis.Pipeliner, evs []*evidencev1.TraceEvent) (func() []OutboxEntry, error) {
+func (s *redisOrchestratorStore) queueOutbox(ctx context.Context, p redis.Pipeliner, evs []*evidencev1.TraceEvent, claim OutboxClaim) (func() []OutboxEntry, error) {
 	if len(evs) == 0 {
 		return func() []OutboxEntry { return nil }, nil
 	}
-	args := make([]any, len(evs))
-	for i, ev := range evs {
+	args := make([]any, 2, len(evs)+2)
+	args[0], args[1] = claim.Owner, max(claim.TTL.Milliseconds(), 1)
+	for _, ev := range evs {
 		b, err := proto.Marshal(ev)
 		if err != nil {
 			return nil, err
 		}
-		args[i] = b
+		args = append(args, b)
 	}
 	// EVAL, not EVALSHA: inside MULTI a missing script cannot be retried.
-	cmd := putOutboxScript.Eval(ctx, p, []string{s.k.Key("trace_outbox_seq"), s.k.Key("trace_outbox")}, args...)
+	cmd := putOutboxScript.Eval(ctx, p, []string{s.k.Key("trace_outbox_seq"), s.k.Key("trace_outbox"), s.claimKey()}, args...)
 	return func() []OutboxEntry {
 		members, _ := cmd.StringSlice()
 		out := make([]OutboxEntry, 0, len(members))
 		for i, m := range members {
 			if i < len(evs) {
-				out = append(out, OutboxEntry{Key: m, Event: evs[i]})
+				out = append(out, OutboxEntry{Key: m, Event: evs[i], Claimant: claim.Owner})
 			}
 		}
 		return out
@@ -148,12 +188,13 @@ func (s *redisOrchestratorStore) queueOutbox(ctx context.Context, p redis.Pipeli
 }
 
 func (s *redisOrchestratorStore) ListTraceOutbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
-	members, err := s.c.ZRange(ctx, s.k.Key("trace_outbox"), 0, int64(limit)-1).Result()
+	vals, err := listOutboxScript.Run(ctx, s.c, []string{s.k.Key("trace_outbox"), s.claimKey()}, limit).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("list trace outbox: %w", err)
 	}
-	out := make([]OutboxEntry, 0, len(members))
-	for _, m := range members {
+	out := make([]OutboxEntry, 0, len(vals)/2)
+	for i := 0; i+1 < len(vals); i += 2 {
+		m := vals[i]
 		seq, raw, ok := strings.Cut(m, ":")
 		if _, err := strconv.ParseInt(seq, 10, 64); !ok || err != nil {
 			return nil, fmt.Errorf("trace outbox: malformed entry")
@@ -162,7 +203,7 @@ func (s *redisOrchestratorStore) ListTraceOutbox(ctx context.Context, limit int)
 		if err := proto.Unmarshal([]byte(raw), ev); err != nil {
 			return nil, fmt.Errorf("trace outbox entry %s: %w", seq, err)
 		}
-		out = append(out, OutboxEntry{Key: m, Event: ev})
+		out = append(out, OutboxEntry{Key: m, Event: ev, Claimant: vals[i+1]})
 	}
 	return out, nil
 }
@@ -172,10 +213,21 @@ func (s *redisOrchestratorStore) DeleteTraceOutbox(ctx context.Context, keys []s
 		return nil
 	}
 	members := make([]any, len(keys))
+	claims := make([]string, 0, len(keys))
 	for i, k := range keys {
 		members[i] = k
+		if seq, _, ok := strings.Cut(k, ":"); ok {
+			claims = append(claims, s.claimKey()+seq)
+		}
 	}
-	if err := s.c.ZRem(ctx, s.k.Key("trace_outbox"), members...).Err(); err != nil {
+	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, s.k.Key("trace_outbox"), members...)
+		if len(claims) > 0 {
+			p.Del(ctx, claims...)
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("delete trace outbox entries: %w", err)
 	}
 	return nil

@@ -219,8 +219,8 @@ func TestLostLeaseStopsBeforeTheRemoteCall(t *testing.T) {
 			if err := h.server.st.ReleaseLease(t.Context(), id, h.server.replica); err != nil {
 				t.Error(err)
 			}
-			if ok, err := h.server.st.AcquireLease(t.Context(), id, "replica_other", time.Hour); !ok || err != nil {
-				t.Errorf("take over = %t, %v", ok, err)
+			if gen, err := h.server.st.AcquireLease(t.Context(), id, "replica_other", 0, time.Hour); gen == 0 || err != nil {
+				t.Errorf("take over = generation %d, %v", gen, err)
 			}
 			time.Sleep(2 * ttl)
 			return nil

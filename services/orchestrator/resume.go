@@ -243,11 +243,12 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 	}
 	att.Resolution = joinResolution(att.GetResolution(),
 		fmt.Sprintf("the orchestrator stopped during this attempt (last persisted stage %s); recovered", stageName(att.GetStage())))
-	if req, err = s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
+	if req, err = s.saveAttempt(ctx, req.GetId(), att, func(ctx context.Context) {
+		s.emit(ctx, task.GetId(), req.GetId(), "request.recovering", att.GetResolution())
+	}); err != nil {
 		return fmt.Errorf("persist recovered attempt: %w", err)
 	}
 	s.log.InfoContext(ctx, "recovering request", "request", req.GetId(), "attempt", att.GetId(), "stage", stageName(att.GetStage()))
-	s.emit(ctx, task.GetId(), req.GetId(), "request.recovering", att.GetResolution())
 
 	n := s.afterFailure(ctx, task, req, att, capb, m, conn, 0)
 	switch n.action {
@@ -257,7 +258,7 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 	case actionRetry:
 		att = n.att
 		att.EndTime = s.timestamp()
-		if req, err = s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
+		if req, err = s.saveAttempt(ctx, req.GetId(), att, nil); err != nil {
 			return fmt.Errorf("end recovered attempt: %w", err)
 		}
 		return s.retryRecovered(ctx, task, req, att, 1)

@@ -530,7 +530,7 @@ func (s *Server) refusePending(ctx context.Context, taskID, reason, detail strin
 		if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
 			continue
 		}
-		_, err := s.st.UpdateRequest(ctx, r.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		_, err := s.updateRequest(ctx, r.GetId(), func(r *orchestratorv1.ToolRequest) error {
 			if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
 				return errStateChanged
 			}
@@ -539,19 +539,16 @@ func (s *Server) refusePending(ctx context.Context, taskID, reason, detail strin
 			r.RefusalCode = codeName(codes.FailedPrecondition)
 			r.UpdateTime = s.timestamp()
 			return nil
+		}, func(ctx context.Context) {
+			s.trace(ctx, taskID, &evidencev1.ProductEvent{
+				Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_REFUSED, Capability: r.GetCapability(),
+				RequestId: r.GetId(), IntentId: r.GetIntentId(), Reason: reason, Detail: detail,
+			})
+			s.emit(ctx, taskID, r.GetId(), "request.refused", reason+": "+detail)
 		})
-		if errors.Is(err, errStateChanged) {
-			continue
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, errStateChanged) {
 			s.log.WarnContext(ctx, "refuse pending request", "request", r.GetId(), "err", err)
-			continue
 		}
-		s.trace(ctx, taskID, &evidencev1.ProductEvent{
-			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_REFUSED, Capability: r.GetCapability(),
-			RequestId: r.GetId(), IntentId: r.GetIntentId(), Reason: reason, Detail: detail,
-		})
-		s.emit(ctx, taskID, r.GetId(), "request.refused", reason+": "+detail)
 	}
 }
 
@@ -599,6 +596,9 @@ func (s *Server) loadRequest(ctx context.Context, id string) (*orchestratorv1.To
 // internal logs a storage failure and returns an INTERNAL error without
 // the underlying detail.
 func (s *Server) internal(ctx context.Context, what string, err error) error {
+	if apierror.Reason(err) == reasonLeaseLost {
+		return err // a fenced write, logged (see fenced)
+	}
 	s.log.ErrorContext(ctx, what, "err", err)
 	return apierror.Store("STORAGE_FAILED", "the orchestrator could not "+what, err)
 }

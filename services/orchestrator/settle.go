@@ -200,34 +200,6 @@ func ignoreSettled(err error) error {
 // settled it by hand ("" for evidence found automatically).
 func (s *Server) recordSettlement(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, attemptID string,
 	executed bool, rc *evidencev1.Receipt, artifact, delivery, why, by string) (*orchestratorv1.ToolRequest, error) {
-	out, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
-		att := lastAttempt(r)
-		if !awaitingSettlement(r) || att.GetId() != attemptID {
-			return errAlreadySettled
-		}
-		att.Resolution = joinResolution(att.GetResolution(), why)
-		if executed {
-			att.Outcome = adapterv1.Outcome_OUTCOME_OK
-			if rc != nil {
-				att.Stage = max(att.GetStage(), adapterv1.DeliveryStage_DELIVERY_STAGE_RECEIPT_VERIFIED)
-			}
-			att.Error = nil
-			r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
-			r.Outcome = adapterv1.Outcome_OUTCOME_OK
-			r.ReceiptId, r.ArtifactDigest = rc.GetId(), artifact
-		} else {
-			att.Outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED
-			r.Outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED
-		}
-		r.UpdateTime = s.timestamp()
-		return nil
-	})
-	if err != nil {
-		if errors.Is(err, errAlreadySettled) {
-			return nil, err
-		}
-		return nil, s.internal(ctx, "record the settlement", err)
-	}
 	outcome := adapterv1.Outcome_OUTCOME_INTERRUPTED
 	what := "not executed"
 	if executed {
@@ -248,12 +220,41 @@ func (s *Server) recordSettlement(ctx context.Context, task *orchestratorv1.Task
 		reason = "SETTLED_BY_HAND"
 	}
 	detail := fmt.Sprintf("unknown outcome of attempt %s settled: %s; %s", attemptID, what, why)
-	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE, Capability: out.GetCapability(),
-		RequestId: out.GetId(), IntentId: out.GetIntentId(), AttemptId: attemptID, Outcome: outcomeName(outcome),
-		Reason: reason, Detail: detail,
+	out, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		att := lastAttempt(r)
+		if !awaitingSettlement(r) || att.GetId() != attemptID {
+			return errAlreadySettled
+		}
+		att.Resolution = joinResolution(att.GetResolution(), why)
+		if executed {
+			att.Outcome = adapterv1.Outcome_OUTCOME_OK
+			if rc != nil {
+				att.Stage = max(att.GetStage(), adapterv1.DeliveryStage_DELIVERY_STAGE_RECEIPT_VERIFIED)
+			}
+			att.Error = nil
+			r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
+			r.Outcome = adapterv1.Outcome_OUTCOME_OK
+			r.ReceiptId, r.ArtifactDigest = rc.GetId(), artifact
+		} else {
+			att.Outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED
+			r.Outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED
+		}
+		r.UpdateTime = s.timestamp()
+		return nil
+	}, func(ctx context.Context) {
+		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE, Capability: req.GetCapability(),
+			RequestId: req.GetId(), IntentId: req.GetIntentId(), AttemptId: attemptID, Outcome: outcomeName(outcome),
+			Reason: reason, Detail: detail,
+		})
+		s.emit(ctx, task.GetId(), req.GetId(), "request.settled", detail)
 	})
-	s.emit(ctx, task.GetId(), out.GetId(), "request.settled", detail)
+	if err != nil {
+		if errors.Is(err, errAlreadySettled) {
+			return nil, err
+		}
+		return nil, s.internal(ctx, "record the settlement", err)
+	}
 	s.log.InfoContext(ctx, "unknown outcome settled", "task", task.GetId(), "request", out.GetId(), "attempt", attemptID,
 		"outcome", outcomeName(outcome), "reason", reason, "by", by)
 	return out, nil

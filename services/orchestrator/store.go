@@ -56,10 +56,14 @@ type Store interface {
 	GetRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error)
 	// UpdateRequest applies fn to the stored request and saves the result in
 	// one transaction. An error from fn aborts the update and is returned.
-	// fn may run more than once, as for UpdateTask.
+	// fn may run more than once, as for UpdateTask. It writes no events
+	// and is not fenced: the server changes requests only through
+	// UpdateRequestEmit (Server.updateRequest); this, SaveAttempt and
+	// UseApproval serve tools and tests.
 	UpdateRequest(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error) (*orchestratorv1.ToolRequest, error)
 	// UpdateRequestEmit is UpdateRequest that also writes held in the
-	// same transaction, as UpdateTaskEmit does.
+	// same transaction, as UpdateTaskEmit does. It is the one way the
+	// server changes a request (Server.updateRequest).
 	UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error)
 	// SaveAttempt inserts or updates (by attempt id) one attempt of a
 	// request. The persisted stage never moves backwards.
@@ -84,11 +88,16 @@ type Store interface {
 	ListUnsettledRequests(ctx context.Context) ([]*orchestratorv1.ToolRequest, error)
 
 	// AcquireLease makes owner the one replica working on a request until
-	// ttl from now, by the store's clock: it succeeds when the request has
-	// no lease, its lease expired, or owner holds it already (a renewal).
-	// It reports whether owner holds the lease now. A lease is what keeps
-	// two replicas from acting on one in-flight request.
-	AcquireLease(ctx context.Context, requestID, owner string, ttl time.Duration) (bool, error)
+	// ttl from now, by the store's clock, and returns the lease's
+	// generation, or 0 when owner does not hold it. With gen 0 it takes a
+	// new lease: it succeeds when the request has no live lease of
+	// another owner, and the new generation is greater than any the
+	// request had. With the generation of owner's lease it renews that
+	// lease, and fails when another lease was taken since (even one that
+	// ended since). A lease is what keeps two replicas from acting on one
+	// in-flight request; its generation fences the writes made under it
+	// (see Fence).
+	AcquireLease(ctx context.Context, requestID, owner string, gen int64, ttl time.Duration) (int64, error)
 	// ReleaseLease ends owner's lease on a request; a lease another owner
 	// holds is left as it is.
 	ReleaseLease(ctx context.Context, requestID, owner string) error
@@ -101,6 +110,9 @@ type Store interface {
 	// first; none is an empty list, not an error.
 	ListAccessTokens(ctx context.Context, taskID string) ([]*orchestratorv1.TaskAccessToken, error)
 
+	// EmitHeld writes held, with no state change, in one transaction (as
+	// UpdateTaskEmit does) and returns what was written.
+	EmitHeld(ctx context.Context, held Held) (Written, error)
 	// AppendEvent assigns e the task's next sequence number (starting at 1)
 	// and stores it.
 	AppendEvent(ctx context.Context, e *orchestratorv1.TaskEvent) (*orchestratorv1.TaskEvent, error)
@@ -115,6 +127,31 @@ type Store interface {
 type Held struct {
 	Events []*orchestratorv1.TaskEvent
 	Traces []*evidencev1.TraceEvent
+	// Fence is the lease the transaction is made under.
+	Fence Fence
+	// Claim is who delivers the trace events put in the outbox.
+	Claim OutboxClaim
+}
+
+// Fence names the lease a write is made under. A store refuses the write
+// with ErrFenced, in the write's own transaction, when a lease of a newer
+// generation was taken on the request since: the writer was frozen or cut
+// off long enough for another replica to take the request over, and what
+// it still holds must not be written after its successor's account. The
+// zero Fence writes unconditionally (a write under no lease, such as an
+// approver's denial).
+type Fence struct {
+	RequestID  string
+	Generation int64
+}
+
+// ErrFenced is the error of a write whose Fence is stale.
+var ErrFenced = errors.New("another replica took the request over: write fenced")
+
+// fenced reports whether f is stale against current, the request's
+// newest lease generation.
+func (f Fence) fenced(current int64) bool {
+	return f.Generation != 0 && current > f.Generation
 }
 
 // Written is what a transaction stored of its Held: the task events with

@@ -34,10 +34,13 @@ type boltStore struct {
 
 	leaseMu sync.Mutex
 	leases  map[string]boltLease // see AcquireLease
+	gens    map[string]int64     // request id -> newest lease generation
 }
 
 // NewBoltStore returns the Store backed by the embedded bbolt file.
-func NewBoltStore(db *store.DB) Store { return &boltStore{db: db, leases: map[string]boltLease{}} }
+func NewBoltStore(db *store.DB) Store {
+	return &boltStore{db: db, leases: map[string]boltLease{}, gens: map[string]int64{}}
+}
 
 func requestKey(taskID, providerCallID string) string { return taskID + "\x00" + providerCallID }
 
@@ -72,6 +75,9 @@ func (b *boltStore) UpdateTaskEmit(_ context.Context, id string, fn func(*orches
 	// as the Store contract allows; what the closure returns is set anew on
 	// every run.
 	err := b.db.Batch(func(tx *store.Tx) error {
+		if err := b.fence(held.Fence); err != nil {
+			return err
+		}
 		t := &orchestratorv1.Task{}
 		if err := tx.Get(bucketTasks, id, t); err != nil {
 			return fmt.Errorf("get task %s: %w", id, err)
@@ -138,6 +144,9 @@ func (b *boltStore) CreateRequestEmit(_ context.Context, r *orchestratorv1.ToolR
 	)
 	err := b.db.Batch(func(tx *store.Tx) error {
 		out, created, emitted = nil, false, Written{} // set anew on every run (see store.DB.Batch)
+		if err := b.fence(held.Fence); err != nil {
+			return err
+		}
 		key := requestKey(r.GetTaskId(), r.GetProviderCallId())
 		existing := &wrapperspb.StringValue{}
 		switch err := tx.Get(bucketRequestKeys, key, existing); {
@@ -198,6 +207,9 @@ func (b *boltStore) UpdateRequestEmit(_ context.Context, id string, fn func(*orc
 		emitted Written
 	)
 	err := b.db.Batch(func(tx *store.Tx) error {
+		if err := b.fence(held.Fence); err != nil {
+			return err
+		}
 		r := &orchestratorv1.ToolRequest{}
 		if err := tx.Get(bucketRequests, id, r); err != nil {
 			return fmt.Errorf("get request %s: %w", id, err)
@@ -275,6 +287,22 @@ func (b *boltStore) AppendEvent(_ context.Context, e *orchestratorv1.TaskEvent) 
 		return nil, fmt.Errorf("append event to %s: %w", e.GetTaskId(), err)
 	}
 	return out[0], nil
+}
+
+func (b *boltStore) EmitHeld(_ context.Context, held Held) (Written, error) {
+	var emitted Written
+	err := b.db.Batch(func(tx *store.Tx) error {
+		if err := b.fence(held.Fence); err != nil {
+			return err
+		}
+		var err error
+		emitted, err = writeHeld(tx, held)
+		return err
+	})
+	if err != nil {
+		return Written{}, err
+	}
+	return emitted, nil
 }
 
 // writeHeld appends held's task events and puts its trace events in the
@@ -399,21 +427,48 @@ func (b *boltStore) listIndexed(bucket string) ([]*orchestratorv1.ToolRequest, e
 // Leases of a bbolt file live in memory: the file is open in one process
 // at a time, so a lease could only ever be this process's, and one left by
 // a process that died must not outlive it (its requests are resumed at
-// once on restart). Nothing is written, so a claim costs no fsync.
+// once on restart). Nothing is written, so a claim costs no fsync; for the
+// same reason generations need not survive the process: no writer of an
+// earlier one does.
 type boltLease struct {
 	owner  string
 	expiry time.Time
 }
 
-func (b *boltStore) AcquireLease(_ context.Context, requestID, owner string, ttl time.Duration) (bool, error) {
+func (b *boltStore) AcquireLease(_ context.Context, requestID, owner string, gen int64, ttl time.Duration) (int64, error) {
 	b.leaseMu.Lock()
 	defer b.leaseMu.Unlock()
 	now := time.Now()
-	if cur, ok := b.leases[requestID]; ok && cur.owner != owner && cur.expiry.After(now) {
-		return false, nil // another owner's lease is live
+	cur, ok := b.leases[requestID]
+	live := ok && cur.expiry.After(now)
+	if gen != 0 {
+		// A renewal, of this generation only.
+		if b.gens[requestID] != gen || (live && cur.owner != owner) {
+			return 0, nil
+		}
+	} else {
+		if live && cur.owner != owner {
+			return 0, nil // another owner's lease is live
+		}
+		b.gens[requestID]++
+		gen = b.gens[requestID]
 	}
 	b.leases[requestID] = boltLease{owner: owner, expiry: now.Add(ttl)}
-	return true, nil
+	return gen, nil
+}
+
+// fence fails with ErrFenced when f is stale; called inside the write's
+// transaction, so a lease taken after it is ordered after the write.
+func (b *boltStore) fence(f Fence) error {
+	if f.Generation == 0 {
+		return nil
+	}
+	b.leaseMu.Lock()
+	defer b.leaseMu.Unlock()
+	if f.fenced(b.gens[f.RequestID]) {
+		return fmt.Errorf("write to request %s under lease %d: %w", f.RequestID, f.Generation, ErrFenced)
+	}
+	return nil
 }
 
 func (b *boltStore) ReleaseLease(_ context.Context, requestID, owner string) error {

@@ -28,6 +28,7 @@ import (
 //	open                 SET of request ids with an attempt that has no end time
 //	unsettled            SET of request ids recovery has work for (see recoverable)
 //	lease:<id>           owner of the request's lease, expiring with it (PX)
+//	leasegen:<id>        generation of the request's newest lease (see Fence)
 //	events:<task>        LIST of TaskEvents; the event at index i has sequence i+1
 //	tokens:<task>        TaskAccessTokens (digests of the task's MCP tokens)
 //	eventsig:<task>      pub/sub channel: a message per appended event, to
@@ -92,6 +93,9 @@ func (s *redisOrchestratorStore) UpdateTaskEmit(ctx context.Context, id string, 
 		emitted Written
 	)
 	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
+		if err := s.fence(ctx, tx, held.Fence); err != nil {
+			return err
+		}
 		t := &orchestratorv1.Task{}
 		if err := redisstore.Get(ctx, tx, s.task(id), t); err != nil {
 			return fmt.Errorf("get task %s: %w", id, err)
@@ -114,11 +118,73 @@ func (s *redisOrchestratorStore) UpdateTaskEmit(ctx context.Context, id string, 
 			emitted = queued()
 		}
 		return err
-	}, s.task(id))
+	}, s.watched(held.Fence, s.task(id))...)
 	if err != nil {
 		return nil, Written{}, err
 	}
 	return out, emitted, nil
+}
+
+func (s *redisOrchestratorStore) EmitHeld(ctx context.Context, held Held) (Written, error) {
+	var emitted Written
+	emit := func(c txPipeliner) error {
+		var queued func() Written
+		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			var err error
+			queued, err = s.queueHeld(ctx, p, held)
+			return err
+		})
+		if err == nil {
+			emitted = queued()
+		}
+		return err
+	}
+	var err error
+	if held.Fence.Generation == 0 {
+		err = emit(s.c)
+	} else {
+		err = redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
+			if err := s.fence(ctx, tx, held.Fence); err != nil {
+				return err
+			}
+			return emit(tx)
+		}, s.watched(held.Fence)...)
+	}
+	if err != nil {
+		return Written{}, err
+	}
+	return emitted, nil
+}
+
+// txPipeliner is a client or a watching transaction.
+type txPipeliner interface {
+	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+}
+
+// watched is keys, with the lease generation f is checked against: a
+// lease taken between the check (fence) and EXEC fails the EXEC, and the
+// retried transaction sees it.
+func (s *redisOrchestratorStore) watched(f Fence, keys ...string) []string {
+	if f.Generation == 0 {
+		return keys
+	}
+	return append(keys, s.k.Key("leasegen", f.RequestID))
+}
+
+// fence fails with ErrFenced (aborting tx) when f is stale; the
+// generation's key is watched (see watched).
+func (s *redisOrchestratorStore) fence(ctx context.Context, tx *redis.Tx, f Fence) error {
+	if f.Generation == 0 {
+		return nil
+	}
+	cur, err := tx.Get(ctx, s.k.Key("leasegen", f.RequestID)).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	if f.fenced(cur) {
+		return redisstore.Abort(ctx, tx, fmt.Errorf("write to request %s under lease %d: %w", f.RequestID, f.Generation, ErrFenced))
+	}
+	return nil
 }
 
 // queueHeld queues the writing of held on p (see queueEvents and
@@ -128,7 +194,7 @@ func (s *redisOrchestratorStore) queueHeld(ctx context.Context, p redis.Pipeline
 	if err != nil {
 		return nil, err
 	}
-	outbox, err := s.queueOutbox(ctx, p, held.Traces)
+	outbox, err := s.queueOutbox(ctx, p, held.Traces, held.Claim)
 	if err != nil {
 		return nil, err
 	}
@@ -243,6 +309,9 @@ func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orche
 	// creating the same call at once, one EXEC succeeds; the other's fails,
 	// and its retry finds the entry and returns the first request.
 	err = redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
+		if err := s.fence(ctx, tx, held.Fence); err != nil {
+			return err
+		}
 		existing, err := tx.Get(ctx, idxKey).Result()
 		switch {
 		case err == nil:
@@ -279,7 +348,7 @@ func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orche
 			emitted = queued()
 		}
 		return err
-	}, idxKey)
+	}, s.watched(held.Fence, idxKey)...)
 	if err != nil {
 		return nil, false, Written{}, err
 	}
@@ -305,6 +374,9 @@ func (s *redisOrchestratorStore) UpdateRequestEmit(ctx context.Context, id strin
 		emitted Written
 	)
 	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
+		if err := s.fence(ctx, tx, held.Fence); err != nil {
+			return err
+		}
 		r := &orchestratorv1.ToolRequest{}
 		if err := redisstore.Get(ctx, tx, s.req(id), r); err != nil {
 			return fmt.Errorf("get request %s: %w", id, err)
@@ -328,7 +400,7 @@ func (s *redisOrchestratorStore) UpdateRequestEmit(ctx context.Context, id strin
 			emitted = queued()
 		}
 		return err
-	}, s.req(id))
+	}, s.watched(held.Fence, s.req(id))...)
 	if err != nil {
 		return nil, Written{}, err
 	}
@@ -384,14 +456,25 @@ func (s *redisOrchestratorStore) ListUnsettledRequests(ctx context.Context) ([]*
 
 // acquireLease takes or renews a lease in one step on the server: the key
 // expires with the lease by Redis's clock, so replicas' clocks never
-// disagree about it.
+// disagree about it. A new lease takes the next generation; a renewal
+// (ARGV[3], the generation held) succeeds only while no other lease was
+// taken since.
 var acquireLease = redis.NewScript(`
 local cur = redis.call("GET", KEYS[1])
-if cur == false or cur == ARGV[1] then
-  redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
-  return 1
+local gen = tonumber(ARGV[3])
+if gen > 0 then
+  if (cur == false or cur == ARGV[1]) and tonumber(redis.call("GET", KEYS[2]) or "0") == gen then
+    redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+    return gen
+  end
+  return 0
 end
-return 0`)
+if cur ~= false and cur ~= ARGV[1] then
+  return 0
+end
+gen = redis.call("INCR", KEYS[2])
+redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+return gen`)
 
 // releaseLease deletes a lease only when its owner releases it.
 var releaseLease = redis.NewScript(`
@@ -400,12 +483,12 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
-func (s *redisOrchestratorStore) AcquireLease(ctx context.Context, requestID, owner string, ttl time.Duration) (bool, error) {
-	n, err := acquireLease.Run(ctx, s.c, []string{s.k.Key("lease", requestID)}, owner, max(ttl.Milliseconds(), 1)).Int()
+func (s *redisOrchestratorStore) AcquireLease(ctx context.Context, requestID, owner string, gen int64, ttl time.Duration) (int64, error) {
+	n, err := acquireLease.Run(ctx, s.c, []string{s.k.Key("lease", requestID), s.k.Key("leasegen", requestID)}, owner, max(ttl.Milliseconds(), 1), gen).Int64()
 	if err != nil {
-		return false, fmt.Errorf("acquire lease on %s: %w", requestID, err)
+		return 0, fmt.Errorf("acquire lease on %s: %w", requestID, err)
 	}
-	return n == 1, nil
+	return n, nil
 }
 
 func (s *redisOrchestratorStore) ReleaseLease(ctx context.Context, requestID, owner string) error {

@@ -80,6 +80,9 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return nil, apierror.New(codes.Unavailable, "STORE_UNAVAILABLE", "the orchestrator could not claim the new request; try again", nil)
 	}
 	defer l.release()
+	// Every write of the request, from its creation on, is fenced by the
+	// lease (see updateRequest).
+	ctx = withLease(ctx, l)
 	// The call's trace and task events are written with the state change
 	// they tell of, and delivered at its checkpoints: before the adapter
 	// is called and before this returns (ctx is the detached one by then).
@@ -192,11 +195,11 @@ func withRequestID(err error, id string) error {
 // first. A server closing waits for the execution (Close), as it would
 // for a call in progress.
 func (s *Server) executeInBackground(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, p *prepared) (*orchestratorv1.ToolRequest, error) {
-	out, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+	out, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		p.record(r)
 		r.UpdateTime = s.timestamp()
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, s.internal(ctx, "record the decided request", err)
 	}
@@ -429,23 +432,27 @@ func (s *Server) refuse(ctx context.Context, req *orchestratorv1.ToolRequest, p 
 		reason = "DEPENDENCY_" + codeName(status.Code(cause))
 	}
 	detail := errorMessage(cause)
-	_, err := s.st.UpdateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+	_, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
 		r.RefusalReason, r.RefusalDetail = reason, detail
 		r.RefusalCode = codeName(status.Code(cause))
 		p.record(r)
 		r.UpdateTime = s.timestamp()
 		return nil
+	}, func(ctx context.Context) {
+		s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
+			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_REFUSED, Capability: req.GetCapability(),
+			RequestId: req.GetId(), IntentId: req.GetIntentId(), Reason: reason, Detail: detail,
+		})
+		s.emit(ctx, req.GetTaskId(), req.GetId(), "request.refused", reason+": "+detail)
 	})
-	if err != nil {
+	switch {
+	case apierror.Reason(err) == reasonLeaseLost:
+		return nil, err
+	case err != nil:
 		s.log.ErrorContext(ctx, "record refusal", "request", req.GetId(), "err", err)
 	}
 	s.log.InfoContext(ctx, "request refused", "task", req.GetTaskId(), "request", req.GetId(), "capability", req.GetCapability(), "reason", reason)
-	s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_REFUSED, Capability: req.GetCapability(),
-		RequestId: req.GetId(), IntentId: req.GetIntentId(), Reason: reason, Detail: detail,
-	})
-	s.emit(ctx, req.GetTaskId(), req.GetId(), "request.refused", reason+": "+detail)
 	return nil, cause
 }
 

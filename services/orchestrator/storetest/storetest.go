@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
 		{"UnsettledRequests", testUnsettled},
 		{"TraceOutbox", testTraceOutbox},
 		{"LeaseHasOneOwner", func(t *testing.T, st orchestrator.Store) { CheckLease(t, []orchestrator.Store{st, st}) }},
+		{"StaleLeaseWritesFenced", func(t *testing.T, st orchestrator.Store) { CheckFence(t, []orchestrator.Store{st, st}) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,9 +65,83 @@ func RunShared(t *testing.T, a, b orchestrator.Store) {
 	t.Run("LeaseHasOneOwnerAcrossReplicas", func(t *testing.T) {
 		CheckLease(t, []orchestrator.Store{a, b})
 	})
+	t.Run("StaleLeaseWritesFencedAcrossReplicas", func(t *testing.T) {
+		CheckFence(t, []orchestrator.Store{a, b})
+	})
 	t.Run("EventsWakeWatchersOnOtherReplicas", func(t *testing.T) {
 		CheckEventWake(t, a, b)
 	})
+	t.Run("OutboxClaimsSeenByOtherReplicas", func(t *testing.T) {
+		CheckOutboxClaims(t, a, b)
+	})
+}
+
+// CheckOutboxClaims checks that trace events written with a claim are
+// listed, through another replica's store, with their claimant until
+// the claim lapses or they are delivered, and those put in the outbox
+// without one with none: what keeps two replicas from sending one event
+// twice.
+func CheckOutboxClaims(t *testing.T, a, b orchestrator.Store) {
+	ctx := context.Background()
+	// Start from an empty outbox (the stores are shared with other checks).
+	if old, err := b.ListTraceOutbox(ctx, 1000); err != nil {
+		t.Fatal(err)
+	} else if err := b.DeleteTraceOutbox(ctx, keysOf(old)); err != nil {
+		t.Fatal(err)
+	}
+	ev := func(detail string) []*evidencev1.TraceEvent {
+		return []*evidencev1.TraceEvent{{TaskId: "task_claims", Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{Detail: detail}}}}
+	}
+	w, err := a.EmitHeld(ctx, orchestrator.Held{Traces: ev("claimed"), Claim: orchestrator.OutboxClaim{Owner: "replica_a", TTL: time.Hour}})
+	if err != nil || len(w.Outbox) != 1 || w.Outbox[0].Claimant != "replica_a" {
+		t.Fatalf("claimed write = %+v, %v", w, err)
+	}
+	if err := a.PutTraceOutbox(ctx, ev("unclaimed")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.EmitHeld(ctx, orchestrator.Held{Traces: ev("lapsing"), Claim: orchestrator.OutboxClaim{Owner: "replica_a", TTL: 200 * time.Millisecond}}); err != nil {
+		t.Fatal(err)
+	}
+	claimants := func() map[string]string {
+		t.Helper()
+		box, err := b.ListTraceOutbox(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, e := range box {
+			out[e.Event.GetProduct().GetDetail()] = e.Claimant
+		}
+		return out
+	}
+	if got := claimants(); got["claimed"] != "replica_a" || got["unclaimed"] != "" || len(got) != 3 {
+		t.Errorf("claimants seen by another replica = %v; want claimed by replica_a, unclaimed by none", got)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for claimants()["lapsing"] != "" {
+		if time.Now().After(deadline) {
+			t.Fatal("a lapsed claim still holds its entry")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := claimants()["claimed"]; got != "replica_a" {
+		t.Errorf("a live claim = %q after another lapsed; want replica_a", got)
+	}
+	// Delivered (deleted), an entry leaves the outbox with its claim.
+	if err := b.DeleteTraceOutbox(ctx, []string{w.Outbox[0].Key}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimants(); len(got) != 2 || got["unclaimed"] != "" {
+		t.Errorf("after delivery = %v; want the two others", got)
+	}
+}
+
+func keysOf(es []orchestrator.OutboxEntry) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.Key
+	}
+	return out
 }
 
 func task(id string, state orchestratorv1.TaskState) *orchestratorv1.Task {
@@ -643,57 +718,73 @@ func testUnsettled(t *testing.T, st orchestrator.Store) {
 func CheckLease(t *testing.T, stores []orchestrator.Store) {
 	ctx := context.Background()
 	a, b := stores[0], stores[1%len(stores)]
-	acquire := func(st orchestrator.Store, id, owner string, ttl time.Duration) bool {
+	acquire := func(st orchestrator.Store, id, owner string, gen int64, ttl time.Duration) int64 {
 		t.Helper()
-		ok, err := st.AcquireLease(ctx, id, owner, ttl)
+		got, err := st.AcquireLease(ctx, id, owner, gen, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return ok
+		return got
 	}
-	if !acquire(a, "req_l", "replica_a", time.Hour) {
+	ga := acquire(a, "req_l", "replica_a", 0, time.Hour)
+	if ga == 0 {
 		t.Fatal("a free lease was refused")
 	}
-	if !acquire(a, "req_l", "replica_a", time.Hour) {
-		t.Error("the owner could not renew its lease")
+	if got := acquire(a, "req_l", "replica_a", ga, time.Hour); got != ga {
+		t.Errorf("the owner's renewal = generation %d, want its own %d", got, ga)
 	}
-	if acquire(b, "req_l", "replica_b", time.Hour) {
+	if acquire(b, "req_l", "replica_b", 0, time.Hour) != 0 {
 		t.Error("another replica took a live lease")
 	}
 	if err := b.ReleaseLease(ctx, "req_l", "replica_b"); err != nil {
 		t.Fatal(err)
 	}
-	if acquire(b, "req_l", "replica_b", time.Hour) {
+	if acquire(b, "req_l", "replica_b", 0, time.Hour) != 0 {
 		t.Error("a release by a replica that does not own the lease ended it")
 	}
 	if err := a.ReleaseLease(ctx, "req_l", "replica_a"); err != nil {
 		t.Fatal(err)
 	}
-	if !acquire(b, "req_l", "replica_b", time.Hour) {
-		t.Error("a released lease could not be taken")
+	gb := acquire(b, "req_l", "replica_b", 0, time.Hour)
+	if gb <= ga {
+		t.Errorf("a released lease was taken with generation %d after %d; want a newer one", gb, ga)
+	}
+	if acquire(a, "req_l", "replica_a", ga, time.Hour) != 0 {
+		t.Error("a renewal of a lease taken over since succeeded")
 	}
 	// Leases are per request.
-	if !acquire(a, "req_other", "replica_a", time.Hour) {
+	if acquire(a, "req_other", "replica_a", 0, time.Hour) == 0 {
 		t.Error("a lease on another request was refused")
+	}
+	// A lease that expired is renewed by its owner while nobody took it
+	// (a replica that was slow, not replaced).
+	gi := acquire(a, "req_idle", "replica_a", 0, time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
+	if got := acquire(a, "req_idle", "replica_a", gi, time.Hour); got != gi {
+		t.Errorf("renewal of a lease nobody took = generation %d, want %d", got, gi)
 	}
 
 	// A lease that is not renewed expires, and only then can another
 	// replica take it over.
-	if !acquire(a, "req_expiring", "replica_a", 300*time.Millisecond) {
+	ge := acquire(a, "req_expiring", "replica_a", 0, 300*time.Millisecond)
+	if ge == 0 {
 		t.Fatal("a free lease was refused")
 	}
-	if acquire(b, "req_expiring", "replica_b", time.Hour) {
+	if acquire(b, "req_expiring", "replica_b", 0, time.Hour) != 0 {
 		t.Error("another replica took a lease before it expired")
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for !acquire(b, "req_expiring", "replica_b", time.Hour) {
+	for acquire(b, "req_expiring", "replica_b", 0, time.Hour) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("an expired lease was never taken over")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if acquire(a, "req_expiring", "replica_a", time.Hour) {
+	if acquire(a, "req_expiring", "replica_a", ge, time.Hour) != 0 {
 		t.Error("the old owner renewed a lease taken over by another")
+	}
+	if acquire(a, "req_expiring", "replica_a", 0, time.Hour) != 0 {
+		t.Error("the old owner took a live lease of another anew")
 	}
 
 	// Of replicas racing for one free lease, exactly one wins.
@@ -704,11 +795,11 @@ func CheckLease(t *testing.T, stores []orchestrator.Store) {
 	)
 	for i := range 20 {
 		wg.Go(func() {
-			ok, err := stores[i%len(stores)].AcquireLease(ctx, "req_race", fmt.Sprintf("replica_%d", i), time.Hour)
+			gen, err := stores[i%len(stores)].AcquireLease(ctx, "req_race", fmt.Sprintf("replica_%d", i), 0, time.Hour)
 			if err != nil {
 				t.Error(err)
 			}
-			if ok {
+			if gen != 0 {
 				mu.Lock()
 				wins++
 				mu.Unlock()
@@ -718,6 +809,101 @@ func CheckLease(t *testing.T, stores []orchestrator.Store) {
 	wg.Wait()
 	if wins != 1 {
 		t.Errorf("%d replicas won one lease, want 1", wins)
+	}
+}
+
+// CheckFence checks that a write made under a lease another replica (a
+// store of stores) took over since is refused with ErrFenced and writes
+// nothing (no state change, task event or outbox entry), whichever write
+// it is, while the new owner's writes and unfenced ones go through.
+func CheckFence(t *testing.T, stores []orchestrator.Store) {
+	ctx := context.Background()
+	a, b := stores[0], stores[1%len(stores)]
+	if err := a.CreateTask(ctx, task("task_f", orchestratorv1.TaskState_TASK_STATE_ACTIVE)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.CreateRequest(ctx, request("req_f", "task_f", "call_f")); err != nil {
+		t.Fatal(err)
+	}
+	old, err := a.AcquireLease(ctx, "req_f", "replica_a", 0, time.Hour)
+	if err != nil || old == 0 {
+		t.Fatalf("acquire = %d, %v", old, err)
+	}
+	// The lease ends (as one that expired would) and b takes it.
+	if err := a.ReleaseLease(ctx, "req_f", "replica_a"); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := b.AcquireLease(ctx, "req_f", "replica_b", 0, time.Hour)
+	if err != nil || cur == 0 {
+		t.Fatalf("takeover = %d, %v", cur, err)
+	}
+	held := func(f orchestrator.Fence, detail string) orchestrator.Held {
+		return orchestrator.Held{
+			Events: []*orchestratorv1.TaskEvent{{TaskId: "task_f", RequestId: "req_f", Type: "test", Detail: detail}},
+			Traces: []*evidencev1.TraceEvent{{TaskId: "task_f", Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{Detail: detail}}}},
+			Fence:  f,
+		}
+	}
+	stale := orchestrator.Fence{RequestID: "req_f", Generation: old}
+	before, err := b.ListTraceOutbox(ctx, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := []struct {
+		name  string
+		write func(orchestrator.Held) error
+	}{
+		{"UpdateRequestEmit", func(h orchestrator.Held) error {
+			_, _, err := a.UpdateRequestEmit(ctx, "req_f", func(r *orchestratorv1.ToolRequest) error {
+				r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
+				return nil
+			}, h)
+			return err
+		}},
+		{"CreateRequestEmit", func(h orchestrator.Held) error {
+			_, _, _, err := a.CreateRequestEmit(ctx, request("req_f", "task_f", "call_f2"), h)
+			return err
+		}},
+		{"UpdateTaskEmit", func(h orchestrator.Held) error {
+			_, _, err := a.UpdateTaskEmit(ctx, "task_f", func(tk *orchestratorv1.Task) error {
+				tk.Checkpoint = "stale"
+				return nil
+			}, h)
+			return err
+		}},
+		{"EmitHeld", func(h orchestrator.Held) error {
+			_, err := a.EmitHeld(ctx, h)
+			return err
+		}},
+	}
+	for _, w := range writes {
+		if err := w.write(held(stale, w.name)); !errors.Is(err, orchestrator.ErrFenced) {
+			t.Errorf("%s under a lease taken over since = %v; want ErrFenced", w.name, err)
+		}
+	}
+	if r, err := b.GetRequest(ctx, "req_f"); err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REQUESTED {
+		t.Errorf("request after fenced writes = %v, %v; want it unchanged", r, err)
+	}
+	if tk, err := b.GetTask(ctx, "task_f"); err != nil || tk.GetCheckpoint() != "" {
+		t.Errorf("task after fenced writes = %v, %v; want it unchanged", tk, err)
+	}
+	if evs, err := b.ListEvents(ctx, "task_f", 0); err != nil || len(evs) != 0 {
+		t.Errorf("fenced writes left task events %v, %v", evs, err)
+	}
+	if box, err := b.ListTraceOutbox(ctx, 1000); err != nil || len(box) != len(before) {
+		t.Errorf("fenced writes left %d outbox entries, %v; want the %d of before", len(box)-len(before), err, len(before))
+	}
+	// The new owner writes, and so does a write under no lease.
+	for _, f := range []orchestrator.Fence{{RequestID: "req_f", Generation: cur}, {}} {
+		if _, _, err := b.UpdateRequestEmit(ctx, "req_f", func(r *orchestratorv1.ToolRequest) error {
+			r.Summary += "w"
+			return nil
+		}, held(f, "current")); err != nil {
+			t.Errorf("write under %+v = %v", f, err)
+		}
+	}
+	if evs, err := b.ListEvents(ctx, "task_f", 0); err != nil || len(evs) != 2 {
+		t.Errorf("events after two allowed writes = %d, %v; want 2", len(evs), err)
 	}
 }
 
