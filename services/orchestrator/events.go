@@ -111,6 +111,9 @@ type checkpoint struct {
 	// written are the outbox entries of trace events this call's state
 	// changes wrote, which it delivers at its next checkpoint.
 	written []OutboxEntry
+	// claimed is when the first of written was written: the call's claim
+	// on delivering them lapses a lease ttl later (see OutboxClaim).
+	claimed time.Time
 	// dead is set when a fail point stopped the call: what it held dies
 	// with it, as with a process that was killed.
 	dead bool
@@ -157,10 +160,10 @@ func (s *Server) flush(ctx context.Context) {
 	c.mu.Lock()
 	task, dead := c.task, c.dead
 	c.task = nil
-	held := len(c.events)+len(c.traces) > 0
+	holds := len(c.events)+len(c.traces) > 0
 	c.mu.Unlock()
 	f := leaseOf(ctx).fence()
-	if !dead && (task != nil || (held && f.Generation != 0)) {
+	if !dead && (task != nil || (holds && f.Generation != 0)) {
 		held, giveBack := s.held(ctx, nil)
 		held.Fence = f
 		var (
@@ -205,7 +208,7 @@ func (s *Server) flushTrace(ctx context.Context) {
 		return
 	}
 	c.mu.Lock()
-	written, traces, dead := c.written, c.traces, c.dead
+	written, traces, dead, claimed := c.written, c.traces, c.dead, c.claimed
 	c.written, c.traces = nil, nil
 	c.mu.Unlock()
 	defer s.undirect(written)
@@ -216,6 +219,17 @@ func (s *Server) flushTrace(ctx context.Context) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
+	if len(written) > 0 && time.Since(claimed) >= s.leaseTTL/2 {
+		// The call was slow (or its process frozen): its claim may lapse
+		// while it delivers, and another replica may have delivered the
+		// entries already. The outbox loop sends them, once, and what the
+		// call still holds goes behind them.
+		s.outboxPending.Store(true)
+		if len(traces) > 0 {
+			s.toOutbox(ctx, traces)
+		}
+		return
+	}
 	evs := make([]*evidencev1.TraceEvent, 0, len(written)+len(traces))
 	for _, e := range written {
 		evs = append(evs, e.Event)
@@ -319,6 +333,9 @@ func (s *Server) written(ctx context.Context, w Written) {
 		defer s.flushTrace(ctx)
 	}
 	c.mu.Lock()
+	if len(c.written) == 0 {
+		c.claimed = time.Now()
+	}
 	c.written = append(c.written, w.Outbox...)
 	c.mu.Unlock()
 }

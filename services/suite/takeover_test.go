@@ -3,6 +3,7 @@ package suite_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
@@ -350,5 +352,80 @@ func TestReplicaKilledRequestTakenOverAfterLeaseExpiry(t *testing.T) {
 				t.Errorf("taken over at %s, %s after creation; the lease lasts %s", at, at.Sub(r.GetCreateTime().AsTime()), testLeaseTTL)
 			}
 		})
+	}
+}
+
+// Two replicas submitting at once deliver each trace event once: what a
+// call writes to the shared outbox it delivers itself, and the other
+// replica's outbox loop (every 100 ms here) leaves it alone while the
+// call's claim lasts. Before claims, the loop sent events a live call on
+// the other replica was about to send (REQUEST_RECEIVED seen twice).
+func TestReplicasDeliverEachTraceEventOnce(t *testing.T) {
+	t.Parallel()
+	e := newReplicaEnv(t)
+	replicas := []*suite.Suite{e.replicas[0], e.start(nil)}
+	const n = 12
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r, err := e.submit(replicas[i%2], fmt.Sprint("call-once-", i))
+			if err != nil {
+				t.Errorf("submit %d: %v", i, err)
+				return
+			}
+			ids[i] = r.GetId()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	// An event delivered twice is stored twice with the same content and
+	// the same time (set when the orchestrator made it).
+	type key struct {
+		kind      evidencev1.ProductEventKind
+		requestID string
+		detail    string
+		time      int64
+	}
+	var (
+		seen     map[key]int
+		received map[string]int
+	)
+	delivered := func() bool {
+		tr, err := replicas[1].Evidence.GetTrace(e.as(replicas[1], scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: e.taskID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen, received = map[key]int{}, map[string]int{}
+		ended := map[string]bool{}
+		for _, ev := range tr.GetEvents() {
+			p := ev.GetProduct()
+			seen[key{p.GetKind(), p.GetRequestId(), p.GetDetail(), ev.GetTime().AsTime().UnixNano()}]++
+			switch p.GetKind() {
+			case evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED:
+				received[p.GetRequestId()]++
+			case evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE:
+				ended[p.GetRequestId()] = true
+			}
+		}
+		for _, id := range ids {
+			if !ended[id] {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, "every request's trace is delivered", delivered)
+	for k, count := range seen {
+		if count > 1 {
+			t.Errorf("%v of request %s (%q) delivered %d times", k.kind, k.requestID, k.detail, count)
+		}
+	}
+	for _, id := range ids {
+		if received[id] != 1 {
+			t.Errorf("request %s: REQUEST_RECEIVED %d times; want 1", id, received[id])
+		}
 	}
 }
