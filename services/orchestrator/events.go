@@ -112,7 +112,7 @@ type checkpoint struct {
 	// changes wrote, which it delivers at its next checkpoint.
 	written []OutboxEntry
 	// claimed is when the first of written was written: the call's claim
-	// on delivering them lapses a lease ttl later (see OutboxClaim).
+	// on delivering them lapses claimTTL later (see OutboxClaim).
 	claimed time.Time
 	// dead is set when a fail point stopped the call: what it held dies
 	// with it, as with a process that was killed.
@@ -219,7 +219,7 @@ func (s *Server) flushTrace(ctx context.Context) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	if len(written) > 0 && time.Since(claimed) >= s.leaseTTL/2 {
+	if len(written) > 0 && time.Since(claimed) >= s.claimTTL()/2 {
 		// The call was slow (or its process frozen): its claim may lapse
 		// while it delivers, and another replica may have delivered the
 		// entries already. The outbox loop sends them, once, and what the
@@ -242,6 +242,16 @@ func (s *Server) flushTrace(ctx context.Context) {
 	}
 	s.keepRest(ctx, evs, n, len(traces), err)
 }
+
+// claimTTL is how long a call's claim on delivering what it wrote lasts:
+// a third of a lease ttl, less than the least time before another replica
+// may take the request over (a lease renewed every third of its ttl
+// expires no sooner than two thirds of a ttl after a write made under
+// it). So the claim of a replica that stopped lapses first, and the
+// recovery pass of the replica that takes the request over delivers the
+// stopped one's entries (deliverOutbox runs first) before it writes and
+// delivers its own: the request's trace stays in order.
+func (s *Server) claimTTL() time.Duration { return s.leaseTTL / 3 }
 
 // deleteDelivered removes the first n of entries, delivered, from the
 // outbox. A failure is logged and returned: the entries are sent again
@@ -291,8 +301,8 @@ func (s *Server) undirect(written []OutboxEntry) {
 // happen and are dropped).
 func (s *Server) held(ctx context.Context, tell func(context.Context)) (Held, func()) {
 	// The call delivers what it writes (see written), so other replicas
-	// leave it for as long as the call's lease would last.
-	h := Held{Claim: OutboxClaim{Owner: s.replica, TTL: s.leaseTTL}}
+	// leave it while the claim lasts.
+	h := Held{Claim: OutboxClaim{Owner: s.replica, TTL: s.claimTTL()}}
 	giveBack := func() {}
 	if c := checkpointOf(ctx); c != nil {
 		c.mu.Lock()

@@ -29,7 +29,7 @@ type OutboxEntry struct {
 // a state change says of their delivery: it delivers them itself (its
 // call does, right after the write), so another replica's outbox loop
 // leaves them, and every entry after them, alone until ttl from the
-// write, by the store's clock. Without it two replicas sent one event
+// write, by the store's clock (see Server.claimTTL). Without it two replicas sent one event
 // twice. A claim that lapsed (its replica stopped) lets any deliver. A
 // store used by one process at a time (bbolt) need not keep claims: the
 // process knows what its calls deliver.
