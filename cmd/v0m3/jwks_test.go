@@ -14,28 +14,23 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/identity/identitytest"
 )
 
 // v0m3 jwks exports, from the orchestrator's certificate, the key its
 // subject tokens verify with; another service's certificate is refused.
 func TestJWKS(t *testing.T) {
 	t.Parallel()
-	ca, err := identity.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(service string) (*identity.Credentials, string) {
-		c, err := ca.Issue(service)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), service+".crt")
+	creds := identitytest.Credentials(t, identity.Orchestrator, identity.Adapter)
+	write := func(c *identity.Credentials) string {
+		path := filepath.Join(t.TempDir(), "service.crt")
 		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Leaf().Raw}), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return c, path
+		return path
 	}
-	orch, orchPath := write(identity.Orchestrator)
+	orch := creds[0]
+	orchPath := write(orch)
 	var out bytes.Buffer
 	if err := runJWKS(t.Context(), []string{"--cert-file", orchPath}, &out, &bytes.Buffer{}); err != nil {
 		t.Fatalf("jwks: %v", err)
@@ -48,19 +43,15 @@ func TestJWKS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parsed, err := jwt.ParseSigned(tok, []jose.SignatureAlgorithm{jose.ES256, jose.ES384, jose.ES512, jose.PS256, jose.EdDSA})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got jwt.Claims
-	if keys := ks.Key(parsed.Headers[0].KeyID); len(keys) != 1 || parsed.Claims(keys[0].Key, &got) != nil || got.Subject != "alice" {
-		t.Errorf("the exported JWKS does not verify the orchestrator's JWT: %s", out.String())
+	if err := identitytest.VerifyJWT(tok, &ks, &got); err != nil || got.Subject != "alice" {
+		t.Errorf("the exported JWKS does not verify the orchestrator's JWT (%v): %s", err, out.String())
 	}
 	if strings.Contains(out.String(), `"d"`) {
 		t.Errorf("the JWKS holds a private key: %s", out.String())
 	}
 
-	_, adapterPath := write(identity.Adapter)
+	adapterPath := write(creds[1])
 	if err := runJWKS(t.Context(), []string{"--cert-file", adapterPath}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
 		t.Error("jwks accepted the adapter's certificate")
 	}

@@ -9,7 +9,6 @@
 package bridge
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -32,6 +31,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/v0m3/v0m3/services/hostguard"
+	"github.com/v0m3/v0m3/services/stdionoise"
 )
 
 // Defaults for Options.
@@ -523,7 +523,8 @@ func (b *Bridge) startChild(ctx context.Context, s *session) (mcp.Connection, in
 		err := cmd.Wait()
 		b.opts.Log.Info("server process exited", "session", s.id, "pid", cmd.Process.Pid, "status", exitStatus(err))
 	}()
-	out := newNoiseFilter(stdoutR, b.opts.Log.With("session", s.id))
+	// The child's non-JSON stdout lines are dropped and logged, bounded.
+	out := stdionoise.New(stdoutR, stdionoise.Options{Log: b.opts.Log.With("session", s.id)})
 	conn, err := (&mcp.IOTransport{Reader: out, Writer: stdin}).Connect(ctx)
 	if err != nil {
 		s.cancel()
@@ -606,72 +607,6 @@ func (b *Bridge) Close() {
 	}
 	b.children.Wait()
 }
-
-// Noise on a child's stdout: some community servers print a banner or a
-// log line to stdout before (or between) JSON-RPC messages. Such lines are
-// dropped and logged, the first few of each session only and each cut
-// short, since they are untrusted text.
-const (
-	maxNoiseLogged  = 5
-	maxNoiseLogText = 200
-)
-
-// noiseFilter passes the JSON lines of a child's stdout and drops the
-// others. It decides by a line's first byte ('{' or '[' is JSON-RPC), so
-// memory stays bounded however long a line is.
-type noiseFilter struct {
-	r       *bufio.Reader
-	c       io.Closer
-	log     *slog.Logger
-	start   bool // at the start of a line
-	pass    bool // the current line is passed on
-	pending []byte
-	noise   []byte // the start of the current dropped line
-	dropped int
-}
-
-func newNoiseFilter(rc io.ReadCloser, log *slog.Logger) *noiseFilter {
-	return &noiseFilter{r: bufio.NewReaderSize(rc, 64<<10), c: rc, log: log, start: true}
-}
-
-func (f *noiseFilter) Read(p []byte) (int, error) {
-	for len(f.pending) == 0 {
-		chunk, err := f.r.ReadSlice('\n')
-		if len(chunk) > 0 {
-			if f.start {
-				trimmed := bytes.TrimLeft(chunk, " \t\r\n")
-				f.pass = len(trimmed) == 0 || trimmed[0] == '{' || trimmed[0] == '['
-				f.noise = f.noise[:0]
-			}
-			if f.pass {
-				f.pending = append(f.pending[:0], chunk...)
-			} else if room := maxNoiseLogText - len(f.noise); room > 0 {
-				f.noise = append(f.noise, chunk[:min(room, len(chunk))]...)
-			}
-			f.start = err == nil
-			if f.start && !f.pass {
-				f.dropped++
-				switch {
-				case f.dropped <= maxNoiseLogged:
-					f.log.Warn("server printed a non-JSON line on stdout; dropped", "line", strings.TrimSpace(string(f.noise)))
-				case f.dropped == maxNoiseLogged+1:
-					f.log.Warn("server keeps printing non-JSON lines on stdout; dropping them without logging")
-				}
-			}
-		}
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-			if len(f.pending) > 0 {
-				break
-			}
-			return 0, err
-		}
-	}
-	n := copy(p, f.pending)
-	f.pending = f.pending[n:]
-	return n, nil
-}
-
-func (f *noiseFilter) Close() error { return f.c.Close() }
 
 // Install copies the running executable to dir/v0m3, so an init container
 // can hand the bridge to a server image that does not contain it.

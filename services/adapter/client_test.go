@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	"github.com/v0m3/v0m3/services/stdionoise"
 )
 
 // The robust MCP client (issue 16 item 4), each behaviour against a real
@@ -584,7 +585,7 @@ func (l *lockedBuffer) String() string {
 // TestNoisyStdoutTolerated: a local server that prints non-JSON lines on
 // stdout before speaking JSON-RPC (a banner, a long log line) is
 // discovered and called; the lines are dropped and logged, only the
-// first maxNoiseLogged of them and each cut to maxNoiseLogText bytes.
+// first stdionoise.MaxLogged of them and each cut to stdionoise.MaxLogText bytes.
 func TestNoisyStdoutTolerated(t *testing.T) {
 	t.Parallel()
 	var logs lockedBuffer
@@ -610,14 +611,14 @@ func TestNoisyStdoutTolerated(t *testing.T) {
 		switch {
 		case strings.Contains(rec.Msg, "non-JSON line on stdout; dropped"):
 			dropped++
-			if len(rec.Line) > maxNoiseLogText || !strings.HasPrefix(rec.Line, "fixture banner line") {
-				t.Errorf("logged line %q (%d bytes): want the line, cut to %d bytes", rec.Line[:min(len(rec.Line), 60)], len(rec.Line), maxNoiseLogText)
+			if len(rec.Line) > stdionoise.MaxLogText || !strings.HasPrefix(rec.Line, "fixture banner line") {
+				t.Errorf("logged line %q (%d bytes): want the line, cut to %d bytes", rec.Line[:min(len(rec.Line), 60)], len(rec.Line), stdionoise.MaxLogText)
 			}
 		case strings.Contains(rec.Msg, "keeps printing non-JSON lines"):
 			quiet++
 		}
 	}
-	if dropped != 2*maxNoiseLogged || quiet != 2 {
-		t.Errorf("%d dropped lines logged and %d notices, want %d and 2", dropped, quiet, 2*maxNoiseLogged)
+	if dropped != 2*stdionoise.MaxLogged || quiet != 2 {
+		t.Errorf("%d dropped lines logged and %d notices, want %d and 2", dropped, quiet, 2*stdionoise.MaxLogged)
 	}
 }

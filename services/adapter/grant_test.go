@@ -17,6 +17,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/grant"
 	"github.com/v0m3/v0m3/services/internal/receipt"
@@ -57,14 +58,7 @@ func wantNothingStarted(t *testing.T, e *env, log string) {
 func TestExecuteWithoutValidGrantChangesNothing(t *testing.T) {
 	t.Parallel()
 	p := testPKI(t)
-	otherCA, err := identity.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	impostor, err := otherCA.Issue(identity.Orchestrator)
-	if err != nil {
-		t.Fatal(err)
-	}
+	impostor := identitytest.Credentials(t, identity.Orchestrator)[0]
 	registryCreds, err := p.ca.Issue(identity.Registry)
 	if err != nil {
 		t.Fatal(err)

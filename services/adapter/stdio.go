@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 
 	"github.com/v0m3/v0m3/services/internal/reach"
+	"github.com/v0m3/v0m3/services/stdionoise"
 )
 
 // childPATH is the PATH a local server gets unless its configuration sets
@@ -116,7 +118,7 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		close(exited)
 	}()
 	t := &mcp.IOTransport{
-		Reader:        &lineLimitReader{r: newNoiseFilter(outR, m, d.creds, d.log, d.connectionID), m: m},
+		Reader:        &lineLimitReader{r: d.noiseFilter(outR, m), m: m},
 		Writer:        &watchWriter{w: inW, m: m},
 		MaxLineLength: -1, // lineLimitReader enforces the limit while reading
 	}
@@ -248,3 +250,15 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 }
 
 func (w *watchWriter) Close() error { return w.w.Close() }
+
+// noiseFilter drops the non-JSON lines the local server prints on stdout
+// (banners, log lines some community servers print): they still count in
+// the meter's total, and the first few are logged with the connection's
+// credential scrubbed, since they are untrusted text.
+func (d *stdioDialer) noiseFilter(stdout io.ReadCloser, m *meter) *stdionoise.Filter {
+	return stdionoise.New(stdout, stdionoise.Options{
+		Log:   d.log.With("connection_id", d.connectionID),
+		Scrub: d.creds.text,
+		Count: func(n int) { m.total.Add(int64(n)) },
+	})
+}

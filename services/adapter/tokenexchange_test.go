@@ -24,6 +24,7 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/exchangetest"
 	"github.com/v0m3/v0m3/services/internal/grant"
 	"github.com/v0m3/v0m3/services/internal/ids"
@@ -213,14 +214,7 @@ func TestTokenExchange(t *testing.T) {
 // neither token nor secret appears in the response or the log.
 func TestTokenExchangeRefused(t *testing.T) {
 	t.Parallel()
-	otherCA, err := identity.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	impostor, err := otherCA.Issue(identity.Orchestrator)
-	if err != nil {
-		t.Fatal(err)
-	}
+	impostor := identitytest.Credentials(t, identity.Orchestrator)[0]
 	orch := testPKI(t).orchestrator
 	claims := func(g grant.Grant, aud string, exp time.Time) grant.SubjectClaims {
 		return grant.SubjectClaims{Claims: jwt.Claims{Issuer: grant.SubjectIssuer, Subject: "alice", Audience: jwt.Audience{aud}, ID: ids.New("sbj"),

@@ -14,6 +14,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/fixture/renderer"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/grant"
 	"github.com/v0m3/v0m3/services/internal/ids"
@@ -94,14 +95,7 @@ func TestExecuteWithMadeUpMappingRunsNothing(t *testing.T) {
 	}
 
 	// The orchestrator's certificate, without the grant for this call.
-	otherCA, err := identity.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	impostor, err := otherCA.Issue(identity.Orchestrator)
-	if err != nil {
-		t.Fatal(err)
-	}
+	impostor := identitytest.Credentials(t, identity.Orchestrator)[0]
 	orchestrator := creds(t, s, identity.Orchestrator)
 	other := renderCall(t, r, "map_made_up", 32)
 	tests := []struct {

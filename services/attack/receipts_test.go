@@ -16,6 +16,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/receipt"
@@ -147,14 +148,7 @@ func TestForgedReceiptIsRefusedAndNeverTrusted(t *testing.T) {
 	if _, err := adapterPeer.Evidence.RecordReceipt(context.Background(), forged("")); !apierror.Is(err, codes.PermissionDenied, "PEER_NOT_ALLOWED") {
 		t.Errorf("RecordReceipt as the adapter peer: %v, want PEER_NOT_ALLOWED", err)
 	}
-	otherCA, err := identity.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	impostor, err := otherCA.Issue(identity.Adapter)
-	if err != nil {
-		t.Fatal(err)
-	}
+	impostor := identitytest.Credentials(t, identity.Adapter)[0]
 	attest := func(signer *identity.Credentials, intent string) string {
 		tok, err := receipt.Attest(signer, receipt.Attestation{GrantID: ids.New("grant"), AttemptID: "att_forged", IntentID: intent,
 			TaskID: task.GetTask().GetId(), ResponseDigest: forgedDigest, ArtifactDigest: forgedDigest}, time.Now())

@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/serve"
@@ -94,23 +94,9 @@ func startSuite(t *testing.T, dataDir string) *suite.Suite {
 // callLog reads the fixture server's request log: one JSON object a line.
 func callLog(t *testing.T, path string) []map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	out, err := fixture.ReadJSONLines[map[string]string](path)
 	if err != nil {
-		if os.IsNotExist(err) {
-			return nil
-		}
 		t.Fatal(err)
-	}
-	var out []map[string]string
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]string
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("call log line %q: %v", line, err)
-		}
-		out = append(out, m)
 	}
 	return out
 }

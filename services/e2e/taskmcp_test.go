@@ -248,6 +248,18 @@ func TestTaskMCPSourceReview(t *testing.T) {
 			if err != nil || !bad.IsError || !strings.Contains(text(bad), "Refused (UNKNOWN_ARGUMENT_FIELD)") || !strings.Contains(text(bad), "What to do: remove the fields") {
 				t.Errorf("call with an unknown field = %q, %v; want a tool error naming UNKNOWN_ARGUMENT_FIELD and what to do", text(bad), err)
 			}
+
+			// The endpoint calls the orchestrator in process, past no gRPC
+			// interceptor: the API's limits hold all the same, and the call
+			// is refused before anything is recorded.
+			long, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: scenario.Retrieve, Arguments: map[string]any{"source": faq, "query": "x"},
+				Meta: mcp.Meta{orchestrator.MetaProviderCallID: strings.Repeat("c", 32<<10)}})
+			if err != nil || !long.IsError || !strings.Contains(text(long), "Refused (FIELD_TOO_LONG)") || strings.Contains(text(long), "cccc") {
+				t.Errorf("call with a 32 KB provider call id = %.300q, %v; want a tool error naming FIELD_TOO_LONG, not quoting the id", text(long), err)
+			}
+			if reqs, _ := s.Orchestrator.ListRequests(as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task}); len(reqs.GetRequests()) != 2 {
+				t.Errorf("after the refused calls the task has %d requests, want 2 (the call and the one with an unknown field)", len(reqs.GetRequests()))
+			}
 		})
 	}
 }

@@ -2,12 +2,9 @@ package faults_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -225,17 +222,13 @@ func mapTool(t *testing.T, c *cluster, conn *registryv1.Connection, m *registryv
 // countLines counts the JSON lines of path that match.
 func countLines(t *testing.T, path string, match func(map[string]any) bool) int {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return 0
-	}
+	lines, err := fixture.ReadJSONLines[map[string]any](path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var m map[string]any
-		if line != "" && json.Unmarshal([]byte(line), &m) == nil && match(m) {
+	for _, m := range lines {
+		if match(m) {
 			n++
 		}
 	}

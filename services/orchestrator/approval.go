@@ -109,9 +109,6 @@ func (s *Server) GetApproval(ctx context.Context, in *orchestratorv1.GetApproval
 // check runs again on current state, the approval is used (once), and the
 // request executes.
 func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest) (_ *orchestratorv1.ToolRequest, err error) {
-	if err := checkInput(in); err != nil {
-		return nil, err
-	}
 	if in.GetRequestId() == "" {
 		return nil, missing("request_id")
 	}
@@ -371,9 +368,6 @@ func (s *Server) invalidate(ctx context.Context, req *orchestratorv1.ToolRequest
 
 // Deny denies a request awaiting approval.
 func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (_ *orchestratorv1.ToolRequest, err error) {
-	if err := checkInput(in); err != nil {
-		return nil, err
-	}
 	if in.GetRequestId() == "" {
 		return nil, missing("request_id")
 	}

@@ -10,6 +10,7 @@ import (
 
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/bounds"
 )
 
 // TestInputBounds: oversized input is INVALID_ARGUMENT with the limit
@@ -36,9 +37,9 @@ func TestInputBounds(t *testing.T) {
 		field      string
 		says       string
 	}{
-		{"a 32 KB provider call id", strings.Repeat("c", 32<<10), capRetrieveAuthorizedSource, ok, reasonFieldTooLong, "provider_call_id", "at most 256 bytes"},
-		{"a 3 MB capability name", "call_cap", strings.Repeat("r", 3<<20), ok, reasonFieldTooLong, "capability", "at most 256 bytes"},
-		{"2 MiB of arguments", "call_args", capRetrieveAuthorizedSource, map[string]any{"source": handle, "query": strings.Repeat("q", 2<<20)}, reasonFieldTooLong, "arguments", "at most 1048576 bytes"},
+		{"a 32 KB provider call id", strings.Repeat("c", 32<<10), capRetrieveAuthorizedSource, ok, bounds.ReasonFieldTooLong, "provider_call_id", "at most 256 bytes"},
+		{"a 3 MB capability name", "call_cap", strings.Repeat("r", 3<<20), ok, bounds.ReasonFieldTooLong, "capability", "at most 256 bytes"},
+		{"2 MiB of arguments", "call_args", capRetrieveAuthorizedSource, map[string]any{"source": handle, "query": strings.Repeat("q", 2<<20)}, bounds.ReasonFieldTooLong, "arguments", "at most 1048576 bytes"},
 		{"a 900 KB unknown field name", "call_unknown", capRetrieveAuthorizedSource, map[string]any{"source": handle, big: 1}, reasonUnknownField, "arguments." + big[:maxEchoBytes], ""},
 		{"50 unknown fields", "call_many", capRetrieveAuthorizedSource, manyUnknown, reasonUnknownField, "arguments.extra_00", "and 40 more"},
 	} {
@@ -78,7 +79,7 @@ func TestInputBounds(t *testing.T) {
 	}
 
 	// A task's start and the decisions on requests are bounded alike.
-	scope := make([]*orchestratorv1.SourceRef, maxScopeEntries+1)
+	scope := make([]*orchestratorv1.SourceRef, bounds.Entries+1)
 	for i := range scope {
 		scope[i] = &orchestratorv1.SourceRef{Uri: fmt.Sprintf("file:///docs/%d.md", i)}
 	}
@@ -90,23 +91,23 @@ func TestInputBounds(t *testing.T) {
 		{"a 5 KB purpose", func() error {
 			_, err := h.client.StartTask(t.Context(), &orchestratorv1.StartTaskRequest{Profile: "source_review", Purpose: strings.Repeat("p", 5<<10), SourceScope: []*orchestratorv1.SourceRef{migrationGuide}})
 			return err
-		}, reasonFieldTooLong},
+		}, bounds.ReasonFieldTooLong},
 		{"a 5 KB scope uri", func() error {
 			_, err := h.client.StartTask(t.Context(), &orchestratorv1.StartTaskRequest{Profile: "source_review", Purpose: "p", SourceScope: []*orchestratorv1.SourceRef{{Uri: "file:///" + strings.Repeat("d", 5<<10)}}})
 			return err
-		}, reasonFieldTooLong},
+		}, bounds.ReasonFieldTooLong},
 		{"1001 scope entries", func() error {
 			_, err := h.client.StartTask(t.Context(), &orchestratorv1.StartTaskRequest{Profile: "source_review", Purpose: "p", SourceScope: scope})
 			return err
-		}, "SCOPE_TOO_LARGE"},
+		}, bounds.ReasonScopeTooLarge},
 		{"a 5 KB denial reason", func() error {
 			_, err := h.client.Deny(t.Context(), &orchestratorv1.DenyRequest{RequestId: "req_x", Reason: strings.Repeat("r", 5<<10)})
 			return err
-		}, reasonFieldTooLong},
+		}, bounds.ReasonFieldTooLong},
 		{"a 5 KB cancel reason", func() error {
 			_, err := h.client.CancelTask(t.Context(), &orchestratorv1.CancelTaskRequest{Id: cat.GetTaskId(), Reason: strings.Repeat("r", 5<<10)})
 			return err
-		}, reasonFieldTooLong},
+		}, bounds.ReasonFieldTooLong},
 	} {
 		if err := tc.call(); !apierror.Is(err, codes.InvalidArgument, tc.reason) {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT %s", tc.name, err, tc.reason)

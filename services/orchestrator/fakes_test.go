@@ -29,6 +29,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/bounds"
 	"github.com/v0m3/v0m3/services/internal/deadline"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
@@ -680,7 +681,9 @@ func newHarnessOn(t *testing.T, st Store, configure ...func(*Deps)) *harness {
 		t.Fatalf("dial: %v", err)
 	}
 	// Without a named caller, alice of authors calls: she starts the tasks.
-	gs := grpc.NewServer(identitytest.ServerOptions(identity.Caller{ID: "alice", Groups: []string{"authors"}, Kind: identity.KindUser})...)
+	// Requests are bounded by the declared limits, as serve.New bounds them.
+	gs := grpc.NewServer(append(identitytest.ServerOptions(identity.Caller{ID: "alice", Groups: []string{"authors"}, Kind: identity.KindUser}),
+		grpc.ChainUnaryInterceptor(bounds.UnaryServer()), grpc.ChainStreamInterceptor(bounds.StreamServer()))...)
 	registryv1.RegisterRegistryServiceServer(gs, h.registry)
 	policyv1.RegisterPolicyServiceServer(gs, h.policy)
 	adapterv1.RegisterAdapterServiceServer(gs, h.adapter)

@@ -15,6 +15,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/grant"
 	"github.com/v0m3/v0m3/services/internal/ids"
@@ -34,17 +35,8 @@ type signed struct {
 
 func newSigned(t *testing.T) *signed {
 	t.Helper()
-	ca, err := identity.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &signed{}
-	if s.adapterCreds, err = ca.Issue(identity.Adapter); err != nil {
-		t.Fatal(err)
-	}
-	if s.orchestratorCreds, err = ca.Issue(identity.Orchestrator); err != nil {
-		t.Fatal(err)
-	}
+	creds := identitytest.Credentials(t, identity.Adapter, identity.Orchestrator)
+	s := &signed{adapterCreds: creds[0], orchestratorCreds: creds[1]}
 	s.previewHarness = newPreviewHarness(t, func(d *Deps) { d.Credentials = s.orchestratorCreds })
 	renderer := s.adapter.respond
 	s.adapter.setRespond(func(in *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {

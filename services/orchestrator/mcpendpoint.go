@@ -160,9 +160,15 @@ func (s *Server) mcpCall(task *orchestratorv1.Task, capability string) mcp.ToolH
 		// The caller is the task's requester, as the verified token says:
 		// the same checks apply as to the requester's own SubmitToolRequest.
 		ctx = identity.WithCaller(ctx, identity.Caller{ID: task.GetRequester().GetId(), Groups: task.GetRequester().GetGroups(), Issuer: tokenIssuer, Kind: identity.KindUser})
-		r, err := s.SubmitToolRequest(ctx, &orchestratorv1.SubmitToolRequestRequest{
+		in := &orchestratorv1.SubmitToolRequestRequest{
 			TaskId: task.GetId(), ProviderCallId: callID, Capability: capability, Arguments: st, DocumentDigest: docDigest,
-		})
+		}
+		// This call passes no gRPC interceptor: the API's limits are
+		// applied here.
+		if err := limits.Check(in); err != nil {
+			return refusalResult(err), nil
+		}
+		r, err := s.SubmitToolRequest(ctx, in)
 		if err != nil {
 			return refusalResult(err), nil
 		}

@@ -46,9 +46,6 @@ func (s *Server) MintMcpToken(ctx context.Context, req *orchestratorv1.MintMcpTo
 	if req.GetTaskId() == "" {
 		return nil, missing("task_id")
 	}
-	if err := checkInput(req); err != nil {
-		return nil, err
-	}
 	task, err := s.openTask(ctx, req.GetTaskId(), taskWrite)
 	if err != nil {
 		return nil, err

@@ -219,9 +219,6 @@ func (s *Server) timestamp() *timestamppb.Timestamp { return timestamppb.New(s.n
 // StartTask plans a task, persists it, compiles its offered catalogue and
 // returns both.
 func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskRequest) (*orchestratorv1.StartTaskResponse, error) {
-	if err := checkInput(req); err != nil {
-		return nil, err
-	}
 	if req.GetMcpAccess() && s.deps.MCPBaseURL == "" {
 		return nil, errMCPDisabled()
 	}
@@ -375,9 +372,6 @@ func (s *Server) GetRequest(ctx context.Context, req *orchestratorv1.GetRequestR
 // CancelTask cancels an active task. Requests waiting for approval are
 // refused with TASK_CANCELLED. Cancelling a cancelled task returns it.
 func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskRequest) (*orchestratorv1.Task, error) {
-	if err := checkInput(req); err != nil {
-		return nil, err
-	}
 	if req.GetId() == "" {
 		return nil, missing("id")
 	}
@@ -442,9 +436,6 @@ func (s *Server) announceEnd(ctx context.Context, task *orchestratorv1.Task, rea
 // can act on their approval any more. Completing a completed task
 // returns it.
 func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteTaskRequest) (*orchestratorv1.Task, error) {
-	if err := checkInput(req); err != nil {
-		return nil, err
-	}
 	if req.GetId() == "" {
 		return nil, missing("id")
 	}

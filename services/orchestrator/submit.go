@@ -58,9 +58,6 @@ type prepared struct {
 // ErrorInfo metadata ("request_id"), and GetRequest returns the request
 // in the state the error tells of (see the README's error model).
 func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.SubmitToolRequestRequest) (_ *orchestratorv1.ToolRequest, err error) {
-	if err := checkInput(in); err != nil {
-		return nil, err
-	}
 	for _, f := range []struct{ name, value string }{
 		{"task_id", in.GetTaskId()}, {"provider_call_id", in.GetProviderCallId()}, {"capability", in.GetCapability()},
 	} {

@@ -2,12 +2,9 @@ package suite_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -39,17 +36,13 @@ func startFixture(t *testing.T, callLog string) string {
 
 func toolCallCount(t *testing.T, path string) int {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return 0
-	}
+	calls, err := fixture.ReadJSONLines[fixture.CallLogEntry](path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var m map[string]string
-		if json.Unmarshal([]byte(line), &m) == nil && m["method"] == "tools/call" {
+	for _, c := range calls {
+		if c.Method == "tools/call" {
 			n++
 		}
 	}

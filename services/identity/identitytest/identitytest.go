@@ -1,7 +1,9 @@
 // Package identitytest lets a unit test of one service's handlers name the
 // caller of each RPC without tokens or certificates. It stands in for the
 // guard only where the guard is not under test; tests that prove
-// authentication run the real guard over mutual TLS.
+// authentication run the real guard over mutual TLS, with service
+// credentials from Credentials. VerifyJWT checks a token the way a relying
+// party on a service's JWKS does.
 package identitytest
 
 import (

@@ -7,8 +7,8 @@
 //
 // Services bound their requests either field by field (Check) or whole,
 // by declared Limits walked over every string, bytes, list and map field
-// of the request (Limits.Check, and UnaryServer for a server whose
-// implementation declares its Limits).
+// of the request (Limits.Check, and UnaryServer and StreamServer for a
+// server whose implementation declares its Limits).
 package bounds
 
 import (

@@ -186,3 +186,31 @@ func UnaryServer() grpc.UnaryServerInterceptor {
 		return handler(ctx, req)
 	}
 }
+
+// StreamServer refuses each message a stream receives over its service's
+// Limits, as UnaryServer does a unary request: the handler of a
+// server-streaming RPC gets an error instead of its request.
+func StreamServer() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if b, ok := srv.(Bounded); ok {
+			ss = &boundedStream{ServerStream: ss, limits: b.Limits()}
+		}
+		return handler(srv, ss)
+	}
+}
+
+// boundedStream checks each message it receives against limits.
+type boundedStream struct {
+	grpc.ServerStream
+	limits Limits
+}
+
+func (s *boundedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if pm, ok := m.(proto.Message); ok {
+		return s.limits.Check(pm)
+	}
+	return nil
+}

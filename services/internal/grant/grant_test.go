@@ -10,6 +10,7 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/grant"
 )
 
@@ -29,14 +30,7 @@ func request(t *testing.T) *adapterv1.ExecuteRequest {
 
 func TestTimes(t *testing.T) {
 	t.Parallel()
-	ca, err := identity.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	orch, err := ca.Issue(identity.Orchestrator)
-	if err != nil {
-		t.Fatal(err)
-	}
+	orch := identitytest.Credentials(t, identity.Orchestrator)[0]
 	now := time.Now()
 	tests := []struct {
 		name   string

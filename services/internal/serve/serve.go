@@ -40,15 +40,15 @@ type Server struct {
 
 // New returns a server for the named service, guarded by guard: with its
 // credentials it serves TLS, and every RPC is admitted by the access table,
-// then bounded by the service's declared limits (bounds.UnaryServer),
-// before its handler runs. Every RPC is counted in the process's metrics
-// (telemetry.UnaryServer), refusals included. extra adds server options,
+// then bounded by the service's declared limits (bounds.UnaryServer,
+// bounds.StreamServer), before its handler runs. Every RPC is counted in
+// the process's metrics (telemetry.UnaryServer), refusals included. extra adds server options,
 // e.g. telemetry.ServerOption for traces, which the suite always passes.
 // Register the service's API on s.GRPC before calling Serve.
 func New(name string, log *slog.Logger, guard *identity.Guard, extra ...grpc.ServerOption) *Server {
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(telemetry.UnaryServer(name), logUnary(name, log), guard.Unary(), bounds.UnaryServer()),
-		grpc.ChainStreamInterceptor(guard.Stream()),
+		grpc.ChainStreamInterceptor(guard.Stream(), bounds.StreamServer()),
 		grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
 	}
 	opts = append(opts, extra...)
