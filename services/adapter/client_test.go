@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -620,4 +621,40 @@ func TestNoisyStdoutTolerated(t *testing.T) {
 	if dropped != 2*maxNoiseLogged || quiet != 2 {
 		t.Errorf("%d dropped lines logged and %d notices, want %d and 2", dropped, quiet, 2*maxNoiseLogged)
 	}
+}
+
+// TestCancellationReachesAStdioServer: over stdio too, a call its caller
+// gives up tells the server (notifications/cancelled reaches the
+// fixture's call log, after the call) before the session's process is
+// stopped: the server's stdout stays open until it has exited, so it is
+// not killed answering the cancelled call before it handled the notice.
+// The call is cancelled once the server has logged it, not at a deadline
+// a loaded machine might pass before the call is even sent.
+func TestCancellationReachesAStdioServer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	conn, log := e.loggedConn(t)
+	logged := func(method string) bool {
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), `"method":"`+method+`"`)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		resp *adapterv1.ExecuteResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := e.srv.Execute(ctx, granted(t, call(t, conn, "slow", map[string]any{"ms": 10 * 60 * 1000}, nil)))
+		done <- result{resp, err}
+	}()
+	eventually(t, "the stdio server receives the call", func() bool { return logged("tools/call") })
+	cancel()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	wantFailure(t, r.resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeCancelled)
+	eventually(t, "notifications/cancelled reaches the stdio server", func() bool { return logged("notifications/cancelled") })
 }
