@@ -16,6 +16,8 @@ import (
 // and requests for user input (elicitation, in a server request or in a
 // 2026-07-28 input_required result), which the adapter declines: no
 // person answers through the adapter, so no answer could be theirs.
+// Requests for a model completion or the client's roots inside an
+// input_required result end the call (inputrequest.go).
 
 // Bounds of the progress a call keeps as evidence.
 const (
@@ -207,18 +209,27 @@ func (ss *session) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Eli
 	if req != nil && req.Params != nil {
 		msg = req.Params.Message
 	}
+	if st.askedFor(ss.creds.text(msg)) > 1 {
+		return nil, errInputDeclinedAgain
+	}
+	return &mcp.ElicitResult{Action: "decline"}, nil
+}
+
+// askedFor records that the server asked the call for input, detail
+// being the request (remote text, scrubbed), kept truncated if it is the
+// first; it returns how many times the call was asked.
+func (st *callState) askedFor(detail string) int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.elicited++
-	if st.elicited > 1 {
-		return nil, errInputDeclinedAgain
+	if st.elicited == 1 {
+		st.elicitMessage = truncate(detail, maxElicitMessageBytes)
 	}
-	st.elicitMessage = truncate(ss.creds.text(msg), maxElicitMessageBytes)
-	return &mcp.ElicitResult{Action: "decline"}, nil
+	return st.elicited
 }
 
 // inputRequiredFact is the adapter's account of a call whose server asked
 // for user input.
 func inputRequiredFact() string {
-	return fmt.Sprintf("the server asked for user input during the call; the adapter declined it (no person answers through the adapter) and does not use what the server answered after that. Map a tool that needs no user input, or have a person use the server directly; the server's request is the untrusted detail (at most %d bytes)", maxElicitMessageBytes)
+	return fmt.Sprintf("the server asked for user input (or a model completion, or the client's roots) during the call; the adapter gave none (no person answers through the adapter) and does not use what the server answered after that. Map a tool that needs no user input, or have a person use the server directly; the server's request is the untrusted detail (at most %d bytes)", maxElicitMessageBytes)
 }

@@ -317,7 +317,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		// while its response may still arrive, serves no other call: it
 		// drains and closes. The abandoned call's limit keeps bounding the
 		// session until then, since its response may still be on the way.
-		broken := err != nil && !isServerError(err) && !errors.Is(err, errInputDeclinedAgain)
+		broken := err != nil && !isServerError(err) && !endedForInput(err)
 		if !broken || !sent {
 			ss.m.unregister(cm)
 		}
@@ -352,7 +352,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	}
 	setStage(resp, sent, acked, sendTime)
 	resp.ResponseBytes = n
-	if asked, msg := st.inputRequested(); asked && (err == nil || isServerError(err) || errors.Is(err, errInputDeclinedAgain)) {
+	if asked, msg := st.inputRequested(); asked && (err == nil || isServerError(err) || endedForInput(err)) {
 		// The server answered a call it had asked user input for, which
 		// the adapter declined: the answer is not the call's result.
 		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED

@@ -342,6 +342,8 @@ func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, l
 		// "declined" at once (see session.elicit) instead of waiting.
 		Capabilities:       &mcp.ClientCapabilities{},
 		ElicitationHandler: ss.elicit,
+		// input_required results are handled by session.inputRequired.
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			ss.progressed(req.Params)
 		},
@@ -356,6 +358,7 @@ func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, l
 			ss.changed(onListChanged)
 		},
 	})
+	client.AddSendingMiddleware(ss.inputRequired)
 	// The initialize result may describe the server at length: it may be
 	// as large as a discovery message, whatever the session's floor.
 	init := m.register("initialize", "", discoveryMessageLimit)
