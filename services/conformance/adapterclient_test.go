@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,6 +21,7 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/adapter"
+	"github.com/v0m3/v0m3/services/conformance"
 	"github.com/v0m3/v0m3/services/identity"
 )
 
@@ -59,7 +59,7 @@ func (r *oneConnection) RecordSnapshot(_ context.Context, req *registryv1.Record
 // runAdapterClient is the client command; it returns the exit code.
 func runAdapterClient(url, scenario string, ctxJSON string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), conformance.ClientDeadline)
 	defer cancel()
 	ctx = identity.WithCaller(identity.WithPeer(ctx, identity.Orchestrator), identity.Caller{ID: identity.Orchestrator, Kind: identity.KindService})
 
