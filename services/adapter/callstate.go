@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
 
 // What a server says to the client during a call, outside the call's
@@ -59,6 +61,21 @@ type callState struct {
 	progressCount int64
 	elicited      int
 	elicitMessage string // the first elicitation's message, remote text, truncated
+
+	// elicitation is the mapping's policy for elicitation; answers are
+	// the form elicitations it let the adapter accept with defaults.
+	elicitation registryv1.ElicitationPolicy
+	answers     []elicitAnswer
+}
+
+// elicitAnswers returns the form elicitations accepted with defaults.
+func (st *callState) elicitAnswers() []elicitAnswer {
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return slices.Clone(st.answers)
 }
 
 // notes returns the progress kept and how many notifications came.
@@ -114,12 +131,13 @@ type callStates struct {
 	byToken map[string]*callState
 }
 
-// begin registers a call about to be sent.
-func (c *callStates) begin() *callState {
+// begin registers a call about to be sent, under its mapping's
+// elicitation policy.
+func (c *callStates) begin(elicitation registryv1.ElicitationPolicy) *callState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.next++
-	st := &callState{token: "v0m3-" + strconv.FormatInt(c.next, 10)}
+	st := &callState{token: "v0m3-" + strconv.FormatInt(c.next, 10), elicitation: elicitation}
 	if c.byToken == nil {
 		c.byToken = map[string]*callState{}
 	}
@@ -200,19 +218,44 @@ func (ss *session) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Eli
 	if st == nil {
 		st = ss.calls.only()
 	}
+	msg := ""
+	if req != nil && req.Params != nil {
+		msg = req.Params.Message
+	}
+	if res := ss.acceptDefaults(st, req, msg); res != nil {
+		return res, nil
+	}
 	ss.srv.log.Info("declined a server's request for user input: no person answers through the adapter",
 		"connection_id", ss.connectionID, "attributed_to_call", st != nil)
 	if st == nil {
 		return &mcp.ElicitResult{Action: "decline"}, nil
 	}
-	msg := ""
-	if req != nil && req.Params != nil {
-		msg = req.Params.Message
-	}
 	if st.askedFor(ss.creds.text(msg)) > 1 {
 		return nil, errInputDeclinedAgain
 	}
 	return &mcp.ElicitResult{Action: "decline"}, nil
+}
+
+// acceptDefaults answers a form elicitation with its schema's defaults
+// when the call's mapping allows it (and records the answer as evidence);
+// nil when it does not, or the request has no such answer.
+func (ss *session) acceptDefaults(st *callState, req *mcp.ElicitRequest, msg string) *mcp.ElicitResult {
+	if st == nil || !acceptsDefaults(st.elicitation) || req == nil {
+		return nil
+	}
+	content, fields, ok := defaultsAnswer(req.Params)
+	if !ok {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.answers) >= maxElicitAnswers {
+		return nil
+	}
+	st.answers = append(st.answers, elicitAnswer{at: time.Now(), message: truncate(ss.creds.text(msg), maxElicitMessageBytes), fields: fields})
+	ss.srv.log.Info("accepted a server's form with its defaults, as the call's mapping allows",
+		"connection_id", ss.connectionID, "fields", len(fields))
+	return &mcp.ElicitResult{Action: "accept", Content: content}
 }
 
 // askedFor records that the server asked the call for input, detail
