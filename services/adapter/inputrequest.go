@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 sampling and roots are deprecated in 2026-07-28 (SEP-2577), but servers still ask for them: the adapter must recognise such a request to refuse it.
+
 package adapter
 
 import (
