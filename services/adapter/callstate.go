@@ -17,7 +17,9 @@ import (
 // response: progress notifications, kept (bounded) as protocol evidence,
 // and requests for user input (elicitation, in a server request or in a
 // 2026-07-28 input_required result), which the adapter declines: no
-// person answers through the adapter, so no answer could be theirs.
+// person answers through the adapter, so no answer could be theirs (a
+// reviewed mapping may let it accept a form's own defaults:
+// elicitdefaults.go).
 // Requests for a model completion or the client's roots inside an
 // input_required result end the call (inputrequest.go).
 
