@@ -4,18 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
 
 // What a server says to the client during a call, outside the call's
 // response: progress notifications, kept (bounded) as protocol evidence,
 // and requests for user input (elicitation, in a server request or in a
 // 2026-07-28 input_required result), which the adapter declines: no
-// person answers through the adapter, so no answer could be theirs.
+// person answers through the adapter, so no answer could be theirs (a
+// reviewed mapping may let it accept a form's own defaults:
+// elicitdefaults.go).
+// Requests for a model completion or the client's roots inside an
+// input_required result end the call (inputrequest.go).
 
 // Bounds of the progress a call keeps as evidence.
 const (
@@ -57,6 +63,21 @@ type callState struct {
 	progressCount int64
 	elicited      int
 	elicitMessage string // the first elicitation's message, remote text, truncated
+
+	// elicitation is the mapping's policy for elicitation; answers are
+	// the form elicitations it let the adapter accept with defaults.
+	elicitation registryv1.ElicitationPolicy
+	answers     []elicitAnswer
+}
+
+// elicitAnswers returns the form elicitations accepted with defaults.
+func (st *callState) elicitAnswers() []elicitAnswer {
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return slices.Clone(st.answers)
 }
 
 // notes returns the progress kept and how many notifications came.
@@ -112,12 +133,13 @@ type callStates struct {
 	byToken map[string]*callState
 }
 
-// begin registers a call about to be sent.
-func (c *callStates) begin() *callState {
+// begin registers a call about to be sent, under its mapping's
+// elicitation policy.
+func (c *callStates) begin(elicitation registryv1.ElicitationPolicy) *callState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.next++
-	st := &callState{token: "v0m3-" + strconv.FormatInt(c.next, 10)}
+	st := &callState{token: "v0m3-" + strconv.FormatInt(c.next, 10), elicitation: elicitation}
 	if c.byToken == nil {
 		c.byToken = map[string]*callState{}
 	}
@@ -198,27 +220,61 @@ func (ss *session) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Eli
 	if st == nil {
 		st = ss.calls.only()
 	}
+	msg := ""
+	if req != nil && req.Params != nil {
+		msg = req.Params.Message
+	}
+	if res := ss.acceptDefaults(st, req, msg); res != nil {
+		return res, nil
+	}
 	ss.srv.log.Info("declined a server's request for user input: no person answers through the adapter",
 		"connection_id", ss.connectionID, "attributed_to_call", st != nil)
 	if st == nil {
 		return &mcp.ElicitResult{Action: "decline"}, nil
 	}
-	msg := ""
-	if req != nil && req.Params != nil {
-		msg = req.Params.Message
+	if st.askedFor(ss.creds.text(msg)) > 1 {
+		return nil, errInputDeclinedAgain
+	}
+	return &mcp.ElicitResult{Action: "decline"}, nil
+}
+
+// acceptDefaults answers a form elicitation with its schema's defaults
+// when the call's mapping allows it (and records the answer as evidence);
+// nil when it does not, or the request has no such answer.
+func (ss *session) acceptDefaults(st *callState, req *mcp.ElicitRequest, msg string) *mcp.ElicitResult {
+	if st == nil || !acceptsDefaults(st.elicitation) || req == nil {
+		return nil
+	}
+	content, fields, ok := defaultsAnswer(req.Params)
+	if !ok {
+		return nil
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.elicited++
-	if st.elicited > 1 {
-		return nil, errInputDeclinedAgain
+	if len(st.answers) >= maxElicitAnswers {
+		return nil
 	}
-	st.elicitMessage = truncate(ss.creds.text(msg), maxElicitMessageBytes)
-	return &mcp.ElicitResult{Action: "decline"}, nil
+	st.answers = append(st.answers, elicitAnswer{at: time.Now(), message: truncate(ss.creds.text(msg), maxElicitMessageBytes), fields: fields})
+	ss.srv.log.Info("accepted a server's form with its defaults, as the call's mapping allows",
+		"connection_id", ss.connectionID, "fields", len(fields))
+	return &mcp.ElicitResult{Action: "accept", Content: content}
+}
+
+// askedFor records that the server asked the call for input, detail
+// being the request (remote text, scrubbed), kept truncated if it is the
+// first; it returns how many times the call was asked.
+func (st *callState) askedFor(detail string) int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.elicited++
+	if st.elicited == 1 {
+		st.elicitMessage = truncate(detail, maxElicitMessageBytes)
+	}
+	return st.elicited
 }
 
 // inputRequiredFact is the adapter's account of a call whose server asked
 // for user input.
 func inputRequiredFact() string {
-	return fmt.Sprintf("the server asked for user input during the call; the adapter declined it (no person answers through the adapter) and does not use what the server answered after that. Map a tool that needs no user input, or have a person use the server directly; the server's request is the untrusted detail (at most %d bytes)", maxElicitMessageBytes)
+	return fmt.Sprintf("the server asked for user input (or a model completion, or the client's roots) during the call; the adapter gave none (no person answers through the adapter) and does not use what the server answered after that. Map a tool that needs no user input, or have a person use the server directly; the server's request is the untrusted detail (at most %d bytes)", maxElicitMessageBytes)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,9 +16,12 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/stdionoise"
 )
 
@@ -620,5 +624,158 @@ func TestNoisyStdoutTolerated(t *testing.T) {
 	}
 	if dropped != 2*stdionoise.MaxLogged || quiet != 2 {
 		t.Errorf("%d dropped lines logged and %d notices, want %d and 2", dropped, quiet, 2*stdionoise.MaxLogged)
+	}
+}
+
+// TestCancellationReachesAStdioServer: over stdio too, a call its caller
+// gives up tells the server (notifications/cancelled reaches the
+// fixture's call log, after the call) before the session's process is
+// stopped: the server's stdout stays open until it has exited, so it is
+// not killed answering the cancelled call before it handled the notice.
+// The call is cancelled once the server has logged it, not at a deadline
+// a loaded machine might pass before the call is even sent.
+func TestCancellationReachesAStdioServer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	conn, log := e.loggedConn(t)
+	logged := func(method string) bool {
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), `"method":"`+method+`"`)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		resp *adapterv1.ExecuteResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := e.srv.Execute(ctx, granted(t, call(t, conn, "slow", map[string]any{"ms": 10 * 60 * 1000}, nil)))
+		done <- result{resp, err}
+	}()
+	eventually(t, "the stdio server receives the call", func() bool { return logged("tools/call") })
+	cancel()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	wantFailure(t, r.resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeCancelled)
+	eventually(t, "notifications/cancelled reaches the stdio server", func() bool { return logged("notifications/cancelled") })
+}
+
+// TestElicitationAcceptDefaults: under a mapping with
+// ELICITATION_POLICY_ACCEPT_DEFAULTS, a server's form elicitation whose
+// every required field has a default is accepted with exactly the
+// schema's defaults, and the protocol trace records the fields answered
+// with digests, not values. A required field without a default, or a
+// mapping without the policy, still ends the call as USER_INPUT_REQUIRED
+// with "decline" sent.
+func TestElicitationAcceptDefaults(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-default-token"
+	withDefaults := map[string]any{"type": "object", "properties": map[string]any{
+		"name":  map[string]any{"type": "string", "default": "John Doe"},
+		"age":   map[string]any{"type": "integer", "default": 30},
+		"token": map[string]any{"type": "string", "default": secret},
+		"note":  map[string]any{"type": "string"},
+	}, "required": []any{"name", "age"}}
+	missing := map[string]any{"type": "object", "properties": map[string]any{
+		"name":    map[string]any{"type": "string", "default": "John Doe"},
+		"account": map[string]any{"type": "string"},
+	}, "required": []any{"name", "account"}}
+	accept := registryv1.ElicitationPolicy_ELICITATION_POLICY_ACCEPT_DEFAULTS
+	for _, tc := range []struct {
+		name       string
+		policy     registryv1.ElicitationPolicy
+		schema     map[string]any
+		wantAction string
+	}{
+		{name: "defaults accepted", policy: accept, schema: withDefaults, wantAction: "accept"},
+		{name: "required field without default", policy: accept, schema: missing, wantAction: "decline"},
+		{name: "policy not set", schema: withDefaults, wantAction: "decline"},
+		{name: "decline policy", policy: registryv1.ElicitationPolicy_ELICITATION_POLICY_DECLINE, schema: withDefaults, wantAction: "decline"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var (
+				mu    sync.Mutex
+				heard []*mcp.ElicitResult
+			)
+			srv := mcp.NewServer(&mcp.Implementation{Name: "asks", Version: "1"}, nil)
+			mcp.AddTool(srv, &mcp.Tool{Name: "register"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+				res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Confirm the registration", RequestedSchema: tc.schema})
+				if err != nil {
+					return nil, nil, err
+				}
+				mu.Lock()
+				heard = append(heard, res)
+				mu.Unlock()
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "registered: " + res.Action}}}, nil, nil
+			})
+			s := newSDKServer(t, srv, true, nil)
+			e := newEnv(t)
+			conn := e.httpConn(s.URL)
+			req := call(t, conn, "register", map[string]any{}, &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 10, Elicitation: tc.policy})
+			req.TaskId = "task_elicit"
+			resp := execute(t, e, req)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(heard) != 1 || heard[0].Action != tc.wantAction {
+				t.Fatalf("the server heard %+v, want one %q", heard, tc.wantAction)
+			}
+			e.evidence.mu.Lock()
+			defer e.evidence.mu.Unlock()
+			if len(e.evidence.events) != 1 {
+				t.Fatalf("%d trace events, want 1", len(e.evidence.events))
+			}
+			answers := e.evidence.events[0].GetProtocol().GetElicitationAnswers()
+			if tc.wantAction != "accept" {
+				wantFailure(t, resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeUserInputRequired)
+				if len(answers) != 0 || heard[0].Content != nil {
+					t.Errorf("declined, yet answered %v (trace %v)", heard[0].Content, answers)
+				}
+				return
+			}
+			if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+				t.Fatalf("outcome %v %v, want OK", resp.GetOutcome(), resp.GetError())
+			}
+			want := map[string]any{"name": "John Doe", "age": float64(30), "token": secret}
+			if got := heard[0].Content; len(got) != len(want) || got["name"] != want["name"] || got["age"] != want["age"] || got["token"] != want["token"] {
+				t.Errorf("answered %v, want exactly the defaults %v", got, want)
+			}
+			if len(answers) != 1 || len(answers[0].GetFields()) != 3 {
+				t.Fatalf("trace answers %v, want one with 3 fields", answers)
+			}
+			for i, name := range []string{"age", "name", "token"} {
+				f := answers[0].GetFields()[i]
+				d, _ := digest.JSON(want[name])
+				if f.GetName() != name || f.GetValueDigest() != d {
+					t.Errorf("trace field %d = %v, want %s with the digest of its value", i, f, name)
+				}
+			}
+			if b, _ := protojson.Marshal(e.evidence.events[0]); strings.Contains(string(b), secret) {
+				t.Errorf("the trace holds an answered value: %s", b)
+			}
+		})
+	}
+}
+
+// TestDefaultsAnswerRefuses: no answer is made up for a request that is
+// not a form with defaults for every required field.
+func TestDefaultsAnswerRefuses(t *testing.T) {
+	t.Parallel()
+	named := map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string", "default": "x"}}}
+	for name, p := range map[string]*mcp.ElicitParams{
+		"url mode":        {Mode: "url", URL: "https://example.com/consent", RequestedSchema: named},
+		"no defaults":     {RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}}},
+		"no schema":       {},
+		"required absent": {RequestedSchema: map[string]any{"type": "object", "properties": named["properties"], "required": []any{"name", "other"}}},
+	} {
+		if content, _, ok := defaultsAnswer(p); ok {
+			t.Errorf("%s: answered %v", name, content)
+		}
+	}
+	if content, _, ok := defaultsAnswer(&mcp.ElicitParams{Mode: "form", RequestedSchema: named}); !ok || content["name"] != "x" {
+		t.Errorf("a form with a default: %v, %v", content, ok)
 	}
 }

@@ -228,6 +228,7 @@ func outputSchema(req *adapterv1.ExecuteRequest) (*resultschema.Schema, error) {
 type callEvidence struct {
 	progress      []progressNote
 	progressCount int64
+	answers       []elicitAnswer
 }
 
 // execute runs the call and builds its response; schema, when not nil,
@@ -250,7 +251,10 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		authRefused           *authError // the server refused the session's authorization
 		st                    *callState
 	)
-	defer func() { heard.progress, heard.progressCount = st.notes() }()
+	defer func() {
+		heard.progress, heard.progressCount = st.notes()
+		heard.answers = st.elicitAnswers()
+	}()
 	for attempt := 1; ; attempt++ {
 		var (
 			e       *pooled
@@ -297,7 +301,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		// request is written, and its response is checked against it
 		// exactly.
 		cm := ss.m.register(method, req.GetAttemptId(), limits.GetMaxResponseBytes()+envelopeAllowance)
-		st = ss.calls.begin()
+		st = ss.calls.begin(limits.GetElicitation())
 		callCtx, cancelCall := context.WithCancel(withCallState(ctx, st))
 		cm.cancelOnFlood(cancelCall)
 		toolRes, readRes, err = ss.call(callCtx, method, req, st.token)
@@ -317,7 +321,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		// while its response may still arrive, serves no other call: it
 		// drains and closes. The abandoned call's limit keeps bounding the
 		// session until then, since its response may still be on the way.
-		broken := err != nil && !isServerError(err) && !errors.Is(err, errInputDeclinedAgain)
+		broken := err != nil && !isServerError(err) && !endedForInput(err)
 		if !broken || !sent {
 			ss.m.unregister(cm)
 		}
@@ -352,7 +356,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 	}
 	setStage(resp, sent, acked, sendTime)
 	resp.ResponseBytes = n
-	if asked, msg := st.inputRequested(); asked && (err == nil || isServerError(err) || errors.Is(err, errInputDeclinedAgain)) {
+	if asked, msg := st.inputRequested(); asked && (err == nil || isServerError(err) || endedForInput(err)) {
 		// The server answered a call it had asked user input for, which
 		// the adapter declined: the answer is not the call's result.
 		resp.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED

@@ -116,6 +116,9 @@ func TestExecuteWithoutValidGrantChangesNothing(t *testing.T) {
 		{"other arguments", mismatch("arguments", func(r *adapterv1.ExecuteRequest) { r.Arguments = args(t, map[string]any{"query": "private"}) })},
 		{"looser limits", mismatch("limits", func(r *adapterv1.ExecuteRequest) { r.Limits.MaxResponseBytes = maxResponseBytesCap })},
 		{"disallowed items dropped instead of failing", mismatch("limits", func(r *adapterv1.ExecuteRequest) { r.Limits.DropDisallowedItems = true })},
+		{"elicitation answered with defaults instead of declined", mismatch("limits", func(r *adapterv1.ExecuteRequest) {
+			r.Limits.Elicitation = registryv1.ElicitationPolicy_ELICITATION_POLICY_ACCEPT_DEFAULTS
+		})},
 		{"no output schema to judge the result", mismatch("output_schema", func(r *adapterv1.ExecuteRequest) { r.OutputSchema = nil })},
 		{"another output schema", mismatch("output_schema", func(r *adapterv1.ExecuteRequest) { r.OutputSchema = args(t, map[string]any{"type": "object"}) })},
 	}

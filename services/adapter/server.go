@@ -338,10 +338,13 @@ func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, l
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "v0m3-adapter", Version: "1"}, &mcp.ClientOptions{
 		// No roots or sampling are offered to servers. Elicitation is
-		// offered only so that a server that asks for user input hears
-		// "declined" at once (see session.elicit) instead of waiting.
+		// offered so that a server that asks for user input hears
+		// "declined" at once instead of waiting, or, where the call's
+		// mapping allows it, its form's defaults (see session.elicit).
 		Capabilities:       &mcp.ClientCapabilities{},
 		ElicitationHandler: ss.elicit,
+		// input_required results are handled by session.inputRequired.
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			ss.progressed(req.Params)
 		},
@@ -356,6 +359,7 @@ func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, l
 			ss.changed(onListChanged)
 		},
 	})
+	client.AddSendingMiddleware(ss.inputRequired)
 	// The initialize result may describe the server at length: it may be
 	// as large as a discovery message, whatever the session's floor.
 	init := m.register("initialize", "", discoveryMessageLimit)

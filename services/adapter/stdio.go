@@ -118,14 +118,22 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		close(exited)
 	}()
 	t := &mcp.IOTransport{
-		Reader:        &lineLimitReader{r: d.noiseFilter(outR, m), m: m},
+		// The client library's Close does not close stdout (release
+		// does, once the server is gone): see release.
+		Reader:        &lineLimitReader{r: d.noiseFilter(io.NopCloser(outR), m), m: m},
 		Writer:        &watchWriter{w: inW, m: m},
 		MaxLineLength: -1, // lineLimitReader enforces the limit while reading
 	}
 	release := func() {
-		// Closing stdin asks the server to exit; closing stdout makes a
-		// server still writing fail instead of blocking.
-		closeAll(inW, outR)
+		// Closing stdin asks the server to exit. Its stdout stays open,
+		// and is drained, until it has: a server still answering (the
+		// call it was just told is cancelled, say) neither blocks on a
+		// full pipe nor dies of a broken one (a Go server is killed by
+		// SIGPIPE writing to a closed stdout) before it has handled what
+		// it read before the end of its stdin, notifications/cancelled
+		// included.
+		_ = inW.Close()
+		go func() { _, _ = io.Copy(io.Discard, outR) }()
 		select {
 		case <-exited:
 		case <-time.After(stopGrace):
@@ -133,6 +141,9 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		}
 		killGroup(cmd)
 		<-exited
+		// A process the server left holding stdout died with its group:
+		// the drain ends.
+		_ = outR.Close()
 		child.done()
 		if d.live != nil {
 			d.live.Add(-1)

@@ -39,6 +39,13 @@ func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp 
 				Time: timestamppb.New(p.at), Progress: p.progress, Total: p.total, UntrustedMessage: p.message,
 			})
 		}
+		for _, a := range heard.answers {
+			ans := &evidencev1.ProtocolElicitationAnswer{Time: timestamppb.New(a.at), UntrustedMessage: a.message}
+			for _, f := range a.fields {
+				ans.Fields = append(ans.Fields, &evidencev1.ProtocolAnsweredField{Name: f.name, ValueDigest: f.valueDigest})
+			}
+			ev.ElicitationAnswers = append(ev.ElicitationAnswers, ans)
+		}
 	}
 	if st, ot := resp.GetSendTime(), resp.GetObserveTime(); st != nil && ot != nil {
 		ev.Duration = durationpb.New(ot.AsTime().Sub(st.AsTime()))

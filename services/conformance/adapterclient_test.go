@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,6 +21,7 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/adapter"
+	"github.com/v0m3/v0m3/services/conformance"
 	"github.com/v0m3/v0m3/services/identity"
 )
 
@@ -59,7 +59,7 @@ func (r *oneConnection) RecordSnapshot(_ context.Context, req *registryv1.Record
 // runAdapterClient is the client command; it returns the exit code.
 func runAdapterClient(url, scenario string, ctxJSON string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), conformance.ClientDeadline)
 	defer cancel()
 	ctx = identity.WithCaller(identity.WithPeer(ctx, identity.Orchestrator), identity.Caller{ID: identity.Orchestrator, Kind: identity.KindService})
 
@@ -125,7 +125,7 @@ func runAdapterClient(url, scenario string, ctxJSON string) int {
 			SnapshotId: snap.GetId(),
 			Target:     &registryv1.RemoteTarget{Kind: kind, Name: call.name},
 			Arguments:  args,
-			Limits:     &registryv1.Limits{MaxResponseBytes: 1 << 20, MaxItems: 100},
+			Limits:     &registryv1.Limits{MaxResponseBytes: 1 << 20, MaxItems: 100, Elicitation: call.elicitation},
 		})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "adapter Execute %s: %v\n", call.name, err)
@@ -194,6 +194,9 @@ type call struct {
 	args     map[string]any
 	resource bool
 	required bool // the scenario fails without it
+	// elicitation is the mapping's elicitation policy (a reviewer's
+	// choice, not the adapter's).
+	elicitation registryv1.ElicitationPolicy
 }
 
 // callsFor lists what the go-sdk's own conformance client does in each
@@ -213,11 +216,11 @@ func callsFor(scenario string, snap *registryv1.DiscoverySnapshot, ctxJSON strin
 	case "sse-retry":
 		return []call{{name: "test_reconnection", args: map[string]any{}, required: true}}
 	case "elicitation-sep1034-client-defaults":
-		// Fails by design: the scenario wants the client to accept the
-		// server's form with its defaults, which would be the adapter
-		// consenting for a person. The adapter declines every
-		// elicitation and ends the call with USER_INPUT_REQUIRED.
-		return []call{{name: "test_client_elicitation_defaults", args: map[string]any{}, required: true}}
+		// The scenario wants the client to accept the server's form with
+		// its defaults: the adapter does only under a mapping a reviewer
+		// approved with ELICITATION_POLICY_ACCEPT_DEFAULTS, as here.
+		return []call{{name: "test_client_elicitation_defaults", args: map[string]any{}, required: true,
+			elicitation: registryv1.ElicitationPolicy_ELICITATION_POLICY_ACCEPT_DEFAULTS}}
 	case "json-schema-2020-12-preservation":
 		t := tool("json_schema_2020_12_tool")
 		if t == nil {

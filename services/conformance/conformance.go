@@ -23,7 +23,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Pinned versions; keep them in step with scripts/conformance.sh.
@@ -108,8 +110,21 @@ func (r *Runner) Client(ctx context.Context, command string, env []string, dir s
 	if strings.ContainsAny(command, " \t\"'") {
 		return nil, fmt.Errorf("client command %q: the runner splits on spaces; use a path without them", command)
 	}
-	return r.run(ctx, dir, env, log, "client", "--command", command, "--suite", "all")
+	return r.run(ctx, dir, env, log, "client", "--command", command, "--suite", "all",
+		"--timeout", strconv.FormatInt(ClientTimeout.Milliseconds(), 10))
 }
+
+// ClientTimeout is how long the runner lets a client command run in one
+// scenario (its default is 30 s). A command that runs out of time fails
+// its scenario for the machine's load, not for what it did: a request it
+// gives up is followed by a notifications/cancelled, which carries none
+// of the per-request _meta request-metadata checks. A client command
+// bounds its own work a little below this (ClientDeadline).
+const ClientTimeout = 3 * time.Minute
+
+// ClientDeadline is the deadline a client command sets itself: it ends
+// before the runner kills it.
+const ClientDeadline = ClientTimeout - 30*time.Second
 
 func (r *Runner) run(ctx context.Context, dir string, env []string, log io.Writer, args ...string) (Results, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -82,6 +82,9 @@ func limitViolations(v *violations, reason, field string, l *registryv1.Limits) 
 	if l.GetMaxItems() <= 0 {
 		v.add(reason, field+".max_items", "must be > 0")
 	}
+	if !knownEnum(registryv1.ElicitationPolicy_name, l.GetElicitation()) {
+		v.add(reason, field+".elicitation", "unknown elicitation policy; use ELICITATION_POLICY_DECLINE or ELICITATION_POLICY_ACCEPT_DEFAULTS")
+	}
 }
 
 func knownEnum[E ~int32](names map[int32]string, e E) bool {

@@ -140,6 +140,9 @@ func TestProposeMappingRejects(t *testing.T) {
 		{"zero max items", func(p *registryv1.ProposeMappingRequest) {
 			p.Limits.MaxItems = 0
 		}, codes.InvalidArgument, "INVALID_MAPPING", "limits.max_items"},
+		{"unknown elicitation policy", func(p *registryv1.ProposeMappingRequest) {
+			p.Limits.Elicitation = registryv1.ElicitationPolicy(99)
+		}, codes.InvalidArgument, "INVALID_MAPPING", "limits.elicitation"},
 		{"target not in snapshot", func(p *registryv1.ProposeMappingRequest) {
 			p.Target.Name = "export"
 		}, codes.InvalidArgument, "REMOTE_TARGET_UNKNOWN", "target.name"},

@@ -159,13 +159,20 @@ func limitsValue(l *registryv1.Limits) map[string]any {
 	if types == nil {
 		types = []string{}
 	}
-	return map[string]any{
+	v := map[string]any{
 		"max_response_bytes":      l.GetMaxResponseBytes(),
 		"max_items":               l.GetMaxItems(),
 		"allowed_media_types":     types,
 		"asset_reference_allowed": l.GetAssetReferenceAllowed(),
 		"drop_disallowed_items":   l.GetDropDisallowedItems(),
 	}
+	// Only a policy other than declining enters the digest, so the
+	// digest of limits without one is what it always was.
+	if e := l.GetElicitation(); e != registryv1.ElicitationPolicy_ELICITATION_POLICY_UNSPECIFIED &&
+		e != registryv1.ElicitationPolicy_ELICITATION_POLICY_DECLINE {
+		v["elicitation"] = e.String()
+	}
+	return v
 }
 
 func kindName(k registryv1.RemoteKind) string {

@@ -1580,8 +1580,12 @@ type ProtocolEvent struct {
 	// How many progress notifications the server sent during the call,
 	// including those not kept in progress.
 	ProgressNotifications int64 `protobuf:"varint,12,opt,name=progress_notifications,json=progressNotifications,proto3" json:"progress_notifications,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Form elicitations the adapter accepted during the call, under the
+	// mapping's ELICITATION_POLICY_ACCEPT_DEFAULTS: with exactly the
+	// requested schema's defaults.
+	ElicitationAnswers []*ProtocolElicitationAnswer `protobuf:"bytes,13,rep,name=elicitation_answers,json=elicitationAnswers,proto3" json:"elicitation_answers,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ProtocolEvent) Reset() {
@@ -1698,6 +1702,136 @@ func (x *ProtocolEvent) GetProgressNotifications() int64 {
 	return 0
 }
 
+func (x *ProtocolEvent) GetElicitationAnswers() []*ProtocolElicitationAnswer {
+	if x != nil {
+		return x.ElicitationAnswers
+	}
+	return nil
+}
+
+// ProtocolElicitationAnswer is a server's form elicitation the adapter
+// answered with the schema's defaults: which fields it sent, and a digest
+// of each value (a default may be a secret-looking value; the value itself
+// is not recorded).
+type ProtocolElicitationAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the adapter answered.
+	Time *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// The server's message: untrusted remote text, at most 256 bytes.
+	UntrustedMessage string `protobuf:"bytes,2,opt,name=untrusted_message,json=untrustedMessage,proto3" json:"untrusted_message,omitempty"`
+	// The fields answered, sorted by name.
+	Fields        []*ProtocolAnsweredField `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProtocolElicitationAnswer) Reset() {
+	*x = ProtocolElicitationAnswer{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProtocolElicitationAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProtocolElicitationAnswer) ProtoMessage() {}
+
+func (x *ProtocolElicitationAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProtocolElicitationAnswer.ProtoReflect.Descriptor instead.
+func (*ProtocolElicitationAnswer) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ProtocolElicitationAnswer) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ProtocolElicitationAnswer) GetUntrustedMessage() string {
+	if x != nil {
+		return x.UntrustedMessage
+	}
+	return ""
+}
+
+func (x *ProtocolElicitationAnswer) GetFields() []*ProtocolAnsweredField {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// ProtocolAnsweredField is one field of an elicitation answer.
+type ProtocolAnsweredField struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The field's name in the requested schema (remote text, at most 256
+	// bytes).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// sha256 digest of the value's canonical JSON.
+	ValueDigest   string `protobuf:"bytes,2,opt,name=value_digest,json=valueDigest,proto3" json:"value_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProtocolAnsweredField) Reset() {
+	*x = ProtocolAnsweredField{}
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProtocolAnsweredField) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProtocolAnsweredField) ProtoMessage() {}
+
+func (x *ProtocolAnsweredField) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProtocolAnsweredField.ProtoReflect.Descriptor instead.
+func (*ProtocolAnsweredField) Descriptor() ([]byte, []int) {
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ProtocolAnsweredField) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProtocolAnsweredField) GetValueDigest() string {
+	if x != nil {
+		return x.ValueDigest
+	}
+	return ""
+}
+
 // ProtocolProgress is one progress notification a server sent during a
 // call.
 type ProtocolProgress struct {
@@ -1716,7 +1850,7 @@ type ProtocolProgress struct {
 
 func (x *ProtocolProgress) Reset() {
 	*x = ProtocolProgress{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1862,7 @@ func (x *ProtocolProgress) String() string {
 func (*ProtocolProgress) ProtoMessage() {}
 
 func (x *ProtocolProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[17]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1875,7 @@ func (x *ProtocolProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProtocolProgress.ProtoReflect.Descriptor instead.
 func (*ProtocolProgress) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ProtocolProgress) GetTime() *timestamppb.Timestamp {
@@ -1809,7 +1943,7 @@ type ProductEvent struct {
 
 func (x *ProductEvent) Reset() {
 	*x = ProductEvent{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1955,7 @@ func (x *ProductEvent) String() string {
 func (*ProductEvent) ProtoMessage() {}
 
 func (x *ProductEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[18]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1968,7 @@ func (x *ProductEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProductEvent.ProtoReflect.Descriptor instead.
 func (*ProductEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{18}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ProductEvent) GetKind() ProductEventKind {
@@ -1956,7 +2090,7 @@ type TraceEvent struct {
 
 func (x *TraceEvent) Reset() {
 	*x = TraceEvent{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2102,7 @@ func (x *TraceEvent) String() string {
 func (*TraceEvent) ProtoMessage() {}
 
 func (x *TraceEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[19]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2115,7 @@ func (x *TraceEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceEvent.ProtoReflect.Descriptor instead.
 func (*TraceEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{19}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TraceEvent) GetId() string {
@@ -2073,7 +2207,7 @@ type AppendTraceRequest struct {
 
 func (x *AppendTraceRequest) Reset() {
 	*x = AppendTraceRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2219,7 @@ func (x *AppendTraceRequest) String() string {
 func (*AppendTraceRequest) ProtoMessage() {}
 
 func (x *AppendTraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[20]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2232,7 @@ func (x *AppendTraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendTraceRequest.ProtoReflect.Descriptor instead.
 func (*AppendTraceRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{20}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AppendTraceRequest) GetEvent() *TraceEvent {
@@ -2119,7 +2253,7 @@ type AppendTracesRequest struct {
 
 func (x *AppendTracesRequest) Reset() {
 	*x = AppendTracesRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2265,7 @@ func (x *AppendTracesRequest) String() string {
 func (*AppendTracesRequest) ProtoMessage() {}
 
 func (x *AppendTracesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[21]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2278,7 @@ func (x *AppendTracesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendTracesRequest.ProtoReflect.Descriptor instead.
 func (*AppendTracesRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{21}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AppendTracesRequest) GetEvents() []*TraceEvent {
@@ -2165,7 +2299,7 @@ type AppendTracesResponse struct {
 
 func (x *AppendTracesResponse) Reset() {
 	*x = AppendTracesResponse{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2311,7 @@ func (x *AppendTracesResponse) String() string {
 func (*AppendTracesResponse) ProtoMessage() {}
 
 func (x *AppendTracesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[22]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2324,7 @@ func (x *AppendTracesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendTracesResponse.ProtoReflect.Descriptor instead.
 func (*AppendTracesResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{22}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AppendTracesResponse) GetEvents() []*TraceEvent {
@@ -2211,7 +2345,7 @@ type GetTraceRequest struct {
 
 func (x *GetTraceRequest) Reset() {
 	*x = GetTraceRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2357,7 @@ func (x *GetTraceRequest) String() string {
 func (*GetTraceRequest) ProtoMessage() {}
 
 func (x *GetTraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[23]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2370,7 @@ func (x *GetTraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTraceRequest.ProtoReflect.Descriptor instead.
 func (*GetTraceRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{23}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetTraceRequest) GetTaskId() string {
@@ -2259,7 +2393,7 @@ type Trace struct {
 
 func (x *Trace) Reset() {
 	*x = Trace{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2405,7 @@ func (x *Trace) String() string {
 func (*Trace) ProtoMessage() {}
 
 func (x *Trace) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[24]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2418,7 @@ func (x *Trace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trace.ProtoReflect.Descriptor instead.
 func (*Trace) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{24}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Trace) GetTaskId() string {
@@ -2336,7 +2470,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2482,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[25]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2495,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{25}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Receipt) GetId() string {
@@ -2439,7 +2573,7 @@ type RecordReceiptRequest struct {
 
 func (x *RecordReceiptRequest) Reset() {
 	*x = RecordReceiptRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2585,7 @@ func (x *RecordReceiptRequest) String() string {
 func (*RecordReceiptRequest) ProtoMessage() {}
 
 func (x *RecordReceiptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[26]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2598,7 @@ func (x *RecordReceiptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordReceiptRequest.ProtoReflect.Descriptor instead.
 func (*RecordReceiptRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{26}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecordReceiptRequest) GetReceipt() *Receipt {
@@ -2485,7 +2619,7 @@ type GetReceiptRequest struct {
 
 func (x *GetReceiptRequest) Reset() {
 	*x = GetReceiptRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2631,7 @@ func (x *GetReceiptRequest) String() string {
 func (*GetReceiptRequest) ProtoMessage() {}
 
 func (x *GetReceiptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[27]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2644,7 @@ func (x *GetReceiptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReceiptRequest.ProtoReflect.Descriptor instead.
 func (*GetReceiptRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{27}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetReceiptRequest) GetIdempotencyKey() string {
@@ -2536,7 +2670,7 @@ type ValidationFinding struct {
 
 func (x *ValidationFinding) Reset() {
 	*x = ValidationFinding{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2682,7 @@ func (x *ValidationFinding) String() string {
 func (*ValidationFinding) ProtoMessage() {}
 
 func (x *ValidationFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[28]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2695,7 @@ func (x *ValidationFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidationFinding.ProtoReflect.Descriptor instead.
 func (*ValidationFinding) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{28}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ValidationFinding) GetCode() string {
@@ -2596,7 +2730,7 @@ type ValidateObservationRequest struct {
 
 func (x *ValidateObservationRequest) Reset() {
 	*x = ValidateObservationRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2742,7 @@ func (x *ValidateObservationRequest) String() string {
 func (*ValidateObservationRequest) ProtoMessage() {}
 
 func (x *ValidateObservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[29]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2755,7 @@ func (x *ValidateObservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateObservationRequest.ProtoReflect.Descriptor instead.
 func (*ValidateObservationRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{29}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ValidateObservationRequest) GetObservation() *SourceObservation {
@@ -2644,7 +2778,7 @@ type ObservationValidation struct {
 
 func (x *ObservationValidation) Reset() {
 	*x = ObservationValidation{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2790,7 @@ func (x *ObservationValidation) String() string {
 func (*ObservationValidation) ProtoMessage() {}
 
 func (x *ObservationValidation) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[30]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2803,7 @@ func (x *ObservationValidation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservationValidation.ProtoReflect.Descriptor instead.
 func (*ObservationValidation) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{30}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ObservationValidation) GetFit() bool {
@@ -2699,7 +2833,7 @@ type CompareRevisionsRequest struct {
 
 func (x *CompareRevisionsRequest) Reset() {
 	*x = CompareRevisionsRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +2845,7 @@ func (x *CompareRevisionsRequest) String() string {
 func (*CompareRevisionsRequest) ProtoMessage() {}
 
 func (x *CompareRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[31]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +2858,7 @@ func (x *CompareRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*CompareRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{31}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CompareRevisionsRequest) GetBaseObservationId() string {
@@ -2774,7 +2908,7 @@ type RevisionComparison struct {
 
 func (x *RevisionComparison) Reset() {
 	*x = RevisionComparison{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2920,7 @@ func (x *RevisionComparison) String() string {
 func (*RevisionComparison) ProtoMessage() {}
 
 func (x *RevisionComparison) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[32]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2933,7 @@ func (x *RevisionComparison) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevisionComparison.ProtoReflect.Descriptor instead.
 func (*RevisionComparison) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{32}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RevisionComparison) GetConnectionId() string {
@@ -2916,7 +3050,7 @@ type RequestClassification struct {
 
 func (x *RequestClassification) Reset() {
 	*x = RequestClassification{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2928,7 +3062,7 @@ func (x *RequestClassification) String() string {
 func (*RequestClassification) ProtoMessage() {}
 
 func (x *RequestClassification) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[33]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2941,7 +3075,7 @@ func (x *RequestClassification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestClassification.ProtoReflect.Descriptor instead.
 func (*RequestClassification) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{33}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RequestClassification) GetRequestId() string {
@@ -3025,7 +3159,7 @@ type ClassifyTraceRequest struct {
 
 func (x *ClassifyTraceRequest) Reset() {
 	*x = ClassifyTraceRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3037,7 +3171,7 @@ func (x *ClassifyTraceRequest) String() string {
 func (*ClassifyTraceRequest) ProtoMessage() {}
 
 func (x *ClassifyTraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[34]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3050,7 +3184,7 @@ func (x *ClassifyTraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassifyTraceRequest.ProtoReflect.Descriptor instead.
 func (*ClassifyTraceRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{34}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ClassifyTraceRequest) GetTaskId() string {
@@ -3073,7 +3207,7 @@ type TraceClassification struct {
 
 func (x *TraceClassification) Reset() {
 	*x = TraceClassification{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3219,7 @@ func (x *TraceClassification) String() string {
 func (*TraceClassification) ProtoMessage() {}
 
 func (x *TraceClassification) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[35]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3232,7 @@ func (x *TraceClassification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceClassification.ProtoReflect.Descriptor instead.
 func (*TraceClassification) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{35}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TraceClassification) GetTaskId() string {
@@ -3132,7 +3266,7 @@ type Asset struct {
 
 func (x *Asset) Reset() {
 	*x = Asset{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[36]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3278,7 @@ func (x *Asset) String() string {
 func (*Asset) ProtoMessage() {}
 
 func (x *Asset) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[36]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3291,7 @@ func (x *Asset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Asset.ProtoReflect.Descriptor instead.
 func (*Asset) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{36}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Asset) GetDigest() string {
@@ -3203,7 +3337,7 @@ type PutAssetRequest struct {
 
 func (x *PutAssetRequest) Reset() {
 	*x = PutAssetRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[37]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3215,7 +3349,7 @@ func (x *PutAssetRequest) String() string {
 func (*PutAssetRequest) ProtoMessage() {}
 
 func (x *PutAssetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[37]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3228,7 +3362,7 @@ func (x *PutAssetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAssetRequest.ProtoReflect.Descriptor instead.
 func (*PutAssetRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{37}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PutAssetRequest) GetContent() []byte {
@@ -3263,7 +3397,7 @@ type GetAssetRequest struct {
 
 func (x *GetAssetRequest) Reset() {
 	*x = GetAssetRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[38]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3409,7 @@ func (x *GetAssetRequest) String() string {
 func (*GetAssetRequest) ProtoMessage() {}
 
 func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[38]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3422,7 @@ func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssetRequest.ProtoReflect.Descriptor instead.
 func (*GetAssetRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{38}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetAssetRequest) GetDigest() string {
@@ -3309,7 +3443,7 @@ type PruneRequest struct {
 
 func (x *PruneRequest) Reset() {
 	*x = PruneRequest{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[39]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3455,7 @@ func (x *PruneRequest) String() string {
 func (*PruneRequest) ProtoMessage() {}
 
 func (x *PruneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[39]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3468,7 @@ func (x *PruneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneRequest.ProtoReflect.Descriptor instead.
 func (*PruneRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{39}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PruneRequest) GetOlderThan() *durationpb.Duration {
@@ -3355,7 +3489,7 @@ type PruneResponse struct {
 
 func (x *PruneResponse) Reset() {
 	*x = PruneResponse{}
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[40]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3501,7 @@ func (x *PruneResponse) String() string {
 func (*PruneResponse) ProtoMessage() {}
 
 func (x *PruneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[40]
+	mi := &file_v0m3_evidence_v1_evidence_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3514,7 @@ func (x *PruneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneResponse.ProtoReflect.Descriptor instead.
 func (*PruneResponse) Descriptor() ([]byte, []int) {
-	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{40}
+	return file_v0m3_evidence_v1_evidence_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PruneResponse) GetSummarizedEvents() int32 {
@@ -3508,7 +3642,7 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\rErrorEvidence\x12\x1b\n" +
 	"\tsafe_code\x18\x01 \x01(\tR\bsafeCode\x12)\n" +
 	"\x10untrusted_detail\x18\x02 \x01(\tR\x0funtrustedDetail\x12%\n" +
-	"\x0eadapter_detail\x18\x03 \x01(\tR\radapterDetail\"\x9b\x04\n" +
+	"\x0eadapter_detail\x18\x03 \x01(\tR\radapterDetail\"\xf9\x04\n" +
 	"\rProtocolEvent\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x1f\n" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
@@ -3524,7 +3658,15 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x05error\x18\n" +
 	" \x01(\v2\x1f.v0m3.evidence.v1.ErrorEvidenceR\x05error\x12>\n" +
 	"\bprogress\x18\v \x03(\v2\".v0m3.evidence.v1.ProtocolProgressR\bprogress\x125\n" +
-	"\x16progress_notifications\x18\f \x01(\x03R\x15progressNotifications\"\xa1\x01\n" +
+	"\x16progress_notifications\x18\f \x01(\x03R\x15progressNotifications\x12\\\n" +
+	"\x13elicitation_answers\x18\r \x03(\v2+.v0m3.evidence.v1.ProtocolElicitationAnswerR\x12elicitationAnswers\"\xb9\x01\n" +
+	"\x19ProtocolElicitationAnswer\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12+\n" +
+	"\x11untrusted_message\x18\x02 \x01(\tR\x10untrustedMessage\x12?\n" +
+	"\x06fields\x18\x03 \x03(\v2'.v0m3.evidence.v1.ProtocolAnsweredFieldR\x06fields\"N\n" +
+	"\x15ProtocolAnsweredField\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fvalue_digest\x18\x02 \x01(\tR\vvalueDigest\"\xa1\x01\n" +
 	"\x10ProtocolProgress\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
 	"\bprogress\x18\x02 \x01(\x01R\bprogress\x12\x14\n" +
@@ -3714,7 +3856,7 @@ func file_v0m3_evidence_v1_evidence_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_evidence_v1_evidence_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_v0m3_evidence_v1_evidence_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_v0m3_evidence_v1_evidence_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_v0m3_evidence_v1_evidence_proto_goTypes = []any{
 	(ObservationKind)(0),               // 0: v0m3.evidence.v1.ObservationKind
 	(ProductEventKind)(0),              // 1: v0m3.evidence.v1.ProductEventKind
@@ -3736,110 +3878,115 @@ var file_v0m3_evidence_v1_evidence_proto_goTypes = []any{
 	(*LinkClaimRequest)(nil),           // 17: v0m3.evidence.v1.LinkClaimRequest
 	(*ErrorEvidence)(nil),              // 18: v0m3.evidence.v1.ErrorEvidence
 	(*ProtocolEvent)(nil),              // 19: v0m3.evidence.v1.ProtocolEvent
-	(*ProtocolProgress)(nil),           // 20: v0m3.evidence.v1.ProtocolProgress
-	(*ProductEvent)(nil),               // 21: v0m3.evidence.v1.ProductEvent
-	(*TraceEvent)(nil),                 // 22: v0m3.evidence.v1.TraceEvent
-	(*AppendTraceRequest)(nil),         // 23: v0m3.evidence.v1.AppendTraceRequest
-	(*AppendTracesRequest)(nil),        // 24: v0m3.evidence.v1.AppendTracesRequest
-	(*AppendTracesResponse)(nil),       // 25: v0m3.evidence.v1.AppendTracesResponse
-	(*GetTraceRequest)(nil),            // 26: v0m3.evidence.v1.GetTraceRequest
-	(*Trace)(nil),                      // 27: v0m3.evidence.v1.Trace
-	(*Receipt)(nil),                    // 28: v0m3.evidence.v1.Receipt
-	(*RecordReceiptRequest)(nil),       // 29: v0m3.evidence.v1.RecordReceiptRequest
-	(*GetReceiptRequest)(nil),          // 30: v0m3.evidence.v1.GetReceiptRequest
-	(*ValidationFinding)(nil),          // 31: v0m3.evidence.v1.ValidationFinding
-	(*ValidateObservationRequest)(nil), // 32: v0m3.evidence.v1.ValidateObservationRequest
-	(*ObservationValidation)(nil),      // 33: v0m3.evidence.v1.ObservationValidation
-	(*CompareRevisionsRequest)(nil),    // 34: v0m3.evidence.v1.CompareRevisionsRequest
-	(*RevisionComparison)(nil),         // 35: v0m3.evidence.v1.RevisionComparison
-	(*RequestClassification)(nil),      // 36: v0m3.evidence.v1.RequestClassification
-	(*ClassifyTraceRequest)(nil),       // 37: v0m3.evidence.v1.ClassifyTraceRequest
-	(*TraceClassification)(nil),        // 38: v0m3.evidence.v1.TraceClassification
-	(*Asset)(nil),                      // 39: v0m3.evidence.v1.Asset
-	(*PutAssetRequest)(nil),            // 40: v0m3.evidence.v1.PutAssetRequest
-	(*GetAssetRequest)(nil),            // 41: v0m3.evidence.v1.GetAssetRequest
-	(*PruneRequest)(nil),               // 42: v0m3.evidence.v1.PruneRequest
-	(*PruneResponse)(nil),              // 43: v0m3.evidence.v1.PruneResponse
-	nil,                                // 44: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
-	(*timestamppb.Timestamp)(nil),      // 45: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),            // 46: google.protobuf.Struct
-	(*durationpb.Duration)(nil),        // 47: google.protobuf.Duration
+	(*ProtocolElicitationAnswer)(nil),  // 20: v0m3.evidence.v1.ProtocolElicitationAnswer
+	(*ProtocolAnsweredField)(nil),      // 21: v0m3.evidence.v1.ProtocolAnsweredField
+	(*ProtocolProgress)(nil),           // 22: v0m3.evidence.v1.ProtocolProgress
+	(*ProductEvent)(nil),               // 23: v0m3.evidence.v1.ProductEvent
+	(*TraceEvent)(nil),                 // 24: v0m3.evidence.v1.TraceEvent
+	(*AppendTraceRequest)(nil),         // 25: v0m3.evidence.v1.AppendTraceRequest
+	(*AppendTracesRequest)(nil),        // 26: v0m3.evidence.v1.AppendTracesRequest
+	(*AppendTracesResponse)(nil),       // 27: v0m3.evidence.v1.AppendTracesResponse
+	(*GetTraceRequest)(nil),            // 28: v0m3.evidence.v1.GetTraceRequest
+	(*Trace)(nil),                      // 29: v0m3.evidence.v1.Trace
+	(*Receipt)(nil),                    // 30: v0m3.evidence.v1.Receipt
+	(*RecordReceiptRequest)(nil),       // 31: v0m3.evidence.v1.RecordReceiptRequest
+	(*GetReceiptRequest)(nil),          // 32: v0m3.evidence.v1.GetReceiptRequest
+	(*ValidationFinding)(nil),          // 33: v0m3.evidence.v1.ValidationFinding
+	(*ValidateObservationRequest)(nil), // 34: v0m3.evidence.v1.ValidateObservationRequest
+	(*ObservationValidation)(nil),      // 35: v0m3.evidence.v1.ObservationValidation
+	(*CompareRevisionsRequest)(nil),    // 36: v0m3.evidence.v1.CompareRevisionsRequest
+	(*RevisionComparison)(nil),         // 37: v0m3.evidence.v1.RevisionComparison
+	(*RequestClassification)(nil),      // 38: v0m3.evidence.v1.RequestClassification
+	(*ClassifyTraceRequest)(nil),       // 39: v0m3.evidence.v1.ClassifyTraceRequest
+	(*TraceClassification)(nil),        // 40: v0m3.evidence.v1.TraceClassification
+	(*Asset)(nil),                      // 41: v0m3.evidence.v1.Asset
+	(*PutAssetRequest)(nil),            // 42: v0m3.evidence.v1.PutAssetRequest
+	(*GetAssetRequest)(nil),            // 43: v0m3.evidence.v1.GetAssetRequest
+	(*PruneRequest)(nil),               // 44: v0m3.evidence.v1.PruneRequest
+	(*PruneResponse)(nil),              // 45: v0m3.evidence.v1.PruneResponse
+	nil,                                // 46: v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	(*timestamppb.Timestamp)(nil),      // 47: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),            // 48: google.protobuf.Struct
+	(*durationpb.Duration)(nil),        // 49: google.protobuf.Duration
 }
 var file_v0m3_evidence_v1_evidence_proto_depIdxs = []int32{
-	45, // 0: v0m3.evidence.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	47, // 0: v0m3.evidence.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
 	3,  // 1: v0m3.evidence.v1.AppendAuditRecordRequest.record:type_name -> v0m3.evidence.v1.AuditRecord
 	3,  // 2: v0m3.evidence.v1.ListAuditRecordsResponse.records:type_name -> v0m3.evidence.v1.AuditRecord
-	45, // 3: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
-	44, // 4: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	47, // 3: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
+	46, // 4: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
 	7,  // 5: v0m3.evidence.v1.SourceObservation.passages:type_name -> v0m3.evidence.v1.Passage
 	0,  // 6: v0m3.evidence.v1.SourceObservation.kind:type_name -> v0m3.evidence.v1.ObservationKind
 	8,  // 7: v0m3.evidence.v1.RecordObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
 	8,  // 8: v0m3.evidence.v1.ListObservationsResponse.observations:type_name -> v0m3.evidence.v1.SourceObservation
-	45, // 9: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
+	47, // 9: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
 	13, // 10: v0m3.evidence.v1.ListRevisionsResponse.revisions:type_name -> v0m3.evidence.v1.SourceRevision
-	45, // 11: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
-	46, // 12: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
-	47, // 13: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
+	47, // 11: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
+	48, // 12: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
+	49, // 13: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
 	18, // 14: v0m3.evidence.v1.ProtocolEvent.error:type_name -> v0m3.evidence.v1.ErrorEvidence
-	20, // 15: v0m3.evidence.v1.ProtocolEvent.progress:type_name -> v0m3.evidence.v1.ProtocolProgress
-	45, // 16: v0m3.evidence.v1.ProtocolProgress.time:type_name -> google.protobuf.Timestamp
-	1,  // 17: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
-	45, // 18: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
-	19, // 19: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
-	21, // 20: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
-	22, // 21: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
-	22, // 22: v0m3.evidence.v1.AppendTracesRequest.events:type_name -> v0m3.evidence.v1.TraceEvent
-	22, // 23: v0m3.evidence.v1.AppendTracesResponse.events:type_name -> v0m3.evidence.v1.TraceEvent
-	22, // 24: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
-	46, // 25: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
-	45, // 26: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
-	28, // 27: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
-	8,  // 28: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
-	31, // 29: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
-	2,  // 30: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
-	36, // 31: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
-	47, // 32: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
-	9,  // 33: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
-	10, // 34: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
-	11, // 35: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
-	14, // 36: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
-	17, // 37: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
-	23, // 38: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
-	24, // 39: v0m3.evidence.v1.EvidenceService.AppendTraces:input_type -> v0m3.evidence.v1.AppendTracesRequest
-	26, // 40: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
-	29, // 41: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
-	30, // 42: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
-	32, // 43: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
-	34, // 44: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
-	37, // 45: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
-	40, // 46: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
-	41, // 47: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
-	42, // 48: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
-	4,  // 49: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:input_type -> v0m3.evidence.v1.AppendAuditRecordRequest
-	5,  // 50: v0m3.evidence.v1.EvidenceService.ListAuditRecords:input_type -> v0m3.evidence.v1.ListAuditRecordsRequest
-	8,  // 51: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	8,  // 52: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	12, // 53: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
-	15, // 54: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
-	16, // 55: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
-	22, // 56: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
-	25, // 57: v0m3.evidence.v1.EvidenceService.AppendTraces:output_type -> v0m3.evidence.v1.AppendTracesResponse
-	27, // 58: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
-	28, // 59: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
-	28, // 60: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
-	33, // 61: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
-	35, // 62: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
-	38, // 63: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
-	39, // 64: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
-	39, // 65: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
-	43, // 66: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
-	3,  // 67: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:output_type -> v0m3.evidence.v1.AuditRecord
-	6,  // 68: v0m3.evidence.v1.EvidenceService.ListAuditRecords:output_type -> v0m3.evidence.v1.ListAuditRecordsResponse
-	51, // [51:69] is the sub-list for method output_type
-	33, // [33:51] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	22, // 15: v0m3.evidence.v1.ProtocolEvent.progress:type_name -> v0m3.evidence.v1.ProtocolProgress
+	20, // 16: v0m3.evidence.v1.ProtocolEvent.elicitation_answers:type_name -> v0m3.evidence.v1.ProtocolElicitationAnswer
+	47, // 17: v0m3.evidence.v1.ProtocolElicitationAnswer.time:type_name -> google.protobuf.Timestamp
+	21, // 18: v0m3.evidence.v1.ProtocolElicitationAnswer.fields:type_name -> v0m3.evidence.v1.ProtocolAnsweredField
+	47, // 19: v0m3.evidence.v1.ProtocolProgress.time:type_name -> google.protobuf.Timestamp
+	1,  // 20: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
+	47, // 21: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
+	19, // 22: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
+	23, // 23: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
+	24, // 24: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
+	24, // 25: v0m3.evidence.v1.AppendTracesRequest.events:type_name -> v0m3.evidence.v1.TraceEvent
+	24, // 26: v0m3.evidence.v1.AppendTracesResponse.events:type_name -> v0m3.evidence.v1.TraceEvent
+	24, // 27: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
+	48, // 28: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
+	47, // 29: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
+	30, // 30: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
+	8,  // 31: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
+	33, // 32: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
+	2,  // 33: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
+	38, // 34: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
+	49, // 35: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
+	9,  // 36: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
+	10, // 37: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
+	11, // 38: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
+	14, // 39: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
+	17, // 40: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
+	25, // 41: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
+	26, // 42: v0m3.evidence.v1.EvidenceService.AppendTraces:input_type -> v0m3.evidence.v1.AppendTracesRequest
+	28, // 43: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
+	31, // 44: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
+	32, // 45: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
+	34, // 46: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
+	36, // 47: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
+	39, // 48: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
+	42, // 49: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
+	43, // 50: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
+	44, // 51: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
+	4,  // 52: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:input_type -> v0m3.evidence.v1.AppendAuditRecordRequest
+	5,  // 53: v0m3.evidence.v1.EvidenceService.ListAuditRecords:input_type -> v0m3.evidence.v1.ListAuditRecordsRequest
+	8,  // 54: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	8,  // 55: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	12, // 56: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
+	15, // 57: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
+	16, // 58: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
+	24, // 59: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
+	27, // 60: v0m3.evidence.v1.EvidenceService.AppendTraces:output_type -> v0m3.evidence.v1.AppendTracesResponse
+	29, // 61: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
+	30, // 62: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
+	30, // 63: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
+	35, // 64: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
+	37, // 65: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
+	40, // 66: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
+	41, // 67: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
+	41, // 68: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
+	45, // 69: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
+	3,  // 70: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:output_type -> v0m3.evidence.v1.AuditRecord
+	6,  // 71: v0m3.evidence.v1.EvidenceService.ListAuditRecords:output_type -> v0m3.evidence.v1.ListAuditRecordsResponse
+	54, // [54:72] is the sub-list for method output_type
+	36, // [36:54] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_evidence_v1_evidence_proto_init() }
@@ -3847,7 +3994,7 @@ func file_v0m3_evidence_v1_evidence_proto_init() {
 	if File_v0m3_evidence_v1_evidence_proto != nil {
 		return
 	}
-	file_v0m3_evidence_v1_evidence_proto_msgTypes[19].OneofWrappers = []any{
+	file_v0m3_evidence_v1_evidence_proto_msgTypes[21].OneofWrappers = []any{
 		(*TraceEvent_Protocol)(nil),
 		(*TraceEvent_Product)(nil),
 	}
@@ -3857,7 +4004,7 @@ func file_v0m3_evidence_v1_evidence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_evidence_v1_evidence_proto_rawDesc), len(file_v0m3_evidence_v1_evidence_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -949,6 +949,65 @@ func (RemoteKind) EnumDescriptor() ([]byte, []int) {
 	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{15}
 }
 
+// ElicitationPolicy is what the adapter answers a server's request for
+// user input (elicitation). No person answers through the adapter, so an
+// answer is only ever what a reviewer approved in advance.
+type ElicitationPolicy int32
+
+const (
+	// Not set: DECLINE.
+	ElicitationPolicy_ELICITATION_POLICY_UNSPECIFIED ElicitationPolicy = 0
+	// Decline every request; the call ends as USER_INPUT_REQUIRED.
+	ElicitationPolicy_ELICITATION_POLICY_DECLINE ElicitationPolicy = 1
+	// Accept a form request whose every required field has a default in the
+	// requested schema, answering exactly the schema's defaults (never an
+	// invented value); the answer's field names and value digests are
+	// recorded in the protocol trace. Any other request (a required field
+	// without a default, URL mode) is declined as with DECLINE.
+	ElicitationPolicy_ELICITATION_POLICY_ACCEPT_DEFAULTS ElicitationPolicy = 2
+)
+
+// Enum value maps for ElicitationPolicy.
+var (
+	ElicitationPolicy_name = map[int32]string{
+		0: "ELICITATION_POLICY_UNSPECIFIED",
+		1: "ELICITATION_POLICY_DECLINE",
+		2: "ELICITATION_POLICY_ACCEPT_DEFAULTS",
+	}
+	ElicitationPolicy_value = map[string]int32{
+		"ELICITATION_POLICY_UNSPECIFIED":     0,
+		"ELICITATION_POLICY_DECLINE":         1,
+		"ELICITATION_POLICY_ACCEPT_DEFAULTS": 2,
+	}
+)
+
+func (x ElicitationPolicy) Enum() *ElicitationPolicy {
+	p := new(ElicitationPolicy)
+	*p = x
+	return p
+}
+
+func (x ElicitationPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ElicitationPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_v0m3_registry_v1_registry_proto_enumTypes[16].Descriptor()
+}
+
+func (ElicitationPolicy) Type() protoreflect.EnumType {
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[16]
+}
+
+func (x ElicitationPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ElicitationPolicy.Descriptor instead.
+func (ElicitationPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+}
+
 // ProvenanceMode says what a tool result is attributed to when it becomes
 // source observations.
 type ProvenanceMode int32
@@ -998,11 +1057,11 @@ func (x ProvenanceMode) String() string {
 }
 
 func (ProvenanceMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[16].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[17].Descriptor()
 }
 
 func (ProvenanceMode) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[16]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[17]
 }
 
 func (x ProvenanceMode) Number() protoreflect.EnumNumber {
@@ -1011,7 +1070,7 @@ func (x ProvenanceMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProvenanceMode.Descriptor instead.
 func (ProvenanceMode) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{16}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
 }
 
 // RegistryEventType classifies a registry event.
@@ -1111,11 +1170,11 @@ func (x RegistryEventType) String() string {
 }
 
 func (RegistryEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_v0m3_registry_v1_registry_proto_enumTypes[17].Descriptor()
+	return file_v0m3_registry_v1_registry_proto_enumTypes[18].Descriptor()
 }
 
 func (RegistryEventType) Type() protoreflect.EnumType {
-	return &file_v0m3_registry_v1_registry_proto_enumTypes[17]
+	return &file_v0m3_registry_v1_registry_proto_enumTypes[18]
 }
 
 func (x RegistryEventType) Number() protoreflect.EnumNumber {
@@ -1124,7 +1183,7 @@ func (x RegistryEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RegistryEventType.Descriptor instead.
 func (RegistryEventType) EnumDescriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{17}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{18}
 }
 
 // Connection is the local registry identity of one configured server.
@@ -5898,8 +5957,12 @@ type Limits struct {
 	// max_response_bytes, and max_items counts every item the server sent:
 	// the limits bound what arrived, not what was kept.
 	DropDisallowedItems bool `protobuf:"varint,5,opt,name=drop_disallowed_items,json=dropDisallowedItems,proto3" json:"drop_disallowed_items,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// What the adapter answers when the server asks for user input
+	// (elicitation) during a call. Reviewed with the mapping: changing it is
+	// a new mapping revision. Not set: DECLINE.
+	Elicitation   ElicitationPolicy `protobuf:"varint,6,opt,name=elicitation,proto3,enum=v0m3.registry.v1.ElicitationPolicy" json:"elicitation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -5965,6 +6028,13 @@ func (x *Limits) GetDropDisallowedItems() bool {
 		return x.DropDisallowedItems
 	}
 	return false
+}
+
+func (x *Limits) GetElicitation() ElicitationPolicy {
+	if x != nil {
+		return x.Elicitation
+	}
+	return ElicitationPolicy_ELICITATION_POLICY_UNSPECIFIED
 }
 
 // Provenance says how a tool result is attributed: which source a passage
@@ -7463,13 +7533,14 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\rproduct_field\x18\x02 \x01(\tR\fproductField\x12\x1f\n" +
 	"\vfrom_handle\x18\x03 \x01(\bR\n" +
 	"fromHandle\x122\n" +
-	"\bconstant\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\bconstant\"\xef\x01\n" +
+	"\bconstant\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\bconstant\"\xb6\x02\n" +
 	"\x06Limits\x12,\n" +
 	"\x12max_response_bytes\x18\x01 \x01(\x03R\x10maxResponseBytes\x12\x1b\n" +
 	"\tmax_items\x18\x02 \x01(\x05R\bmaxItems\x12.\n" +
 	"\x13allowed_media_types\x18\x03 \x03(\tR\x11allowedMediaTypes\x126\n" +
 	"\x17asset_reference_allowed\x18\x04 \x01(\bR\x15assetReferenceAllowed\x122\n" +
-	"\x15drop_disallowed_items\x18\x05 \x01(\bR\x13dropDisallowedItems\"\x86\x01\n" +
+	"\x15drop_disallowed_items\x18\x05 \x01(\bR\x13dropDisallowedItems\x12E\n" +
+	"\velicitation\x18\x06 \x01(\x0e2#.v0m3.registry.v1.ElicitationPolicyR\velicitation\"\x86\x01\n" +
 	"\n" +
 	"Provenance\x124\n" +
 	"\x04mode\x18\x01 \x01(\x0e2 .v0m3.registry.v1.ProvenanceModeR\x04mode\x12!\n" +
@@ -7669,7 +7740,11 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"RemoteKind\x12\x1b\n" +
 	"\x17REMOTE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10REMOTE_KIND_TOOL\x10\x01\x12\x18\n" +
-	"\x14REMOTE_KIND_RESOURCE\x10\x02*\x99\x01\n" +
+	"\x14REMOTE_KIND_RESOURCE\x10\x02*\x7f\n" +
+	"\x11ElicitationPolicy\x12\"\n" +
+	"\x1eELICITATION_POLICY_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aELICITATION_POLICY_DECLINE\x10\x01\x12&\n" +
+	"\"ELICITATION_POLICY_ACCEPT_DEFAULTS\x10\x02*\x99\x01\n" +
 	"\x0eProvenanceMode\x12\x1f\n" +
 	"\x1bPROVENANCE_MODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bPROVENANCE_MODE_CONTENT_URI\x10\x01\x12!\n" +
@@ -7737,7 +7812,7 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 	return file_v0m3_registry_v1_registry_proto_rawDescData
 }
 
-var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 18)
+var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 19)
 var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(OauthGrant)(0),                     // 0: v0m3.registry.v1.OauthGrant
@@ -7756,238 +7831,240 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(NeedCondition)(0),                  // 13: v0m3.registry.v1.NeedCondition
 	(MappingState)(0),                   // 14: v0m3.registry.v1.MappingState
 	(RemoteKind)(0),                     // 15: v0m3.registry.v1.RemoteKind
-	(ProvenanceMode)(0),                 // 16: v0m3.registry.v1.ProvenanceMode
-	(RegistryEventType)(0),              // 17: v0m3.registry.v1.RegistryEventType
-	(*Connection)(nil),                  // 18: v0m3.registry.v1.Connection
-	(*RolloutFailure)(nil),              // 19: v0m3.registry.v1.RolloutFailure
-	(*Transport)(nil),                   // 20: v0m3.registry.v1.Transport
-	(*StdioTransport)(nil),              // 21: v0m3.registry.v1.StdioTransport
-	(*StreamableHTTPTransport)(nil),     // 22: v0m3.registry.v1.StreamableHTTPTransport
-	(*OAuthClient)(nil),                 // 23: v0m3.registry.v1.OAuthClient
-	(*DirectTransport)(nil),             // 24: v0m3.registry.v1.DirectTransport
-	(*ServerInfo)(nil),                  // 25: v0m3.registry.v1.ServerInfo
-	(*SandboxConstraints)(nil),          // 26: v0m3.registry.v1.SandboxConstraints
-	(*SandboxIdentity)(nil),             // 27: v0m3.registry.v1.SandboxIdentity
-	(*ConfigRevision)(nil),              // 28: v0m3.registry.v1.ConfigRevision
-	(*CreateConnectionRequest)(nil),     // 29: v0m3.registry.v1.CreateConnectionRequest
-	(*GetConnectionRequest)(nil),        // 30: v0m3.registry.v1.GetConnectionRequest
-	(*ListConnectionsRequest)(nil),      // 31: v0m3.registry.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),     // 32: v0m3.registry.v1.ListConnectionsResponse
-	(*UpdateConnectionRequest)(nil),     // 33: v0m3.registry.v1.UpdateConnectionRequest
-	(*ReportRolloutRequest)(nil),        // 34: v0m3.registry.v1.ReportRolloutRequest
-	(*RetireConnectionRequest)(nil),     // 35: v0m3.registry.v1.RetireConnectionRequest
-	(*ListConfigRevisionsRequest)(nil),  // 36: v0m3.registry.v1.ListConfigRevisionsRequest
-	(*ReviewConnectionRequest)(nil),     // 37: v0m3.registry.v1.ReviewConnectionRequest
-	(*ListConfigRevisionsResponse)(nil), // 38: v0m3.registry.v1.ListConfigRevisionsResponse
-	(*DiscoverySnapshot)(nil),           // 39: v0m3.registry.v1.DiscoverySnapshot
-	(*ToolIdentity)(nil),                // 40: v0m3.registry.v1.ToolIdentity
-	(*ResourceIdentity)(nil),            // 41: v0m3.registry.v1.ResourceIdentity
-	(*ResourceTemplateIdentity)(nil),    // 42: v0m3.registry.v1.ResourceTemplateIdentity
-	(*PromptIdentity)(nil),              // 43: v0m3.registry.v1.PromptIdentity
-	(*PromptArgument)(nil),              // 44: v0m3.registry.v1.PromptArgument
-	(*Icon)(nil),                        // 45: v0m3.registry.v1.Icon
-	(*RecordSnapshotRequest)(nil),       // 46: v0m3.registry.v1.RecordSnapshotRequest
-	(*GetSnapshotRequest)(nil),          // 47: v0m3.registry.v1.GetSnapshotRequest
-	(*ListSnapshotsRequest)(nil),        // 48: v0m3.registry.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 49: v0m3.registry.v1.ListSnapshotsResponse
-	(*DiffSnapshotsRequest)(nil),        // 50: v0m3.registry.v1.DiffSnapshotsRequest
-	(*SnapshotDiff)(nil),                // 51: v0m3.registry.v1.SnapshotDiff
-	(*ItemChange)(nil),                  // 52: v0m3.registry.v1.ItemChange
-	(*HandleField)(nil),                 // 53: v0m3.registry.v1.HandleField
-	(*Capability)(nil),                  // 54: v0m3.registry.v1.Capability
-	(*CreateCapabilityRequest)(nil),     // 55: v0m3.registry.v1.CreateCapabilityRequest
-	(*UpdateCapabilityRequest)(nil),     // 56: v0m3.registry.v1.UpdateCapabilityRequest
-	(*DeprecateCapabilityRequest)(nil),  // 57: v0m3.registry.v1.DeprecateCapabilityRequest
-	(*GetCapabilityRequest)(nil),        // 58: v0m3.registry.v1.GetCapabilityRequest
-	(*ListCapabilitiesRequest)(nil),     // 59: v0m3.registry.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil),    // 60: v0m3.registry.v1.ListCapabilitiesResponse
-	(*ProfileNeed)(nil),                 // 61: v0m3.registry.v1.ProfileNeed
-	(*TaskBudget)(nil),                  // 62: v0m3.registry.v1.TaskBudget
-	(*TaskProfile)(nil),                 // 63: v0m3.registry.v1.TaskProfile
-	(*CreateTaskProfileRequest)(nil),    // 64: v0m3.registry.v1.CreateTaskProfileRequest
-	(*UpdateTaskProfileRequest)(nil),    // 65: v0m3.registry.v1.UpdateTaskProfileRequest
-	(*DeprecateTaskProfileRequest)(nil), // 66: v0m3.registry.v1.DeprecateTaskProfileRequest
-	(*GetTaskProfileRequest)(nil),       // 67: v0m3.registry.v1.GetTaskProfileRequest
-	(*ListTaskProfilesRequest)(nil),     // 68: v0m3.registry.v1.ListTaskProfilesRequest
-	(*ListTaskProfilesResponse)(nil),    // 69: v0m3.registry.v1.ListTaskProfilesResponse
-	(*RemoteTarget)(nil),                // 70: v0m3.registry.v1.RemoteTarget
-	(*ArgumentBinding)(nil),             // 71: v0m3.registry.v1.ArgumentBinding
-	(*Limits)(nil),                      // 72: v0m3.registry.v1.Limits
-	(*Provenance)(nil),                  // 73: v0m3.registry.v1.Provenance
-	(*Mapping)(nil),                     // 74: v0m3.registry.v1.Mapping
-	(*TargetDigests)(nil),               // 75: v0m3.registry.v1.TargetDigests
-	(*ProposeMappingRequest)(nil),       // 76: v0m3.registry.v1.ProposeMappingRequest
-	(*ReviewMappingRequest)(nil),        // 77: v0m3.registry.v1.ReviewMappingRequest
-	(*GetMappingRequest)(nil),           // 78: v0m3.registry.v1.GetMappingRequest
-	(*ListMappingsRequest)(nil),         // 79: v0m3.registry.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),        // 80: v0m3.registry.v1.ListMappingsResponse
-	(*ResolveMappingRequest)(nil),       // 81: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 82: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 83: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 84: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 85: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 86: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 87: google.protobuf.Value
+	(ElicitationPolicy)(0),              // 16: v0m3.registry.v1.ElicitationPolicy
+	(ProvenanceMode)(0),                 // 17: v0m3.registry.v1.ProvenanceMode
+	(RegistryEventType)(0),              // 18: v0m3.registry.v1.RegistryEventType
+	(*Connection)(nil),                  // 19: v0m3.registry.v1.Connection
+	(*RolloutFailure)(nil),              // 20: v0m3.registry.v1.RolloutFailure
+	(*Transport)(nil),                   // 21: v0m3.registry.v1.Transport
+	(*StdioTransport)(nil),              // 22: v0m3.registry.v1.StdioTransport
+	(*StreamableHTTPTransport)(nil),     // 23: v0m3.registry.v1.StreamableHTTPTransport
+	(*OAuthClient)(nil),                 // 24: v0m3.registry.v1.OAuthClient
+	(*DirectTransport)(nil),             // 25: v0m3.registry.v1.DirectTransport
+	(*ServerInfo)(nil),                  // 26: v0m3.registry.v1.ServerInfo
+	(*SandboxConstraints)(nil),          // 27: v0m3.registry.v1.SandboxConstraints
+	(*SandboxIdentity)(nil),             // 28: v0m3.registry.v1.SandboxIdentity
+	(*ConfigRevision)(nil),              // 29: v0m3.registry.v1.ConfigRevision
+	(*CreateConnectionRequest)(nil),     // 30: v0m3.registry.v1.CreateConnectionRequest
+	(*GetConnectionRequest)(nil),        // 31: v0m3.registry.v1.GetConnectionRequest
+	(*ListConnectionsRequest)(nil),      // 32: v0m3.registry.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),     // 33: v0m3.registry.v1.ListConnectionsResponse
+	(*UpdateConnectionRequest)(nil),     // 34: v0m3.registry.v1.UpdateConnectionRequest
+	(*ReportRolloutRequest)(nil),        // 35: v0m3.registry.v1.ReportRolloutRequest
+	(*RetireConnectionRequest)(nil),     // 36: v0m3.registry.v1.RetireConnectionRequest
+	(*ListConfigRevisionsRequest)(nil),  // 37: v0m3.registry.v1.ListConfigRevisionsRequest
+	(*ReviewConnectionRequest)(nil),     // 38: v0m3.registry.v1.ReviewConnectionRequest
+	(*ListConfigRevisionsResponse)(nil), // 39: v0m3.registry.v1.ListConfigRevisionsResponse
+	(*DiscoverySnapshot)(nil),           // 40: v0m3.registry.v1.DiscoverySnapshot
+	(*ToolIdentity)(nil),                // 41: v0m3.registry.v1.ToolIdentity
+	(*ResourceIdentity)(nil),            // 42: v0m3.registry.v1.ResourceIdentity
+	(*ResourceTemplateIdentity)(nil),    // 43: v0m3.registry.v1.ResourceTemplateIdentity
+	(*PromptIdentity)(nil),              // 44: v0m3.registry.v1.PromptIdentity
+	(*PromptArgument)(nil),              // 45: v0m3.registry.v1.PromptArgument
+	(*Icon)(nil),                        // 46: v0m3.registry.v1.Icon
+	(*RecordSnapshotRequest)(nil),       // 47: v0m3.registry.v1.RecordSnapshotRequest
+	(*GetSnapshotRequest)(nil),          // 48: v0m3.registry.v1.GetSnapshotRequest
+	(*ListSnapshotsRequest)(nil),        // 49: v0m3.registry.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 50: v0m3.registry.v1.ListSnapshotsResponse
+	(*DiffSnapshotsRequest)(nil),        // 51: v0m3.registry.v1.DiffSnapshotsRequest
+	(*SnapshotDiff)(nil),                // 52: v0m3.registry.v1.SnapshotDiff
+	(*ItemChange)(nil),                  // 53: v0m3.registry.v1.ItemChange
+	(*HandleField)(nil),                 // 54: v0m3.registry.v1.HandleField
+	(*Capability)(nil),                  // 55: v0m3.registry.v1.Capability
+	(*CreateCapabilityRequest)(nil),     // 56: v0m3.registry.v1.CreateCapabilityRequest
+	(*UpdateCapabilityRequest)(nil),     // 57: v0m3.registry.v1.UpdateCapabilityRequest
+	(*DeprecateCapabilityRequest)(nil),  // 58: v0m3.registry.v1.DeprecateCapabilityRequest
+	(*GetCapabilityRequest)(nil),        // 59: v0m3.registry.v1.GetCapabilityRequest
+	(*ListCapabilitiesRequest)(nil),     // 60: v0m3.registry.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),    // 61: v0m3.registry.v1.ListCapabilitiesResponse
+	(*ProfileNeed)(nil),                 // 62: v0m3.registry.v1.ProfileNeed
+	(*TaskBudget)(nil),                  // 63: v0m3.registry.v1.TaskBudget
+	(*TaskProfile)(nil),                 // 64: v0m3.registry.v1.TaskProfile
+	(*CreateTaskProfileRequest)(nil),    // 65: v0m3.registry.v1.CreateTaskProfileRequest
+	(*UpdateTaskProfileRequest)(nil),    // 66: v0m3.registry.v1.UpdateTaskProfileRequest
+	(*DeprecateTaskProfileRequest)(nil), // 67: v0m3.registry.v1.DeprecateTaskProfileRequest
+	(*GetTaskProfileRequest)(nil),       // 68: v0m3.registry.v1.GetTaskProfileRequest
+	(*ListTaskProfilesRequest)(nil),     // 69: v0m3.registry.v1.ListTaskProfilesRequest
+	(*ListTaskProfilesResponse)(nil),    // 70: v0m3.registry.v1.ListTaskProfilesResponse
+	(*RemoteTarget)(nil),                // 71: v0m3.registry.v1.RemoteTarget
+	(*ArgumentBinding)(nil),             // 72: v0m3.registry.v1.ArgumentBinding
+	(*Limits)(nil),                      // 73: v0m3.registry.v1.Limits
+	(*Provenance)(nil),                  // 74: v0m3.registry.v1.Provenance
+	(*Mapping)(nil),                     // 75: v0m3.registry.v1.Mapping
+	(*TargetDigests)(nil),               // 76: v0m3.registry.v1.TargetDigests
+	(*ProposeMappingRequest)(nil),       // 77: v0m3.registry.v1.ProposeMappingRequest
+	(*ReviewMappingRequest)(nil),        // 78: v0m3.registry.v1.ReviewMappingRequest
+	(*GetMappingRequest)(nil),           // 79: v0m3.registry.v1.GetMappingRequest
+	(*ListMappingsRequest)(nil),         // 80: v0m3.registry.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),        // 81: v0m3.registry.v1.ListMappingsResponse
+	(*ResolveMappingRequest)(nil),       // 82: v0m3.registry.v1.ResolveMappingRequest
+	(*WatchEventsRequest)(nil),          // 83: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 84: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 85: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 86: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 87: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 88: google.protobuf.Value
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
-	20,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
+	21,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
 	4,   // 1: v0m3.registry.v1.Connection.review_state:type_name -> v0m3.registry.v1.ReviewState
 	5,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
-	25,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
-	26,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	85,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	85,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	85,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	85,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
-	19,  // 9: v0m3.registry.v1.Connection.rollout_failure:type_name -> v0m3.registry.v1.RolloutFailure
-	85,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
-	21,  // 11: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
-	22,  // 12: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
-	24,  // 13: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	84,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
-	23,  // 15: v0m3.registry.v1.StreamableHTTPTransport.oauth:type_name -> v0m3.registry.v1.OAuthClient
+	26,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
+	27,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	86,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	86,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	86,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	86,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	20,  // 9: v0m3.registry.v1.Connection.rollout_failure:type_name -> v0m3.registry.v1.RolloutFailure
+	86,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
+	22,  // 11: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
+	23,  // 12: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
+	25,  // 13: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
+	85,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	24,  // 15: v0m3.registry.v1.StreamableHTTPTransport.oauth:type_name -> v0m3.registry.v1.OAuthClient
 	0,   // 16: v0m3.registry.v1.OAuthClient.grant:type_name -> v0m3.registry.v1.OauthGrant
 	3,   // 17: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
-	27,  // 18: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
+	28,  // 18: v0m3.registry.v1.SandboxConstraints.identity:type_name -> v0m3.registry.v1.SandboxIdentity
 	2,   // 19: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
 	2,   // 20: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
 	2,   // 21: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
 	1,   // 22: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
-	20,  // 23: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	85,  // 24: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
-	20,  // 25: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	18,  // 26: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
-	20,  // 27: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	26,  // 28: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	28,  // 29: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
-	25,  // 30: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
-	40,  // 31: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
-	41,  // 32: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	85,  // 33: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	42,  // 34: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
-	43,  // 35: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
-	86,  // 36: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	86,  // 37: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	86,  // 38: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	86,  // 39: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
-	45,  // 40: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	86,  // 41: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
-	45,  // 42: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	86,  // 43: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
-	45,  // 44: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	44,  // 45: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
-	45,  // 46: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	39,  // 47: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	39,  // 48: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	52,  // 49: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	52,  // 50: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
-	52,  // 51: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
-	52,  // 52: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
+	21,  // 23: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
+	86,  // 24: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	21,  // 25: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	19,  // 26: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
+	21,  // 27: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	27,  // 28: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	29,  // 29: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
+	26,  // 30: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
+	41,  // 31: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
+	42,  // 32: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
+	86,  // 33: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	43,  // 34: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
+	44,  // 35: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
+	87,  // 36: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	87,  // 37: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	87,  // 38: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	87,  // 39: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
+	46,  // 40: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	87,  // 41: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
+	46,  // 42: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	87,  // 43: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
+	46,  // 44: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	45,  // 45: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
+	46,  // 46: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	40,  // 47: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	40,  // 48: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	53,  // 49: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	53,  // 50: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	53,  // 51: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
+	53,  // 52: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
 	6,   // 53: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
 	12,  // 54: v0m3.registry.v1.HandleField.kind:type_name -> v0m3.registry.v1.HandleKind
 	7,   // 55: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	86,  // 56: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	87,  // 56: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
 	8,   // 57: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	53,  // 58: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
+	54,  // 58: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
 	9,   // 59: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
-	72,  // 60: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
+	73,  // 60: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
 	10,  // 61: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
 	11,  // 62: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	85,  // 63: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
-	54,  // 64: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	54,  // 65: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	54,  // 66: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	86,  // 63: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	55,  // 64: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	55,  // 65: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	55,  // 66: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
 	13,  // 67: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
-	61,  // 68: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
-	62,  // 69: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
+	62,  // 68: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
+	63,  // 69: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
 	11,  // 70: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	85,  // 71: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
-	63,  // 72: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	63,  // 73: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	63,  // 74: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
+	86,  // 71: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	64,  // 72: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	64,  // 73: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	64,  // 74: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
 	15,  // 75: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	87,  // 76: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
-	16,  // 77: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
-	70,  // 78: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	71,  // 79: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	86,  // 80: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	72,  // 81: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	14,  // 82: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	85,  // 83: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	85,  // 84: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	73,  // 85: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
-	86,  // 86: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
-	75,  // 87: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
-	70,  // 88: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	71,  // 89: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	86,  // 90: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	72,  // 91: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	73,  // 92: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
-	14,  // 93: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	74,  // 94: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	17,  // 95: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	85,  // 96: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	29,  // 97: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	30,  // 98: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	31,  // 99: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	33,  // 100: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	35,  // 101: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	34,  // 102: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
-	36,  // 103: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	37,  // 104: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	46,  // 105: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	47,  // 106: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	48,  // 107: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	50,  // 108: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	55,  // 109: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	56,  // 110: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	57,  // 111: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	58,  // 112: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	59,  // 113: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	64,  // 114: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	65,  // 115: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	66,  // 116: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	67,  // 117: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	68,  // 118: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	76,  // 119: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	77,  // 120: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	78,  // 121: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	79,  // 122: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	81,  // 123: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	82,  // 124: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	18,  // 125: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	18,  // 126: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	32,  // 127: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	18,  // 128: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	18,  // 129: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	18,  // 130: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
-	38,  // 131: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	18,  // 132: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	39,  // 133: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	39,  // 134: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	49,  // 135: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	51,  // 136: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	54,  // 137: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	54,  // 138: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	54,  // 139: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	54,  // 140: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	60,  // 141: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	63,  // 142: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	63,  // 143: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	63,  // 144: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	63,  // 145: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	69,  // 146: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	74,  // 147: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	74,  // 148: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	74,  // 149: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	80,  // 150: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	74,  // 151: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	83,  // 152: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	125, // [125:153] is the sub-list for method output_type
-	97,  // [97:125] is the sub-list for method input_type
-	97,  // [97:97] is the sub-list for extension type_name
-	97,  // [97:97] is the sub-list for extension extendee
-	0,   // [0:97] is the sub-list for field type_name
+	88,  // 76: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	16,  // 77: v0m3.registry.v1.Limits.elicitation:type_name -> v0m3.registry.v1.ElicitationPolicy
+	17,  // 78: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
+	71,  // 79: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	72,  // 80: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	87,  // 81: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	73,  // 82: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	14,  // 83: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	86,  // 84: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	86,  // 85: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	74,  // 86: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
+	87,  // 87: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
+	76,  // 88: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
+	71,  // 89: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	72,  // 90: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	87,  // 91: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	73,  // 92: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	74,  // 93: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
+	14,  // 94: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	75,  // 95: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	18,  // 96: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	86,  // 97: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	30,  // 98: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	31,  // 99: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	32,  // 100: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	34,  // 101: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	36,  // 102: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	35,  // 103: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
+	37,  // 104: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	38,  // 105: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	47,  // 106: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	48,  // 107: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	49,  // 108: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	51,  // 109: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	56,  // 110: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	57,  // 111: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	58,  // 112: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	59,  // 113: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	60,  // 114: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	65,  // 115: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	66,  // 116: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	67,  // 117: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	68,  // 118: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	69,  // 119: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	77,  // 120: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	78,  // 121: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	79,  // 122: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	80,  // 123: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	82,  // 124: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	83,  // 125: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	19,  // 126: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 127: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	33,  // 128: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	19,  // 129: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 130: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 131: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
+	39,  // 132: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	19,  // 133: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	40,  // 134: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	40,  // 135: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	50,  // 136: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	52,  // 137: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	55,  // 138: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 139: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 140: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 141: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	61,  // 142: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	64,  // 143: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 144: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 145: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 146: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	70,  // 147: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	75,  // 148: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	75,  // 149: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	75,  // 150: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	81,  // 151: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	75,  // 152: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	84,  // 153: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	126, // [126:154] is the sub-list for method output_type
+	98,  // [98:126] is the sub-list for method input_type
+	98,  // [98:98] is the sub-list for extension type_name
+	98,  // [98:98] is the sub-list for extension extendee
+	0,   // [0:98] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -8005,7 +8082,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
-			NumEnums:      18,
+			NumEnums:      19,
 			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
