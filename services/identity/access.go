@@ -59,6 +59,7 @@ var table = map[string]map[string]Access{
 		"MintHandle":             {Peers: []string{Orchestrator}},
 		"ResolveHandle":          {Peers: []string{Orchestrator}},
 		"Charge":                 {Peers: []string{Orchestrator}},
+		"Decide":                 {Peers: []string{Orchestrator}},
 		"ReportConnectionHealth": {Peers: []string{Adapter}},
 		"GetPolicyRevision":      {Peers: []string{Orchestrator, Adapter}, Callers: true},
 		"ReloadPolicy":           {Callers: true},

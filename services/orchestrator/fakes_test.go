@@ -34,6 +34,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/registry"
 )
 
@@ -415,6 +416,11 @@ func (p *fakePolicy) Charge(_ context.Context, in *policyv1.ChargeRequest) (*pol
 	defer p.mu.Unlock()
 	p.charges[in.GetIdempotencyKey()]++
 	return &policyv1.ChargeResponse{}, nil
+}
+
+// Decide composes the fake's decisions as the policy service does.
+func (p *fakePolicy) Decide(ctx context.Context, in *policyv1.DecideRequest) (*policyv1.DecideResponse, error) {
+	return policy.DecideWith(ctx, p, in)
 }
 
 // fakeAdapter counts Execute calls and answers with respond.

@@ -178,10 +178,7 @@ func (s *Server) recoverRequest(ctx context.Context, id string) error {
 // dependency that is unavailable leaves the request for the next pass
 // instead of refusing it.
 func (s *Server) decideAgain(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest) error {
-	p, err := s.prepare(ctx, task, req)
-	if err == nil {
-		err = s.charge(ctx, task, req)
-	}
+	p, err := s.prepare(ctx, task, req, true)
 	if err != nil {
 		if transient(err) {
 			return err
@@ -285,7 +282,7 @@ func (s *Server) retryRecovered(ctx context.Context, task *orchestratorv1.Task, 
 		_, err := s.fail(ctx, req, last)
 		return err
 	}
-	p, err := s.prepare(ctx, task, req)
+	p, err := s.prepare(ctx, task, req, false)
 	if err != nil {
 		if transient(err) {
 			return err

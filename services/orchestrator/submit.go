@@ -136,11 +136,8 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return nil, err
 	}
 
-	p, err := s.prepare(ctx, task, req)
+	p, err := s.prepare(ctx, task, req, true)
 	if err != nil {
-		return s.refuseUnlessOutage(ctx, req, p, err)
-	}
-	if err := s.charge(ctx, task, req); err != nil {
 		return s.refuseUnlessOutage(ctx, req, p, err)
 	}
 	if p.approvalRequired {
@@ -227,8 +224,10 @@ func (s *Server) executeInBackground(ctx context.Context, task *orchestratorv1.T
 // at the first that fails. Nothing here sends anything to a remote server:
 // in particular handles are resolved (and so checked against this task)
 // before the adapter is ever called. The returned prepared value holds what
-// was learned so far even on failure, for the record.
-func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest) (*prepared, error) {
+// was learned so far even on failure, for the record. With charge, policy
+// also charges the call (once per intent) when it allows it, in the same
+// round trip.
+func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, charge bool) (*prepared, error) {
 	p := &prepared{targets: map[string]string{}, labels: map[string]string{}, fieldLabels: map[string]string{}}
 	name := req.GetCapability()
 
@@ -261,10 +260,11 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	})
 
 	// c. Arguments must match the product schema the model was shown.
+	var current string // the digest of the contract's input schema
 	if resolveErr == nil && p.offered.GetMappingId() != "" && resolved.GetCapabilityRevision() > 0 {
-		p.capability, err = s.caps.Get(ctx, s.deps.Registry, name, resolved.GetCapabilityRevision())
-	} else {
-		p.capability, err = s.deps.Registry.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: name})
+		p.capability, current, err = s.caps.Contract(ctx, s.deps.Registry, name, resolved.GetCapabilityRevision())
+	} else if p.capability, err = s.deps.Registry.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: name}); err == nil {
+		current, _ = digest.Struct(p.capability.GetInputSchema())
 	}
 	if err != nil {
 		return p, apierror.Propagate(err, "get capability")
@@ -277,7 +277,6 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	if shown == "" {
 		shown, _ = digest.Struct(p.offered.GetInputSchema())
 	}
-	current, _ := digest.Struct(p.capability.GetInputSchema())
 	if shown != current {
 		return p, apierror.New(codes.FailedPrecondition, "CAPABILITY_CHANGED",
 			fmt.Sprintf("capability %s changed since it was offered to task %s; start a new task to use the current contract", name, task.GetId()),
@@ -307,36 +306,46 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	}
 
 	// e. Handles resolve against this task, requester, the field's handle
-	// kind, capability and mapping revision, or the request stops here.
-	var decisions []*policyv1.AuthorizeResponse
+	// kind, capability and mapping revision, or the request stops here;
+	// f. policy decides on current state; and, when asked, the call is
+	// charged once every decision allows: one round trip to policy.
+	dreq := &policyv1.DecideRequest{
+		Requester: task.GetRequester(), TaskId: task.GetId(), Capability: name,
+		ConnectionId: p.mapping.GetConnectionId(), MappingId: p.mapping.GetId(), MappingRevision: p.mapping.GetRevision(),
+		Purpose: purposeOf(task), EffectClass: p.capability.GetEffectClass(),
+	}
 	for _, hf := range p.capability.GetHandles() {
-		field := hf.GetField()
-		v, ok := p.normalized[field]
+		v, ok := p.normalized[hf.GetField()]
 		if !ok {
 			continue
 		}
 		token, _ := v.(string)
-		res, err := s.deps.Policy.ResolveHandle(ctx, &policyv1.ResolveHandleRequest{
-			Token: token, TaskId: task.GetId(), Requester: task.GetRequester(), Capability: name,
-			MappingId: p.mapping.GetId(), MappingRevision: p.mapping.GetRevision(),
-			Purpose: purposeOf(task), EffectClass: p.capability.GetEffectClass(), Kind: handlekind.Of(hf.GetKind()),
-		})
-		if err != nil {
-			return p, apierror.Propagate(err, "resolve the handle in "+field)
+		dreq.Handles = append(dreq.Handles, &policyv1.HandleUse{Field: hf.GetField(), Token: token, Kind: handlekind.Of(hf.GetKind())})
+	}
+	if charge {
+		dreq.Charge = callCharge(task, req)
+	}
+	decided, chargeErr := s.deps.Policy.Decide(ctx, dreq)
+	if chargeErr != nil {
+		if decided, chargeErr = splitDecided(chargeErr); decided == nil {
+			// Nothing was decided: a handle did not resolve, or policy failed.
+			if len(dreq.GetHandles()) > 0 {
+				return p, apierror.Propagate(chargeErr, "resolve the handles in "+handleFields(dreq))
+			}
+			return p, apierror.Propagate(chargeErr, "authorize")
 		}
-		b := res.GetBinding()
+	}
+	for _, h := range decided.GetHandles() {
+		b := h.GetBinding()
 		if b.GetTaskId() != task.GetId() || b.GetCapability() != name {
 			// Policy checks this; the orchestrator refuses to be the place
 			// where a mismatch slips through if it ever did not.
 			return p, apierror.New(codes.PermissionDenied, "HANDLE_TASK_MISMATCH",
-				fmt.Sprintf("the handle in %s is not bound to task %s and capability %s", field, task.GetId(), name), nil)
+				fmt.Sprintf("the handle in %s is not bound to task %s and capability %s", h.GetField(), task.GetId(), name), nil)
 		}
-		p.targets[field] = b.GetTarget()
+		p.targets[h.GetField()] = b.GetTarget()
 		p.labels[b.GetTarget()] = b.GetLabel()
-		p.fieldLabels[field] = b.GetLabel()
-		if res.GetAuthorization() != nil {
-			decisions = append(decisions, res.GetAuthorization())
-		}
+		p.fieldLabels[h.GetField()] = b.GetLabel()
 	}
 
 	if p.target, err = callTarget(p.mapping, p.targets); err != nil {
@@ -345,17 +354,9 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 
 	p.summary = summarize(p.capability, p.normalized, p.fieldLabels)
 
-	// f. Policy decides on current state.
+	decisions := decided.GetDecisions()
 	if len(decisions) == 0 {
-		az, err := s.deps.Policy.Authorize(ctx, &policyv1.AuthorizeRequest{
-			Principal: task.GetRequester(), Capability: name, Resource: p.mapping.GetConnectionId(),
-			TaskId: task.GetId(), Purpose: purposeOf(task), EffectClass: p.capability.GetEffectClass(),
-			MappingId: p.mapping.GetId(), MappingRevision: p.mapping.GetRevision(),
-		})
-		if err != nil {
-			return p, apierror.Propagate(err, "authorize")
-		}
-		decisions = append(decisions, az)
+		return p, apierror.New(codes.Internal, "POLICY_NO_DECISION", "policy returned no decision for the call", nil)
 	}
 	p.authz = decisions[0]
 	for _, d := range decisions {
@@ -378,17 +379,62 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 			fmt.Sprintf("policy denied %s for %s in task %s (%s)", name, task.GetRequester().GetId(), task.GetId(), decisionText(p.authz)),
 			map[string]string{"policy_revision": p.authz.GetPolicyRevision()})
 	}
+	if chargeErr != nil {
+		return p, apierror.Propagate(chargeErr, "charge budget")
+	}
 	return p, nil
 }
 
 // charge charges one call to the task's and requester's budgets. The
 // intent id is the idempotency key, so an approval re-running the checks
-// never charges twice.
+// never charges twice. Submission charges within prepare (one round trip
+// to policy); this is for the paths that charge after other steps.
 func (s *Server) charge(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest) error {
-	_, err := s.deps.Policy.Charge(ctx, &policyv1.ChargeRequest{
-		TaskId: task.GetId(), Requester: task.GetRequester().GetId(), Calls: 1, IdempotencyKey: req.GetIntentId(),
-	})
+	_, err := s.deps.Policy.Charge(ctx, callCharge(task, req))
 	return apierror.Propagate(err, "charge budget")
+}
+
+// callCharge is the charge of one call, keyed by its intent.
+func callCharge(task *orchestratorv1.Task, req *orchestratorv1.ToolRequest) *policyv1.ChargeRequest {
+	return &policyv1.ChargeRequest{
+		TaskId: task.GetId(), Requester: task.GetRequester().GetId(), Calls: 1, IdempotencyKey: req.GetIntentId(),
+	}
+}
+
+// splitDecided separates what policy decided before it refused a call's
+// charge (a Decide error carries it in its details) from the refusal, so
+// the decisions are recorded and the refusal alone (never the bindings'
+// targets) goes on to the caller. decided is nil when the error carries
+// none.
+func splitDecided(err error) (decided *policyv1.DecideResponse, refusal error) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil, err
+	}
+	pb := st.Proto()
+	kept := pb.Details[:0]
+	for _, a := range pb.GetDetails() {
+		r := &policyv1.DecideResponse{}
+		if a.MessageIs(r) && a.UnmarshalTo(r) == nil {
+			decided = r
+			continue
+		}
+		kept = append(kept, a)
+	}
+	if decided == nil {
+		return nil, err
+	}
+	pb.Details = kept
+	return decided, status.FromProto(pb).Err()
+}
+
+// handleFields names the fields of a call's handles, for an error.
+func handleFields(r *policyv1.DecideRequest) string {
+	names := make([]string, len(r.GetHandles()))
+	for i, h := range r.GetHandles() {
+		names[i] = h.GetField()
+	}
+	return strings.Join(names, ", ")
 }
 
 // chargeResponse charges the bytes an attempt read to the task's and

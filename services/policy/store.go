@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 )
 
@@ -143,5 +145,13 @@ func withLimits(b, tmpl *policyv1.Budget) *policyv1.Budget {
 	if b.MaxCostMicros == 0 {
 		b.MaxCostMicros = tmpl.GetMaxCostMicros()
 	}
+	return b
+}
+
+// unusedBudget is a budget charged for the first time: the template's
+// limits, nothing used.
+func unusedBudget(tmpl *policyv1.Budget) *policyv1.Budget {
+	b := proto.CloneOf(tmpl)
+	b.UsedCalls, b.UsedResponseBytes, b.UsedCostMicros = 0, 0, 0
 	return b
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
@@ -129,8 +127,7 @@ func loadBudget(tx *store.Tx, tmpl *policyv1.Budget) (*policyv1.Budget, error) {
 	b := &policyv1.Budget{}
 	switch err := tx.Get(bucketBudgets, tmpl.GetScope(), b); {
 	case errors.Is(err, store.ErrNotFound):
-		b = proto.Clone(tmpl).(*policyv1.Budget)
-		b.UsedCalls, b.UsedResponseBytes, b.UsedCostMicros = 0, 0, 0
+		b = unusedBudget(tmpl)
 	case err != nil:
 		return nil, err
 	}

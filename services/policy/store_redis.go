@@ -2,13 +2,11 @@ package policy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/protobuf/proto"
 
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/services/internal/redisstore"
@@ -120,25 +118,30 @@ func (r *redisPolicyStore) Charge(ctx context.Context, op ChargeOp) (ChargeResul
 	// in one MULTI/EXEC: a concurrent charge makes EXEC fail and this one
 	// is recomputed, so no charge is ever lost or applied twice.
 	err := redisstore.Update(ctx, r.c, func(tx *redis.Tx) error {
-		task, err := r.loadBudget(ctx, tx, taskKey, op.Task)
+		// The three records in one round trip (after the WATCH).
+		vals, err := tx.MGet(ctx, taskKey, reqKey, chargeKey).Result()
 		if err != nil {
 			return err
 		}
-		requester, err := r.loadBudget(ctx, tx, reqKey, op.Requester)
+		task, err := decodeBudget(vals[0], op.Task)
 		if err != nil {
 			return err
 		}
-		prev := &policyv1.ChargeRequest{}
-		switch err := redisstore.Get(ctx, tx, chargeKey, prev); {
-		case err == nil:
+		requester, err := decodeBudget(vals[1], op.Requester)
+		if err != nil {
+			return err
+		}
+		if v, ok := vals[2].(string); ok {
+			prev := &policyv1.ChargeRequest{}
+			if err := redisstore.Unmarshal([]byte(v), prev); err != nil {
+				return err
+			}
 			if !sameCharge(prev, op.Request) {
 				return redisstore.Abort(ctx, tx, ErrIdempotencyConflict)
 			}
 			res = ChargeResult{Task: task, Requester: requester, Replayed: true}
 			// The budgets returned must be one consistent state.
 			return redisstore.Abort(ctx, tx, nil)
-		case !errors.Is(err, store.ErrNotFound):
-			return err
 		}
 		if err := applyCharge(op.Request, task, requester); err != nil {
 			return redisstore.Abort(ctx, tx, err)
@@ -170,16 +173,17 @@ func (r *redisPolicyStore) Charge(ctx context.Context, op ChargeOp) (ChargeResul
 	return res, nil
 }
 
-// loadBudget reads a budget inside the transaction, or starts it from the
-// template, exactly as the embedded store's loadBudget does.
-func (r *redisPolicyStore) loadBudget(ctx context.Context, tx *redis.Tx, key string, tmpl *policyv1.Budget) (*policyv1.Budget, error) {
+// decodeBudget decodes a budget read inside the transaction (an MGET
+// value, nil when absent), or starts it from the template, exactly as the
+// embedded store's loadBudget does.
+func decodeBudget(v any, tmpl *policyv1.Budget) (*policyv1.Budget, error) {
 	b := &policyv1.Budget{}
-	switch err := redisstore.Get(ctx, tx, key, b); {
-	case errors.Is(err, store.ErrNotFound):
-		b = proto.CloneOf(tmpl)
-		b.UsedCalls, b.UsedResponseBytes, b.UsedCostMicros = 0, 0, 0
-	case err != nil:
-		return nil, err
+	if s, ok := v.(string); ok {
+		if err := redisstore.Unmarshal([]byte(s), b); err != nil {
+			return nil, err
+		}
+	} else {
+		b = unusedBudget(tmpl)
 	}
 	return withLimits(b, tmpl), nil
 }

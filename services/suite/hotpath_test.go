@@ -199,7 +199,12 @@ func TestGovernedCallCost(t *testing.T) {
 		got  int
 		max  int
 	}{
-		{"internal RPCs", total, 14},
+		{"internal RPCs", total, 13},
+		// Handles, authorization and the call's charge: one Decide.
+		{"Decide RPCs", methods["Decide"], 1},
+		{"ResolveHandle RPCs", methods["ResolveHandle"], 0},
+		{"Authorize RPCs", methods["Authorize"], 0},
+		{"Charge RPCs (the response bytes, after the call)", methods["Charge"], 1},
 		{"AppendTrace RPCs", methods["AppendTrace"], 1},
 		{"AppendTraces RPCs", methods["AppendTraces"], 2},
 		{"GetCapability RPCs", methods["GetCapability"], 0},

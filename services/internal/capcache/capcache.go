@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/digest"
 )
 
 // maxEntries bounds the cache; past it the cache starts again empty.
@@ -33,34 +34,52 @@ type key struct {
 // ready to use.
 type Cache struct {
 	mu sync.RWMutex
-	m  map[key]*registryv1.Capability
+	m  map[key]entry
+}
+
+// entry is a contract and the digest of its input schema, computed once
+// per revision rather than on every call that checks it.
+type entry struct {
+	capability   *registryv1.Capability
+	schemaDigest string
 }
 
 // Get returns capability name at revision (which must be positive), from
 // the cache or from the registry. The result is the caller's own copy.
 func (c *Cache) Get(ctx context.Context, reg registryv1.RegistryServiceClient, name string, revision int64) (*registryv1.Capability, error) {
+	got, _, err := c.Contract(ctx, reg, name, revision)
+	return got, err
+}
+
+// Contract is Get that also returns the digest of the contract's input
+// schema (digest.Struct).
+func (c *Cache) Contract(ctx context.Context, reg registryv1.RegistryServiceClient, name string, revision int64) (*registryv1.Capability, string, error) {
 	if revision <= 0 {
-		return nil, fmt.Errorf("capcache: capability %s: revision %d is not a revision", name, revision)
+		return nil, "", fmt.Errorf("capcache: capability %s: revision %d is not a revision", name, revision)
 	}
 	k := key{name, revision}
 	c.mu.RLock()
-	hit := c.m[k]
+	hit, ok := c.m[k]
 	c.mu.RUnlock()
-	if hit != nil {
-		return proto.CloneOf(hit), nil
+	if ok {
+		return proto.CloneOf(hit.capability), hit.schemaDigest, nil
 	}
 	got, err := reg.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: name, Revision: revision})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if got.GetName() != name || got.GetRevision() != revision {
-		return nil, fmt.Errorf("capcache: asked for capability %s revision %d, got %s revision %d", name, revision, got.GetName(), got.GetRevision())
+		return nil, "", fmt.Errorf("capcache: asked for capability %s revision %d, got %s revision %d", name, revision, got.GetName(), got.GetRevision())
+	}
+	d, err := digest.Struct(got.GetInputSchema())
+	if err != nil {
+		return nil, "", fmt.Errorf("capcache: capability %s revision %d: digest its input schema: %w", name, revision, err)
 	}
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxEntries {
-		c.m = map[key]*registryv1.Capability{}
+		c.m = map[key]entry{}
 	}
-	c.m[k] = proto.CloneOf(got)
+	c.m[k] = entry{capability: proto.CloneOf(got), schemaDigest: d}
 	c.mu.Unlock()
-	return got, nil
+	return got, d, nil
 }

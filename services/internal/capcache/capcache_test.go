@@ -6,9 +6,11 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/capcache"
+	"github.com/v0m3/v0m3/services/internal/digest"
 )
 
 // registry answers GetCapability with revision served (or, when wrong is
@@ -25,7 +27,8 @@ func (r *registry) GetCapability(_ context.Context, in *registryv1.GetCapability
 	if r.wrong {
 		rev = 1
 	}
-	return &registryv1.Capability{Name: in.GetName(), Revision: rev, Description: "contract"}, nil
+	schema, _ := structpb.NewStruct(map[string]any{"type": "object", "revision": float64(rev)})
+	return &registryv1.Capability{Name: in.GetName(), Revision: rev, Description: "contract", InputSchema: schema}, nil
 }
 
 // A revision is read from the registry once, then from the cache, as the
@@ -54,5 +57,29 @@ func TestCache(t *testing.T) {
 	}
 	if _, err := c.Get(ctx, &registry{wrong: true}, "retrieve", 5); err == nil {
 		t.Error("the registry answered revision 1 for revision 5 and the cache accepted it")
+	}
+}
+
+// Contract gives, with each revision, the digest of that revision's input
+// schema, the same from the cache as when first read.
+func TestContractSchemaDigest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	reg := &registry{}
+	var c capcache.Cache
+	seen := map[string]bool{}
+	for _, rev := range []int64{2, 2, 3} {
+		got, d, err := c.Contract(ctx, reg, "retrieve", rev)
+		if err != nil {
+			t.Fatalf("Contract r%d: %v", rev, err)
+		}
+		want, _ := digest.Struct(got.GetInputSchema())
+		if d != want || d == "" {
+			t.Errorf("r%d: schema digest %q, want %q", rev, d, want)
+		}
+		seen[d] = true
+	}
+	if len(seen) != 2 || reg.calls.Load() != 2 {
+		t.Errorf("%d digests from %d registry reads for two revisions, want 2 and 2", len(seen), reg.calls.Load())
 	}
 }

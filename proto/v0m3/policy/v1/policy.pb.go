@@ -2031,6 +2031,319 @@ func (x *PolicyRevision) GetPolicyIds() []string {
 	return nil
 }
 
+// HandleUse is one handle a call passes, in one field.
+type HandleUse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The field the handle fills.
+	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	// Required. The token.
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// The kind of the field (see ResolveHandleRequest.kind).
+	Kind          v1.HandleKind `protobuf:"varint,3,opt,name=kind,proto3,enum=v0m3.registry.v1.HandleKind" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandleUse) Reset() {
+	*x = HandleUse{}
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandleUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandleUse) ProtoMessage() {}
+
+func (x *HandleUse) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandleUse.ProtoReflect.Descriptor instead.
+func (*HandleUse) Descriptor() ([]byte, []int) {
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *HandleUse) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *HandleUse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *HandleUse) GetKind() v1.HandleKind {
+	if x != nil {
+		return x.Kind
+	}
+	return v1.HandleKind(0)
+}
+
+// DecideRequest is everything policy decides about one governed call.
+type DecideRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The task's requester.
+	Requester *Principal `protobuf:"bytes,1,opt,name=requester,proto3" json:"requester,omitempty"`
+	// Required. Task id.
+	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Required. Capability name.
+	Capability string `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Required. The connection the mapping calls (the resource authorized
+	// when the call passes no handle).
+	ConnectionId string `protobuf:"bytes,4,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
+	// Required. Current mapping id.
+	MappingId string `protobuf:"bytes,5,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
+	// Required. Current mapping revision.
+	MappingRevision int64 `protobuf:"varint,6,opt,name=mapping_revision,json=mappingRevision,proto3" json:"mapping_revision,omitempty"`
+	// Task purpose.
+	Purpose string `protobuf:"bytes,7,opt,name=purpose,proto3" json:"purpose,omitempty"`
+	// Effect class of the capability.
+	EffectClass v1.EffectClass `protobuf:"varint,8,opt,name=effect_class,json=effectClass,proto3,enum=v0m3.registry.v1.EffectClass" json:"effect_class,omitempty"`
+	// The handles the call passes; each is resolved and re-authorized.
+	Handles []*HandleUse `protobuf:"bytes,9,rep,name=handles,proto3" json:"handles,omitempty"`
+	// What to charge once every decision allows; not set: nothing is
+	// charged. Its task_id and requester must be this request's.
+	Charge        *ChargeRequest `protobuf:"bytes,10,opt,name=charge,proto3" json:"charge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideRequest) Reset() {
+	*x = DecideRequest{}
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideRequest) ProtoMessage() {}
+
+func (x *DecideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideRequest.ProtoReflect.Descriptor instead.
+func (*DecideRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DecideRequest) GetRequester() *Principal {
+	if x != nil {
+		return x.Requester
+	}
+	return nil
+}
+
+func (x *DecideRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *DecideRequest) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *DecideRequest) GetConnectionId() string {
+	if x != nil {
+		return x.ConnectionId
+	}
+	return ""
+}
+
+func (x *DecideRequest) GetMappingId() string {
+	if x != nil {
+		return x.MappingId
+	}
+	return ""
+}
+
+func (x *DecideRequest) GetMappingRevision() int64 {
+	if x != nil {
+		return x.MappingRevision
+	}
+	return 0
+}
+
+func (x *DecideRequest) GetPurpose() string {
+	if x != nil {
+		return x.Purpose
+	}
+	return ""
+}
+
+func (x *DecideRequest) GetEffectClass() v1.EffectClass {
+	if x != nil {
+		return x.EffectClass
+	}
+	return v1.EffectClass(0)
+}
+
+func (x *DecideRequest) GetHandles() []*HandleUse {
+	if x != nil {
+		return x.Handles
+	}
+	return nil
+}
+
+func (x *DecideRequest) GetCharge() *ChargeRequest {
+	if x != nil {
+		return x.Charge
+	}
+	return nil
+}
+
+// ResolvedHandle is a handle resolved for one field.
+type ResolvedHandle struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The field the handle filled.
+	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	// The binding.
+	Binding       *HandleBinding `protobuf:"bytes,2,opt,name=binding,proto3" json:"binding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolvedHandle) Reset() {
+	*x = ResolvedHandle{}
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolvedHandle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolvedHandle) ProtoMessage() {}
+
+func (x *ResolvedHandle) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolvedHandle.ProtoReflect.Descriptor instead.
+func (*ResolvedHandle) Descriptor() ([]byte, []int) {
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ResolvedHandle) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *ResolvedHandle) GetBinding() *HandleBinding {
+	if x != nil {
+		return x.Binding
+	}
+	return nil
+}
+
+// DecideResponse is what policy decided about one governed call.
+type DecideResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The handles resolved, in the order asked.
+	Handles []*ResolvedHandle `protobuf:"bytes,1,rep,name=handles,proto3" json:"handles,omitempty"`
+	// The decisions: one per handle, or one on the connection when the call
+	// passes no handle.
+	Decisions []*AuthorizeResponse `protobuf:"bytes,2,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// The budgets after the charge; not set when nothing was charged.
+	Charge        *ChargeResponse `protobuf:"bytes,3,opt,name=charge,proto3" json:"charge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideResponse) Reset() {
+	*x = DecideResponse{}
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideResponse) ProtoMessage() {}
+
+func (x *DecideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_policy_v1_policy_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideResponse.ProtoReflect.Descriptor instead.
+func (*DecideResponse) Descriptor() ([]byte, []int) {
+	return file_v0m3_policy_v1_policy_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DecideResponse) GetHandles() []*ResolvedHandle {
+	if x != nil {
+		return x.Handles
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetDecisions() []*AuthorizeResponse {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetCharge() *ChargeResponse {
+	if x != nil {
+		return x.Charge
+	}
+	return nil
+}
+
 var File_v0m3_policy_v1_policy_proto protoreflect.FileDescriptor
 
 const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
@@ -2189,7 +2502,33 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\brevision\x18\x01 \x01(\tR\brevision\x127\n" +
 	"\tload_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bloadTime\x12\x1d\n" +
 	"\n" +
-	"policy_ids\x18\x03 \x03(\tR\tpolicyIds*\xd7\x01\n" +
+	"policy_ids\x18\x03 \x03(\tR\tpolicyIds\"i\n" +
+	"\tHandleUse\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x120\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"\xb8\x03\n" +
+	"\rDecideRequest\x127\n" +
+	"\trequester\x18\x01 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\trequester\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x03 \x01(\tR\n" +
+	"capability\x12#\n" +
+	"\rconnection_id\x18\x04 \x01(\tR\fconnectionId\x12\x1d\n" +
+	"\n" +
+	"mapping_id\x18\x05 \x01(\tR\tmappingId\x12)\n" +
+	"\x10mapping_revision\x18\x06 \x01(\x03R\x0fmappingRevision\x12\x18\n" +
+	"\apurpose\x18\a \x01(\tR\apurpose\x12@\n" +
+	"\feffect_class\x18\b \x01(\x0e2\x1d.v0m3.registry.v1.EffectClassR\veffectClass\x123\n" +
+	"\ahandles\x18\t \x03(\v2\x19.v0m3.policy.v1.HandleUseR\ahandles\x125\n" +
+	"\x06charge\x18\n" +
+	" \x01(\v2\x1d.v0m3.policy.v1.ChargeRequestR\x06charge\"_\n" +
+	"\x0eResolvedHandle\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x127\n" +
+	"\abinding\x18\x02 \x01(\v2\x1d.v0m3.policy.v1.HandleBindingR\abinding\"\xc3\x01\n" +
+	"\x0eDecideResponse\x128\n" +
+	"\ahandles\x18\x01 \x03(\v2\x1e.v0m3.policy.v1.ResolvedHandleR\ahandles\x12?\n" +
+	"\tdecisions\x18\x02 \x03(\v2!.v0m3.policy.v1.AuthorizeResponseR\tdecisions\x126\n" +
+	"\x06charge\x18\x03 \x01(\v2\x1e.v0m3.policy.v1.ChargeResponseR\x06charge*\xd7\x01\n" +
 	"\x10EligibilityStage\x12!\n" +
 	"\x1dELIGIBILITY_STAGE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ELIGIBILITY_STAGE_UNKNOWN\x10\x01\x12 \n" +
@@ -2210,7 +2549,7 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\vHealthState\x12\x1c\n" +
 	"\x18HEALTH_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14HEALTH_STATE_HEALTHY\x10\x01\x12\x19\n" +
-	"\x15HEALTH_STATE_DEGRADED\x10\x022\xed\x06\n" +
+	"\x15HEALTH_STATE_DEGRADED\x10\x022\xb6\a\n" +
 	"\rPolicyService\x12M\n" +
 	"\bEligible\x12\x1f.v0m3.policy.v1.EligibleRequest\x1a .v0m3.policy.v1.EligibleResponse\x12P\n" +
 	"\tAuthorize\x12 .v0m3.policy.v1.AuthorizeRequest\x1a!.v0m3.policy.v1.AuthorizeResponse\x12N\n" +
@@ -2222,7 +2561,8 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\x16ReportConnectionHealth\x12-.v0m3.policy.v1.ReportConnectionHealthRequest\x1a .v0m3.policy.v1.ConnectionHealth\x12]\n" +
 	"\x11GetPolicyRevision\x12(.v0m3.policy.v1.GetPolicyRevisionRequest\x1a\x1e.v0m3.policy.v1.PolicyRevision\x12\\\n" +
 	"\x0fAuthorizeAction\x12&.v0m3.policy.v1.AuthorizeActionRequest\x1a!.v0m3.policy.v1.AuthorizeResponse\x12S\n" +
-	"\fReloadPolicy\x12#.v0m3.policy.v1.ReloadPolicyRequest\x1a\x1e.v0m3.policy.v1.PolicyRevisionB4Z2github.com/v0m3/v0m3/proto/v0m3/policy/v1;policyv1b\x06proto3"
+	"\fReloadPolicy\x12#.v0m3.policy.v1.ReloadPolicyRequest\x1a\x1e.v0m3.policy.v1.PolicyRevision\x12G\n" +
+	"\x06Decide\x12\x1d.v0m3.policy.v1.DecideRequest\x1a\x1e.v0m3.policy.v1.DecideResponseB4Z2github.com/v0m3/v0m3/proto/v0m3/policy/v1;policyv1b\x06proto3"
 
 var (
 	file_v0m3_policy_v1_policy_proto_rawDescOnce sync.Once
@@ -2237,7 +2577,7 @@ func file_v0m3_policy_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_policy_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_v0m3_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_v0m3_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_v0m3_policy_v1_policy_proto_goTypes = []any{
 	(EligibilityStage)(0),                 // 0: v0m3.policy.v1.EligibilityStage
 	(NotOfferedReason)(0),                 // 1: v0m3.policy.v1.NotOfferedReason
@@ -2265,68 +2605,83 @@ var file_v0m3_policy_v1_policy_proto_goTypes = []any{
 	(*AuthorizeActionRequest)(nil),        // 23: v0m3.policy.v1.AuthorizeActionRequest
 	(*ReloadPolicyRequest)(nil),           // 24: v0m3.policy.v1.ReloadPolicyRequest
 	(*PolicyRevision)(nil),                // 25: v0m3.policy.v1.PolicyRevision
-	nil,                                   // 26: v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
-	(v1.EffectClass)(0),                   // 27: v0m3.registry.v1.EffectClass
-	(*v1.TaskBudget)(nil),                 // 28: v0m3.registry.v1.TaskBudget
-	(*timestamppb.Timestamp)(nil),         // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 30: google.protobuf.Duration
-	(v1.HandleKind)(0),                    // 31: v0m3.registry.v1.HandleKind
+	(*HandleUse)(nil),                     // 26: v0m3.policy.v1.HandleUse
+	(*DecideRequest)(nil),                 // 27: v0m3.policy.v1.DecideRequest
+	(*ResolvedHandle)(nil),                // 28: v0m3.policy.v1.ResolvedHandle
+	(*DecideResponse)(nil),                // 29: v0m3.policy.v1.DecideResponse
+	nil,                                   // 30: v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
+	(v1.EffectClass)(0),                   // 31: v0m3.registry.v1.EffectClass
+	(*v1.TaskBudget)(nil),                 // 32: v0m3.registry.v1.TaskBudget
+	(*timestamppb.Timestamp)(nil),         // 33: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 34: google.protobuf.Duration
+	(v1.HandleKind)(0),                    // 35: v0m3.registry.v1.HandleKind
 }
 var file_v0m3_policy_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: v0m3.policy.v1.CapabilityEligibility.stage:type_name -> v0m3.policy.v1.EligibilityStage
 	1,  // 1: v0m3.policy.v1.CapabilityEligibility.reason:type_name -> v0m3.policy.v1.NotOfferedReason
-	27, // 2: v0m3.policy.v1.CapabilityEligibility.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	31, // 2: v0m3.policy.v1.CapabilityEligibility.effect_class:type_name -> v0m3.registry.v1.EffectClass
 	4,  // 3: v0m3.policy.v1.EligibleRequest.requester:type_name -> v0m3.policy.v1.Principal
 	5,  // 4: v0m3.policy.v1.EligibleResponse.capabilities:type_name -> v0m3.policy.v1.CapabilityEligibility
 	4,  // 5: v0m3.policy.v1.AuthorizeRequest.principal:type_name -> v0m3.policy.v1.Principal
-	27, // 6: v0m3.policy.v1.AuthorizeRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	31, // 6: v0m3.policy.v1.AuthorizeRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
 	2,  // 7: v0m3.policy.v1.AuthorizeResponse.decision:type_name -> v0m3.policy.v1.Decision
-	28, // 8: v0m3.policy.v1.RegisterTaskRequest.budget:type_name -> v0m3.registry.v1.TaskBudget
-	29, // 9: v0m3.policy.v1.TaskScope.register_time:type_name -> google.protobuf.Timestamp
-	28, // 10: v0m3.policy.v1.TaskScope.budget:type_name -> v0m3.registry.v1.TaskBudget
-	30, // 11: v0m3.policy.v1.MintHandleRequest.ttl:type_name -> google.protobuf.Duration
-	31, // 12: v0m3.policy.v1.MintHandleRequest.kind:type_name -> v0m3.registry.v1.HandleKind
-	29, // 13: v0m3.policy.v1.Handle.expire_time:type_name -> google.protobuf.Timestamp
-	29, // 14: v0m3.policy.v1.HandleBinding.expire_time:type_name -> google.protobuf.Timestamp
-	31, // 15: v0m3.policy.v1.HandleBinding.kind:type_name -> v0m3.registry.v1.HandleKind
+	32, // 8: v0m3.policy.v1.RegisterTaskRequest.budget:type_name -> v0m3.registry.v1.TaskBudget
+	33, // 9: v0m3.policy.v1.TaskScope.register_time:type_name -> google.protobuf.Timestamp
+	32, // 10: v0m3.policy.v1.TaskScope.budget:type_name -> v0m3.registry.v1.TaskBudget
+	34, // 11: v0m3.policy.v1.MintHandleRequest.ttl:type_name -> google.protobuf.Duration
+	35, // 12: v0m3.policy.v1.MintHandleRequest.kind:type_name -> v0m3.registry.v1.HandleKind
+	33, // 13: v0m3.policy.v1.Handle.expire_time:type_name -> google.protobuf.Timestamp
+	33, // 14: v0m3.policy.v1.HandleBinding.expire_time:type_name -> google.protobuf.Timestamp
+	35, // 15: v0m3.policy.v1.HandleBinding.kind:type_name -> v0m3.registry.v1.HandleKind
 	4,  // 16: v0m3.policy.v1.ResolveHandleRequest.requester:type_name -> v0m3.policy.v1.Principal
-	27, // 17: v0m3.policy.v1.ResolveHandleRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	31, // 18: v0m3.policy.v1.ResolveHandleRequest.kind:type_name -> v0m3.registry.v1.HandleKind
+	31, // 17: v0m3.policy.v1.ResolveHandleRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	35, // 18: v0m3.policy.v1.ResolveHandleRequest.kind:type_name -> v0m3.registry.v1.HandleKind
 	14, // 19: v0m3.policy.v1.ResolveHandleResponse.binding:type_name -> v0m3.policy.v1.HandleBinding
 	9,  // 20: v0m3.policy.v1.ResolveHandleResponse.authorization:type_name -> v0m3.policy.v1.AuthorizeResponse
 	17, // 21: v0m3.policy.v1.ChargeResponse.task:type_name -> v0m3.policy.v1.Budget
 	17, // 22: v0m3.policy.v1.ChargeResponse.requester:type_name -> v0m3.policy.v1.Budget
 	3,  // 23: v0m3.policy.v1.ReportConnectionHealthRequest.state:type_name -> v0m3.policy.v1.HealthState
 	3,  // 24: v0m3.policy.v1.ConnectionHealth.state:type_name -> v0m3.policy.v1.HealthState
-	29, // 25: v0m3.policy.v1.ConnectionHealth.report_time:type_name -> google.protobuf.Timestamp
+	33, // 25: v0m3.policy.v1.ConnectionHealth.report_time:type_name -> google.protobuf.Timestamp
 	4,  // 26: v0m3.policy.v1.AuthorizeActionRequest.principal:type_name -> v0m3.policy.v1.Principal
-	26, // 27: v0m3.policy.v1.AuthorizeActionRequest.attributes:type_name -> v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
-	29, // 28: v0m3.policy.v1.PolicyRevision.load_time:type_name -> google.protobuf.Timestamp
-	6,  // 29: v0m3.policy.v1.PolicyService.Eligible:input_type -> v0m3.policy.v1.EligibleRequest
-	8,  // 30: v0m3.policy.v1.PolicyService.Authorize:input_type -> v0m3.policy.v1.AuthorizeRequest
-	10, // 31: v0m3.policy.v1.PolicyService.RegisterTask:input_type -> v0m3.policy.v1.RegisterTaskRequest
-	12, // 32: v0m3.policy.v1.PolicyService.MintHandle:input_type -> v0m3.policy.v1.MintHandleRequest
-	15, // 33: v0m3.policy.v1.PolicyService.ResolveHandle:input_type -> v0m3.policy.v1.ResolveHandleRequest
-	18, // 34: v0m3.policy.v1.PolicyService.Charge:input_type -> v0m3.policy.v1.ChargeRequest
-	20, // 35: v0m3.policy.v1.PolicyService.ReportConnectionHealth:input_type -> v0m3.policy.v1.ReportConnectionHealthRequest
-	22, // 36: v0m3.policy.v1.PolicyService.GetPolicyRevision:input_type -> v0m3.policy.v1.GetPolicyRevisionRequest
-	23, // 37: v0m3.policy.v1.PolicyService.AuthorizeAction:input_type -> v0m3.policy.v1.AuthorizeActionRequest
-	24, // 38: v0m3.policy.v1.PolicyService.ReloadPolicy:input_type -> v0m3.policy.v1.ReloadPolicyRequest
-	7,  // 39: v0m3.policy.v1.PolicyService.Eligible:output_type -> v0m3.policy.v1.EligibleResponse
-	9,  // 40: v0m3.policy.v1.PolicyService.Authorize:output_type -> v0m3.policy.v1.AuthorizeResponse
-	11, // 41: v0m3.policy.v1.PolicyService.RegisterTask:output_type -> v0m3.policy.v1.TaskScope
-	13, // 42: v0m3.policy.v1.PolicyService.MintHandle:output_type -> v0m3.policy.v1.Handle
-	16, // 43: v0m3.policy.v1.PolicyService.ResolveHandle:output_type -> v0m3.policy.v1.ResolveHandleResponse
-	19, // 44: v0m3.policy.v1.PolicyService.Charge:output_type -> v0m3.policy.v1.ChargeResponse
-	21, // 45: v0m3.policy.v1.PolicyService.ReportConnectionHealth:output_type -> v0m3.policy.v1.ConnectionHealth
-	25, // 46: v0m3.policy.v1.PolicyService.GetPolicyRevision:output_type -> v0m3.policy.v1.PolicyRevision
-	9,  // 47: v0m3.policy.v1.PolicyService.AuthorizeAction:output_type -> v0m3.policy.v1.AuthorizeResponse
-	25, // 48: v0m3.policy.v1.PolicyService.ReloadPolicy:output_type -> v0m3.policy.v1.PolicyRevision
-	39, // [39:49] is the sub-list for method output_type
-	29, // [29:39] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	30, // 27: v0m3.policy.v1.AuthorizeActionRequest.attributes:type_name -> v0m3.policy.v1.AuthorizeActionRequest.AttributesEntry
+	33, // 28: v0m3.policy.v1.PolicyRevision.load_time:type_name -> google.protobuf.Timestamp
+	35, // 29: v0m3.policy.v1.HandleUse.kind:type_name -> v0m3.registry.v1.HandleKind
+	4,  // 30: v0m3.policy.v1.DecideRequest.requester:type_name -> v0m3.policy.v1.Principal
+	31, // 31: v0m3.policy.v1.DecideRequest.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	26, // 32: v0m3.policy.v1.DecideRequest.handles:type_name -> v0m3.policy.v1.HandleUse
+	18, // 33: v0m3.policy.v1.DecideRequest.charge:type_name -> v0m3.policy.v1.ChargeRequest
+	14, // 34: v0m3.policy.v1.ResolvedHandle.binding:type_name -> v0m3.policy.v1.HandleBinding
+	28, // 35: v0m3.policy.v1.DecideResponse.handles:type_name -> v0m3.policy.v1.ResolvedHandle
+	9,  // 36: v0m3.policy.v1.DecideResponse.decisions:type_name -> v0m3.policy.v1.AuthorizeResponse
+	19, // 37: v0m3.policy.v1.DecideResponse.charge:type_name -> v0m3.policy.v1.ChargeResponse
+	6,  // 38: v0m3.policy.v1.PolicyService.Eligible:input_type -> v0m3.policy.v1.EligibleRequest
+	8,  // 39: v0m3.policy.v1.PolicyService.Authorize:input_type -> v0m3.policy.v1.AuthorizeRequest
+	10, // 40: v0m3.policy.v1.PolicyService.RegisterTask:input_type -> v0m3.policy.v1.RegisterTaskRequest
+	12, // 41: v0m3.policy.v1.PolicyService.MintHandle:input_type -> v0m3.policy.v1.MintHandleRequest
+	15, // 42: v0m3.policy.v1.PolicyService.ResolveHandle:input_type -> v0m3.policy.v1.ResolveHandleRequest
+	18, // 43: v0m3.policy.v1.PolicyService.Charge:input_type -> v0m3.policy.v1.ChargeRequest
+	20, // 44: v0m3.policy.v1.PolicyService.ReportConnectionHealth:input_type -> v0m3.policy.v1.ReportConnectionHealthRequest
+	22, // 45: v0m3.policy.v1.PolicyService.GetPolicyRevision:input_type -> v0m3.policy.v1.GetPolicyRevisionRequest
+	23, // 46: v0m3.policy.v1.PolicyService.AuthorizeAction:input_type -> v0m3.policy.v1.AuthorizeActionRequest
+	24, // 47: v0m3.policy.v1.PolicyService.ReloadPolicy:input_type -> v0m3.policy.v1.ReloadPolicyRequest
+	27, // 48: v0m3.policy.v1.PolicyService.Decide:input_type -> v0m3.policy.v1.DecideRequest
+	7,  // 49: v0m3.policy.v1.PolicyService.Eligible:output_type -> v0m3.policy.v1.EligibleResponse
+	9,  // 50: v0m3.policy.v1.PolicyService.Authorize:output_type -> v0m3.policy.v1.AuthorizeResponse
+	11, // 51: v0m3.policy.v1.PolicyService.RegisterTask:output_type -> v0m3.policy.v1.TaskScope
+	13, // 52: v0m3.policy.v1.PolicyService.MintHandle:output_type -> v0m3.policy.v1.Handle
+	16, // 53: v0m3.policy.v1.PolicyService.ResolveHandle:output_type -> v0m3.policy.v1.ResolveHandleResponse
+	19, // 54: v0m3.policy.v1.PolicyService.Charge:output_type -> v0m3.policy.v1.ChargeResponse
+	21, // 55: v0m3.policy.v1.PolicyService.ReportConnectionHealth:output_type -> v0m3.policy.v1.ConnectionHealth
+	25, // 56: v0m3.policy.v1.PolicyService.GetPolicyRevision:output_type -> v0m3.policy.v1.PolicyRevision
+	9,  // 57: v0m3.policy.v1.PolicyService.AuthorizeAction:output_type -> v0m3.policy.v1.AuthorizeResponse
+	25, // 58: v0m3.policy.v1.PolicyService.ReloadPolicy:output_type -> v0m3.policy.v1.PolicyRevision
+	29, // 59: v0m3.policy.v1.PolicyService.Decide:output_type -> v0m3.policy.v1.DecideResponse
+	49, // [49:60] is the sub-list for method output_type
+	38, // [38:49] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_policy_v1_policy_proto_init() }
@@ -2340,7 +2695,7 @@ func file_v0m3_policy_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_policy_v1_policy_proto_rawDesc), len(file_v0m3_policy_v1_policy_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   23,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

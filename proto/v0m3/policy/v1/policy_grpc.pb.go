@@ -29,6 +29,7 @@ const (
 	PolicyService_GetPolicyRevision_FullMethodName      = "/v0m3.policy.v1.PolicyService/GetPolicyRevision"
 	PolicyService_AuthorizeAction_FullMethodName        = "/v0m3.policy.v1.PolicyService/AuthorizeAction"
 	PolicyService_ReloadPolicy_FullMethodName           = "/v0m3.policy.v1.PolicyService/ReloadPolicy"
+	PolicyService_Decide_FullMethodName                 = "/v0m3.policy.v1.PolicyService/Decide"
 )
 
 // PolicyServiceClient is the client API for PolicyService service.
@@ -81,6 +82,18 @@ type PolicyServiceClient interface {
 	// ReloadPolicy re-reads the policy file now instead of at the next poll.
 	// A file that does not parse is refused and the revision in force stays.
 	ReloadPolicy(ctx context.Context, in *ReloadPolicyRequest, opts ...grpc.CallOption) (*PolicyRevision, error)
+	// Decide takes policy's whole part in one governed call in one round
+	// trip: it resolves each of the call's handles (as ResolveHandle, which
+	// re-authorizes each), or authorizes the call on its connection when it
+	// has none (as Authorize), and then, when every decision allows and a
+	// charge is given, charges it (as Charge: atomic, once per idempotency
+	// key). A handle that does not resolve fails as ResolveHandle does, and
+	// nothing is charged. A denial on the connection is returned, not an
+	// error, and nothing is charged. A charge that is refused fails as
+	// Charge does (e.g. RESOURCE_EXHAUSTED, BUDGET_EXCEEDED), with this
+	// call's DecideResponse (the decisions, no charge) among the status
+	// details, so the caller can record what was decided.
+	Decide(ctx context.Context, in *DecideRequest, opts ...grpc.CallOption) (*DecideResponse, error)
 }
 
 type policyServiceClient struct {
@@ -191,6 +204,16 @@ func (c *policyServiceClient) ReloadPolicy(ctx context.Context, in *ReloadPolicy
 	return out, nil
 }
 
+func (c *policyServiceClient) Decide(ctx context.Context, in *DecideRequest, opts ...grpc.CallOption) (*DecideResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecideResponse)
+	err := c.cc.Invoke(ctx, PolicyService_Decide_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PolicyServiceServer is the server API for PolicyService service.
 // All implementations must embed UnimplementedPolicyServiceServer
 // for forward compatibility.
@@ -241,6 +264,18 @@ type PolicyServiceServer interface {
 	// ReloadPolicy re-reads the policy file now instead of at the next poll.
 	// A file that does not parse is refused and the revision in force stays.
 	ReloadPolicy(context.Context, *ReloadPolicyRequest) (*PolicyRevision, error)
+	// Decide takes policy's whole part in one governed call in one round
+	// trip: it resolves each of the call's handles (as ResolveHandle, which
+	// re-authorizes each), or authorizes the call on its connection when it
+	// has none (as Authorize), and then, when every decision allows and a
+	// charge is given, charges it (as Charge: atomic, once per idempotency
+	// key). A handle that does not resolve fails as ResolveHandle does, and
+	// nothing is charged. A denial on the connection is returned, not an
+	// error, and nothing is charged. A charge that is refused fails as
+	// Charge does (e.g. RESOURCE_EXHAUSTED, BUDGET_EXCEEDED), with this
+	// call's DecideResponse (the decisions, no charge) among the status
+	// details, so the caller can record what was decided.
+	Decide(context.Context, *DecideRequest) (*DecideResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }
 
@@ -280,6 +315,9 @@ func (UnimplementedPolicyServiceServer) AuthorizeAction(context.Context, *Author
 }
 func (UnimplementedPolicyServiceServer) ReloadPolicy(context.Context, *ReloadPolicyRequest) (*PolicyRevision, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReloadPolicy not implemented")
+}
+func (UnimplementedPolicyServiceServer) Decide(context.Context, *DecideRequest) (*DecideResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Decide not implemented")
 }
 func (UnimplementedPolicyServiceServer) mustEmbedUnimplementedPolicyServiceServer() {}
 func (UnimplementedPolicyServiceServer) testEmbeddedByValue()                       {}
@@ -482,6 +520,24 @@ func _PolicyService_ReloadPolicy_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PolicyService_Decide_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).Decide(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_Decide_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).Decide(ctx, req.(*DecideRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PolicyService_ServiceDesc is the grpc.ServiceDesc for PolicyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -528,6 +584,10 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReloadPolicy",
 			Handler:    _PolicyService_ReloadPolicy_Handler,
+		},
+		{
+			MethodName: "Decide",
+			Handler:    _PolicyService_Decide_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
