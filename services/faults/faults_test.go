@@ -420,23 +420,9 @@ var knownBugs = func() map[string]knownBug {
 		// writes them, after its successor's: out of order, and a
 		// stage's event may be missing from the successor's account.
 		lateHeld = "a frozen replica's held events are written after its successor's (out of order or missing)"
-		// Evidence is down when a read's observation is recorded (or
-		// stored it and died before answering): the orchestrator fails
-		// the request as FAILED / OK (OBSERVATION_NOT_RECORDED) although
-		// the read happened (and maybe its observation too); nothing
-		// retries it once evidence is back. Leaving the attempt
-		// open for recovery conflicts with the frozen-evidence deadline
-		// test (orchestrator/deadline_test.go), which wants one call and
-		// an end state while evidence stays frozen.
-		observationLost = "a read whose observation evidence could not record (evidence down) ends FAILED / OK, never read again"
 	)
 	events := []string{violationTrace, violationTaskEvents}
 	bugs := map[string]knownBug{}
-	for _, store := range []string{"file", "redis"} {
-		for _, c := range []string{"retrieve/evidence.observation.after/kill", "retrieve/evidence.trace.before/kill"} {
-			bugs[store+"/"+c] = knownBug{observationLost, []string{violationFailedOK}}
-		}
-	}
 	for _, c := range []string{"preview/submit.received/freeze", "preview/approval.used/freeze", "retrieve/submit.received/freeze"} {
 		bugs["redis/"+c] = knownBug{lateHeld, events}
 	}

@@ -475,6 +475,12 @@ type fakeEvidence struct {
 	traces       map[string][]*evidencev1.TraceEvent
 	observations []*evidencev1.SourceObservation
 	down         bool // RecordObservation fails while set
+	// loseAnswers is how many more RecordObservation calls store the
+	// observation and then fail, as an evidence service killed before it
+	// answered.
+	loseAnswers int
+	// byKey holds the observations recorded under an idempotency key.
+	byKey map[string]*evidencev1.SourceObservation
 	// frozen makes every call wait until its caller gives up, as a
 	// dependency that accepts calls and never answers.
 	frozen atomic.Bool
@@ -594,9 +600,22 @@ func (e *fakeEvidence) RecordObservation(ctx context.Context, in *evidencev1.Rec
 	if e.down {
 		return nil, apierror.New(codes.Unavailable, "", "evidence store unavailable", nil)
 	}
+	if o, ok := e.byKey[in.GetIdempotencyKey()]; ok {
+		return o, nil
+	}
 	o := proto.CloneOf(in.GetObservation())
 	o.Id, o.RevisionId, o.RevisionNumber = ids.New("obs"), ids.New("rev"), 1
 	e.observations = append(e.observations, o)
+	if k := in.GetIdempotencyKey(); k != "" {
+		if e.byKey == nil {
+			e.byKey = map[string]*evidencev1.SourceObservation{}
+		}
+		e.byKey[k] = o
+	}
+	if e.loseAnswers > 0 {
+		e.loseAnswers--
+		return nil, apierror.New(codes.Unavailable, "", "evidence stopped before it answered", nil)
+	}
 	return o, nil
 }
 

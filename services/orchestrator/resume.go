@@ -35,6 +35,7 @@ func (s *Server) recoverLoop(ctx context.Context) {
 // whose recovery failed on an unavailable dependency stays as it is and is
 // tried again on the next pass.
 func (s *Server) recoverUnsettled(ctx context.Context) {
+	listedAt := s.now()
 	rs, err := s.st.ListUnsettledRequests(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -43,6 +44,7 @@ func (s *Server) recoverUnsettled(ctx context.Context) {
 		return
 	}
 	s.forgetSettled(rs)
+	s.unrecorded.forget(rs, listedAt)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, recoveryParallelism)
@@ -215,6 +217,9 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 	if err != nil {
 		return fmt.Errorf("load task %s: %w", req.GetTaskId(), err)
 	}
+	if done, err := s.recoverUnrecorded(ctx, task, req, att); done {
+		return err
+	}
 	capb, err := s.deps.Registry.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: req.GetCapability()})
 	if err != nil {
 		return err
@@ -241,8 +246,11 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 			att.Error = &adapterv1.ErrorEvidence{SafeCode: codeOrchestratorRestarted}
 		}
 	}
-	att.Resolution = joinResolution(att.GetResolution(),
-		fmt.Sprintf("the orchestrator stopped during this attempt (last persisted stage %s); recovered", stageName(att.GetStage())))
+	why := fmt.Sprintf("the orchestrator stopped during this attempt (last persisted stage %s); recovered", stageName(att.GetStage()))
+	if awaitsObservation(att) {
+		why = "the result awaiting its observation is not held here any more (the orchestrator restarted, or another replica recovers it); recovered"
+	}
+	att.Resolution = joinResolution(att.GetResolution(), why)
 	if req, err = s.st.SaveAttempt(ctx, req.GetId(), att); err != nil {
 		return fmt.Errorf("persist recovered attempt: %w", err)
 	}
