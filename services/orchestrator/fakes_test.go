@@ -311,8 +311,12 @@ type fakePolicy struct {
 	handles          map[string]*policyv1.HandleBinding
 	approvalRequired map[string]bool
 	charges          map[string]int // by idempotency key
-	revision         string
-	registered       []*policyv1.RegisterTaskRequest
+	// exhausted refuses every charge of a call as over budget; refusals
+	// counts them by idempotency key.
+	exhausted  bool
+	refusals   map[string]int
+	revision   string
+	registered []*policyv1.RegisterTaskRequest
 	// purposes are the purposes Eligible, Authorize and ResolveHandle
 	// were asked about, in order.
 	purposes []string
@@ -412,6 +416,13 @@ func (p *fakePolicy) setRevision(rev string) {
 func (p *fakePolicy) Charge(_ context.Context, in *policyv1.ChargeRequest) (*policyv1.ChargeResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.exhausted && in.GetCalls() > 0 {
+		if p.refusals == nil {
+			p.refusals = map[string]int{}
+		}
+		p.refusals[in.GetIdempotencyKey()]++
+		return nil, apierror.New(codes.ResourceExhausted, "BUDGET_EXCEEDED", "the task's call budget is spent", map[string]string{"dimension": "calls"})
+	}
 	p.charges[in.GetIdempotencyKey()]++
 	return &policyv1.ChargeResponse{}, nil
 }

@@ -23,6 +23,7 @@ import (
 func (s *Server) recoverLoop(ctx context.Context) {
 	for {
 		s.deliverOutbox(ctx)
+		s.recordHeldResults(ctx)
 		s.recoverUnsettled(ctx)
 		if !sleep(ctx, s.recoveryInterval) {
 			return
@@ -35,7 +36,6 @@ func (s *Server) recoverLoop(ctx context.Context) {
 // whose recovery failed on an unavailable dependency stays as it is and is
 // tried again on the next pass.
 func (s *Server) recoverUnsettled(ctx context.Context) {
-	listedAt := s.now()
 	rs, err := s.st.ListUnsettledRequests(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -44,7 +44,6 @@ func (s *Server) recoverUnsettled(ctx context.Context) {
 		return
 	}
 	s.forgetSettled(rs)
-	s.unrecorded.forget(rs, listedAt)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, recoveryParallelism)
@@ -105,10 +104,15 @@ func (s *Server) needsRecovery(r *orchestratorv1.ToolRequest) bool {
 	return true
 }
 
-// transient reports whether err may pass if tried again later.
+// transient reports whether err may pass if tried again later: a
+// dependency that could not be reached or did not answer in time, a lost
+// lease, a call cut off. RESOURCE_EXHAUSTED is not: every reason that
+// uses it (a budget exceeded, a response or observation over its limit, a
+// message over the transport's) gives the same answer on every try, so a
+// request it stops is refused or failed, not decided again forever.
 func transient(err error) bool {
 	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Canceled:
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.Canceled:
 		return true
 	}
 	return false
@@ -217,9 +221,6 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 	if err != nil {
 		return fmt.Errorf("load task %s: %w", req.GetTaskId(), err)
 	}
-	if done, err := s.recoverUnrecorded(ctx, task, req, att); done {
-		return err
-	}
 	capb, err := s.deps.Registry.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: req.GetCapability()})
 	if err != nil {
 		return err
@@ -315,7 +316,9 @@ func (s *Server) retryRecovered(ctx context.Context, task *orchestratorv1.Task, 
 			if transient(err) {
 				return err
 			}
-			return stop("not attempted: " + errorMessage(err))
+			// A budget spent is the decision: refused with its reason.
+			_, err = s.refuse(ctx, req, p, err)
+			return ignoreRefusal(err)
 		}
 	}
 	_, err = s.executeFrom(ctx, task, req, p, retries)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -22,14 +20,14 @@ import (
 // record (evidence unavailable, or it stored the observation and stopped
 // before answering) is not failed: the read happened. Its attempt stays
 // open at the stage it reached, marked OBSERVATION_NOT_RECORDED, and the
-// request waits (see awaitsObservation). Recovery finishes it once
-// evidence is back: from the result this replica still holds in memory,
-// recording it again under the same idempotency keys (so what evidence
-// stored before it stopped is not stored twice) and committing; or, when
-// the result is not held any more (the orchestrator restarted, another
-// replica recovers it, or it did not fit in maxUnrecordedBytes), by the
-// capability's retry rule as any interrupted attempt: a retrieval is read
-// again.
+// request waits (see awaitsObservation). The replica holds the result in
+// memory and keeps the request's lease, so no other replica reads it
+// again, and records it on every recovery pass until evidence takes it,
+// under the same idempotency keys (what evidence stored before it stopped
+// is not stored twice), then commits. When the result is not held (the
+// replica stopped, or it did not fit in maxUnrecordedBytes) another
+// replica, or the restarted one, recovers the attempt by the capability's
+// retry rule as any interrupted one: a retrieval is read again.
 
 // maxUnrecordedBytes bounds the results one replica holds for recording:
 // during a long evidence outage the rest are read again once it is back.
@@ -37,77 +35,61 @@ const maxUnrecordedBytes = 64 << 20
 
 // unrecordedResult is a result held until its observation is recorded.
 type unrecordedResult struct {
-	requestID string
-	p         *prepared
-	remote    *structpb.Struct
-	resp      *adapterv1.ExecuteResponse
-	size      int
-	held      time.Time
+	requestID, attemptID string
+	p                    *prepared
+	remote               *structpb.Struct
+	resp                 *adapterv1.ExecuteResponse
+	size                 int
+	// lease is the request's lease, kept while the result is held.
+	lease *lease
 }
 
-// unrecordedResults are the held results of this replica, by attempt id.
+// unrecordedResults are the held results of this replica, by request id.
 type unrecordedResults struct {
 	mu    sync.Mutex
 	bytes int
 	by    map[string]*unrecordedResult
 }
 
-// hold keeps r for attempt attemptID when it fits; it reports whether it
-// was kept.
-func (u *unrecordedResults) hold(attemptID string, r *unrecordedResult) bool {
+// hold keeps r when it fits; it reports whether it was kept.
+func (u *unrecordedResults) hold(r *unrecordedResult) bool {
 	r.size = proto.Size(r.resp) + proto.Size(r.remote)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if prev, ok := u.by[attemptID]; ok {
-		u.bytes -= prev.size
-	}
 	if u.bytes+r.size > maxUnrecordedBytes {
-		delete(u.by, attemptID)
 		return false
 	}
 	if u.by == nil {
 		u.by = map[string]*unrecordedResult{}
 	}
-	u.by[attemptID] = r
+	u.by[r.requestID] = r
 	u.bytes += r.size
 	return true
 }
 
-// get returns the result held for attemptID, or nil.
-func (u *unrecordedResults) get(attemptID string) *unrecordedResult {
+// held returns the results held, in no order.
+func (u *unrecordedResults) held() []*unrecordedResult {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.by[attemptID]
+	out := make([]*unrecordedResult, 0, len(u.by))
+	for _, r := range u.by {
+		out = append(out, r)
+	}
+	return out
 }
 
-// drop forgets the result held for attemptID.
-func (u *unrecordedResults) drop(attemptID string) {
+// drop forgets the result held for a request, if any, and ends the
+// request's lease it kept.
+func (u *unrecordedResults) drop(requestID string) {
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	if r, ok := u.by[attemptID]; ok {
+	r, ok := u.by[requestID]
+	if ok {
 		u.bytes -= r.size
-		delete(u.by, attemptID)
+		delete(u.by, requestID)
 	}
-}
-
-// forget drops the results of requests that are no longer unsettled
-// (another replica finished them): those held before listedAt whose
-// request is not among listed.
-func (u *unrecordedResults) forget(listed []*orchestratorv1.ToolRequest, listedAt time.Time) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if len(u.by) == 0 {
-		return
-	}
-	keep := make(map[string]bool, len(listed))
-	for _, r := range listed {
-		keep[r.GetId()] = true
-	}
-	for id, r := range u.by {
-		if !keep[r.requestID] && r.held.Before(listedAt) {
-			u.bytes -= r.size
-			delete(u.by, id)
-		}
+	u.mu.Unlock()
+	if ok && r.lease != nil {
+		r.lease.end()
 	}
 }
 
@@ -116,16 +98,6 @@ func (u *unrecordedResults) forget(listed []*orchestratorv1.ToolRequest, listedA
 func awaitsObservation(att *orchestratorv1.Attempt) bool {
 	return att.GetEndTime() == nil && att.GetOutcome() == adapterv1.Outcome_OUTCOME_OK &&
 		att.GetError().GetSafeCode() == codeObservationNotRecorded
-}
-
-// outage reports whether err says a dependency could not be reached or
-// did not answer in time: what failed may pass once it is back.
-func outage(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.Canceled:
-		return true
-	}
-	return false
 }
 
 // recordResult turns a successful observed attempt's result into
@@ -145,13 +117,13 @@ func (s *Server) recordResult(ctx context.Context, task *orchestratorv1.Task, re
 	obs, err := observe(octx, task, req, att, r.p, r.remote, r.resp)
 	if err != nil {
 		s.log.WarnContext(ctx, "record observation", "request", req.GetId(), "attempt", att.GetId(), "err", err)
-		if outage(err) {
+		if transient(err) {
 			return s.awaitObservation(ctx, task, req, att, r, err)
 		}
 		// The remote call completed but its result will not become
 		// evidence: not committed, and said so.
-		s.unrecorded.drop(att.GetId())
 		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeObservationNotRecorded}
+		defer s.unrecorded.drop(req.GetId())
 		return s.fail(ctx, req, att)
 	}
 	keep()
@@ -159,11 +131,14 @@ func (s *Server) recordResult(ctx context.Context, task *orchestratorv1.Task, re
 		att.Error = nil
 		att.Resolution = joinResolution(att.GetResolution(), "observation recorded once evidence was back")
 	}
-	s.unrecorded.drop(att.GetId())
 	if err := s.failAt(ctx, FailPointAttemptObserved); err != nil {
 		return nil, err
 	}
-	return s.commit(ctx, task, req, att, obs, nil)
+	out, err := s.commit(ctx, task, req, att, obs, nil)
+	if err == nil {
+		s.unrecorded.drop(req.GetId())
+	}
+	return out, err
 }
 
 // awaitObservation leaves a read whose observation evidence could not
@@ -189,9 +164,15 @@ func (s *Server) awaitObservation(ctx context.Context, task *orchestratorv1.Task
 			s.log.ErrorContext(ctx, "persist the read awaiting its observation", "request", req.GetId(), "attempt", att.GetId(), "err", err)
 		}
 	}
-	r.requestID, r.held = req.GetId(), s.now()
-	if !s.unrecorded.hold(att.GetId(), r) {
-		s.log.WarnContext(ctx, "result too large to hold until evidence is back; recovery reads again", "request", req.GetId(), "attempt", att.GetId())
+	if r.lease == nil {
+		// Held from now on, with the request's lease: the calls that
+		// hold the lease leave it held.
+		r.requestID, r.attemptID, r.lease = req.GetId(), att.GetId(), leaseOf(ctx)
+		if r.lease != nil && s.unrecorded.hold(r) {
+			r.lease.keep()
+		} else {
+			s.log.WarnContext(ctx, "result not held until evidence is back; recovery reads again", "request", req.GetId(), "attempt", att.GetId())
+		}
 	}
 	return nil, apierror.Unavailable(codeObservationNotRecorded,
 		fmt.Sprintf("request %s: the read happened but evidence could not record its observation (%s); the request waits and completes once evidence is back (follow it with GetRequest or WatchTask)",
@@ -199,19 +180,55 @@ func (s *Server) awaitObservation(ctx context.Context, task *orchestratorv1.Task
 		map[string]string{"request_id": req.GetId(), "attempt_id": att.GetId()})
 }
 
-// recoverUnrecorded finishes a read awaiting its observation whose result
-// this replica holds; it reports false when it holds none (the attempt is
-// then recovered as any interrupted one).
-func (s *Server) recoverUnrecorded(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt) (bool, error) {
-	if !awaitsObservation(att) {
-		return false, nil
+// recordHeldResults tries once more to record each result this replica
+// holds, a few at a time, under the request's kept lease.
+func (s *Server) recordHeldResults(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, recoveryParallelism)
+	for _, r := range s.unrecorded.held() {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			s.recordHeld(ctx, r)
+		})
 	}
-	r := s.unrecorded.get(att.GetId())
-	if r == nil {
-		return false, nil
+}
+
+// recordHeld records a held result and commits its request, or leaves it
+// held while evidence cannot take it. A request that is no longer waiting
+// for it, or whose lease was lost, is let go.
+func (s *Server) recordHeld(ctx context.Context, r *unrecordedResult) {
+	ctx, cancel := context.WithTimeout(withLease(ctx, r.lease), s.workTimeout)
+	defer cancel()
+	if err := stillOwner(ctx); err != nil {
+		s.unrecorded.drop(r.requestID)
+		return
 	}
-	_, err := s.recordResult(ctx, task, req, att, r)
-	return true, ignoreRefusal(err)
+	ctx = withCheckpoint(ctx)
+	defer s.flush(ctx)
+	req, err := s.st.GetRequest(ctx, r.requestID)
+	if err != nil {
+		s.log.WarnContext(ctx, "load the request of a held result", "request", r.requestID, "err", err)
+		return
+	}
+	att := openAttempt(req)
+	if att.GetId() != r.attemptID || !awaitsObservation(att) {
+		s.unrecorded.drop(r.requestID)
+		return
+	}
+	task, err := s.st.GetTask(ctx, req.GetTaskId())
+	if err != nil {
+		s.log.WarnContext(ctx, "load the task of a held result", "request", r.requestID, "err", err)
+		return
+	}
+	if _, err := s.recordResult(ctx, task, req, att, r); err != nil && !transient(err) {
+		s.log.ErrorContext(ctx, "record a held result", "request", r.requestID, "err", err)
+	}
 }
 
 // provisional returns ctx with a checkpoint of its own, whose trace and
