@@ -2,8 +2,10 @@ package evidence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -11,9 +13,11 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
+	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/failpoint"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/paging"
+	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // contentDigestPattern is the one spelling of a content digest. Lower-case
@@ -24,7 +28,10 @@ var contentDigestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 // RecordObservation stores a source observation. The same connection and
 // URI with a new content digest becomes a new source revision; the same
 // digest joins the existing one. Passages are stored as given (the
-// orchestrator supplies them); none given means none stored.
+// orchestrator supplies them); none given means none stored. Under an
+// idempotency key the observation's id is derived from the key, so a
+// retry (the first answer was lost) finds the stored one instead of
+// storing it twice.
 func (s *Server) RecordObservation(ctx context.Context, req *evidencev1.RecordObservationRequest) (*evidencev1.SourceObservation, error) {
 	in := req.GetObservation()
 	if vs := validateObservation(in); len(vs) > 0 {
@@ -39,11 +46,18 @@ func (s *Server) RecordObservation(ctx context.Context, req *evidencev1.RecordOb
 	obs := proto.CloneOf(in)
 	// Output-only fields are assigned here whatever the caller sent.
 	obs.Id = ids.New("obs")
+	key := req.GetIdempotencyKey()
+	if key != "" {
+		obs.Id = observationID(key)
+	}
 	obs.RevisionId, obs.RevisionNumber = "", 0
 	if obs.RetrieveTime == nil {
 		obs.RetrieveTime = s.timestamp()
 	}
 	out, err := s.st.RecordObservation(ctx, obs, ids.New("rev"))
+	if key != "" && errors.Is(err, store.ErrExists) {
+		return s.recordedBefore(ctx, obs)
+	}
 	if err != nil {
 		return nil, s.storeError(ctx, err, "record observation", "", "", nil)
 	}
@@ -52,6 +66,30 @@ func (s *Server) RecordObservation(ctx context.Context, req *evidencev1.RecordOb
 		"observation_id", out.GetId(), "task_id", out.GetTaskId(), "connection_id", out.GetConnectionId(),
 		"revision_id", out.GetRevisionId(), "revision_number", out.GetRevisionNumber())
 	return out, nil
+}
+
+// observationID is the id of the observation recorded under an
+// idempotency key: one key, one observation.
+func observationID(key string) string {
+	return "obs_" + strings.TrimPrefix(digest.String(key), "sha256:")[:32]
+}
+
+// recordedBefore returns the observation stored under obs's id (its
+// idempotency key) when it is obs recorded before: the same task, request,
+// source and content. Another observation under the key is refused.
+func (s *Server) recordedBefore(ctx context.Context, obs *evidencev1.SourceObservation) (*evidencev1.SourceObservation, error) {
+	first, err := s.st.GetObservation(ctx, obs.GetId())
+	if err != nil {
+		return nil, s.storeError(ctx, err, "read the observation recorded under the idempotency key", "", "", nil)
+	}
+	if first.GetTaskId() != obs.GetTaskId() || first.GetRequestId() != obs.GetRequestId() || first.GetConnectionId() != obs.GetConnectionId() ||
+		first.GetResourceUri() != obs.GetResourceUri() || first.GetContentDigest() != obs.GetContentDigest() {
+		return nil, apierror.New(codes.AlreadyExists, "IDEMPOTENCY_KEY_REUSED",
+			"another observation was recorded under this idempotency key; a new observation needs a new key",
+			map[string]string{"observation_id": first.GetId()})
+	}
+	s.log.DebugContext(ctx, "observation recorded before under its idempotency key", "observation_id", first.GetId(), "task_id", first.GetTaskId())
+	return first, nil
 }
 
 func validateObservation(o *evidencev1.SourceObservation) []apierror.FieldViolation {

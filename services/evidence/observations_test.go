@@ -203,3 +203,58 @@ func TestObservationReadErrors(t *testing.T) {
 		})
 	}
 }
+
+// A retried RecordObservation under its idempotency key (the first answer
+// was lost: evidence stopped after storing it) returns the observation
+// stored first and stores nothing more; another observation under the
+// key is refused, and without a key every call is a new observation.
+func TestRecordObservationIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	const conn, uri = "conn_idem", "notes://idem"
+	first := observation("task_idem", conn, uri, "the read")
+	tests := []struct {
+		name string
+		key  string
+		edit func(*evidencev1.SourceObservation)
+		// stored is how many observations the task has after the retry.
+		stored int
+		reason string
+	}{
+		{"the same observation again", "att_1/a", func(*evidencev1.SourceObservation) {}, 1, ""},
+		{"the same content retrieved later", "att_1/a", func(o *evidencev1.SourceObservation) { o.RetrieveTime = timestamppb.New(t0.Add(time.Minute)) }, 1, ""},
+		{"other content under the key", "att_1/a", func(o *evidencev1.SourceObservation) { o.ContentDigest = contentDigest("other") }, 1, "IDEMPOTENCY_KEY_REUSED"},
+		{"another request under the key", "att_1/a", func(o *evidencev1.SourceObservation) { o.RequestId = "att_2" }, 1, "IDEMPOTENCY_KEY_REUSED"},
+		{"another source under the key", "att_1/a", func(o *evidencev1.SourceObservation) { o.ResourceUri = "notes://other" }, 1, "IDEMPOTENCY_KEY_REUSED"},
+		{"no key", "", func(*evidencev1.SourceObservation) {}, 2, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			stored, err := e.client.RecordObservation(t.Context(), &evidencev1.RecordObservationRequest{Observation: first, IdempotencyKey: tc.key})
+			if err != nil {
+				t.Fatalf("first record: %v", err)
+			}
+			again := proto.CloneOf(first)
+			tc.edit(again)
+			got, err := e.client.RecordObservation(t.Context(), &evidencev1.RecordObservationRequest{Observation: again, IdempotencyKey: tc.key})
+			switch {
+			case tc.reason != "":
+				wantError(t, err, codes.AlreadyExists, tc.reason)
+			case err != nil:
+				t.Fatalf("retry: %v", err)
+			case tc.key != "" && !proto.Equal(got, stored):
+				t.Errorf("retry returned %v, want the first observation %v", got, stored)
+			case tc.key == "" && got.GetId() == stored.GetId():
+				t.Errorf("without a key the second call returned the first observation %s", got.GetId())
+			}
+			list, err := e.client.ListObservations(t.Context(), &evidencev1.ListObservationsRequest{TaskId: first.GetTaskId()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(list.GetObservations()); n != tc.stored {
+				t.Errorf("the task has %d observations, want %d", n, tc.stored)
+			}
+		})
+	}
+}

@@ -281,14 +281,8 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 	if !isSubsequence(wantEvents, events) {
 		violate(violationTaskEvents+" %v; want %v in order, then one of %v", events, wantEvents, endEvents(final))
 	}
-	name := strings.TrimPrefix(t.Name(), "TestFaults/")
-	switch bug, known := knownBugs[name]; {
-	case len(violations) > 0 && known && bug.explains(violations):
-		t.Skipf("known bug, not fixed yet: %s; here: %s", bug.why, strings.Join(violations, "; "))
-	case len(violations) > 0:
+	if len(violations) > 0 {
 		t.Error(strings.Join(violations, "\n"))
-	case known:
-		t.Logf("known bug %q did not show this time", bug.why)
 	}
 	t.Logf("%s: %v after %d attempts; effects %d/%d; product events %v; task events %v; %s",
 		t.Name(), final.GetState(), len(final.GetAttempts()), calls, artifacts, kinds, events, time.Since(start).Round(time.Millisecond))
@@ -385,51 +379,9 @@ func taskEvents(t *testing.T, c *cluster, taskID, id string, until []string) []s
 	}
 }
 
-// knownBug is a bug this suite found: why, and the violations it shows
-// (by their prefix).
-type knownBug struct {
-	why   string
-	shows []string
-}
-
-// explains reports whether every violation is one the bug shows.
-func (b knownBug) explains(violations []string) bool {
-	for _, v := range violations {
-		if !slices.ContainsFunc(b.shows, func(p string) bool { return strings.HasPrefix(v, p) }) {
-			return false
-		}
-	}
-	return true
-}
-
-// Prefixes of the violations known bugs show.
+// Prefixes of the violations a case can show.
 const (
 	violationTrace      = "trace:"
 	violationTaskEvents = "task events"
 	violationFailedOK   = "request FAILED with outcome OK"
 )
-
-// knownBugs are the cases that show a bug this suite found and that is not
-// fixed yet, by case name (store/flow/point/action): such a case is
-// skipped when it shows only that bug's violations, and fails for any
-// other.
-var knownBugs = func() map[string]knownBug {
-	const (
-		// Evidence is down when a read's observation is recorded (or
-		// stored it and died before answering): the orchestrator fails
-		// the request as FAILED / OK (OBSERVATION_NOT_RECORDED) although
-		// the read happened (and maybe its observation too); nothing
-		// retries it once evidence is back. Leaving the attempt
-		// open for recovery conflicts with the frozen-evidence deadline
-		// test (orchestrator/deadline_test.go), which wants one call and
-		// an end state while evidence stays frozen.
-		observationLost = "a read whose observation evidence could not record (evidence down) ends FAILED / OK, never read again"
-	)
-	bugs := map[string]knownBug{}
-	for _, store := range []string{"file", "redis"} {
-		for _, c := range []string{"retrieve/evidence.observation.after/kill", "retrieve/evidence.trace.before/kill"} {
-			bugs[store+"/"+c] = knownBug{observationLost, []string{violationFailedOK}}
-		}
-	}
-	return bugs
-}()

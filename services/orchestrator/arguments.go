@@ -16,6 +16,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/argmap"
 	"github.com/v0m3/v0m3/services/internal/bounds"
+	"github.com/v0m3/v0m3/services/internal/productschema"
 )
 
 // Argument refusal reasons.
@@ -34,19 +35,21 @@ const maxSafeInteger = 1<<53 - 1
 // product input schema and returns them normalized: strings, int64 for
 // integer fields, float64 for number fields, bools.
 //
-// The validator is deliberately small and strict. It understands the subset
-// product schemas use (type object; properties of type string, integer,
-// number or boolean; required; additionalProperties; minLength, maxLength,
-// minimum, maximum, enum). Unknown argument fields always fail, whatever
+// The validator is deliberately small and strict: it understands the
+// subset services/internal/productschema defines, which the registry also
+// holds declarations to. Unknown argument fields always fail, whatever
 // additionalProperties says: the design rule is that remote or model
-// supplied extras never slip through. A schema using anything else fails
-// closed with FAILED_PRECONDITION, because an unreviewed keyword could be a
+// supplied extras never slip through. A schema using anything else (one
+// declared before the registry refused it) fails closed with
+// FAILED_PRECONDITION, because an unreviewed keyword could be a
 // constraint we would otherwise silently skip.
 func normalizeArguments(schema, args *structpb.Struct) (map[string]any, error) {
-	props, required, err := parseSchema(schema)
+	parsed, err := productschema.Parse(schema)
 	if err != nil {
-		return nil, err
+		return nil, apierror.New(codes.FailedPrecondition, reasonUnsupportedSchema,
+			"the capability's input schema cannot be enforced: "+err.Error(), nil)
 	}
+	props, required := parsed.Properties, parsed.Required
 	fields := args.GetFields()
 
 	var unknown []string
@@ -82,7 +85,7 @@ func normalizeArguments(schema, args *structpb.Struct) (map[string]any, error) {
 
 	out := make(map[string]any, len(fields))
 	for _, name := range slices.Sorted(maps.Keys(fields)) {
-		v, err := props[name].normalize(name, fields[name])
+		v, err := normalize(props[name], name, fields[name])
 		if err != nil {
 			return nil, err
 		}
@@ -91,148 +94,34 @@ func normalizeArguments(schema, args *structpb.Struct) (map[string]any, error) {
 	return out, nil
 }
 
-// property is one property of the supported schema subset.
-type property struct {
-	typ       string
-	minLength *int
-	maxLength *int
-	minimum   *float64
-	maximum   *float64
-	enum      []string
-}
-
-func parseSchema(schema *structpb.Struct) (map[string]property, []string, error) {
-	unsupported := func(format string, a ...any) error {
-		return apierror.New(codes.FailedPrecondition, reasonUnsupportedSchema,
-			"the capability's input schema cannot be enforced: "+fmt.Sprintf(format, a...), nil)
-	}
-	props := map[string]property{}
-	if schema == nil {
-		return props, nil, nil
-	}
-	var required []string
-	for key, v := range schema.GetFields() {
-		switch key {
-		case "type":
-			if v.GetStringValue() != "object" {
-				return nil, nil, unsupported("top-level type must be object")
-			}
-		case "required":
-			for _, r := range v.GetListValue().GetValues() {
-				required = append(required, r.GetStringValue())
-			}
-		case "properties":
-			for name, pv := range v.GetStructValue().GetFields() {
-				p, err := parseProperty(pv.GetStructValue())
-				if err != nil {
-					return nil, nil, unsupported("property %q: %v", name, err)
-				}
-				props[name] = p
-			}
-		case "additionalProperties", "$schema", "title", "description", "$id":
-			// Documentation, or (additionalProperties) a rule this validator
-			// always applies in its strictest form.
-		default:
-			return nil, nil, unsupported("keyword %q is not supported", key)
-		}
-	}
-	sort.Strings(required)
-	for _, r := range required {
-		if _, ok := props[r]; !ok {
-			return nil, nil, unsupported("required field %q has no property", r)
-		}
-	}
-	return props, required, nil
-}
-
-func parseProperty(s *structpb.Struct) (property, error) {
-	var p property
-	num := func(v *structpb.Value) (float64, error) {
-		if _, ok := v.GetKind().(*structpb.Value_NumberValue); !ok {
-			return 0, fmt.Errorf("expected a number")
-		}
-		return v.GetNumberValue(), nil
-	}
-	length := func(v *structpb.Value) (*int, error) {
-		f, err := num(v)
-		if err != nil || f < 0 || f != math.Trunc(f) {
-			return nil, fmt.Errorf("length must be a non-negative integer")
-		}
-		n := int(f)
-		return &n, nil
-	}
-	for key, v := range s.GetFields() {
-		var err error
-		switch key {
-		case "type":
-			p.typ = v.GetStringValue()
-			switch p.typ {
-			case "string", "integer", "number", "boolean":
-			default:
-				return p, fmt.Errorf("type %q is not supported", p.typ)
-			}
-		case "minLength":
-			p.minLength, err = length(v)
-		case "maxLength":
-			p.maxLength, err = length(v)
-		case "minimum":
-			var f float64
-			f, err = num(v)
-			p.minimum = &f
-		case "maximum":
-			var f float64
-			f, err = num(v)
-			p.maximum = &f
-		case "enum":
-			for _, e := range v.GetListValue().GetValues() {
-				sv, ok := e.GetKind().(*structpb.Value_StringValue)
-				if !ok {
-					return p, fmt.Errorf("enum values must be strings")
-				}
-				p.enum = append(p.enum, sv.StringValue)
-			}
-		case "description", "title", "examples", "format":
-			// Documentation for the model; not a constraint we enforce.
-			// ("format" is advisory in JSON Schema too.)
-		default:
-			return p, fmt.Errorf("keyword %q is not supported", key)
-		}
-		if err != nil {
-			return p, fmt.Errorf("%s: %w", key, err)
-		}
-	}
-	if p.typ == "" {
-		return p, fmt.Errorf("type is required")
-	}
-	return p, nil
-}
-
-func (p property) normalize(name string, v *structpb.Value) (any, error) {
+// normalize checks one argument against its property and returns it
+// normalized.
+func normalize(p productschema.Property, name string, v *structpb.Value) (any, error) {
 	wrongType := func() error {
 		return apierror.InvalidArgument(reasonArgumentType,
-			fmt.Sprintf("argument %q must be a %s, got %s", name, p.typ, kindName(v)),
-			apierror.FieldViolation{Field: "arguments." + name, Description: "must be a " + p.typ})
+			fmt.Sprintf("argument %q must be a %s, got %s", name, p.Type, kindName(v)),
+			apierror.FieldViolation{Field: "arguments." + name, Description: "must be a " + p.Type})
 	}
 	outOfRange := func(format string, a ...any) error {
 		d := fmt.Sprintf(format, a...)
 		return apierror.InvalidArgument(reasonArgumentRange, fmt.Sprintf("argument %q %s", name, d),
 			apierror.FieldViolation{Field: "arguments." + name, Description: d})
 	}
-	switch p.typ {
+	switch p.Type {
 	case "string":
 		sv, ok := v.GetKind().(*structpb.Value_StringValue)
 		if !ok {
 			return nil, wrongType()
 		}
 		n := utf8.RuneCountInString(sv.StringValue)
-		if p.minLength != nil && n < *p.minLength {
-			return nil, outOfRange("must be at least %d characters long", *p.minLength)
+		if p.MinLength != nil && n < *p.MinLength {
+			return nil, outOfRange("must be at least %d characters long", *p.MinLength)
 		}
-		if p.maxLength != nil && n > *p.maxLength {
-			return nil, outOfRange("must be at most %d characters long", *p.maxLength)
+		if p.MaxLength != nil && n > *p.MaxLength {
+			return nil, outOfRange("must be at most %d characters long", *p.MaxLength)
 		}
-		if len(p.enum) > 0 && !slices.Contains(p.enum, sv.StringValue) {
-			return nil, outOfRange("must be one of %s", strings.Join(quoteAll(p.enum), ", "))
+		if len(p.Enum) > 0 && !slices.Contains(p.Enum, sv.StringValue) {
+			return nil, outOfRange("must be one of %s", strings.Join(quoteAll(p.Enum), ", "))
 		}
 		return sv.StringValue, nil
 	case "boolean":
@@ -250,13 +139,13 @@ func (p property) normalize(name string, v *structpb.Value) (any, error) {
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return nil, wrongType()
 		}
-		if p.minimum != nil && f < *p.minimum {
-			return nil, outOfRange("must be at least %v", *p.minimum)
+		if p.Minimum != nil && f < *p.Minimum {
+			return nil, outOfRange("must be at least %v", *p.Minimum)
 		}
-		if p.maximum != nil && f > *p.maximum {
-			return nil, outOfRange("must be at most %v", *p.maximum)
+		if p.Maximum != nil && f > *p.Maximum {
+			return nil, outOfRange("must be at most %v", *p.Maximum)
 		}
-		if p.typ == "number" {
+		if p.Type == "number" {
 			return f, nil
 		}
 		if f != math.Trunc(f) || math.Abs(f) > maxSafeInteger {

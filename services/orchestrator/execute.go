@@ -16,7 +16,6 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/ids"
-	"github.com/v0m3/v0m3/services/internal/provenance"
 	"github.com/v0m3/v0m3/services/internal/receipt"
 	"github.com/v0m3/v0m3/services/internal/serving"
 )
@@ -287,29 +286,15 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 // complete turns a successful attempt into product state by what the
 // capability's results become: a retrieval's content becomes source
 // observations and quoted excerpts (see observe), a data capability's an
-// observation of the call quoted as data (see observeData); any other
+// observation of the call quoted as data (see observeData), or waits for
+// evidence to record them (see recordResult); any other
 // effect must come with a receipt (artifact digest or delivery id), which
 // is recorded in evidence (stage RECEIPT_VERIFIED) before the request is
 // committed.
 func (s *Server) complete(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
 	p *prepared, remote *structpb.Struct, resp *adapterv1.ExecuteResponse) (*orchestratorv1.ToolRequest, error) {
 	if observes(p.capability) {
-		observe := s.observe
-		if provenance.ResultKind(p.capability) == registryv1.ResultKind_RESULT_KIND_DATA {
-			observe = s.observeData
-		}
-		obs, err := observe(ctx, task, req, att, p, remote, resp)
-		if err != nil {
-			// The remote call completed but its result did not become
-			// evidence: not committed, and said so.
-			att.Error = &adapterv1.ErrorEvidence{SafeCode: codeObservationNotRecorded}
-			s.log.ErrorContext(ctx, "record observation", "request", req.GetId(), "attempt", att.GetId(), "err", err)
-			return s.fail(ctx, req, att)
-		}
-		if err := s.failAt(ctx, FailPointAttemptObserved); err != nil {
-			return nil, err
-		}
-		return s.commit(ctx, task, req, att, obs, nil)
+		return s.recordResult(ctx, task, req, att, &unrecordedResult{p: p, remote: remote, resp: resp})
 	}
 	artifact, delivery := receipt.Fields(resp.GetStructuredContent())
 	if artifact == "" && delivery == "" {

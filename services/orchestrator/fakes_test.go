@@ -313,8 +313,12 @@ type fakePolicy struct {
 	handles          map[string]*policyv1.HandleBinding
 	approvalRequired map[string]bool
 	charges          map[string]int // by idempotency key
-	revision         string
-	registered       []*policyv1.RegisterTaskRequest
+	// exhausted refuses every charge of a call as over budget; refusals
+	// counts them by idempotency key.
+	exhausted  bool
+	refusals   map[string]int
+	revision   string
+	registered []*policyv1.RegisterTaskRequest
 	// purposes are the purposes Eligible, Authorize and ResolveHandle
 	// were asked about, in order.
 	purposes []string
@@ -414,6 +418,13 @@ func (p *fakePolicy) setRevision(rev string) {
 func (p *fakePolicy) Charge(_ context.Context, in *policyv1.ChargeRequest) (*policyv1.ChargeResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.exhausted && in.GetCalls() > 0 {
+		if p.refusals == nil {
+			p.refusals = map[string]int{}
+		}
+		p.refusals[in.GetIdempotencyKey()]++
+		return nil, apierror.New(codes.ResourceExhausted, "BUDGET_EXCEEDED", "the task's call budget is spent", map[string]string{"dimension": "calls"})
+	}
 	p.charges[in.GetIdempotencyKey()]++
 	return &policyv1.ChargeResponse{}, nil
 }
@@ -482,6 +493,12 @@ type fakeEvidence struct {
 	traces       map[string][]*evidencev1.TraceEvent
 	observations []*evidencev1.SourceObservation
 	down         bool // RecordObservation fails while set
+	// loseAnswers is how many more RecordObservation calls store the
+	// observation and then fail, as an evidence service killed before it
+	// answered.
+	loseAnswers int
+	// byKey holds the observations recorded under an idempotency key.
+	byKey map[string]*evidencev1.SourceObservation
 	// frozen makes every call wait until its caller gives up, as a
 	// dependency that accepts calls and never answers.
 	frozen atomic.Bool
@@ -601,9 +618,22 @@ func (e *fakeEvidence) RecordObservation(ctx context.Context, in *evidencev1.Rec
 	if e.down {
 		return nil, apierror.New(codes.Unavailable, "", "evidence store unavailable", nil)
 	}
+	if o, ok := e.byKey[in.GetIdempotencyKey()]; ok {
+		return o, nil
+	}
 	o := proto.CloneOf(in.GetObservation())
 	o.Id, o.RevisionId, o.RevisionNumber = ids.New("obs"), ids.New("rev"), 1
 	e.observations = append(e.observations, o)
+	if k := in.GetIdempotencyKey(); k != "" {
+		if e.byKey == nil {
+			e.byKey = map[string]*evidencev1.SourceObservation{}
+		}
+		e.byKey[k] = o
+	}
+	if e.loseAnswers > 0 {
+		e.loseAnswers--
+		return nil, apierror.New(codes.Unavailable, "", "evidence stopped before it answered", nil)
+	}
 	return o, nil
 }
 

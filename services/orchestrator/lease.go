@@ -77,7 +77,10 @@ type lease struct {
 	// handed leases belong to work that outlives the call that took
 	// them (handOff): that call's release leaves them held.
 	handed atomic.Bool
-	once   sync.Once
+	// kept leases belong to a result held until its observation is
+	// recorded (see awaitObservation): no call's release ends them.
+	kept atomic.Bool
+	once sync.Once
 }
 
 // own takes this replica's lease on a request. ok is false when another
@@ -137,7 +140,7 @@ func (l *lease) renew() {
 // release ends the lease (unless it was abandoned) and stops its renewal;
 // a lease handed off is left to the work it was handed to.
 func (l *lease) release() {
-	if l == nil || l.handed.Load() {
+	if l == nil || l.handed.Load() || l.kept.Load() {
 		return
 	}
 	l.end()
@@ -152,8 +155,15 @@ func (l *lease) handOff() (release func()) {
 		return func() {}
 	}
 	l.handed.Store(true)
-	return l.end
+	return func() {
+		l.handed.Store(false)
+		l.release()
+	}
 }
+
+// keep keeps the lease past the release of every call that holds it,
+// until end.
+func (l *lease) keep() { l.kept.Store(true) }
 
 func (l *lease) end() {
 	l.once.Do(func() {

@@ -223,21 +223,22 @@ func metaString(m mcp.Meta, key string) string {
 
 // refusalHints say what a model can do about a refusal, by reason.
 var refusalHints = map[string]string{
-	"INVALID_ARGUMENTS":       "correct the arguments to match the tool's input schema and call again",
-	"UNKNOWN_ARGUMENT_FIELD":  "remove the fields the tool's input schema does not list and call again",
-	"HANDLE_REQUIRED":         "pick one of the handles the tool's input schema lists",
-	"HANDLE_KIND_MISMATCH":    "use a handle the tool's input schema lists for that field",
-	"MISSING_FIELD":           "add the required fields and call again",
-	"HANDLE_UNKNOWN":          "use one of the handles the tool's input schema lists",
-	"HANDLE_EXPIRED":          "ask the person running the task to refresh its handles, then list tools again",
-	"HANDLE_TASK_MISMATCH":    "use one of the handles the tool's input schema lists",
-	"CAPABILITY_NOT_OFFERED":  "use only the tools this task lists",
-	"CAPABILITY_CHANGED":      "the tool changed since the task started; ask for a new task",
-	"POLICY_DENIED":           "this action is not allowed for this task; do not retry it",
-	"BUDGET_EXCEEDED":         "the task's budget is spent; stop and report to the person running the task",
-	"TASK_NOT_ACTIVE":         "the task has ended; stop",
-	"IDEMPOTENCY_KEY_REUSED":  "this call id was used for another call; use a new " + MetaProviderCallID,
-	"MAPPING_REVIEW_REQUIRED": "the tool is under review; try again later or report it",
+	"INVALID_ARGUMENTS":        "correct the arguments to match the tool's input schema and call again",
+	"UNKNOWN_ARGUMENT_FIELD":   "remove the fields the tool's input schema does not list and call again",
+	"HANDLE_REQUIRED":          "pick one of the handles the tool's input schema lists",
+	"HANDLE_KIND_MISMATCH":     "use a handle the tool's input schema lists for that field",
+	"MISSING_FIELD":            "add the required fields and call again",
+	"HANDLE_UNKNOWN":           "use one of the handles the tool's input schema lists",
+	"HANDLE_EXPIRED":           "ask the person running the task to refresh its handles, then list tools again",
+	"HANDLE_TASK_MISMATCH":     "use one of the handles the tool's input schema lists",
+	"CAPABILITY_NOT_OFFERED":   "use only the tools this task lists",
+	"CAPABILITY_CHANGED":       "the tool changed since the task started; ask for a new task",
+	"POLICY_DENIED":            "this action is not allowed for this task; do not retry it",
+	"BUDGET_EXCEEDED":          "the task's budget is spent; stop and report to the person running the task",
+	"TASK_NOT_ACTIVE":          "the task has ended; stop",
+	"IDEMPOTENCY_KEY_REUSED":   "this call id was used for another call; use a new " + MetaProviderCallID,
+	"MAPPING_REVIEW_REQUIRED":  "the tool is under review; try again later or report it",
+	codeObservationNotRecorded: "the read happened and its result is being recorded; call again later with the same " + MetaProviderCallID,
 }
 
 // refusalResult is a refused call as a tool error the model can act on:

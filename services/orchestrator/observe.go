@@ -369,7 +369,7 @@ func (r *recorder) record(candidate *evidencev1.SourceObservation, text, label, 
 			return fmt.Errorf("store as an asset: %w", err)
 		}
 	}
-	obs, err := s.deps.Evidence.RecordObservation(ctx, &evidencev1.RecordObservationRequest{Observation: candidate})
+	obs, err := s.deps.Evidence.RecordObservation(ctx, &evidencev1.RecordObservationRequest{Observation: candidate, IdempotencyKey: observationKey(candidate)})
 	if err != nil {
 		return fmt.Errorf("record observation: %w", err)
 	}
@@ -402,6 +402,13 @@ func (r *recorder) record(candidate *evidencev1.SourceObservation, text, label, 
 		})
 	}
 	return nil
+}
+
+// observationKey is the idempotency key of an observation: one attempt
+// (the observation's request id) reads one content of one source once, so
+// recording it again (evidence's first answer was lost) finds the first.
+func observationKey(o *evidencev1.SourceObservation) string {
+	return o.GetRequestId() + "/" + digest.String(o.GetResourceUri()+"\n"+o.GetContentDigest())
 }
 
 // itemSize is an item's content size: its text, or its binary bytes.

@@ -171,6 +171,53 @@ func TestRecoveryDecidesAStuckRequestAgain(t *testing.T) {
 	}
 }
 
+// A request whose decision was interrupted and whose budget is spent by
+// the time recovery decides it again is refused, BUDGET_EXCEEDED, by one
+// recovery pass: a budget refusal is a decision, not an outage to retry
+// on every pass. Nothing is sent, and the same provider call replays the
+// refusal.
+func TestRecoveryRefusesARequestOverBudget(t *testing.T) {
+	t.Parallel()
+	k := &killAt{}
+	h := newHarness(t, func(d *Deps) {
+		d.FailPoint = k.hit
+		d.RecoveryInterval = 20 * time.Millisecond
+	})
+	cat := h.start(t, "source_review", false).GetCatalogue()
+	h.policy.mu.Lock()
+	h.policy.exhausted = true
+	h.policy.mu.Unlock()
+	k.arm(FailPointSubmitReceived)
+	args := map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())}
+	_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource, args)
+	wantErr(t, err, codes.Unavailable, reasonReplicaStopped)
+	id := requestOfCall(t, h, cat.GetTaskId(), "call_1").GetId()
+
+	var got *orchestratorv1.ToolRequest
+	waitFor(t, "the request decided again", func() bool {
+		got, err = h.client.GetRequest(t.Context(), &orchestratorv1.GetRequestRequest{Id: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return settled(got)
+	})
+	if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REFUSED || got.GetRefusalReason() != "BUDGET_EXCEEDED" ||
+		got.GetRefusalCode() != codeName(codes.ResourceExhausted) {
+		t.Fatalf("recovered = %v (%s %s); want REFUSED, RESOURCE_EXHAUSTED BUDGET_EXCEEDED", got.GetState(), got.GetRefusalCode(), got.GetRefusalReason())
+	}
+	h.policy.mu.Lock()
+	refusals := h.policy.refusals[got.GetIntentId()]
+	h.policy.mu.Unlock()
+	if refusals != 1 {
+		t.Errorf("the intent's charge was refused %d times; want once: the refusal is the decision", refusals)
+	}
+	if n := h.adapter.calls.Load(); n != 0 {
+		t.Errorf("the server was called %d times, want never", n)
+	}
+	_, err = h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource, args)
+	wantErr(t, err, codes.ResourceExhausted, "BUDGET_EXCEEDED")
+}
+
 // An approval that expires unused ends its request: recovery refuses it,
 // recording the expiry, and nothing is rendered.
 func TestRecoveryRefusesAnExpiredApproval(t *testing.T) {

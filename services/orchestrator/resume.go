@@ -23,6 +23,7 @@ import (
 func (s *Server) recoverLoop(ctx context.Context) {
 	for {
 		s.deliverOutbox(ctx)
+		s.recordHeldResults(ctx)
 		s.recoverUnsettled(ctx)
 		if !sleep(ctx, s.recoveryInterval) {
 			return
@@ -103,10 +104,15 @@ func (s *Server) needsRecovery(r *orchestratorv1.ToolRequest) bool {
 	return true
 }
 
-// transient reports whether err may pass if tried again later.
+// transient reports whether err may pass if tried again later: a
+// dependency that could not be reached or did not answer in time, a lost
+// lease, a call cut off. RESOURCE_EXHAUSTED is not: every reason that
+// uses it (a budget exceeded, a response or observation over its limit, a
+// message over the transport's) gives the same answer on every try, so a
+// request it stops is refused or failed, not decided again forever.
 func transient(err error) bool {
 	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Canceled:
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.Canceled:
 		return true
 	}
 	return false
@@ -238,8 +244,11 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 			att.Error = &adapterv1.ErrorEvidence{SafeCode: codeOrchestratorRestarted}
 		}
 	}
-	att.Resolution = joinResolution(att.GetResolution(),
-		fmt.Sprintf("the orchestrator stopped during this attempt (last persisted stage %s); recovered", stageName(att.GetStage())))
+	why := fmt.Sprintf("the orchestrator stopped during this attempt (last persisted stage %s); recovered", stageName(att.GetStage()))
+	if awaitsObservation(att) {
+		why = "the result awaiting its observation is not held here any more (the orchestrator restarted, or another replica recovers it); recovered"
+	}
+	att.Resolution = joinResolution(att.GetResolution(), why)
 	if req, err = s.saveAttempt(ctx, req.GetId(), att, func(ctx context.Context) {
 		s.emit(ctx, task.GetId(), req.GetId(), "request.recovering", att.GetResolution())
 	}); err != nil {
@@ -305,7 +314,9 @@ func (s *Server) retryRecovered(ctx context.Context, task *orchestratorv1.Task, 
 			if transient(err) {
 				return err
 			}
-			return stop("not attempted: " + errorMessage(err))
+			// A budget spent is the decision: refused with its reason.
+			_, err = s.refuse(ctx, req, p, err)
+			return ignoreRefusal(err)
 		}
 	}
 	_, err = s.executeFrom(ctx, task, req, p, retries)

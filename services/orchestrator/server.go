@@ -126,6 +126,9 @@ type Server struct {
 	working          map[string]bool
 	// settles spaces the automatic checks of unknown outcomes.
 	settles settleSchedule
+	// unrecorded holds read results whose observation evidence could not
+	// record yet (see recordResult).
+	unrecorded unrecordedResults
 	// outboxPending is set while trace events may wait in the outbox:
 	// new ones then queue behind them (see appendTraces).
 	outboxPending atomic.Bool

@@ -717,22 +717,3 @@ func TestRetiredConnectionStopsActiveTasks(t *testing.T) {
 		map[string]any{"source": handleFor(t, review, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
 	wantErr(t, err, codes.FailedPrecondition, "TASK_NOT_ACTIVE")
 }
-
-func TestResultThatDidNotBecomeEvidenceIsNotCommitted(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	h.evidence.mu.Lock()
-	h.evidence.down = true
-	h.evidence.mu.Unlock()
-	cat := h.start(t, "source_review", false).GetCatalogue()
-	r, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
-		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := r.GetAttempts()[0]
-	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_FAILED || len(r.GetExcerpts()) != 0 ||
-		a.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED || a.GetError().GetSafeCode() != codeObservationNotRecorded {
-		t.Errorf("request = %v", r)
-	}
-}

@@ -20,6 +20,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/handlekind"
 	"github.com/v0m3/v0m3/services/internal/paging"
+	"github.com/v0m3/v0m3/services/internal/productschema"
 	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/internal/summary"
 )
@@ -124,8 +125,11 @@ func validateCapability(in *registryv1.Capability) (*registryv1.Capability, erro
 		v.add(reasonInvalidCapability, "capability.approval", fmt.Sprintf("unknown approval requirement %d", c.GetApproval()))
 	}
 
-	var props map[string]*structpb.Value
-	schemaOK := false
+	var (
+		props       map[string]*structpb.Value
+		schemaOK    bool
+		unsupported error
+	)
 	switch {
 	case c.GetInputSchema() == nil:
 		v.add(reasonInvalidSchema, "capability.input_schema", `the product input schema is required: a JSON Schema with "type": "object"`)
@@ -142,6 +146,13 @@ func validateCapability(in *registryv1.Capability) (*registryv1.Capability, erro
 		}
 		c.InputSchema, c.InputSchemaDigest = resolved, d
 		props, schemaOK = schemaProperties(resolved), true
+		// The orchestrator enforces arguments by this subset only: a
+		// keyword outside it is refused now, not at the first request.
+		if _, err := productschema.Parse(resolved); err != nil {
+			unsupported = err
+			v.add(reasonUnsupportedSchemaKeyword, "capability.input_schema", err.Error()+
+				"; a product input schema may use: type object, properties of type string, integer, number or boolean, required, additionalProperties, minLength, maxLength, minimum, maximum, enum, and documentation (title, description, examples, format)")
+		}
 	}
 
 	// Handles, the summary template and the effect's requirements are
@@ -190,6 +201,14 @@ func validateCapability(in *registryv1.Capability) (*registryv1.Capability, erro
 		limitViolations(v, reasonInvalidLimits, "capability.default_limits", l)
 	}
 	if err := v.err("capability"); err != nil {
+		var ue *productschema.UnsupportedError
+		if errors.As(unsupported, &ue) {
+			kv := []string{"keyword", ue.Keyword}
+			if ue.Property != "" {
+				kv = append(kv, "property", ue.Property)
+			}
+			err = apierror.WithMetadata(err, "", kv...)
+		}
 		return nil, err
 	}
 	return c, nil

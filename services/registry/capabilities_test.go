@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -321,6 +322,66 @@ func TestCapabilityValidation(t *testing.T) {
 	}
 }
 
+// TestCapabilityUnsupportedSchemaKeyword: a product input schema using
+// what the orchestrator cannot enforce (services/internal/productschema)
+// is refused at declaration, INVALID_ARGUMENT UNSUPPORTED_SCHEMA_KEYWORD
+// with the keyword (and property) in the ErrorInfo, not accepted and then
+// refused by every request; a schema within the subset is declared.
+func TestCapabilityUnsupportedSchemaKeyword(t *testing.T) {
+	t.Parallel()
+	r := start(t)
+	with := func(query map[string]any, top ...any) map[string]any {
+		m := map[string]any{"type": "object", "properties": map[string]any{"notebook": map[string]any{"type": "string"}, "query": query}}
+		for i := 0; i+1 < len(top); i += 2 {
+			m[top[i].(string)] = top[i+1]
+		}
+		return m
+	}
+	tests := []struct {
+		name              string
+		schema            map[string]any
+		keyword, property string // "" keyword: declared
+	}{
+		{"pattern", with(map[string]any{"type": "string", "pattern": "^[a-z ]+$"}), "pattern", "query"},
+		{"array property", with(map[string]any{"type": "array", "items": map[string]any{"type": "string"}}), "items", "query"},
+		{"array property without items", with(map[string]any{"type": "array"}), "type", "query"},
+		{"nested object", with(map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}}), "properties", "query"},
+		{"const", with(map[string]any{"type": "string", "const": "x"}), "const", "query"},
+		{"top level min properties", with(map[string]any{"type": "string"}, "minProperties", 1), "minProperties", ""},
+		{"top level one of", with(map[string]any{"type": "string"}, "oneOf", []any{map[string]any{"required": []any{"query"}}}), "oneOf", ""},
+		{"within the subset", with(map[string]any{"type": "string", "minLength": 1, "maxLength": 64, "enum": []any{"a", "b"}, "format": "uri", "examples": []any{"a"}},
+			"additionalProperties", false, "title", "Search"), "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cp := searchNotes(t)
+			cp.Name = "schema_" + strings.ReplaceAll(tc.name, " ", "_")
+			cp.InputSchema = mustStruct(t, tc.schema)
+			_, err := r.client.CreateCapability(t.Context(), &registryv1.CreateCapabilityRequest{Capability: cp})
+			if tc.keyword == "" {
+				if err != nil {
+					t.Fatalf("a schema within the subset: %v", err)
+				}
+				return
+			}
+			if !apierror.Is(err, codes.InvalidArgument, "UNSUPPORTED_SCHEMA_KEYWORD") {
+				t.Fatalf("%v (reason %q), want INVALID_ARGUMENT UNSUPPORTED_SCHEMA_KEYWORD", err, apierror.Reason(err))
+			}
+			md := apierror.Info(err).GetMetadata()
+			if md["keyword"] != tc.keyword || md["property"] != tc.property {
+				t.Errorf("metadata %v, want keyword %q property %q", md, tc.keyword, tc.property)
+			}
+			if f := apierror.Fields(err); !slices.Contains(f, "capability.input_schema") || !strings.Contains(err.Error(), tc.keyword) {
+				t.Errorf("fields %v, message %q: want capability.input_schema and the keyword named", f, err)
+			}
+			if _, err := r.client.GetCapability(t.Context(), &registryv1.GetCapabilityRequest{Name: cp.GetName()}); status.Code(err) != codes.NotFound {
+				t.Errorf("the refused capability is readable: %v", err)
+			}
+		})
+	}
+}
+
 // TestSchemaSpellingsShareADigest: two spellings of one contract, with and
 // without local references, resolve to the same schema and digest.
 func TestSchemaSpellingsShareADigest(t *testing.T) {
@@ -332,7 +393,7 @@ func TestSchemaSpellingsShareADigest(t *testing.T) {
 		"properties": map[string]any{
 			"notebook": map[string]any{"$ref": "#/$defs/handle"},
 			"query":    map[string]any{"$ref": "#/$defs/query"},
-			"tags":     map[string]any{"type": "array", "items": map[string]any{"$ref": "#/$defs/tag"}},
+			"tag":      map[string]any{"$ref": "#/$defs/tag"},
 		},
 		"required": []any{"notebook", "query"},
 		"$defs": map[string]any{
@@ -349,7 +410,7 @@ func TestSchemaSpellingsShareADigest(t *testing.T) {
 		"properties": map[string]any{
 			"notebook": map[string]any{"type": "string", "minLength": 1},
 			"query":    map[string]any{"type": "string", "minLength": 1, "maxLength": 200},
-			"tags":     map[string]any{"type": "array", "items": map[string]any{"type": "string", "minLength": 1}},
+			"tag":      map[string]any{"type": "string", "minLength": 1},
 		},
 		"required": []any{"notebook", "query"},
 	})

@@ -18,6 +18,10 @@ const (
 	reasonInvalidSchema = "INVALID_SCHEMA"
 	reasonRemoteRef     = "SCHEMA_REMOTE_REF"
 	reasonRefCycle      = "SCHEMA_REF_CYCLE"
+	// reasonUnsupportedSchemaKeyword: the schema uses a keyword (or a
+	// property type) outside the subset services/internal/productschema
+	// defines, which the orchestrator could not enforce.
+	reasonUnsupportedSchemaKeyword = "UNSUPPORTED_SCHEMA_KEYWORD"
 )
 
 // maxSchemaNodes bounds a schema once its references are resolved: a few

@@ -891,9 +891,17 @@ func (x *SourceObservation) GetKind() ObservationKind {
 type RecordObservationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. The observation; id and revision are assigned.
-	Observation   *SourceObservation `protobuf:"bytes,1,opt,name=observation,proto3" json:"observation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Observation *SourceObservation `protobuf:"bytes,1,opt,name=observation,proto3" json:"observation,omitempty"`
+	// Optional. Makes a retry safe: the observation recorded under this key
+	// (the same task, request, source and content digest) is returned
+	// unchanged instead of a second one being stored; another observation
+	// under the same key fails ALREADY_EXISTS (IDEMPOTENCY_KEY_REUSED). At
+	// most 1024 bytes. The orchestrator keys each observation by its
+	// attempt, source and content digest, so recording a read whose answer
+	// was lost (evidence stopped after storing it) stores it once.
+	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RecordObservationRequest) Reset() {
@@ -931,6 +939,13 @@ func (x *RecordObservationRequest) GetObservation() *SourceObservation {
 		return x.Observation
 	}
 	return nil
+}
+
+func (x *RecordObservationRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 // GetObservationRequest names an observation.
@@ -3595,9 +3610,10 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x04kind\x18\x15 \x01(\x0e2!.v0m3.evidence.v1.ObservationKindR\x04kind\x1aC\n" +
 	"\x15RevisionMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x01\n" +
 	"\x18RecordObservationRequest\x12E\n" +
-	"\vobservation\x18\x01 \x01(\v2#.v0m3.evidence.v1.SourceObservationR\vobservation\"'\n" +
+	"\vobservation\x18\x01 \x01(\v2#.v0m3.evidence.v1.SourceObservationR\vobservation\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"'\n" +
 	"\x15GetObservationRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"n\n" +
 	"\x17ListObservationsRequest\x12\x17\n" +

@@ -49,7 +49,8 @@ const (
 type EvidenceServiceClient interface {
 	// RecordObservation stores a source observation. The same connection and
 	// URI with a new content digest becomes a new source revision; the same
-	// digest joins the existing one.
+	// digest joins the existing one. With an idempotency key, recording the
+	// same observation again returns the first one.
 	RecordObservation(ctx context.Context, in *RecordObservationRequest, opts ...grpc.CallOption) (*SourceObservation, error)
 	// GetObservation returns one observation.
 	GetObservation(ctx context.Context, in *GetObservationRequest, opts ...grpc.CallOption) (*SourceObservation, error)
@@ -304,7 +305,8 @@ func (c *evidenceServiceClient) ListAuditRecords(ctx context.Context, in *ListAu
 type EvidenceServiceServer interface {
 	// RecordObservation stores a source observation. The same connection and
 	// URI with a new content digest becomes a new source revision; the same
-	// digest joins the existing one.
+	// digest joins the existing one. With an idempotency key, recording the
+	// same observation again returns the first one.
 	RecordObservation(context.Context, *RecordObservationRequest) (*SourceObservation, error)
 	// GetObservation returns one observation.
 	GetObservation(context.Context, *GetObservationRequest) (*SourceObservation, error)
