@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,13 +45,20 @@ func (s *Server) recoverUnsettled(ctx context.Context) {
 		return
 	}
 	s.forgetSettled(rs)
+	rs = slices.DeleteFunc(rs, func(r *orchestratorv1.ToolRequest) bool { return !s.needsRecovery(r) })
+	recoverEach(ctx, rs, func(r *orchestratorv1.ToolRequest) { s.recoverOwned(ctx, r.GetId()) })
+}
+
+// recoveryParallelism bounds the requests one replica recovers at once.
+const recoveryParallelism = 4
+
+// recoverEach calls fn for each item, recoveryParallelism at a time, until
+// ctx ends; it returns when the calls it started have returned.
+func recoverEach[T any](ctx context.Context, items []T, fn func(T)) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, recoveryParallelism)
-	for _, r := range rs {
-		if !s.needsRecovery(r) {
-			continue
-		}
+	for _, it := range items {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -58,13 +66,10 @@ func (s *Server) recoverUnsettled(ctx context.Context) {
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			s.recoverOwned(ctx, r.GetId())
+			fn(it)
 		})
 	}
 }
-
-// recoveryParallelism bounds the requests one replica recovers at once.
-const recoveryParallelism = 4
 
 // recoverOwned recovers one request if no replica (nor another call of
 // this one) owns it.

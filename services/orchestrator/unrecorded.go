@@ -183,20 +183,7 @@ func (s *Server) awaitObservation(ctx context.Context, task *orchestratorv1.Task
 // recordHeldResults tries once more to record each result this replica
 // holds, a few at a time, under the request's kept lease.
 func (s *Server) recordHeldResults(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	slots := make(chan struct{}, recoveryParallelism)
-	for _, r := range s.unrecorded.held() {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			s.recordHeld(ctx, r)
-		})
-	}
+	recoverEach(ctx, s.unrecorded.held(), func(r *unrecordedResult) { s.recordHeld(ctx, r) })
 }
 
 // recordHeld records a held result and commits its request, or leaves it
