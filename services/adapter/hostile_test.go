@@ -30,6 +30,9 @@ func (e *env) rawConn(mode string) *registryv1.Connection {
 // the adapter keeps serving afterwards.
 func TestHostileServers(t *testing.T) {
 	t.Parallel()
+	// The deadline leaves room to start the server process and open its
+	// session on a loaded machine, so the call is sent before it expires.
+	const deadline = 5 * time.Second
 	cases := []struct {
 		name    string
 		mode    string
@@ -44,11 +47,12 @@ func TestHostileServers(t *testing.T) {
 		// A line that is not JSON at all is noise some servers print on
 		// stdout: dropped, so the call gets no answer and ends at its
 		// deadline, sent, no result.
-		{"non-JSON answer", fixture.RawMalformed, time.Second, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeDeadlineExceeded, adapterv1.DeliveryStage_DELIVERY_STAGE_SENT},
+		{"non-JSON answer", fixture.RawMalformed, deadline, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeDeadlineExceeded, adapterv1.DeliveryStage_DELIVERY_STAGE_SENT},
 		// A result of the wrong shape is not a result.
 		{"result of the wrong shape", fixture.RawBadResult, 0, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeMalformedResult, adapterv1.DeliveryStage_DELIVERY_STAGE_SENT},
-		// A trickle is cut by the caller's deadline.
-		{"slow trickle", fixture.RawTrickle, time.Second, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeDeadlineExceeded, adapterv1.DeliveryStage_DELIVERY_STAGE_SENT},
+		// A trickle (about 15 s for the whole answer) is cut by the
+		// caller's deadline.
+		{"slow trickle", fixture.RawTrickle, deadline, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeDeadlineExceeded, adapterv1.DeliveryStage_DELIVERY_STAGE_SENT},
 		// A list change during the call changes nothing about the call.
 		{"tool list changed mid-call", fixture.RawListChanged, 0, adapterv1.Outcome_OUTCOME_OK, "", adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED},
 	}

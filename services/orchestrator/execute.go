@@ -122,8 +122,18 @@ func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req
 			return nil, err
 		}
 		if att.GetOutcome() == adapterv1.Outcome_OUTCOME_OK {
-			if err := s.chargeResponse(ctx, task, att, resp); err != nil {
-				// The read happened, but its result would exceed a budget:
+			if observes(p.capability) {
+				// A read charges its response when it is recorded, so
+				// a policy outage waits like an evidence one (see
+				// recordResult).
+				return s.recordResult(ctx, task, req, att, &unrecordedResult{p: p, remote: remote, resp: resp})
+			}
+			if err := s.chargeResponse(ctx, task, att, resp); transient(err) {
+				// The effect happened: a policy outage does not make it
+				// fail. Its response goes uncharged, and the log says so.
+				s.log.WarnContext(ctx, "response bytes not charged: policy unavailable", "request", req.GetId(), "attempt", att.GetId(), "bytes", resp.GetResponseBytes(), "err", err)
+			} else if err != nil {
+				// The call happened, but its result would exceed a budget:
 				// it is withheld, and the caller learns which budget.
 				att.Error = &adapterv1.ErrorEvidence{SafeCode: codeBudgetExceeded}
 				if _, ferr := s.fail(ctx, req, att); ferr != nil {

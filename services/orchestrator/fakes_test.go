@@ -315,10 +315,13 @@ type fakePolicy struct {
 	charges          map[string]int // by idempotency key
 	// exhausted refuses every charge of a call as over budget; refusals
 	// counts them by idempotency key.
-	exhausted  bool
-	refusals   map[string]int
-	revision   string
-	registered []*policyv1.RegisterTaskRequest
+	exhausted bool
+	refusals  map[string]int
+	// responsesDown answers a response's charge UNAVAILABLE, as a policy
+	// outage after the call would.
+	responsesDown bool
+	revision      string
+	registered    []*policyv1.RegisterTaskRequest
 	// purposes are the purposes Eligible, Authorize and ResolveHandle
 	// were asked about, in order.
 	purposes []string
@@ -424,6 +427,9 @@ func (p *fakePolicy) Charge(_ context.Context, in *policyv1.ChargeRequest) (*pol
 		}
 		p.refusals[in.GetIdempotencyKey()]++
 		return nil, apierror.New(codes.ResourceExhausted, "BUDGET_EXCEEDED", "the task's call budget is spent", map[string]string{"dimension": "calls"})
+	}
+	if p.responsesDown && in.GetResponseBytes() > 0 {
+		return nil, apierror.Unavailable("STORE_UNAVAILABLE", "the policy store is unavailable", nil)
 	}
 	p.charges[in.GetIdempotencyKey()]++
 	return &policyv1.ChargeResponse{}, nil

@@ -411,3 +411,34 @@ func TestOpenRequestIndex(t *testing.T) {
 		t.Errorf("UseApproval without approval = %v", err)
 	}
 }
+
+// A render that happened is committed with its artifact even when policy
+// cannot charge its response (unavailable): the effect is not recorded as
+// failed for an outage (issue 15: every request ends in a true state).
+func TestRenderCommittedWhenPolicyCannotChargeItsResponse(t *testing.T) {
+	t.Parallel()
+	h := newPreviewHarness(t)
+	h.adapter.mu.Lock()
+	render := h.adapter.respond
+	h.adapter.mu.Unlock()
+	h.adapter.setRespond(func(in *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+		resp, err := render(in)
+		if resp != nil {
+			resp.ResponseBytes = 128
+		}
+		return resp, err
+	})
+	h.policy.mu.Lock()
+	h.policy.responsesDown = true
+	h.policy.mu.Unlock()
+	task := h.start(t, "preview", false).GetTask()
+	r := h.submitPreview(t, task.GetId(), "call_1")
+	got, err := h.approve(t, r.GetId())
+	if err != nil {
+		t.Fatalf("approve: %v", err)
+	}
+	if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || got.GetOutcome() != adapterv1.Outcome_OUTCOME_OK ||
+		got.GetArtifactDigest() != "sha256:artifact-"+r.GetIntentId() || h.renders.Load() != 1 {
+		t.Fatalf("request = %v after %d renders; want EXECUTED / OK with its artifact, rendered once", got, h.renders.Load())
+	}
+}

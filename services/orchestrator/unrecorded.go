@@ -16,9 +16,10 @@ import (
 	"github.com/v0m3/v0m3/services/internal/provenance"
 )
 
-// A read whose result arrived but whose observation evidence could not
-// record (evidence unavailable, or it stored the observation and stopped
-// before answering) is not failed: the read happened. Its attempt stays
+// A read whose result arrived but whose response policy could not charge
+// or whose observation evidence could not record (unavailable, or evidence
+// stored the observation and stopped before answering) is not failed: the
+// read happened. Its attempt stays
 // open at the stage it reached, marked OBSERVATION_NOT_RECORDED, and the
 // request waits (see awaitsObservation). The replica holds the result in
 // memory and keeps the request's lease, so no other replica reads it
@@ -107,6 +108,23 @@ func awaitsObservation(att *orchestratorv1.Attempt) bool {
 // fails the request, saying the result did not become evidence.
 func (s *Server) recordResult(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
 	r *unrecordedResult) (*orchestratorv1.ToolRequest, error) {
+	// The response's charge is keyed by the attempt, so a wait repeats
+	// it safely. Policy unavailable is no more a verdict than evidence
+	// unavailable: the read waits for both.
+	if err := s.chargeResponse(ctx, task, att, r.resp); err != nil {
+		if transient(err) {
+			s.log.WarnContext(ctx, "charge response bytes", "request", req.GetId(), "attempt", att.GetId(), "err", err)
+			return s.awaitObservation(ctx, task, req, att, r, err)
+		}
+		// The read happened, but its result would exceed a budget: it
+		// is withheld, and the caller learns which budget.
+		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeBudgetExceeded}
+		defer s.unrecorded.drop(req.GetId())
+		if _, ferr := s.fail(ctx, req, att); ferr != nil {
+			return nil, ferr
+		}
+		return nil, apierror.Propagate(err, "charge response bytes")
+	}
 	observe := s.observe
 	if provenance.ResultKind(r.p.capability) == registryv1.ResultKind_RESULT_KIND_DATA {
 		observe = s.observeData
@@ -150,7 +168,7 @@ func (s *Server) awaitObservation(ctx context.Context, task *orchestratorv1.Task
 	if !awaitsObservation(att) {
 		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeObservationNotRecorded}
 		att.Resolution = joinResolution(att.GetResolution(),
-			"the read happened; evidence could not record its observation (unavailable); waiting to record it once evidence is back")
+			"the read happened; its response could not be charged or its observation recorded (a dependency is unavailable); waiting to record it once it is back")
 		detail := fmt.Sprintf("attempt %d read %s; waiting for evidence to record its observation", att.GetNumber(), req.GetCapability())
 		if _, err := s.updateRequest(ctx, req.GetId(), func(q *orchestratorv1.ToolRequest) error {
 			mergeAttempt(q, att)
@@ -175,7 +193,7 @@ func (s *Server) awaitObservation(ctx context.Context, task *orchestratorv1.Task
 		}
 	}
 	return nil, apierror.Unavailable(codeObservationNotRecorded,
-		fmt.Sprintf("request %s: the read happened but evidence could not record its observation (%s); the request waits and completes once evidence is back (follow it with GetRequest or WatchTask)",
+		fmt.Sprintf("request %s: the read happened but its result could not be recorded yet (%s); the request waits and completes once the dependency is back (follow it with GetRequest or WatchTask)",
 			req.GetId(), codeName(status.Code(cause))),
 		map[string]string{"request_id": req.GetId(), "attempt_id": att.GetId()})
 }

@@ -22,20 +22,27 @@ func TestReadWhoseObservationWasNotRecordedWaitsForEvidence(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		// fault breaks evidence's RecordObservation; heal, when set,
-		// repairs it once the waiting request was seen.
-		fault, heal func(*fakeEvidence)
+		// fault breaks evidence's RecordObservation or policy's charge
+		// of the response; heal, when set, repairs it once the waiting
+		// request was seen.
+		fault, heal func(*harness)
 	}{
-		{"evidence down", func(e *fakeEvidence) { e.down = true }, func(e *fakeEvidence) { e.down = false }},
-		{"evidence stored it and its answer was lost", func(e *fakeEvidence) { e.loseAnswers = 1 }, nil},
+		{"evidence down", func(h *harness) { h.evidence.down = true }, func(h *harness) { h.evidence.down = false }},
+		{"evidence stored it and its answer was lost", func(h *harness) { h.evidence.loseAnswers = 1 }, nil},
+		{"policy down when the response is charged", func(h *harness) { h.policy.responsesDown = true }, func(h *harness) { h.policy.responsesDown = false }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
 			cat := h.start(t, "source_review", false).GetCatalogue()
-			h.evidence.mu.Lock()
-			tc.fault(h.evidence)
-			h.evidence.mu.Unlock()
+			change := func(f func(*harness)) {
+				h.evidence.mu.Lock()
+				h.policy.mu.Lock()
+				f(h)
+				h.policy.mu.Unlock()
+				h.evidence.mu.Unlock()
+			}
+			change(tc.fault)
 			_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
 				map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
 			wantErr(t, err, codes.Unavailable, codeObservationNotRecorded)
@@ -44,9 +51,7 @@ func TestReadWhoseObservationWasNotRecordedWaitsForEvidence(t *testing.T) {
 				// Evidence stays down: recovery passes leave the request
 				// waiting as it is.
 				wantAwaitingObservation(t, h, id)
-				h.evidence.mu.Lock()
-				tc.heal(h.evidence)
-				h.evidence.mu.Unlock()
+				change(tc.heal)
 			}
 			wantRecordedOnce(t, h, cat.GetTaskId(), id)
 		})

@@ -90,13 +90,22 @@ func observe(service, method string, req, resp any) {
 			StageSeconds.WithLabelValues(service, "remote_call").Observe(d.Seconds())
 		}
 	case *policyv1.ChargeResponse:
-		BudgetCharges.WithLabelValues("charged").Inc()
-		if c, ok := req.(*policyv1.ChargeRequest); ok {
-			BudgetConsumed.WithLabelValues("calls").Add(float64(c.GetCalls()))
-			BudgetConsumed.WithLabelValues("response_bytes").Add(float64(c.GetResponseBytes()))
-			BudgetConsumed.WithLabelValues("cost_micros").Add(float64(c.GetCostMicros()))
+		c, _ := req.(*policyv1.ChargeRequest)
+		charged(c)
+	case *policyv1.DecideResponse:
+		// Decide charges the call itself once every decision allowed it.
+		if d, ok := req.(*policyv1.DecideRequest); ok && r.GetCharge() != nil {
+			charged(d.GetCharge())
 		}
 	}
+}
+
+// charged counts one charge that policy accepted, by unit.
+func charged(c *policyv1.ChargeRequest) {
+	BudgetCharges.WithLabelValues("charged").Inc()
+	BudgetConsumed.WithLabelValues("calls").Add(float64(c.GetCalls()))
+	BudgetConsumed.WithLabelValues("response_bytes").Add(float64(c.GetResponseBytes()))
+	BudgetConsumed.WithLabelValues("cost_micros").Add(float64(c.GetCostMicros()))
 }
 
 // governedLabels are a tool request's metric labels. The capability is
