@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,102 +91,97 @@ func (s *redisOrchestratorStore) UpdateTask(ctx context.Context, id string, fn f
 
 func (s *redisOrchestratorStore) UpdateTaskEmit(ctx context.Context, id string, fn func(*orchestratorv1.Task) error, held Held) (*orchestratorv1.Task, Written, error) {
 	var (
-		out     *orchestratorv1.Task
-		emitted Written
+		out    *orchestratorv1.Task
+		queued func() Written
 	)
-	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
-		if err := s.fence(ctx, tx, held.Fence); err != nil {
-			return err
-		}
+	err := s.update(ctx, held.Fence, []string{s.task(id)}, func(_ *redis.Tx, vals []any) (redisstore.Write, error) {
 		t := &orchestratorv1.Task{}
-		if err := redisstore.Get(ctx, tx, s.task(id), t); err != nil {
-			return fmt.Errorf("get task %s: %w", id, err)
+		if err := redisstore.Decode(vals[0], t); err != nil {
+			return nil, fmt.Errorf("get task %s: %w", id, err)
 		}
 		if err := fn(t); err != nil {
-			return redisstore.Abort(ctx, tx, err)
+			return nil, err
 		}
 		v, err := redisstore.Marshal(t)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		var queued func() Written
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		out = t
+		return func(p redis.Pipeliner) (err error) {
 			p.Set(ctx, s.task(id), v, 0)
 			queued, err = s.queueHeld(ctx, p, held)
 			return err
-		})
-		out = t
-		if err == nil {
-			emitted = queued()
-		}
-		return err
-	}, s.watched(held.Fence, s.task(id))...)
+		}, nil
+	})
 	if err != nil {
 		return nil, Written{}, err
 	}
-	return out, emitted, nil
+	return out, queued(), nil
 }
 
 func (s *redisOrchestratorStore) EmitHeld(ctx context.Context, held Held) (Written, error) {
-	var emitted Written
-	emit := func(c txPipeliner) error {
-		var queued func() Written
-		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			var err error
-			queued, err = s.queueHeld(ctx, p, held)
-			return err
-		})
-		if err == nil {
-			emitted = queued()
-		}
+	var queued func() Written
+	write := func(p redis.Pipeliner) (err error) {
+		queued, err = s.queueHeld(ctx, p, held)
 		return err
 	}
 	var err error
 	if held.Fence.Generation == 0 {
-		err = emit(s.c)
+		_, err = s.c.TxPipelined(ctx, write)
 	} else {
-		err = redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
-			if err := s.fence(ctx, tx, held.Fence); err != nil {
-				return err
-			}
-			return emit(tx)
-		}, s.watched(held.Fence)...)
+		err = s.update(ctx, held.Fence, nil, func(*redis.Tx, []any) (redisstore.Write, error) {
+			return write, nil
+		})
 	}
 	if err != nil {
 		return Written{}, err
 	}
-	return emitted, nil
+	return queued(), nil
 }
 
-// txPipeliner is a client or a watching transaction.
-type txPipeliner interface {
-	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+// update runs an optimistic transaction (redisstore.UpdateRead) on keys
+// and, when f is set, the lease generation f is checked against, all
+// watched and read in one MGET: a lease taken between the read and EXEC
+// fails the EXEC, and the retried transaction sees it. A stale fence
+// refuses the change with ErrFenced; otherwise decide gets the keys'
+// values (nil when absent), in the order of keys.
+func (s *redisOrchestratorStore) update(ctx context.Context, f Fence, keys []string, decide func(tx *redis.Tx, vals []any) (redisstore.Write, error)) error {
+	all := slices.Clone(keys)
+	if f.Generation != 0 {
+		all = append(all, s.k.Key("leasegen", f.RequestID))
+	}
+	var read *redis.SliceCmd
+	return redisstore.UpdateRead(ctx, s.c, all, func(p redis.Pipeliner) {
+		read = p.MGet(ctx, all...)
+	}, func(tx *redis.Tx) (redisstore.Write, error) {
+		vals, err := read.Result()
+		if err != nil {
+			return nil, err
+		}
+		if f.Generation != 0 {
+			cur, err := leaseGeneration(vals[len(keys)])
+			if err != nil {
+				return nil, err
+			}
+			if f.fenced(cur) {
+				return nil, fmt.Errorf("write to request %s under lease %d: %w", f.RequestID, f.Generation, ErrFenced)
+			}
+		}
+		return decide(tx, vals[:len(keys)])
+	})
 }
 
-// watched is keys, with the lease generation f is checked against: a
-// lease taken between the check (fence) and EXEC fails the EXEC, and the
-// retried transaction sees it.
-func (s *redisOrchestratorStore) watched(f Fence, keys ...string) []string {
-	if f.Generation == 0 {
-		return keys
+// leaseGeneration parses a leasegen value read by MGET; absent is 0.
+func leaseGeneration(v any) (int64, error) {
+	str, ok := v.(string)
+	if !ok {
+		return 0, nil
 	}
-	return append(keys, s.k.Key("leasegen", f.RequestID))
-}
-
-// fence fails with ErrFenced (aborting tx) when f is stale; the
-// generation's key is watched (see watched).
-func (s *redisOrchestratorStore) fence(ctx context.Context, tx *redis.Tx, f Fence) error {
-	if f.Generation == 0 {
-		return nil
+	n, err := strconv.ParseInt(str, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("redis store: lease generation %q: %w", str, err)
 	}
-	cur, err := tx.Get(ctx, s.k.Key("leasegen", f.RequestID)).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return err
-	}
-	if f.fenced(cur) {
-		return redisstore.Abort(ctx, tx, fmt.Errorf("write to request %s under lease %d: %w", f.RequestID, f.Generation, ErrFenced))
-	}
-	return nil
+	return n, nil
 }
 
 // queueHeld queues the writing of held on p (see queueEvents and
@@ -303,54 +300,41 @@ func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orche
 	var (
 		out     *orchestratorv1.ToolRequest
 		created bool
-		emitted Written
+		queued  func() Written
 	)
 	// The (task, provider call) index entry is watched: of two replicas
 	// creating the same call at once, one EXEC succeeds; the other's fails,
-	// and its retry finds the entry and returns the first request.
-	err = redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
-		if err := s.fence(ctx, tx, held.Fence); err != nil {
-			return err
-		}
-		existing, err := tx.Get(ctx, idxKey).Result()
-		switch {
-		case err == nil:
+	// and its retry finds the entry and returns the first request. The new
+	// request's own key is watched with it, so an id taken meanwhile is
+	// seen too.
+	err = s.update(ctx, held.Fence, []string{idxKey, s.req(r.GetId())}, func(tx *redis.Tx, vals []any) (redisstore.Write, error) {
+		if existing, ok := vals[0].(string); ok {
 			got := &orchestratorv1.ToolRequest{}
 			if err := redisstore.Get(ctx, tx, s.req(existing), got); err != nil {
-				return fmt.Errorf("get request %s: %w", existing, err)
+				return nil, fmt.Errorf("get request %s: %w", existing, err)
 			}
-			out, created = got, false
-			return nil
-		case !errors.Is(err, redis.Nil):
-			return err
+			out, created, queued = got, false, nil
+			return nil, nil
 		}
-		if err := tx.Watch(ctx, s.req(r.GetId())).Err(); err != nil {
-			return err
+		if vals[1] != nil {
+			return nil, fmt.Errorf("create request %s: %w", r.GetId(), store.ErrExists)
 		}
-		n, err := tx.Exists(ctx, s.req(r.GetId())).Result()
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			return redisstore.Abort(ctx, tx, fmt.Errorf("create request %s: %w", r.GetId(), store.ErrExists))
-		}
-		var queued func() Written
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		out, created = proto.CloneOf(r), true
+		return func(p redis.Pipeliner) (err error) {
 			p.Set(ctx, s.req(r.GetId()), v, 0)
 			p.Set(ctx, idxKey, r.GetId(), 0)
 			p.RPush(ctx, s.k.Key("taskreqs", r.GetTaskId()), r.GetId())
 			s.queueOpen(ctx, p, r)
 			queued, err = s.queueHeld(ctx, p, held)
 			return err
-		})
-		out, created = proto.CloneOf(r), true
-		if err == nil {
-			emitted = queued()
-		}
-		return err
-	}, s.watched(held.Fence, idxKey)...)
+		}, nil
+	})
 	if err != nil {
 		return nil, false, Written{}, err
+	}
+	var emitted Written
+	if queued != nil {
+		emitted = queued()
 	}
 	return out, created, emitted, nil
 }
@@ -370,41 +354,33 @@ func (s *redisOrchestratorStore) UpdateRequest(ctx context.Context, id string, f
 
 func (s *redisOrchestratorStore) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error) {
 	var (
-		out     *orchestratorv1.ToolRequest
-		emitted Written
+		out    *orchestratorv1.ToolRequest
+		queued func() Written
 	)
-	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
-		if err := s.fence(ctx, tx, held.Fence); err != nil {
-			return err
-		}
+	err := s.update(ctx, held.Fence, []string{s.req(id)}, func(_ *redis.Tx, vals []any) (redisstore.Write, error) {
 		r := &orchestratorv1.ToolRequest{}
-		if err := redisstore.Get(ctx, tx, s.req(id), r); err != nil {
-			return fmt.Errorf("get request %s: %w", id, err)
+		if err := redisstore.Decode(vals[0], r); err != nil {
+			return nil, fmt.Errorf("get request %s: %w", id, err)
 		}
 		if err := fn(r); err != nil {
-			return redisstore.Abort(ctx, tx, err)
+			return nil, err
 		}
 		v, err := redisstore.Marshal(r)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		var queued func() Written
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		out = r
+		return func(p redis.Pipeliner) (err error) {
 			p.Set(ctx, s.req(id), v, 0)
 			s.queueOpen(ctx, p, r)
 			queued, err = s.queueHeld(ctx, p, held)
 			return err
-		})
-		out = r
-		if err == nil {
-			emitted = queued()
-		}
-		return err
-	}, s.watched(held.Fence, s.req(id))...)
+		}, nil
+	})
 	if err != nil {
 		return nil, Written{}, err
 	}
-	return out, emitted, nil
+	return out, queued(), nil
 }
 
 func (s *redisOrchestratorStore) SaveAttempt(ctx context.Context, requestID string, a *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error) {

@@ -95,6 +95,83 @@ func Update(ctx context.Context, c redis.UniversalClient, fn func(tx *redis.Tx) 
 	}
 }
 
+// Write queues a transaction's writes on p, which runs them in one
+// MULTI/EXEC.
+type Write func(p redis.Pipeliner) error
+
+// UpdateRead is Update for a function that decides on what read queues:
+// each attempt watches keys and runs read's commands in one round trip
+// (WATCH first, so the reads are under it), then calls decide, which
+// inspects those commands (it may read more through tx) and returns the
+// writes, and runs them in one MULTI/EXEC: two round trips where Update
+// with separate reads takes three or more. A refusal (decide's error) or
+// a replay (no writes) executes an empty MULTI/EXEC, as Abort does, so
+// what decide saw is checked to be current: it is returned only then, and
+// otherwise the attempt is retried on fresh state.
+//
+// The WATCH is not sent through tx.Watch, so go-redis does not know it
+// is armed; every path ends with EXEC (which releases it) or UNWATCH, so
+// no watch is left on a pooled connection.
+func UpdateRead(ctx context.Context, c redis.UniversalClient, keys []string, read func(p redis.Pipeliner), decide func(tx *redis.Tx) (Write, error)) error {
+	var clusterKeys []string
+	if _, ok := c.(*redis.ClusterClient); ok {
+		clusterKeys = keys // a cluster client picks the node by the watched keys
+	}
+	return Update(ctx, c, func(tx *redis.Tx) error {
+		var watch *redis.Cmd
+		_, _ = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+			args := make([]any, 0, 1+len(keys))
+			args = append(args, "watch")
+			for _, k := range keys {
+				args = append(args, k)
+			}
+			watch = p.Do(ctx, args...)
+			read(p)
+			return nil
+		})
+		if err := watch.Err(); err != nil {
+			_ = tx.Unwatch(ctx).Err()
+			return err
+		}
+		w, refused := decide(tx)
+		if refused != nil || w == nil {
+			w = checkCurrent(ctx)
+		}
+		_, err := tx.TxPipelined(ctx, w)
+		switch {
+		case errors.Is(err, redis.TxFailedErr):
+			return err
+		case err != nil:
+			// EXEC may not have run: release the watch before the
+			// connection goes back to the pool.
+			_ = tx.Unwatch(ctx).Err()
+		}
+		if refused != nil {
+			return refused
+		}
+		return err
+	}, clusterKeys...)
+}
+
+// checkCurrent is the empty transaction whose EXEC fails when a watched
+// key changed (see Abort).
+func checkCurrent(ctx context.Context) Write {
+	return func(p redis.Pipeliner) error {
+		p.Ping(ctx)
+		return nil
+	}
+}
+
+// Decode decodes v, a value of MGET or (*redis.Cmd).Val (a string, nil
+// when the key is absent) into m: store.ErrNotFound when absent.
+func Decode(v any, m proto.Message) error {
+	s, ok := v.(string)
+	if !ok {
+		return store.ErrNotFound
+	}
+	return Unmarshal([]byte(s), m)
+}
+
 // MGet reads the records at keys in one round trip, in the order of keys.
 // A missing record fails with store.ErrNotFound: callers read keys from an
 // index, and an index entry without its record is an inconsistency.
@@ -108,13 +185,9 @@ func MGet[M proto.Message](ctx context.Context, c redis.Cmdable, keys []string, 
 	}
 	out := make([]M, 0, len(vals))
 	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok {
-			return nil, fmt.Errorf("redis store: indexed record %s: %w", keys[i], store.ErrNotFound)
-		}
 		m := newMsg()
-		if err := Unmarshal([]byte(s), m); err != nil {
-			return nil, err
+		if err := Decode(v, m); err != nil {
+			return nil, fmt.Errorf("redis store: indexed record %s: %w", keys[i], err)
 		}
 		out = append(out, m)
 	}
@@ -153,10 +226,7 @@ func HashValues[M proto.Message](ctx context.Context, c redis.Cmdable, key strin
 // A function that returns what it read without writing (a replay) calls
 // Abort(ctx, tx, nil) so that what it returns is one consistent state.
 func Abort(ctx context.Context, tx *redis.Tx, err error) error {
-	_, execErr := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Ping(ctx)
-		return nil
-	})
+	_, execErr := tx.TxPipelined(ctx, checkCurrent(ctx))
 	if errors.Is(execErr, redis.TxFailedErr) {
 		return execErr
 	}
