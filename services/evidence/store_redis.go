@@ -51,22 +51,31 @@ func (r *redisEvidenceStore) RecordObservation(ctx context.Context, obs *evidenc
 	// The source's revisions and the observation id are watched: two
 	// observations of new content racing for the same revision number
 	// cannot both win, one is recomputed and joins or follows the other.
-	err = redisstore.Update(ctx, r.c, func(tx *redis.Tx) error {
+	var (
+		exists *redis.IntCmd
+		rev    *redis.StringCmd
+	)
+	// The observation id's existence and the content's revision are read
+	// with the WATCH, in one round trip.
+	err = redisstore.UpdateRead(ctx, r.c, []string{revsKey, obsKey}, func(p redis.Pipeliner) {
+		exists = p.Exists(ctx, obsKey)
+		rev = p.HGet(ctx, revsKey, obs.GetContentDigest())
+	}, func(tx *redis.Tx) (redisstore.Write, error) {
 		out = proto.CloneOf(obs)
-		n, err := tx.Exists(ctx, obsKey).Result()
+		n, err := exists.Result()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if n > 0 {
-			return redisstore.Abort(ctx, tx, fmt.Errorf("create observation: %w", store.ErrExists))
+			return nil, fmt.Errorf("create observation: %w", store.ErrExists)
 		}
 		joined := &evidencev1.SourceRevision{}
 		var newRev []byte
-		switch err := hgetMsg(ctx, tx, revsKey, obs.GetContentDigest(), joined); {
-		case errors.Is(err, store.ErrNotFound):
+		switch b, err := rev.Bytes(); {
+		case errors.Is(err, redis.Nil):
 			count, err := tx.HLen(ctx, revsKey).Result()
 			if err != nil {
-				return err
+				return nil, err
 			}
 			joined = &evidencev1.SourceRevision{
 				Id:                 newRevisionID,
@@ -78,26 +87,30 @@ func (r *redisEvidenceStore) RecordObservation(ctx context.Context, obs *evidenc
 				FirstSeenTime:      obs.GetRetrieveTime(),
 			}
 			if newRev, err = redisstore.Marshal(joined); err != nil {
-				return err
+				return nil, err
 			}
 		case err != nil:
-			return err
+			return nil, err
+		default:
+			if err := redisstore.Unmarshal(b, joined); err != nil {
+				return nil, err
+			}
 		}
 		out.RevisionId = joined.GetId()
 		out.RevisionNumber = joined.GetNumber()
 		ob, err := redisstore.Marshal(out)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var taskKey string
 		if out.GetTaskId() != "" {
 			task, err := scope(out.GetTaskId())
 			if err != nil {
-				return err
+				return nil, err
 			}
 			taskKey = r.k.Key("taskobs", task)
 		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		return func(p redis.Pipeliner) error {
 			if newRev != nil {
 				p.HSet(ctx, revsKey, obs.GetContentDigest(), newRev)
 			}
@@ -106,25 +119,12 @@ func (r *redisEvidenceStore) RecordObservation(ctx context.Context, obs *evidenc
 				p.RPush(ctx, taskKey, out.GetId())
 			}
 			return nil
-		})
-		return err
-	}, revsKey, obsKey)
+		}, nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("evidence: record observation: %w", err)
 	}
 	return out, nil
-}
-
-// hgetMsg reads one hash field into m; store.ErrNotFound when absent.
-func hgetMsg(ctx context.Context, c redis.Cmdable, key, field string, m proto.Message) error {
-	b, err := c.HGet(ctx, key, field).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return store.ErrNotFound
-	}
-	if err != nil {
-		return err
-	}
-	return redisstore.Unmarshal(b, m)
 }
 
 func (r *redisEvidenceStore) GetObservation(ctx context.Context, id string) (*evidencev1.SourceObservation, error) {

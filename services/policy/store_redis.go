@@ -117,56 +117,60 @@ func (r *redisPolicyStore) Charge(ctx context.Context, op ChargeOp) (ChargeResul
 	// decided by the same applyCharge the embedded store uses, and written
 	// in one MULTI/EXEC: a concurrent charge makes EXEC fail and this one
 	// is recomputed, so no charge is ever lost or applied twice.
-	err := redisstore.Update(ctx, r.c, func(tx *redis.Tx) error {
-		// The three records in one round trip (after the WATCH).
-		vals, err := tx.MGet(ctx, taskKey, reqKey, chargeKey).Result()
+	keys := []string{taskKey, reqKey, chargeKey}
+	var read *redis.SliceCmd
+	// The three records are read with the WATCH, in one round trip.
+	err := redisstore.UpdateRead(ctx, r.c, keys, func(p redis.Pipeliner) {
+		read = p.MGet(ctx, keys...)
+	}, func(*redis.Tx) (redisstore.Write, error) {
+		vals, err := read.Result()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		task, err := decodeBudget(vals[0], op.Task)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		requester, err := decodeBudget(vals[1], op.Requester)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if v, ok := vals[2].(string); ok {
+		if vals[2] != nil {
 			prev := &policyv1.ChargeRequest{}
-			if err := redisstore.Unmarshal([]byte(v), prev); err != nil {
-				return err
+			if err := redisstore.Decode(vals[2], prev); err != nil {
+				return nil, err
 			}
 			if !sameCharge(prev, op.Request) {
-				return redisstore.Abort(ctx, tx, ErrIdempotencyConflict)
+				return nil, ErrIdempotencyConflict
 			}
+			// A replay: UpdateRead checks the budgets returned are one
+			// consistent state.
 			res = ChargeResult{Task: task, Requester: requester, Replayed: true}
-			// The budgets returned must be one consistent state.
-			return redisstore.Abort(ctx, tx, nil)
+			return nil, nil
 		}
 		if err := applyCharge(op.Request, task, requester); err != nil {
-			return redisstore.Abort(ctx, tx, err)
+			return nil, err
 		}
 		tb, err := redisstore.Marshal(task)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rb, err := redisstore.Marshal(requester)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		cb, err := redisstore.Marshal(op.Request)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		res = ChargeResult{Task: task, Requester: requester}
+		return func(p redis.Pipeliner) error {
 			p.Set(ctx, taskKey, tb, 0)
 			p.Set(ctx, reqKey, rb, 0)
 			p.Set(ctx, chargeKey, cb, 0)
 			return nil
-		})
-		res = ChargeResult{Task: task, Requester: requester}
-		return err
-	}, taskKey, reqKey, chargeKey)
+		}, nil
+	})
 	if err != nil {
 		return ChargeResult{}, err
 	}
