@@ -281,10 +281,16 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		mergeAttempt(r, att)
 		return nil
 	}, executed)
-	if err != nil {
+	switch {
+	case apierror.Reason(err) == reasonLeaseLost:
+		// Another replica took the request over while the call ran: it
+		// accounts for the request, so nothing of this reply is
+		// recorded anywhere (evidence included).
+		return nil, nil, nil, err
+	case err != nil:
 		s.log.ErrorContext(ctx, "persist attempt stage", "request", req.GetId(), "attempt", att.GetId(), "err", err)
 		executed(ctx) // held for the call's next write
-	} else {
+	default:
 		req = saved
 	}
 	if err := s.failAt(ctx, FailPointAttemptExecuted); err != nil {

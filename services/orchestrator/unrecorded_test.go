@@ -155,3 +155,46 @@ func wantRecordedOnce(t *testing.T, h *harness, taskID, id string) {
 		t.Errorf("traced %d observations and %d diagnostics; want %d and %d", recorded, diagnostics, len(obs), len(r.GetDiagnostics()))
 	}
 }
+
+// A replica whose request was taken over while its read was in flight
+// (frozen past its lease) writes nothing of the read: persisting the
+// attempt's stage is fenced, and it then neither records observations in
+// evidence nor commits. The new owner's account is the only one.
+func TestTakenOverReadRecordsNoObservation(t *testing.T) {
+	t.Parallel()
+	var h *harness
+	h = newHarness(t, func(d *Deps) {
+		d.LeaseTTL = time.Hour
+		d.RecoveryInterval = time.Hour // no recovery joins in
+	})
+	h.adapter.setRespond(func(in *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+		// Another replica takes the request over while the server reads.
+		rs, err := h.server.st.ListUnsettledRequests(t.Context())
+		if err != nil || len(rs) != 1 {
+			t.Errorf("unsettled = %v, %v", rs, err)
+		} else if gen, err := h.server.st.AcquireLease(t.Context(), rs[0].GetId(), "replica_other", 0, time.Hour); err != nil {
+			t.Error(err)
+		} else if gen == 0 {
+			// The store keeps this replica's live lease: end it as
+			// its expiry would.
+			if err := h.server.st.ReleaseLease(t.Context(), rs[0].GetId(), h.server.replica); err != nil {
+				t.Error(err)
+			}
+			if gen, err := h.server.st.AcquireLease(t.Context(), rs[0].GetId(), "replica_other", 0, time.Hour); gen == 0 || err != nil {
+				t.Errorf("take over = generation %d, %v", gen, err)
+			}
+		}
+		return okRetrieval(in)
+	})
+	cat := h.start(t, "source_review", false).GetCatalogue()
+	_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
+		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
+	wantErr(t, err, codes.Aborted, reasonLeaseLost)
+	if obs := h.evidence.observationsOf(cat.GetTaskId()); len(obs) != 0 {
+		t.Errorf("the replica that lost the request recorded %d observations; want none", len(obs))
+	}
+	r := requestOfCall(t, h, cat.GetTaskId(), "call_1")
+	if a := openAttempt(r); a == nil || a.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED || len(r.GetExcerpts()) != 0 {
+		t.Errorf("request = %v; want its attempt left open at PREPARED for the new owner", r)
+	}
+}
