@@ -261,7 +261,11 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 	}
 	s.log.InfoContext(ctx, "recovering request", "request", req.GetId(), "attempt", att.GetId(), "stage", stageName(att.GetStage()))
 
-	n := s.afterFailure(ctx, task, req, att, capb, m, conn, 0)
+	// The attempts before this one spent retries as a call's would: a
+	// request recovered on every pass (a read whose result is not held
+	// while evidence stays down) is not retried anew on each.
+	retries := len(req.GetAttempts()) - 1
+	n := s.afterFailure(ctx, task, req, att, capb, m, conn, retries)
 	switch n.action {
 	case actionSettled:
 		_, err := s.commit(ctx, task, req, n.att, nil, n.receipt)
@@ -272,7 +276,7 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 		if req, err = s.saveAttempt(ctx, req.GetId(), att, nil); err != nil {
 			return fmt.Errorf("end recovered attempt: %w", err)
 		}
-		return s.retryRecovered(ctx, task, req, att, 1)
+		return s.retryRecovered(ctx, task, req, att, retries+1)
 	default:
 		_, err := s.fail(ctx, req, n.att)
 		return err

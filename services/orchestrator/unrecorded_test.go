@@ -198,3 +198,40 @@ func TestTakenOverReadRecordsNoObservation(t *testing.T) {
 		t.Errorf("request = %v; want its attempt left open at PREPARED for the new owner", r)
 	}
 }
+
+// A read whose result this replica cannot hold (its held results fill
+// their budget) while evidence stays down is read again by recovery
+// within the capability's retry rule, not on every pass: the request
+// ends failed, INTERRUPTED, after its automatic retry, instead of
+// calling the server (and charging its response) every few seconds for
+// as long as the outage lasts.
+func TestUnheldReadIsNotReadAgainOnEveryPass(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
+	h.server.unrecorded.mu.Lock()
+	h.server.unrecorded.limit = 1 // no result fits
+	h.server.unrecorded.mu.Unlock()
+	h.evidence.mu.Lock()
+	h.evidence.down = true
+	h.evidence.mu.Unlock()
+	cat := h.start(t, "source_review", false).GetCatalogue()
+	_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
+		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
+	wantErr(t, err, codes.Unavailable, codeObservationNotRecorded)
+	id := requestOfCall(t, h, cat.GetTaskId(), "call_1").GetId()
+	var r *orchestratorv1.ToolRequest
+	waitFor(t, "the request settled", func() bool {
+		var err error
+		if r, err = h.client.GetRequest(t.Context(), &orchestratorv1.GetRequestRequest{Id: id}); err != nil {
+			t.Fatal(err)
+		}
+		return settled(r)
+	})
+	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_FAILED || r.GetOutcome() != adapterv1.Outcome_OUTCOME_INTERRUPTED ||
+		len(r.GetAttempts()) != 1+maxAutomaticRetries {
+		t.Errorf("request = %v; want FAILED, INTERRUPTED, after %d attempts", r, 1+maxAutomaticRetries)
+	}
+	if n := h.adapter.calls.Load(); n != 1+maxAutomaticRetries {
+		t.Errorf("the server was called %d times, want %d", n, 1+maxAutomaticRetries)
+	}
+}
