@@ -202,7 +202,10 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		return nil
 	}, nil)
 	if err != nil {
-		// Nothing was sent; the caller may resubmit under a new call id.
+		// Nothing was sent. The request stays as stored, and recovery
+		// makes the attempt: the caller follows it (resubmitting the
+		// same provider call id finds it), and must not resubmit under
+		// a new call id, which would be a second intent.
 		return nil, nil, nil, s.internal(ctx, "persist the prepared attempt", err)
 	}
 	s.flushTrace(ctx)
