@@ -324,3 +324,29 @@ func TestRecoveryEndsAnApprovedRequestOfACancelledTask(t *testing.T) {
 		t.Errorf("%d renders, attempts %v; want none", h.renders.Load(), got.GetAttempts())
 	}
 }
+
+// A policy outage when an approved request is charged is no verdict: the
+// approver gets UNAVAILABLE, the request stays APPROVED (not refused for
+// good), and recovery charges it under its intent and renders it once
+// policy is back.
+func TestApprovedRequestChargedDuringAPolicyOutageIsRecovered(t *testing.T) {
+	t.Parallel()
+	h := newPreviewHarness(t, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
+	task := h.start(t, "preview", false).GetTask()
+	r := h.submitPreview(t, task.GetId(), "call_1")
+	h.policy.mu.Lock()
+	h.policy.callsDown = true
+	h.policy.mu.Unlock()
+	_, err := h.approve(t, r.GetId())
+	wantErr(t, err, codes.Unavailable, "STORE_UNAVAILABLE") // policy's, passed on
+	if cur, err := h.server.st.GetRequest(t.Context(), r.GetId()); err != nil || cur.GetState() != orchestratorv1.RequestState_REQUEST_STATE_APPROVED {
+		t.Fatalf("request during the outage = %v, %v; want APPROVED", cur.GetState(), err)
+	}
+	h.policy.mu.Lock()
+	h.policy.callsDown = false
+	h.policy.mu.Unlock()
+	got := waitRequest(t, h, r.GetId(), settled)
+	if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || h.renders.Load() != 1 {
+		t.Errorf("recovered = %v after %d renders; want EXECUTED, rendered once", got.GetState(), h.renders.Load())
+	}
+}
