@@ -125,7 +125,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	// CompleteTask that missed this request has changed the task's state
 	// by now, or will see the request (see CompleteTask).
 	if task, err = s.loadTask(ctx, task.GetId()); err != nil {
-		return s.refuse(ctx, req, nil, err)
+		return s.refuseUnlessOutage(ctx, req, nil, err)
 	}
 	// The request is recorded; whatever happens next must be recorded too,
 	// even if the caller stops waiting.
