@@ -162,28 +162,13 @@ func wantRecordedOnce(t *testing.T, h *harness, taskID, id string) {
 // evidence nor commits. The new owner's account is the only one.
 func TestTakenOverReadRecordsNoObservation(t *testing.T) {
 	t.Parallel()
-	var h *harness
-	h = newHarness(t, func(d *Deps) {
+	h := newHarness(t, func(d *Deps) {
 		d.LeaseTTL = time.Hour
 		d.RecoveryInterval = time.Hour // no recovery joins in
 	})
 	h.adapter.setRespond(func(in *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
 		// Another replica takes the request over while the server reads.
-		rs, err := h.server.st.ListUnsettledRequests(t.Context())
-		if err != nil || len(rs) != 1 {
-			t.Errorf("unsettled = %v, %v", rs, err)
-		} else if gen, err := h.server.st.AcquireLease(t.Context(), rs[0].GetId(), "replica_other", 0, time.Hour); err != nil {
-			t.Error(err)
-		} else if gen == 0 {
-			// The store keeps this replica's live lease: end it as
-			// its expiry would.
-			if err := h.server.st.ReleaseLease(t.Context(), rs[0].GetId(), h.server.replica); err != nil {
-				t.Error(err)
-			}
-			if gen, err := h.server.st.AcquireLease(t.Context(), rs[0].GetId(), "replica_other", 0, time.Hour); gen == 0 || err != nil {
-				t.Errorf("take over = generation %d, %v", gen, err)
-			}
-		}
+		takeOver(t, h.server)
 		return okRetrieval(in)
 	})
 	cat := h.start(t, "source_review", false).GetCatalogue()
