@@ -220,3 +220,39 @@ func TestUnheldReadIsNotReadAgainOnEveryPass(t *testing.T) {
 		t.Errorf("the server was called %d times, want %d", n, 1+maxAutomaticRetries)
 	}
 }
+
+// A replica that closes (a rolling update) lets go of the requests whose
+// results it held: they die with it, so their leases are released and
+// another replica recovers them at once, not after the lease ttl.
+func TestClosingReplicaReleasesItsHeldResults(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(d *Deps) {
+		d.LeaseTTL = time.Hour // a lease left held would outlast the test
+		d.RecoveryInterval = 20 * time.Millisecond
+	})
+	h.evidence.mu.Lock()
+	h.evidence.down = true
+	h.evidence.mu.Unlock()
+	cat := h.start(t, "source_review", false).GetCatalogue()
+	_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
+		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
+	wantErr(t, err, codes.Unavailable, codeObservationNotRecorded)
+	id := requestOfCall(t, h, cat.GetTaskId(), "call_1").GetId()
+	h.server.Close()
+	h.evidence.mu.Lock()
+	h.evidence.down = false
+	h.evidence.mu.Unlock()
+
+	next := NewServer(h.server.st, h.server.deps, nil)
+	t.Cleanup(next.Close)
+	var r *orchestratorv1.ToolRequest
+	waitFor(t, "the request recovered by the next replica", func() bool {
+		if r, err = next.st.GetRequest(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		return settled(r)
+	})
+	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		t.Errorf("request = %v; want EXECUTED by the next replica", r)
+	}
+}
