@@ -143,7 +143,7 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 		if req, lerr := s.loadRequest(ctx, req.GetId()); lerr == nil && approvable(req) != nil {
 			return nil, approvable(req)
 		}
-		return s.refuse(ctx, req, p, err)
+		return s.refuseUnlessOutage(ctx, req, p, err)
 	}
 	// UseApproval's rule, with what tells of the approval's use written
 	// in the same transaction.
@@ -172,7 +172,7 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 		return nil, err
 	}
 	if err := s.charge(ctx, task, req); err != nil {
-		return s.refuse(ctx, req, p, err)
+		return s.refuseUnlessOutage(ctx, req, p, err)
 	}
 	if in.GetReturnImmediately() {
 		return s.executeInBackground(ctx, task, req, p)

@@ -202,7 +202,10 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		return nil
 	}, nil)
 	if err != nil {
-		// Nothing was sent; the caller may resubmit under a new call id.
+		// Nothing was sent. The request stays as stored, and recovery
+		// makes the attempt: the caller follows it (resubmitting the
+		// same provider call id finds it), and must not resubmit under
+		// a new call id, which would be a second intent.
 		return nil, nil, nil, s.internal(ctx, "persist the prepared attempt", err)
 	}
 	s.flushTrace(ctx)
@@ -281,10 +284,16 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		mergeAttempt(r, att)
 		return nil
 	}, executed)
-	if err != nil {
+	switch {
+	case apierror.Reason(err) == reasonLeaseLost:
+		// Another replica took the request over while the call ran: it
+		// accounts for the request, so nothing of this reply is
+		// recorded anywhere (evidence included).
+		return nil, nil, nil, err
+	case err != nil:
 		s.log.ErrorContext(ctx, "persist attempt stage", "request", req.GetId(), "attempt", att.GetId(), "err", err)
 		executed(ctx) // held for the call's next write
-	} else {
+	default:
 		req = saved
 	}
 	if err := s.failAt(ctx, FailPointAttemptExecuted); err != nil {

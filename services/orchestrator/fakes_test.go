@@ -320,8 +320,11 @@ type fakePolicy struct {
 	// responsesDown answers a response's charge UNAVAILABLE, as a policy
 	// outage after the call would.
 	responsesDown bool
-	revision      string
-	registered    []*policyv1.RegisterTaskRequest
+	// callsDown answers a call's charge UNAVAILABLE, as a policy outage
+	// when the call is charged would.
+	callsDown  bool
+	revision   string
+	registered []*policyv1.RegisterTaskRequest
 	// purposes are the purposes Eligible, Authorize and ResolveHandle
 	// were asked about, in order.
 	purposes []string
@@ -428,7 +431,7 @@ func (p *fakePolicy) Charge(_ context.Context, in *policyv1.ChargeRequest) (*pol
 		p.refusals[in.GetIdempotencyKey()]++
 		return nil, apierror.New(codes.ResourceExhausted, "BUDGET_EXCEEDED", "the task's call budget is spent", map[string]string{"dimension": "calls"})
 	}
-	if p.responsesDown && in.GetResponseBytes() > 0 {
+	if (p.responsesDown && in.GetResponseBytes() > 0) || (p.callsDown && in.GetCalls() > 0) {
 		return nil, apierror.Unavailable("STORE_UNAVAILABLE", "the policy store is unavailable", nil)
 	}
 	p.charges[in.GetIdempotencyKey()]++

@@ -1,7 +1,13 @@
 package orchestrator
 
 import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -10,6 +16,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/redistest"
+	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // TestStoreOutageIsUnavailable: with the orchestrator's Redis down, a
@@ -58,4 +65,55 @@ func TestStoreOutageIsUnavailable(t *testing.T) {
 		got, err := h.client.GetTask(t.Context(), &orchestratorv1.GetTaskRequest{Id: task.GetId()})
 		return err == nil && got.GetId() == task.GetId()
 	})
+}
+
+// taskBlinkStore fails the first GetTask after a request is created as
+// an unreachable store would: a store blink between recording a request
+// and reading its task again.
+type taskBlinkStore struct {
+	Store
+	blink atomic.Bool
+}
+
+func (s *taskBlinkStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (*orchestratorv1.ToolRequest, bool, Written, error) {
+	got, created, w, err := s.Store.CreateRequestEmit(ctx, r, held)
+	if created {
+		s.blink.Store(true)
+	}
+	return got, created, w, err
+}
+
+func (s *taskBlinkStore) GetTask(ctx context.Context, id string) (*orchestratorv1.Task, error) {
+	if s.blink.CompareAndSwap(true, false) {
+		return nil, fmt.Errorf("get task %s: %w", id, syscall.ECONNREFUSED)
+	}
+	return s.Store.GetTask(ctx, id)
+}
+
+// A store blink right after a request was recorded is no refusal: the
+// caller gets UNAVAILABLE STORE_UNAVAILABLE, and the request, left
+// REQUESTED, is decided and executed by recovery.
+func TestStoreBlinkAfterARequestIsRecordedLeavesItForRecovery(t *testing.T) {
+	t.Parallel()
+	db, err := store.Open(filepath.Join(t.TempDir(), "orchestrator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	h := newHarnessOn(t, &taskBlinkStore{Store: NewBoltStore(db)}, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
+	cat := h.start(t, "source_review", false).GetCatalogue()
+	_, err = h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
+		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
+	wantErr(t, err, codes.Unavailable, apierror.ReasonStoreUnavailable)
+	id := requestOfCall(t, h, cat.GetTaskId(), "call_1").GetId()
+	var r *orchestratorv1.ToolRequest
+	waitFor(t, "the request settled", func() bool {
+		if r, err = h.client.GetRequest(t.Context(), &orchestratorv1.GetRequestRequest{Id: id}); err != nil {
+			t.Fatal(err)
+		}
+		return settled(r)
+	})
+	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		t.Errorf("request after the blink = %v (%s); want EXECUTED by recovery", r.GetState(), r.GetRefusalReason())
+	}
 }

@@ -241,6 +241,24 @@ func TestRecoveryRefusesAnExpiredApproval(t *testing.T) {
 	}
 }
 
+// takeOver has another replica take over the one unsettled request of s,
+// as after s paused longer than its lease.
+func takeOver(t *testing.T, s *Server) {
+	t.Helper()
+	rs, err := s.st.ListUnsettledRequests(t.Context())
+	if err != nil || len(rs) != 1 {
+		t.Errorf("unsettled = %v, %v", rs, err)
+		return
+	}
+	id := rs[0].GetId()
+	if err := s.st.ReleaseLease(t.Context(), id, s.replica); err != nil {
+		t.Error(err)
+	}
+	if gen, err := s.st.AcquireLease(t.Context(), id, "replica_other", 0, time.Hour); gen == 0 || err != nil {
+		t.Errorf("take over = generation %d, %v", gen, err)
+	}
+}
+
 // A replica that lost its lease while working (another replica took the
 // request over) does not call the adapter for it: the attempt stays open
 // for the new owner, and the approver is told.
@@ -255,20 +273,8 @@ func TestLostLeaseStopsBeforeTheRemoteCall(t *testing.T) {
 			if point != FailPointAttemptPrepared {
 				return nil
 			}
-			// Another replica takes the request over (as after a pause
-			// longer than the lease); the renewal finds it gone.
-			rs, err := h.server.st.ListUnsettledRequests(t.Context())
-			if err != nil || len(rs) != 1 {
-				t.Errorf("unsettled = %v, %v", rs, err)
-				return nil
-			}
-			id := rs[0].GetId()
-			if err := h.server.st.ReleaseLease(t.Context(), id, h.server.replica); err != nil {
-				t.Error(err)
-			}
-			if gen, err := h.server.st.AcquireLease(t.Context(), id, "replica_other", 0, time.Hour); gen == 0 || err != nil {
-				t.Errorf("take over = generation %d, %v", gen, err)
-			}
+			// The renewal finds the lease gone.
+			takeOver(t, h.server)
 			time.Sleep(2 * ttl)
 			return nil
 		}
@@ -322,5 +328,31 @@ func TestRecoveryEndsAnApprovedRequestOfACancelledTask(t *testing.T) {
 	}
 	if h.renders.Load() != 0 || len(got.GetAttempts()) != 0 {
 		t.Errorf("%d renders, attempts %v; want none", h.renders.Load(), got.GetAttempts())
+	}
+}
+
+// A policy outage when an approved request is charged is no verdict: the
+// approver gets UNAVAILABLE, the request stays APPROVED (not refused for
+// good), and recovery charges it under its intent and renders it once
+// policy is back.
+func TestApprovedRequestChargedDuringAPolicyOutageIsRecovered(t *testing.T) {
+	t.Parallel()
+	h := newPreviewHarness(t, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
+	task := h.start(t, "preview", false).GetTask()
+	r := h.submitPreview(t, task.GetId(), "call_1")
+	h.policy.mu.Lock()
+	h.policy.callsDown = true
+	h.policy.mu.Unlock()
+	_, err := h.approve(t, r.GetId())
+	wantErr(t, err, codes.Unavailable, "STORE_UNAVAILABLE") // policy's, passed on
+	if cur, err := h.server.st.GetRequest(t.Context(), r.GetId()); err != nil || cur.GetState() != orchestratorv1.RequestState_REQUEST_STATE_APPROVED {
+		t.Fatalf("request during the outage = %v, %v; want APPROVED", cur.GetState(), err)
+	}
+	h.policy.mu.Lock()
+	h.policy.callsDown = false
+	h.policy.mu.Unlock()
+	got := waitRequest(t, h, r.GetId(), settled)
+	if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || h.renders.Load() != 1 {
+		t.Errorf("recovered = %v after %d renders; want EXECUTED, rendered once", got.GetState(), h.renders.Load())
 	}
 }

@@ -180,7 +180,7 @@ func (s *Server) recoverRequest(ctx context.Context, id string) error {
 	if n := len(req.GetAttempts()); n > 0 {
 		last = req.GetAttempts()[n-1]
 	}
-	return s.retryRecovered(ctx, task, req, last, len(req.GetAttempts()))
+	return s.retryRecovered(ctx, task, req, last, retriesSpent(req))
 }
 
 // decideAgain takes the decision a stopped replica did not finish about a
@@ -261,7 +261,11 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 	}
 	s.log.InfoContext(ctx, "recovering request", "request", req.GetId(), "attempt", att.GetId(), "stage", stageName(att.GetStage()))
 
-	n := s.afterFailure(ctx, task, req, att, capb, m, conn, 0)
+	// The attempts before this one spent retries as a call's would: a
+	// request recovered on every pass (a read whose result is not held
+	// while evidence stays down) is not retried anew on each.
+	retries := retriesSpent(req)
+	n := s.afterFailure(ctx, task, req, att, capb, m, conn, retries)
 	switch n.action {
 	case actionSettled:
 		_, err := s.commit(ctx, task, req, n.att, nil, n.receipt)
@@ -272,7 +276,7 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 		if req, err = s.saveAttempt(ctx, req.GetId(), att, nil); err != nil {
 			return fmt.Errorf("end recovered attempt: %w", err)
 		}
-		return s.retryRecovered(ctx, task, req, att, 1)
+		return s.retryRecovered(ctx, task, req, att, retries+1)
 	default:
 		_, err := s.fail(ctx, req, n.att)
 		return err
@@ -326,4 +330,18 @@ func (s *Server) retryRecovered(ctx context.Context, task *orchestratorv1.Task, 
 	}
 	_, err = s.executeFrom(ctx, task, req, p, retries)
 	return ignoreRefusal(err)
+}
+
+// retriesSpent is how many retries r's ended attempts spent, as
+// executeFrom counts them: each, but one refused at a config revision
+// the connection had left (a rotation followed, not a retry).
+func retriesSpent(r *orchestratorv1.ToolRequest) int {
+	n := 0
+	for _, a := range r.GetAttempts() {
+		followed := a.GetError().GetSafeCode() == reasonConfigRevisionChanged && a.GetStage() == adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED
+		if a.GetEndTime() != nil && !followed {
+			n++
+		}
+	}
+	return n
 }

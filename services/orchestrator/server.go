@@ -208,12 +208,17 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	return s
 }
 
-// Close stops background work and ends open WatchTask streams. It is safe
-// to call more than once.
+// Close stops background work and ends open WatchTask streams. The
+// results held until evidence records them die with the process: their
+// requests' leases are released, so another replica recovers them at
+// once. It is safe to call more than once.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		s.wg.Wait()
+		for _, r := range s.unrecorded.held() {
+			s.unrecorded.drop(r.requestID)
+		}
 	})
 }
 

@@ -149,10 +149,23 @@ type Fence struct {
 var ErrFenced = errors.New("another replica took the request over: write fenced")
 
 // fenced reports whether f is stale against current, the request's
-// newest lease generation.
+// newest lease generation, 0 when the store knows none: a generation is
+// kept while its request is leased (see leaseGenerationTTL), so a write
+// under one the store forgot is older than that.
 func (f Fence) fenced(current int64) bool {
-	return f.Generation != 0 && current > f.Generation
+	return f.Generation != 0 && (current == 0 || current > f.Generation)
 }
+
+// leaseGenerationTTL is how long a store keeps a request's lease
+// generation after its lease was last taken or renewed (at least three
+// lease ttls): a live lease keeps it, and a store does not hold a record
+// for every request ever leased. Generations come from one counter per
+// store, so a lease taken after the record ended still gets a newer one.
+const leaseGenerationTTL = 24 * time.Hour
+
+// generationTTL is how long a generation taken or renewed with lease ttl
+// is kept.
+func generationTTL(ttl time.Duration) time.Duration { return max(leaseGenerationTTL, 3*ttl) }
 
 // Written is what a transaction stored of its Held: the task events with
 // their sequences, and the trace events as outbox entries, in order.

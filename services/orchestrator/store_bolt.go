@@ -34,12 +34,14 @@ type boltStore struct {
 
 	leaseMu sync.Mutex
 	leases  map[string]boltLease // see AcquireLease
-	gens    map[string]int64     // request id -> newest lease generation
+	gens    map[string]boltGen   // request id -> newest lease generation
+	lastGen int64                // the newest generation of any request
+	pruned  time.Time            // when gens last lost those that ended
 }
 
 // NewBoltStore returns the Store backed by the embedded bbolt file.
 func NewBoltStore(db *store.DB) Store {
-	return &boltStore{db: db, leases: map[string]boltLease{}, gens: map[string]int64{}}
+	return &boltStore{db: db, leases: map[string]boltLease{}, gens: map[string]boltGen{}}
 }
 
 func requestKey(taskID, providerCallID string) string { return taskID + "\x00" + providerCallID }
@@ -435,6 +437,34 @@ type boltLease struct {
 	expiry time.Time
 }
 
+// boltGen is a request's newest lease generation, kept until kept (see
+// leaseGenerationTTL).
+type boltGen struct {
+	gen  int64
+	kept time.Time
+}
+
+// gen returns the request's newest lease generation, 0 when none is kept.
+func (b *boltStore) gen(requestID string, now time.Time) int64 {
+	if g, ok := b.gens[requestID]; ok && g.kept.After(now) {
+		return g.gen
+	}
+	return 0
+}
+
+// pruneGens forgets, once in a while, the generations kept no more.
+func (b *boltStore) pruneGens(now time.Time) {
+	if now.Sub(b.pruned) < leaseGenerationTTL/24 {
+		return
+	}
+	b.pruned = now
+	for id, g := range b.gens {
+		if !g.kept.After(now) {
+			delete(b.gens, id)
+		}
+	}
+}
+
 func (b *boltStore) AcquireLease(_ context.Context, requestID, owner string, gen int64, ttl time.Duration) (int64, error) {
 	b.leaseMu.Lock()
 	defer b.leaseMu.Unlock()
@@ -443,16 +473,18 @@ func (b *boltStore) AcquireLease(_ context.Context, requestID, owner string, gen
 	live := ok && cur.expiry.After(now)
 	if gen != 0 {
 		// A renewal, of this generation only.
-		if b.gens[requestID] != gen || (live && cur.owner != owner) {
+		if b.gen(requestID, now) != gen || (live && cur.owner != owner) {
 			return 0, nil
 		}
 	} else {
 		if live && cur.owner != owner {
 			return 0, nil // another owner's lease is live
 		}
-		b.gens[requestID]++
-		gen = b.gens[requestID]
+		b.pruneGens(now)
+		b.lastGen++
+		gen = b.lastGen
 	}
+	b.gens[requestID] = boltGen{gen: gen, kept: now.Add(generationTTL(ttl))}
 	b.leases[requestID] = boltLease{owner: owner, expiry: now.Add(ttl)}
 	return gen, nil
 }
@@ -465,7 +497,7 @@ func (b *boltStore) fence(f Fence) error {
 	}
 	b.leaseMu.Lock()
 	defer b.leaseMu.Unlock()
-	if f.fenced(b.gens[f.RequestID]) {
+	if f.fenced(b.gen(f.RequestID, time.Now())) {
 		return fmt.Errorf("write to request %s under lease %d: %w", f.RequestID, f.Generation, ErrFenced)
 	}
 	return nil

@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/v0m3/v0m3/services/internal/redistest"
 	"github.com/v0m3/v0m3/services/internal/store"
@@ -41,4 +42,40 @@ func TestRedisReplicas(t *testing.T) {
 	a := orchestrator.NewRedisStore(redistest.Client(t, addr), prefix)
 	b := orchestrator.NewRedisStore(redistest.Client(t, addr), prefix)
 	storetest.RunShared(t, a, b)
+}
+
+// TestRedisLeaseGenerationsExpire checks that Redis does not keep a lease
+// generation for every request ever leased: each expires (see
+// orchestrator.Fence), while a renewal keeps it.
+func TestRedisLeaseGenerationsExpire(t *testing.T) {
+	t.Parallel()
+	addr, _ := redistest.Start(t)
+	c := redistest.Client(t, addr)
+	prefix := redistest.Prefix(t)
+	st := orchestrator.NewRedisStore(c, prefix)
+	ctx := t.Context()
+	for _, id := range []string{"req_1", "req_2"} {
+		gen, err := st.AcquireLease(ctx, id, "replica_a", 0, time.Minute)
+		if err != nil || gen == 0 {
+			t.Fatalf("acquire %s = %d, %v", id, gen, err)
+		}
+		if gen, err = st.AcquireLease(ctx, id, "replica_a", gen, time.Minute); err != nil || gen == 0 {
+			t.Fatalf("renew %s = %d, %v", id, gen, err)
+		}
+		if err := st.ReleaseLease(ctx, id, "replica_a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := c.Keys(ctx, "*leasegen:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 {
+		t.Fatalf("lease generation keys = %q; want one per request", keys)
+	}
+	for _, k := range keys {
+		if ttl, err := c.PTTL(ctx, k).Result(); err != nil || ttl <= 0 {
+			t.Errorf("%s expires in %v, %v; want an expiry", k, ttl, err)
+		}
+	}
 }

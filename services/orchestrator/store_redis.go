@@ -30,7 +30,9 @@ import (
 //	open                 SET of request ids with an attempt that has no end time
 //	unsettled            SET of request ids recovery has work for (see recoverable)
 //	lease:<id>           owner of the request's lease, expiring with it (PX)
-//	leasegen:<id>        generation of the request's newest lease (see Fence)
+//	leasegen:<id>        generation of the request's newest lease (see Fence),
+//	                     expiring leaseGenerationTTL after the lease's last renewal
+//	leasegen_seq         counter the generations of every request are taken from
 //	events:<task>        LIST of TaskEvents; the event at index i has sequence i+1
 //	tokens:<task>        TaskAccessTokens (digests of the task's MCP tokens)
 //	eventsig:<task>      pub/sub channel: a message per appended event, to
@@ -432,15 +434,18 @@ func (s *redisOrchestratorStore) ListUnsettledRequests(ctx context.Context) ([]*
 
 // acquireLease takes or renews a lease in one step on the server: the key
 // expires with the lease by Redis's clock, so replicas' clocks never
-// disagree about it. A new lease takes the next generation; a renewal
-// (ARGV[3], the generation held) succeeds only while no other lease was
-// taken since.
+// disagree about it. A new lease takes the next generation of the store's
+// counter (KEYS[3]; above the request's own, which a version with one
+// counter per request left); a renewal (ARGV[3], the generation held)
+// succeeds only while no other lease was taken since. Either keeps the
+// generation ARGV[4] ms more.
 var acquireLease = redis.NewScript(`
 local cur = redis.call("GET", KEYS[1])
 local gen = tonumber(ARGV[3])
 if gen > 0 then
   if (cur == false or cur == ARGV[1]) and tonumber(redis.call("GET", KEYS[2]) or "0") == gen then
     redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+    redis.call("PEXPIRE", KEYS[2], ARGV[4])
     return gen
   end
   return 0
@@ -448,7 +453,13 @@ end
 if cur ~= false and cur ~= ARGV[1] then
   return 0
 end
-gen = redis.call("INCR", KEYS[2])
+gen = redis.call("INCR", KEYS[3])
+local last = tonumber(redis.call("GET", KEYS[2]) or "0")
+if gen <= last then
+  gen = last + 1
+  redis.call("SET", KEYS[3], gen)
+end
+redis.call("SET", KEYS[2], gen, "PX", ARGV[4])
 redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
 return gen`)
 
@@ -460,7 +471,8 @@ end
 return 0`)
 
 func (s *redisOrchestratorStore) AcquireLease(ctx context.Context, requestID, owner string, gen int64, ttl time.Duration) (int64, error) {
-	n, err := acquireLease.Run(ctx, s.c, []string{s.k.Key("lease", requestID), s.k.Key("leasegen", requestID)}, owner, max(ttl.Milliseconds(), 1), gen).Int64()
+	n, err := acquireLease.Run(ctx, s.c, []string{s.k.Key("lease", requestID), s.k.Key("leasegen", requestID), s.k.Key("leasegen_seq")},
+		owner, max(ttl.Milliseconds(), 1), gen, generationTTL(ttl).Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("acquire lease on %s: %w", requestID, err)
 	}

@@ -125,7 +125,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	// CompleteTask that missed this request has changed the task's state
 	// by now, or will see the request (see CompleteTask).
 	if task, err = s.loadTask(ctx, task.GetId()); err != nil {
-		return s.refuse(ctx, req, nil, err)
+		return s.refuseUnlessOutage(ctx, req, nil, err)
 	}
 	// The request is recorded; whatever happens next must be recorded too,
 	// even if the caller stops waiting.
@@ -453,14 +453,16 @@ func (s *Server) chargeResponse(ctx context.Context, task *orchestratorv1.Task, 
 
 // refuseUnlessOutage refuses a request for cause, except when cause is a
 // dependency outage (UNAVAILABLE, DEADLINE_EXCEEDED): then the decision
-// was not taken, so the request stays REQUESTED and recovery takes it
-// again once the dependency is back (see decideAgain), and the caller's
-// retry under the same provider call id finds it decided. Recording the
-// outage as a refusal made every retry replay UNAVAILABLE for good.
+// was not taken, so the request stays as it is stored: REQUESTED or
+// APPROVED, which recovery takes again once the dependency is back (see
+// decideAgain, retryRecovered), and the caller's retry under the same
+// provider call id finds it decided; AWAITING_APPROVAL, which the
+// approver tries again. Recording the outage as a refusal made every
+// retry replay UNAVAILABLE for good.
 func (s *Server) refuseUnlessOutage(ctx context.Context, req *orchestratorv1.ToolRequest, p *prepared, cause error) (*orchestratorv1.ToolRequest, error) {
 	switch status.Code(cause) {
 	case codes.Unavailable, codes.DeadlineExceeded:
-		s.log.WarnContext(ctx, "request left undecided: a dependency is unavailable; recovery decides it", "task", req.GetTaskId(), "request", req.GetId(), "err", cause)
+		s.log.WarnContext(ctx, "request left as it is: a dependency is unavailable", "task", req.GetTaskId(), "request", req.GetId(), "err", cause)
 		return nil, apierror.Propagate(cause, "decide the request")
 	}
 	return s.refuse(ctx, req, p, cause)

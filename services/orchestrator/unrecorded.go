@@ -50,6 +50,8 @@ type unrecordedResults struct {
 	mu    sync.Mutex
 	bytes int
 	by    map[string]*unrecordedResult
+	// limit bounds bytes; 0 is maxUnrecordedBytes.
+	limit int
 }
 
 // hold keeps r when it fits; it reports whether it was kept.
@@ -57,7 +59,11 @@ func (u *unrecordedResults) hold(r *unrecordedResult) bool {
 	r.size = proto.Size(r.resp) + proto.Size(r.remote)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.bytes+r.size > maxUnrecordedBytes {
+	limit := u.limit
+	if limit == 0 {
+		limit = maxUnrecordedBytes
+	}
+	if u.bytes+r.size > limit {
 		return false
 	}
 	if u.by == nil {

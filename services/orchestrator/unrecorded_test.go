@@ -155,3 +155,104 @@ func wantRecordedOnce(t *testing.T, h *harness, taskID, id string) {
 		t.Errorf("traced %d observations and %d diagnostics; want %d and %d", recorded, diagnostics, len(obs), len(r.GetDiagnostics()))
 	}
 }
+
+// A replica whose request was taken over while its read was in flight
+// (frozen past its lease) writes nothing of the read: persisting the
+// attempt's stage is fenced, and it then neither records observations in
+// evidence nor commits. The new owner's account is the only one.
+func TestTakenOverReadRecordsNoObservation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(d *Deps) {
+		d.LeaseTTL = time.Hour
+		d.RecoveryInterval = time.Hour // no recovery joins in
+	})
+	h.adapter.setRespond(func(in *adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
+		// Another replica takes the request over while the server reads.
+		takeOver(t, h.server)
+		return okRetrieval(in)
+	})
+	cat := h.start(t, "source_review", false).GetCatalogue()
+	_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
+		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
+	wantErr(t, err, codes.Aborted, reasonLeaseLost)
+	if obs := h.evidence.observationsOf(cat.GetTaskId()); len(obs) != 0 {
+		t.Errorf("the replica that lost the request recorded %d observations; want none", len(obs))
+	}
+	r := requestOfCall(t, h, cat.GetTaskId(), "call_1")
+	if a := openAttempt(r); a == nil || a.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED || len(r.GetExcerpts()) != 0 {
+		t.Errorf("request = %v; want its attempt left open at PREPARED for the new owner", r)
+	}
+}
+
+// A read whose result this replica cannot hold (its held results fill
+// their budget) while evidence stays down is read again by recovery
+// within the capability's retry rule, not on every pass: the request
+// ends failed, INTERRUPTED, after its automatic retry, instead of
+// calling the server (and charging its response) every few seconds for
+// as long as the outage lasts.
+func TestUnheldReadIsNotReadAgainOnEveryPass(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
+	h.server.unrecorded.mu.Lock()
+	h.server.unrecorded.limit = 1 // no result fits
+	h.server.unrecorded.mu.Unlock()
+	h.evidence.mu.Lock()
+	h.evidence.down = true
+	h.evidence.mu.Unlock()
+	cat := h.start(t, "source_review", false).GetCatalogue()
+	_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
+		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
+	wantErr(t, err, codes.Unavailable, codeObservationNotRecorded)
+	id := requestOfCall(t, h, cat.GetTaskId(), "call_1").GetId()
+	var r *orchestratorv1.ToolRequest
+	waitFor(t, "the request settled", func() bool {
+		var err error
+		if r, err = h.client.GetRequest(t.Context(), &orchestratorv1.GetRequestRequest{Id: id}); err != nil {
+			t.Fatal(err)
+		}
+		return settled(r)
+	})
+	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_FAILED || r.GetOutcome() != adapterv1.Outcome_OUTCOME_INTERRUPTED ||
+		len(r.GetAttempts()) != 1+maxAutomaticRetries {
+		t.Errorf("request = %v; want FAILED, INTERRUPTED, after %d attempts", r, 1+maxAutomaticRetries)
+	}
+	if n := h.adapter.calls.Load(); n != 1+maxAutomaticRetries {
+		t.Errorf("the server was called %d times, want %d", n, 1+maxAutomaticRetries)
+	}
+}
+
+// A replica that closes (a rolling update) lets go of the requests whose
+// results it held: they die with it, so their leases are released and
+// another replica recovers them at once, not after the lease ttl.
+func TestClosingReplicaReleasesItsHeldResults(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(d *Deps) {
+		d.LeaseTTL = time.Hour // a lease left held would outlast the test
+		d.RecoveryInterval = 20 * time.Millisecond
+	})
+	h.evidence.mu.Lock()
+	h.evidence.down = true
+	h.evidence.mu.Unlock()
+	cat := h.start(t, "source_review", false).GetCatalogue()
+	_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
+		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
+	wantErr(t, err, codes.Unavailable, codeObservationNotRecorded)
+	id := requestOfCall(t, h, cat.GetTaskId(), "call_1").GetId()
+	h.server.Close()
+	h.evidence.mu.Lock()
+	h.evidence.down = false
+	h.evidence.mu.Unlock()
+
+	next := NewServer(h.server.st, h.server.deps, nil)
+	t.Cleanup(next.Close)
+	var r *orchestratorv1.ToolRequest
+	waitFor(t, "the request recovered by the next replica", func() bool {
+		if r, err = next.st.GetRequest(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		return settled(r)
+	})
+	if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		t.Errorf("request = %v; want EXECUTED by the next replica", r)
+	}
+}

@@ -752,9 +752,13 @@ func CheckLease(t *testing.T, stores []orchestrator.Store) {
 	if acquire(a, "req_l", "replica_a", ga, time.Hour) != 0 {
 		t.Error("a renewal of a lease taken over since succeeded")
 	}
-	// Leases are per request.
-	if acquire(a, "req_other", "replica_a", 0, time.Hour) == 0 {
+	// Leases are per request; generations are newer than any taken
+	// before, of any request, so a lease on a request whose generation
+	// the store forgot (see Fence) is newer than every stale writer's.
+	if g := acquire(a, "req_other", "replica_a", 0, time.Hour); g == 0 {
 		t.Error("a lease on another request was refused")
+	} else if g <= gb {
+		t.Errorf("a lease on another request = generation %d after %d; want a newer one", g, gb)
 	}
 	// A lease that expired is renewed by its owner while nobody took it
 	// (a replica that was slow, not replaced).
@@ -880,6 +884,11 @@ func CheckFence(t *testing.T, stores []orchestrator.Store) {
 		if err := w.write(held(stale, w.name)); !errors.Is(err, orchestrator.ErrFenced) {
 			t.Errorf("%s under a lease taken over since = %v; want ErrFenced", w.name, err)
 		}
+	}
+	// A generation the store does not know (one it forgot long after
+	// the request's last lease) is stale too.
+	if _, _, _, err := a.CreateRequestEmit(ctx, request("req_unleased", "task_f", "call_u"), held(orchestrator.Fence{RequestID: "req_unleased", Generation: old}, "unleased")); !errors.Is(err, orchestrator.ErrFenced) {
+		t.Errorf("a write under a generation the store does not know = %v; want ErrFenced", err)
 	}
 	if r, err := b.GetRequest(ctx, "req_f"); err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REQUESTED {
 		t.Errorf("request after fenced writes = %v, %v; want it unchanged", r, err)
