@@ -228,3 +228,45 @@ func TestUnsupportedProtocolVersion(t *testing.T) {
 		})
 	}
 }
+
+// TestServerNotReadingStdin: a local server that stops reading its stdin
+// cannot hold a call past its deadline: the call's request, larger than
+// the pipe holds, blocks in the write, and the deadline ends it all the
+// same, with nothing delivered (the request never went out whole); the
+// process is reaped.
+func TestServerNotReadingStdin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	conn := e.rawConn(fixture.RawDeaf)
+	// The pipe holds 64 KiB; these arguments do not fit.
+	req := granted(t, call(t, conn, "echo", map[string]any{"text": strings.Repeat("x", 1<<20)}, nil))
+	// The deadline leaves room to start the server and open its session
+	// on a loaded machine, so the write is what it cuts.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan *adapterv1.ExecuteResponse, 1)
+	go func() {
+		resp, err := e.srv.Execute(ctx, req)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	var resp *adapterv1.ExecuteResponse
+	select {
+	case resp = <-done:
+	case <-time.After(2 * time.Minute):
+		// Not a timing assertion: without the fix the call never returns.
+		t.Fatal("Execute did not return long after its deadline: it is stuck writing to a server that does not read")
+	}
+	wantFailure(t, resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeServerUnreachable)
+	if resp.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED {
+		t.Errorf("stage %v, want prepared: the request never went out whole", resp.GetStage())
+	}
+	// Closing the adapter waits for every session's closing: the server
+	// process, which never exits on its own, is killed and reaped.
+	_ = e.srv.Close()
+	if n := e.srv.ProcessesLive(); n != 0 {
+		t.Errorf("%d server processes still live after the adapter closed", n)
+	}
+}

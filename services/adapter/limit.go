@@ -79,6 +79,11 @@ type meter struct {
 	// tap, when set (discovery), sees every complete inbound message.
 	tap atomic.Pointer[wireTap]
 
+	// abortWrite, when set (stdio; set before the session starts), ends
+	// a write to the server that is blocked because the server does not
+	// read: called when a call gives up.
+	abortWrite func()
+
 	// bound is max(limit, every registered call's limit), kept current.
 	bound atomic.Int64
 
