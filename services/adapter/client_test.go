@@ -771,11 +771,11 @@ func TestDefaultsAnswerRefuses(t *testing.T) {
 		"no schema":       {},
 		"required absent": {RequestedSchema: map[string]any{"type": "object", "properties": named["properties"], "required": []any{"name", "other"}}},
 	} {
-		if content, _, ok := defaultsAnswer(p); ok {
+		if content, _, ok := defaultsAnswer(p, strings.Clone); ok {
 			t.Errorf("%s: answered %v", name, content)
 		}
 	}
-	if content, _, ok := defaultsAnswer(&mcp.ElicitParams{Mode: "form", RequestedSchema: named}); !ok || content["name"] != "x" {
+	if content, _, ok := defaultsAnswer(&mcp.ElicitParams{Mode: "form", RequestedSchema: named}, strings.Clone); !ok || content["name"] != "x" {
 		t.Errorf("a form with a default: %v, %v", content, ok)
 	}
 }
