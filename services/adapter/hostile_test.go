@@ -26,12 +26,24 @@ func (e *env) rawConn(mode string) *registryv1.Connection {
 	}})
 }
 
+// warm opens conn's pooled session, untimed: starting a server process
+// and initializing may take seconds on a loaded machine, and a test whose
+// deadline is for the call should not spend it there.
+func warm(t *testing.T, e *env, conn *registryv1.Connection) {
+	t.Helper()
+	pe, _, err := e.srv.pool.acquire(context.Background(), conn)
+	if err != nil {
+		t.Fatalf("open the session: %v", err)
+	}
+	pe.release(false)
+}
+
 // TestHostileServers: each misbehaviour ends in its defined outcome, and
 // the adapter keeps serving afterwards.
 func TestHostileServers(t *testing.T) {
 	t.Parallel()
-	// The deadline leaves room to start the server process and open its
-	// session on a loaded machine, so the call is sent before it expires.
+	// The session is opened before a deadline starts (see warm): the
+	// deadline bounds the call alone, which is sent at once.
 	const deadline = 5 * time.Second
 	cases := []struct {
 		name    string
@@ -63,6 +75,7 @@ func TestHostileServers(t *testing.T) {
 			conn := e.rawConn(tc.mode)
 			ctx := context.Background()
 			if tc.timeout > 0 {
+				warm(t, e, conn)
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
 				defer cancel()
@@ -240,9 +253,10 @@ func TestServerNotReadingStdin(t *testing.T) {
 	conn := e.rawConn(fixture.RawDeaf)
 	// The pipe holds 64 KiB; these arguments do not fit.
 	req := granted(t, call(t, conn, "echo", map[string]any{"text": strings.Repeat("x", 1<<20)}, nil))
-	// The deadline leaves room to start the server and open its session
-	// on a loaded machine, so the write is what it cuts.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// The session is open before the deadline starts: the write is what
+	// it cuts.
+	warm(t, e, conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	done := make(chan *adapterv1.ExecuteResponse, 1)
 	go func() {
