@@ -284,3 +284,37 @@ func TestServerNotReadingStdin(t *testing.T) {
 		t.Errorf("%d server processes still live after the adapter closed", n)
 	}
 }
+
+// TestServerFloodsBetweenCalls: a local server that sends messages
+// without end while no call is in flight (which no call's notification
+// bound covers) has its session ended once they pass the same bounds,
+// instead of having the client library queue them without limit until
+// the idle timeout; its process is reaped.
+func TestServerFloodsBetweenCalls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	conn := e.rawConn(fixture.RawIdleFlood)
+	ss, err := e.srv.openSession(context.Background(), conn, idleMessageLimit, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.close()
+	ended := make(chan struct{})
+	go func() {
+		_ = ss.cs.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(2 * time.Minute):
+		// Not a timing assertion: without the bound the session lives on.
+		t.Fatal("the session is still open while its server floods it")
+	}
+	if !ss.m.idleFlooded.Load() {
+		t.Error("the session ended, but not for the flood")
+	}
+	ss.close()
+	if n := e.srv.ProcessesLive(); n != 0 {
+		t.Errorf("%d server processes live after the session closed", n)
+	}
+}

@@ -87,10 +87,22 @@ type meter struct {
 	// bound is max(limit, every registered call's limit), kept current.
 	bound atomic.Int64
 
+	// idleFlooded: the server's own messages while no call was in
+	// flight went past the bounds, and the session was ended for it.
+	idleFlooded atomic.Bool
+
 	mu    sync.Mutex
 	calls map[*callMeter]struct{}
 	byID  map[string]*callMeter // bound calls by their request's JSON-RPC id
+	// The server's own messages since the last call was sent, charged to
+	// no call: the client library queues them without limit, so they
+	// are bounded as a call's are.
+	idleNotes, idleBytes int64
 }
+
+// errIdleFlood ends a session whose server sent more messages of its own
+// between calls than a call may receive during one.
+var errIdleFlood = fmt.Errorf("the server sent more than %d messages or %d bytes of them while no call was in flight", maxNotificationsPerCall, maxNotificationBytesPerCall)
 
 // callMeter is one call's share of a session's meter.
 type callMeter struct {
@@ -191,6 +203,8 @@ func (m *meter) bind(msg []byte) *callMeter {
 		if c.id == "" && !c.sent && c.method == o.Method && c.attempt == attempt {
 			c.id = id
 			m.byID[id] = c
+			// A call is in flight: the server's messages are its now.
+			m.idleNotes, m.idleBytes = 0, 0
 			return c
 		}
 	}
@@ -261,7 +275,9 @@ func (c *callMeter) isFlooded() bool {
 // serverMessage charges a complete message of n bytes the server sent on
 // its own (a notification or a request, not a response) to call, or, when
 // call is nil, to every call in flight; calls it floods are cancelled.
-func (m *meter) serverMessage(call *callMeter, n int64) {
+// With no call in flight it is charged to the session, and serverMessage
+// reports whether the session is flooded: the reader then ends it.
+func (m *meter) serverMessage(call *callMeter, n int64) (idleFlood bool) {
 	var cancels []func()
 	m.mu.Lock()
 	charge := func(c *callMeter) {
@@ -289,6 +305,11 @@ func (m *meter) serverMessage(call *callMeter, n int64) {
 				c.sharedNotes = true
 			}
 		}
+		if len(charged) == 0 {
+			m.idleNotes++
+			m.idleBytes += n
+			idleFlood = m.idleNotes > maxNotificationsPerCall || m.idleBytes > maxNotificationBytesPerCall
+		}
 	}
 	m.mu.Unlock()
 	// Cancelled outside the lock: the client library may write (its
@@ -296,6 +317,10 @@ func (m *meter) serverMessage(call *callMeter, n int64) {
 	for _, cancel := range cancels {
 		cancel()
 	}
+	if idleFlood {
+		m.idleFlooded.Store(true)
+	}
+	return idleFlood
 }
 
 // serverMessages returns how many messages of its own the server sent
@@ -389,7 +414,10 @@ func (l *lineLimitReader) Read(p []byte) (int, error) {
 			case l.scan.escapedKey:
 				l.m.unattributed(l.cur)
 			case l.scan.hasMethod:
-				l.m.serverMessage(nil, l.cur)
+				if l.m.serverMessage(nil, l.cur) {
+					l.err = errIdleFlood
+					return 0, l.err
+				}
 			}
 			l.cur = 0
 			l.scan.reset()
