@@ -276,7 +276,9 @@ func (c *callMeter) isFlooded() bool {
 // its own (a notification or a request, not a response) to call, or, when
 // call is nil, to every call in flight; calls it floods are cancelled.
 // With no call in flight it is charged to the session, and serverMessage
-// reports whether the session is flooded: the reader then ends it.
+// reports whether the session is flooded: the stdio reader then ends it.
+// (Over HTTP such messages come on the standalone stream, which the
+// client library reopens; they are not bounded there yet.)
 func (m *meter) serverMessage(call *callMeter, n int64) (idleFlood bool) {
 	var cancels []func()
 	m.mu.Lock()
@@ -316,9 +318,6 @@ func (m *meter) serverMessage(call *callMeter, n int64) (idleFlood bool) {
 	// cancellation notice) through this meter.
 	for _, cancel := range cancels {
 		cancel()
-	}
-	if idleFlood {
-		m.idleFlooded.Store(true)
 	}
 	return idleFlood
 }
@@ -415,6 +414,7 @@ func (l *lineLimitReader) Read(p []byte) (int, error) {
 				l.m.unattributed(l.cur)
 			case l.scan.hasMethod:
 				if l.m.serverMessage(nil, l.cur) {
+					l.m.idleFlooded.Store(true)
 					l.err = errIdleFlood
 					return 0, l.err
 				}
