@@ -152,9 +152,9 @@ func TestNotificationFlood(t *testing.T) {
 			const timeout = 2 * time.Minute
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			start := time.Now()
 			// Far more than the bound: without it the call would run
-			// until the server finished (or the deadline) and answer.
+			// until the server finished (or the deadline) and answer, so
+			// the outcome alone tells the bound ended it.
 			resp, err := e.srv.Execute(ctx, granted(t, call(t, conn, "notify_flood", map[string]any{"count": 5_000_000}, nil)))
 			if err != nil {
 				t.Fatal(err)
@@ -165,9 +165,6 @@ func TestNotificationFlood(t *testing.T) {
 			}
 			if !strings.Contains(resp.GetError().GetAdapterDetail(), fmt.Sprint(maxNotificationsPerCall)) {
 				t.Errorf("adapter detail %q does not name the bound", resp.GetError().GetAdapterDetail())
-			}
-			if d := time.Since(start); d > timeout/2 {
-				t.Errorf("the flooded call took %v, more than half its timeout %v", d, timeout)
 			}
 		})
 		t.Run("the connection still serves", func(t *testing.T) {
