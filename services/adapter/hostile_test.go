@@ -315,3 +315,29 @@ func TestServerFloodsBetweenCalls(t *testing.T) {
 		t.Errorf("%d server processes live after the session closed", n)
 	}
 }
+
+// TestListsThatNeverSettle: a pooled session whose server answers every
+// rediscovery with another list change is not described again without
+// end (thousands of rounds, each reporting the connection's health to
+// policy, within seconds): after a few rounds it stops taking calls and
+// closes, its process reaped; the next call gets a new session.
+func TestListsThatNeverSettle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	conn := e.rawConn(fixture.RawListChanged)
+	if r := execute(t, e, call(t, conn, "echo", map[string]any{}, nil)); r.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+		t.Fatalf("outcome %v %v", r.GetOutcome(), r.GetError())
+	}
+	eventually(t, "the session of a server whose lists never settle is closed", func() bool {
+		return e.srv.pool.stats().Sessions == 0 && e.srv.ProcessesLive() == 0
+	})
+	e.policy.mu.Lock()
+	reports := len(e.policy.reports)
+	e.policy.mu.Unlock()
+	if reports > maxRediscoveryRounds {
+		t.Errorf("%d health reports, want at most one per rediscovery round (%d)", reports, maxRediscoveryRounds)
+	}
+	if r := execute(t, e, call(t, conn, "echo", map[string]any{}, nil)); r.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+		t.Errorf("the next call: %v %v", r.GetOutcome(), r.GetError())
+	}
+}
