@@ -245,7 +245,7 @@ func (ss *session) acceptDefaults(st *callState, req *mcp.ElicitRequest, msg str
 	if st == nil || !acceptsDefaults(st.elicitation) || req == nil {
 		return nil
 	}
-	content, fields, ok := defaultsAnswer(req.Params)
+	content, fields, ok := defaultsAnswer(req.Params, ss.creds.text)
 	if !ok {
 		return nil
 	}

@@ -343,15 +343,13 @@ func TestElicitationEndsTheCall(t *testing.T) {
 			conn := e.httpConn(s.URL)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			began := time.Now()
 			resp, err := e.srv.Execute(ctx, granted(t, call(t, conn, "transfer", map[string]any{}, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A call that waited for its deadline would end as
+			// DEADLINE_EXCEEDED: the outcome tells it ended at once.
 			wantFailure(t, resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeUserInputRequired)
-			if took := time.Since(began); took > 30*time.Second {
-				t.Errorf("the call took %v: it waited instead of ending at once", took)
-			}
 			if got := resp.GetError().GetUntrustedDetail(); got != question {
 				t.Errorf("untrusted detail %q, want the server's question", got)
 			}
@@ -771,11 +769,11 @@ func TestDefaultsAnswerRefuses(t *testing.T) {
 		"no schema":       {},
 		"required absent": {RequestedSchema: map[string]any{"type": "object", "properties": named["properties"], "required": []any{"name", "other"}}},
 	} {
-		if content, _, ok := defaultsAnswer(p); ok {
+		if content, _, ok := defaultsAnswer(p, strings.Clone); ok {
 			t.Errorf("%s: answered %v", name, content)
 		}
 	}
-	if content, _, ok := defaultsAnswer(&mcp.ElicitParams{Mode: "form", RequestedSchema: named}); !ok || content["name"] != "x" {
+	if content, _, ok := defaultsAnswer(&mcp.ElicitParams{Mode: "form", RequestedSchema: named}, strings.Clone); !ok || content["name"] != "x" {
 		t.Errorf("a form with a default: %v, %v", content, ok)
 	}
 }

@@ -36,8 +36,9 @@ type answeredField struct{ name, valueDigest string }
 // defaultsAnswer is the answer to a form elicitation made only of its
 // schema's defaults, and whether there is one: a URL-mode request, a
 // schema that does not parse, a required field without a default or a
-// form without any default get none (the request is declined).
-func defaultsAnswer(p *mcp.ElicitParams) (map[string]any, []answeredField, bool) {
+// form without any default get none (the request is declined). scrub
+// rewrites a field name (remote text) before it is kept as evidence.
+func defaultsAnswer(p *mcp.ElicitParams, scrub func(string) string) (map[string]any, []answeredField, bool) {
 	if p == nil || (p.Mode != "" && p.Mode != "form") {
 		return nil, nil, false
 	}
@@ -69,7 +70,9 @@ func defaultsAnswer(p *mcp.ElicitParams) (map[string]any, []answeredField, bool)
 			return nil, nil, false
 		}
 		content[name] = v
-		fields = append(fields, answeredField{name: truncate(name, maxAnsweredFieldName), valueDigest: d})
+		// Scrubbed before it is cut: a credential the cut splits is
+		// still found whole.
+		fields = append(fields, answeredField{name: truncate(scrub(name), maxAnsweredFieldName), valueDigest: d})
 	}
 	for _, name := range schema.Required {
 		if _, ok := content[name]; !ok {

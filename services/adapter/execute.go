@@ -304,7 +304,12 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		st = ss.calls.begin(limits.GetElicitation())
 		callCtx, cancelCall := context.WithCancel(withCallState(ctx, st))
 		cm.cancelOnFlood(cancelCall)
+		stopAbort := func() bool { return false }
+		if ss.m.abortWrite != nil {
+			stopAbort = context.AfterFunc(callCtx, ss.m.abortWrite)
+		}
 		toolRes, readRes, err = ss.call(callCtx, method, req, st.token)
+		stopAbort()
 		if notes, shared := cm.serverMessages(); err == nil && !shared {
 			st.catchUp(notes)
 		}

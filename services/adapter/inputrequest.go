@@ -37,7 +37,7 @@ var errInputRoundsExceeded = fmt.Errorf("the server asked for input more than %d
 // of what its server asked for: the call's outcome is USER_INPUT_REQUIRED,
 // not a transport failure.
 func endedForInput(err error) bool {
-	return errors.Is(err, errInputDeclinedAgain) || errors.Is(err, errInputUnanswerable)
+	return errors.Is(err, errInputDeclinedAgain) || errors.Is(err, errInputUnanswerable) || errors.Is(err, errInputRoundsExceeded)
 }
 
 // inputRequired is the client's sending middleware that handles
@@ -54,6 +54,10 @@ func (ss *session) inputRequired(next mcp.MethodHandler) mcp.MethodHandler {
 				return res, nil
 			}
 			if round >= maxInputRounds {
+				// An answer of the server's own asking, not a transport
+				// failure: the call ends as USER_INPUT_REQUIRED.
+				asked, _ := json.Marshal(asks)
+				ss.recordAsk(ctx, string(asked))
 				return nil, errInputRoundsExceeded
 			}
 			answers, err := ss.answerInput(ctx, asks)
@@ -111,10 +115,17 @@ func (ss *session) unanswerable(ctx context.Context, ask mcp.InputRequest) error
 	params, _ := json.Marshal(ask)
 	ss.srv.log.Info("a server asked for input the adapter does not give; the call ends",
 		"connection_id", ss.connectionID, "method", method)
-	if st, _ := ctx.Value(callStateKey{}).(*callState); st != nil {
-		st.askedFor(ss.creds.text(method + " " + string(params)))
-	}
+	ss.recordAsk(ctx, method+" "+string(params))
 	return errInputUnanswerable
+}
+
+// recordAsk records, for the call on ctx, that its server asked for input
+// the adapter did not give, detail being the request (remote text; it is
+// scrubbed here and truncated when kept).
+func (ss *session) recordAsk(ctx context.Context, detail string) {
+	if st, _ := ctx.Value(callStateKey{}).(*callState); st != nil {
+		st.askedFor(ss.creds.text(detail))
+	}
 }
 
 // withInputResponses is req sent again with the answers and the server's

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
 
 // TestSamplingAndRootsEndTheCall: a 2026-07-28 server that asks, inside an
@@ -65,5 +66,40 @@ func TestSamplingAndRootsEndTheCall(t *testing.T) {
 				t.Errorf("the tool ran %d times, %d with answers; want once, never answered", runs.Load(), answered.Load())
 			}
 		})
+	}
+}
+
+// TestInputRoundsExceeded: a server that asks for input on every round,
+// even after the adapter answered it (a form accepted with its defaults),
+// ends the call as USER_INPUT_REQUIRED after maxInputRounds, with the
+// result observed (the server answered every round), not as a broken
+// transport; the session keeps serving.
+func TestInputRoundsExceeded(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	srv := mcp.NewServer(&mcp.Implementation{Name: "asks forever", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "ask"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		runs.Add(1)
+		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"form": &mcp.ElicitParams{Message: "again?",
+			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean", "default": true}}}}},
+			RequestState: "opaque"}, nil, nil
+	})
+	mcp.AddTool(srv, &mcp.Tool{Name: "fine"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil, nil
+	})
+	s := newSDKServer(t, srv, false, &mcp.StreamableHTTPOptions{Stateless: true})
+	e := newEnv(t)
+	conn := e.httpConn(s.URL)
+	limits := &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 10, Elicitation: registryv1.ElicitationPolicy_ELICITATION_POLICY_ACCEPT_DEFAULTS}
+	resp := execute(t, e, call(t, conn, "ask", map[string]any{}, limits))
+	wantFailure(t, resp, adapterv1.Outcome_OUTCOME_INVALID_REQUEST, CodeUserInputRequired)
+	if resp.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED {
+		t.Errorf("stage %v, want result observed", resp.GetStage())
+	}
+	if n := runs.Load(); n != maxInputRounds {
+		t.Errorf("the tool ran %d times, want %d", n, maxInputRounds)
+	}
+	if r := execute(t, e, call(t, conn, "fine", map[string]any{}, nil)); r.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+		t.Errorf("the next call: %v %v", r.GetOutcome(), r.GetError())
 	}
 }

@@ -79,13 +79,30 @@ type meter struct {
 	// tap, when set (discovery), sees every complete inbound message.
 	tap atomic.Pointer[wireTap]
 
+	// abortWrite, when set (stdio; set before the session starts), ends
+	// a write to the server that is blocked because the server does not
+	// read: called when a call gives up.
+	abortWrite func()
+
 	// bound is max(limit, every registered call's limit), kept current.
 	bound atomic.Int64
+
+	// idleFlooded: the server's own messages while no call was in
+	// flight went past the bounds, and the session was ended for it.
+	idleFlooded atomic.Bool
 
 	mu    sync.Mutex
 	calls map[*callMeter]struct{}
 	byID  map[string]*callMeter // bound calls by their request's JSON-RPC id
+	// The server's own messages since the last call was sent, charged to
+	// no call: the client library queues them without limit, so they
+	// are bounded as a call's are.
+	idleNotes, idleBytes int64
 }
+
+// errIdleFlood ends a session whose server sent more messages of its own
+// between calls than a call may receive during one.
+var errIdleFlood = fmt.Errorf("the server sent more than %d messages or %d bytes of them while no call was in flight", maxNotificationsPerCall, maxNotificationBytesPerCall)
 
 // callMeter is one call's share of a session's meter.
 type callMeter struct {
@@ -186,6 +203,8 @@ func (m *meter) bind(msg []byte) *callMeter {
 		if c.id == "" && !c.sent && c.method == o.Method && c.attempt == attempt {
 			c.id = id
 			m.byID[id] = c
+			// A call is in flight: the server's messages are its now.
+			m.idleNotes, m.idleBytes = 0, 0
 			return c
 		}
 	}
@@ -256,7 +275,11 @@ func (c *callMeter) isFlooded() bool {
 // serverMessage charges a complete message of n bytes the server sent on
 // its own (a notification or a request, not a response) to call, or, when
 // call is nil, to every call in flight; calls it floods are cancelled.
-func (m *meter) serverMessage(call *callMeter, n int64) {
+// With no call in flight it is charged to the session, and serverMessage
+// reports whether the session is flooded: the stdio reader then ends it.
+// (Over HTTP such messages come on the standalone stream, which the
+// client library reopens; they are not bounded there yet.)
+func (m *meter) serverMessage(call *callMeter, n int64) (idleFlood bool) {
 	var cancels []func()
 	m.mu.Lock()
 	charge := func(c *callMeter) {
@@ -284,6 +307,11 @@ func (m *meter) serverMessage(call *callMeter, n int64) {
 				c.sharedNotes = true
 			}
 		}
+		if len(charged) == 0 {
+			m.idleNotes++
+			m.idleBytes += n
+			idleFlood = m.idleNotes > maxNotificationsPerCall || m.idleBytes > maxNotificationBytesPerCall
+		}
 	}
 	m.mu.Unlock()
 	// Cancelled outside the lock: the client library may write (its
@@ -291,6 +319,7 @@ func (m *meter) serverMessage(call *callMeter, n int64) {
 	for _, cancel := range cancels {
 		cancel()
 	}
+	return idleFlood
 }
 
 // serverMessages returns how many messages of its own the server sent
@@ -384,7 +413,11 @@ func (l *lineLimitReader) Read(p []byte) (int, error) {
 			case l.scan.escapedKey:
 				l.m.unattributed(l.cur)
 			case l.scan.hasMethod:
-				l.m.serverMessage(nil, l.cur)
+				if l.m.serverMessage(nil, l.cur) {
+					l.m.idleFlooded.Store(true)
+					l.err = errIdleFlood
+					return 0, l.err
+				}
 			}
 			l.cur = 0
 			l.scan.reset()

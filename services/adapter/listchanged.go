@@ -33,16 +33,32 @@ func (e *pooled) listChanged() {
 	go e.rediscoverLoop()
 }
 
+// maxRediscoveryRounds bounds how often a session is described again in a
+// row, each round asked for by a change during the one before. A server
+// whose lists never settle would otherwise be listed, and its
+// connection's health reported to policy, without end: past the bound
+// the session takes no new calls and closes; the next call gets a new
+// one, which is described afresh.
+const maxRediscoveryRounds = 3
+
 func (e *pooled) rediscoverLoop() {
 	p := e.p
 	defer p.wg.Done()
 	<-e.ready
-	for {
+	for round := 1; ; round++ {
 		if e.err == nil {
 			e.describeAndRecord()
 		}
 		p.mu.Lock()
 		if !e.rediscover || e.retired || p.closed {
+			e.discovering, e.rediscover = false, false
+			p.mu.Unlock()
+			break
+		}
+		if round >= maxRediscoveryRounds {
+			p.s.log.Warn("the server's lists keep changing after every rediscovery; its session is replaced at the next call",
+				"connection_id", e.conn.GetId(), "rounds", round)
+			p.retireLocked(e)
 			e.discovering, e.rediscover = false, false
 			p.mu.Unlock()
 			break

@@ -241,6 +241,10 @@ func (e *pooled) open() {
 		// The transport died (server exited, stream broke, limit cut):
 		// no new call gets this session.
 		_ = ss.cs.Wait()
+		if ss.m.idleFlooded.Load() {
+			p.s.log.Warn("the server flooded its session with messages between calls; session closed",
+				"connection_id", e.conn.GetId(), "max_notifications", maxNotificationsPerCall, "max_notification_bytes", maxNotificationBytesPerCall)
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.retireLocked(e)

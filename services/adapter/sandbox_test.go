@@ -132,24 +132,31 @@ func escapeReport(t *testing.T, resp *adapterv1.ExecuteResponse) escape.Report {
 	return r
 }
 
-// pidOf waits for the process running escapeBin --name=name.
+// pidOf waits for the process running escapeBin --name=name; starting it
+// (and its sandbox) may take long on a loaded machine.
 func pidOf(t *testing.T, name string) int {
 	t.Helper()
 	want := escapeBin + "\x00--name=" + name + "\x00"
-	for range 200 {
-		entries, _ := os.ReadDir("/proc")
-		for _, en := range entries {
-			pid, err := strconv.Atoi(en.Name())
-			if err != nil {
-				continue
-			}
-			if b, err := os.ReadFile("/proc/" + en.Name() + "/cmdline"); err == nil && string(b) == want {
-				return pid
-			}
+	pid := 0
+	eventually(t, "a process runs the escape server "+name, func() bool {
+		pid = findPID(want)
+		return pid != 0
+	})
+	return pid
+}
+
+// findPID returns a process whose command line is cmdline, or 0.
+func findPID(cmdline string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, en := range entries {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
 		}
-		time.Sleep(50 * time.Millisecond)
+		if b, err := os.ReadFile("/proc/" + en.Name() + "/cmdline"); err == nil && string(b) == cmdline {
+			return pid
+		}
 	}
-	t.Fatalf("no process runs the escape server %q", name)
 	return 0
 }
 
@@ -193,10 +200,15 @@ func TestSandboxHostileChild(t *testing.T) {
 	victim := e.escapeConn("victim", "file:"+credFile)
 	attacker := e.escapeConn("attacker", "")
 
-	// The victim runs, holding its credential, until released.
+	// The victim runs, holding its credential, until released (or
+	// escape.HoldMax). Its deadline outlasts HoldMax: however long the
+	// attacker's run takes on a loaded machine, the victim's call ends
+	// with its report, not its deadline.
 	held := make(chan *adapterv1.ExecuteResponse, 1)
+	victimCtx, cancelVictim := context.WithTimeout(context.Background(), 3*escape.HoldMax)
+	defer cancelVictim()
 	go func() {
-		resp, err := e.srv.Execute(context.Background(), granted(t, call(t, victim, escape.ToolHold, map[string]any{}, nil)))
+		resp, err := e.srv.Execute(victimCtx, granted(t, call(t, victim, escape.ToolHold, map[string]any{}, nil)))
 		if err != nil {
 			t.Error(err)
 		}
@@ -217,6 +229,10 @@ func TestSandboxHostileChild(t *testing.T) {
 		"daemon":   true,
 	}, nil))
 	r := escapeReport(t, resp)
+	// SIGUSR1 releases the victim only once it listens for it (before it
+	// answers initialize; until then the signal would kill it): its call
+	// is in flight once its session is open.
+	eventually(t, "the victim's call is in flight", func() bool { return e.srv.pool.stats().InFlight == 1 })
 	if err := syscall.Kill(victimPID, syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,12 @@ func TestEchoedCredentialIsScrubbed(t *testing.T) {
 			see := func(m proto.Message) { seen = append(seen, prototext.Format(m)) }
 
 			for _, where := range fixture.LeakPlaces {
-				req := call(t, conn, "leak", map[string]any{"where": where}, nil)
+				var limits *registryv1.Limits
+				if where == "elicit_form" {
+					// Accepted with its defaults: the answer is recorded.
+					limits = &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 10, Elicitation: registryv1.ElicitationPolicy_ELICITATION_POLICY_ACCEPT_DEFAULTS}
+				}
+				req := call(t, conn, "leak", map[string]any{"where": where}, limits)
 				req.TaskId = "task_leak"
 				resp := execute(t, e, req)
 				see(resp)

@@ -117,11 +117,13 @@ func (d *stdioDialer) open(ctx context.Context, m *meter) (mcp.Transport, func()
 		_ = cmd.Wait()
 		close(exited)
 	}()
+	w := &watchWriter{w: inW, m: m}
+	m.abortWrite = w.abortBlocked
 	t := &mcp.IOTransport{
 		// The client library's Close does not close stdout (release
 		// does, once the server is gone): see release.
 		Reader:        &lineLimitReader{r: d.noiseFilter(io.NopCloser(outR), m), m: m},
-		Writer:        &watchWriter{w: inW, m: m},
+		Writer:        w,
 		MaxLineLength: -1, // lineLimitReader enforces the limit while reading
 	}
 	release := func() {
@@ -244,13 +246,17 @@ func closeAll(fs ...*os.File) {
 type watchWriter struct {
 	w *os.File
 	m *meter
+	// writing counts the writes in progress.
+	writing atomic.Int32
 }
 
 func (w *watchWriter) Write(p []byte) (int, error) {
 	// The call is bound to its request id before the first byte goes
 	// out: its response may arrive before Write returns.
 	c := w.m.bind(p)
+	w.writing.Add(1)
 	n, err := w.w.Write(p)
+	w.writing.Add(-1)
 	if err == nil && c != nil {
 		c.markSent()
 	}
@@ -261,6 +267,18 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 }
 
 func (w *watchWriter) Close() error { return w.w.Close() }
+
+// abortBlocked ends the write in progress, if any, and every later one:
+// a server that stops reading its stdin blocks a write once the pipe is
+// full, and the client library's write heeds no context, so without this
+// a call's deadline would not end it (nor free the calls queued behind
+// that write). A message cut short leaves the stream unusable: the
+// session breaks, and serves no other call.
+func (w *watchWriter) abortBlocked() {
+	if w.writing.Load() > 0 {
+		_ = w.w.SetWriteDeadline(time.Now())
+	}
+}
 
 // noiseFilter drops the non-JSON lines the local server prints on stdout
 // (banners, log lines some community servers print): they still count in

@@ -28,8 +28,8 @@ import (
 const claimTTL = 30 * 24 * time.Hour
 
 // leaseWait bounds how long a run waits for a run that is ending to
-// finish killing what it left.
-const leaseWait = 10 * time.Second
+// finish killing what it left: as long as that may take (reapWait).
+const leaseWait = reapWait + 5*time.Second
 
 // claimsLock is the file whose lock serialises claims.
 const claimsLock = "claims.lock"
@@ -173,6 +173,11 @@ func prepareLockDir(dir string) error {
 	return nil
 }
 
+// reapWait bounds how long reapUID keeps killing. It is a time, not a
+// number of rounds: on a loaded machine a killed process may take seconds
+// to be gone, and giving up early leaves the uid locked.
+const reapWait = 30 * time.Second
+
 // reapUID kills every process running under uid until none is left, and
 // reports whether that happened. Each round kills all it sees; a process
 // forked meanwhile is seen by the next round, and the process limit bounds
@@ -181,17 +186,20 @@ func reapUID(uid uint32) bool {
 	if uid == 0 {
 		return false // never root's processes
 	}
-	for round := range 200 {
+	deadline := time.Now().Add(reapWait)
+	for round := 0; ; round++ {
 		pids := pidsOf(uid)
 		if len(pids) == 0 {
 			return true
+		}
+		if time.Now().After(deadline) {
+			return false
 		}
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		time.Sleep(time.Duration(min(round+1, 20)) * time.Millisecond)
 	}
-	return false
 }
 
 // pidsOf returns the live (not zombie) processes any of whose uids (real,
