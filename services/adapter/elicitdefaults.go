@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"cmp"
 	"encoding/json"
 	"slices"
 	"time"
@@ -82,15 +83,7 @@ func defaultsAnswer(p *mcp.ElicitParams, scrub func(string) string) (map[string]
 	if len(content) == 0 {
 		return nil, nil, false
 	}
-	slices.SortFunc(fields, func(a, b answeredField) int {
-		switch {
-		case a.name < b.name:
-			return -1
-		case a.name > b.name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(fields, func(a, b answeredField) int { return cmp.Compare(a.name, b.name) })
 	return content, fields, true
 }
 

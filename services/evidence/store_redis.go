@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -266,15 +267,7 @@ func traceEvents(all map[string]string) ([]*evidencev1.TraceEvent, error) {
 		ev.Sequence = seq
 		out = append(out, ev)
 	}
-	slices.SortFunc(out, func(a, b *evidencev1.TraceEvent) int {
-		switch {
-		case a.Sequence < b.Sequence:
-			return -1
-		case a.Sequence > b.Sequence:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b *evidencev1.TraceEvent) int { return cmp.Compare(a.Sequence, b.Sequence) })
 	return out, nil
 }
 

@@ -133,13 +133,7 @@ func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req
 				// fail. Its response goes uncharged, and the log says so.
 				s.log.WarnContext(ctx, "response bytes not charged: policy unavailable", "request", req.GetId(), "attempt", att.GetId(), "bytes", resp.GetResponseBytes(), "err", err)
 			} else if err != nil {
-				// The call happened, but its result would exceed a budget:
-				// it is withheld, and the caller learns which budget.
-				att.Error = &adapterv1.ErrorEvidence{SafeCode: codeBudgetExceeded}
-				if _, ferr := s.fail(ctx, req, att); ferr != nil {
-					return nil, ferr
-				}
-				return nil, apierror.Propagate(err, "charge response bytes")
+				return s.withholdOverBudget(ctx, req, att, err)
 			}
 			return s.complete(ctx, task, req, att, p, remote, resp)
 		}

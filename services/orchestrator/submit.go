@@ -451,6 +451,17 @@ func (s *Server) chargeResponse(ctx context.Context, task *orchestratorv1.Task, 
 	return err
 }
 
+// withholdOverBudget fails a request whose call happened but whose
+// response charge policy refused (err): the result would exceed a budget,
+// so it is withheld, and the caller learns which budget.
+func (s *Server) withholdOverBudget(ctx context.Context, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt, err error) (*orchestratorv1.ToolRequest, error) {
+	att.Error = &adapterv1.ErrorEvidence{SafeCode: codeBudgetExceeded}
+	if _, ferr := s.fail(ctx, req, att); ferr != nil {
+		return nil, ferr
+	}
+	return nil, apierror.Propagate(err, "charge response bytes")
+}
+
 // refuseUnlessOutage refuses a request for cause, except when cause is a
 // dependency outage (UNAVAILABLE, DEADLINE_EXCEEDED): then the decision
 // was not taken, so the request stays as it is stored: REQUESTED or

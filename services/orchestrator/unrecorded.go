@@ -122,14 +122,8 @@ func (s *Server) recordResult(ctx context.Context, task *orchestratorv1.Task, re
 			s.log.WarnContext(ctx, "charge response bytes", "request", req.GetId(), "attempt", att.GetId(), "err", err)
 			return s.awaitObservation(ctx, task, req, att, r, err)
 		}
-		// The read happened, but its result would exceed a budget: it
-		// is withheld, and the caller learns which budget.
-		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeBudgetExceeded}
 		defer s.unrecorded.drop(req.GetId())
-		if _, ferr := s.fail(ctx, req, att); ferr != nil {
-			return nil, ferr
-		}
-		return nil, apierror.Propagate(err, "charge response bytes")
+		return s.withholdOverBudget(ctx, req, att, err)
 	}
 	observe := s.observe
 	if provenance.ResultKind(r.p.capability) == registryv1.ResultKind_RESULT_KIND_DATA {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -182,12 +183,11 @@ func (r *redisPolicyStore) Charge(ctx context.Context, op ChargeOp) (ChargeResul
 // embedded store's loadBudget does.
 func decodeBudget(v any, tmpl *policyv1.Budget) (*policyv1.Budget, error) {
 	b := &policyv1.Budget{}
-	if s, ok := v.(string); ok {
-		if err := redisstore.Unmarshal([]byte(s), b); err != nil {
-			return nil, err
-		}
-	} else {
+	switch err := redisstore.Decode(v, b); {
+	case errors.Is(err, store.ErrNotFound):
 		b = unusedBudget(tmpl)
+	case err != nil:
+		return nil, err
 	}
 	return withLimits(b, tmpl), nil
 }
