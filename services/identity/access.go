@@ -49,6 +49,7 @@ var table = map[string]map[string]Access{
 		"GetMapping":           {Peers: []string{Orchestrator, Policy, Adapter, Operator}, Callers: true},
 		"ListMappings":         {Peers: []string{Orchestrator, Policy, Adapter, Operator}, Callers: true},
 		"ResolveMapping":       {Peers: []string{Orchestrator, Policy, Adapter}},
+		"ResolveExecution":     {Peers: []string{Orchestrator}},
 		"WatchEvents":          {Peers: []string{Orchestrator, Operator, Policy, Adapter}, Callers: true},
 	},
 	"v0m3.policy.v1.PolicyService": {

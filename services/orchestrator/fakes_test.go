@@ -84,7 +84,10 @@ func mustStruct(t testing.TB, m map[string]any) *structpb.Struct {
 }
 
 // fakeRegistry knows three capabilities, one active mapping each, and the
-// seed's four task profiles.
+// seed's four task profiles. Like a registry older than ResolveExecution,
+// it answers a call's resolution with ResolveMapping and GetConnection:
+// the orchestrator's fallback (the real registry's one round trip is
+// counted in services/suite TestGovernedCallCost).
 type fakeRegistry struct {
 	registryv1.UnimplementedRegistryServiceServer
 	mu             sync.Mutex

@@ -255,9 +255,7 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	// force (an active mapping is reviewed against the current contract),
 	// whose contract is then read from the cache. Its refusal is reported
 	// at step d, after the checks that come before it.
-	resolved, resolveErr := s.deps.Registry.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{
-		Capability: name, MappingId: p.offered.GetMappingId(), Revision: p.offered.GetMappingRevision(),
-	})
+	resolved, conn, resolveErr := s.resolveExecution(ctx, name, p.offered)
 
 	// c. Arguments must match the product schema the model was shown.
 	var current string // the digest of the contract's input schema
@@ -294,11 +292,7 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	if resolveErr != nil {
 		return p, apierror.Propagate(resolveErr, "resolve mapping")
 	}
-	p.mapping = resolved
-	p.connection, err = s.deps.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: p.mapping.GetConnectionId()})
-	if err != nil {
-		return p, apierror.Propagate(err, "get connection")
-	}
+	p.mapping, p.connection = resolved, conn
 	if p.connection.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
 		return p, apierror.New(codes.FailedPrecondition, "CONNECTION_RETIRED",
 			fmt.Sprintf("connection %s implementing %s is retired", p.connection.GetId(), name),
@@ -383,6 +377,34 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 		return p, apierror.Propagate(chargeErr, "charge budget")
 	}
 	return p, nil
+}
+
+// resolveExecution asks the registry whether the mapping offered for
+// capability is still the current one, and reads the connection it runs
+// on: one round trip (ResolveExecution). An offer without a mapping (a
+// catalogue compiled before offers named one) resolves the capability's
+// active mapping; a registry without ResolveExecution (an older version
+// during an upgrade) answers in two.
+func (s *Server) resolveExecution(ctx context.Context, capability string, offered *orchestratorv1.OfferedCapability) (*registryv1.Mapping, *registryv1.Connection, error) {
+	if offered.GetMappingId() != "" {
+		r, err := s.deps.Registry.ResolveExecution(ctx, &registryv1.ResolveExecutionRequest{
+			Capability: capability, MappingId: offered.GetMappingId(), Revision: offered.GetMappingRevision(),
+		})
+		if status.Code(err) != codes.Unimplemented {
+			return r.GetMapping(), r.GetConnection(), err
+		}
+	}
+	m, err := s.deps.Registry.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{
+		Capability: capability, MappingId: offered.GetMappingId(), Revision: offered.GetMappingRevision(),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := s.deps.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: m.GetConnectionId()})
+	if err != nil {
+		return m, nil, err
+	}
+	return m, c, nil
 }
 
 // charge charges one call to the task's and requester's budgets. The

@@ -410,6 +410,26 @@ func (s *Server) ResolveMapping(ctx context.Context, req *registryv1.ResolveMapp
 	return m, nil
 }
 
+// ResolveExecution is ResolveMapping for a mapping the caller holds, with
+// the connection it runs on read in the same call: the governed call's
+// one registry round trip before it is authorized.
+func (s *Server) ResolveExecution(ctx context.Context, req *registryv1.ResolveExecutionRequest) (*registryv1.ResolvedExecution, error) {
+	if req.GetMappingId() == "" {
+		return nil, required("mapping_id", "the mapping the call was offered, e.g. map_...")
+	}
+	m, err := s.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{
+		Capability: req.GetCapability(), MappingId: req.GetMappingId(), Revision: req.GetRevision(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.getConnection(ctx, m.GetConnectionId())
+	if err != nil {
+		return nil, err
+	}
+	return &registryv1.ResolvedExecution{Mapping: m, Connection: c}, nil
+}
+
 // contractCurrent refuses an active mapping reviewed against a capability
 // revision that is no longer current. A capability revision moves its
 // active mappings to review in the same transaction, so this holds

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/identity/identitytest"
@@ -401,4 +402,41 @@ func TestResourceMapping(t *testing.T) {
 	res("API migration notes, now including private notes")
 	_, err := r.client.ResolveMapping(t.Context(), &registryv1.ResolveMappingRequest{Capability: m.GetCapability(), MappingId: m.GetId()})
 	wantErr(t, err, codes.FailedPrecondition, "MAPPING_REVIEW_REQUIRED")
+}
+
+// ResolveExecution answers what ResolveMapping answers for a held mapping
+// revision and returns the connection it runs on with it, as GetConnection
+// reads it; every refusal of ResolveMapping is its refusal too.
+func TestResolveExecution(t *testing.T) {
+	t.Parallel()
+	r := start(t)
+	ctx := t.Context()
+	_, _, m := activeSetup(t, r.client)
+	conn, err := r.client.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: m.GetConnectionId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.client.ResolveExecution(ctx, &registryv1.ResolveExecutionRequest{Capability: m.GetCapability(), MappingId: m.GetId(), Revision: m.GetRevision()})
+	if err != nil {
+		t.Fatalf("ResolveExecution: %v", err)
+	}
+	if !proto.Equal(got.GetMapping(), m) || !proto.Equal(got.GetConnection(), conn) {
+		t.Errorf("ResolveExecution = %v\nwant mapping %v\nand connection %v", got, m, conn)
+	}
+	for _, tc := range []struct {
+		name   string
+		req    *registryv1.ResolveExecutionRequest
+		code   codes.Code
+		reason string
+	}{
+		{"no mapping", &registryv1.ResolveExecutionRequest{Capability: m.GetCapability()}, codes.InvalidArgument, "FIELD_REQUIRED"},
+		{"unknown mapping", &registryv1.ResolveExecutionRequest{Capability: m.GetCapability(), MappingId: "map_unknown"}, codes.NotFound, "MAPPING_UNKNOWN"},
+		{"another capability", &registryv1.ResolveExecutionRequest{Capability: "render_preview", MappingId: m.GetId()}, codes.InvalidArgument, "MAPPING_CAPABILITY_MISMATCH"},
+		{"superseded revision", &registryv1.ResolveExecutionRequest{Capability: m.GetCapability(), MappingId: m.GetId(), Revision: m.GetRevision() + 1}, codes.FailedPrecondition, "MAPPING_SUPERSEDED"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := r.client.ResolveExecution(ctx, tc.req)
+			wantErr(t, err, tc.code, tc.reason)
+		})
+	}
 }

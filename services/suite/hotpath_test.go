@@ -199,7 +199,7 @@ func TestGovernedCallCost(t *testing.T) {
 		got  int
 		max  int
 	}{
-		{"internal RPCs", total, 13},
+		{"internal RPCs", total, 12},
 		// Handles, authorization and the call's charge: one Decide.
 		{"Decide RPCs", methods["Decide"], 1},
 		{"ResolveHandle RPCs", methods["ResolveHandle"], 0},
@@ -208,15 +208,17 @@ func TestGovernedCallCost(t *testing.T) {
 		{"AppendTrace RPCs", methods["AppendTrace"], 1},
 		{"AppendTraces RPCs", methods["AppendTraces"], 2},
 		{"GetCapability RPCs", methods["GetCapability"], 0},
-		{"ResolveMapping RPCs (the one currency check)", methods["ResolveMapping"], 1},
+		{"ResolveExecution RPCs (the one currency check, with the connection)", methods["ResolveExecution"], 1},
+		{"ResolveMapping RPCs", methods["ResolveMapping"], 0},
+		{"GetConnection RPCs (the adapter's, at execution)", methods["GetConnection"], 1},
 		{"log lines at Info or above", len(loud), 1},
 	} {
 		if tc.got > tc.max*calls {
 			t.Errorf("%s: %d in %d calls, want at most %d per call", tc.what, tc.got, calls, tc.max)
 		}
 	}
-	if methods["ResolveMapping"] < calls {
-		t.Errorf("ResolveMapping: %d in %d calls; every call must check that its mapping is current", methods["ResolveMapping"], calls)
+	if methods["ResolveExecution"] < calls {
+		t.Errorf("ResolveExecution: %d in %d calls; every call must check that its mapping is current", methods["ResolveExecution"], calls)
 	}
 }
 

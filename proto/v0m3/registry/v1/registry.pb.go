@@ -6982,6 +6982,127 @@ func (x *ResolveMappingRequest) GetConnectionId() string {
 	return ""
 }
 
+// ResolveExecutionRequest names the mapping revision a call was offered.
+type ResolveExecutionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Capability name.
+	Capability string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Required. The mapping the call was offered.
+	MappingId string `protobuf:"bytes,2,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
+	// Optional. The revision the caller holds; fails with FAILED_PRECONDITION
+	// (MAPPING_SUPERSEDED) when it is not current. 0 accepts the current one.
+	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveExecutionRequest) Reset() {
+	*x = ResolveExecutionRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveExecutionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveExecutionRequest) ProtoMessage() {}
+
+func (x *ResolveExecutionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveExecutionRequest.ProtoReflect.Descriptor instead.
+func (*ResolveExecutionRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ResolveExecutionRequest) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *ResolveExecutionRequest) GetMappingId() string {
+	if x != nil {
+		return x.MappingId
+	}
+	return ""
+}
+
+func (x *ResolveExecutionRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// ResolvedExecution is what one call runs on, as current when it was read.
+type ResolvedExecution struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mapping's current, active revision.
+	Mapping *Mapping `protobuf:"bytes,1,opt,name=mapping,proto3" json:"mapping,omitempty"`
+	// The connection the mapping binds, at its current state and config
+	// revision.
+	Connection    *Connection `protobuf:"bytes,2,opt,name=connection,proto3" json:"connection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolvedExecution) Reset() {
+	*x = ResolvedExecution{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolvedExecution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolvedExecution) ProtoMessage() {}
+
+func (x *ResolvedExecution) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolvedExecution.ProtoReflect.Descriptor instead.
+func (*ResolvedExecution) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ResolvedExecution) GetMapping() *Mapping {
+	if x != nil {
+		return x.Mapping
+	}
+	return nil
+}
+
+func (x *ResolvedExecution) GetConnection() *Connection {
+	if x != nil {
+		return x.Connection
+	}
+	return nil
+}
+
 // WatchEventsRequest starts an event stream.
 type WatchEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -6993,7 +7114,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7005,7 +7126,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[64]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7018,7 +7139,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{64}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *WatchEventsRequest) GetAfterSequence() int64 {
@@ -7053,7 +7174,7 @@ type RegistryEvent struct {
 
 func (x *RegistryEvent) Reset() {
 	*x = RegistryEvent{}
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[65]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7065,7 +7186,7 @@ func (x *RegistryEvent) String() string {
 func (*RegistryEvent) ProtoMessage() {}
 
 func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[65]
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7078,7 +7199,7 @@ func (x *RegistryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryEvent.ProtoReflect.Descriptor instead.
 func (*RegistryEvent) Descriptor() ([]byte, []int) {
-	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{65}
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RegistryEvent) GetSequence() int64 {
@@ -7643,7 +7764,19 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
 	"mapping_id\x18\x02 \x01(\tR\tmappingId\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12#\n" +
-	"\rconnection_id\x18\x04 \x01(\tR\fconnectionId\";\n" +
+	"\rconnection_id\x18\x04 \x01(\tR\fconnectionId\"t\n" +
+	"\x17ResolveExecutionRequest\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x01 \x01(\tR\n" +
+	"capability\x12\x1d\n" +
+	"\n" +
+	"mapping_id\x18\x02 \x01(\tR\tmappingId\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"\x86\x01\n" +
+	"\x11ResolvedExecution\x123\n" +
+	"\amapping\x18\x01 \x01(\v2\x19.v0m3.registry.v1.MappingR\amapping\x12<\n" +
+	"\n" +
+	"connection\x18\x02 \x01(\v2\x1c.v0m3.registry.v1.ConnectionR\n" +
+	"connection\";\n" +
 	"\x12WatchEventsRequest\x12%\n" +
 	"\x0eafter_sequence\x18\x01 \x01(\x03R\rafterSequence\"\xb1\x02\n" +
 	"\rRegistryEvent\x12\x1a\n" +
@@ -7768,7 +7901,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"#REGISTRY_EVENT_TYPE_PROFILE_REVISED\x10\r\x12'\n" +
 	"#REGISTRY_EVENT_TYPE_SURFACE_CHANGED\x10\x0e\x120\n" +
 	",REGISTRY_EVENT_TYPE_SERVING_REVISION_CHANGED\x10\x0f\x12&\n" +
-	"\"REGISTRY_EVENT_TYPE_ROLLOUT_FAILED\x10\x102\xd3\x14\n" +
+	"\"REGISTRY_EVENT_TYPE_ROLLOUT_FAILED\x10\x102\xb7\x15\n" +
 	"\x0fRegistryService\x12[\n" +
 	"\x10CreateConnection\x12).v0m3.registry.v1.CreateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
 	"\rGetConnection\x12&.v0m3.registry.v1.GetConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12f\n" +
@@ -7797,7 +7930,8 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
 	"GetMapping\x12#.v0m3.registry.v1.GetMappingRequest\x1a\x19.v0m3.registry.v1.Mapping\x12]\n" +
 	"\fListMappings\x12%.v0m3.registry.v1.ListMappingsRequest\x1a&.v0m3.registry.v1.ListMappingsResponse\x12T\n" +
-	"\x0eResolveMapping\x12'.v0m3.registry.v1.ResolveMappingRequest\x1a\x19.v0m3.registry.v1.Mapping\x12V\n" +
+	"\x0eResolveMapping\x12'.v0m3.registry.v1.ResolveMappingRequest\x1a\x19.v0m3.registry.v1.Mapping\x12b\n" +
+	"\x10ResolveExecution\x12).v0m3.registry.v1.ResolveExecutionRequest\x1a#.v0m3.registry.v1.ResolvedExecution\x12V\n" +
 	"\vWatchEvents\x12$.v0m3.registry.v1.WatchEventsRequest\x1a\x1f.v0m3.registry.v1.RegistryEvent0\x01B8Z6github.com/v0m3/v0m3/proto/v0m3/registry/v1;registryv1b\x06proto3"
 
 var (
@@ -7813,7 +7947,7 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 19)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(OauthGrant)(0),                     // 0: v0m3.registry.v1.OauthGrant
 	(IdentityKind)(0),                   // 1: v0m3.registry.v1.IdentityKind
@@ -7898,12 +8032,14 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(*ListMappingsRequest)(nil),         // 80: v0m3.registry.v1.ListMappingsRequest
 	(*ListMappingsResponse)(nil),        // 81: v0m3.registry.v1.ListMappingsResponse
 	(*ResolveMappingRequest)(nil),       // 82: v0m3.registry.v1.ResolveMappingRequest
-	(*WatchEventsRequest)(nil),          // 83: v0m3.registry.v1.WatchEventsRequest
-	(*RegistryEvent)(nil),               // 84: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 85: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 86: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 87: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 88: google.protobuf.Value
+	(*ResolveExecutionRequest)(nil),     // 83: v0m3.registry.v1.ResolveExecutionRequest
+	(*ResolvedExecution)(nil),           // 84: v0m3.registry.v1.ResolvedExecution
+	(*WatchEventsRequest)(nil),          // 85: v0m3.registry.v1.WatchEventsRequest
+	(*RegistryEvent)(nil),               // 86: v0m3.registry.v1.RegistryEvent
+	nil,                                 // 87: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 88: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 89: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 90: google.protobuf.Value
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	21,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
@@ -7911,16 +8047,16 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	5,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
 	26,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
 	27,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	86,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	86,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	86,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	88,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	88,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	88,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
 	20,  // 9: v0m3.registry.v1.Connection.rollout_failure:type_name -> v0m3.registry.v1.RolloutFailure
-	86,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
+	88,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
 	22,  // 11: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
 	23,  // 12: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
 	25,  // 13: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	85,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	87,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
 	24,  // 15: v0m3.registry.v1.StreamableHTTPTransport.oauth:type_name -> v0m3.registry.v1.OAuthClient
 	0,   // 16: v0m3.registry.v1.OAuthClient.grant:type_name -> v0m3.registry.v1.OauthGrant
 	3,   // 17: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
@@ -7930,7 +8066,7 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	2,   // 21: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
 	1,   // 22: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
 	21,  // 23: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	86,  // 24: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 24: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
 	21,  // 25: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
 	19,  // 26: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
 	21,  // 27: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
@@ -7939,17 +8075,17 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	26,  // 30: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
 	41,  // 31: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
 	42,  // 32: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	86,  // 33: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	88,  // 33: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
 	43,  // 34: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
 	44,  // 35: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
-	87,  // 36: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	87,  // 37: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	87,  // 38: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	87,  // 39: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
+	89,  // 36: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	89,  // 37: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	89,  // 38: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	89,  // 39: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
 	46,  // 40: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	87,  // 41: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
+	89,  // 41: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
 	46,  // 42: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	87,  // 43: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
+	89,  // 43: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
 	46,  // 44: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
 	45,  // 45: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
 	46,  // 46: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
@@ -7962,14 +8098,14 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	6,   // 53: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
 	12,  // 54: v0m3.registry.v1.HandleField.kind:type_name -> v0m3.registry.v1.HandleKind
 	7,   // 55: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	87,  // 56: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	89,  // 56: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
 	8,   // 57: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
 	54,  // 58: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
 	9,   // 59: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
 	73,  // 60: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
 	10,  // 61: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
 	11,  // 62: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	86,  // 63: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 63: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
 	55,  // 64: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
 	55,  // 65: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
 	55,  // 66: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
@@ -7977,94 +8113,98 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	62,  // 68: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
 	63,  // 69: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
 	11,  // 70: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	86,  // 71: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 71: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
 	64,  // 72: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
 	64,  // 73: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
 	64,  // 74: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
 	15,  // 75: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	88,  // 76: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	90,  // 76: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
 	16,  // 77: v0m3.registry.v1.Limits.elicitation:type_name -> v0m3.registry.v1.ElicitationPolicy
 	17,  // 78: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
 	71,  // 79: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
 	72,  // 80: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	87,  // 81: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	89,  // 81: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
 	73,  // 82: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
 	14,  // 83: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	86,  // 84: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 85: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	88,  // 84: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 85: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
 	74,  // 86: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
-	87,  // 87: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
+	89,  // 87: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
 	76,  // 88: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
 	71,  // 89: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
 	72,  // 90: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	87,  // 91: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	89,  // 91: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
 	73,  // 92: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
 	74,  // 93: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
 	14,  // 94: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
 	75,  // 95: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	18,  // 96: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	86,  // 97: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	30,  // 98: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	31,  // 99: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	32,  // 100: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	34,  // 101: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	36,  // 102: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	35,  // 103: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
-	37,  // 104: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	38,  // 105: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	47,  // 106: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	48,  // 107: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	49,  // 108: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	51,  // 109: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	56,  // 110: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	57,  // 111: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	58,  // 112: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	59,  // 113: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	60,  // 114: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	65,  // 115: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	66,  // 116: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	67,  // 117: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	68,  // 118: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	69,  // 119: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	77,  // 120: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	78,  // 121: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	79,  // 122: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	80,  // 123: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	82,  // 124: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	83,  // 125: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	19,  // 126: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 127: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	33,  // 128: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	19,  // 129: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 130: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 131: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
-	39,  // 132: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	19,  // 133: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	40,  // 134: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	40,  // 135: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	50,  // 136: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	52,  // 137: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	55,  // 138: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 139: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 140: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 141: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	61,  // 142: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	64,  // 143: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 144: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 145: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 146: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	70,  // 147: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	75,  // 148: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	75,  // 149: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	75,  // 150: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	81,  // 151: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	75,  // 152: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	84,  // 153: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	126, // [126:154] is the sub-list for method output_type
-	98,  // [98:126] is the sub-list for method input_type
-	98,  // [98:98] is the sub-list for extension type_name
-	98,  // [98:98] is the sub-list for extension extendee
-	0,   // [0:98] is the sub-list for field type_name
+	75,  // 96: v0m3.registry.v1.ResolvedExecution.mapping:type_name -> v0m3.registry.v1.Mapping
+	19,  // 97: v0m3.registry.v1.ResolvedExecution.connection:type_name -> v0m3.registry.v1.Connection
+	18,  // 98: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	88,  // 99: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	30,  // 100: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	31,  // 101: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	32,  // 102: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	34,  // 103: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	36,  // 104: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	35,  // 105: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
+	37,  // 106: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	38,  // 107: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	47,  // 108: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	48,  // 109: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	49,  // 110: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	51,  // 111: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	56,  // 112: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	57,  // 113: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	58,  // 114: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	59,  // 115: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	60,  // 116: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	65,  // 117: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	66,  // 118: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	67,  // 119: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	68,  // 120: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	69,  // 121: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	77,  // 122: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	78,  // 123: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	79,  // 124: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	80,  // 125: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	82,  // 126: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	83,  // 127: v0m3.registry.v1.RegistryService.ResolveExecution:input_type -> v0m3.registry.v1.ResolveExecutionRequest
+	85,  // 128: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	19,  // 129: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 130: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	33,  // 131: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	19,  // 132: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 133: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 134: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
+	39,  // 135: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	19,  // 136: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	40,  // 137: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	40,  // 138: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	50,  // 139: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	52,  // 140: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	55,  // 141: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 142: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 143: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 144: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	61,  // 145: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	64,  // 146: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 147: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 148: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 149: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	70,  // 150: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	75,  // 151: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	75,  // 152: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	75,  // 153: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	81,  // 154: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	75,  // 155: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	84,  // 156: v0m3.registry.v1.RegistryService.ResolveExecution:output_type -> v0m3.registry.v1.ResolvedExecution
+	86,  // 157: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	129, // [129:158] is the sub-list for method output_type
+	100, // [100:129] is the sub-list for method input_type
+	100, // [100:100] is the sub-list for extension type_name
+	100, // [100:100] is the sub-list for extension extendee
+	0,   // [0:100] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -8083,7 +8223,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      19,
-			NumMessages:   67,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

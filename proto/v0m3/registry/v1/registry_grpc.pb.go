@@ -46,6 +46,7 @@ const (
 	RegistryService_GetMapping_FullMethodName           = "/v0m3.registry.v1.RegistryService/GetMapping"
 	RegistryService_ListMappings_FullMethodName         = "/v0m3.registry.v1.RegistryService/ListMappings"
 	RegistryService_ResolveMapping_FullMethodName       = "/v0m3.registry.v1.RegistryService/ResolveMapping"
+	RegistryService_ResolveExecution_FullMethodName     = "/v0m3.registry.v1.RegistryService/ResolveExecution"
 	RegistryService_WatchEvents_FullMethodName          = "/v0m3.registry.v1.RegistryService/WatchEvents"
 )
 
@@ -164,6 +165,11 @@ type RegistryServiceClient interface {
 	// still the active one. A mapping that needs review fails with
 	// FAILED_PRECONDITION and reason MAPPING_REVIEW_REQUIRED.
 	ResolveMapping(ctx context.Context, in *ResolveMappingRequest, opts ...grpc.CallOption) (*Mapping, error)
+	// ResolveExecution answers ResolveMapping's question for a mapping the
+	// caller holds and returns, with the current mapping, the connection it
+	// runs on, read in the same call: what a governed call needs before it
+	// is authorized, in one round trip rather than two.
+	ResolveExecution(ctx context.Context, in *ResolveExecutionRequest, opts ...grpc.CallOption) (*ResolvedExecution, error)
 	// WatchEvents streams registry change events after a sequence number.
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RegistryEvent], error)
 }
@@ -446,6 +452,16 @@ func (c *registryServiceClient) ResolveMapping(ctx context.Context, in *ResolveM
 	return out, nil
 }
 
+func (c *registryServiceClient) ResolveExecution(ctx context.Context, in *ResolveExecutionRequest, opts ...grpc.CallOption) (*ResolvedExecution, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolvedExecution)
+	err := c.cc.Invoke(ctx, RegistryService_ResolveExecution_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *registryServiceClient) WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RegistryEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &RegistryService_ServiceDesc.Streams[0], RegistryService_WatchEvents_FullMethodName, cOpts...)
@@ -580,6 +596,11 @@ type RegistryServiceServer interface {
 	// still the active one. A mapping that needs review fails with
 	// FAILED_PRECONDITION and reason MAPPING_REVIEW_REQUIRED.
 	ResolveMapping(context.Context, *ResolveMappingRequest) (*Mapping, error)
+	// ResolveExecution answers ResolveMapping's question for a mapping the
+	// caller holds and returns, with the current mapping, the connection it
+	// runs on, read in the same call: what a governed call needs before it
+	// is authorized, in one round trip rather than two.
+	ResolveExecution(context.Context, *ResolveExecutionRequest) (*ResolvedExecution, error)
 	// WatchEvents streams registry change events after a sequence number.
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[RegistryEvent]) error
 	mustEmbedUnimplementedRegistryServiceServer()
@@ -672,6 +693,9 @@ func (UnimplementedRegistryServiceServer) ListMappings(context.Context, *ListMap
 }
 func (UnimplementedRegistryServiceServer) ResolveMapping(context.Context, *ResolveMappingRequest) (*Mapping, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveMapping not implemented")
+}
+func (UnimplementedRegistryServiceServer) ResolveExecution(context.Context, *ResolveExecutionRequest) (*ResolvedExecution, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveExecution not implemented")
 }
 func (UnimplementedRegistryServiceServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[RegistryEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
@@ -1183,6 +1207,24 @@ func _RegistryService_ResolveMapping_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RegistryService_ResolveExecution_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveExecutionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).ResolveExecution(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_ResolveExecution_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).ResolveExecution(ctx, req.(*ResolveExecutionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RegistryService_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchEventsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -1308,6 +1350,10 @@ var RegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveMapping",
 			Handler:    _RegistryService_ResolveMapping_Handler,
+		},
+		{
+			MethodName: "ResolveExecution",
+			Handler:    _RegistryService_ResolveExecution_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
