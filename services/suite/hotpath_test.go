@@ -192,14 +192,16 @@ func TestGovernedCallCost(t *testing.T) {
 
 	// What one call may cost at most: the trace written at the call's two
 	// checkpoints (plus the adapter's protocol event), capability
-	// contracts from the cache, no Info line from the services whose hot
-	// path is quiet (the one left is the adapter's).
+	// contracts and mapping facts from caches, the evidentiary rule
+	// applied in the orchestrator (evidence applies it again on record),
+	// no Info line from the services whose hot path is quiet (the one left
+	// is the adapter's).
 	for _, tc := range []struct {
 		what string
 		got  int
 		max  int
 	}{
-		{"internal RPCs", total, 13},
+		{"internal RPCs", total, 11},
 		// Handles, authorization and the call's charge: one Decide.
 		{"Decide RPCs", methods["Decide"], 1},
 		{"ResolveHandle RPCs", methods["ResolveHandle"], 0},
@@ -209,6 +211,12 @@ func TestGovernedCallCost(t *testing.T) {
 		{"AppendTraces RPCs", methods["AppendTraces"], 2},
 		{"GetCapability RPCs", methods["GetCapability"], 0},
 		{"ResolveMapping RPCs (the one currency check)", methods["ResolveMapping"], 1},
+		// A mapping's capability and connection never change: policy
+		// keeps them.
+		{"GetMapping RPCs", methods["GetMapping"], 0},
+		// The orchestrator assesses each observation itself, then
+		// records it.
+		{"ValidateObservation RPCs", methods["ValidateObservation"], 0},
 		{"log lines at Info or above", len(loud), 1},
 	} {
 		if tc.got > tc.max*calls {
