@@ -5,6 +5,7 @@ import (
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/fitness"
 	"github.com/v0m3/v0m3/services/internal/ids"
 )
 
@@ -27,8 +28,8 @@ func (s *Server) LinkClaim(ctx context.Context, req *evidencev1.LinkClaimRequest
 	}
 	// Fitness is checked again at link time: a record made before the rule
 	// (or under a looser one) must not become a claim's support.
-	if findings := Assess(obs); len(findings) > 0 {
-		return nil, unfitError("OBSERVATION_NOT_EVIDENCE", "observation "+obs.GetId()+" cannot support a claim", findings)
+	if findings := fitness.Assess(obs); len(findings) > 0 {
+		return nil, fitness.Refusal("OBSERVATION_NOT_EVIDENCE", "observation "+obs.GetId()+" cannot support a claim", findings)
 	}
 	if pid := req.GetPassageId(); pid != "" && !hasPassage(obs, pid) {
 		return nil, apierror.InvalidArgument("PASSAGE_UNKNOWN", "the observation has no passage with this id",

@@ -9,6 +9,7 @@ import (
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/evidence"
+	"github.com/v0m3/v0m3/services/internal/fitness"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
 
@@ -20,64 +21,6 @@ func findingCodes(fs []*evidencev1.ValidationFinding) []string {
 	return out
 }
 
-// TestAssess: what can support a claim and what stays a diagnostic.
-func TestAssess(t *testing.T) {
-	t.Parallel()
-	valid := func(change func(o *evidencev1.SourceObservation)) *evidencev1.SourceObservation {
-		o := observation("task_v", "conn_v", "notes://v", "The API allows 600 requests per minute.")
-		change(o)
-		return o
-	}
-	text := func(s string) func(o *evidencev1.SourceObservation) {
-		return func(o *evidencev1.SourceObservation) {
-			o.Passages = []*evidencev1.Passage{{PassageId: "p1", Text: s}}
-			o.ContentDigest = contentDigest(s)
-		}
-	}
-	tests := []struct {
-		name string
-		obs  *evidencev1.SourceObservation
-		want []string
-	}{
-		{"markdown source", valid(func(*evidencev1.SourceObservation) {}), nil},
-		{"plain text with parameters", valid(func(o *evidencev1.SourceObservation) { o.MediaType = "Text/Plain; charset=utf-8" }), nil},
-		{"html", valid(func(o *evidencev1.SourceObservation) { o.MediaType = "text/html" }), nil},
-		{"unknown media", valid(func(o *evidencev1.SourceObservation) { o.MediaType = "application/x-thing" }), []string{evidence.FindingMediaTypeUnknown}},
-		{"uri list", valid(func(o *evidencev1.SourceObservation) { o.MediaType = "text/uri-list" }), []string{evidence.FindingMediaTypeUnknown}},
-		{"no snapshot", valid(func(o *evidencev1.SourceObservation) { o.SnapshotId = "" }), []string{evidence.FindingProvenanceIncomplete}},
-		{"no mapping revision", valid(func(o *evidencev1.SourceObservation) { o.MappingRevision = 0 }), []string{evidence.FindingProvenanceIncomplete}},
-		{"no request", valid(func(o *evidencev1.SourceObservation) { o.RequestId, o.RequestDigest = "", "" }), []string{evidence.FindingProvenanceIncomplete, evidence.FindingProvenanceIncomplete}},
-		{"title em-dash url", valid(text("API migration guide — https://example.com/guide")), []string{evidence.FindingTitleAndLinkOnly}},
-		{"title colon url", valid(text("Rate limits: https://example.com/limits")), []string{evidence.FindingTitleAndLinkOnly}},
-		{"markdown link", valid(text("[Rate limits](https://example.com/limits)")), []string{evidence.FindingTitleAndLinkOnly}},
-		{"bare url", valid(text("https://example.com/limits")), []string{evidence.FindingTitleAndLinkOnly}},
-		{"text citing a url", valid(text("The limit applies per key.\n\nSee https://example.com/limits for details.")), nil},
-		{"asset mismatch", valid(func(o *evidencev1.SourceObservation) { o.AssetDigest = contentDigest("other") }), []string{evidence.FindingAssetMismatch}},
-		// Tool data is named by its call and may be JSON; a source may be
-		// neither.
-		{"tool data as json", valid(func(o *evidencev1.SourceObservation) {
-			o.Kind, o.ResourceUri, o.MediaType = evidencev1.ObservationKind_OBSERVATION_KIND_TOOL_DATA, "v0m3-data:conn_v/tools/search/calls/ab", "application/json"
-		}), nil},
-		{"tool data as text", valid(func(o *evidencev1.SourceObservation) {
-			o.Kind, o.ResourceUri = evidencev1.ObservationKind_OBSERVATION_KIND_TOOL_DATA, "v0m3-data:conn_v/tools/search/calls/ab#text"
-		}), nil},
-		{"json source", valid(func(o *evidencev1.SourceObservation) { o.MediaType = "application/json" }), []string{evidence.FindingMediaTypeUnknown}},
-		{"source taking a data identity", valid(func(o *evidencev1.SourceObservation) { o.ResourceUri = "V0M3-DATA:conn_v/tools/search/calls/ab" }),
-			[]string{evidence.FindingIdentityReserved}},
-		{"tool data under a source URI", valid(func(o *evidencev1.SourceObservation) { o.Kind = evidencev1.ObservationKind_OBSERVATION_KIND_TOOL_DATA }),
-			[]string{evidence.FindingIdentityReserved}},
-		{"unknown kind", valid(func(o *evidencev1.SourceObservation) { o.Kind = evidencev1.ObservationKind(9) }), []string{evidence.FindingProvenanceIncomplete}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			if got := findingCodes(evidence.Assess(tc.obs)); !slices.Equal(got, tc.want) {
-				t.Errorf("Assess = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 // TestUnfitObservationIsNotRecorded: RecordObservation refuses what cannot
 // support a claim, ValidateObservation says why without storing anything,
 // and no revision appears for the source.
@@ -86,7 +29,7 @@ func TestUnfitObservationIsNotRecorded(t *testing.T) {
 	e := newEnv(t)
 	o := observation("task_u", "conn_u", "notes://u", "Rate limits — https://example.com/limits")
 	v, err := e.client.ValidateObservation(t.Context(), &evidencev1.ValidateObservationRequest{Observation: o})
-	if err != nil || v.GetFit() || !slices.Equal(findingCodes(v.GetFindings()), []string{evidence.FindingTitleAndLinkOnly}) {
+	if err != nil || v.GetFit() || !slices.Equal(findingCodes(v.GetFindings()), []string{fitness.FindingTitleAndLinkOnly}) {
 		t.Fatalf("ValidateObservation = %v, %v; want unfit TITLE_AND_LINK_ONLY", v, err)
 	}
 	_, err = e.client.RecordObservation(t.Context(), &evidencev1.RecordObservationRequest{Observation: o})

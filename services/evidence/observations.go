@@ -15,6 +15,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/failpoint"
+	"github.com/v0m3/v0m3/services/internal/fitness"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/paging"
 	"github.com/v0m3/v0m3/services/internal/store"
@@ -37,8 +38,8 @@ func (s *Server) RecordObservation(ctx context.Context, req *evidencev1.RecordOb
 	if vs := validateObservation(in); len(vs) > 0 {
 		return nil, apierror.InvalidArgument("OBSERVATION_INVALID", "the observation is incomplete or malformed; see the field violations", vs...)
 	}
-	if findings := Assess(in); len(findings) > 0 {
-		return nil, unfitError("OBSERVATION_UNFIT", "the observation cannot support a claim", findings)
+	if findings := fitness.Assess(in); len(findings) > 0 {
+		return nil, fitness.Refusal(fitness.ReasonUnfit, "the observation cannot support a claim", findings)
 	}
 	if err := s.checkSize(ctx, in); err != nil {
 		return nil, err

@@ -25,13 +25,13 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/identity/identitytest"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/bounds"
 	"github.com/v0m3/v0m3/services/internal/deadline"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/fitness"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/policy"
@@ -524,6 +524,11 @@ type fakeEvidence struct {
 	// invalid, when set, names a product event detail evidence refuses
 	// as INVALID_ARGUMENT (a whole batch holding it is refused).
 	invalid string
+	// stricter, when set, adds findings of a newer rule than the
+	// orchestrator's (version skew) to RecordObservation's assessment;
+	// recorded counts the RecordObservation calls served.
+	stricter func(*evidencev1.SourceObservation) []*evidencev1.ValidationFinding
+	recorded int
 }
 
 func newFakeEvidence() *fakeEvidence {
@@ -627,8 +632,17 @@ func (e *fakeEvidence) RecordObservation(ctx context.Context, in *evidencev1.Rec
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.recorded++
 	if e.down {
 		return nil, apierror.New(codes.Unavailable, "", "evidence store unavailable", nil)
+	}
+	// The service's own rule, refused as the service refuses it.
+	findings := fitness.Assess(in.GetObservation())
+	if e.stricter != nil {
+		findings = append(findings, e.stricter(in.GetObservation())...)
+	}
+	if len(findings) > 0 {
+		return nil, fitness.Refusal(fitness.ReasonUnfit, "the observation cannot support a claim", findings)
 	}
 	if o, ok := e.byKey[in.GetIdempotencyKey()]; ok {
 		return o, nil
@@ -647,15 +661,6 @@ func (e *fakeEvidence) RecordObservation(ctx context.Context, in *evidencev1.Rec
 		return nil, apierror.New(codes.Unavailable, "", "evidence stopped before it answered", nil)
 	}
 	return o, nil
-}
-
-// ValidateObservation applies the evidence service's own rule.
-func (e *fakeEvidence) ValidateObservation(ctx context.Context, in *evidencev1.ValidateObservationRequest) (*evidencev1.ObservationValidation, error) {
-	if err := e.wait(ctx); err != nil {
-		return nil, err
-	}
-	f := evidence.Assess(in.GetObservation())
-	return &evidencev1.ObservationValidation{Fit: len(f) == 0, Findings: f}, nil
 }
 
 func (e *fakeEvidence) product(taskID string) []*evidencev1.ProductEvent {

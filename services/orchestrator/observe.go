@@ -18,6 +18,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/fitness"
 	"github.com/v0m3/v0m3/services/internal/provenance"
 )
 
@@ -30,7 +31,8 @@ import (
 const DefaultAssetThreshold = 64 << 10
 
 // Diagnostic codes the orchestrator itself gives items that are not
-// recorded (evidence's findings name the others).
+// recorded (the evidentiary rule's findings, fitness.Finding*, name
+// the others).
 const (
 	// codeStructuredContent: structured content beside a source result is
 	// data about it, not a source.
@@ -273,7 +275,7 @@ func (r *recorder) attribute(target, label, how string) error {
 // join records the text of items as one observation of uri: one call
 // reads one version of one source, so its items are that version's
 // passages, not versions of their own. A binary item is judged on its own
-// (evidence says why it is not a source).
+// (the evidentiary rule says why it is not a source).
 func (r *recorder) join(items []*adapterv1.ContentItem, uri, label, how string, kind evidencev1.ObservationKind) error {
 	var (
 		texts     []string
@@ -342,21 +344,17 @@ func (r *recorder) candidate(uri, text, contentDigest, mediaType string, size in
 	}
 }
 
-// record validates candidate, records it when it can support a claim (as
+// record assesses candidate, records it when it can support a claim (as
 // an asset when large and the mapping allows) and quotes its passages;
-// otherwise it is a diagnostic naming what.
+// otherwise it is a diagnostic naming what. The rule is applied here
+// (fitness.Assess), not asked of evidence, to save a round trip per item;
+// evidence applies it again on record and is the authority: its refusal
+// (another version of the rule, during an upgrade) makes the same
+// diagnostic, not an error.
 func (r *recorder) record(candidate *evidencev1.SourceObservation, text, label, what string, data bool) error {
 	s, ctx := r.s, r.ctx
-	v, err := s.deps.Evidence.ValidateObservation(ctx, &evidencev1.ValidateObservationRequest{Observation: candidate})
-	if err != nil {
-		return fmt.Errorf("validate: %w", err)
-	}
-	if !v.GetFit() {
-		codes := make([]string, 0, len(v.GetFindings()))
-		for _, f := range v.GetFindings() {
-			codes = append(codes, f.GetCode()+" ("+f.GetField()+")")
-		}
-		r.diagnostic(what, v.GetFindings()[0].GetCode(), strings.Join(codes, ", "))
+	if findings := fitness.Assess(candidate); len(findings) > 0 {
+		r.diagnostic(what, findings[0].GetCode(), fitness.Summary(findings))
 		return nil
 	}
 	passages := candidate.GetPassages()
@@ -370,6 +368,10 @@ func (r *recorder) record(candidate *evidencev1.SourceObservation, text, label, 
 		}
 	}
 	obs, err := s.deps.Evidence.RecordObservation(ctx, &evidencev1.RecordObservationRequest{Observation: candidate, IdempotencyKey: observationKey(candidate)})
+	if code, findings, unfit := fitness.Refused(err); unfit {
+		r.diagnostic(what, code, findings)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("record observation: %w", err)
 	}

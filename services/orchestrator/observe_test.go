@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -10,34 +11,54 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/fitness"
 )
 
 // TestTitleAndLinkIsNotASource: a tool that answers with only a title and
 // a URL (as text naming a resource, as a bare text block, or as structured
 // {title,url}), or with a media type that is not evidence, completes the
 // call but yields no source record and no excerpt: each item is a traced
-// diagnostic with the finding's code.
+// diagnostic with the finding's code. The orchestrator applies the rule
+// itself, so such an item never reaches evidence; and an item evidence
+// refuses as unfit by a rule the orchestrator does not know yet (version
+// skew: evidence is the authority) is the same diagnostic, not an error.
 func TestTitleAndLinkIsNotASource(t *testing.T) {
 	t.Parallel()
 	item := func(uri, mediaType, text string, i int32) *adapterv1.ContentItem {
 		return &adapterv1.ContentItem{Uri: uri, MediaType: mediaType, Text: text, ContentDigest: digest.Bytes([]byte(text)), Index: i}
 	}
+	// A newer evidence rule that no longer takes HTML as a source.
+	noHTML := func(o *evidencev1.SourceObservation) []*evidencev1.ValidationFinding {
+		if o.GetMediaType() != "text/html" {
+			return nil
+		}
+		return []*evidencev1.ValidationFinding{{Code: fitness.FindingMediaTypeUnknown, Field: "observation.media_type", Detail: "no longer evidence"}}
+	}
 	tests := []struct {
 		name       string
 		items      []*adapterv1.ContentItem
 		structured map[string]any
+		stricter   func(*evidencev1.SourceObservation) []*evidencev1.ValidationFinding
 		reason     string
+		// recorded is how many RecordObservation calls evidence serves:
+		// none for what the orchestrator's own assessment already finds
+		// unfit.
+		recorded int
 	}{
-		{"title and link with a resource URI", []*adapterv1.ContentItem{item("note://guide", "text/markdown", "API migration guide — https://example.com/guide", 0)}, nil, "TITLE_AND_LINK_ONLY"},
-		{"markdown link", []*adapterv1.ContentItem{item("note://guide", "text/plain", "[API migration guide](https://example.com/guide)", 0)}, nil, "TITLE_AND_LINK_ONLY"},
-		{"bare text block", []*adapterv1.ContentItem{item("", "text/plain", "API migration guide — https://example.com/guide", 0)}, nil, "PROVENANCE_INCOMPLETE"},
-		{"structured title and url", nil, map[string]any{"title": "API migration guide", "url": "https://example.com/guide"}, "STRUCTURED_CONTENT"},
-		{"unknown media type", []*adapterv1.ContentItem{item("note://guide", "application/x-unknown", "some bytes", 0)}, nil, "MEDIA_TYPE_UNKNOWN"},
+		{"title and link with a resource URI", []*adapterv1.ContentItem{item("note://guide", "text/markdown", "API migration guide — https://example.com/guide", 0)}, nil, nil, "TITLE_AND_LINK_ONLY", 0},
+		{"markdown link", []*adapterv1.ContentItem{item("note://guide", "text/plain", "[API migration guide](https://example.com/guide)", 0)}, nil, nil, "TITLE_AND_LINK_ONLY", 0},
+		{"bare text block", []*adapterv1.ContentItem{item("", "text/plain", "API migration guide — https://example.com/guide", 0)}, nil, nil, "PROVENANCE_INCOMPLETE", 0},
+		{"structured title and url", nil, map[string]any{"title": "API migration guide", "url": "https://example.com/guide"}, nil, "STRUCTURED_CONTENT", 0},
+		{"unknown media type", []*adapterv1.ContentItem{item("note://guide", "application/x-unknown", "some bytes", 0)}, nil, nil, "MEDIA_TYPE_UNKNOWN", 0},
+		{"evidence refuses what the orchestrator found fit", []*adapterv1.ContentItem{item("note://guide", "text/html", "<p>The API allows 600 requests per minute.</p>", 0)}, nil, noHTML, "MEDIA_TYPE_UNKNOWN", 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
+			h.evidence.mu.Lock()
+			h.evidence.stricter = tc.stricter
+			h.evidence.mu.Unlock()
 			h.adapter.mu.Lock()
 			h.adapter.respond = func(*adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
 				var sc *structpb.Struct
@@ -62,6 +83,12 @@ func TestTitleAndLinkIsNotASource(t *testing.T) {
 			if obs := h.evidence.observationsOf(cat.GetTaskId()); len(obs) != 0 {
 				t.Errorf("recorded %d observations from a non-source result: %v", len(obs), obs)
 			}
+			h.evidence.mu.Lock()
+			recorded := h.evidence.recorded
+			h.evidence.mu.Unlock()
+			if recorded != tc.recorded {
+				t.Errorf("RecordObservation called %d times, want %d", recorded, tc.recorded)
+			}
 			found := false
 			for _, e := range h.evidence.product(cat.GetTaskId()) {
 				if e.GetKind() == evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_DIAGNOSTIC && e.GetReason() == tc.reason && e.GetRequestId() == r.GetId() {
@@ -74,7 +101,9 @@ func TestTitleAndLinkIsNotASource(t *testing.T) {
 			// The product service reads the same diagnostic on the request.
 			onRequest := false
 			for _, d := range r.GetDiagnostics() {
-				if d.GetCode() == tc.reason && d.GetItem() != "" {
+				// An item's detail names its findings, whichever side
+				// found them.
+				if d.GetCode() == tc.reason && d.GetItem() != "" && (tc.items == nil || strings.HasPrefix(d.GetDetail(), tc.reason+" (")) {
 					onRequest = true
 				}
 			}

@@ -202,8 +202,8 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 		if err != nil {
 			return nil, err
 		}
-		q.connectionID = m.GetConnectionId()
-		if req.GetResource() != m.GetConnectionId() {
+		q.connectionID = m.connectionID
+		if req.GetResource() != m.connectionID {
 			q.target = req.GetResource()
 		}
 	}
@@ -241,19 +241,4 @@ func (s *Server) capabilityAt(ctx context.Context, capability string, revision i
 			map[string]string{"capability": capability, "effect_class": effectClassName(c.GetEffectClass())})
 	}
 	return c, nil
-}
-
-// mapping returns a mapping's current revision from the registry and checks
-// that it implements capability.
-func (s *Server) mapping(ctx context.Context, id, capability string) (*registryv1.Mapping, error) {
-	m, err := s.deps.Registry.GetMapping(ctx, &registryv1.GetMappingRequest{Id: id})
-	if err != nil {
-		return nil, apierror.Propagate(err, "policy: look up mapping")
-	}
-	if m.GetCapability() != capability {
-		return nil, apierror.New(codes.FailedPrecondition, "MAPPING_CAPABILITY_MISMATCH",
-			fmt.Sprintf("mapping %s implements %s, not %s", id, m.GetCapability(), capability),
-			map[string]string{"mapping_id": id, "capability": capability})
-	}
-	return m, nil
 }

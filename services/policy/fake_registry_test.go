@@ -22,6 +22,8 @@ type fakeRegistry struct {
 	caps     map[string]*registryv1.Capability
 	mappings map[string]*registryv1.Mapping
 	conns    map[string]*registryv1.Connection
+	// mappingReads counts GetMapping calls.
+	mappingReads int
 }
 
 func newFakeRegistry() *fakeRegistry {
@@ -50,6 +52,13 @@ func (f *fakeRegistry) putMapping(id, capability, conn string, rev int64, state 
 	f.mappings[id] = &registryv1.Mapping{Id: id, Revision: rev, Capability: capability, ConnectionId: conn, State: state}
 }
 
+// reads returns how many times GetMapping was called.
+func (f *fakeRegistry) reads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mappingReads
+}
+
 func (f *fakeRegistry) GetCapability(_ context.Context, req *registryv1.GetCapabilityRequest) (*registryv1.Capability, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -75,6 +84,7 @@ func (f *fakeRegistry) ListCapabilities(context.Context, *registryv1.ListCapabil
 func (f *fakeRegistry) GetMapping(_ context.Context, req *registryv1.GetMappingRequest) (*registryv1.Mapping, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.mappingReads++
 	m, ok := f.mappings[req.GetId()]
 	if !ok {
 		return nil, apierror.New(codes.NotFound, "MAPPING_NOT_FOUND", "no such mapping", nil)

@@ -168,13 +168,24 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 				tok, b.GetMappingId(), b.GetMappingRevision(), req.GetMappingId(), req.GetMappingRevision()))
 	}
 
-	// Re-authorize the current state: the registry's current mapping must
-	// still be this revision and active, and policy must still allow it.
-	m, err := s.mapping(ctx, b.GetMappingId(), b.GetCapability())
-	if err != nil {
+	// Re-authorize the current state. The mapping's connection and the
+	// capability revision the bound revision was reviewed against never
+	// change (see mappingFacts): the first use of a revision reads them
+	// from the registry and requires it current and active; after that,
+	// whether it still is, is the orchestrator's ResolveMapping, made in
+	// the same governed call before it asks policy (the only peer allowed
+	// to call ResolveHandle and Decide). Policy must still allow it.
+	var m *registryv1.Mapping // the registry's current mapping, when read
+	f, ok := s.mappings.get(b.GetMappingId())
+	if !ok || f.revision != b.GetMappingRevision() {
+		if m, f, err = s.readMapping(ctx, b.GetMappingId()); err != nil {
+			return nil, err
+		}
+	}
+	if err := implements(b.GetMappingId(), f, b.GetCapability()); err != nil {
 		return nil, err
 	}
-	if m.GetRevision() != b.GetMappingRevision() || m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
+	if m != nil && (m.GetRevision() != b.GetMappingRevision() || m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE) {
 		return nil, s.refuse(ctx, req, codes.FailedPrecondition, "HANDLE_MAPPING_CHANGED",
 			fmt.Sprintf("handle %s is bound to mapping %s revision %d, which is now revision %d and %s; mint a new one",
 				tok, m.GetId(), b.GetMappingRevision(), m.GetRevision(), mappingStateName(m.GetState())))
@@ -183,21 +194,21 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 	// it was reviewed against is the current one (a capability revision
 	// sends its active mappings to review in the same transaction): its
 	// contract comes from the cache.
-	c, err := s.capabilityAt(ctx, b.GetCapability(), m.GetCapabilityRevision(), req.GetEffectClass())
+	c, err := s.capabilityAt(ctx, b.GetCapability(), f.capabilityRevision, req.GetEffectClass())
 	if err != nil {
 		return nil, err
 	}
 	authz := s.decide(ctx, query{
 		principal:       req.GetRequester(),
 		capability:      b.GetCapability(),
-		connectionID:    m.GetConnectionId(),
+		connectionID:    f.connectionID,
 		target:          b.GetTarget(),
 		taskID:          b.GetTaskId(),
 		purpose:         req.GetPurpose(),
 		effect:          c.GetEffectClass(),
 		approval:        c.GetApproval(),
-		mappingID:       m.GetId(),
-		mappingRevision: m.GetRevision(),
+		mappingID:       b.GetMappingId(),
+		mappingRevision: b.GetMappingRevision(),
 	})
 	if authz.GetDecision() != policyv1.Decision_DECISION_ALLOW {
 		return nil, apierror.New(codes.PermissionDenied, "POLICY_DENIED",
@@ -205,7 +216,7 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 			map[string]string{"capability": b.GetCapability(), "policy_revision": authz.GetPolicyRevision()})
 	}
 	s.log.DebugContext(ctx, "handle resolved", "token_prefix", tok, "task_id", b.GetTaskId(),
-		"capability", b.GetCapability(), "mapping_id", m.GetId(), "mapping_revision", m.GetRevision())
+		"capability", b.GetCapability(), "mapping_id", b.GetMappingId(), "mapping_revision", b.GetMappingRevision())
 	return &policyv1.ResolveHandleResponse{Binding: b, Authorization: authz}, nil
 }
 

@@ -291,10 +291,20 @@ func TestResolveHandleReauthorizesTarget(t *testing.T) {
 		t.Errorf("logs reveal the private target:\n%s", logs)
 	}
 
-	// The mapping moved to another connection: the scoping permit no longer
-	// matches.
+	// The same source through a mapping on another connection: the
+	// scoping permit does not match. (A mapping never moves to another
+	// connection: the registry makes that a new mapping.)
 	e.reg.addConnection("conn_other", registryv1.ConnectionState_CONNECTION_STATE_ACTIVE)
-	e.reg.putMapping(mapRetrieve, capRetrieve, "conn_other", 2, registryv1.MappingState_MAPPING_STATE_ACTIVE)
-	_, err = e.client.ResolveHandle(ctx, resolveReq(pub.GetToken()))
-	checkRefusal(t, err, codes.PermissionDenied, "POLICY_DENIED", pub.GetToken())
+	e.reg.putMapping("map_other", capRetrieve, "conn_other", 1, registryv1.MappingState_MAPPING_STATE_ACTIVE)
+	other, err := e.client.MintHandle(ctx, &policyv1.MintHandleRequest{
+		TaskId: "task_1", Requester: "alice", Capability: capRetrieve, Target: publicTarget,
+		Label: "note: API migration guide", MappingId: "map_other", MappingRevision: 1,
+	})
+	if err != nil {
+		t.Fatalf("MintHandle: %v", err)
+	}
+	req := resolveReq(other.GetToken())
+	req.MappingId, req.MappingRevision = "map_other", 1
+	_, err = e.client.ResolveHandle(ctx, req)
+	checkRefusal(t, err, codes.PermissionDenied, "POLICY_DENIED", other.GetToken())
 }

@@ -108,6 +108,8 @@ type Server struct {
 	log   *slog.Logger
 	// caps holds capability contracts by revision (see capabilityAt).
 	caps capcache.Cache
+	// mappings holds what never changes of a mapping (see mappingFacts).
+	mappings mappingCache
 
 	// policy is the revision in force; replaced whole on reload.
 	policy atomic.Pointer[compiled]

@@ -192,14 +192,16 @@ func TestGovernedCallCost(t *testing.T) {
 
 	// What one call may cost at most: the trace written at the call's two
 	// checkpoints (plus the adapter's protocol event), capability
-	// contracts from the cache, no Info line from the services whose hot
-	// path is quiet (the one left is the adapter's).
+	// contracts and mapping facts from caches, the evidentiary rule
+	// applied in the orchestrator (evidence applies it again on record),
+	// no Info line from the services whose hot path is quiet (the one left
+	// is the adapter's).
 	for _, tc := range []struct {
 		what string
 		got  int
 		max  int
 	}{
-		{"internal RPCs", total, 12},
+		{"internal RPCs", total, 10},
 		// Handles, authorization and the call's charge: one Decide.
 		{"Decide RPCs", methods["Decide"], 1},
 		{"ResolveHandle RPCs", methods["ResolveHandle"], 0},
@@ -208,9 +210,16 @@ func TestGovernedCallCost(t *testing.T) {
 		{"AppendTrace RPCs", methods["AppendTrace"], 1},
 		{"AppendTraces RPCs", methods["AppendTraces"], 2},
 		{"GetCapability RPCs", methods["GetCapability"], 0},
+		// The one currency check reads the connection with the mapping.
 		{"ResolveExecution RPCs (the one currency check, with the connection)", methods["ResolveExecution"], 1},
 		{"ResolveMapping RPCs", methods["ResolveMapping"], 0},
 		{"GetConnection RPCs (the adapter's, at execution)", methods["GetConnection"], 1},
+		// A mapping's capability and connection never change: policy
+		// keeps them.
+		{"GetMapping RPCs", methods["GetMapping"], 0},
+		// The orchestrator assesses each observation itself, then
+		// records it.
+		{"ValidateObservation RPCs", methods["ValidateObservation"], 0},
 		{"log lines at Info or above", len(loud), 1},
 	} {
 		if tc.got > tc.max*calls {
