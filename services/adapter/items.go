@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"mime"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/fitness"
 	"github.com/v0m3/v0m3/services/internal/resultschema"
 )
 
@@ -136,7 +136,7 @@ func finish(items []*adapterv1.ContentItem, structured *structpb.Struct, l *regi
 	}
 	allow := map[string]bool{}
 	for _, a := range allowed {
-		allow[normalizeMediaType(a)] = true
+		allow[fitness.BaseMediaType(a)] = true
 	}
 	// The transport limit allows an envelope around the content; the
 	// content itself is held to max_response_bytes exactly.
@@ -151,7 +151,7 @@ func finish(items []*adapterv1.ContentItem, structured *structpb.Struct, l *regi
 	kept := make([]*adapterv1.ContentItem, 0, len(items))
 	var dropped []*adapterv1.ItemDiagnostic
 	for _, it := range items {
-		if allow[normalizeMediaType(it.MediaType)] {
+		if allow[fitness.BaseMediaType(it.MediaType)] {
 			kept = append(kept, it)
 			continue
 		}
@@ -159,7 +159,7 @@ func finish(items []*adapterv1.ContentItem, structured *structpb.Struct, l *regi
 			return result{}, &contentError{code: CodeMediaTypeNotAllowed,
 				detail: fmt.Sprintf("item %d has media type %q, allowed: %s", it.Index, truncate(it.MediaType, 128), strings.Join(allowed, ", "))}
 		}
-		mt := truncate(normalizeMediaType(it.MediaType), 128)
+		mt := truncate(fitness.BaseMediaType(it.MediaType), 128)
 		dropped = append(dropped, &adapterv1.ItemDiagnostic{
 			Index: it.Index, MediaType: mt, SafeCode: CodeMediaTypeNotAllowed, ContentDigest: it.ContentDigest,
 			AdapterDetail: fmt.Sprintf("item %d of media type %q left out: the mapping allows %s", it.Index, mt, strings.Join(allowed, ", ")),
@@ -278,12 +278,4 @@ func stringMeta(m map[string]any) map[string]string {
 		out[truncate(k, maxMetaValueLen)] = truncate(s, maxMetaValueLen)
 	}
 	return out
-}
-
-// normalizeMediaType lowercases a media type and drops its parameters.
-func normalizeMediaType(t string) string {
-	if mt, _, err := mime.ParseMediaType(t); err == nil {
-		return mt
-	}
-	return strings.ToLower(strings.TrimSpace(t))
 }

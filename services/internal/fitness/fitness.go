@@ -66,7 +66,7 @@ func Assess(o *evidencev1.SourceObservation) []*evidencev1.ValidationFinding {
 	if data {
 		allowed = append(slices.Clone(EvidentiaryMediaTypes), DataMediaTypes...)
 	}
-	if mt := normalizeMediaType(o.GetMediaType()); !slices.Contains(allowed, mt) {
+	if mt := BaseMediaType(o.GetMediaType()); !slices.Contains(allowed, mt) {
 		add(FindingMediaTypeUnknown, "observation.media_type",
 			"media type "+quoteBounded(o.GetMediaType())+" is not one of "+strings.Join(allowed, ", "))
 	}
@@ -161,8 +161,10 @@ func observedText(o *evidencev1.SourceObservation) string {
 	return strings.Join(parts, "\n\n")
 }
 
-// normalizeMediaType lowercases a media type and drops its parameters.
-func normalizeMediaType(t string) string {
+// BaseMediaType lowercases a media type and drops its parameters: the
+// form media types are compared in (the adapter's allowed types, this
+// rule's lists).
+func BaseMediaType(t string) string {
 	if mt, _, err := mime.ParseMediaType(t); err == nil {
 		return mt
 	}
