@@ -92,7 +92,7 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 	if err != nil {
 		return nil, err
 	}
-	conn, err := s.connection(ctx, req.GetConnectionId())
+	conn, err := s.executeConnection(ctx, req)
 	if err != nil {
 		return nil, err
 	}

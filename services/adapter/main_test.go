@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,9 +106,12 @@ type fakeRegistry struct {
 	mu        sync.Mutex
 	conns     map[string]*registryv1.Connection
 	snapshots []*registryv1.DiscoverySnapshot
+	// gets counts GetConnection calls.
+	gets atomic.Int64
 }
 
 func (f *fakeRegistry) GetConnection(_ context.Context, req *registryv1.GetConnectionRequest) (*registryv1.Connection, error) {
+	f.gets.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.conns[req.GetId()]

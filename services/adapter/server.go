@@ -139,6 +139,9 @@ type Server struct {
 
 	// pool keeps Execute's sessions.
 	pool *pool
+	// readings keeps the connections last read and found usable, for
+	// Execute (see executeConnection).
+	readings readings
 
 	// oauth keeps each OAuth connection's authorizer (see oauth.go).
 	oauth authorizers
@@ -221,9 +224,11 @@ func (s *Server) Close() error {
 func (s *Server) connection(ctx context.Context, id string) (*registryv1.Connection, error) {
 	conn, err := s.deps.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: id})
 	if err != nil {
+		s.readings.forget(id)
 		return nil, apierror.Propagate(err, "get connection")
 	}
 	if conn.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
+		s.readings.forget(id)
 		s.pool.drop(id)
 		s.oauth.drop(id)
 		return nil, apierror.New(codes.FailedPrecondition, "CONNECTION_RETIRED",
@@ -231,12 +236,14 @@ func (s *Server) connection(ctx context.Context, id string) (*registryv1.Connect
 			map[string]string{"connection_id": id})
 	}
 	if err := review.Approved(conn); err != nil {
+		s.readings.forget(id)
 		s.pool.drop(id)
 		s.oauth.drop(id)
 		s.log.InfoContext(ctx, "refused to use an unreviewed connection", "connection_id", id,
 			"config_revision", conn.GetConfigRevision(), "review_state", conn.GetReviewState().String())
 		return nil, err
 	}
+	s.readings.put(conn)
 	return conn, nil
 }
 

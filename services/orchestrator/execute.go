@@ -150,7 +150,7 @@ func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req
 				}); err != nil {
 					return nil, s.internal(ctx, "end the attempt refused at the old config revision", err)
 				}
-				p.connection = conn
+				p.setConnection(conn)
 				continue
 			}
 		}
@@ -225,7 +225,8 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		// The reviewed output schema travels with the mapping the
 		// registry resolved for this call: no further lookup, and the
 		// grant binds it.
-		OutputSchema: p.mapping.GetOutputSchema(),
+		OutputSchema:     p.mapping.GetOutputSchema(),
+		ConnectionDigest: p.freshConnection(),
 	}
 	if p.target.GetKind() != registryv1.RemoteKind_REMOTE_KIND_TOOL {
 		in.OutputSchema = nil

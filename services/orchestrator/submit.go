@@ -31,6 +31,9 @@ type prepared struct {
 	offered    *orchestratorv1.OfferedCapability
 	mapping    *registryv1.Mapping
 	connection *registryv1.Connection
+	// fresh is the digest of connection while it is the reading made for
+	// this decision, "" once an attempt used it (see freshConnection).
+	fresh      string
 	normalized map[string]any
 	argsDigest string
 	// targets maps a handle field to its resolved server-side target.
@@ -292,7 +295,8 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	if resolveErr != nil {
 		return p, apierror.Propagate(resolveErr, "resolve mapping")
 	}
-	p.mapping, p.connection = resolved, conn
+	p.mapping = resolved
+	p.setConnection(conn)
 	if p.connection.GetState() == registryv1.ConnectionState_CONNECTION_STATE_RETIRED {
 		return p, apierror.New(codes.FailedPrecondition, "CONNECTION_RETIRED",
 			fmt.Sprintf("connection %s implementing %s is retired", p.connection.GetId(), name),
@@ -532,6 +536,24 @@ func (s *Server) refuse(ctx context.Context, req *orchestratorv1.ToolRequest, p 
 	}
 	s.log.InfoContext(ctx, "request refused", "task", req.GetTaskId(), "request", req.GetId(), "capability", req.GetCapability(), "reason", reason)
 	return nil, cause
+}
+
+// setConnection sets the connection the call runs on, as just read from
+// the registry.
+func (p *prepared) setConnection(c *registryv1.Connection) {
+	p.connection = c
+	p.fresh, _ = digest.Message(c) // none: the adapter reads it itself
+}
+
+// freshConnection returns, once, the digest of the connection reading
+// made for this decision: the first attempt tells the adapter which state
+// it was authorized on (ExecuteRequest.connection_digest), so the adapter
+// need not read it again. Later attempts (after a retry's wait) send none
+// and the adapter reads the connection itself.
+func (p *prepared) freshConnection() string {
+	d := p.fresh
+	p.fresh = ""
+	return d
 }
 
 // record copies what is known about the product decision onto a request.

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"unicode/utf16"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -45,6 +46,18 @@ func Struct(s *structpb.Struct) (string, error) {
 		return "", nil
 	}
 	return JSON(s.AsMap())
+}
+
+// Message returns the digest of m's deterministic protobuf encoding: equal
+// for two readings of one record by the same build, so it tells whether two
+// services read the same state. It is not canonical across builds (a
+// field one build does not know changes it): compare it, never store it.
+func Message(m proto.Message) (string, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("digest: marshal %T: %w", m, err)
+	}
+	return Bytes(b), nil
 }
 
 // String returns the digest of s encoded as a JSON string.

@@ -256,9 +256,16 @@ type ExecuteRequest struct {
 	// valid against it (JSON Schema draft 2020-12 or draft-07), or the
 	// outcome is INVALID_REQUEST with safe code MALFORMED_RESULT and no item
 	// is returned. The grant binds its digest.
-	OutputSchema  *structpb.Struct `protobuf:"bytes,12,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OutputSchema *structpb.Struct `protobuf:"bytes,12,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	// Optional. The digest (digest.Message) of the connection as the caller
+	// read it from the registry when it authorized the call. When it is the
+	// digest of a connection the adapter read itself and found usable, the
+	// adapter uses that reading instead of asking the registry again: the
+	// caller's read is the current one. Any other value, or none, and the
+	// adapter reads the connection from the registry.
+	ConnectionDigest string `protobuf:"bytes,13,opt,name=connection_digest,json=connectionDigest,proto3" json:"connection_digest,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ExecuteRequest) Reset() {
@@ -373,6 +380,13 @@ func (x *ExecuteRequest) GetOutputSchema() *structpb.Struct {
 		return x.OutputSchema
 	}
 	return nil
+}
+
+func (x *ExecuteRequest) GetConnectionDigest() string {
+	if x != nil {
+		return x.ConnectionDigest
+	}
+	return ""
 }
 
 // ContentItem is one item of a remote result, bounded and typed.
@@ -913,7 +927,7 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"\n" +
 	"\x1dv0m3/adapter/v1/adapter.proto\x12\x0fv0m3.adapter.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fv0m3/registry/v1/registry.proto\"6\n" +
 	"\x0fDiscoverRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\xf6\x03\n" +
+	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\xa3\x04\n" +
 	"\x0eExecuteRequest\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12'\n" +
 	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12\x1d\n" +
@@ -930,7 +944,8 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	" \x01(\tR\n" +
 	"snapshotId\x12\x14\n" +
 	"\x05grant\x18\v \x01(\tR\x05grant\x12<\n" +
-	"\routput_schema\x18\f \x01(\v2\x17.google.protobuf.StructR\foutputSchema\"\xb1\x02\n" +
+	"\routput_schema\x18\f \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x12+\n" +
+	"\x11connection_digest\x18\r \x01(\tR\x10connectionDigest\"\xb1\x02\n" +
 	"\vContentItem\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1d\n" +
 	"\n" +
