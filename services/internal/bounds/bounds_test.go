@@ -132,3 +132,21 @@ func TestNames(t *testing.T) {
 		t.Errorf("shown %d names of %d bytes, %d more; want %d of %d, 3 more", len(shown), len(shown[0]), more, bounds.EchoedNames, bounds.Echo)
 	}
 }
+
+// BenchmarkLimitsCheck bounds a request within its limits, the shape of a
+// discovery snapshot (nested messages, lists, maps): the cost every RPC
+// pays in UnaryServer.
+func BenchmarkLimitsCheck(b *testing.B) {
+	tools := make([]*registryv1.ToolIdentity, 5)
+	for i := range tools {
+		tools[i] = &registryv1.ToolIdentity{Name: "search", Description: "Search the sources.", InputSchemaDigest: "sha256:0"}
+	}
+	req := &registryv1.RecordSnapshotRequest{Snapshot: &registryv1.DiscoverySnapshot{
+		ConnectionId: "conn_1", Tools: tools,
+	}}
+	for b.Loop() {
+		if err := testLimits.Check(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

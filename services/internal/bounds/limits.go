@@ -2,7 +2,6 @@ package bounds
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -48,64 +47,121 @@ func (l Limits) Check(m proto.Message) error {
 	if m == nil {
 		return nil
 	}
-	return l.message(m.ProtoReflect(), "")
+	var p path
+	return l.message(m.ProtoReflect(), &p)
 }
 
-func (l Limits) message(m protoreflect.Message, prefix string) error {
+// path is where the walk is in a request. It is formatted only when a
+// value is refused, so a request within its bounds (nearly every one) is
+// checked without building a string per field.
+type path []step
+
+// step is one element of a path: a field (name), a list element (index)
+// or a map value (key), or the map key itself (isKey).
+type step struct {
+	name  string
+	index int
+	key   string
+	kind  stepKind
+}
+
+type stepKind uint8
+
+const (
+	stepField stepKind = iota
+	stepIndex
+	stepMapValue
+	stepMapKey
+)
+
+func (p *path) push(st step) { *p = append(*p, st) }
+func (p *path) pop()         { *p = (*p)[:len(*p)-1] }
+
+// String formats p as errors name fields: "a.b[3].c", `m["k"]`, "m key".
+func (p path) String() string {
+	var b strings.Builder
+	for i, st := range p {
+		switch st.kind {
+		case stepField:
+			if i > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(st.name)
+		case stepIndex:
+			b.WriteString("[" + strconv.Itoa(st.index) + "]")
+		case stepMapValue:
+			b.WriteString("[" + strconv.Quote(apierror.Truncate(st.key, 32)) + "]")
+		case stepMapKey:
+			b.WriteString(" key")
+		}
+	}
+	return b.String()
+}
+
+func (l Limits) message(m protoreflect.Message, p *path) error {
 	var err error
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		err = l.field(fd, v, prefix+string(fd.Name()))
+		p.push(step{name: string(fd.Name())})
+		err = l.field(fd, v, p)
+		p.pop()
 		return err == nil
 	})
 	return err
 }
 
-func (l Limits) field(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string) error {
+func (l Limits) field(fd protoreflect.FieldDescriptor, v protoreflect.Value, p *path) error {
 	name := string(fd.Name())
 	switch {
 	case fd.IsList():
 		list := v.List()
 		if limit := l.entries(name); list.Len() > limit {
-			return TooMany(listReason(name), path, list.Len(), limit)
+			return TooMany(listReason(name), p.String(), list.Len(), limit)
 		}
 		for i := range list.Len() {
-			if err := l.value(fd, name, list.Get(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			p.push(step{index: i, kind: stepIndex})
+			err := l.value(fd, name, list.Get(i), p)
+			p.pop()
+			if err != nil {
 				return err
 			}
 		}
 	case fd.IsMap():
 		mp := v.Map()
 		if limit := l.entries(name); mp.Len() > limit {
-			return TooMany(listReason(name), path, mp.Len(), limit)
+			return TooMany(listReason(name), p.String(), mp.Len(), limit)
 		}
 		var err error
 		mp.Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
 			key := k.String()
 			if len(key) > Name {
-				err = FieldTooLong(path+" key", Name)
+				p.push(step{kind: stepMapKey})
+				err = FieldTooLong(p.String(), Name)
+				p.pop()
 				return false
 			}
-			err = l.value(fd.MapValue(), name, mv, path+"["+strconv.Quote(apierror.Truncate(key, 32))+"]")
+			p.push(step{key: key, kind: stepMapValue})
+			err = l.value(fd.MapValue(), name, mv, p)
+			p.pop()
 			return err == nil
 		})
 		return err
 	default:
-		return l.value(fd, name, v, path)
+		return l.value(fd, name, v, p)
 	}
 	return nil
 }
 
 // value bounds one value of fd (a field, a list element or a map value),
 // under the limits of the field named name (for a map value, the map's).
-func (l Limits) value(fd protoreflect.FieldDescriptor, name string, v protoreflect.Value, path string) error {
+func (l Limits) value(fd protoreflect.FieldDescriptor, name string, v protoreflect.Value, p *path) error {
 	switch fd.Kind() {
 	case protoreflect.StringKind:
 		if limit := l.bytes(name); len(v.String()) > limit {
-			return FieldTooLong(path, limit)
+			return FieldTooLong(p.String(), limit)
 		}
 	case protoreflect.BytesKind:
 		if limit := l.bytes(name); len(v.Bytes()) > limit {
-			return FieldTooLong(path, limit)
+			return FieldTooLong(p.String(), limit)
 		}
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		msg := v.Message()
@@ -115,11 +171,11 @@ func (l Limits) value(fd protoreflect.FieldDescriptor, name string, v protorefle
 				limit = Structured
 			}
 			if size := proto.Size(msg.Interface()); size > limit {
-				return FieldTooLong(path, limit)
+				return FieldTooLong(p.String(), limit)
 			}
 			return nil
 		}
-		return l.message(msg, path+".")
+		return l.message(msg, p)
 	}
 	return nil
 }
