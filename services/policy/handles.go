@@ -172,7 +172,7 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 	// capability revision the bound revision was reviewed against never
 	// change (see mappingFacts): the first use of a revision reads them
 	// from the registry and requires it current and active; after that,
-	// whether it still is, is the orchestrator's ResolveMapping, made in
+	// whether it still is, is the orchestrator's ResolveExecution, made in
 	// the same governed call before it asks policy (the only peer allowed
 	// to call ResolveHandle and Decide). Policy must still allow it.
 	var m *registryv1.Mapping // the registry's current mapping, when read

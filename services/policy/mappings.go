@@ -26,7 +26,7 @@ const maxMappingEntries = 1024
 //     showed current and active is kept (revision 0: none yet).
 //
 // Whether that revision is still current and active is not a fact: the
-// orchestrator asks the registry (ResolveMapping) in the same governed
+// orchestrator asks the registry (ResolveExecution) in the same governed
 // call, before it asks policy to decide.
 type mappingFacts struct {
 	capability, connectionID     string
