@@ -36,26 +36,19 @@ type boltStore struct {
 func NewBoltStore(db *store.DB) Store { return &boltStore{db: db} }
 
 // scope returns the key prefix for a group identified by parts.
-func scope(parts ...string) (string, error) {
-	d, err := digest.JSON(parts)
-	if err != nil {
-		return "", fmt.Errorf("evidence: scope key: %w", err)
-	}
-	return d + "/", nil
+func scope(parts ...string) string {
+	return digest.Strings(parts...) + "/"
 }
 
 func (b *boltStore) RecordObservation(ctx context.Context, obs *evidencev1.SourceObservation, newRevisionID string) (*evidencev1.SourceObservation, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	src, err := scope(obs.GetConnectionId(), obs.GetResourceUri())
-	if err != nil {
-		return nil, err
-	}
+	src := scope(obs.GetConnectionId(), obs.GetResourceUri())
 	out := proto.CloneOf(obs)
 	// Concurrent calls share a commit (store.DB.Batch); every run sets
 	// out's revision anew.
-	err = b.db.Batch(func(tx *store.Tx) error {
+	err := b.db.Batch(func(tx *store.Tx) error {
 		var joined *evidencev1.SourceRevision
 		var count int32
 		err := store.List(tx, bucketRevisions, src, newRevision, func(_ string, r *evidencev1.SourceRevision) error {
@@ -90,10 +83,7 @@ func (b *boltStore) RecordObservation(ctx context.Context, obs *evidencev1.Sourc
 		if out.GetTaskId() == "" {
 			return nil
 		}
-		task, err := scope(out.GetTaskId())
-		if err != nil {
-			return err
-		}
+		task := scope(out.GetTaskId())
 		seq, err := tx.NextSequence(bucketTaskObservations)
 		if err != nil {
 			return err
@@ -121,12 +111,9 @@ func (b *boltStore) ListObservations(ctx context.Context, taskID string) ([]*evi
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	task, err := scope(taskID)
-	if err != nil {
-		return nil, err
-	}
+	task := scope(taskID)
 	var out []*evidencev1.SourceObservation
-	err = b.db.View(func(tx *store.Tx) error {
+	err := b.db.View(func(tx *store.Tx) error {
 		return store.List(tx, bucketTaskObservations, task, newStringValue, func(_ string, id *wrapperspb.StringValue) error {
 			obs := &evidencev1.SourceObservation{}
 			if err := tx.Get(bucketObservations, id.GetValue(), obs); err != nil {
@@ -146,12 +133,9 @@ func (b *boltStore) ListRevisions(ctx context.Context, connectionID, resourceURI
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	src, err := scope(connectionID, resourceURI)
-	if err != nil {
-		return nil, err
-	}
+	src := scope(connectionID, resourceURI)
 	var out []*evidencev1.SourceRevision
-	err = b.db.View(func(tx *store.Tx) error {
+	err := b.db.View(func(tx *store.Tx) error {
 		return store.List(tx, bucketRevisions, src, newRevision, func(_ string, r *evidencev1.SourceRevision) error {
 			out = append(out, r)
 			return nil
@@ -188,10 +172,7 @@ func (b *boltStore) AppendTraces(ctx context.Context, evs []*evidencev1.TraceEve
 	out := make([]*evidencev1.TraceEvent, len(evs))
 	tasks := make([]string, len(evs))
 	for i, ev := range evs {
-		task, err := scope(ev.GetTaskId())
-		if err != nil {
-			return nil, err
-		}
+		task := scope(ev.GetTaskId())
 		out[i], tasks[i] = proto.CloneOf(ev), task
 	}
 	// Concurrent calls share a commit; the function sets every sequence
@@ -222,12 +203,9 @@ func (b *boltStore) ListTrace(ctx context.Context, taskID string) ([]*evidencev1
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	task, err := scope(taskID)
-	if err != nil {
-		return nil, err
-	}
+	task := scope(taskID)
 	var out []*evidencev1.TraceEvent
-	err = b.db.View(func(tx *store.Tx) error {
+	err := b.db.View(func(tx *store.Tx) error {
 		return store.List(tx, bucketTrace, task, newTraceEvent, func(_ string, ev *evidencev1.TraceEvent) error {
 			out = append(out, ev)
 			return nil

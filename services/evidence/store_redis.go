@@ -42,10 +42,7 @@ func NewRedisStore(c redis.UniversalClient, prefix string) Store {
 }
 
 func (r *redisEvidenceStore) RecordObservation(ctx context.Context, obs *evidencev1.SourceObservation, newRevisionID string) (*evidencev1.SourceObservation, error) {
-	src, err := scope(obs.GetConnectionId(), obs.GetResourceUri())
-	if err != nil {
-		return nil, err
-	}
+	src := scope(obs.GetConnectionId(), obs.GetResourceUri())
 	revsKey := r.k.Key("revs", src)
 	obsKey := r.k.Key("obs", obs.GetId())
 	var out *evidencev1.SourceObservation
@@ -58,7 +55,7 @@ func (r *redisEvidenceStore) RecordObservation(ctx context.Context, obs *evidenc
 	)
 	// The observation id's existence and the content's revision are read
 	// with the WATCH, in one round trip.
-	err = redisstore.UpdateRead(ctx, r.c, []string{revsKey, obsKey}, func(p redis.Pipeliner) {
+	err := redisstore.UpdateRead(ctx, r.c, []string{revsKey, obsKey}, func(p redis.Pipeliner) {
 		exists = p.Exists(ctx, obsKey)
 		rev = p.HGet(ctx, revsKey, obs.GetContentDigest())
 	}, func(tx *redis.Tx) (redisstore.Write, error) {
@@ -105,10 +102,7 @@ func (r *redisEvidenceStore) RecordObservation(ctx context.Context, obs *evidenc
 		}
 		var taskKey string
 		if out.GetTaskId() != "" {
-			task, err := scope(out.GetTaskId())
-			if err != nil {
-				return nil, err
-			}
+			task := scope(out.GetTaskId())
 			taskKey = r.k.Key("taskobs", task)
 		}
 		return func(p redis.Pipeliner) error {
@@ -137,10 +131,7 @@ func (r *redisEvidenceStore) GetObservation(ctx context.Context, id string) (*ev
 }
 
 func (r *redisEvidenceStore) ListObservations(ctx context.Context, taskID string) ([]*evidencev1.SourceObservation, error) {
-	task, err := scope(taskID)
-	if err != nil {
-		return nil, err
-	}
+	task := scope(taskID)
 	ids, err := r.c.LRange(ctx, r.k.Key("taskobs", task), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("evidence: list observations: %w", err)
@@ -157,10 +148,7 @@ func (r *redisEvidenceStore) ListObservations(ctx context.Context, taskID string
 }
 
 func (r *redisEvidenceStore) ListRevisions(ctx context.Context, connectionID, resourceURI string) ([]*evidencev1.SourceRevision, error) {
-	src, err := scope(connectionID, resourceURI)
-	if err != nil {
-		return nil, err
-	}
+	src := scope(connectionID, resourceURI)
 	all, err := r.c.HGetAll(ctx, r.k.Key("revs", src)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("evidence: list revisions: %w", err)
@@ -222,10 +210,7 @@ func (r *redisEvidenceStore) AppendTraces(ctx context.Context, evs []*evidencev1
 	keys := make([]string, 0, 2*len(evs)+1)
 	args := make([]any, 0, 2*len(evs))
 	for i, ev := range evs {
-		task, err := scope(ev.GetTaskId())
-		if err != nil {
-			return nil, err
-		}
+		task := scope(ev.GetTaskId())
 		out[i] = proto.CloneOf(ev)
 		out[i].Sequence = 0
 		v, err := redisstore.Marshal(out[i])
@@ -272,10 +257,7 @@ func traceEvents(all map[string]string) ([]*evidencev1.TraceEvent, error) {
 }
 
 func (r *redisEvidenceStore) ListTrace(ctx context.Context, taskID string) ([]*evidencev1.TraceEvent, error) {
-	task, err := scope(taskID)
-	if err != nil {
-		return nil, err
-	}
+	task := scope(taskID)
 	all, err := r.c.HGetAll(ctx, r.k.Key("trace", task)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("evidence: list trace: %w", err)

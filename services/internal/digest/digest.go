@@ -67,6 +67,22 @@ func String(s string) string {
 	return Bytes(buf.Bytes())
 }
 
+// Strings returns JSON(strs) for a non-empty list of strings, written in
+// canonical form directly rather than marshalled and parsed again: for
+// the keys a store digests on every call.
+func Strings(strs ...string) string {
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for i, s := range strs {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		writeString(&buf, s)
+	}
+	buf.WriteByte(']')
+	return Bytes(buf.Bytes())
+}
+
 // CanonicalValue marshals v to JSON and returns its canonical form.
 func CanonicalValue(v any) ([]byte, error) {
 	raw, err := json.Marshal(v)

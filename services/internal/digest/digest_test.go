@@ -69,3 +69,41 @@ func TestString(t *testing.T) {
 		t.Fatalf("String = %s, want %s", got, want)
 	}
 }
+
+// Strings is JSON of the same list, byte for byte: store keys digested
+// before it existed stay the keys it computes.
+func TestStringsIsJSON(t *testing.T) {
+	t.Parallel()
+	for _, parts := range [][]string{
+		{""},
+		{"conn_1", "v0m3-sources://notes/rate-limits"},
+		{"task_1"},
+		{`quote " backslash \ slash /`, "tab\tnewline\ncr\rbell\x07 nul\x00"},
+		{"<html> & 'quotes'", "line\u2028separator\u2029", "emoji 😀 € \u0080"},
+		{"invalid \xff\xfe utf-8", "\x1f\x7f"},
+	} {
+		want, err := JSON(parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Strings(parts...); got != want {
+			t.Errorf("Strings(%q) = %s, JSON = %s", parts, got, want)
+		}
+	}
+}
+
+func BenchmarkStrings(b *testing.B) {
+	parts := []string{"conn_2w5tq4b3l6h7x", "v0m3-sources://notes/rate-limits"}
+	b.Run("JSON", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := JSON(parts); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Strings", func(b *testing.B) {
+		for b.Loop() {
+			Strings(parts...)
+		}
+	})
+}
