@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/failpoint"
@@ -63,9 +65,39 @@ func (s *Server) AppendTraces(ctx context.Context, req *evidencev1.AppendTracesR
 	return &evidencev1.AppendTracesResponse{Events: out}, nil
 }
 
+// layerWriters names the one peer service that writes each trace layer:
+// the orchestrator tells what the product decided and did, the adapter
+// what crossed the wire. Neither may write the other's layer, so an
+// adapter cannot put a policy decision, an approval or a consequence into
+// a task's trace, nor the orchestrator a server's answer.
+var layerWriters = map[string]string{"product": identity.Orchestrator, "protocol": identity.Adapter}
+
+// checkLayers refuses events of a layer the calling peer does not write
+// (TRACE_LAYER_NOT_OWNED), before anything is stored. A call without a
+// peer identity comes from within the process (the access table admits
+// only the two peers to AppendTrace and AppendTraces).
+func checkLayers(ctx context.Context, evs []*evidencev1.TraceEvent) error {
+	peer := identity.PeerFrom(ctx)
+	if peer == "" {
+		return nil
+	}
+	for i, ev := range evs {
+		layer := layerName(ev)
+		if w := layerWriters[layer]; w != peer {
+			return apierror.New(codes.PermissionDenied, "TRACE_LAYER_NOT_OWNED",
+				fmt.Sprintf("event %d is a %s event, which only the %s service writes; nothing was stored", i, layer, w),
+				map[string]string{"layer": layer, "writer": w, "peer": peer})
+		}
+	}
+	return nil
+}
+
 // appendTraces stores valid events: ids assigned, times defaulted, secret
 // protocol arguments redacted.
 func (s *Server) appendTraces(ctx context.Context, in []*evidencev1.TraceEvent) ([]*evidencev1.TraceEvent, error) {
+	if err := checkLayers(ctx, in); err != nil {
+		return nil, err
+	}
 	evs := make([]*evidencev1.TraceEvent, len(in))
 	traceID := telemetry.TraceID(ctx)
 	for i, e := range in {

@@ -61,7 +61,10 @@ type EvidenceServiceClient interface {
 	// LinkClaim links a claim to the observation (and so the revision) that
 	// supports it. A link never moves to a later revision.
 	LinkClaim(ctx context.Context, in *LinkClaimRequest, opts ...grpc.CallOption) (*ClaimLink, error)
-	// AppendTrace appends one event to a task's trace.
+	// AppendTrace appends one event to a task's trace. Each layer has one
+	// writer: product events come from the orchestrator, protocol events
+	// from the adapter; an event of the other layer fails with
+	// PERMISSION_DENIED (TRACE_LAYER_NOT_OWNED) and nothing is stored.
 	AppendTrace(ctx context.Context, in *AppendTraceRequest, opts ...grpc.CallOption) (*TraceEvent, error)
 	// AppendTraces appends several events in one step, in order: a call's
 	// events written together at its checkpoints. Either every event is
@@ -317,7 +320,10 @@ type EvidenceServiceServer interface {
 	// LinkClaim links a claim to the observation (and so the revision) that
 	// supports it. A link never moves to a later revision.
 	LinkClaim(context.Context, *LinkClaimRequest) (*ClaimLink, error)
-	// AppendTrace appends one event to a task's trace.
+	// AppendTrace appends one event to a task's trace. Each layer has one
+	// writer: product events come from the orchestrator, protocol events
+	// from the adapter; an event of the other layer fails with
+	// PERMISSION_DENIED (TRACE_LAYER_NOT_OWNED) and nothing is stored.
 	AppendTrace(context.Context, *AppendTraceRequest) (*TraceEvent, error)
 	// AppendTraces appends several events in one step, in order: a call's
 	// events written together at its checkpoints. Either every event is
