@@ -25,6 +25,7 @@ const (
 	bucketClaimLinks       = "claim_links"       // link id → ClaimLink
 	bucketTrace            = "trace"             // task scope/sequence → TraceEvent
 	bucketTraceSequence    = "trace_sequence"    // task scope → last sequence
+	bucketTraceDelivered   = "trace_delivered"   // task scope/delivery id → sequence
 	bucketReceipts         = "receipts"          // idempotency key → Receipt
 )
 
@@ -172,13 +173,32 @@ func (b *boltStore) AppendTraces(ctx context.Context, evs []*evidencev1.TraceEve
 	out := make([]*evidencev1.TraceEvent, len(evs))
 	tasks := make([]string, len(evs))
 	for i, ev := range evs {
-		task := scope(ev.GetTaskId())
-		out[i], tasks[i] = proto.CloneOf(ev), task
+		tasks[i] = scope(ev.GetTaskId())
 	}
-	// Concurrent calls share a commit; the function sets every sequence
-	// on each run, so running it again is safe.
+	// Concurrent calls share a commit; the function sets every event of
+	// out on each run, so running it again is safe.
 	err := b.db.Batch(func(tx *store.Tx) error {
-		for i, ev := range out {
+		for i := range out {
+			id := evs[i].GetDeliveryId()
+			delivered := tasks[i] + id
+			if id != "" {
+				seq := &wrapperspb.Int64Value{}
+				err := tx.Get(bucketTraceDelivered, delivered, seq)
+				if err == nil {
+					// Delivered before: the first one stands.
+					out[i] = newTraceEvent()
+					if err := tx.Get(bucketTrace, tasks[i]+store.SeqKey(seq.GetValue()), out[i]); err != nil {
+						return err
+					}
+					out[i].Sequence = seq.GetValue()
+					continue
+				}
+				if !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+			}
+			ev := proto.CloneOf(evs[i]) // a rerun of the batch starts again from what was sent
+			out[i] = ev
 			last := &wrapperspb.Int64Value{}
 			if err := tx.Get(bucketTraceSequence, tasks[i], last); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
@@ -189,6 +209,11 @@ func (b *boltStore) AppendTraces(ctx context.Context, evs []*evidencev1.TraceEve
 			}
 			if err := tx.Create(bucketTrace, tasks[i]+store.SeqKey(ev.Sequence), ev); err != nil {
 				return err
+			}
+			if id != "" {
+				if err := tx.Put(bucketTraceDelivered, delivered, wrapperspb.Int64(ev.Sequence)); err != nil {
+					return err
+				}
 			}
 		}
 		return nil

@@ -28,6 +28,7 @@ import (
 //	claim:<id>          ClaimLink
 //	trace:<task>        HASH decimal sequence -> TraceEvent
 //	traceseq:<task>     last trace sequence of the task
+//	tracedelivered:<task> HASH delivery id -> sequence
 //	tracetasks          SET of task scopes with a trace
 //	receipt:<key>       Receipt
 type redisEvidenceStore struct {
@@ -181,18 +182,32 @@ func (r *redisEvidenceStore) CreateClaimLink(ctx context.Context, link *evidence
 }
 
 // appendTraces assigns each event its task's next sequence and stores it
-// under it, all in one step. KEYS are (sequence, trace) pairs, one per
-// event, then the set of traced tasks; ARGV are (event, task) pairs. The
-// stored bytes carry no sequence: the hash field is the sequence, and
+// under it, all in one step. KEYS are (sequence, trace, delivered)
+// triples, one per event, then the set of traced tasks; ARGV are (event,
+// task, delivery id) triples. An event whose delivery id the task's trace
+// already holds is not stored again: its sequence comes back negated.
+// The stored bytes carry no sequence: the hash field is the sequence, and
 // readers set it from there.
 var appendTraces = redis.NewScript(`
-local n = #ARGV / 2
+local n = #ARGV / 3
 local out = {}
 for i = 1, n do
-  local seq = redis.call('INCR', KEYS[2*i-1])
-  redis.call('HSET', KEYS[2*i], seq, ARGV[2*i-1])
-  redis.call('SADD', KEYS[2*n+1], ARGV[2*i])
-  out[i] = seq
+  local id = ARGV[3*i]
+  local seen = false
+  if id ~= '' then
+    seen = redis.call('HGET', KEYS[3*i], id)
+  end
+  if seen then
+    out[i] = -tonumber(seen)
+  else
+    local seq = redis.call('INCR', KEYS[3*i-2])
+    redis.call('HSET', KEYS[3*i-1], seq, ARGV[3*i-2])
+    redis.call('SADD', KEYS[3*n+1], ARGV[3*i-1])
+    if id ~= '' then
+      redis.call('HSET', KEYS[3*i], id, seq)
+    end
+    out[i] = seq
+  end
 end
 return out
 `)
@@ -207,8 +222,8 @@ func (r *redisEvidenceStore) AppendTrace(ctx context.Context, ev *evidencev1.Tra
 
 func (r *redisEvidenceStore) AppendTraces(ctx context.Context, evs []*evidencev1.TraceEvent) ([]*evidencev1.TraceEvent, error) {
 	out := make([]*evidencev1.TraceEvent, len(evs))
-	keys := make([]string, 0, 2*len(evs)+1)
-	args := make([]any, 0, 2*len(evs))
+	keys := make([]string, 0, 3*len(evs)+1)
+	args := make([]any, 0, 3*len(evs))
 	for i, ev := range evs {
 		task := scope(ev.GetTaskId())
 		out[i] = proto.CloneOf(ev)
@@ -217,8 +232,8 @@ func (r *redisEvidenceStore) AppendTraces(ctx context.Context, evs []*evidencev1
 		if err != nil {
 			return nil, err
 		}
-		keys = append(keys, r.k.Key("traceseq", task), r.k.Key("trace", task))
-		args = append(args, v, task)
+		keys = append(keys, r.k.Key("traceseq", task), r.k.Key("trace", task), r.k.Key("tracedelivered", task))
+		args = append(args, v, task, ev.GetDeliveryId())
 	}
 	if len(evs) == 0 {
 		return out, nil
@@ -232,9 +247,30 @@ func (r *redisEvidenceStore) AppendTraces(ctx context.Context, evs []*evidencev1
 		return nil, fmt.Errorf("evidence: append trace: %d sequences for %d events", len(seqs), len(out))
 	}
 	for i, seq := range seqs {
+		if seq < 0 {
+			// Delivered before: the first one stands.
+			if out[i], err = r.traceEvent(ctx, evs[i].GetTaskId(), -seq); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		out[i].Sequence = seq
 	}
 	return out, nil
+}
+
+// traceEvent reads the event of a task's trace at seq.
+func (r *redisEvidenceStore) traceEvent(ctx context.Context, taskID string, seq int64) (*evidencev1.TraceEvent, error) {
+	v, err := r.c.HGet(ctx, r.k.Key("trace", scope(taskID)), strconv.FormatInt(seq, 10)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("evidence: read trace event %d: %w", seq, err)
+	}
+	ev := newTraceEvent()
+	if err := redisstore.Unmarshal([]byte(v), ev); err != nil {
+		return nil, err
+	}
+	ev.Sequence = seq
+	return ev, nil
 }
 
 // traceEvents decodes a trace hash into events in sequence order.

@@ -15,6 +15,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
+	"github.com/v0m3/v0m3/services/internal/ids"
 )
 
 // notifier wakes WatchTask streams when a task gets a new event. It only
@@ -478,6 +479,9 @@ func (s *Server) trace(ctx context.Context, taskID string, ev *evidencev1.Produc
 		TaskId: taskID,
 		Time:   s.timestamp(),
 		Layer:  &evidencev1.TraceEvent_Product{Product: ev},
+		// Delivery is at least once (a call's checkpoint, then the outbox
+		// for what it could not deliver): evidence stores the event once.
+		DeliveryId: ids.New("tdl"),
 	}
 	if c := checkpointOf(ctx); c != nil {
 		c.mu.Lock()

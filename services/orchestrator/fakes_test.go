@@ -516,6 +516,9 @@ type fakeEvidence struct {
 	frozen atomic.Bool
 	// tracesDown makes AppendTrace(s) unavailable while set.
 	tracesDown atomic.Bool
+	// loseAnswer, when set, makes the next AppendTraces store its events
+	// and then answer UNAVAILABLE, as when the answer is lost on the way.
+	loseAnswer atomic.Bool
 	receipts   map[string]*evidencev1.Receipt
 	// noBatch makes AppendTraces unimplemented (an older evidence
 	// service); batches counts the AppendTraces calls served.
@@ -622,6 +625,9 @@ func (e *fakeEvidence) AppendTraces(ctx context.Context, in *evidencev1.AppendTr
 			return nil, err
 		}
 		out.Events = append(out.Events, got)
+	}
+	if e.loseAnswer.CompareAndSwap(true, false) {
+		return nil, apierror.New(codes.Unavailable, "", "connection reset", nil)
 	}
 	return out, nil
 }

@@ -103,6 +103,39 @@ func TestTraceEventsWaitInTheOutboxWhileEvidenceIsDown(t *testing.T) {
 	})
 }
 
+// A trace delivery whose answer is lost (evidence stored the events, the
+// orchestrator heard UNAVAILABLE) is delivered again from the outbox
+// under the same delivery ids, which evidence stores once
+// (evidence/storetest TraceDeliveredOnce): a retry never duplicates the
+// trace.
+func TestRedeliveredTraceKeepsItsDeliveryIDs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
+	h.evidence.loseAnswer.Store(true)
+	ctx := withCheckpoint(t.Context())
+	for i := range 3 {
+		h.server.trace(ctx, "task_r", &evidencev1.ProductEvent{Detail: fmt.Sprint(i)})
+	}
+	h.server.flush(ctx)
+	waitFor(t, "the outbox delivered again", func() bool { return len(h.evidence.product("task_r")) >= 6 })
+	h.evidence.mu.Lock()
+	got := slices.Clone(h.evidence.traces["task_r"])
+	h.evidence.mu.Unlock()
+	if len(got) != 6 {
+		t.Fatalf("evidence received %d events, want the 3 twice", len(got))
+	}
+	for i, ev := range got[:3] {
+		again := got[3+i]
+		if ev.GetDeliveryId() == "" || ev.GetDeliveryId() != again.GetDeliveryId() || ev.GetProduct().GetDetail() != again.GetProduct().GetDetail() {
+			t.Errorf("event %d delivered as %q (%s), again as %q (%s); want one non-empty delivery id", i,
+				ev.GetDeliveryId(), ev.GetProduct().GetDetail(), again.GetDeliveryId(), again.GetProduct().GetDetail())
+		}
+	}
+	if got[0].GetDeliveryId() == got[1].GetDeliveryId() {
+		t.Errorf("two events share delivery id %q", got[0].GetDeliveryId())
+	}
+}
+
 // An event evidence refuses as invalid would be refused on every retry:
 // it is dropped, and neither the events of its batch nor later ones wait
 // behind it, whether it was sent at once or from the outbox.

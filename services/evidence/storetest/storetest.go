@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ func Run(t *testing.T, newStore func(t *testing.T) evidence.Store) {
 		{"ClaimLinks", testClaimLinks},
 		{"TraceSequences", testTraceSequences},
 		{"AppendTracesTogether", testAppendTraces},
+		{"TraceDeliveredOnce", testTraceDeliveredOnce},
 		{"RewriteTrace", testRewriteTrace},
 		{"ReceiptCreatedOnce", testReceipts},
 		{"AuditAppendOnlyInOrder", testAudit},
@@ -208,6 +210,64 @@ func testTraceSequences(t *testing.T, st evidence.Store) {
 	}
 	if len(seen) != 50 {
 		t.Errorf("%d distinct events, want 50", len(seen))
+	}
+}
+
+// testTraceDeliveredOnce delivers events under writer-chosen delivery
+// ids more than once (a retry; a redelivery from an outbox, alone and in
+// a batch with new events; the same id twice in one batch; concurrent
+// redeliveries): each id is stored once, the append returns the event
+// stored first, and an event without a delivery id is always appended.
+// The same id in another task is another event.
+func testTraceDeliveredOnce(t *testing.T, st evidence.Store) {
+	ctx := context.Background()
+	now := time.Now()
+	with := func(task, detail, id string) *evidencev1.TraceEvent {
+		ev := traceEvent(task, detail, now)
+		ev.DeliveryId = id
+		return ev
+	}
+	first, err := st.AppendTrace(ctx, with("task_d", "a", "dl_a"))
+	if err != nil || first.GetSequence() != 1 {
+		t.Fatalf("first delivery: %v, %v", first, err)
+	}
+	again, err := st.AppendTrace(ctx, with("task_d", "a, again", "dl_a"))
+	if err != nil || again.GetSequence() != 1 || again.GetProduct().GetDetail() != "a" {
+		t.Errorf("redelivery = %v, %v; want the first event, sequence 1", again, err)
+	}
+	batch, err := st.AppendTraces(ctx, []*evidencev1.TraceEvent{
+		with("task_d", "a, in a batch", "dl_a"), with("task_d", "b", "dl_b"), with("task_d", "b, twice in the batch", "dl_b"),
+		traceEvent("task_d", "no id", now), traceEvent("task_d", "no id", now), with("task_e", "a, another task", "dl_a"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, ev := range batch {
+		seqs = append(seqs, ev.GetSequence())
+	}
+	if want := []int64{1, 2, 2, 3, 4, 1}; !slices.Equal(seqs, want) {
+		t.Errorf("batch sequences = %v, want %v", seqs, want)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := st.AppendTraces(ctx, []*evidencev1.TraceEvent{with("task_d", "c", "dl_c"), with("task_d", "b", "dl_b")}); err != nil {
+				t.Errorf("concurrent redelivery: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	events, err := st.ListTrace(ctx, "task_d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var details []string
+	for _, ev := range events {
+		details = append(details, ev.GetProduct().GetDetail())
+	}
+	if want := []string{"a", "b", "no id", "no id", "c"}; !slices.Equal(details, want) {
+		t.Errorf("task_d trace = %q, want %q", details, want)
 	}
 }
 

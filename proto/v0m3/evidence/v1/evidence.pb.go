@@ -2098,7 +2098,13 @@ type TraceEvent struct {
 	// Output only. The OpenTelemetry trace id (32 hex digits) of the call
 	// that appended the event, when tracing was on: the link from this
 	// trace to the distributed one.
-	OtelTraceId   string `protobuf:"bytes,7,opt,name=otel_trace_id,json=otelTraceId,proto3" json:"otel_trace_id,omitempty"`
+	OtelTraceId string `protobuf:"bytes,7,opt,name=otel_trace_id,json=otelTraceId,proto3" json:"otel_trace_id,omitempty"`
+	// Optional. The writer's id for this event, unique among the events it
+	// writes, kept for its retries: an event appended again under an id
+	// already in the task's trace is not appended a second time, and the
+	// append returns the event stored first. A writer that delivers at
+	// least once (an outbox) so never duplicates the trace.
+	DeliveryId    string `protobuf:"bytes,8,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2189,6 +2195,13 @@ func (x *TraceEvent) GetProduct() *ProductEvent {
 func (x *TraceEvent) GetOtelTraceId() string {
 	if x != nil {
 		return x.OtelTraceId
+	}
+	return ""
+}
+
+func (x *TraceEvent) GetDeliveryId() string {
+	if x != nil {
+		return x.DeliveryId
 	}
 	return ""
 }
@@ -3707,7 +3720,7 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	" \x01(\tR\x06detail\x12\x16\n" +
 	"\x06reason\x18\v \x01(\tR\x06reason\x12\x1c\n" +
 	"\trequester\x18\f \x01(\tR\trequester\x12\x14\n" +
-	"\x05actor\x18\r \x01(\tR\x05actor\"\xa9\x02\n" +
+	"\x05actor\x18\r \x01(\tR\x05actor\"\xca\x02\n" +
 	"\n" +
 	"TraceEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
@@ -3716,7 +3729,9 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12=\n" +
 	"\bprotocol\x18\x05 \x01(\v2\x1f.v0m3.evidence.v1.ProtocolEventH\x00R\bprotocol\x12:\n" +
 	"\aproduct\x18\x06 \x01(\v2\x1e.v0m3.evidence.v1.ProductEventH\x00R\aproduct\x12\"\n" +
-	"\rotel_trace_id\x18\a \x01(\tR\votelTraceIdB\a\n" +
+	"\rotel_trace_id\x18\a \x01(\tR\votelTraceId\x12\x1f\n" +
+	"\vdelivery_id\x18\b \x01(\tR\n" +
+	"deliveryIdB\a\n" +
 	"\x05layer\"H\n" +
 	"\x12AppendTraceRequest\x122\n" +
 	"\x05event\x18\x01 \x01(\v2\x1c.v0m3.evidence.v1.TraceEventR\x05event\"K\n" +
