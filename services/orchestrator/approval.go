@@ -193,6 +193,7 @@ func (s *Server) ownToApprove(ctx context.Context, id string) (*lease, error) {
 			return nil, apierror.New(codes.Unavailable, "STORE_UNAVAILABLE", "the orchestrator could not claim the request; try again", nil)
 		}
 		if ok {
+			s.queueBehindOutbox(ctx)
 			return l, nil
 		}
 		cur, err := s.loadRequest(ctx, id)

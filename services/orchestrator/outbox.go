@@ -31,6 +31,21 @@ func (s *Server) toOutbox(ctx context.Context, evs []*evidencev1.TraceEvent) {
 	s.outboxPending.Store(true)
 }
 
+// queueBehindOutbox makes this replica's next trace deliveries wait behind
+// the outbox when it holds events: a request awaiting approval may be
+// taken over from a replica that stopped and left the events of its
+// submission there, and the approval's events must not reach evidence
+// before them. Recovery needs none of this: its pass delivers the outbox
+// before it takes a request over.
+func (s *Server) queueBehindOutbox(ctx context.Context) {
+	if s.outboxPending.Load() {
+		return
+	}
+	if waiting, err := s.st.ListTraceOutbox(ctx, 1); err != nil || len(waiting) > 0 {
+		s.outboxPending.Store(true)
+	}
+}
+
 // deliverOutbox sends the outbox to evidence, oldest first, until it is
 // empty or evidence refuses again.
 func (s *Server) deliverOutbox(ctx context.Context) {

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/identity"
@@ -440,5 +442,41 @@ func TestRenderCommittedWhenPolicyCannotChargeItsResponse(t *testing.T) {
 	if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || got.GetOutcome() != adapterv1.Outcome_OUTCOME_OK ||
 		got.GetArtifactDigest() != "sha256:artifact-"+r.GetIntentId() || h.renders.Load() != 1 {
 		t.Fatalf("request = %v after %d renders; want EXECUTED / OK with its artifact, rendered once", got, h.renders.Load())
+	}
+}
+
+// A request awaiting approval whose submission's trace events still wait
+// in the outbox (the replica that submitted it stopped before delivering
+// them) is approved elsewhere: the approval's events reach evidence after
+// them, in the order they happened, not before.
+func TestApprovalTraceWaitsBehindTheOutbox(t *testing.T) {
+	t.Parallel()
+	h := newPreviewHarness(t, func(d *Deps) { d.RecoveryInterval = time.Hour })
+	task := h.start(t, "preview", false).GetTask()
+	r := h.submitPreview(t, task.GetId(), "call_1")
+	left := &evidencev1.TraceEvent{TaskId: task.GetId(), Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, RequestId: r.GetId(), Detail: "left by the stopped replica",
+	}}}
+	if err := h.server.st.PutTraceOutbox(t.Context(), []*evidencev1.TraceEvent{left}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.approve(t, r.GetId()); err != nil {
+		t.Fatal(err)
+	}
+	h.server.deliverOutbox(t.Context()) // the next recovery pass
+	var details []string
+	for _, ev := range h.evidence.product(task.GetId()) {
+		if ev.GetRequestId() == r.GetId() {
+			details = append(details, ev.GetDetail())
+		}
+	}
+	i := slices.Index(details, left.GetProduct().GetDetail())
+	if i < 0 || i+1 >= len(details) || !strings.HasPrefix(details[len(details)-1], "committed") {
+		t.Fatalf("the request's product events = %q; want the stopped replica's event before the approval's", details)
+	}
+	for _, d := range details[:i] {
+		if strings.HasPrefix(d, "committed") {
+			t.Fatalf("the request's product events = %q; the approval's reached evidence before the waiting event", details)
+		}
 	}
 }
