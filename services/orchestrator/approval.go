@@ -381,6 +381,7 @@ func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (_ *o
 	if in.GetReason() != "" {
 		detail += ": " + in.GetReason()
 	}
+	s.queueBehindOutbox(ctx)
 	return s.decide(ctx, in.GetRequestId(), orchestratorv1.RequestState_REQUEST_STATE_DENIED, "APPROVAL_DENIED", detail, func(ctx context.Context) {
 		s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
 			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),

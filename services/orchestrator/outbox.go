@@ -32,11 +32,11 @@ func (s *Server) toOutbox(ctx context.Context, evs []*evidencev1.TraceEvent) {
 }
 
 // queueBehindOutbox makes this replica's next trace deliveries wait behind
-// the outbox when it holds events: a request awaiting approval may be
-// taken over from a replica that stopped and left the events of its
-// submission there, and the approval's events must not reach evidence
-// before them. Recovery needs none of this: its pass delivers the outbox
-// before it takes a request over.
+// the outbox when it holds events. A person's decision (approve, deny,
+// settle) may act on a request another replica worked on until it
+// stopped, leaving that work's events there: the decision's events must
+// not reach evidence before them. Recovery needs none of this: its pass
+// delivers the outbox before it takes a request over.
 func (s *Server) queueBehindOutbox(ctx context.Context) {
 	if s.outboxPending.Load() {
 		return

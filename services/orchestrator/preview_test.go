@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"context"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -447,36 +446,49 @@ func TestRenderCommittedWhenPolicyCannotChargeItsResponse(t *testing.T) {
 
 // A request awaiting approval whose submission's trace events still wait
 // in the outbox (the replica that submitted it stopped before delivering
-// them) is approved elsewhere: the approval's events reach evidence after
-// them, in the order they happened, not before.
-func TestApprovalTraceWaitsBehindTheOutbox(t *testing.T) {
+// them) is approved or denied elsewhere: the decision's events reach
+// evidence after them, in the order they happened, not before.
+func TestDecisionTraceWaitsBehindTheOutbox(t *testing.T) {
 	t.Parallel()
-	h := newPreviewHarness(t, func(d *Deps) { d.RecoveryInterval = time.Hour })
-	task := h.start(t, "preview", false).GetTask()
-	r := h.submitPreview(t, task.GetId(), "call_1")
-	left := &evidencev1.TraceEvent{TaskId: task.GetId(), Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, RequestId: r.GetId(), Detail: "left by the stopped replica",
-	}}}
-	if err := h.server.st.PutTraceOutbox(t.Context(), []*evidencev1.TraceEvent{left}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.approve(t, r.GetId()); err != nil {
-		t.Fatal(err)
-	}
-	h.server.deliverOutbox(t.Context()) // the next recovery pass
-	var details []string
-	for _, ev := range h.evidence.product(task.GetId()) {
-		if ev.GetRequestId() == r.GetId() {
-			details = append(details, ev.GetDetail())
-		}
-	}
-	i := slices.Index(details, left.GetProduct().GetDetail())
-	if i < 0 || i+1 >= len(details) || !strings.HasPrefix(details[len(details)-1], "committed") {
-		t.Fatalf("the request's product events = %q; want the stopped replica's event before the approval's", details)
-	}
-	for _, d := range details[:i] {
-		if strings.HasPrefix(d, "committed") {
-			t.Fatalf("the request's product events = %q; the approval's reached evidence before the waiting event", details)
-		}
+	for _, tc := range []struct {
+		name   string
+		decide func(h *previewHarness, id string) error
+	}{
+		{"approve", func(h *previewHarness, id string) error { _, err := h.approve(t, id); return err }},
+		{"deny", func(h *previewHarness, id string) error {
+			_, err := h.client.Deny(as(t.Context(), "bob", "approvers"), &orchestratorv1.DenyRequest{RequestId: id, Reason: "not now"})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newPreviewHarness(t, func(d *Deps) { d.RecoveryInterval = time.Hour })
+			task := h.start(t, "preview", false).GetTask()
+			r := h.submitPreview(t, task.GetId(), "call_1")
+			details := func() []string {
+				var out []string
+				for _, ev := range h.evidence.product(task.GetId()) {
+					if ev.GetRequestId() == r.GetId() {
+						out = append(out, ev.GetDetail())
+					}
+				}
+				return out
+			}
+			submitted := len(details())
+			const left = "left by the stopped replica"
+			if err := h.server.st.PutTraceOutbox(t.Context(), []*evidencev1.TraceEvent{{TaskId: task.GetId(), Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{
+				Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, RequestId: r.GetId(), Detail: left,
+			}}}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.decide(h, r.GetId()); err != nil {
+				t.Fatal(err)
+			}
+			h.server.deliverOutbox(t.Context()) // the next recovery pass
+			got := details()
+			if len(got) <= submitted+1 || got[submitted] != left {
+				t.Fatalf("the request's product events after its submission = %q; want the stopped replica's event first, then the decision's", got[submitted:])
+			}
+		})
 	}
 }

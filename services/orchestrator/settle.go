@@ -284,6 +284,7 @@ func (s *Server) SettleRequest(ctx context.Context, in *orchestratorv1.SettleReq
 			fmt.Sprintf("request %s is being worked on; try again", req.GetId()), map[string]string{"request_id": req.GetId()})
 	}
 	defer l.release()
+	s.queueBehindOutbox(ctx)
 	// Once claimed, the settlement is recorded whether or not the caller
 	// waits for it.
 	ctx, cancel := s.detach(ctx, l)
