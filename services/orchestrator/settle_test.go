@@ -254,3 +254,41 @@ func TestSettleRequestByHand(t *testing.T) {
 		Settlement: orchestratorv1.Settlement_SETTLEMENT_NOT_EXECUTED, Note: "undo it"})
 	wantErr(t, err, codes.FailedPrecondition, reasonOutcomeNotUnknown)
 }
+
+// A settlement's trace waits behind what a replica that stopped left in
+// the outbox, as an approval's does (TestDecisionTraceWaitsBehindTheOutbox).
+func TestSettlementTraceWaitsBehindTheOutbox(t *testing.T) {
+	t.Parallel()
+	h := newPreviewHarness(t, func(d *Deps) { d.RecoveryInterval = time.Hour })
+	h.renderFault = func(int64) string { return "crash" }
+	h.statusDown.Store(true)
+	task := h.start(t, "preview", false).GetTask()
+	r := unknownRender(t, h, task.GetId(), "call_1")
+	details := func() []string {
+		var out []string
+		for _, ev := range h.evidence.product(task.GetId()) {
+			if ev.GetRequestId() == r.GetId() {
+				out = append(out, ev.GetDetail())
+			}
+		}
+		return out
+	}
+	before := len(details())
+	const left = "left by the stopped replica"
+	if err := h.server.st.PutTraceOutbox(t.Context(), []*evidencev1.TraceEvent{{TaskId: task.GetId(), Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED, RequestId: r.GetId(), Detail: left,
+	}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.SettleRequest(as(t.Context(), "carol", "settler"), &orchestratorv1.SettleRequestRequest{
+		RequestId: r.GetId(), AttemptId: r.GetAttempts()[0].GetId(), Settlement: orchestratorv1.Settlement_SETTLEMENT_EXECUTED,
+		ArtifactDigest: "sha256:" + strings.Repeat("ab", 32), Note: "the artifact is in the renderer's bucket",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.server.deliverOutbox(t.Context()) // the next recovery pass
+	got := details()
+	if len(got) <= before+1 || got[before] != left {
+		t.Fatalf("the request's product events after it became unknown = %q; want the stopped replica's event first, then the settlement's", got[before:])
+	}
+}
