@@ -219,19 +219,33 @@ type cancelledNotice struct {
 	} `json:"params"`
 }
 
-// wroteCancel records that msg, just written to the server, was the
-// client library's notifications/cancelled for a bound call.
-func (m *meter) wroteCancel(msg []byte) {
+// cancelNotice returns the request id msg cancels, if msg is a
+// notifications/cancelled.
+func cancelNotice(msg []byte) (json.RawMessage, bool) {
 	if !bytes.Contains(msg, []byte(`"notifications/cancelled"`)) {
-		return
+		return nil, false
 	}
 	var n cancelledNotice
 	if json.Unmarshal(msg, &n) != nil || n.Method != "notifications/cancelled" || len(n.Params.RequestID) == 0 {
-		return
+		return nil, false
 	}
+	return n.Params.RequestID, true
+}
+
+// wroteCancel records that msg, just written to the server, was the
+// client library's notifications/cancelled for a bound call.
+func (m *meter) wroteCancel(msg []byte) {
+	if id, ok := cancelNotice(msg); ok {
+		m.cancelWritten(id)
+	}
+}
+
+// cancelWritten records that the notifications/cancelled for the call with
+// request id was written to the server.
+func (m *meter) cancelWritten(id json.RawMessage) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if c := m.byID[canonicalID(n.Params.RequestID)]; c != nil && !c.cancelNoticed {
+	if c := m.byID[canonicalID(id)]; c != nil && !c.cancelNoticed {
 		c.cancelNoticed = true
 		close(c.cancelled)
 	}

@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -246,37 +248,111 @@ func closeAll(fs ...*os.File) {
 type watchWriter struct {
 	w *os.File
 	m *meter
-	// writing counts the writes in progress.
-	writing atomic.Int32
+
+	mu sync.Mutex
+	// writing is the kind of write in progress, if any.
+	writing writeKind
+	// deadline: a write deadline is set on w (by abortBlocked, or for a
+	// cancellation notice) and must be cleared before the next message.
+	deadline bool
+	// cut: a write failed, possibly part-way through a message; the
+	// stream is unusable and every later write fails at once.
+	cut bool
 }
+
+// writeKind tells abortBlocked which writes it may end.
+type writeKind int
+
+const (
+	writeNone writeKind = iota
+	// writeMessage is any message but a cancellation notice.
+	writeMessage
+	// writeNotice is a notifications/cancelled: it is bounded by its own
+	// deadline (cancelNoticeWait), never ended by the call it announces
+	// giving up, or the server would never hear it.
+	writeNotice
+)
+
+// errStreamCut is returned by every write after one failed.
+var errStreamCut = errors.New("stdio: an earlier write to the server failed; the stream is unusable")
 
 func (w *watchWriter) Write(p []byte) (int, error) {
 	// The call is bound to its request id before the first byte goes
 	// out: its response may arrive before Write returns.
 	c := w.m.bind(p)
-	w.writing.Add(1)
-	n, err := w.w.Write(p)
-	w.writing.Add(-1)
-	if err == nil && c != nil {
-		c.markSent()
+	var (
+		notice   json.RawMessage
+		isNotice bool
+	)
+	if c == nil {
+		notice, isNotice = cancelNotice(p)
 	}
-	if err == nil && c == nil {
-		w.m.wroteCancel(p)
+	if err := w.begin(isNotice); err != nil {
+		return 0, err
+	}
+	n, err := w.w.Write(p)
+	w.end(err)
+	switch {
+	case err != nil:
+	case c != nil:
+		c.markSent()
+	case isNotice:
+		w.m.cancelWritten(notice)
 	}
 	return n, err
 }
 
+// begin marks a write of the given kind in progress, with the deadline it
+// needs.
+func (w *watchWriter) begin(notice bool) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cut {
+		return errStreamCut
+	}
+	switch {
+	case notice:
+		_ = w.w.SetWriteDeadline(time.Now().Add(cancelNoticeWait))
+		w.deadline = true
+	case w.deadline:
+		// Left by abortBlocked after its write had completed, or by a
+		// notice: this message has none.
+		_ = w.w.SetWriteDeadline(time.Time{})
+		w.deadline = false
+	}
+	w.writing = writeMessage
+	if notice {
+		w.writing = writeNotice
+	}
+	return nil
+}
+
+// end marks the write in progress finished with err.
+func (w *watchWriter) end(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writing = writeNone
+	if err != nil {
+		w.cut = true
+	}
+}
+
 func (w *watchWriter) Close() error { return w.w.Close() }
 
-// abortBlocked ends the write in progress, if any, and every later one:
-// a server that stops reading its stdin blocks a write once the pipe is
-// full, and the client library's write heeds no context, so without this
-// a call's deadline would not end it (nor free the calls queued behind
-// that write). A message cut short leaves the stream unusable: the
-// session breaks, and serves no other call.
+// abortBlocked ends the message write in progress, if any: a server that
+// stops reading its stdin blocks a write once the pipe is full, and the
+// client library's write heeds no context, so without this a call's
+// deadline would not end it (nor free the calls queued behind that
+// write). A message cut short leaves the stream unusable: the session
+// breaks, and serves no other call. A cancellation notice in progress is
+// left to its own deadline: it is how the server learns that the call was
+// given up.
 func (w *watchWriter) abortBlocked() {
-	if w.writing.Load() > 0 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.writing == writeMessage {
 		_ = w.w.SetWriteDeadline(time.Now())
+		w.deadline = true
 	}
 }
 
