@@ -54,7 +54,7 @@ type TraceOutbox interface {
 const bucketTraceOutbox = "trace_outbox" // seq key -> TraceEvent, waiting for delivery
 
 func (b *boltStore) PutTraceOutbox(_ context.Context, evs []*evidencev1.TraceEvent) error {
-	return b.db.Update(func(tx *store.Tx) error {
+	return b.db.Batch(func(tx *store.Tx) error {
 		_, err := putOutbox(tx, evs)
 		return err
 	})
@@ -97,8 +97,10 @@ func (b *boltStore) ListTraceOutbox(_ context.Context, limit int) ([]OutboxEntry
 	return out, nil
 }
 
+// DeleteTraceOutbox shares its commit with concurrent writes: every
+// governed call deletes what it delivered, twice.
 func (b *boltStore) DeleteTraceOutbox(_ context.Context, keys []string) error {
-	return b.db.Update(func(tx *store.Tx) error {
+	return b.db.Batch(func(tx *store.Tx) error {
 		for _, k := range keys {
 			if err := tx.Delete(bucketTraceOutbox, k); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("delete trace outbox entry: %w", err)
