@@ -212,9 +212,10 @@ func (s *Server) flushTrace(ctx context.Context) {
 	written, traces, dead, claimed := c.written, c.traces, c.dead, c.claimed
 	c.written, c.traces = nil, nil
 	c.mu.Unlock()
-	defer s.undirect(written)
 	if dead {
-		return // the written entries are durable: the outbox loop sends them
+		// The written entries are durable: the outbox loop sends them.
+		s.undirect(written)
+		return
 	}
 	if len(written) == 0 && len(traces) == 0 {
 		return
@@ -225,6 +226,7 @@ func (s *Server) flushTrace(ctx context.Context) {
 		// while it delivers, and another replica may have delivered the
 		// entries already. The outbox loop sends them, once, and what the
 		// call still holds goes behind them.
+		s.undirect(written)
 		s.outboxPending.Store(true)
 		if len(traces) > 0 {
 			s.toOutbox(ctx, traces)
@@ -237,7 +239,9 @@ func (s *Server) flushTrace(ctx context.Context) {
 	}
 	evs = append(evs, traces...)
 	n, err := s.deliverTraces(ctx, evs, true)
-	_ = s.deleteDelivered(ctx, written, n)
+	delivered := min(n, len(written))
+	s.undirect(written[delivered:])
+	s.sweep.add(written[:delivered])
 	if n < len(written) {
 		s.outboxPending.Store(true)
 	}

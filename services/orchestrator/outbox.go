@@ -2,6 +2,8 @@ package orchestrator
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 )
@@ -36,13 +38,23 @@ func (s *Server) toOutbox(ctx context.Context, evs []*evidencev1.TraceEvent) {
 // settle) may act on a request another replica worked on until it
 // stopped, leaving that work's events there: the decision's events must
 // not reach evidence before them. Recovery needs none of this: its pass
-// delivers the outbox before it takes a request over.
+// delivers the outbox before it takes a request over. Entries this
+// replica's own calls deliver (or delivered, and are being deleted) are
+// not what the decision must wait for.
 func (s *Server) queueBehindOutbox(ctx context.Context) {
 	if s.outboxPending.Load() {
 		return
 	}
-	if waiting, err := s.st.ListTraceOutbox(ctx, 1); err != nil || len(waiting) > 0 {
+	waiting, err := s.st.ListTraceOutbox(ctx, outboxPage)
+	if err != nil {
 		s.outboxPending.Store(true)
+		return
+	}
+	for _, e := range waiting {
+		if _, direct := s.direct.Load(e.Key); !direct {
+			s.outboxPending.Store(true)
+			return
+		}
 	}
 }
 
@@ -96,4 +108,77 @@ func (s *Server) deliverOutbox(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// sweeper deletes the outbox entries calls delivered themselves, off the
+// calls' path: a call hands its delivered entries over and returns, and
+// one delete takes every entry handed over meanwhile, so concurrent calls
+// share it (one store write for many calls, where each call made two).
+// The entries stay this replica's (direct) until deleted, so its outbox
+// loop does not send them again. A delete that fails or never runs (the
+// process stopped) leaves them to be delivered again, under the same
+// delivery ids, which evidence stores once: delivery stays at least once.
+type sweeper struct {
+	s *Server
+
+	mu      sync.Mutex
+	queued  []OutboxEntry
+	running bool
+	closed  bool
+	done    sync.WaitGroup
+}
+
+// sweepTimeout bounds one delete of delivered entries.
+const sweepTimeout = 10 * time.Second
+
+func newSweeper(s *Server) *sweeper { return &sweeper{s: s} }
+
+// add hands delivered entries over for deletion.
+func (w *sweeper) add(entries []OutboxEntry) {
+	if len(entries) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		// Shutting down: the entries are delivered again after restart.
+		w.s.undirect(entries)
+		return
+	}
+	w.queued = append(w.queued, entries...)
+	if w.running {
+		return
+	}
+	w.running = true
+	w.done.Add(1)
+	go w.run()
+}
+
+// run deletes what is queued until nothing is.
+func (w *sweeper) run() {
+	defer w.done.Done()
+	for {
+		w.mu.Lock()
+		batch := w.queued
+		w.queued = nil
+		if len(batch) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
+		_ = w.s.deleteDelivered(ctx, batch, len(batch))
+		cancel()
+		w.s.undirect(batch)
+	}
+}
+
+// close waits for the deletes under way; later entries are left in the
+// outbox.
+func (w *sweeper) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.done.Wait()
 }

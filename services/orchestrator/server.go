@@ -136,6 +136,8 @@ type Server struct {
 	// state change and delivers itself at its next checkpoint; the outbox
 	// loop stops before them so they are not sent twice.
 	direct sync.Map
+	// sweep deletes the entries calls delivered, off their path.
+	sweep *sweeper
 	// watchPoll is how often a WatchTask stream reads the store unwoken.
 	watchPoll time.Duration
 
@@ -168,6 +170,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if s.replica == "" {
 		s.replica = ids.New("orch")
 	}
+	s.sweep = newSweeper(s)
 	if s.leaseTTL <= 0 {
 		s.leaseTTL = DefaultLeaseTTL
 	}
@@ -216,6 +219,7 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		s.wg.Wait()
+		s.sweep.close()
 		for _, r := range s.unrecorded.held() {
 			s.unrecorded.drop(r.requestID)
 		}
