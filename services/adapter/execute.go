@@ -306,7 +306,7 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 		cm.cancelOnFlood(cancelCall)
 		stopAbort := func() bool { return false }
 		if ss.m.abortWrite != nil {
-			stopAbort = context.AfterFunc(callCtx, ss.m.abortWrite)
+			stopAbort = context.AfterFunc(callCtx, func() { ss.m.abortWrite(cm) })
 		}
 		toolRes, readRes, err = ss.call(callCtx, method, req, st.token)
 		stopAbort()

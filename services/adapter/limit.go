@@ -81,8 +81,9 @@ type meter struct {
 
 	// abortWrite, when set (stdio; set before the session starts), ends
 	// a write to the server that is blocked because the server does not
-	// read: called when a call gives up.
-	abortWrite func()
+	// read, and keeps the request of the call giving up from being
+	// written later: called with that call when it gives up.
+	abortWrite func(gaveUp *callMeter)
 
 	// bound is max(limit, every registered call's limit), kept current.
 	bound atomic.Int64
@@ -131,6 +132,9 @@ type callMeter struct {
 	// for this call was written to the server.
 	cancelled     chan struct{}
 	cancelNoticed bool
+	// gaveUp: the call gave up; a request of it not yet written is not
+	// written at all (see watchWriter).
+	gaveUp atomic.Bool
 }
 
 func newMeter(limit int64) *meter {

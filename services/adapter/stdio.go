@@ -273,6 +273,10 @@ const (
 	writeNotice
 )
 
+// errCallGaveUp refuses the request of a call that gave up before it was
+// written.
+var errCallGaveUp = errors.New("stdio: the call gave up before its request was written")
+
 // errStreamCut is returned by every write after one failed.
 var errStreamCut = errors.New("stdio: an earlier write to the server failed; the stream is unusable")
 
@@ -287,7 +291,7 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 	if c == nil {
 		notice, isNotice = cancelNotice(p)
 	}
-	if err := w.begin(isNotice); err != nil {
+	if err := w.begin(c, isNotice); err != nil {
 		return 0, err
 	}
 	n, err := w.w.Write(p)
@@ -303,12 +307,17 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 }
 
 // begin marks a write of the given kind in progress, with the deadline it
-// needs.
-func (w *watchWriter) begin(notice bool) error {
+// needs. c is the call whose request it is, if any.
+func (w *watchWriter) begin(c *callMeter, notice bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cut {
 		return errStreamCut
+	}
+	if c != nil && c.gaveUp.Load() {
+		// The call gave up while its request waited behind another
+		// write: the server never gets it, and the stream stays whole.
+		return errCallGaveUp
 	}
 	switch {
 	case notice:
@@ -339,17 +348,20 @@ func (w *watchWriter) end(err error) {
 
 func (w *watchWriter) Close() error { return w.w.Close() }
 
-// abortBlocked ends the message write in progress, if any: a server that
-// stops reading its stdin blocks a write once the pipe is full, and the
-// client library's write heeds no context, so without this a call's
-// deadline would not end it (nor free the calls queued behind that
-// write). A message cut short leaves the stream unusable: the session
-// breaks, and serves no other call. A cancellation notice in progress is
-// left to its own deadline: it is how the server learns that the call was
-// given up.
-func (w *watchWriter) abortBlocked() {
+// abortBlocked is called when the call gaveUp gives up. Its request, if
+// not yet written, never is: a call queued behind another write does not
+// reach the server after giving up. And it ends the message write in
+// progress, if any: a server that stops reading its stdin blocks a write
+// once the pipe is full, and the client library's write heeds no context,
+// so without this a call's deadline would not end it (nor free the calls
+// queued behind that write). A message cut short leaves the stream
+// unusable: the session breaks, and serves no other call. A cancellation
+// notice in progress is left to its own deadline: it is how the server
+// learns that the call was given up.
+func (w *watchWriter) abortBlocked(gaveUp *callMeter) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	gaveUp.gaveUp.Store(true)
 	if w.writing == writeMessage {
 		_ = w.w.SetWriteDeadline(time.Now())
 		w.deadline = true

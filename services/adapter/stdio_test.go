@@ -72,7 +72,7 @@ func abortDuringWrite(t *testing.T, msg []byte, kind writeKind, notice bool) {
 		defer w.mu.Unlock()
 		return w.writing == kind
 	})
-	w.abortBlocked()
+	w.abortBlocked(call)
 	if !notice {
 		// The server never reads again: the write ends, and so does
 		// every later one.
@@ -127,5 +127,34 @@ func fillPipe(t *testing.T, w *os.File) {
 	}
 	if !errors.Is(werr, syscall.EAGAIN) {
 		t.Fatalf("filling the pipe: %v", werr)
+	}
+}
+
+// A call that gave up while its request waited (behind another write, say)
+// never has it written: the server does not get a request the adapter
+// already reports as not sent, and the stream stays whole for the other
+// calls on the session.
+func TestGivenUpRequestIsNotWritten(t *testing.T) {
+	t.Parallel()
+	r, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(r, pw)
+	m := newMeter(1 << 20)
+	gaveUp := m.register("tools/call", "", 1<<20)
+	w := &watchWriter{w: pw, m: m}
+	w.abortBlocked(gaveUp)
+	if _, err := w.Write(slowRequest); !errors.Is(err, errCallGaveUp) {
+		t.Fatalf("the given-up call's request: got %v, want errCallGaveUp", err)
+	}
+	other := []byte(`{"jsonrpc":"2.0","id":8,"method":"ping"}` + "\n")
+	if _, err := w.Write(other); err != nil {
+		t.Fatalf("another call's message after the refusal: %v", err)
+	}
+	_ = pw.Close()
+	got, _ := io.ReadAll(r)
+	if !bytes.Equal(got, other) {
+		t.Fatalf("the server read %q, want only the other call's message", got)
 	}
 }
