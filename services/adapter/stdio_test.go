@@ -48,19 +48,12 @@ func TestAbortBlockedSparesTheCancelNotice(t *testing.T) {
 // stopped reading, aborts blocked writes, and checks the outcome.
 func abortDuringWrite(t *testing.T, msg []byte, kind writeKind, notice bool) {
 	t.Helper()
-	r, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll(r, pw)
-	m := newMeter(1 << 20)
-	call := m.register("tools/call", "", 1<<20)
+	r, w, call := pipeWriter(t)
 	if notice {
 		// The call's request went out before the server stopped reading.
-		m.bind(slowRequest)
+		w.m.bind(slowRequest)
 	}
-	w := &watchWriter{w: pw, m: m}
-	fillPipe(t, pw)
+	fillPipe(t, w.w)
 
 	wrote := make(chan error, 1)
 	go func() {
@@ -91,8 +84,8 @@ func abortDuringWrite(t *testing.T, msg []byte, kind writeKind, notice bool) {
 		b, _ := io.ReadAll(r)
 		read <- b
 	}()
-	err = <-wrote
-	_ = pw.Close()
+	err := <-wrote
+	_ = w.w.Close()
 	got := <-read
 	if err != nil {
 		t.Fatalf("the cancellation notice was ended by the abort: %v", err)
@@ -105,6 +98,20 @@ func abortDuringWrite(t *testing.T, msg []byte, kind writeKind, notice bool) {
 	default:
 		t.Fatal("the meter was not told the notice went out")
 	}
+}
+
+// pipeWriter returns a watchWriter over a new pipe, the pipe's read end
+// (the server's stdin), and a call registered with its meter. Both ends
+// are closed when the test ends.
+func pipeWriter(t *testing.T) (*os.File, *watchWriter, *callMeter) {
+	t.Helper()
+	r, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeAll(r, pw) })
+	m := newMeter(1 << 20)
+	return r, &watchWriter{w: pw, m: m}, m.register("tools/call", "", 1<<20)
 }
 
 // fillPipe writes to w until the pipe is full, without blocking and
@@ -136,14 +143,7 @@ func fillPipe(t *testing.T, w *os.File) {
 // calls on the session.
 func TestGivenUpRequestIsNotWritten(t *testing.T) {
 	t.Parallel()
-	r, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll(r, pw)
-	m := newMeter(1 << 20)
-	gaveUp := m.register("tools/call", "", 1<<20)
-	w := &watchWriter{w: pw, m: m}
+	r, w, gaveUp := pipeWriter(t)
 	w.abortBlocked(gaveUp)
 	if _, err := w.Write(slowRequest); !errors.Is(err, errCallGaveUp) {
 		t.Fatalf("the given-up call's request: got %v, want errCallGaveUp", err)
@@ -152,7 +152,7 @@ func TestGivenUpRequestIsNotWritten(t *testing.T) {
 	if _, err := w.Write(other); err != nil {
 		t.Fatalf("another call's message after the refusal: %v", err)
 	}
-	_ = pw.Close()
+	_ = w.w.Close()
 	got, _ := io.ReadAll(r)
 	if !bytes.Equal(got, other) {
 		t.Fatalf("the server read %q, want only the other call's message", got)

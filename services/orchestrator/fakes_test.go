@@ -713,15 +713,23 @@ func newHarness(t *testing.T, configure ...func(*Deps)) *harness {
 	return newHarnessOn(t, nil, configure...)
 }
 
-// newHarnessOn is newHarness on st (nil: a bbolt file).
-func newHarnessOn(t *testing.T, st Store, configure ...func(*Deps)) *harness {
+// newBoltStore returns a Store on a new bbolt file, closed when the test
+// ends (after the cleanups registered later, a harness's included).
+func newBoltStore(t *testing.T) Store {
 	t.Helper()
 	db, err := store.Open(filepath.Join(t.TempDir(), "orchestrator.db"))
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
+	t.Cleanup(func() { _ = db.Close() })
+	return NewBoltStore(db)
+}
+
+// newHarnessOn is newHarness on st (nil: a bbolt file).
+func newHarnessOn(t *testing.T, st Store, configure ...func(*Deps)) *harness {
+	t.Helper()
 	if st == nil {
-		st = NewBoltStore(db)
+		st = newBoltStore(t)
 	}
 	h := &harness{registry: newFakeRegistry(t), adapter: &fakeAdapter{}, evidence: newFakeEvidence()}
 	h.policy = newFakePolicy(h.registry)
@@ -765,7 +773,6 @@ func newHarnessOn(t *testing.T, st Store, configure ...func(*Deps)) *harness {
 		h.server.Close()
 		gs.Stop()
 		_ = conn.Close()
-		_ = db.Close()
 	})
 	return h
 }

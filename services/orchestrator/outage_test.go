@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/redistest"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // TestStoreOutageIsUnavailable: with the orchestrator's Redis down, a
@@ -95,14 +93,9 @@ func (s *taskBlinkStore) GetTask(ctx context.Context, id string) (*orchestratorv
 // REQUESTED, is decided and executed by recovery.
 func TestStoreBlinkAfterARequestIsRecordedLeavesItForRecovery(t *testing.T) {
 	t.Parallel()
-	db, err := store.Open(filepath.Join(t.TempDir(), "orchestrator.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	h := newHarnessOn(t, &taskBlinkStore{Store: NewBoltStore(db)}, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
+	h := newHarnessOn(t, &taskBlinkStore{Store: newBoltStore(t)}, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
 	cat := h.start(t, "source_review", false).GetCatalogue()
-	_, err = h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
+	_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
 		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})
 	wantErr(t, err, codes.Unavailable, apierror.ReasonStoreUnavailable)
 	id := requestOfCall(t, h, cat.GetTaskId(), "call_1").GetId()

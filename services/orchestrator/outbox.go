@@ -131,8 +131,6 @@ type sweeper struct {
 // sweepTimeout bounds one delete of delivered entries.
 const sweepTimeout = 10 * time.Second
 
-func newSweeper(s *Server) *sweeper { return &sweeper{s: s} }
-
 // add hands delivered entries over for deletion.
 func (w *sweeper) add(entries []OutboxEntry) {
 	if len(entries) == 0 {

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +17,6 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 const testDocumentDigest = "sha256:doc31"
@@ -379,12 +377,7 @@ func TestResumeSettlesAnOpenAttemptWithoutRenderingAgain(t *testing.T) {
 
 func TestOpenRequestIndex(t *testing.T) {
 	t.Parallel()
-	db, err := store.Open(filepath.Join(t.TempDir(), "o.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	st := NewBoltStore(db)
+	st := newBoltStore(t)
 	r, _, err := st.CreateRequest(t.Context(), &orchestratorv1.ToolRequest{Id: "req_1", TaskId: "task_1", ProviderCallId: "c1"})
 	if err != nil {
 		t.Fatal(err)

@@ -170,7 +170,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if s.replica == "" {
 		s.replica = ids.New("orch")
 	}
-	s.sweep = newSweeper(s)
+	s.sweep = &sweeper{s: s}
 	if s.leaseTTL <= 0 {
 		s.leaseTTL = DefaultLeaseTTL
 	}

@@ -3,14 +3,12 @@ package orchestrator
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // heldDeletes is a Store whose first DeleteTraceOutbox waits for release,
@@ -42,11 +40,7 @@ func (d *heldDeletes) DeleteTraceOutbox(ctx context.Context, keys []string) erro
 // (the outbox loop leaves them), and the outbox ends empty.
 func TestDeliveredEntriesAreSweptOffTheCallsPath(t *testing.T) {
 	t.Parallel()
-	db, err := store.Open(filepath.Join(t.TempDir(), "orchestrator.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &heldDeletes{Store: NewBoltStore(db), release: make(chan struct{}), held: make(chan struct{})}
+	st := &heldDeletes{Store: newBoltStore(t), release: make(chan struct{}), held: make(chan struct{})}
 	h := newHarnessOn(t, st, func(d *Deps) { d.RecoveryInterval = time.Hour })
 	cat := h.start(t, "source_review", false).GetCatalogue()
 	task := cat.GetTaskId()
