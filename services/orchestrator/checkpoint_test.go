@@ -1,8 +1,10 @@
 package orchestrator
 
 import (
+	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
@@ -105,5 +107,81 @@ func TestCallEventsWrittenAtCheckpoints(t *testing.T) {
 				t.Errorf("%d AppendTraces calls, want %d", batches, tc.wantBatches)
 			}
 		})
+	}
+}
+
+// writeCounter counts a store's write transactions of requests and tasks,
+// and notes whether the request's commit carried the task's change.
+type writeCounter struct {
+	Store
+	mu                  sync.Mutex
+	writes              []string
+	commitCarriedChange bool
+}
+
+func (w *writeCounter) note(what string) {
+	w.mu.Lock()
+	w.writes = append(w.writes, what)
+	w.mu.Unlock()
+}
+
+func (w *writeCounter) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (*orchestratorv1.ToolRequest, bool, Written, error) {
+	w.note("create request")
+	return w.Store.CreateRequestEmit(ctx, r, held)
+}
+
+func (w *writeCounter) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error) {
+	w.note("update request")
+	out, written, err := w.Store.UpdateRequestEmit(ctx, id, fn, held)
+	if err == nil && out.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		w.mu.Lock()
+		w.commitCarriedChange = held.Task != nil && held.Task.ID == out.GetTaskId()
+		w.mu.Unlock()
+	}
+	return out, written, err
+}
+
+func (w *writeCounter) UpdateTaskEmit(ctx context.Context, id string, fn func(*orchestratorv1.Task) error, held Held) (*orchestratorv1.Task, Written, error) {
+	w.note("update task")
+	return w.Store.UpdateTaskEmit(ctx, id, fn, held)
+}
+
+func (w *writeCounter) UpdateTask(ctx context.Context, id string, fn func(*orchestratorv1.Task) error) (*orchestratorv1.Task, error) {
+	w.note("update task")
+	return w.Store.UpdateTask(ctx, id, fn)
+}
+
+func (w *writeCounter) EmitHeld(ctx context.Context, held Held) (Written, error) {
+	w.note("emit held")
+	return w.Store.EmitHeld(ctx, held)
+}
+
+// A committed call's checkpoint text on its task is written in the
+// commit's own transaction: four writes for a read (created, prepared,
+// executed, committed), none of them for the task alone.
+func TestTaskCheckpointRidesTheCommit(t *testing.T) {
+	t.Parallel()
+	st := &writeCounter{Store: newBoltStore(t)}
+	h := newHarnessOn(t, st)
+	cat := h.start(t, "source_review", false).GetCatalogue()
+	handle := handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
+	st.mu.Lock()
+	st.writes = nil
+	st.mu.Unlock()
+
+	r, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource, map[string]any{"source": handle})
+	if err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		t.Fatalf("submit = %v, %v", r, err)
+	}
+	st.mu.Lock()
+	writes, carried := slices.Clone(st.writes), st.commitCarriedChange
+	st.mu.Unlock()
+	want := []string{"create request", "update request", "update request", "update request"}
+	if !slices.Equal(writes, want) || !carried {
+		t.Errorf("writes of one call: %v, the commit carried the task change: %t; want %v, true", writes, carried, want)
+	}
+	got, err := h.server.st.GetTask(t.Context(), cat.GetTaskId())
+	if err != nil || !strings.Contains(got.GetCheckpoint(), r.GetId()) {
+		t.Errorf("task checkpoint %q, %v; want it to name request %s", got.GetCheckpoint(), err, r.GetId())
 	}
 }

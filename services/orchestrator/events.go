@@ -106,9 +106,9 @@ type checkpoint struct {
 	mu     sync.Mutex
 	traces []*evidencev1.TraceEvent
 	events []*orchestratorv1.TaskEvent
-	// task, when set, is an update of the task's checkpoint text written
+	// task, when set, is a change of the task's checkpoint text, written
 	// with the held events (see commit).
-	task *taskUpdate
+	task *TaskChange
 	// written are the outbox entries of trace events this call's state
 	// changes wrote, which it delivers at its next checkpoint.
 	written []OutboxEntry
@@ -128,12 +128,6 @@ func (c *checkpoint) kill() {
 	c.mu.Unlock()
 }
 
-// taskUpdate is a held update of one task.
-type taskUpdate struct {
-	id string
-	fn func(*orchestratorv1.Task) error
-}
-
 type checkpointKey struct{}
 
 // withCheckpoint returns ctx holding the events traced and emitted under
@@ -147,9 +141,9 @@ func checkpointOf(ctx context.Context) *checkpoint {
 	return c
 }
 
-// flush writes what ctx's checkpoint holds, if anything: the held task
-// update with the held task and trace events in one transaction (under a
-// lease, the held events alone when there is no task update: fenced, see
+// flush writes what ctx's checkpoint holds, if anything: a held task
+// change with the held task and trace events in one transaction (under a
+// lease, the held events alone when there is no task change: fenced, see
 // Fence), then the call's trace (what its state changes put in the
 // outbox, then the rest) in one delivery, then any task event left.
 func (s *Server) flush(ctx context.Context) {
@@ -159,23 +153,14 @@ func (s *Server) flush(ctx context.Context) {
 		return
 	}
 	c.mu.Lock()
-	task, dead := c.task, c.dead
-	c.task = nil
-	holds := len(c.events)+len(c.traces) > 0
+	dead, holds := c.dead, len(c.events)+len(c.traces) > 0
+	changes := c.task != nil
 	c.mu.Unlock()
 	f := leaseOf(ctx).fence()
-	if !dead && (task != nil || (holds && f.Generation != 0)) {
+	if !dead && (changes || (holds && f.Generation != 0)) {
 		held, giveBack := s.held(ctx, nil)
 		held.Fence = f
-		var (
-			w   Written
-			err error
-		)
-		if task != nil {
-			_, w, err = s.st.UpdateTaskEmit(ctx, task.id, task.fn, held)
-		} else {
-			w, err = s.st.EmitHeld(ctx, held)
-		}
+		w, err := s.st.EmitHeld(ctx, held)
 		switch {
 		case errors.Is(err, ErrFenced):
 			_ = s.fenced(ctx, f.RequestID, err)
@@ -299,11 +284,11 @@ func (s *Server) undirect(written []OutboxEntry) {
 	}
 }
 
-// held takes the task and trace events ctx's checkpoint holds, followed
-// by those tell traces and emits (run once, now), for the transaction of
-// one state change; giveBack returns what the checkpoint held when that
-// transaction failed (tell's events tell of a change that did not
-// happen and are dropped).
+// held takes the task and trace events and the task change ctx's
+// checkpoint holds, followed by those tell traces, emits and changes (run
+// once, now), for the transaction of one state change; giveBack returns
+// what the checkpoint held when that transaction failed (what tell held
+// tells of a change that did not happen and is dropped).
 func (s *Server) held(ctx context.Context, tell func(context.Context)) (Held, func()) {
 	// The call delivers what it writes (see written), so other replicas
 	// leave it while the claim lasts.
@@ -311,14 +296,15 @@ func (s *Server) held(ctx context.Context, tell func(context.Context)) (Held, fu
 	giveBack := func() {}
 	if c := checkpointOf(ctx); c != nil {
 		c.mu.Lock()
-		h.Events, h.Traces = c.events, c.traces
-		c.events, c.traces = nil, nil
+		h.Events, h.Traces, h.Task = c.events, c.traces, c.task
+		c.events, c.traces, c.task = nil, nil, nil
 		c.mu.Unlock()
 		prior := h
 		giveBack = func() {
 			c.mu.Lock()
 			c.events = append(prior.Events, c.events...)
 			c.traces = append(prior.Traces, c.traces...)
+			c.task = thenChange(prior.Task, c.task)
 			c.mu.Unlock()
 		}
 	}
@@ -327,13 +313,36 @@ func (s *Server) held(ctx context.Context, tell func(context.Context)) (Held, fu
 		tell(context.WithValue(ctx, checkpointKey{}, t))
 		h.Events = append(h.Events[:len(h.Events):len(h.Events)], t.events...)
 		h.Traces = append(h.Traces[:len(h.Traces):len(h.Traces)], t.traces...)
+		h.Task = thenChange(h.Task, t.task)
 	}
 	return h, giveBack
+}
+
+// thenChange is a then b, either of which may be nil. A call acts on one
+// task (see updateTaskAtCheckpoint), so both change the same one.
+func thenChange(a, b *TaskChange) *TaskChange {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return &TaskChange{ID: a.ID, Fn: func(t *orchestratorv1.Task) error {
+		if err := a.Fn(t); err != nil {
+			return err
+		}
+		return b.Fn(t)
+	}}
 }
 
 // written wakes the watchers of w's task events and has w's trace
 // entries delivered: at ctx's next checkpoint when it holds one, else now.
 func (s *Server) written(ctx context.Context, w Written) {
+	if w.TaskErr != nil {
+		// What the task's checkpoint text sums up is durable in the
+		// request that was written.
+		s.log.WarnContext(ctx, "update task checkpoint", "err", w.TaskErr)
+	}
 	s.notify(w.Events)
 	if len(w.Outbox) == 0 {
 		return
@@ -416,32 +425,21 @@ func (s *Server) notify(stored []*orchestratorv1.TaskEvent) {
 	}
 }
 
-// updateTaskAtCheckpoint applies fn to the task: with the events written
-// at ctx's next checkpoint when it holds one (a call's checkpoint text is
-// written with the events that tell of the call's end), else now. A
+// updateTaskAtCheckpoint applies fn to the task: in the transaction of
+// ctx's next write when ctx holds a checkpoint (a call's checkpoint text
+// is written with the state change it sums up, see commit), else now. A
 // failure is logged: what the task's checkpoint text sums up is already
 // durable in the request.
 func (s *Server) updateTaskAtCheckpoint(ctx context.Context, taskID string, fn func(*orchestratorv1.Task) error) {
 	if c := checkpointOf(ctx); c != nil {
 		c.mu.Lock()
-		prev := c.task
-		if prev == nil || prev.id == taskID {
-			if prev != nil {
-				// Both apply, in order.
-				first, then := prev.fn, fn
-				fn = func(t *orchestratorv1.Task) error {
-					if err := first(t); err != nil {
-						return err
-					}
-					return then(t)
-				}
-			}
-			c.task = &taskUpdate{id: taskID, fn: fn}
+		if c.task == nil || c.task.ID == taskID {
+			c.task = thenChange(c.task, &TaskChange{ID: taskID, Fn: fn})
 			c.mu.Unlock()
 			return
 		}
 		c.mu.Unlock()
-		// A call acts on one task; another's update is not held.
+		// A call acts on one task; another's change is not held.
 	}
 	if _, err := s.st.UpdateTask(ctx, taskID, fn); err != nil {
 		s.log.WarnContext(ctx, "update task checkpoint", "task", taskID, "err", err)

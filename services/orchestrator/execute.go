@@ -359,7 +359,7 @@ func (s *Server) recordReceipt(ctx context.Context, req *orchestratorv1.ToolRequ
 }
 
 // commit persists the receipt stage (when there is a receipt), then the
-// committed request, and updates the task's checkpoint.
+// committed request with the task's checkpoint text.
 func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
 	obs *observed, rc *evidencev1.Receipt) (*orchestratorv1.ToolRequest, error) {
 	if rc != nil {
@@ -391,6 +391,13 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 			Detail: "committed: " + what,
 		})
 		s.emit(ctx, task.GetId(), req.GetId(), "request.executed", fmt.Sprintf("%s committed with %s", req.GetCapability(), what))
+		// The task's checkpoint text rides the commit it sums up.
+		checkpoint := fmt.Sprintf("last committed: request %s (%s), attempt %s #%d", req.GetId(), req.GetCapability(), att.GetId(), att.GetNumber())
+		s.updateTaskAtCheckpoint(ctx, task.GetId(), func(t *orchestratorv1.Task) error {
+			t.Checkpoint = checkpoint
+			t.UpdateTime = s.timestamp()
+			return nil
+		})
 	}
 	out, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
 		mergeAttempt(r, att)
@@ -411,12 +418,6 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 	if err := s.failAt(ctx, FailPointRequestCommitted); err != nil {
 		return nil, err
 	}
-	checkpoint := fmt.Sprintf("last committed: request %s (%s), attempt %s #%d", out.GetId(), out.GetCapability(), att.GetId(), att.GetNumber())
-	s.updateTaskAtCheckpoint(ctx, task.GetId(), func(t *orchestratorv1.Task) error {
-		t.Checkpoint = checkpoint
-		t.UpdateTime = s.timestamp()
-		return nil
-	})
 	s.log.DebugContext(ctx, "request executed", "task", task.GetId(), "request", out.GetId(), "attempt", att.GetId())
 	return out, nil
 }

@@ -131,7 +131,24 @@ type Held struct {
 	Fence Fence
 	// Claim is who delivers the trace events put in the outbox.
 	Claim OutboxClaim
+	// Task, when set, changes a task in the same transaction: what a
+	// call's end sums up on its task rides the request's commit instead
+	// of a commit of its own. It is secondary to the write it rides: a
+	// missing task, or an error from its Fn, leaves the task as it was
+	// and does not fail the write (Written.TaskErr says why). UpdateTaskEmit,
+	// which changes a task itself, refuses it.
+	Task *TaskChange
 }
+
+// TaskChange applies Fn to the task ID (see Held.Task). Fn may run more
+// than once, as UpdateTask's may.
+type TaskChange struct {
+	ID string
+	Fn func(*orchestratorv1.Task) error
+}
+
+// errTaskChangeHeld is UpdateTaskEmit's refusal of a Held.Task.
+var errTaskChangeHeld = errors.New("UpdateTaskEmit changes a task itself: held.Task must be nil")
 
 // Fence names the lease a write is made under. A store refuses the write
 // with ErrFenced, in the write's own transaction, when a lease of a newer
@@ -172,6 +189,9 @@ func generationTTL(ttl time.Duration) time.Duration { return max(leaseGeneration
 type Written struct {
 	Events []*orchestratorv1.TaskEvent
 	Outbox []OutboxEntry
+	// TaskErr is why Held.Task was not applied, nil when it was (or
+	// there was none).
+	TaskErr error
 }
 
 // Errors of Store.UseApproval.

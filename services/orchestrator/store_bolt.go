@@ -76,6 +76,9 @@ func (b *boltStore) UpdateTaskEmit(_ context.Context, id string, fn func(*orches
 	// Concurrent updates share a commit (store.DB.Batch): fn may run again,
 	// as the Store contract allows; what the closure returns is set anew on
 	// every run.
+	if held.Task != nil {
+		return nil, Written{}, errTaskChangeHeld
+	}
 	err := b.db.Batch(func(tx *store.Tx) error {
 		if err := b.fence(held.Fence); err != nil {
 			return err
@@ -307,8 +310,8 @@ func (b *boltStore) EmitHeld(_ context.Context, held Held) (Written, error) {
 	return emitted, nil
 }
 
-// writeHeld appends held's task events and puts its trace events in the
-// outbox, inside tx.
+// writeHeld appends held's task events, puts its trace events in the
+// outbox and applies its task change, inside tx.
 func writeHeld(tx *store.Tx, held Held) (Written, error) {
 	events, err := appendEvents(tx, held.Events)
 	if err != nil {
@@ -318,7 +321,19 @@ func writeHeld(tx *store.Tx, held Held) (Written, error) {
 	if err != nil {
 		return Written{}, err
 	}
-	return Written{Events: events, Outbox: outbox}, nil
+	w := Written{Events: events, Outbox: outbox}
+	if c := held.Task; c != nil {
+		t := &orchestratorv1.Task{}
+		if w.TaskErr = tx.Get(bucketTasks, c.ID, t); w.TaskErr == nil {
+			w.TaskErr = c.Fn(t)
+		}
+		if w.TaskErr != nil {
+			w.TaskErr = fmt.Errorf("task %s: %w", c.ID, w.TaskErr)
+		} else if err := tx.Put(bucketTasks, c.ID, t); err != nil {
+			return Written{}, err
+		}
+	}
+	return w, nil
 }
 
 // appendEvents stores copies of events, each with its task's next

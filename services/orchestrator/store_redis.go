@@ -92,11 +92,11 @@ func (s *redisOrchestratorStore) UpdateTask(ctx context.Context, id string, fn f
 }
 
 func (s *redisOrchestratorStore) UpdateTaskEmit(ctx context.Context, id string, fn func(*orchestratorv1.Task) error, held Held) (*orchestratorv1.Task, Written, error) {
-	var (
-		out    *orchestratorv1.Task
-		queued func() Written
-	)
-	err := s.update(ctx, held.Fence, []string{s.task(id)}, func(_ *redis.Tx, vals []any) (redisstore.Write, error) {
+	if held.Task != nil {
+		return nil, Written{}, errTaskChangeHeld
+	}
+	var out *orchestratorv1.Task
+	w, err := s.update(ctx, held, []string{s.task(id)}, func(_ *redis.Tx, vals []any) (redisstore.Write, error) {
 		t := &orchestratorv1.Task{}
 		if err := redisstore.Decode(vals[0], t); err != nil {
 			return nil, fmt.Errorf("get task %s: %w", id, err)
@@ -109,59 +109,66 @@ func (s *redisOrchestratorStore) UpdateTaskEmit(ctx context.Context, id string, 
 			return nil, err
 		}
 		out = t
-		return func(p redis.Pipeliner) (err error) {
+		return func(p redis.Pipeliner) error {
 			p.Set(ctx, s.task(id), v, 0)
-			queued, err = s.queueHeld(ctx, p, held)
-			return err
+			return nil
 		}, nil
 	})
 	if err != nil {
 		return nil, Written{}, err
 	}
-	return out, queued(), nil
+	return out, w, nil
 }
 
 func (s *redisOrchestratorStore) EmitHeld(ctx context.Context, held Held) (Written, error) {
-	var queued func() Written
-	write := func(p redis.Pipeliner) (err error) {
-		queued, err = s.queueHeld(ctx, p, held)
-		return err
+	if held.Fence.Generation == 0 && held.Task == nil {
+		// Nothing to decide on: no WATCH.
+		var queued func() Written
+		if _, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) (err error) {
+			queued, err = s.queueHeld(ctx, p, held)
+			return err
+		}); err != nil {
+			return Written{}, err
+		}
+		return queued(), nil
 	}
-	var err error
-	if held.Fence.Generation == 0 {
-		_, err = s.c.TxPipelined(ctx, write)
-	} else {
-		err = s.update(ctx, held.Fence, nil, func(*redis.Tx, []any) (redisstore.Write, error) {
-			return write, nil
-		})
-	}
-	if err != nil {
-		return Written{}, err
-	}
-	return queued(), nil
+	return s.update(ctx, held, nil, func(*redis.Tx, []any) (redisstore.Write, error) {
+		return func(redis.Pipeliner) error { return nil }, nil
+	})
 }
 
-// update runs an optimistic transaction (redisstore.UpdateRead) on keys
-// and, when f is set, the lease generation f is checked against, all
-// watched and read in one MGET: a lease taken between the read and EXEC
-// fails the EXEC, and the retried transaction sees it. A stale fence
-// refuses the change with ErrFenced; otherwise decide gets the keys'
-// values (nil when absent), in the order of keys.
-func (s *redisOrchestratorStore) update(ctx context.Context, f Fence, keys []string, decide func(tx *redis.Tx, vals []any) (redisstore.Write, error)) error {
+// update runs an optimistic transaction (redisstore.UpdateRead) on keys,
+// the task held.Task changes and, when held is fenced, the lease
+// generation the fence is checked against, all watched and read in one
+// MGET: a lease taken between the read and EXEC fails the EXEC, and the
+// retried transaction sees it. A stale fence refuses the change with
+// ErrFenced; otherwise decide gets the keys' values (nil when absent), in
+// the order of keys, and returns the change's writes, which run in one
+// MULTI/EXEC with held's (see queueHeld) and its task change. When decide
+// returns no writes (a replay), held is not written either.
+func (s *redisOrchestratorStore) update(ctx context.Context, held Held, keys []string, decide func(tx *redis.Tx, vals []any) (redisstore.Write, error)) (Written, error) {
 	all := slices.Clone(keys)
+	if held.Task != nil {
+		all = append(all, s.task(held.Task.ID))
+	}
+	f := held.Fence
 	if f.Generation != 0 {
 		all = append(all, s.k.Key("leasegen", f.RequestID))
 	}
-	var read *redis.SliceCmd
-	return redisstore.UpdateRead(ctx, s.c, all, func(p redis.Pipeliner) {
+	var (
+		read   *redis.SliceCmd
+		queued func() Written
+	)
+	err := redisstore.UpdateRead(ctx, s.c, all, func(p redis.Pipeliner) {
 		read = p.MGet(ctx, all...)
 	}, func(tx *redis.Tx) (redisstore.Write, error) {
+		queued = nil
 		vals, err := read.Result()
 		if err != nil {
 			return nil, err
 		}
 		if f.Generation != 0 {
-			cur, err := leaseGeneration(vals[len(keys)])
+			cur, err := leaseGeneration(vals[len(all)-1])
 			if err != nil {
 				return nil, err
 			}
@@ -169,8 +176,49 @@ func (s *redisOrchestratorStore) update(ctx context.Context, f Fence, keys []str
 				return nil, fmt.Errorf("write to request %s under lease %d: %w", f.RequestID, f.Generation, ErrFenced)
 			}
 		}
-		return decide(tx, vals[:len(keys)])
+		change, err := decide(tx, vals[:len(keys)])
+		if change == nil || err != nil {
+			return nil, err
+		}
+		var task []byte
+		var taskErr error
+		if held.Task != nil {
+			task, taskErr = s.changeTask(held.Task, vals[len(keys)])
+		}
+		return func(p redis.Pipeliner) error {
+			if err := change(p); err != nil {
+				return err
+			}
+			if task != nil {
+				p.Set(ctx, s.task(held.Task.ID), task, 0)
+			}
+			q, err := s.queueHeld(ctx, p, held)
+			queued = func() Written {
+				w := q()
+				w.TaskErr = taskErr
+				return w
+			}
+			return err
+		}, nil
 	})
+	if err != nil || queued == nil {
+		return Written{}, err
+	}
+	return queued(), nil
+}
+
+// changeTask applies c to the task read as v (nil when absent) and
+// returns the task to write, or why it is left as it was.
+func (s *redisOrchestratorStore) changeTask(c *TaskChange, v any) ([]byte, error) {
+	t := &orchestratorv1.Task{}
+	err := redisstore.Decode(v, t)
+	if err == nil {
+		err = c.Fn(t)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("task %s: %w", c.ID, err)
+	}
+	return redisstore.Marshal(t)
 }
 
 // leaseGeneration parses a leasegen value read by MGET; absent is 0.
@@ -302,43 +350,37 @@ func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orche
 	var (
 		out     *orchestratorv1.ToolRequest
 		created bool
-		queued  func() Written
 	)
 	// The (task, provider call) index entry is watched: of two replicas
 	// creating the same call at once, one EXEC succeeds; the other's fails,
 	// and its retry finds the entry and returns the first request. The new
 	// request's own key is watched with it, so an id taken meanwhile is
 	// seen too.
-	err = s.update(ctx, held.Fence, []string{idxKey, s.req(r.GetId())}, func(tx *redis.Tx, vals []any) (redisstore.Write, error) {
+	w, err := s.update(ctx, held, []string{idxKey, s.req(r.GetId())}, func(tx *redis.Tx, vals []any) (redisstore.Write, error) {
 		if existing, ok := vals[0].(string); ok {
 			got := &orchestratorv1.ToolRequest{}
 			if err := redisstore.Get(ctx, tx, s.req(existing), got); err != nil {
 				return nil, fmt.Errorf("get request %s: %w", existing, err)
 			}
-			out, created, queued = got, false, nil
+			out, created = got, false
 			return nil, nil
 		}
 		if vals[1] != nil {
 			return nil, fmt.Errorf("create request %s: %w", r.GetId(), store.ErrExists)
 		}
 		out, created = proto.CloneOf(r), true
-		return func(p redis.Pipeliner) (err error) {
+		return func(p redis.Pipeliner) error {
 			p.Set(ctx, s.req(r.GetId()), v, 0)
 			p.Set(ctx, idxKey, r.GetId(), 0)
 			p.RPush(ctx, s.k.Key("taskreqs", r.GetTaskId()), r.GetId())
 			s.queueOpen(ctx, p, r)
-			queued, err = s.queueHeld(ctx, p, held)
-			return err
+			return nil
 		}, nil
 	})
 	if err != nil {
 		return nil, false, Written{}, err
 	}
-	var emitted Written
-	if queued != nil {
-		emitted = queued()
-	}
-	return out, created, emitted, nil
+	return out, created, w, nil
 }
 
 func (s *redisOrchestratorStore) GetRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error) {
@@ -355,11 +397,8 @@ func (s *redisOrchestratorStore) UpdateRequest(ctx context.Context, id string, f
 }
 
 func (s *redisOrchestratorStore) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error) {
-	var (
-		out    *orchestratorv1.ToolRequest
-		queued func() Written
-	)
-	err := s.update(ctx, held.Fence, []string{s.req(id)}, func(_ *redis.Tx, vals []any) (redisstore.Write, error) {
+	var out *orchestratorv1.ToolRequest
+	w, err := s.update(ctx, held, []string{s.req(id)}, func(_ *redis.Tx, vals []any) (redisstore.Write, error) {
 		r := &orchestratorv1.ToolRequest{}
 		if err := redisstore.Decode(vals[0], r); err != nil {
 			return nil, fmt.Errorf("get request %s: %w", id, err)
@@ -372,17 +411,16 @@ func (s *redisOrchestratorStore) UpdateRequestEmit(ctx context.Context, id strin
 			return nil, err
 		}
 		out = r
-		return func(p redis.Pipeliner) (err error) {
+		return func(p redis.Pipeliner) error {
 			p.Set(ctx, s.req(id), v, 0)
 			s.queueOpen(ctx, p, r)
-			queued, err = s.queueHeld(ctx, p, held)
-			return err
+			return nil
 		}, nil
 	})
 	if err != nil {
 		return nil, Written{}, err
 	}
-	return out, queued(), nil
+	return out, w, nil
 }
 
 func (s *redisOrchestratorStore) SaveAttempt(ctx context.Context, requestID string, a *orchestratorv1.Attempt) (*orchestratorv1.ToolRequest, error) {

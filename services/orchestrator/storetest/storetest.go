@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -559,8 +560,12 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 			r, got, err := st.UpdateRequestEmit(ctx, "req_1", func(r *orchestratorv1.ToolRequest) error {
 				r.Summary += "r"
 				return nil
-			}, orchestrator.Held{Events: in, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1", Time: timestamppb.New(time.Unix(int64(i), 0))}}})
-			if err != nil || len(got.Events) != 2 || len(got.Outbox) != 1 || r.GetId() != "req_1" {
+			}, orchestrator.Held{Events: in, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1", Time: timestamppb.New(time.Unix(int64(i), 0))}},
+				Task: &orchestrator.TaskChange{ID: "task_1", Fn: func(tk *orchestratorv1.Task) error {
+					tk.Checkpoint += "h"
+					return nil
+				}}})
+			if err != nil || len(got.Events) != 2 || len(got.Outbox) != 1 || r.GetId() != "req_1" || got.TaskErr != nil {
 				t.Errorf("update request emit = %v, %d events, %d outbox entries, %v", r, len(got.Events), len(got.Outbox), err)
 				return
 			}
@@ -596,9 +601,10 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 	if err != nil || len(r.GetSummary()) != 10 {
 		t.Errorf("request summary %q, %v; want 10 updates", r.GetSummary(), err)
 	}
+	// Task changes made alone and riding request updates lose nothing.
 	tk, err := st.GetTask(ctx, "task_1")
-	if err != nil || len(tk.GetCheckpoint()) != 10 {
-		t.Errorf("task checkpoint %q, %v; want 10 updates", tk.GetCheckpoint(), err)
+	if err != nil || strings.Count(tk.GetCheckpoint(), "t") != 10 || strings.Count(tk.GetCheckpoint(), "h") != 10 {
+		t.Errorf("task checkpoint %q, %v; want 10 updates and 10 changes held with request updates", tk.GetCheckpoint(), err)
 	}
 
 	// A refused update emits nothing.
@@ -612,11 +618,65 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 	if _, _, err := st.UpdateTaskEmit(ctx, "task_missing", func(*orchestratorv1.Task) error { return nil }, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev("never")}, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1"}}}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("update of a missing task = %v, want not found", err)
 	}
+	if _, _, err := st.UpdateTaskEmit(ctx, "task_1", func(*orchestratorv1.Task) error { return nil }, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev("never")},
+		Task: &orchestrator.TaskChange{ID: "task_1", Fn: func(*orchestratorv1.Task) error { return nil }}}); err == nil {
+		t.Errorf("UpdateTaskEmit with a held task change succeeded; want it refused")
+	}
 	if after, err := st.ListEvents(ctx, "task_1", 40); err != nil || len(after) != 0 {
 		t.Errorf("refused updates emitted %v, %v", after, err)
 	}
 	if box, err := st.ListTraceOutbox(ctx, 100); err != nil || len(box) != 10 {
 		t.Errorf("refused updates left %d outbox entries, %v; want the 10 of before", len(box), err)
+	}
+	if tk2, err := st.GetTask(ctx, "task_1"); err != nil || tk2.GetCheckpoint() != tk.GetCheckpoint() {
+		t.Errorf("refused updates changed the task: %q, %v", tk2.GetCheckpoint(), err)
+	}
+
+	// A held task change is secondary to the write it rides: a missing
+	// task or its own error leaves the task as it was, says why, and the
+	// write and the rest of held happen.
+	for _, tc := range []struct {
+		name   string
+		change *orchestrator.TaskChange
+		want   error
+	}{
+		{"missing task", &orchestrator.TaskChange{ID: "task_missing", Fn: func(tk *orchestratorv1.Task) error {
+			tk.Checkpoint = "never"
+			return nil
+		}}, store.ErrNotFound},
+		{"refused change", &orchestrator.TaskChange{ID: "task_1", Fn: func(tk *orchestratorv1.Task) error {
+			tk.Checkpoint = "never"
+			return refused
+		}}, refused},
+	} {
+		r, got, err := st.UpdateRequestEmit(ctx, "req_1", func(r *orchestratorv1.ToolRequest) error {
+			r.Summary += "s"
+			return nil
+		}, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev(tc.name)}, Task: tc.change})
+		if err != nil || r.GetSummary() != strings.Repeat("r", 10)+"s" || len(got.Events) != 1 || !errors.Is(got.TaskErr, tc.want) {
+			t.Errorf("%s: update request emit = %q, %d events, task error %v, %v; want the update written and task error %v",
+				tc.name, r.GetSummary(), len(got.Events), got.TaskErr, err, tc.want)
+		}
+		if _, err := st.UpdateRequest(ctx, "req_1", func(r *orchestratorv1.ToolRequest) error {
+			r.Summary = strings.TrimSuffix(r.Summary, "s")
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tk2, err := st.GetTask(ctx, "task_1"); err != nil || tk2.GetCheckpoint() != tk.GetCheckpoint() {
+		t.Errorf("task after failed task changes: %q, %v; want %q", tk2.GetCheckpoint(), err, tk.GetCheckpoint())
+	}
+	if _, err := st.GetTask(ctx, "task_missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a held change of a missing task created it: %v", err)
+	}
+	// EmitHeld applies a held task change with the events.
+	got, err := st.EmitHeld(ctx, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev("emit")}, Task: &orchestrator.TaskChange{ID: "task_1", Fn: func(tk *orchestratorv1.Task) error {
+		tk.Checkpoint = "emitted"
+		return nil
+	}}})
+	if tk2, gerr := st.GetTask(ctx, "task_1"); err != nil || got.TaskErr != nil || len(got.Events) != 1 || gerr != nil || tk2.GetCheckpoint() != "emitted" {
+		t.Errorf("emit held with a task change = %+v, %v; task %q, %v", got, err, tk2.GetCheckpoint(), gerr)
 	}
 }
 
@@ -846,6 +906,10 @@ func CheckFence(t *testing.T, stores []orchestrator.Store) {
 			Events: []*orchestratorv1.TaskEvent{{TaskId: "task_f", RequestId: "req_f", Type: "test", Detail: detail}},
 			Traces: []*evidencev1.TraceEvent{{TaskId: "task_f", Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{Detail: detail}}}},
 			Fence:  f,
+			Task: &orchestrator.TaskChange{ID: "task_f", Fn: func(tk *orchestratorv1.Task) error {
+				tk.Checkpoint = "stale"
+				return nil
+			}},
 		}
 	}
 	stale := orchestrator.Fence{RequestID: "req_f", Generation: old}
@@ -869,6 +933,7 @@ func CheckFence(t *testing.T, stores []orchestrator.Store) {
 			return err
 		}},
 		{"UpdateTaskEmit", func(h orchestrator.Held) error {
+			h.Task = nil // it changes the task itself
 			_, _, err := a.UpdateTaskEmit(ctx, "task_f", func(tk *orchestratorv1.Task) error {
 				tk.Checkpoint = "stale"
 				return nil
