@@ -31,6 +31,18 @@ import (
 // gRPC's 4 MB default; a test in the adapter keeps the two in step.
 const MaxMessageBytes = 72 << 20
 
+// Flow-control windows, fixed on both ends of every connection. A fixed
+// window turns off gRPC's bandwidth-delay estimator, which pings the
+// peer (and is pinged back) on nearly every message when calls are
+// sparse: four extra frames, each a TLS write and a wakeup, per internal
+// call. The sizes bound one stream's and one connection's bytes in
+// flight; on a cluster network they are well above what a round trip
+// carries.
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
+)
+
 // streamWorkers is the number of goroutines each server keeps for
 // incoming RPCs: a few per CPU, since a governed call holds some RPCs open
 // while it waits on others.
@@ -61,6 +73,7 @@ func New(name string, log *slog.Logger, guard *identity.Guard, extra ...grpc.Ser
 		// 6 % of a governed call's CPU). A stream that finds every worker
 		// busy still gets its own goroutine.
 		grpc.NumStreamWorkers(streamWorkers()),
+		grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(connWindow),
 	}
 	opts = append(opts, extra...)
 	if guard.Creds != nil {
@@ -107,7 +120,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // peer, identity.CallerDialOptions for a product or admin caller).
 func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	opts = append([]grpc.DialOption{grpc.WithDefaultCallOptions(
-		grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))}, opts...)
+		grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+		grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow)}, opts...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
