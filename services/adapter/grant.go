@@ -65,8 +65,10 @@ func (s *Server) grantRefused(ctx context.Context, req *adapterv1.ExecuteRequest
 // attest signs the receipt attestation of an OK result: what this adapter
 // observed for the granted attempt. A failure to sign leaves the response
 // without one, which the orchestrator treats as no evidence of the effect.
+// A caller that has no use for one (a read) asks for none: signing is an
+// ECDSA signature and a certificate-carrying JWS per call.
 func (s *Server) attest(ctx context.Context, g grant.Grant, req *adapterv1.ExecuteRequest, resp *adapterv1.ExecuteResponse) {
-	if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK || s.deps.Credentials == nil {
+	if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK || s.deps.Credentials == nil || req.GetOmitReceiptAttestation() {
 		return
 	}
 	artifact, delivery := receipt.Fields(resp.GetStructuredContent())

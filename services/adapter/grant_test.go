@@ -217,6 +217,12 @@ func TestReceiptAttestation(t *testing.T) {
 	if failed.GetOutcome() == adapterv1.Outcome_OUTCOME_OK || failed.GetReceiptAttestation() != "" {
 		t.Errorf("failed call: outcome %v, attestation %q", failed.GetOutcome(), failed.GetReceiptAttestation())
 	}
+	// A caller with no use for an attestation (a read) gets none.
+	read := call(t, conn, "search", map[string]any{"query": "migration"}, nil)
+	read.OmitReceiptAttestation = true
+	if unattested := execute(t, e, read); unattested.GetOutcome() != adapterv1.Outcome_OUTCOME_OK || unattested.GetReceiptAttestation() != "" {
+		t.Errorf("call asking for no attestation: outcome %v, attestation %q; want OK and none", unattested.GetOutcome(), unattested.GetReceiptAttestation())
+	}
 }
 
 // TestResourceReadReadsTheGrantedURI: a resource read reads exactly the

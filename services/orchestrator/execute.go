@@ -227,6 +227,9 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		// grant binds it.
 		OutputSchema:     p.mapping.GetOutputSchema(),
 		ConnectionDigest: p.freshConnection(),
+		// A read's result becomes an observation, never a receipt: no
+		// attestation of it is ever checked.
+		OmitReceiptAttestation: observes(p.capability),
 	}
 	if p.target.GetKind() != registryv1.RemoteKind_REMOTE_KIND_TOOL {
 		in.OutputSchema = nil

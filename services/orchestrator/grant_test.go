@@ -338,3 +338,35 @@ func TestCallTarget(t *testing.T) {
 		})
 	}
 }
+
+// A read asks the adapter for no receipt attestation (its result becomes
+// an observation; no attestation of it is ever checked); an effect, whose
+// receipt is believed only with one, never asks for none.
+func TestOnlyEffectsAskForAReceiptAttestation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, profile, capability string
+		args                      func(*orchestratorv1.OfferedCatalogue) map[string]any
+		omit                      bool
+	}{
+		{"read", "source_review", capRetrieveAuthorizedSource, func(cat *orchestratorv1.OfferedCatalogue) map[string]any {
+			return map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())}
+		}, true},
+		{"effect", "preview", capRenderPreview, func(*orchestratorv1.OfferedCatalogue) map[string]any {
+			return map[string]any{"document_revision": 3}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			cat := h.start(t, tc.profile, false).GetCatalogue()
+			if _, err := h.submit(t, cat.GetTaskId(), "call_1", tc.capability, tc.args(cat)); err != nil {
+				t.Fatal(err)
+			}
+			in := h.adapter.lastRequest()
+			if in == nil || in.GetOmitReceiptAttestation() != tc.omit {
+				t.Errorf("%s: the adapter was asked %v; want omit_receipt_attestation %t", tc.capability, in, tc.omit)
+			}
+		})
+	}
+}

@@ -264,8 +264,15 @@ type ExecuteRequest struct {
 	// caller's read is the current one. Any other value, or none, and the
 	// adapter reads the connection from the registry.
 	ConnectionDigest string `protobuf:"bytes,13,opt,name=connection_digest,json=connectionDigest,proto3" json:"connection_digest,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Optional. Set when the caller has no use for a receipt attestation of
+	// this call's result (a read, whose result becomes an observation, not
+	// a receipt): the adapter signs none, and ExecuteResponse.receipt_attestation
+	// stays empty. Unset, every OK result is attested. An effect's caller
+	// leaves it unset: without an attestation the orchestrator does not
+	// believe the effect's receipt.
+	OmitReceiptAttestation bool `protobuf:"varint,14,opt,name=omit_receipt_attestation,json=omitReceiptAttestation,proto3" json:"omit_receipt_attestation,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *ExecuteRequest) Reset() {
@@ -387,6 +394,13 @@ func (x *ExecuteRequest) GetConnectionDigest() string {
 		return x.ConnectionDigest
 	}
 	return ""
+}
+
+func (x *ExecuteRequest) GetOmitReceiptAttestation() bool {
+	if x != nil {
+		return x.OmitReceiptAttestation
+	}
+	return false
 }
 
 // ContentItem is one item of a remote result, bounded and typed.
@@ -927,7 +941,7 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"\n" +
 	"\x1dv0m3/adapter/v1/adapter.proto\x12\x0fv0m3.adapter.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fv0m3/registry/v1/registry.proto\"6\n" +
 	"\x0fDiscoverRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\xa3\x04\n" +
+	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\xdd\x04\n" +
 	"\x0eExecuteRequest\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12'\n" +
 	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12\x1d\n" +
@@ -945,7 +959,8 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"snapshotId\x12\x14\n" +
 	"\x05grant\x18\v \x01(\tR\x05grant\x12<\n" +
 	"\routput_schema\x18\f \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x12+\n" +
-	"\x11connection_digest\x18\r \x01(\tR\x10connectionDigest\"\xb1\x02\n" +
+	"\x11connection_digest\x18\r \x01(\tR\x10connectionDigest\x128\n" +
+	"\x18omit_receipt_attestation\x18\x0e \x01(\bR\x16omitReceiptAttestation\"\xb1\x02\n" +
 	"\vContentItem\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1d\n" +
 	"\n" +
