@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -145,6 +146,20 @@ type Held struct {
 type TaskChange struct {
 	ID string
 	Fn func(*orchestratorv1.Task) error
+}
+
+// apply applies c to t, read from the store with readErr (a missing task
+// is store.ErrNotFound), and returns why the task is left as it was, nil
+// when t is to be written.
+func (c *TaskChange) apply(t *orchestratorv1.Task, readErr error) error {
+	err := readErr
+	if err == nil {
+		err = c.Fn(t)
+	}
+	if err != nil {
+		return fmt.Errorf("task %s: %w", c.ID, err)
+	}
+	return nil
 }
 
 // errTaskChangeHeld is UpdateTaskEmit's refusal of a Held.Task.

@@ -324,13 +324,10 @@ func writeHeld(tx *store.Tx, held Held) (Written, error) {
 	w := Written{Events: events, Outbox: outbox}
 	if c := held.Task; c != nil {
 		t := &orchestratorv1.Task{}
-		if w.TaskErr = tx.Get(bucketTasks, c.ID, t); w.TaskErr == nil {
-			w.TaskErr = c.Fn(t)
-		}
-		if w.TaskErr != nil {
-			w.TaskErr = fmt.Errorf("task %s: %w", c.ID, w.TaskErr)
-		} else if err := tx.Put(bucketTasks, c.ID, t); err != nil {
-			return Written{}, err
+		if w.TaskErr = c.apply(t, tx.Get(bucketTasks, c.ID, t)); w.TaskErr == nil {
+			if err := tx.Put(bucketTasks, c.ID, t); err != nil {
+				return Written{}, err
+			}
 		}
 	}
 	return w, nil

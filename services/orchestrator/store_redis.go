@@ -211,12 +211,8 @@ func (s *redisOrchestratorStore) update(ctx context.Context, held Held, keys []s
 // returns the task to write, or why it is left as it was.
 func (s *redisOrchestratorStore) changeTask(c *TaskChange, v any) ([]byte, error) {
 	t := &orchestratorv1.Task{}
-	err := redisstore.Decode(v, t)
-	if err == nil {
-		err = c.Fn(t)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("task %s: %w", c.ID, err)
+	if err := c.apply(t, redisstore.Decode(v, t)); err != nil {
+		return nil, err
 	}
 	return redisstore.Marshal(t)
 }

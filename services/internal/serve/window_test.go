@@ -40,18 +40,20 @@ type recordingConn struct {
 
 func (c *recordingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	c.l.mu.Lock()
-	c.l.read.Write(p[:n])
-	c.l.mu.Unlock()
+	c.l.record(&c.l.read, p[:n])
 	return n, err
 }
 
 func (c *recordingConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
-	c.l.mu.Lock()
-	c.l.out.Write(p[:n])
-	c.l.mu.Unlock()
+	c.l.record(&c.l.out, p[:n])
 	return n, err
+}
+
+func (l *recordingListener) record(to *bytes.Buffer, p []byte) {
+	l.mu.Lock()
+	to.Write(p)
+	l.mu.Unlock()
 }
 
 // pings counts the HTTP/2 PING frames in b, a connection's bytes in one
