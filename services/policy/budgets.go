@@ -44,7 +44,7 @@ func (s *Server) Charge(ctx context.Context, req *policyv1.ChargeRequest) (*poli
 	}
 
 	tl, rl := s.deps.TaskBudget, s.deps.RequesterBudget
-	switch ts, err := s.store.GetTaskScope(ctx, req.GetTaskId()); {
+	switch ts, err := s.taskScope(ctx, req.GetTaskId()); {
 	case err == nil:
 		tl = taskLimits(ts.GetBudget(), s.deps.TaskBudget)
 	case !errors.Is(err, store.ErrNotFound):

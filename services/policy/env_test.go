@@ -64,6 +64,8 @@ type options struct {
 	// redisAddr, when set, puts the server on a Redis store at this
 	// address (see redistest.Start) instead of a bbolt file.
 	redisAddr string
+	// wrap, when set, wraps the store the server is given.
+	wrap func(Store) Store
 }
 
 // env is a policy server on a real bbolt file, served over gRPC (bufconn),
@@ -146,6 +148,9 @@ func (e *env) start() error {
 			return err
 		}
 		st = NewBoltStore(db)
+	}
+	if e.opts.wrap != nil {
+		st = e.opts.wrap(st)
 	}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, err := NewServer(st, Deps{

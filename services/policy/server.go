@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -110,6 +111,9 @@ type Server struct {
 	caps capcache.Cache
 	// mappings holds what never changes of a mapping (see mappingFacts).
 	mappings mappingCache
+	// scopes holds task scopes read from the store (see taskScope); shared,
+	// so never modified.
+	scopes *lru.Cache[string, *policyv1.TaskScope]
 
 	// policy is the revision in force; replaced whole on reload.
 	policy atomic.Pointer[compiled]
@@ -147,7 +151,11 @@ func NewServer(st Store, deps Deps, log *slog.Logger) (*Server, error) {
 	deps.TaskBudget = deps.TaskBudget.withDefaults(Limits{DefaultTaskCalls, DefaultTaskResponseBytes, DefaultTaskCostMicros})
 	deps.RequesterBudget = deps.RequesterBudget.withDefaults(Limits{DefaultRequesterCalls, DefaultRequesterResponseBytes, DefaultRequesterCostMicros})
 
-	s := &Server{store: st, deps: deps, log: log.With("service", "policy")}
+	scopes, err := lru.New[string, *policyv1.TaskScope](maxTaskScopeEntries)
+	if err != nil {
+		return nil, fmt.Errorf("policy: task scope cache: %w", err)
+	}
+	s := &Server{store: st, deps: deps, log: log.With("service", "policy"), scopes: scopes}
 	if deps.PolicyFile == "" {
 		c, err := compile(defaultPolicyName, defaultPolicy, deps.Now())
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -106,6 +107,64 @@ func TestTaskChargedAgainstItsProfileBudget(t *testing.T) {
 		}
 		_, err = e.client.Charge(ctx, chargeTask("task_q", 1, 0, 0, "b"))
 		wantExceeded(t, err, "task/task_q", "calls", 1)
+	})
+}
+
+// scopeReads counts the task scope reads that reach the store.
+type scopeReads struct {
+	Store
+	n atomic.Int64
+}
+
+func (r *scopeReads) GetTaskScope(ctx context.Context, taskID string) (*policyv1.TaskScope, error) {
+	r.n.Add(1)
+	return r.Store.GetTaskScope(ctx, taskID)
+}
+
+// TestTaskScopeReadOnce: a registered task's scope is read from the store
+// once, not on every charge (two per governed call), and its budget still
+// holds; a task not yet registered is read again on each charge, so that
+// registering it later is seen.
+func TestTaskScopeReadOnce(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, opts options) {
+		reads := &scopeReads{}
+		opts.wrap = func(st Store) Store { reads.Store = st; return reads }
+		e := newEnv(t, opts)
+		ctx := context.Background()
+		register := func(task string, budget *registryv1.TaskBudget) {
+			t.Helper()
+			if _, err := e.client.RegisterTask(ctx, &policyv1.RegisterTaskRequest{TaskId: task, Requester: "alice", Budget: budget}); err != nil {
+				t.Fatal(err)
+			}
+			reads.n.Store(0)
+		}
+		charges := func(task string, keys ...string) {
+			t.Helper()
+			for _, key := range keys {
+				if _, err := e.client.Charge(ctx, chargeTask(task, 1, 0, 0, key)); err != nil {
+					t.Fatalf("charge %s %s: %v", task, key, err)
+				}
+			}
+		}
+
+		register("task_p", &registryv1.TaskBudget{MaxCalls: 2})
+		charges("task_p", "a", "b")
+		_, err := e.client.Charge(ctx, chargeTask("task_p", 1, 0, 0, "c"))
+		wantExceeded(t, err, "task/task_p", "calls", 2)
+		if got := reads.n.Load(); got != 1 {
+			t.Errorf("a registered task's scope was read %d times in three charges, want 1", got)
+		}
+
+		charges("task_late", "a", "b")
+		if got := reads.n.Load(); got != 3 {
+			t.Errorf("an unregistered task's scope was read %d times in two charges, want 2 (not kept)", got-1)
+		}
+		register("task_late", nil)
+		charges("task_late", "c", "d")
+		if got := reads.n.Load(); got != 1 {
+			t.Errorf("a task registered late was read %d times in two charges, want 1", got)
+		}
 	})
 }
 

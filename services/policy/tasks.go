@@ -148,11 +148,31 @@ func scopeOf(ts *policyv1.TaskScope, kind registryv1.HandleKind) []string {
 	return nil
 }
 
+// maxTaskScopeEntries bounds the task scope cache: a few MiB at most.
+const maxTaskScopeEntries = 8192
+
+// taskScope returns a task's scope, from the cache or the store. A scope
+// never changes once stored (CreateTaskScope refuses a second one and
+// nothing deletes it), so a kept scope cannot go stale; saving the read
+// matters because every charge, two per call, needs the scope. A task not
+// registered is not kept: it may register later.
+func (s *Server) taskScope(ctx context.Context, taskID string) (*policyv1.TaskScope, error) {
+	if ts, ok := s.scopes.Get(taskID); ok {
+		return ts, nil
+	}
+	ts, err := s.store.GetTaskScope(ctx, taskID)
+	if err != nil {
+		return nil, err
+	}
+	s.scopes.Add(taskID, ts)
+	return ts, nil
+}
+
 // inScope returns nil when the task is registered for requester and target
 // is in its scope of the handle's kind; else the refusal. The error never
 // names the target.
 func (s *Server) inScope(ctx context.Context, taskID, requester string, kind registryv1.HandleKind, target string) error {
-	ts, err := s.store.GetTaskScope(ctx, taskID)
+	ts, err := s.taskScope(ctx, taskID)
 	if errors.Is(err, store.ErrNotFound) {
 		return apierror.New(codes.FailedPrecondition, "TASK_NOT_REGISTERED",
 			fmt.Sprintf("task %s is not registered with policy; the orchestrator registers a task's scope (RegisterTask) before it asks for handles", taskID),
