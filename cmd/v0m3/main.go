@@ -25,6 +25,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
 const usage = `v0m3 — a governed boundary between AI tasks and MCP servers
@@ -66,6 +68,10 @@ Run 'v0m3 <command> -h' for a command's flags.
 `
 
 func main() {
+	if err := tuneRuntime(memlimit.FromCgroup); err != nil {
+		// Only the defaults are lost: the process runs as Go would run it.
+		fmt.Fprintln(os.Stderr, "v0m3: memory limit:", err)
+	}
 	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil && !errors.Is(err, errHelp) {
 		var ue usageError
 		if errors.As(err, &ue) {
