@@ -372,32 +372,14 @@ func (s *Server) ResolveMapping(ctx context.Context, req *registryv1.ResolveMapp
 	if req.GetMappingId() == "" {
 		return s.resolveByCapability(ctx, req)
 	}
-	if req.GetRevision() < 0 {
-		return nil, apierror.InvalidArgument("INVALID_REVISION", "revision must be >= 0",
-			apierror.FieldViolation{Field: "revision", Description: "must be >= 0"})
+	if err := validRevision(req.GetRevision()); err != nil {
+		return nil, err
 	}
 	m, err := s.getMapping(ctx, req.GetMappingId(), 0)
 	if err != nil {
 		return nil, err
 	}
-	if c := req.GetCapability(); c != "" && c != m.GetCapability() {
-		return nil, apierror.InvalidArgument("MAPPING_CAPABILITY_MISMATCH",
-			fmt.Sprintf("mapping %s implements %s, not %s", m.GetId(), m.GetCapability(), c),
-			apierror.FieldViolation{Field: "capability", Description: "must be the mapping's capability " + m.GetCapability()})
-	}
-	if c := req.GetConnectionId(); c != "" && c != m.GetConnectionId() {
-		return nil, apierror.InvalidArgument("MAPPING_CONNECTION_MISMATCH",
-			fmt.Sprintf("mapping %s is on connection %s, not %s", m.GetId(), m.GetConnectionId(), c),
-			apierror.FieldViolation{Field: "connection_id", Description: "must be the mapping's connection " + m.GetConnectionId()})
-	}
-	if r := req.GetRevision(); r != 0 && r != m.GetRevision() {
-		meta := mappingMeta(m)
-		meta["revision"] = strconv.FormatInt(r, 10)
-		meta["current_revision"] = strconv.FormatInt(m.GetRevision(), 10)
-		return nil, apierror.New(codes.FailedPrecondition, "MAPPING_SUPERSEDED",
-			fmt.Sprintf("mapping %s revision %d was superseded by revision %d (%s)", m.GetId(), r, m.GetRevision(), stateName(m.GetState())), meta)
-	}
-	if err := usable(m); err != nil {
+	if err := current(m, req); err != nil {
 		return nil, err
 	}
 	cp, err := s.capability(ctx, m.GetCapability(), 0)
@@ -410,22 +392,83 @@ func (s *Server) ResolveMapping(ctx context.Context, req *registryv1.ResolveMapp
 	return m, nil
 }
 
+// validRevision refuses a negative mapping revision (0 means current).
+func validRevision(r int64) error {
+	if r < 0 {
+		return apierror.InvalidArgument("INVALID_REVISION", "revision must be >= 0",
+			apierror.FieldViolation{Field: "revision", Description: "must be >= 0"})
+	}
+	return nil
+}
+
+// current checks that m, read at its current revision, is what req names
+// and holds, and is usable: the answer to "is this still current?" short
+// of the capability's contract (contractCurrent).
+func current(m *registryv1.Mapping, req *registryv1.ResolveMappingRequest) error {
+	if c := req.GetCapability(); c != "" && c != m.GetCapability() {
+		return apierror.InvalidArgument("MAPPING_CAPABILITY_MISMATCH",
+			fmt.Sprintf("mapping %s implements %s, not %s", m.GetId(), m.GetCapability(), c),
+			apierror.FieldViolation{Field: "capability", Description: "must be the mapping's capability " + m.GetCapability()})
+	}
+	if c := req.GetConnectionId(); c != "" && c != m.GetConnectionId() {
+		return apierror.InvalidArgument("MAPPING_CONNECTION_MISMATCH",
+			fmt.Sprintf("mapping %s is on connection %s, not %s", m.GetId(), m.GetConnectionId(), c),
+			apierror.FieldViolation{Field: "connection_id", Description: "must be the mapping's connection " + m.GetConnectionId()})
+	}
+	if r := req.GetRevision(); r != 0 && r != m.GetRevision() {
+		meta := mappingMeta(m)
+		meta["revision"] = strconv.FormatInt(r, 10)
+		meta["current_revision"] = strconv.FormatInt(m.GetRevision(), 10)
+		return apierror.New(codes.FailedPrecondition, "MAPPING_SUPERSEDED",
+			fmt.Sprintf("mapping %s revision %d was superseded by revision %d (%s)", m.GetId(), r, m.GetRevision(), stateName(m.GetState())), meta)
+	}
+	return usable(m)
+}
+
 // ResolveExecution is ResolveMapping for a mapping the caller holds, with
 // the connection it runs on read in the same call: the governed call's
-// one registry round trip before it is authorized.
+// one registry round trip before it is authorized. The mapping, the
+// capability's current contract and the connection are read together, in
+// one store read, once the mapping's connection is known (a mapping's
+// connection never changes; the server keeps it once read).
 func (s *Server) ResolveExecution(ctx context.Context, req *registryv1.ResolveExecutionRequest) (*registryv1.ResolvedExecution, error) {
 	if req.GetMappingId() == "" {
 		return nil, required("mapping_id", "the mapping the call was offered, e.g. map_...")
 	}
-	m, err := s.ResolveMapping(ctx, &registryv1.ResolveMappingRequest{
-		Capability: req.GetCapability(), MappingId: req.GetMappingId(), Revision: req.GetRevision(),
-	})
-	if err != nil {
+	if err := validRevision(req.GetRevision()); err != nil {
 		return nil, err
 	}
-	c, err := s.getConnection(ctx, m.GetConnectionId())
+	connID, _ := s.mappingConnections.Get(req.GetMappingId())
+	x, err := s.st.ReadExecution(ctx, req.GetMappingId(), req.GetCapability(), connID)
 	if err != nil {
+		return nil, s.storeError(ctx, err, "read execution", nil)
+	}
+	m := x.Mapping
+	if m == nil {
+		return nil, mappingUnknown(req.GetMappingId(), 0)
+	}
+	s.mappingConnections.Add(m.GetId(), m.GetConnectionId())
+	if err := current(m, &registryv1.ResolveMappingRequest{Capability: req.GetCapability(), MappingId: m.GetId(), Revision: req.GetRevision()}); err != nil {
 		return nil, err
+	}
+	// A part read under another name (a caller naming no capability) is
+	// read again by the mapping's.
+	cp := x.Capability
+	if cp.GetName() != m.GetCapability() {
+		if cp, err = s.capability(ctx, m.GetCapability(), 0); err != nil {
+			return nil, err
+		}
+	}
+	if err := contractCurrent(m, cp); err != nil {
+		return nil, err
+	}
+	c := x.Connection
+	if c.GetId() != m.GetConnectionId() {
+		if c, err = s.getConnection(ctx, m.GetConnectionId()); err != nil {
+			return nil, err
+		}
+	} else {
+		withServing(c)
 	}
 	return &registryv1.ResolvedExecution{Mapping: m, Connection: c}, nil
 }

@@ -1,8 +1,11 @@
 package registry_test
 
 import (
+	"context"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -439,4 +442,73 @@ func TestResolveExecution(t *testing.T) {
 			wantErr(t, err, tc.code, tc.reason)
 		})
 	}
+}
+
+// executionReads counts the store reads ResolveExecution can make.
+type executionReads struct {
+	registry.Store
+	n atomic.Int64
+}
+
+func (e *executionReads) ReadExecution(ctx context.Context, mappingID, capability, connectionID string) (registry.Execution, error) {
+	e.n.Add(1)
+	return e.Store.ReadExecution(ctx, mappingID, capability, connectionID)
+}
+
+func (e *executionReads) GetMapping(ctx context.Context, id string, revision int64) (*registryv1.Mapping, error) {
+	e.n.Add(1)
+	return e.Store.GetMapping(ctx, id, revision)
+}
+
+func (e *executionReads) GetCapability(ctx context.Context, name string, revision int64) (*registryv1.Capability, error) {
+	e.n.Add(1)
+	return e.Store.GetCapability(ctx, name, revision)
+}
+
+func (e *executionReads) GetConnection(ctx context.Context, id string) (*registryv1.Connection, error) {
+	e.n.Add(1)
+	return e.Store.GetConnection(ctx, id)
+}
+
+// Once a mapping's connection is known, ResolveExecution reads the
+// mapping, the capability's contract and the connection in one store
+// read, and still sees every change to any of them.
+func TestResolveExecutionReadsOnce(t *testing.T) {
+	t.Parallel()
+	reads := &executionReads{}
+	r := startWith(t, filepath.Join(t.TempDir(), "registry.db"), func(s *registry.Server) *registry.Server {
+		return s.WrapStore(func(st registry.Store) registry.Store { reads.Store = st; return reads })
+	})
+	ctx := t.Context()
+	_, _, m := activeSetup(t, r.client)
+	resolve := func() (*registryv1.ResolvedExecution, int64, error) {
+		before := reads.n.Load()
+		got, err := r.client.ResolveExecution(ctx, &registryv1.ResolveExecutionRequest{Capability: m.GetCapability(), MappingId: m.GetId()})
+		return got, reads.n.Load() - before, err
+	}
+	if _, _, err := resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if _, n, err := resolve(); err != nil || n != 1 {
+		t.Errorf("ResolveExecution of a known mapping: %d store reads, %v; want 1", n, err)
+	}
+
+	// The connection is read afresh each time: a change shows at once.
+	if _, err := r.client.UpdateConnection(ctx, &registryv1.UpdateConnectionRequest{Id: m.GetConnectionId(), ExpectedConfigRevision: 1, DisplayName: "renamed"}); err != nil {
+		t.Fatal(err)
+	}
+	got, n, err := resolve()
+	if err != nil || n != 1 || got.GetConnection().GetDisplayName() != "renamed" {
+		t.Errorf("after a rename: connection %q, %d store reads, %v; want \"renamed\" in 1", got.GetConnection().GetDisplayName(), n, err)
+	}
+
+	// So is the mapping: one sent to review is refused.
+	if _, err := r.client.UpdateConnection(ctx, &registryv1.UpdateConnectionRequest{
+		Id: m.GetConnectionId(), ExpectedConfigRevision: got.GetConnection().GetConfigRevision(), Reason: "moved",
+		Transport: &registryv1.Transport{Kind: &registryv1.Transport_StreamableHttp{
+			StreamableHttp: &registryv1.StreamableHTTPTransport{Url: "http://sources.mcp.svc:8080/mcp/v2"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = resolve()
+	wantErr(t, err, codes.FailedPrecondition, "MAPPING_REVIEW_REQUIRED")
 }

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -49,14 +50,26 @@ type Server struct {
 	changed chan struct{}
 	// authz decides callers' administrative actions.
 	authz authz.Decider
+	// mappingConnections maps a mapping id to its connection id, which
+	// never changes once the mapping exists: ResolveExecution reads the
+	// connection with the mapping when it knows it.
+	mappingConnections *lru.Cache[string, string]
 }
+
+// maxMappingConnections bounds mappingConnections; a mapping it dropped
+// costs one more store read.
+const maxMappingConnections = 8192
 
 // NewServer returns a registry server on st.
 func NewServer(st Store, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{st: st, log: log, now: time.Now, changed: make(chan struct{})}
+	conns, err := lru.New[string, string](maxMappingConnections)
+	if err != nil {
+		panic(err) // only for a size <= 0
+	}
+	return &Server{st: st, log: log, now: time.Now, changed: make(chan struct{}), mappingConnections: conns}
 }
 
 // WithReach makes CreateConnection and UpdateConnection refuse, early and

@@ -46,6 +46,11 @@ type Store interface {
 	// ListMappings returns every mapping at its current revision, in no
 	// particular order.
 	ListMappings(ctx context.Context) ([]*registryv1.Mapping, error)
+	// ReadExecution reads, at one moment, what a call runs on: mapping
+	// mappingID and capability at their current revisions and connection
+	// connectionID. A part that does not exist (or whose name is "") is
+	// left nil; only a failure to read is an error.
+	ReadExecution(ctx context.Context, mappingID, capability, connectionID string) (Execution, error)
 
 	// ListEvents returns up to limit events with a sequence greater than
 	// after, in sequence order.
@@ -81,6 +86,13 @@ type Store interface {
 	// ListTaskProfiles returns every profile at its current revision, in
 	// no particular order.
 	ListTaskProfiles(ctx context.Context) ([]*registryv1.TaskProfile, error)
+}
+
+// Execution is what one call runs on, as ReadExecution read it.
+type Execution struct {
+	Mapping    *registryv1.Mapping
+	Capability *registryv1.Capability
+	Connection *registryv1.Connection
 }
 
 // ConnectionUpdate is one connection's state as read inside a store

@@ -28,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) registry.Store) {
 		{"ConfigRevisions", testConfigRevisions},
 		{"Snapshots", testSnapshots},
 		{"MappingRevisions", testMappingRevisions},
+		{"ReadExecution", testReadExecution},
 		{"FailedUpdateWritesNothing", testFailedUpdateWritesNothing},
 		{"EventOrder", testEventOrder},
 		{"ConcurrentUpdatesLoseNothing", testConcurrentUpdates},
@@ -250,6 +251,51 @@ func testMappingRevisions(t *testing.T, st registry.Store) {
 	})
 	if err != nil {
 		t.Error(err)
+	}
+}
+
+// ReadExecution reads a mapping and a capability at their current
+// revisions and a connection together; a missing part is nil, not an
+// error, so a caller that guessed a name wrong reads it again by the right
+// one.
+func testReadExecution(t *testing.T, st registry.Store) {
+	ctx := context.Background()
+	create(t, st, "conn_a")
+	createCapability(t, st, "notes.search")
+	active := registryv1.MappingState_MAPPING_STATE_ACTIVE
+	if err := writeMappings(st, "conn_a", mapping("map_1", "conn_a", 1, active)); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeMappings(st, "conn_a", mapping("map_1", "conn_a", 2, active)); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeCapability(st, "notes.search", capability("notes.search", 2)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name                      string
+		mapping, capability, conn string
+		want                      registry.Execution
+	}{
+		{"all three", "map_1", "notes.search", "conn_a",
+			registry.Execution{Mapping: mapping("map_1", "conn_a", 2, active), Capability: capability("notes.search", 2), Connection: conn("conn_a")}},
+		{"connection not named", "map_1", "notes.search", "",
+			registry.Execution{Mapping: mapping("map_1", "conn_a", 2, active), Capability: capability("notes.search", 2)}},
+		{"nothing named", "", "", "", registry.Execution{}},
+		{"none exists", "map_missing", "missing.capability", "conn_missing", registry.Execution{}},
+		{"only the connection exists", "map_missing", "", "conn_a", registry.Execution{Connection: conn("conn_a")}},
+	} {
+		got, err := st.ReadExecution(ctx, tc.mapping, tc.capability, tc.conn)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if !proto.Equal(got.Mapping, tc.want.Mapping) || !proto.Equal(got.Capability, tc.want.Capability) || !proto.Equal(got.Connection, tc.want.Connection) {
+			t.Errorf("%s: ReadExecution = %v\nwant %v", tc.name, got, tc.want)
+		}
+		if (got.Mapping == nil) != (tc.want.Mapping == nil) || (got.Capability == nil) != (tc.want.Capability == nil) || (got.Connection == nil) != (tc.want.Connection == nil) {
+			t.Errorf("%s: a missing part is not nil: %v", tc.name, got)
+		}
 	}
 }
 
