@@ -138,7 +138,7 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	if binding != orchestratorv1.ApprovalBinding_APPROVAL_BINDING_UNSPECIFIED {
 		return nil, s.invalidate(ctx, req, binding, detail)
 	}
-	p, err := s.prepare(ctx, task, req, false)
+	p, err := s.prepare(ctx, task, nil, req, false)
 	if err != nil {
 		if req, lerr := s.loadRequest(ctx, req.GetId()); lerr == nil && approvable(req) != nil {
 			return nil, approvable(req)

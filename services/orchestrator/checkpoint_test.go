@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
@@ -183,5 +184,46 @@ func TestTaskCheckpointRidesTheCommit(t *testing.T) {
 	got, err := h.server.st.GetTask(t.Context(), cat.GetTaskId())
 	if err != nil || !strings.Contains(got.GetCheckpoint(), r.GetId()) {
 		t.Errorf("task checkpoint %q, %v; want it to name request %s", got.GetCheckpoint(), err, r.GetId())
+	}
+}
+
+// taskReads counts a store's reads of tasks and catalogues.
+type taskReads struct {
+	Store
+	tasks, catalogues, offers atomic.Int64
+}
+
+func (r *taskReads) GetTask(ctx context.Context, id string) (*orchestratorv1.Task, error) {
+	r.tasks.Add(1)
+	return r.Store.GetTask(ctx, id)
+}
+
+func (r *taskReads) GetCatalogue(ctx context.Context, taskID string) (*orchestratorv1.OfferedCatalogue, error) {
+	r.catalogues.Add(1)
+	return r.Store.GetCatalogue(ctx, taskID)
+}
+
+func (r *taskReads) GetTaskOffer(ctx context.Context, id string) (*orchestratorv1.Task, *orchestratorv1.OfferedCatalogue, error) {
+	r.offers.Add(1)
+	return r.Store.GetTaskOffer(ctx, id)
+}
+
+// A submission reads its task twice, once to know who may submit and once
+// after the request is recorded; the second read brings the offered
+// catalogue the request is checked against: two store reads, not three.
+func TestSubmissionReadsTaskAndCatalogueTogether(t *testing.T) {
+	t.Parallel()
+	st := &taskReads{Store: newBoltStore(t)}
+	h := newHarnessOn(t, st)
+	cat := h.start(t, "source_review", false).GetCatalogue()
+	handle := handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
+	tasks, catalogues, offers := st.tasks.Load(), st.catalogues.Load(), st.offers.Load()
+	r, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource, map[string]any{"source": handle})
+	if err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+		t.Fatalf("submit = %v, %v", r, err)
+	}
+	got := [3]int64{st.tasks.Load() - tasks, st.catalogues.Load() - catalogues, st.offers.Load() - offers}
+	if got != [3]int64{1, 0, 1} {
+		t.Errorf("one submission read %d tasks, %d catalogues and %d tasks with their catalogue; want 1, 0, 1", got[0], got[1], got[2])
 	}
 }

@@ -88,6 +88,13 @@ func (s *taskBlinkStore) GetTask(ctx context.Context, id string) (*orchestratorv
 	return s.Store.GetTask(ctx, id)
 }
 
+func (s *taskBlinkStore) GetTaskOffer(ctx context.Context, id string) (*orchestratorv1.Task, *orchestratorv1.OfferedCatalogue, error) {
+	if s.blink.CompareAndSwap(true, false) {
+		return nil, nil, fmt.Errorf("get task %s: %w", id, syscall.ECONNREFUSED)
+	}
+	return s.Store.GetTaskOffer(ctx, id)
+}
+
 // A store blink right after a request was recorded is no refusal: the
 // caller gets UNAVAILABLE STORE_UNAVAILABLE, and the request, left
 // REQUESTED, is decided and executed by recovery.

@@ -189,7 +189,7 @@ func (s *Server) recoverRequest(ctx context.Context, id string) error {
 // dependency that is unavailable leaves the request for the next pass
 // instead of refusing it.
 func (s *Server) decideAgain(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest) error {
-	p, err := s.prepare(ctx, task, req, true)
+	p, err := s.prepare(ctx, task, nil, req, true)
 	if err != nil {
 		if transient(err) {
 			return err
@@ -300,7 +300,7 @@ func (s *Server) retryRecovered(ctx context.Context, task *orchestratorv1.Task, 
 		_, err := s.fail(ctx, req, last)
 		return err
 	}
-	p, err := s.prepare(ctx, task, req, false)
+	p, err := s.prepare(ctx, task, nil, req, false)
 	if err != nil {
 		if transient(err) {
 			return err

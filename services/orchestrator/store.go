@@ -44,6 +44,10 @@ type Store interface {
 	PutCatalogue(ctx context.Context, c *orchestratorv1.OfferedCatalogue) error
 	// GetCatalogue returns the catalogue offered to a task.
 	GetCatalogue(ctx context.Context, taskID string) (*orchestratorv1.OfferedCatalogue, error)
+	// GetTaskOffer returns one task and the catalogue offered to it, read
+	// at one moment: the catalogue is nil when none was recorded. A
+	// missing task fails with store.ErrNotFound.
+	GetTaskOffer(ctx context.Context, id string) (*orchestratorv1.Task, *orchestratorv1.OfferedCatalogue, error)
 
 	// CreateRequest stores r unless a request with the same task id and
 	// provider call id exists, in which case it returns that one and

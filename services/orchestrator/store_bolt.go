@@ -136,6 +136,26 @@ func (b *boltStore) GetCatalogue(_ context.Context, taskID string) (*orchestrato
 	return c, nil
 }
 
+func (b *boltStore) GetTaskOffer(_ context.Context, id string) (*orchestratorv1.Task, *orchestratorv1.OfferedCatalogue, error) {
+	t, c := &orchestratorv1.Task{}, &orchestratorv1.OfferedCatalogue{}
+	err := b.db.View(func(tx *store.Tx) error {
+		if err := tx.Get(bucketTasks, id, t); err != nil {
+			return fmt.Errorf("get task %s: %w", id, err)
+		}
+		switch err := tx.Get(bucketCatalogues, id, c); {
+		case errors.Is(err, store.ErrNotFound):
+			c = nil
+		case err != nil:
+			return fmt.Errorf("get catalogue %s: %w", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, c, nil
+}
+
 func (b *boltStore) CreateRequest(ctx context.Context, r *orchestratorv1.ToolRequest) (*orchestratorv1.ToolRequest, bool, error) {
 	out, created, _, err := b.CreateRequestEmit(ctx, r, Held{})
 	return out, created, err

@@ -313,6 +313,24 @@ func (s *redisOrchestratorStore) GetCatalogue(ctx context.Context, taskID string
 	return c, nil
 }
 
+func (s *redisOrchestratorStore) GetTaskOffer(ctx context.Context, id string) (*orchestratorv1.Task, *orchestratorv1.OfferedCatalogue, error) {
+	vals, err := s.c.MGet(ctx, s.task(id), s.k.Key("catalogue", id)).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("get task %s: %w", id, err)
+	}
+	t, c := &orchestratorv1.Task{}, &orchestratorv1.OfferedCatalogue{}
+	if err := redisstore.Decode(vals[0], t); err != nil {
+		return nil, nil, fmt.Errorf("get task %s: %w", id, err)
+	}
+	switch err := redisstore.Decode(vals[1], c); {
+	case errors.Is(err, store.ErrNotFound):
+		c = nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("get catalogue %s: %w", id, err)
+	}
+	return t, c, nil
+}
+
 // queueOpen keeps the open-requests index in step with r, in the same
 // MULTI/EXEC that writes r.
 func (s *redisOrchestratorStore) queueOpen(ctx context.Context, p redis.Pipeliner, r *orchestratorv1.ToolRequest) {

@@ -126,9 +126,11 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	defer func() { err = withRequestID(err, req.GetId()) }()
 	// The task is read again now that the request is recorded: a
 	// CompleteTask that missed this request has changed the task's state
-	// by now, or will see the request (see CompleteTask).
-	if task, err = s.loadTask(ctx, task.GetId()); err != nil {
-		return s.refuseUnlessOutage(ctx, req, nil, err)
+	// by now, or will see the request (see CompleteTask). Its offered
+	// catalogue, which prepare checks the request against, comes with it.
+	task, cat, err := s.st.GetTaskOffer(ctx, task.GetId())
+	if err != nil {
+		return s.refuseUnlessOutage(ctx, req, nil, s.taskErr(ctx, in.GetTaskId(), err))
 	}
 	// The request is recorded; whatever happens next must be recorded too,
 	// even if the caller stops waiting.
@@ -139,7 +141,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return nil, err
 	}
 
-	p, err := s.prepare(ctx, task, req, true)
+	p, err := s.prepare(ctx, task, cat, req, true)
 	if err != nil {
 		return s.refuseUnlessOutage(ctx, req, p, err)
 	}
@@ -229,8 +231,9 @@ func (s *Server) executeInBackground(ctx context.Context, task *orchestratorv1.T
 // before the adapter is ever called. The returned prepared value holds what
 // was learned so far even on failure, for the record. With charge, policy
 // also charges the call (once per intent) when it allows it, in the same
-// round trip.
-func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, charge bool) (*prepared, error) {
+// round trip. cat is the task's offered catalogue when the caller read it
+// with the task (GetTaskOffer); nil reads it here.
+func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, cat *orchestratorv1.OfferedCatalogue, req *orchestratorv1.ToolRequest, charge bool) (*prepared, error) {
 	p := &prepared{targets: map[string]string{}, labels: map[string]string{}, fieldLabels: map[string]string{}}
 	name := req.GetCapability()
 
@@ -242,9 +245,12 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, req *or
 	}
 
 	// b. Only what was offered to this task may be requested.
-	cat, err := s.st.GetCatalogue(ctx, task.GetId())
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return p, s.internal(ctx, "load the offered catalogue", err)
+	var err error
+	if cat == nil {
+		cat, err = s.st.GetCatalogue(ctx, task.GetId())
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return p, s.internal(ctx, "load the offered catalogue", err)
+		}
 	}
 	p.offered = offeredCapability(cat, name)
 	if p.offered == nil {

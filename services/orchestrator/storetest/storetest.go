@@ -33,6 +33,7 @@ func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
 		{"Tasks", testTasks},
 		{"ConcurrentTaskUpdatesLoseNothing", testConcurrentTaskUpdates},
 		{"Catalogue", testCatalogue},
+		{"TaskOffer", testTaskOffer},
 		{"AccessTokens", testAccessTokens},
 		{"RequestCreatedOnce", testRequestCreatedOnce},
 		{"ConcurrentDuplicateSubmission", testConcurrentDuplicateSubmission},
@@ -283,6 +284,34 @@ func testCatalogue(t *testing.T, st orchestrator.Store) {
 	got, err := st.GetCatalogue(ctx, "task_1")
 	if err != nil || got.GetPolicyRevision() != "p2" {
 		t.Errorf("catalogue = %v, %v; want the latest", got, err)
+	}
+}
+
+// GetTaskOffer reads a task with its offered catalogue: a task without
+// one comes with none, a missing task is not found.
+func testTaskOffer(t *testing.T, st orchestrator.Store) {
+	ctx := context.Background()
+	if _, _, err := st.GetTaskOffer(ctx, "task_1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing task: err = %v, want ErrNotFound", err)
+	}
+	task := &orchestratorv1.Task{Id: "task_1", Profile: "source_review", State: orchestratorv1.TaskState_TASK_STATE_ACTIVE}
+	if err := st.CreateTask(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	got, cat, err := st.GetTaskOffer(ctx, "task_1")
+	if err != nil || !proto.Equal(got, task) || cat != nil {
+		t.Errorf("task without a catalogue = %v, %v, %v; want the task and no catalogue", got, cat, err)
+	}
+	offer := &orchestratorv1.OfferedCatalogue{TaskId: "task_1", PolicyRevision: "p1"}
+	if err := st.PutCatalogue(ctx, offer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UpdateTask(ctx, "task_1", func(t *orchestratorv1.Task) error { t.Checkpoint = "moved on"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got, cat, err = st.GetTaskOffer(ctx, "task_1")
+	if err != nil || got.GetCheckpoint() != "moved on" || !proto.Equal(cat, offer) {
+		t.Errorf("task with a catalogue = %v, %v, %v; want the updated task and its catalogue", got, cat, err)
 	}
 }
 
