@@ -379,7 +379,7 @@ func (s *Server) ResolveMapping(ctx context.Context, req *registryv1.ResolveMapp
 	if err != nil {
 		return nil, err
 	}
-	if err := current(m, req); err != nil {
+	if err := mappingCurrent(m, req); err != nil {
 		return nil, err
 	}
 	cp, err := s.capability(ctx, m.GetCapability(), 0)
@@ -401,10 +401,10 @@ func validRevision(r int64) error {
 	return nil
 }
 
-// current checks that m, read at its current revision, is what req names
-// and holds, and is usable: the answer to "is this still current?" short
-// of the capability's contract (contractCurrent).
-func current(m *registryv1.Mapping, req *registryv1.ResolveMappingRequest) error {
+// mappingCurrent checks that m, read at its current revision, is what req
+// names and holds, and is usable: the answer to "is this still current?"
+// short of the capability's contract (contractCurrent).
+func mappingCurrent(m *registryv1.Mapping, req *registryv1.ResolveMappingRequest) error {
 	if c := req.GetCapability(); c != "" && c != m.GetCapability() {
 		return apierror.InvalidArgument("MAPPING_CAPABILITY_MISMATCH",
 			fmt.Sprintf("mapping %s implements %s, not %s", m.GetId(), m.GetCapability(), c),
@@ -448,7 +448,7 @@ func (s *Server) ResolveExecution(ctx context.Context, req *registryv1.ResolveEx
 		return nil, mappingUnknown(req.GetMappingId(), 0)
 	}
 	s.mappingConnections.Add(m.GetId(), m.GetConnectionId())
-	if err := current(m, &registryv1.ResolveMappingRequest{Capability: req.GetCapability(), MappingId: m.GetId(), Revision: req.GetRevision()}); err != nil {
+	if err := mappingCurrent(m, &registryv1.ResolveMappingRequest{Capability: req.GetCapability(), MappingId: m.GetId(), Revision: req.GetRevision()}); err != nil {
 		return nil, err
 	}
 	// A part read under another name (a caller naming no capability) is
