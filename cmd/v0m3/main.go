@@ -67,10 +67,17 @@ Fixtures:
 Run 'v0m3 <command> -h' for a command's flags.
 `
 
+// governedPath are the commands that serve governed calls: they run with
+// tuneRuntime's collector defaults. The operator, the bridge and the CLI
+// verbs keep Go's.
+var governedPath = map[string]bool{"registry": true, "policy": true, "evidence": true, "adapter": true, "orchestrator": true, "dev": true}
+
 func main() {
-	if err := tuneRuntime(memlimit.FromCgroup); err != nil {
-		// Only the defaults are lost: the process runs as Go would run it.
-		fmt.Fprintln(os.Stderr, "v0m3: memory limit:", err)
+	if len(os.Args) > 1 && governedPath[os.Args[1]] {
+		if err := tuneRuntime(memlimit.FromCgroup); err != nil {
+			// Only the defaults are lost: the process runs as Go would run it.
+			fmt.Fprintln(os.Stderr, "v0m3: memory limit:", err)
+		}
 	}
 	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil && !errors.Is(err, errHelp) {
 		var ue usageError

@@ -23,7 +23,7 @@ const defaultGCPercent = 400
 // threads, the page cache of a file store is not ours to count anyway).
 const memoryLimitRatio = 0.9
 
-// tuneRuntime sets the collector's defaults for a v0m3 process. Whatever the
+// tuneRuntime sets the collector's defaults for a v0m3 service. Whatever the
 // operator sets wins: GOGC and GOMEMLIMIT (and AUTOMEMLIMIT, a ratio in
 // (0,1] or "off") are read from the environment and left alone when set.
 // limit reports the container's memory limit (memlimit.FromCgroup); with no
