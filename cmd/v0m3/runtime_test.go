@@ -13,9 +13,10 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
-// runtimeChildEnv names the container limit a re-executed test binary
-// reports to tuneRuntime; only that child reads it.
-const runtimeChildEnv = "V0M3_TEST_RUNTIME_CHILD"
+// childEnv makes the test binary a child process that reports the
+// collector's settings (see TestMain): "tune <limit>" runs tuneRuntime with
+// one of childLimits, "main <args>" runs main with args.
+const childEnv = "V0M3_TEST_RUNTIME_CHILD"
 
 // childLimits are the container limits a child can be given.
 var childLimits = map[string]memlimit.Provider{
@@ -24,10 +25,63 @@ var childLimits = map[string]memlimit.Provider{
 	"broken": func() (uint64, error) { return 0, errors.New("cgroup files unreadable") },
 }
 
+func TestMain(m *testing.M) {
+	child, ok := os.LookupEnv(childEnv)
+	if !ok {
+		os.Exit(m.Run())
+	}
+	// These settings belong to the whole process: each case runs in one
+	// of its own.
+	var err error
+	switch mode, arg, _ := strings.Cut(child, " "); mode {
+	case "tune":
+		err = tuneRuntime(childLimits[arg])
+	case "main":
+		os.Args = append([]string{"v0m3"}, strings.Fields(arg)...)
+		main()
+	}
+	errText := ""
+	if err != nil {
+		errText = err.Error()
+	}
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+	metrics.Read(s)
+	fmt.Printf("\nruntime: gc=%d limit=%d err=%q\n", int64(s[0].Value.Uint64()), int64(s[1].Value.Uint64()), errText)
+	os.Exit(0)
+}
+
+// runChild runs the test binary as a child (see TestMain) with env added
+// to an environment without GOGC, GOMEMLIMIT and AUTOMEMLIMIT, and returns
+// the collector's target and soft limit it reported, and tuneRuntime's
+// error.
+func runChild(t *testing.T, child string, env ...string) (gc, limit int64, errText string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "GOGC" && k != "GOMEMLIMIT" && k != "AUTOMEMLIMIT" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, childEnv+"="+child), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child %q: %v\n%s", child, err, out)
+	}
+	for line := range strings.Lines(string(out)) {
+		if strings.HasPrefix(line, "runtime: ") {
+			if _, err := fmt.Sscanf(line, "runtime: gc=%d limit=%d err=%q", &gc, &limit, &errText); err != nil {
+				t.Fatalf("child %q reported %q: %v", child, line, err)
+			}
+			return gc, limit, errText
+		}
+	}
+	t.Fatalf("child %q reported nothing:\n%s", child, out)
+	return 0, 0, ""
+}
+
 // The collector's defaults apply only where the operator set nothing:
 // GOGC, GOMEMLIMIT and AUTOMEMLIMIT in the environment win, and a container's
-// memory limit becomes a soft limit below it. Each case runs in a fresh
-// process, since these settings belong to the whole process.
+// memory limit becomes a soft limit below it.
 func TestRuntimeDefaults(t *testing.T) {
 	t.Parallel()
 	const gib = 1 << 30
@@ -50,22 +104,7 @@ func TestRuntimeDefaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestRuntimeDefaultsChild$")
-			for _, kv := range os.Environ() {
-				if k, _, _ := strings.Cut(kv, "="); k != "GOGC" && k != "GOMEMLIMIT" && k != "AUTOMEMLIMIT" {
-					cmd.Env = append(cmd.Env, kv)
-				}
-			}
-			cmd.Env = append(append(cmd.Env, runtimeChildEnv+"="+tc.limit), tc.env...)
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("child: %v\n%s", err, out)
-			}
-			var gc, limit int64
-			var errText string
-			if _, err := fmt.Sscanf(childReport(string(out)), "runtime: gc=%d limit=%d err=%q", &gc, &limit, &errText); err != nil {
-				t.Fatalf("child output %q: %v", out, err)
-			}
+			gc, limit, errText := runChild(t, "tune "+tc.limit, tc.env...)
 			if gc != tc.wantGC || limit != tc.wantLimit {
 				t.Errorf("GC percent %d, memory limit %d; want %d, %d", gc, limit, tc.wantGC, tc.wantLimit)
 			}
@@ -76,29 +115,22 @@ func TestRuntimeDefaults(t *testing.T) {
 	}
 }
 
-// TestRuntimeDefaultsChild is TestRuntimeDefaults' child process; run
-// alone it does nothing.
-func TestRuntimeDefaultsChild(t *testing.T) {
-	name, ok := os.LookupEnv(runtimeChildEnv)
-	if !ok {
-		t.Skip("run by TestRuntimeDefaults")
+// Only the commands that serve governed calls take the higher target; the
+// operator and the CLI verbs run as Go would run them.
+func TestOnlyServicesTuneTheRuntime(t *testing.T) {
+	t.Parallel()
+	for args, want := range map[string]int64{
+		"dev -h":          defaultGCPercent,
+		"orchestrator -h": defaultGCPercent,
+		"adapter -h":      defaultGCPercent,
+		"operator -h":     100,
+		"token -h":        100,
+	} {
+		t.Run(args, func(t *testing.T) {
+			t.Parallel()
+			if gc, _, _ := runChild(t, "main "+args); gc != want {
+				t.Errorf("v0m3 %s runs at GC percent %d, want %d", args, gc, want)
+			}
+		})
 	}
-	err := tuneRuntime(childLimits[name])
-	errText := ""
-	if err != nil {
-		errText = err.Error()
-	}
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
-	metrics.Read(s)
-	fmt.Printf("\nruntime: gc=%d limit=%d err=%q\n", int64(s[0].Value.Uint64()), int64(s[1].Value.Uint64()), errText)
-}
-
-// childReport is the line the child printed what it read on.
-func childReport(out string) string {
-	for line := range strings.Lines(out) {
-		if strings.HasPrefix(line, "runtime: ") {
-			return line
-		}
-	}
-	return ""
 }
