@@ -139,7 +139,7 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 	if !wellFormed(req.GetToken()) {
 		return nil, s.refuse(ctx, req, codes.NotFound, "HANDLE_UNKNOWN", fmt.Sprintf("handle %s is not known", tok))
 	}
-	b, err := s.store.GetHandle(ctx, handleKey(req.GetToken()))
+	b, err := s.binding(ctx, handleKey(req.GetToken()))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, s.refuse(ctx, req, codes.NotFound, "HANDLE_UNKNOWN", fmt.Sprintf("handle %s is not known", tok))
 	}
@@ -218,6 +218,27 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 	s.log.DebugContext(ctx, "handle resolved", "token_prefix", tok, "task_id", b.GetTaskId(),
 		"capability", b.GetCapability(), "mapping_id", b.GetMappingId(), "mapping_revision", b.GetMappingRevision())
 	return &policyv1.ResolveHandleResponse{Binding: b, Authorization: authz}, nil
+}
+
+// maxBindingEntries bounds the handle binding cache: a few MiB at most.
+const maxBindingEntries = 8192
+
+// binding returns the handle binding stored under key, from the cache or
+// the store. A binding never changes once stored (CreateHandle refuses a
+// second one under a key; only expired ones are deleted, and expiry is
+// checked on every use), so a kept binding cannot go stale; saving the
+// read matters because every governed call resolves its handles. A key
+// not found is not kept: another replica may be minting it.
+func (s *Server) binding(ctx context.Context, key string) (*policyv1.HandleBinding, error) {
+	if b, ok := s.bindings.Get(key); ok {
+		return b, nil
+	}
+	b, err := s.store.GetHandle(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	s.bindings.Add(key, b)
+	return b, nil
 }
 
 // refuse logs a handle refusal and returns its error. Neither names the

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -307,4 +308,52 @@ func TestResolveHandleReauthorizesTarget(t *testing.T) {
 	req.MappingId, req.MappingRevision = "map_other", 1
 	_, err = e.client.ResolveHandle(ctx, req)
 	checkRefusal(t, err, codes.PermissionDenied, "POLICY_DENIED", other.GetToken())
+}
+
+// bindingReads counts the handle binding reads that reach the store.
+type bindingReads struct {
+	Store
+	n atomic.Int64
+}
+
+func (r *bindingReads) GetHandle(ctx context.Context, key string) (*policyv1.HandleBinding, error) {
+	r.n.Add(1)
+	return r.Store.GetHandle(ctx, key)
+}
+
+// A handle's binding never changes once minted, so resolving it again
+// does not read the store again; a token not found is read each time (it
+// may be minted meanwhile through another replica), and the kept binding
+// still expires (TestResolveHandleExpired).
+func TestHandleBindingReadOnce(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, opts options) {
+		reads := &bindingReads{}
+		opts.wrap = func(st Store) Store { reads.Store = st; return reads }
+		e := newEnv(t, opts)
+		ctx := context.Background()
+		h := mint(t, e, publicTarget, nil)
+		for range 3 {
+			if _, err := e.client.ResolveHandle(ctx, resolveReq(h.GetToken())); err != nil {
+				t.Fatalf("ResolveHandle: %v", err)
+			}
+		}
+		if got := reads.n.Load(); got != 1 {
+			t.Errorf("three resolutions of one handle read its binding %d times, want 1", got)
+		}
+
+		// Well formed, one letter off: no handle has this token.
+		last := "a"
+		if strings.HasSuffix(h.GetToken(), "a") {
+			last = "b"
+		}
+		unknown := h.GetToken()[:len(h.GetToken())-1] + last
+		for range 2 {
+			_, err := e.client.ResolveHandle(ctx, resolveReq(unknown))
+			checkRefusal(t, err, codes.NotFound, "HANDLE_UNKNOWN", unknown)
+		}
+		if got := reads.n.Load(); got != 3 {
+			t.Errorf("two resolutions of an unknown handle read the store %d times, want 2 (not kept)", got-1)
+		}
+	})
 }

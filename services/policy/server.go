@@ -114,6 +114,9 @@ type Server struct {
 	// scopes holds task scopes read from the store (see taskScope); shared,
 	// so never modified.
 	scopes *lru.Cache[string, *policyv1.TaskScope]
+	// bindings holds handle bindings read from the store (see binding);
+	// shared, so never modified.
+	bindings *lru.Cache[string, *policyv1.HandleBinding]
 
 	// policy is the revision in force; replaced whole on reload.
 	policy atomic.Pointer[compiled]
@@ -155,7 +158,11 @@ func NewServer(st Store, deps Deps, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: task scope cache: %w", err)
 	}
-	s := &Server{store: st, deps: deps, log: log.With("service", "policy"), scopes: scopes}
+	bindings, err := lru.New[string, *policyv1.HandleBinding](maxBindingEntries)
+	if err != nil {
+		return nil, fmt.Errorf("policy: handle binding cache: %w", err)
+	}
+	s := &Server{store: st, deps: deps, log: log.With("service", "policy"), scopes: scopes, bindings: bindings}
 	if deps.PolicyFile == "" {
 		c, err := compile(defaultPolicyName, defaultPolicy, deps.Now())
 		if err != nil {
