@@ -137,15 +137,14 @@ func (b *boltStore) GetCatalogue(_ context.Context, taskID string) (*orchestrato
 }
 
 func (b *boltStore) GetTaskOffer(_ context.Context, id string) (*orchestratorv1.Task, *orchestratorv1.OfferedCatalogue, error) {
-	t, c := &orchestratorv1.Task{}, &orchestratorv1.OfferedCatalogue{}
+	t := &orchestratorv1.Task{}
+	var c *orchestratorv1.OfferedCatalogue
 	err := b.db.View(func(tx *store.Tx) error {
 		if err := tx.Get(bucketTasks, id, t); err != nil {
 			return fmt.Errorf("get task %s: %w", id, err)
 		}
-		switch err := tx.Get(bucketCatalogues, id, c); {
-		case errors.Is(err, store.ErrNotFound):
-			c = nil
-		case err != nil:
+		var err error
+		if c, err = store.GetOptional(tx, bucketCatalogues, id, &orchestratorv1.OfferedCatalogue{}); err != nil {
 			return fmt.Errorf("get catalogue %s: %w", id, err)
 		}
 		return nil

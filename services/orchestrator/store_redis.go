@@ -318,14 +318,12 @@ func (s *redisOrchestratorStore) GetTaskOffer(ctx context.Context, id string) (*
 	if err != nil {
 		return nil, nil, fmt.Errorf("get task %s: %w", id, err)
 	}
-	t, c := &orchestratorv1.Task{}, &orchestratorv1.OfferedCatalogue{}
+	t := &orchestratorv1.Task{}
 	if err := redisstore.Decode(vals[0], t); err != nil {
 		return nil, nil, fmt.Errorf("get task %s: %w", id, err)
 	}
-	switch err := redisstore.Decode(vals[1], c); {
-	case errors.Is(err, store.ErrNotFound):
-		c = nil
-	case err != nil:
+	c, err := redisstore.DecodeOptional(vals[1], &orchestratorv1.OfferedCatalogue{})
+	if err != nil {
 		return nil, nil, fmt.Errorf("get catalogue %s: %w", id, err)
 	}
 	return t, c, nil

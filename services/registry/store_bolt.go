@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -262,34 +261,19 @@ func (b *boltStore) ReadExecution(ctx context.Context, mappingID, capability, co
 	var x Execution
 	err := b.view(ctx, func(tx *store.Tx) error {
 		var err error
-		if x.Mapping, err = optional(tx, bucketMappings, mappingID, newMapping()); err != nil {
+		if x.Mapping, err = store.GetOptional(tx, bucketMappings, mappingID, newMapping()); err != nil {
 			return err
 		}
-		if x.Capability, err = optional(tx, bucketCapabilities, capability, newCapability()); err != nil {
+		if x.Capability, err = store.GetOptional(tx, bucketCapabilities, capability, newCapability()); err != nil {
 			return err
 		}
-		x.Connection, err = optional(tx, bucketConnections, connectionID, newConnection())
+		x.Connection, err = store.GetOptional(tx, bucketConnections, connectionID, newConnection())
 		return err
 	})
 	if err != nil {
 		return Execution{}, fmt.Errorf("read execution of mapping %s: %w", mappingID, err)
 	}
 	return x, nil
-}
-
-// optional reads key of bucket into m: nil when it is absent (or key is "").
-func optional[M proto.Message](tx *store.Tx, bucket, key string, m M) (M, error) {
-	var zero M
-	if key == "" {
-		return zero, nil
-	}
-	switch err := tx.Get(bucket, key, m); {
-	case errors.Is(err, store.ErrNotFound):
-		return zero, nil
-	case err != nil:
-		return zero, err
-	}
-	return m, nil
 }
 
 func (b *boltStore) ListMappings(ctx context.Context) ([]*registryv1.Mapping, error) {

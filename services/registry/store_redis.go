@@ -394,28 +394,15 @@ func (r *redisStore) ReadExecution(ctx context.Context, mappingID, capability, c
 		return Execution{}, fmt.Errorf("read execution of mapping %s: %w", mappingID, err)
 	}
 	var x Execution
-	if x.Mapping, err = decodeOptional(vals[0], newMapping()); err == nil {
-		if x.Capability, err = decodeOptional(vals[1], newCapability()); err == nil {
-			x.Connection, err = decodeOptional(vals[2], newConnection())
+	if x.Mapping, err = redisstore.DecodeOptional(vals[0], newMapping()); err == nil {
+		if x.Capability, err = redisstore.DecodeOptional(vals[1], newCapability()); err == nil {
+			x.Connection, err = redisstore.DecodeOptional(vals[2], newConnection())
 		}
 	}
 	if err != nil {
 		return Execution{}, fmt.Errorf("read execution of mapping %s: %w", mappingID, err)
 	}
 	return x, nil
-}
-
-// decodeOptional decodes v, an MGET value, into m: nil when the key held
-// no record.
-func decodeOptional[M proto.Message](v any, m M) (M, error) {
-	var zero M
-	switch err := redisstore.Decode(v, m); {
-	case errors.Is(err, store.ErrNotFound):
-		return zero, nil
-	case err != nil:
-		return zero, err
-	}
-	return m, nil
 }
 
 func (r *redisStore) ListMappings(ctx context.Context) ([]*registryv1.Mapping, error) {

@@ -172,6 +172,19 @@ func Decode(v any, m proto.Message) error {
 	return Unmarshal([]byte(s), m)
 }
 
+// DecodeOptional is Decode for a record that may be absent: it returns m,
+// or nil when v held no record.
+func DecodeOptional[M proto.Message](v any, m M) (M, error) {
+	var zero M
+	switch err := Decode(v, m); {
+	case errors.Is(err, store.ErrNotFound):
+		return zero, nil
+	case err != nil:
+		return zero, err
+	}
+	return m, nil
+}
+
 // MGet reads the records at keys in one round trip, in the order of keys.
 // A missing record fails with store.ErrNotFound: callers read keys from an
 // index, and an index entry without its record is an inconsistency.

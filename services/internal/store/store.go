@@ -179,6 +179,19 @@ func (x *Tx) Get(bucket, key string, m proto.Message) error {
 	return nil
 }
 
+// GetOptional is Get for a record that may be absent: it returns m, or nil
+// when key holds nothing.
+func GetOptional[M proto.Message](x *Tx, bucket, key string, m M) (M, error) {
+	var zero M
+	switch err := x.Get(bucket, key, m); {
+	case errors.Is(err, ErrNotFound):
+		return zero, nil
+	case err != nil:
+		return zero, err
+	}
+	return m, nil
+}
+
 // Put writes m at key, replacing any value.
 func (x *Tx) Put(bucket, key string, m proto.Message) error {
 	b, err := x.bucket(bucket, true)
