@@ -230,15 +230,7 @@ const maxBindingEntries = 8192
 // read matters because every governed call resolves its handles. A key
 // not found is not kept: another replica may be minting it.
 func (s *Server) binding(ctx context.Context, key string) (*policyv1.HandleBinding, error) {
-	if b, ok := s.bindings.Get(key); ok {
-		return b, nil
-	}
-	b, err := s.store.GetHandle(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	s.bindings.Add(key, b)
-	return b, nil
+	return readThrough(ctx, s.bindings, key, s.store.GetHandle)
 }
 
 // refuse logs a handle refusal and returns its error. Neither names the

@@ -243,3 +243,18 @@ func (s *Server) storeError(ctx context.Context, err error, op string) error {
 	s.log.ErrorContext(ctx, "policy store failure", "op", op, "err", err)
 	return apierror.Store("STORE_FAILURE", "policy could not "+op, err)
 }
+
+// readThrough returns the record under key from c, or reads it with read
+// and keeps it. Only for records that never change once stored; a record
+// not found is not kept, since it may be stored later.
+func readThrough[V any](ctx context.Context, c *lru.Cache[string, V], key string, read func(context.Context, string) (V, error)) (V, error) {
+	if v, ok := c.Get(key); ok {
+		return v, nil
+	}
+	v, err := read(ctx, key)
+	if err != nil {
+		return v, err
+	}
+	c.Add(key, v)
+	return v, nil
+}

@@ -157,15 +157,7 @@ const maxTaskScopeEntries = 8192
 // matters because every charge, two per call, needs the scope. A task not
 // registered is not kept: it may register later.
 func (s *Server) taskScope(ctx context.Context, taskID string) (*policyv1.TaskScope, error) {
-	if ts, ok := s.scopes.Get(taskID); ok {
-		return ts, nil
-	}
-	ts, err := s.store.GetTaskScope(ctx, taskID)
-	if err != nil {
-		return nil, err
-	}
-	s.scopes.Add(taskID, ts)
-	return ts, nil
+	return readThrough(ctx, s.scopes, taskID, s.store.GetTaskScope)
 }
 
 // inScope returns nil when the task is registered for requester and target
