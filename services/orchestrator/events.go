@@ -398,22 +398,22 @@ func (s *Server) saveAttempt(ctx context.Context, id string, att *orchestratorv1
 	}, tell)
 }
 
-// createRequest is CreateRequest with what tells of the creation written
-// in its transaction (as updateRequest does); nothing is written when the
-// request existed.
-func (s *Server) createRequest(ctx context.Context, r *orchestratorv1.ToolRequest, tell func(context.Context)) (*orchestratorv1.ToolRequest, bool, error) {
+// createRequest is CreateRequestEmit with what tells of the creation
+// written in its transaction (as updateRequest does); nothing is written
+// when the request existed.
+func (s *Server) createRequest(ctx context.Context, r *orchestratorv1.ToolRequest, tell func(context.Context)) (Creation, error) {
 	held, giveBack := s.held(ctx, tell)
 	held.Fence = fenceOn(ctx, r.GetId())
-	out, created, w, err := s.st.CreateRequestEmit(ctx, r, held)
+	c, err := s.st.CreateRequestEmit(ctx, r, held)
 	if errors.Is(err, ErrFenced) {
-		return nil, false, s.fenced(ctx, r.GetId(), err)
+		return Creation{}, s.fenced(ctx, r.GetId(), err)
 	}
-	if err != nil || !created {
+	if err != nil || !c.Created {
 		giveBack()
-		return out, created, err
+		return c, err
 	}
-	s.written(ctx, w)
-	return out, created, nil
+	s.written(ctx, c.Written)
+	return c, nil
 }
 
 // notify wakes the watchers of the tasks of stored events.

@@ -65,34 +65,27 @@ func TestStoreOutageIsUnavailable(t *testing.T) {
 	})
 }
 
-// taskBlinkStore fails the first GetTask after a request is created as
-// an unreachable store would: a store blink between recording a request
-// and reading its task again.
-type taskBlinkStore struct {
+// blinkAfterCreate fails the first request update after a request is
+// created as an unreachable store would: a store blink between recording
+// a request and recording what was decided about it.
+type blinkAfterCreate struct {
 	Store
 	blink atomic.Bool
 }
 
-func (s *taskBlinkStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (*orchestratorv1.ToolRequest, bool, Written, error) {
-	got, created, w, err := s.Store.CreateRequestEmit(ctx, r, held)
-	if created {
+func (s *blinkAfterCreate) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (Creation, error) {
+	c, err := s.Store.CreateRequestEmit(ctx, r, held)
+	if c.Created {
 		s.blink.Store(true)
 	}
-	return got, created, w, err
+	return c, err
 }
 
-func (s *taskBlinkStore) GetTask(ctx context.Context, id string) (*orchestratorv1.Task, error) {
+func (s *blinkAfterCreate) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error) {
 	if s.blink.CompareAndSwap(true, false) {
-		return nil, fmt.Errorf("get task %s: %w", id, syscall.ECONNREFUSED)
+		return nil, Written{}, fmt.Errorf("update request %s: %w", id, syscall.ECONNREFUSED)
 	}
-	return s.Store.GetTask(ctx, id)
-}
-
-func (s *taskBlinkStore) GetTaskOffer(ctx context.Context, id string) (*orchestratorv1.Task, *orchestratorv1.OfferedCatalogue, error) {
-	if s.blink.CompareAndSwap(true, false) {
-		return nil, nil, fmt.Errorf("get task %s: %w", id, syscall.ECONNREFUSED)
-	}
-	return s.Store.GetTaskOffer(ctx, id)
+	return s.Store.UpdateRequestEmit(ctx, id, fn, held)
 }
 
 // A store blink right after a request was recorded is no refusal: the
@@ -100,7 +93,7 @@ func (s *taskBlinkStore) GetTaskOffer(ctx context.Context, id string) (*orchestr
 // REQUESTED, is decided and executed by recovery.
 func TestStoreBlinkAfterARequestIsRecordedLeavesItForRecovery(t *testing.T) {
 	t.Parallel()
-	h := newHarnessOn(t, &taskBlinkStore{Store: newBoltStore(t)}, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
+	h := newHarnessOn(t, &blinkAfterCreate{Store: newBoltStore(t)}, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
 	cat := h.start(t, "source_review", false).GetCatalogue()
 	_, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource,
 		map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())})

@@ -44,19 +44,16 @@ type Store interface {
 	PutCatalogue(ctx context.Context, c *orchestratorv1.OfferedCatalogue) error
 	// GetCatalogue returns the catalogue offered to a task.
 	GetCatalogue(ctx context.Context, taskID string) (*orchestratorv1.OfferedCatalogue, error)
-	// GetTaskOffer returns one task and the catalogue offered to it, read
-	// at one moment: the catalogue is nil when none was recorded. A
-	// missing task fails with store.ErrNotFound.
-	GetTaskOffer(ctx context.Context, id string) (*orchestratorv1.Task, *orchestratorv1.OfferedCatalogue, error)
-
 	// CreateRequest stores r unless a request with the same task id and
 	// provider call id exists, in which case it returns that one and
 	// created is false. This is what makes resubmission idempotent.
 	CreateRequest(ctx context.Context, r *orchestratorv1.ToolRequest) (got *orchestratorv1.ToolRequest, created bool, err error)
 	// CreateRequestEmit is CreateRequest that also writes held in the same
 	// transaction when it creates the request (as UpdateTaskEmit does);
-	// when the request existed, held is not written.
-	CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (got *orchestratorv1.ToolRequest, created bool, w Written, err error)
+	// when the request existed, held is not written. When it creates the
+	// request it also reads the request's task and offered catalogue in
+	// that transaction (see Creation).
+	CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (Creation, error)
 	// GetRequest returns one request.
 	GetRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error)
 	// UpdateRequest applies fn to the stored request and saves the result in
@@ -202,6 +199,25 @@ const leaseGenerationTTL = 24 * time.Hour
 // generationTTL is how long a generation taken or renewed with lease ttl
 // is kept.
 func generationTTL(ttl time.Duration) time.Duration { return max(leaseGenerationTTL, 3*ttl) }
+
+// Creation is what CreateRequestEmit found or did.
+type Creation struct {
+	// Request is the request stored: the new one when Created, else the
+	// one of the same task and provider call id that existed.
+	Request *orchestratorv1.ToolRequest
+	Created bool
+	// Written is what was stored of the Held (nothing when the request
+	// existed).
+	Written Written
+	// Task and Catalogue are, when the request was created, its task and
+	// the catalogue offered to it, read in the creating transaction: a
+	// change to the task that committed first is seen here, and one that
+	// commits later finds the request stored. The task is as it was
+	// before a task change held with the creation. Task is nil when the
+	// task does not exist, Catalogue when none was recorded.
+	Task      *orchestratorv1.Task
+	Catalogue *orchestratorv1.OfferedCatalogue
+}
 
 // Written is what a transaction stored of its Held: the task events with
 // their sequences, and the trace events as outbox entries, in order.

@@ -136,38 +136,15 @@ func (b *boltStore) GetCatalogue(_ context.Context, taskID string) (*orchestrato
 	return c, nil
 }
 
-func (b *boltStore) GetTaskOffer(_ context.Context, id string) (*orchestratorv1.Task, *orchestratorv1.OfferedCatalogue, error) {
-	t := &orchestratorv1.Task{}
-	var c *orchestratorv1.OfferedCatalogue
-	err := b.db.View(func(tx *store.Tx) error {
-		if err := tx.Get(bucketTasks, id, t); err != nil {
-			return fmt.Errorf("get task %s: %w", id, err)
-		}
-		var err error
-		if c, err = store.GetOptional(tx, bucketCatalogues, id, &orchestratorv1.OfferedCatalogue{}); err != nil {
-			return fmt.Errorf("get catalogue %s: %w", id, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return t, c, nil
-}
-
 func (b *boltStore) CreateRequest(ctx context.Context, r *orchestratorv1.ToolRequest) (*orchestratorv1.ToolRequest, bool, error) {
-	out, created, _, err := b.CreateRequestEmit(ctx, r, Held{})
-	return out, created, err
+	c, err := b.CreateRequestEmit(ctx, r, Held{})
+	return c.Request, c.Created, err
 }
 
-func (b *boltStore) CreateRequestEmit(_ context.Context, r *orchestratorv1.ToolRequest, held Held) (*orchestratorv1.ToolRequest, bool, Written, error) {
-	var (
-		out     *orchestratorv1.ToolRequest
-		created bool
-		emitted Written
-	)
+func (b *boltStore) CreateRequestEmit(_ context.Context, r *orchestratorv1.ToolRequest, held Held) (Creation, error) {
+	var out Creation
 	err := b.db.Batch(func(tx *store.Tx) error {
-		out, created, emitted = nil, false, Written{} // set anew on every run (see store.DB.Batch)
+		out = Creation{} // set anew on every run (see store.DB.Batch)
 		if err := b.fence(held.Fence); err != nil {
 			return err
 		}
@@ -179,7 +156,7 @@ func (b *boltStore) CreateRequestEmit(_ context.Context, r *orchestratorv1.ToolR
 			if err := tx.Get(bucketRequests, existing.GetValue(), got); err != nil {
 				return fmt.Errorf("get request %s: %w", existing.GetValue(), err)
 			}
-			out = got
+			out.Request = got
 			return nil
 		case !errors.Is(err, store.ErrNotFound):
 			return err
@@ -200,16 +177,22 @@ func (b *boltStore) CreateRequestEmit(_ context.Context, r *orchestratorv1.ToolR
 		if err := tx.Put(bucketTaskRequests, r.GetTaskId()+"/"+store.SeqKey(n), wrapperspb.String(r.GetId())); err != nil {
 			return err
 		}
-		if emitted, err = writeHeld(tx, held); err != nil {
+		if out.Task, err = store.GetOptional(tx, bucketTasks, r.GetTaskId(), &orchestratorv1.Task{}); err != nil {
+			return fmt.Errorf("get task %s: %w", r.GetTaskId(), err)
+		}
+		if out.Catalogue, err = store.GetOptional(tx, bucketCatalogues, r.GetTaskId(), &orchestratorv1.OfferedCatalogue{}); err != nil {
+			return fmt.Errorf("get catalogue %s: %w", r.GetTaskId(), err)
+		}
+		if out.Written, err = writeHeld(tx, held); err != nil {
 			return err
 		}
-		out, created = proto.CloneOf(r), true
+		out.Request, out.Created = proto.CloneOf(r), true
 		return nil
 	})
 	if err != nil {
-		return nil, false, Written{}, err
+		return Creation{}, err
 	}
-	return out, created, emitted, nil
+	return out, nil
 }
 
 func (b *boltStore) GetRequest(_ context.Context, id string) (*orchestratorv1.ToolRequest, error) {

@@ -313,22 +313,6 @@ func (s *redisOrchestratorStore) GetCatalogue(ctx context.Context, taskID string
 	return c, nil
 }
 
-func (s *redisOrchestratorStore) GetTaskOffer(ctx context.Context, id string) (*orchestratorv1.Task, *orchestratorv1.OfferedCatalogue, error) {
-	vals, err := s.c.MGet(ctx, s.task(id), s.k.Key("catalogue", id)).Result()
-	if err != nil {
-		return nil, nil, fmt.Errorf("get task %s: %w", id, err)
-	}
-	t := &orchestratorv1.Task{}
-	if err := redisstore.Decode(vals[0], t); err != nil {
-		return nil, nil, fmt.Errorf("get task %s: %w", id, err)
-	}
-	c, err := redisstore.DecodeOptional(vals[1], &orchestratorv1.OfferedCatalogue{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("get catalogue %s: %w", id, err)
-	}
-	return t, c, nil
-}
-
 // queueOpen keeps the open-requests index in step with r, in the same
 // MULTI/EXEC that writes r.
 func (s *redisOrchestratorStore) queueOpen(ctx context.Context, p redis.Pipeliner, r *orchestratorv1.ToolRequest) {
@@ -345,42 +329,49 @@ func (s *redisOrchestratorStore) queueOpen(ctx context.Context, p redis.Pipeline
 }
 
 func (s *redisOrchestratorStore) CreateRequest(ctx context.Context, r *orchestratorv1.ToolRequest) (*orchestratorv1.ToolRequest, bool, error) {
-	out, created, _, err := s.CreateRequestEmit(ctx, r, Held{})
-	return out, created, err
+	c, err := s.CreateRequestEmit(ctx, r, Held{})
+	return c.Request, c.Created, err
 }
 
-func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (*orchestratorv1.ToolRequest, bool, Written, error) {
+func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (Creation, error) {
 	d, err := digest.JSON([]string{r.GetTaskId(), r.GetProviderCallId()})
 	if err != nil {
-		return nil, false, Written{}, fmt.Errorf("request key: %w", err)
+		return Creation{}, fmt.Errorf("request key: %w", err)
 	}
 	idxKey := s.k.Key("reqkey", d)
 	v, err := redisstore.Marshal(r)
 	if err != nil {
-		return nil, false, Written{}, err
+		return Creation{}, err
 	}
-	var (
-		out     *orchestratorv1.ToolRequest
-		created bool
-	)
+	var out Creation
 	// The (task, provider call) index entry is watched: of two replicas
 	// creating the same call at once, one EXEC succeeds; the other's fails,
 	// and its retry finds the entry and returns the first request. The new
 	// request's own key is watched with it, so an id taken meanwhile is
-	// seen too.
-	w, err := s.update(ctx, held, []string{idxKey, s.req(r.GetId())}, func(tx *redis.Tx, vals []any) (redisstore.Write, error) {
+	// seen too. So are the task and its catalogue, read with them (see
+	// Creation).
+	keys := []string{idxKey, s.req(r.GetId()), s.task(r.GetTaskId()), s.k.Key("catalogue", r.GetTaskId())}
+	w, err := s.update(ctx, held, keys, func(tx *redis.Tx, vals []any) (redisstore.Write, error) {
+		out = Creation{}
 		if existing, ok := vals[0].(string); ok {
 			got := &orchestratorv1.ToolRequest{}
 			if err := redisstore.Get(ctx, tx, s.req(existing), got); err != nil {
 				return nil, fmt.Errorf("get request %s: %w", existing, err)
 			}
-			out, created = got, false
+			out.Request = got
 			return nil, nil
 		}
 		if vals[1] != nil {
 			return nil, fmt.Errorf("create request %s: %w", r.GetId(), store.ErrExists)
 		}
-		out, created = proto.CloneOf(r), true
+		var err error
+		if out.Task, err = redisstore.DecodeOptional(vals[2], &orchestratorv1.Task{}); err != nil {
+			return nil, fmt.Errorf("get task %s: %w", r.GetTaskId(), err)
+		}
+		if out.Catalogue, err = redisstore.DecodeOptional(vals[3], &orchestratorv1.OfferedCatalogue{}); err != nil {
+			return nil, fmt.Errorf("get catalogue %s: %w", r.GetTaskId(), err)
+		}
+		out.Request, out.Created = proto.CloneOf(r), true
 		return func(p redis.Pipeliner) error {
 			p.Set(ctx, s.req(r.GetId()), v, 0)
 			p.Set(ctx, idxKey, r.GetId(), 0)
@@ -390,9 +381,10 @@ func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orche
 		}, nil
 	})
 	if err != nil {
-		return nil, false, Written{}, err
+		return Creation{}, err
 	}
-	return out, created, w, nil
+	out.Written = w
+	return out, nil
 }
 
 func (s *redisOrchestratorStore) GetRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error) {

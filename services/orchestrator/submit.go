@@ -101,7 +101,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		CreateTime:     now,
 		UpdateTime:     now,
 	}
-	req, created, err := s.createRequest(ctx, cand, func(ctx context.Context) {
+	c, err := s.createRequest(ctx, cand, func(ctx context.Context) {
 		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, Capability: cand.GetCapability(),
 			RequestId: cand.GetId(), IntentId: cand.GetIntentId(),
@@ -112,7 +112,8 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	if err != nil {
 		return nil, s.internal(ctx, "record the candidate request", err)
 	}
-	if !created {
+	req := c.Request
+	if !c.Created {
 		if !sameCandidate(in, req) {
 			return nil, apierror.New(codes.AlreadyExists, reasonIdempotencyKeyReused,
 				fmt.Sprintf("provider call %q of task %s was already submitted with another capability, arguments or document digest; a new call needs a new provider_call_id", truncate(in.GetProviderCallId(), maxEchoBytes), task.GetId()),
@@ -124,13 +125,14 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return req, nil
 	}
 	defer func() { err = withRequestID(err, req.GetId()) }()
-	// The task is read again now that the request is recorded: a
-	// CompleteTask that missed this request has changed the task's state
-	// by now, or will see the request (see CompleteTask). Its offered
-	// catalogue, which prepare checks the request against, comes with it.
-	task, cat, err := s.st.GetTaskOffer(ctx, task.GetId())
-	if err != nil {
-		return s.refuseUnlessOutage(ctx, req, nil, s.taskErr(ctx, in.GetTaskId(), err))
+	// The task is read again in the transaction that recorded the
+	// request: a CompleteTask that missed this request had changed the
+	// task's state by then, or will see the request (see CompleteTask).
+	// Its offered catalogue, which prepare checks the request against,
+	// comes with it.
+	task, cat := c.Task, c.Catalogue
+	if task == nil {
+		return s.refuseUnlessOutage(ctx, req, nil, s.taskErr(ctx, in.GetTaskId(), store.ErrNotFound))
 	}
 	// The request is recorded; whatever happens next must be recorded too,
 	// even if the caller stops waiting.
@@ -232,7 +234,7 @@ func (s *Server) executeInBackground(ctx context.Context, task *orchestratorv1.T
 // was learned so far even on failure, for the record. With charge, policy
 // also charges the call (once per intent) when it allows it, in the same
 // round trip. cat is the task's offered catalogue when the caller read it
-// with the task (GetTaskOffer); nil reads it here.
+// with the task (as the request's creation does); nil reads it here.
 func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, cat *orchestratorv1.OfferedCatalogue, req *orchestratorv1.ToolRequest, charge bool) (*prepared, error) {
 	p := &prepared{targets: map[string]string{}, labels: map[string]string{}, fieldLabels: map[string]string{}}
 	name := req.GetCapability()

@@ -33,7 +33,7 @@ func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
 		{"Tasks", testTasks},
 		{"ConcurrentTaskUpdatesLoseNothing", testConcurrentTaskUpdates},
 		{"Catalogue", testCatalogue},
-		{"TaskOffer", testTaskOffer},
+		{"CreationReadsTaskOffer", testCreationReadsTaskOffer},
 		{"AccessTokens", testAccessTokens},
 		{"RequestCreatedOnce", testRequestCreatedOnce},
 		{"ConcurrentDuplicateSubmission", testConcurrentDuplicateSubmission},
@@ -287,31 +287,45 @@ func testCatalogue(t *testing.T, st orchestrator.Store) {
 	}
 }
 
-// GetTaskOffer reads a task with its offered catalogue: a task without
-// one comes with none, a missing task is not found.
-func testTaskOffer(t *testing.T, st orchestrator.Store) {
+// CreateRequestEmit reads the new request's task and offered catalogue
+// in its transaction, as they are when it commits: none for a missing
+// task, the task without a catalogue, then both after they changed. A
+// resubmission creates nothing and reads neither.
+func testCreationReadsTaskOffer(t *testing.T, st orchestrator.Store) {
 	ctx := context.Background()
-	if _, _, err := st.GetTaskOffer(ctx, "task_1"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("missing task: err = %v, want ErrNotFound", err)
+	create := func(id, call string) orchestrator.Creation {
+		t.Helper()
+		c, err := st.CreateRequestEmit(ctx, request(id, "task_1", call), orchestrator.Held{})
+		if err != nil {
+			t.Fatalf("create %s: %v", id, err)
+		}
+		return c
+	}
+	if c := create("req_1", "call_1"); !c.Created || c.Task != nil || c.Catalogue != nil {
+		t.Errorf("creation for a missing task: created %t, task %v, catalogue %v; want created, neither", c.Created, c.Task, c.Catalogue)
 	}
 	task := &orchestratorv1.Task{Id: "task_1", Profile: "source_review", State: orchestratorv1.TaskState_TASK_STATE_ACTIVE}
 	if err := st.CreateTask(ctx, task); err != nil {
 		t.Fatal(err)
 	}
-	got, cat, err := st.GetTaskOffer(ctx, "task_1")
-	if err != nil || !proto.Equal(got, task) || cat != nil {
-		t.Errorf("task without a catalogue = %v, %v, %v; want the task and no catalogue", got, cat, err)
+	if c := create("req_2", "call_2"); !proto.Equal(c.Task, task) || c.Catalogue != nil {
+		t.Errorf("creation for a task without a catalogue: task %v, catalogue %v; want the task and none", c.Task, c.Catalogue)
 	}
 	offer := &orchestratorv1.OfferedCatalogue{TaskId: "task_1", PolicyRevision: "p1"}
 	if err := st.PutCatalogue(ctx, offer); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.UpdateTask(ctx, "task_1", func(t *orchestratorv1.Task) error { t.Checkpoint = "moved on"; return nil }); err != nil {
+	if _, err := st.UpdateTask(ctx, "task_1", func(t *orchestratorv1.Task) error {
+		t.State = orchestratorv1.TaskState_TASK_STATE_COMPLETED
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	got, cat, err = st.GetTaskOffer(ctx, "task_1")
-	if err != nil || got.GetCheckpoint() != "moved on" || !proto.Equal(cat, offer) {
-		t.Errorf("task with a catalogue = %v, %v, %v; want the updated task and its catalogue", got, cat, err)
+	if c := create("req_3", "call_3"); c.Task.GetState() != orchestratorv1.TaskState_TASK_STATE_COMPLETED || !proto.Equal(c.Catalogue, offer) {
+		t.Errorf("creation after the task changed: task %v, catalogue %v; want the completed task and its catalogue", c.Task, c.Catalogue)
+	}
+	if c := create("req_4", "call_3"); c.Created || c.Request.GetId() != "req_3" || c.Task != nil || c.Catalogue != nil {
+		t.Errorf("resubmission: created %t, request %s, task %v, catalogue %v; want req_3 again and nothing read", c.Created, c.Request.GetId(), c.Task, c.Catalogue)
 	}
 }
 
@@ -958,7 +972,7 @@ func CheckFence(t *testing.T, stores []orchestrator.Store) {
 			return err
 		}},
 		{"CreateRequestEmit", func(h orchestrator.Held) error {
-			_, _, _, err := a.CreateRequestEmit(ctx, request("req_f", "task_f", "call_f2"), h)
+			_, err := a.CreateRequestEmit(ctx, request("req_f", "task_f", "call_f2"), h)
 			return err
 		}},
 		{"UpdateTaskEmit", func(h orchestrator.Held) error {
@@ -981,7 +995,7 @@ func CheckFence(t *testing.T, stores []orchestrator.Store) {
 	}
 	// A generation the store does not know (one it forgot long after
 	// the request's last lease) is stale too.
-	if _, _, _, err := a.CreateRequestEmit(ctx, request("req_unleased", "task_f", "call_u"), held(orchestrator.Fence{RequestID: "req_unleased", Generation: old}, "unleased")); !errors.Is(err, orchestrator.ErrFenced) {
+	if _, err := a.CreateRequestEmit(ctx, request("req_unleased", "task_f", "call_u"), held(orchestrator.Fence{RequestID: "req_unleased", Generation: old}, "unleased")); !errors.Is(err, orchestrator.ErrFenced) {
 		t.Errorf("a write under a generation the store does not know = %v; want ErrFenced", err)
 	}
 	if r, err := b.GetRequest(ctx, "req_f"); err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REQUESTED {
