@@ -129,7 +129,11 @@ func (s *redisOrchestratorStore) PutTraceOutbox(ctx context.Context, evs []*evid
 // inside a MULTI, the sequence is taken in the same atomic step as the
 // state change it goes with. A claim is a key, KEYS[3] followed by the
 // entry's sequence, that expires with it.
-var putOutboxScript = redis.NewScript(`
+var putOutboxScript = redis.NewScript(putOutboxSource)
+
+// putOutboxSource is putOutboxScript's source, which the store's
+// one-round-trip transactions run too (redisstore.NewSpeculator).
+const putOutboxSource = `
 local members = {}
 for i = 3, #ARGV do
   local seq = redis.call('INCR', KEYS[1])
@@ -142,7 +146,7 @@ for i = 3, #ARGV do
   members[i - 2] = m
 end
 return members
-`)
+`
 
 // listOutboxScript returns up to ARGV[1] of the oldest outbox members,
 // each followed by its claimant ("" when unclaimed).

@@ -40,16 +40,25 @@ import (
 //
 // Changes that decide on stored state are WATCH/MULTI/EXEC transactions
 // retried on conflict, so two replicas receiving the same provider call at
-// once create one request, and an approval is used once.
+// once create one request, and an approval is used once. Those that
+// decide on records this replica last wrote or read (a request moving
+// through its stages) are sent in one round trip (redisstore.Speculator).
 type redisOrchestratorStore struct {
-	c redis.UniversalClient
-	k redisstore.Keys
+	c    redis.UniversalClient
+	k    redisstore.Keys
+	spec *redisstore.Speculator
 }
+
+// rememberedRecords bounds the records the store remembers for one-round
+// -trip transactions: enough for the requests and tasks of many calls in
+// flight.
+const rememberedRecords = 4096
 
 // NewRedisStore returns the orchestrator Store on Redis; prefix names the
 // deployment, so several deployments can share one Redis.
 func NewRedisStore(c redis.UniversalClient, prefix string) Store {
-	return &redisOrchestratorStore{c: c, k: redisstore.NewKeys(prefix, "orchestrator")}
+	return &redisOrchestratorStore{c: c, k: redisstore.NewKeys(prefix, "orchestrator"),
+		spec: redisstore.NewSpeculator(c, rememberedRecords, putOutboxSource)}
 }
 
 func (s *redisOrchestratorStore) task(id string) string { return s.k.Key("task", id) }
@@ -96,7 +105,7 @@ func (s *redisOrchestratorStore) UpdateTaskEmit(ctx context.Context, id string, 
 		return nil, Written{}, errTaskChangeHeld
 	}
 	var out *orchestratorv1.Task
-	w, err := s.update(ctx, held, []string{s.task(id)}, func(_ *redis.Tx, vals []any) (redisstore.Write, error) {
+	w, err := s.update(ctx, held, []string{s.task(id)}, func(_ redis.Cmdable, vals []any) (redisstore.Write, error) {
 		t := &orchestratorv1.Task{}
 		if err := redisstore.Decode(vals[0], t); err != nil {
 			return nil, fmt.Errorf("get task %s: %w", id, err)
@@ -132,7 +141,7 @@ func (s *redisOrchestratorStore) EmitHeld(ctx context.Context, held Held) (Writt
 		}
 		return queued(), nil
 	}
-	return s.update(ctx, held, nil, func(*redis.Tx, []any) (redisstore.Write, error) {
+	return s.update(ctx, held, nil, func(redis.Cmdable, []any) (redisstore.Write, error) {
 		return func(redis.Pipeliner) error { return nil }, nil
 	})
 }
@@ -146,7 +155,7 @@ func (s *redisOrchestratorStore) EmitHeld(ctx context.Context, held Held) (Writt
 // the order of keys, and returns the change's writes, which run in one
 // MULTI/EXEC with held's (see queueHeld) and its task change. When decide
 // returns no writes (a replay), held is not written either.
-func (s *redisOrchestratorStore) update(ctx context.Context, held Held, keys []string, decide func(tx *redis.Tx, vals []any) (redisstore.Write, error)) (Written, error) {
+func (s *redisOrchestratorStore) update(ctx context.Context, held Held, keys []string, decide func(tx redis.Cmdable, vals []any) (redisstore.Write, error)) (Written, error) {
 	all := slices.Clone(keys)
 	if held.Task != nil {
 		all = append(all, s.task(held.Task.ID))
@@ -155,18 +164,9 @@ func (s *redisOrchestratorStore) update(ctx context.Context, held Held, keys []s
 	if f.Generation != 0 {
 		all = append(all, s.k.Key("leasegen", f.RequestID))
 	}
-	var (
-		read   *redis.SliceCmd
-		queued func() Written
-	)
-	err := redisstore.UpdateRead(ctx, s.c, all, func(p redis.Pipeliner) {
-		read = p.MGet(ctx, all...)
-	}, func(tx *redis.Tx) (redisstore.Write, error) {
+	var queued func() Written
+	err := s.spec.Update(ctx, all, func(tx redis.Cmdable, vals []any) (redisstore.Write, error) {
 		queued = nil
-		vals, err := read.Result()
-		if err != nil {
-			return nil, err
-		}
 		if f.Generation != 0 {
 			cur, err := leaseGeneration(vals[len(all)-1])
 			if err != nil {
@@ -351,7 +351,11 @@ func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orche
 	// seen too. So are the task and its catalogue, read with them (see
 	// Creation).
 	keys := []string{idxKey, s.req(r.GetId()), s.task(r.GetTaskId()), s.k.Key("catalogue", r.GetTaskId())}
-	w, err := s.update(ctx, held, keys, func(tx *redis.Tx, vals []any) (redisstore.Write, error) {
+	// A new call's index entry and a new id's record are expected not to
+	// exist: a resubmission finds out in the transaction.
+	s.spec.Expect(idxKey, nil)
+	s.spec.Expect(s.req(r.GetId()), nil)
+	w, err := s.update(ctx, held, keys, func(tx redis.Cmdable, vals []any) (redisstore.Write, error) {
 		out = Creation{}
 		if existing, ok := vals[0].(string); ok {
 			got := &orchestratorv1.ToolRequest{}
@@ -402,7 +406,7 @@ func (s *redisOrchestratorStore) UpdateRequest(ctx context.Context, id string, f
 
 func (s *redisOrchestratorStore) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error) {
 	var out *orchestratorv1.ToolRequest
-	w, err := s.update(ctx, held, []string{s.req(id)}, func(_ *redis.Tx, vals []any) (redisstore.Write, error) {
+	w, err := s.update(ctx, held, []string{s.req(id)}, func(_ redis.Cmdable, vals []any) (redisstore.Write, error) {
 		r := &orchestratorv1.ToolRequest{}
 		if err := redisstore.Decode(vals[0], r); err != nil {
 			return nil, fmt.Errorf("get request %s: %w", id, err)
@@ -517,6 +521,10 @@ func (s *redisOrchestratorStore) AcquireLease(ctx context.Context, requestID, ow
 		owner, max(ttl.Milliseconds(), 1), gen, generationTTL(ttl).Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("acquire lease on %s: %w", requestID, err)
+	}
+	if n > 0 {
+		// The writes fenced by this lease check the generation it set.
+		s.spec.Expect(s.k.Key("leasegen", requestID), []byte(strconv.FormatInt(n, 10)))
 	}
 	return n, nil
 }

@@ -30,12 +30,19 @@ import (
 type redisPolicyStore struct {
 	c redis.UniversalClient
 	k redisstore.Keys
+	// spec sends a charge on budgets this replica charged last in one
+	// round trip (redisstore.Speculator).
+	spec *redisstore.Speculator
 }
+
+// rememberedBudgets bounds the budgets (and charge records) the store
+// remembers for one-round-trip charges.
+const rememberedBudgets = 4096
 
 // NewRedisStore returns the policy Store on Redis; prefix names the
 // deployment, so several deployments can share one Redis.
 func NewRedisStore(c redis.UniversalClient, prefix string) Store {
-	return &redisPolicyStore{c: c, k: redisstore.NewKeys(prefix, "policy")}
+	return &redisPolicyStore{c: c, k: redisstore.NewKeys(prefix, "policy"), spec: redisstore.NewSpeculator(c, rememberedBudgets)}
 }
 
 // createHandle sets the binding only if the key is absent, with its TTL,
@@ -114,20 +121,16 @@ func (r *redisPolicyStore) Charge(ctx context.Context, op ChargeOp) (ChargeResul
 	reqKey := r.k.Key("budget", op.Requester.GetScope())
 	chargeKey := r.k.Key("charge", op.Key)
 	var res ChargeResult
-	// Both budgets and the idempotency record are watched, the charge is
-	// decided by the same applyCharge the embedded store uses, and written
-	// in one MULTI/EXEC: a concurrent charge makes EXEC fail and this one
-	// is recomputed, so no charge is ever lost or applied twice.
+	// Both budgets and the idempotency record are watched (or checked,
+	// see redisstore.Speculator), the charge is decided by the same
+	// applyCharge the embedded store uses, and written in one step: a
+	// concurrent charge makes it fail and this one is recomputed, so no
+	// charge is ever lost or applied twice.
 	keys := []string{taskKey, reqKey, chargeKey}
-	var read *redis.SliceCmd
-	// The three records are read with the WATCH, in one round trip.
-	err := redisstore.UpdateRead(ctx, r.c, keys, func(p redis.Pipeliner) {
-		read = p.MGet(ctx, keys...)
-	}, func(*redis.Tx) (redisstore.Write, error) {
-		vals, err := read.Result()
-		if err != nil {
-			return nil, err
-		}
+	// A charge's idempotency key is new but for a replay, which the
+	// transaction finds out.
+	r.spec.Expect(chargeKey, nil)
+	err := r.spec.Update(ctx, keys, func(_ redis.Cmdable, vals []any) (redisstore.Write, error) {
 		task, err := decodeBudget(vals[0], op.Task)
 		if err != nil {
 			return nil, err
