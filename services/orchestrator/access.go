@@ -58,6 +58,30 @@ func taskAttributes(task *orchestratorv1.Task) map[string]string {
 	return map[string]string{"requester": task.GetRequester().GetId(), "actor": task.GetActor()}
 }
 
+// maxActorTasks bounds the tasks openTaskToAct keeps.
+const maxActorTasks = 8192
+
+// openTaskToAct is openTask for a call that reads the task again in the
+// transaction that acts on it (a submission reads it with the request's
+// creation): what decides who may act, the task's requester and actor,
+// never changes and a task is never deleted, so the task read the first
+// time is kept and its access checked again on every call. Anything else
+// about the returned task may be stale.
+func (s *Server) openTaskToAct(ctx context.Context, id, action string) (*orchestratorv1.Task, error) {
+	task, ok := s.actors.Get(id)
+	if !ok {
+		var err error
+		if task, err = s.loadTask(ctx, id); err != nil {
+			return nil, err
+		}
+		s.actors.Add(id, task)
+	}
+	if err := s.checkTask(ctx, task, action); err != nil {
+		return nil, err
+	}
+	return task, nil
+}
+
 // openTask loads a task and checks that the caller may take action on it:
 // its requester and its actor may; anyone else needs policy to grant the
 // action on this task. A refusal is recorded in the task's trace.
@@ -66,17 +90,23 @@ func (s *Server) openTask(ctx context.Context, id, action string) (*orchestrator
 	if err != nil {
 		return nil, err
 	}
-	c, err := caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if c.Kind == identity.KindService || c.ID == task.GetRequester().GetId() || (task.GetActor() != "" && c.ID == task.GetActor()) {
-		return task, nil
-	}
-	if err := s.require(ctx, task, action, authz.Resource{Type: "task", ID: task.GetId()}, taskAttributes(task)); err != nil {
+	if err := s.checkTask(ctx, task, action); err != nil {
 		return nil, err
 	}
 	return task, nil
+}
+
+// checkTask checks that the caller may take action on task (see
+// openTask).
+func (s *Server) checkTask(ctx context.Context, task *orchestratorv1.Task, action string) error {
+	c, err := caller(ctx)
+	if err != nil {
+		return err
+	}
+	if c.Kind == identity.KindService || c.ID == task.GetRequester().GetId() || (task.GetActor() != "" && c.ID == task.GetActor()) {
+		return nil
+	}
+	return s.require(ctx, task, action, authz.Resource{Type: "task", ID: task.GetId()}, taskAttributes(task))
 }
 
 // openRequest loads a request and its task, checking the caller as

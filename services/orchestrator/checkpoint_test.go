@@ -2,11 +2,14 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"google.golang.org/grpc/codes"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -203,22 +206,53 @@ func (r *taskReads) GetCatalogue(ctx context.Context, taskID string) (*orchestra
 	return r.Store.GetCatalogue(ctx, taskID)
 }
 
-// A submission reads its task once to know who may submit; the task and
-// the offered catalogue the request is checked against come with the
-// request's creation, not from reads of their own.
+// A submission reads its task once, the first time, to know who may
+// submit; after that the task and the offered catalogue the request is
+// checked against come with the request's creation, not from reads of
+// their own.
 func TestSubmissionReadsTaskWithTheCreation(t *testing.T) {
 	t.Parallel()
 	st := &taskReads{Store: newBoltStore(t)}
 	h := newHarnessOn(t, st)
 	cat := h.start(t, "source_review", false).GetCatalogue()
 	handle := handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
-	tasks, catalogues := st.tasks.Load(), st.catalogues.Load()
-	r, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource, map[string]any{"source": handle})
-	if err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
-		t.Fatalf("submit = %v, %v", r, err)
+	for i, want := range [][2]int64{{1, 0}, {0, 0}} {
+		tasks, catalogues := st.tasks.Load(), st.catalogues.Load()
+		r, err := h.submit(t, cat.GetTaskId(), fmt.Sprintf("call_%d", i), capRetrieveAuthorizedSource, map[string]any{"source": handle})
+		if err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+			t.Fatalf("submit %d = %v, %v", i, r, err)
+		}
+		if got := [2]int64{st.tasks.Load() - tasks, st.catalogues.Load() - catalogues}; got != want {
+			t.Errorf("submission %d read %d tasks and %d catalogues of their own; want %d, %d", i, got[0], got[1], want[0], want[1])
+		}
 	}
-	got := [2]int64{st.tasks.Load() - tasks, st.catalogues.Load() - catalogues}
-	if got != [2]int64{1, 0} {
-		t.Errorf("one submission read %d tasks and %d catalogues of their own; want 1, 0", got[0], got[1])
+}
+
+// Keeping a task for the access check does not keep the access: once the
+// requester has submitted, a stranger's submission to the same task is
+// still refused and records nothing.
+func TestKeptTaskStillRefusesStrangers(t *testing.T) {
+	t.Parallel()
+	st := &taskReads{Store: newBoltStore(t)}
+	h := newHarnessOn(t, st)
+	cat := h.start(t, "source_review", false).GetCatalogue()
+	args := map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())}
+	if _, err := h.submit(t, cat.GetTaskId(), "call_1", capRetrieveAuthorizedSource, args); err != nil {
+		t.Fatal(err)
+	}
+	tasks := st.tasks.Load()
+	_, err := h.client.SubmitToolRequest(as(t.Context(), "mallory"), &orchestratorv1.SubmitToolRequestRequest{
+		TaskId: cat.GetTaskId(), ProviderCallId: "call_2", Capability: capRetrieveAuthorizedSource, Arguments: mustStruct(t, args),
+	})
+	wantErr(t, err, codes.PermissionDenied, "ROLE_NOT_GRANTED")
+	if st.tasks.Load() != tasks {
+		t.Errorf("the refused submission read the task again; want it checked against the task kept")
+	}
+	list, err := h.client.ListRequests(t.Context(), &orchestratorv1.ListRequestsRequest{TaskId: cat.GetTaskId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(list.GetRequests()); n != 1 {
+		t.Errorf("task has %d requests after the refused submission, want 1", n)
 	}
 }

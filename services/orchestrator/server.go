@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -140,6 +141,9 @@ type Server struct {
 	sweep *sweeper
 	// watchPoll is how often a WatchTask stream reads the store unwoken.
 	watchPoll time.Duration
+	// actors keeps tasks as read to decide who may act on them (see
+	// openTaskToAct).
+	actors *lru.Cache[string, *orchestratorv1.Task]
 
 	// ctx ends when Close is called; background work and watch streams
 	// stop with it.
@@ -171,6 +175,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 		s.replica = ids.New("orch")
 	}
 	s.sweep = &sweeper{s: s}
+	s.actors, _ = lru.New[string, *orchestratorv1.Task](maxActorTasks) // fails only for a size below 1
 	if s.leaseTTL <= 0 {
 		s.leaseTTL = DefaultLeaseTTL
 	}

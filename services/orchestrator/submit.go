@@ -68,7 +68,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 			return nil, missing(f.name)
 		}
 	}
-	task, err := s.openTask(ctx, in.GetTaskId(), taskWrite)
+	task, err := s.openTaskToAct(ctx, in.GetTaskId(), taskWrite)
 	if err != nil {
 		return nil, err
 	}
