@@ -50,9 +50,10 @@ type redisOrchestratorStore struct {
 }
 
 // rememberedRecords bounds the records the store remembers for one-round
-// -trip transactions: enough for the requests and tasks of many calls in
-// flight.
-const rememberedRecords = 4096
+// -trip transactions: the requests, tasks and lease generations of a few
+// hundred calls in flight (a request is a few KB; a settled one is never
+// written again and ages out).
+const rememberedRecords = 1024
 
 // NewRedisStore returns the orchestrator Store on Redis; prefix names the
 // deployment, so several deployments can share one Redis.

@@ -37,7 +37,7 @@ type redisPolicyStore struct {
 
 // rememberedBudgets bounds the budgets (and charge records) the store
 // remembers for one-round-trip charges.
-const rememberedBudgets = 4096
+const rememberedBudgets = 1024
 
 // NewRedisStore returns the policy Store on Redis; prefix names the
 // deployment, so several deployments can share one Redis.
