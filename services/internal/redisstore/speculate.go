@@ -24,7 +24,10 @@ import (
 // replica wrote it, or the guess was wrong), nothing is written and the
 // transaction runs as UpdateRead, on fresh values, which it remembers.
 // What is remembered is only a guess: every write is checked against the
-// store, so a stale value costs a round trip, never a lost update.
+// store, so a stale value costs a round trip, never a lost update. The
+// check compares values where WATCH notices any write: decide depends on
+// the values alone, so a key written away and back to the same bytes
+// would be decided on the same way.
 //
 // A Write whose commands the script cannot run, a refusal or a replay
 // (decide returns an error or no writes) decided on remembered values
@@ -61,9 +64,9 @@ func (s *Speculator) keep(key string, v known) {
 	s.known.Add(key, v)
 }
 
-// speculativeWrite checks that each of KEYS holds its value in ARGV
-// (ARGV[i] for KEYS[i]: "1" and the value, or "0" for absent, two
-// entries per key) and returns nil (false) if any does not. Otherwise
+// speculativeWrite checks that each of KEYS holds the value decided on
+// (for KEYS[i], ARGV[2i-1] and ARGV[2i]: "1" and the value, or "0" and ""
+// for absent) and returns nil (false) if any does not. Otherwise
 // it runs the commands that follow in ARGV, each as its argument count
 // and its arguments, as MULTI/EXEC would: one failing command does not
 // stop the others, and the reply is every command's reply (an error
