@@ -190,7 +190,7 @@ func (s *Server) ownToApprove(ctx context.Context, id string) (*lease, error) {
 	for {
 		l, ok, err := s.own(ctx, id)
 		if err != nil {
-			return nil, apierror.New(codes.Unavailable, "STORE_UNAVAILABLE", "the orchestrator could not claim the request; try again", nil)
+			return nil, claimFailed("the request")
 		}
 		if ok {
 			s.queueBehindOutbox(ctx)

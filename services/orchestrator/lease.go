@@ -109,6 +109,13 @@ func (s *Server) own(ctx context.Context, requestID string) (l *lease, ok bool, 
 	return l, true, nil
 }
 
+// claimFailed is the error of a call that could not take a request's
+// lease because the store did not answer: UNAVAILABLE with a RetryInfo,
+// as every store outage is (apierror.Store).
+func claimFailed(what string) error {
+	return apierror.Unavailable(apierror.ReasonStoreUnavailable, "the orchestrator could not claim "+what+"; the store is unreachable, retry in a moment", nil)
+}
+
 func (l *lease) renew() {
 	defer close(l.done)
 	t := time.NewTicker(max(l.s.leaseTTL/3, time.Millisecond))

@@ -25,7 +25,14 @@ func TestStoreOutageIsUnavailable(t *testing.T) {
 	t.Parallel()
 	redis := redistest.StartServer(t)
 	h := newHarnessOn(t, NewRedisStore(redistest.Client(t, redis.Addr), redistest.Prefix(t)))
-	task := h.start(t, "source_review", false).GetTask()
+	started := h.start(t, "source_review", false)
+	task, cat := started.GetTask(), started.GetCatalogue()
+	// A first submission, so the orchestrator keeps the task for its
+	// access check and the next one's first store call is the lease.
+	args := map[string]any{"source": handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())}
+	if _, err := h.submit(t, task.GetId(), "call_1", capRetrieveAuthorizedSource, args); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := redis.Kill(); err != nil {
 		t.Fatal(err)
@@ -33,6 +40,10 @@ func TestStoreOutageIsUnavailable(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"GetTask": func() error {
 			_, err := h.client.GetTask(t.Context(), &orchestratorv1.GetTaskRequest{Id: task.GetId()})
+			return err
+		},
+		"SubmitToolRequest": func() error {
+			_, err := h.submit(t, task.GetId(), "call_2", capRetrieveAuthorizedSource, args)
 			return err
 		},
 		"StartTask": func() error {

@@ -277,7 +277,7 @@ func (s *Server) SettleRequest(ctx context.Context, in *orchestratorv1.SettleReq
 	}
 	l, ok, err := s.own(ctx, req.GetId())
 	if err != nil {
-		return nil, apierror.New(codes.Unavailable, "STORE_UNAVAILABLE", "the orchestrator could not claim the request; try again", nil)
+		return nil, claimFailed("the request")
 	}
 	if !ok {
 		return nil, apierror.New(codes.Aborted, "REQUEST_IN_PROGRESS",

@@ -77,7 +77,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	id := ids.New("req")
 	l, _, err := s.own(ctx, id)
 	if err != nil {
-		return nil, apierror.New(codes.Unavailable, "STORE_UNAVAILABLE", "the orchestrator could not claim the new request; try again", nil)
+		return nil, claimFailed("the new request")
 	}
 	defer l.release()
 	// Every write of the request, from its creation on, is fenced by the
