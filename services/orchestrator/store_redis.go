@@ -147,15 +147,16 @@ func (s *redisOrchestratorStore) EmitHeld(ctx context.Context, held Held) (Writt
 	})
 }
 
-// update runs an optimistic transaction (redisstore.UpdateRead) on keys,
-// the task held.Task changes and, when held is fenced, the lease
-// generation the fence is checked against, all watched and read in one
-// MGET: a lease taken between the read and EXEC fails the EXEC, and the
-// retried transaction sees it. A stale fence refuses the change with
-// ErrFenced; otherwise decide gets the keys' values (nil when absent), in
-// the order of keys, and returns the change's writes, which run in one
-// MULTI/EXEC with held's (see queueHeld) and its task change. When decide
-// returns no writes (a replay), held is not written either.
+// update runs an optimistic transaction (redisstore.Speculator.Update) on
+// keys, the task held.Task changes and, when held is fenced, the lease
+// generation the fence is checked against, all read (or remembered) and
+// checked together: a lease taken between the read and the write fails
+// the write, and the retried transaction sees it. A stale fence refuses
+// the change with ErrFenced; otherwise decide gets the keys' values (nil
+// when absent), in the order of keys, and returns the change's writes,
+// which are made in one step with held's (see queueHeld) and its task
+// change. When decide returns no writes (a replay), held is not written
+// either.
 func (s *redisOrchestratorStore) update(ctx context.Context, held Held, keys []string, decide func(tx redis.Cmdable, vals []any) (redisstore.Write, error)) (Written, error) {
 	all := slices.Clone(keys)
 	if held.Task != nil {

@@ -143,8 +143,8 @@ func (s *Speculator) Expect(key string, v []byte) {
 	s.keep(key, known{v: string(v)})
 }
 
-// Forget drops what is remembered about keys.
-func (s *Speculator) Forget(keys ...string) {
+// forget drops what is remembered about keys.
+func (s *Speculator) forget(keys ...string) {
 	for _, k := range keys {
 		s.known.Remove(k)
 	}
@@ -196,7 +196,7 @@ func (s *Speculator) Update(ctx context.Context, keys []string, decide func(tx r
 	if err != nil {
 		if refused == nil || !errors.Is(err, refused) {
 			// A failed EXEC may have left anything: remember nothing.
-			s.Forget(keys...)
+			s.forget(keys...)
 		}
 		return err
 	}
@@ -259,18 +259,18 @@ func (s *Speculator) speculate(ctx context.Context, keys []string, vals []any, d
 	switch {
 	case errors.Is(err, redis.Nil):
 		// A key changed: nothing was written.
-		s.Forget(keys...)
+		s.forget(keys...)
 		return false, nil
 	case err != nil:
 		// The writes' own failures are replies, so the script failed in
 		// its check, or the reply was lost on the way back, when it may
 		// have written: the caller learns of it as of a failed EXEC.
-		s.Forget(keys...)
+		s.forget(keys...)
 		return true, fmt.Errorf("redis store: speculative write: %w", err)
 	}
 	replies, ok := res.([]any)
 	if !ok || len(replies) != len(cmds) {
-		s.Forget(keys...)
+		s.forget(keys...)
 		return true, fmt.Errorf("redis store: speculative write: %d replies for %d commands", len(replies), len(cmds))
 	}
 	for i, c := range cmds {
