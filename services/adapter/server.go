@@ -34,6 +34,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/grant"
 	"github.com/v0m3/v0m3/services/internal/reach"
 	"github.com/v0m3/v0m3/services/internal/review"
+	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
 // Deps are the services the adapter calls.
@@ -136,6 +137,8 @@ type Server struct {
 
 	// grants remembers the execution grants already used.
 	grants *grant.Ledger
+	// traces delivers protocol events, concurrent calls' together.
+	traces *tracesend.Sender
 
 	// pool keeps Execute's sessions.
 	pool *pool
@@ -193,6 +196,9 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 	s := &Server{deps: deps, log: log, workDir: wd, reach: policy, sandbox: newSandboxer(deps.Sandbox, wd, log), httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx,
 		grants: grant.NewLedger()}
 	s.pool = newPool(s, deps.Sessions)
+	if deps.Evidence != nil {
+		s.traces = tracesend.New(deps.Evidence)
+	}
 	return s
 }
 

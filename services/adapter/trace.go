@@ -10,14 +10,16 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/redact"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // Redacted replaces the value of a secret-looking argument in traces and
 // fixtures.
 const Redacted = redact.Placeholder
 
-// trace appends the protocol-layer trace event of one execution. A failure
-// to append is logged, not returned: the call already happened.
+// trace appends the protocol-layer trace event of one execution, in a
+// round trip shared with concurrent executions' events (tracesend). A
+// failure to append is logged, not returned: the call already happened.
 func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp *adapterv1.ExecuteResponse, heard *callEvidence) {
 	if s.deps.Evidence == nil || req.GetTaskId() == "" {
 		return
@@ -55,10 +57,12 @@ func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := s.deps.Evidence.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: &evidencev1.TraceEvent{
+	if err := s.traces.Send(ctx, []*evidencev1.TraceEvent{{
 		TaskId: req.GetTaskId(),
 		Time:   timestamppb.Now(),
 		Layer:  &evidencev1.TraceEvent_Protocol{Protocol: ev},
+		// The call the event tells of: a shared round trip is another's.
+		OtelTraceId: telemetry.TraceID(ctx),
 	}}); err != nil {
 		s.log.Warn("append protocol trace", "task_id", req.GetTaskId(), "attempt_id", req.GetAttemptId(), "error", logText(err))
 	}

@@ -103,9 +103,13 @@ func (s *Server) appendTraces(ctx context.Context, in []*evidencev1.TraceEvent) 
 	for i, e := range in {
 		ev := proto.CloneOf(e)
 		ev.Id, ev.Sequence = ids.New("evt"), 0
-		// The distributed trace of the call that appended it: the link
-		// between the two views.
-		ev.OtelTraceId = traceID
+		// The distributed trace of the call the event tells of, as its
+		// writer names it (an append may carry several calls' events),
+		// else of the call that appended it: the link between the two
+		// views.
+		if ev.GetOtelTraceId() == "" {
+			ev.OtelTraceId = traceID
+		}
 		if ev.Time == nil {
 			ev.Time = s.timestamp()
 		}
@@ -127,6 +131,15 @@ func (s *Server) appendTraces(ctx context.Context, in []*evidencev1.TraceEvent) 
 	return out, nil
 }
 
+// isTraceID reports whether s is an OpenTelemetry trace id as its W3C
+// form writes it: 32 lowercase hex digits, not all zero.
+func isTraceID(s string) bool {
+	if len(s) != 32 || strings.Trim(s, "0") == "" {
+		return false
+	}
+	return strings.Trim(s, "0123456789abcdef") == ""
+}
+
 func validateTraceEvent(ev *evidencev1.TraceEvent) []apierror.FieldViolation {
 	if ev == nil {
 		return []apierror.FieldViolation{{Field: "event", Description: "required"}}
@@ -142,6 +155,9 @@ func validateTraceEvent(ev *evidencev1.TraceEvent) []apierror.FieldViolation {
 	}
 	if t := ev.GetTime(); t != nil && t.CheckValid() != nil {
 		vs = append(vs, apierror.FieldViolation{Field: "event.time", Description: "not a valid timestamp"})
+	}
+	if id := ev.GetOtelTraceId(); id != "" && !isTraceID(id) {
+		vs = append(vs, apierror.FieldViolation{Field: "event.otel_trace_id", Description: "an OpenTelemetry trace id: 32 lowercase hex digits, not all zero"})
 	}
 	return vs
 }

@@ -1,12 +1,14 @@
 package evidence_test
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -16,6 +18,7 @@ import (
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/evidence"
+	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
 func productEvent(task string, kind evidencev1.ProductEventKind, detail string) *evidencev1.TraceEvent {
@@ -33,6 +36,11 @@ func protocolEvent(task, method string, args map[string]any) *evidencev1.TraceEv
 		ConnectionId: "conn_t", SnapshotId: "snap_t", RequestId: "att_t", Method: method, SafeArguments: s,
 		Duration: durationpb.New(30 * time.Millisecond), ResponseDigest: contentDigest("response"), ResponseBytes: 8, Outcome: "ok",
 	}}}
+}
+
+func withTraceID(ev *evidencev1.TraceEvent, id string) *evidencev1.TraceEvent {
+	ev.OtelTraceId = id
+	return ev
 }
 
 func appendEvent(t *testing.T, e *env, ev *evidencev1.TraceEvent) *evidencev1.TraceEvent {
@@ -142,6 +150,9 @@ func TestAppendTraceValidation(t *testing.T) {
 		{"no layer", &evidencev1.TraceEvent{TaskId: "task_v"}, []string{"event.layer"}},
 		{"nothing", &evidencev1.TraceEvent{}, []string{"event.task_id", "event.layer"}},
 		{"product without kind", productEvent("task_v", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_UNSPECIFIED, ""), []string{"event.product.kind"}},
+		{"malformed trace id", withTraceID(productEvent("task_v", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STARTED, ""), "4BF92F3577B34DA6A3CE929D0E0E4736"), []string{"event.otel_trace_id"}},
+		{"zero trace id", withTraceID(productEvent("task_v", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STARTED, ""), strings.Repeat("0", 32)), []string{"event.otel_trace_id"}},
+		{"short trace id", withTraceID(productEvent("task_v", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STARTED, ""), "4bf92f3577b34da6"), []string{"event.otel_trace_id"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -267,5 +278,77 @@ func TestAppendTraces(t *testing.T) {
 	}
 	if trace, err := e.client.GetTrace(t.Context(), &evidencev1.GetTraceRequest{TaskId: "task_i"}); err != nil || len(trace.GetEvents()) != 0 {
 		t.Errorf("a refused batch stored %d events (%v)", len(trace.GetEvents()), err)
+	}
+}
+
+// TestTraceKeepsEachCallsTraceID: one append may carry the events of
+// several calls (see tracesend); each event keeps the trace id of the
+// call its writer names, so the link to the distributed trace is each
+// call's own.
+func TestTraceKeepsEachCallsTraceID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const a, b = "4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"
+	if _, err := e.client.AppendTraces(t.Context(), &evidencev1.AppendTracesRequest{Events: []*evidencev1.TraceEvent{
+		withTraceID(productEvent("task_o", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, "call a"), a),
+		withTraceID(productEvent("task_o", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, "call b"), b),
+		productEvent("task_o", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, "unnamed"),
+	}}); err != nil {
+		t.Fatalf("AppendTraces: %v", err)
+	}
+	trace, err := e.client.GetTrace(t.Context(), &evidencev1.GetTraceRequest{TaskId: "task_o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// This test's calls are not traced: an unnamed event gets none.
+	want := map[string]string{"call a": a, "call b": b, "unnamed": ""}
+	for _, ev := range trace.GetEvents() {
+		if got := ev.GetOtelTraceId(); got != want[ev.GetProduct().GetDetail()] {
+			t.Errorf("event %q has trace id %q, want %q", ev.GetProduct().GetDetail(), got, want[ev.GetProduct().GetDetail()])
+		}
+	}
+}
+
+// TestSharedDeliveryRefusesOnlyTheInvalidCaller: concurrent writers'
+// events travel together (tracesend); a writer whose event evidence
+// refuses gets the refusal, and every other writer's event is stored,
+// once, whichever send carried it.
+func TestSharedDeliveryRefusesOnlyTheInvalidCaller(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	send := tracesend.New(e.client)
+	const writers = 48
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			ev := productEvent("task_s", evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_REQUEST_RECEIVED, fmt.Sprint(i))
+			if i%7 == 3 {
+				ev.TaskId = "" // invalid
+			}
+			errs[i] = send.Send(t.Context(), []*evidencev1.TraceEvent{ev})
+		})
+	}
+	wg.Wait()
+	trace, err := e.client.GetTrace(t.Context(), &evidencev1.GetTraceRequest{TaskId: "task_s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := map[string]int{}
+	for _, ev := range trace.GetEvents() {
+		stored[ev.GetProduct().GetDetail()]++
+	}
+	for i, err := range errs {
+		name := fmt.Sprint(i)
+		switch {
+		case i%7 == 3:
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("writer %d sent an invalid event and got %v, want INVALID_ARGUMENT", i, err)
+			}
+		case err != nil:
+			t.Errorf("writer %d sent a valid event and got %v: another writer's invalid event is not its", i, err)
+		case stored[name] != 1:
+			t.Errorf("writer %d's event stored %d times, want once", i, stored[name])
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // notifier wakes WatchTask streams when a task gets a new event. It only
@@ -484,6 +485,9 @@ func (s *Server) trace(ctx context.Context, taskID string, ev *evidencev1.Produc
 		// Delivery is at least once (a call's checkpoint, then the outbox
 		// for what it could not deliver): evidence stores the event once.
 		DeliveryId: ids.New("tdl"),
+		// The call the event tells of, which a delivery shared with
+		// other calls, or one from the outbox, is not.
+		OtelTraceId: telemetry.TraceID(ctx),
 	}
 	if c := checkpointOf(ctx); c != nil {
 		c.mu.Lock()
@@ -542,23 +546,10 @@ func (s *Server) deliverTraces(ctx context.Context, evs []*evidencev1.TraceEvent
 	return done, nil
 }
 
+// appendTraceBatch delivers one batch of trace events; concurrent calls'
+// batches share a round trip (see tracesend).
 func (s *Server) appendTraceBatch(ctx context.Context, evs []*evidencev1.TraceEvent) error {
-	var err error
-	if len(evs) == 1 {
-		_, err = s.deps.Evidence.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: evs[0]})
-	} else {
-		_, err = s.deps.Evidence.AppendTraces(ctx, &evidencev1.AppendTracesRequest{Events: evs})
-		if status.Code(err) == codes.Unimplemented {
-			var errs []error
-			for _, ev := range evs {
-				if _, err := s.deps.Evidence.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: ev}); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			err = errors.Join(errs...)
-		}
-	}
-	return err
+	return s.traces.Send(ctx, evs)
 }
 
 // WatchTask streams a task's events after after_sequence, then follows new

@@ -32,6 +32,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/deadline"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
 // Deps are the services the orchestrator calls, through their gRPC clients.
@@ -139,6 +140,9 @@ type Server struct {
 	direct sync.Map
 	// sweep deletes the entries calls delivered, off their path.
 	sweep *sweeper
+	// traces carries concurrent deliveries of trace events to evidence
+	// in shared round trips (see appendTraceBatch).
+	traces *tracesend.Sender
 	// watchPoll is how often a WatchTask stream reads the store unwoken.
 	watchPoll time.Duration
 	// actors keeps tasks as read to decide who may act on them (see
@@ -175,6 +179,9 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 		s.replica = ids.New("orch")
 	}
 	s.sweep = &sweeper{s: s}
+	if deps.Evidence != nil {
+		s.traces = tracesend.New(deps.Evidence)
+	}
 	s.actors, _ = lru.New[string, *orchestratorv1.Task](maxActorTasks) // fails only for a size below 1
 	if s.leaseTTL <= 0 {
 		s.leaseTTL = DefaultLeaseTTL

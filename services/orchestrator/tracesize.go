@@ -7,6 +7,7 @@ import (
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/bounds"
+	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
 // Trace events travel in messages well under the 4 MiB gRPC default: one
@@ -18,7 +19,7 @@ const (
 	// it.
 	maxTraceDetail = bounds.Long
 	// maxTraceBatchBytes bounds one AppendTraces message.
-	maxTraceBatchBytes = 1 << 20
+	maxTraceBatchBytes = tracesend.MaxBytes
 )
 
 // boundTraceEvent cuts an oversized detail of te, saying how much was cut.

@@ -2095,9 +2095,11 @@ type TraceEvent struct {
 	//	*TraceEvent_Protocol
 	//	*TraceEvent_Product
 	Layer isTraceEvent_Layer `protobuf_oneof:"layer"`
-	// Output only. The OpenTelemetry trace id (32 hex digits) of the call
-	// that appended the event, when tracing was on: the link from this
-	// trace to the distributed one.
+	// Optional. The OpenTelemetry trace id (32 lowercase hex digits) of the
+	// call the event tells of, as its writer names it: one append may carry
+	// the events of several calls. When empty, that of the call that
+	// appended the event, when tracing was on. The link from this trace to
+	// the distributed one.
 	OtelTraceId string `protobuf:"bytes,7,opt,name=otel_trace_id,json=otelTraceId,proto3" json:"otel_trace_id,omitempty"`
 	// Optional. The writer's id for this event, unique among the events it
 	// writes, kept for its retries: an event appended again under an id
