@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -131,15 +132,6 @@ func (s *Server) appendTraces(ctx context.Context, in []*evidencev1.TraceEvent) 
 	return out, nil
 }
 
-// isTraceID reports whether s is an OpenTelemetry trace id as its W3C
-// form writes it: 32 lowercase hex digits, not all zero.
-func isTraceID(s string) bool {
-	if len(s) != 32 || strings.Trim(s, "0") == "" {
-		return false
-	}
-	return strings.Trim(s, "0123456789abcdef") == ""
-}
-
 func validateTraceEvent(ev *evidencev1.TraceEvent) []apierror.FieldViolation {
 	if ev == nil {
 		return []apierror.FieldViolation{{Field: "event", Description: "required"}}
@@ -156,8 +148,11 @@ func validateTraceEvent(ev *evidencev1.TraceEvent) []apierror.FieldViolation {
 	if t := ev.GetTime(); t != nil && t.CheckValid() != nil {
 		vs = append(vs, apierror.FieldViolation{Field: "event.time", Description: "not a valid timestamp"})
 	}
-	if id := ev.GetOtelTraceId(); id != "" && !isTraceID(id) {
-		vs = append(vs, apierror.FieldViolation{Field: "event.otel_trace_id", Description: "an OpenTelemetry trace id: 32 lowercase hex digits, not all zero"})
+	// The W3C form: 32 lowercase hex digits, not all zero.
+	if id := ev.GetOtelTraceId(); id != "" {
+		if _, err := oteltrace.TraceIDFromHex(id); err != nil {
+			vs = append(vs, apierror.FieldViolation{Field: "event.otel_trace_id", Description: "an OpenTelemetry trace id: 32 lowercase hex digits, not all zero"})
+		}
 	}
 	return vs
 }

@@ -522,7 +522,8 @@ func (s *Server) deliverTraces(ctx context.Context, evs []*evidencev1.TraceEvent
 		if behindOutbox && s.outboxPending.Load() {
 			return done, nil
 		}
-		err := s.appendTraceBatch(ctx, batch)
+		// Concurrent calls' batches share a round trip (tracesend).
+		err := s.traces.Send(ctx, batch)
 		switch {
 		case err == nil:
 			done += len(batch)
@@ -544,12 +545,6 @@ func (s *Server) deliverTraces(ctx context.Context, evs []*evidencev1.TraceEvent
 		}
 	}
 	return done, nil
-}
-
-// appendTraceBatch delivers one batch of trace events; concurrent calls'
-// batches share a round trip (see tracesend).
-func (s *Server) appendTraceBatch(ctx context.Context, evs []*evidencev1.TraceEvent) error {
-	return s.traces.Send(ctx, evs)
 }
 
 // WatchTask streams a task's events after after_sequence, then follows new

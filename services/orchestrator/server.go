@@ -141,7 +141,7 @@ type Server struct {
 	// sweep deletes the entries calls delivered, off their path.
 	sweep *sweeper
 	// traces carries concurrent deliveries of trace events to evidence
-	// in shared round trips (see appendTraceBatch).
+	// in shared round trips (see deliverTraces).
 	traces *tracesend.Sender
 	// watchPoll is how often a WatchTask stream reads the store unwoken.
 	watchPoll time.Duration
