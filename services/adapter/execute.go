@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -146,7 +147,14 @@ func (s *Server) Execute(ctx context.Context, req *adapterv1.ExecuteRequest) (*a
 	if granted {
 		s.attest(ctx, g, req, resp)
 	}
-	s.log.Info("executed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(),
+	// Every call's protocol event goes to evidence; the log tells
+	// operators of the calls that did not succeed, and of the others
+	// only at debug level (one line per call is the hot path's).
+	level := slog.LevelDebug
+	if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
+		level = slog.LevelInfo
+	}
+	s.log.Log(ctx, level, "executed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(),
 		"method", resp.GetMethod(), "outcome", outcomeName(resp.GetOutcome()), "stage", resp.GetStage().String(),
 		"safe_code", resp.GetError().GetSafeCode(), "response_bytes", resp.GetResponseBytes())
 	s.trace(ctx, req, resp, &heard)

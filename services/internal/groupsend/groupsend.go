@@ -14,6 +14,7 @@ package groupsend
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Sender sends the items of concurrent callers together. The zero value is
@@ -52,6 +53,7 @@ func New[T any](send func(ctx context.Context, items []T) error, opts Options[T]
 }
 
 type call[T any] struct {
+	ctx   context.Context
 	items []T
 	bytes int
 	// wake is signalled once: the call was sent (err is its answer) or
@@ -62,10 +64,12 @@ type call[T any] struct {
 }
 
 // Send sends items, with those of whatever other callers are waiting,
-// and returns the error of the send that carried them. The send runs
-// under ctx of the caller that leads it.
+// and returns the error of the send that carried them. A send carrying
+// one caller's items runs under its ctx; a shared send, under the
+// values of the caller that leads it, until every caller it carries has
+// given up (see shared).
 func (s *Sender[T]) Send(ctx context.Context, items []T) error {
-	c := &call[T]{items: items, wake: make(chan struct{}, 1)}
+	c := &call[T]{ctx: ctx, items: items, wake: make(chan struct{}, 1)}
 	if s.opts.Size != nil {
 		for _, it := range items {
 			c.bytes += s.opts.Size(it)
@@ -87,7 +91,7 @@ func (s *Sender[T]) Send(ctx context.Context, items []T) error {
 	batch := s.take()
 	s.mu.Unlock()
 
-	s.sendBatch(ctx, batch)
+	s.sendBatch(batch)
 
 	s.mu.Lock()
 	if len(s.queue) > 0 {
@@ -122,25 +126,73 @@ func (s *Sender[T]) take() []*call[T] {
 
 // sendBatch sends the calls' items and sets each call's answer; every
 // call but the first (the leader, which is running this) is woken.
-func (s *Sender[T]) sendBatch(ctx context.Context, batch []*call[T]) {
+func (s *Sender[T]) sendBatch(batch []*call[T]) {
 	if len(batch) == 1 {
-		batch[0].err = s.send(ctx, batch[0].items)
+		batch[0].err = s.send(batch[0].ctx, batch[0].items)
 	} else {
 		var items []T
 		for _, c := range batch {
 			items = append(items, c.items...)
 		}
+		ctx, cancel := shared(batch)
 		err := s.send(ctx, items)
+		cancel()
 		for _, c := range batch {
 			c.err = err
 		}
 		if err != nil && s.opts.Isolate != nil && s.opts.Isolate(err) {
 			for _, c := range batch {
-				c.err = s.send(ctx, c.items)
+				c.err = s.send(c.ctx, c.items)
 			}
 		}
 	}
 	for _, c := range batch[1:] {
 		c.wake <- struct{}{}
+	}
+}
+
+// shared returns the context of a send that carries the items of every
+// call in batch: the leader's values (its trace, say), cancelled only once
+// every call's context is done, and with the latest of their deadlines
+// when each has one. Under the leader's context alone, a leader that gave
+// up would fail the items of callers still waiting for them.
+func shared[T any](batch []*call[T]) (context.Context, context.CancelFunc) {
+	ctx := context.WithoutCancel(batch[0].ctx)
+	var latest time.Time
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			latest = time.Time{}
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	cancelDeadline := context.CancelFunc(func() {})
+	if !latest.IsZero() {
+		ctx, cancelDeadline = context.WithDeadline(ctx, latest)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	var (
+		mu   sync.Mutex
+		left = len(batch)
+	)
+	stops := make([]func() bool, len(batch))
+	for i, c := range batch {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if left--; left == 0 {
+				cancel(context.Cause(c.ctx))
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel(context.Canceled)
+		cancelDeadline()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/v0m3/v0m3/services/internal/groupsend"
 )
@@ -218,5 +219,101 @@ func TestEveryItemIsSentOnce(t *testing.T) {
 		if n != 1 {
 			t.Errorf("item %s sent %d times", it, n)
 		}
+	}
+}
+
+// shareOf queues b and c, in that order, behind a held lone send, and
+// returns what send saw of the shared send that carries both (b leads
+// it): send gets the shared send's context.
+func shareOf(t *testing.T, b, c context.Context, send func(ctx context.Context)) {
+	t.Helper()
+	hold, held := make(chan struct{}), make(chan struct{})
+	var sends [][]string
+	s := groupsend.New(func(ctx context.Context, items []string) error {
+		sends = append(sends, slices.Clone(items)) // sends never overlap
+		if len(sends) == 1 {
+			close(held)
+			<-hold
+			return nil
+		}
+		send(ctx)
+		return nil
+	}, groupsend.Options[string]{})
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Send(context.Background(), []string{"a"}) })
+	<-held
+	errs := make([]error, 2)
+	wg.Go(func() { errs[0] = s.Send(b, []string{"b"}) })
+	for s.Waiting() < 1 {
+		runtime.Gosched()
+	}
+	wg.Go(func() { errs[1] = s.Send(c, []string{"c"}) })
+	for s.Waiting() < 2 {
+		runtime.Gosched()
+	}
+	close(hold)
+	wg.Wait()
+	if want := [][]string{{"a"}, {"b", "c"}}; !slices.EqualFunc(sends, want, slices.Equal) {
+		t.Fatalf("sends = %v, want %v", sends, want)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("caller %d: %v", i, err)
+		}
+	}
+}
+
+func TestASharedSendOutlivesTheCallerLeadingIt(t *testing.T) {
+	t.Parallel()
+	b, cancelB := context.WithCancel(context.Background())
+	c, cancelC := context.WithCancel(context.Background())
+	var afterLeader, afterAll error
+	shareOf(t, b, c, func(ctx context.Context) {
+		cancelB()
+		afterLeader = ctx.Err()
+		cancelC()
+		select {
+		case <-ctx.Done():
+			afterAll = ctx.Err()
+		case <-time.After(10 * time.Second):
+			afterAll = errors.New("still running 10s after every caller gave up")
+		}
+	})
+	if afterLeader != nil {
+		t.Errorf("the leader giving up ended the send carrying another caller's items: %v", afterLeader)
+	}
+	if !errors.Is(afterAll, context.Canceled) {
+		t.Errorf("once every caller gave up the send's context = %v, want it cancelled", afterAll)
+	}
+}
+
+func TestASharedSendHasTheLatestDeadline(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	soon, later := now.Add(time.Hour), now.Add(2*time.Hour)
+	withDeadline := func(d time.Time) context.Context {
+		ctx, cancel := context.WithDeadline(context.Background(), d)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	for _, tc := range []struct {
+		name       string
+		b, c       context.Context
+		want       time.Time
+		wantBounds bool
+	}{
+		{"both bounded", withDeadline(soon), withDeadline(later), later, true},
+		{"the follower unbounded", withDeadline(soon), context.Background(), time.Time{}, false},
+		{"the leader unbounded", context.Background(), withDeadline(later), time.Time{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var got time.Time
+			var bounded bool
+			shareOf(t, tc.b, tc.c, func(ctx context.Context) { got, bounded = ctx.Deadline() })
+			if bounded != tc.wantBounds || !got.Equal(tc.want) {
+				t.Errorf("shared send's deadline = %v (set %v), want %v (set %v)", got, bounded, tc.want, tc.wantBounds)
+			}
+		})
 	}
 }
