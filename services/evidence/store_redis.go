@@ -3,7 +3,6 @@ package evidence
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -32,95 +31,120 @@ import (
 //	tracetasks          SET of task scopes with a trace
 //	receipt:<key>       Receipt
 type redisEvidenceStore struct {
-	c redis.UniversalClient
-	k redisstore.Keys
+	c       redis.UniversalClient
+	k       redisstore.Keys
+	sources *sourceCache
 }
 
 // NewRedisStore returns the evidence Store on Redis; prefix names the
 // deployment, so several deployments can share one Redis.
 func NewRedisStore(c redis.UniversalClient, prefix string) Store {
-	return &redisEvidenceStore{c: c, k: redisstore.NewKeys(prefix, "evidence")}
+	return &redisEvidenceStore{c: c, k: redisstore.NewKeys(prefix, "evidence"), sources: newSourceCache()}
 }
 
+// recordObservation writes an observation (KEYS[2], ARGV[5]) and appends
+// its id (ARGV[6]) to its task's list (KEYS[3], when given), if the
+// source's revisions (KEYS[1]) are as the caller decided on: for the
+// content digest ARGV[1], either (ARGV[2] "1") the revision ARGV[3], or
+// (ARGV[2] "0") none, with ARGV[3] revisions in all, when the new
+// revision ARGV[4] is written too. Otherwise nothing is written and the
+// reply is what the caller must decide on: the content's revision (nil
+// when none) and the count of revisions. An observation id already
+// recorded is refused.
+var recordObservation = redis.NewScript(`
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'exists'} end
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if ARGV[2] == '1' then
+  if cur ~= ARGV[3] then return {'stale', cur, redis.call('HLEN', KEYS[1])} end
+else
+  local n = redis.call('HLEN', KEYS[1])
+  if cur ~= false or n ~= tonumber(ARGV[3]) then return {'stale', cur, n} end
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+end
+redis.call('SET', KEYS[2], ARGV[5])
+if #KEYS > 2 then redis.call('RPUSH', KEYS[3], ARGV[6]) end
+return {'ok'}`)
+
+// maxObservationTries bounds the tries of one observation's write; each
+// try after the first decides on the state the previous one found, so
+// only a source gaining new content at every try between runs out.
+const maxObservationTries = 64
+
+// RecordObservation decides which revision the observation joins or
+// starts on what this store last saw of the source (see sourceGuess), and
+// writes it in one script that checks that guess: one round trip when it
+// holds (the same content again, or a new source), two when the source
+// changed meanwhile. Two observations of new content racing for the same
+// revision number cannot both win: the second finds the first's
+// revision and joins or follows it.
 func (r *redisEvidenceStore) RecordObservation(ctx context.Context, obs *evidencev1.SourceObservation, newRevisionID string) (*evidencev1.SourceObservation, error) {
 	src := scope(obs.GetConnectionId(), obs.GetResourceUri())
 	revsKey := r.k.Key("revs", src)
-	obsKey := r.k.Key("obs", obs.GetId())
-	var out *evidencev1.SourceObservation
-	// The source's revisions and the observation id are watched: two
-	// observations of new content racing for the same revision number
-	// cannot both win, one is recomputed and joins or follows the other.
-	var (
-		exists *redis.IntCmd
-		rev    *redis.StringCmd
-	)
-	// The observation id's existence and the content's revision are read
-	// with the WATCH, in one round trip.
-	err := redisstore.UpdateRead(ctx, r.c, []string{revsKey, obsKey}, func(p redis.Pipeliner) {
-		exists = p.Exists(ctx, obsKey)
-		rev = p.HGet(ctx, revsKey, obs.GetContentDigest())
-	}, func(tx *redis.Tx) (redisstore.Write, error) {
-		out = proto.CloneOf(obs)
-		n, err := exists.Result()
-		if err != nil {
-			return nil, err
-		}
-		if n > 0 {
-			return nil, fmt.Errorf("create observation: %w", store.ErrExists)
-		}
+	keys := []string{revsKey, r.k.Key("obs", obs.GetId())}
+	if obs.GetTaskId() != "" {
+		keys = append(keys, r.k.Key("taskobs", scope(obs.GetTaskId())))
+	}
+	digest := obs.GetContentDigest()
+	g := r.sources.guess(revsKey, digest)
+	for range maxObservationTries {
 		joined := &evidencev1.SourceRevision{}
 		var newRev []byte
-		switch b, err := rev.Bytes(); {
-		case errors.Is(err, redis.Nil):
-			count, err := tx.HLen(ctx, revsKey).Result()
-			if err != nil {
-				return nil, err
+		if g.found {
+			if err := redisstore.Unmarshal([]byte(g.revision), joined); err != nil {
+				return nil, fmt.Errorf("evidence: record observation: %w", err)
 			}
+		} else {
 			joined = &evidencev1.SourceRevision{
 				Id:                 newRevisionID,
 				ConnectionId:       obs.GetConnectionId(),
 				ResourceUri:        obs.GetResourceUri(),
-				Number:             int32(count) + 1,
-				ContentDigest:      obs.GetContentDigest(),
+				Number:             int32(g.count) + 1,
+				ContentDigest:      digest,
 				FirstObservationId: obs.GetId(),
 				FirstSeenTime:      obs.GetRetrieveTime(),
 			}
+			var err error
 			if newRev, err = redisstore.Marshal(joined); err != nil {
 				return nil, err
 			}
-		case err != nil:
-			return nil, err
-		default:
-			if err := redisstore.Unmarshal(b, joined); err != nil {
-				return nil, err
-			}
 		}
+		out := proto.CloneOf(obs)
 		out.RevisionId = joined.GetId()
 		out.RevisionNumber = joined.GetNumber()
 		ob, err := redisstore.Marshal(out)
 		if err != nil {
 			return nil, err
 		}
-		var taskKey string
-		if out.GetTaskId() != "" {
-			task := scope(out.GetTaskId())
-			taskKey = r.k.Key("taskobs", task)
+		args := []any{digest, "0", g.count, newRev, ob, out.GetId()}
+		if g.found {
+			args[1], args[2] = "1", g.revision
 		}
-		return func(p redis.Pipeliner) error {
+		reply, err := recordObservation.Run(ctx, r.c, keys, args...).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("evidence: record observation: %w", err)
+		}
+		switch verdict, _ := reply[0].(string); {
+		case verdict == "ok":
 			if newRev != nil {
-				p.HSet(ctx, revsKey, obs.GetContentDigest(), newRev)
+				r.sources.learn(revsKey, digest, string(newRev), g.count+1)
 			}
-			p.Set(ctx, obsKey, ob, 0)
-			if taskKey != "" {
-				p.RPush(ctx, taskKey, out.GetId())
+			return out, nil
+		case verdict == "exists":
+			return nil, fmt.Errorf("evidence: record observation: create observation: %w", store.ErrExists)
+		case verdict == "stale" && len(reply) == 3:
+			rev, _ := reply[1].(string)
+			count, _ := reply[2].(int64)
+			g = sourceGuess{revision: rev, found: reply[1] != nil, count: count}
+			if g.found {
+				r.sources.learn(revsKey, digest, rev, count)
+			} else {
+				r.sources.learnCount(revsKey, count)
 			}
-			return nil
-		}, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("evidence: record observation: %w", err)
+		default:
+			return nil, fmt.Errorf("evidence: record observation: unexpected reply %v", reply)
+		}
 	}
-	return out, nil
+	return nil, fmt.Errorf("evidence: record observation: the revisions of %s kept changing over %d tries", obs.GetResourceUri(), maxObservationTries)
 }
 
 func (r *redisEvidenceStore) GetObservation(ctx context.Context, id string) (*evidencev1.SourceObservation, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -12,25 +11,6 @@ import (
 	"github.com/v0m3/v0m3/services/internal/redisstore"
 	"github.com/v0m3/v0m3/services/internal/redistest"
 )
-
-// roundTrips counts what a client sends: one per command or pipeline.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
 
 // bumpScript stands for a service's script queued inside a transaction
 // (the orchestrator's outbox): it takes the next number of KEYS[1] and
@@ -76,7 +56,7 @@ func TestSpeculatorOneRoundTrip(t *testing.T) {
 	addr, _ := redistest.Start(t)
 	ctx := context.Background()
 	c := redistest.Client(t, addr)
-	rt := &roundTrips{}
+	rt := &redistest.RoundTrips{}
 	c.AddHook(rt)
 	other := redistest.Client(t, addr)
 	key := redisstore.NewKeys(redistest.Prefix(t), "test").Key("n")
@@ -85,11 +65,11 @@ func TestSpeculatorOneRoundTrip(t *testing.T) {
 	var seen []int
 	update := func(replies func(*redis.IntCmd, *redis.Cmd)) int64 {
 		t.Helper()
-		before := rt.n.Load()
+		before := rt.Count()
 		if err := sp.Update(ctx, []string{key}, increment(ctx, key, &seen, replies)); err != nil {
 			t.Fatalf("update: %v", err)
 		}
-		return rt.n.Load() - before
+		return rt.Count() - before
 	}
 	update(nil) // nothing remembered: WATCH and read, then MULTI/EXEC
 	update(nil) // the script is loaded on first use
