@@ -129,9 +129,9 @@ func (w *writeCounter) note(what string) {
 	w.mu.Unlock()
 }
 
-func (w *writeCounter) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (Creation, error) {
+func (w *writeCounter) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held, lease LeaseTake) (Creation, error) {
 	w.note("create request")
-	return w.Store.CreateRequestEmit(ctx, r, held)
+	return w.Store.CreateRequestEmit(ctx, r, held, lease)
 }
 
 func (w *writeCounter) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error) {

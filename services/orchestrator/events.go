@@ -400,12 +400,12 @@ func (s *Server) saveAttempt(ctx context.Context, id string, att *orchestratorv1
 }
 
 // createRequest is CreateRequestEmit with what tells of the creation
-// written in its transaction (as updateRequest does); nothing is written
-// when the request existed.
+// written in its transaction (as updateRequest does), taking this
+// replica's lease on the new request with it; nothing is written and no
+// lease is taken when the request existed.
 func (s *Server) createRequest(ctx context.Context, r *orchestratorv1.ToolRequest, tell func(context.Context)) (Creation, error) {
 	held, giveBack := s.held(ctx, tell)
-	held.Fence = fenceOn(ctx, r.GetId())
-	c, err := s.st.CreateRequestEmit(ctx, r, held)
+	c, err := s.st.CreateRequestEmit(ctx, r, held, LeaseTake{Owner: s.replica, TTL: s.leaseTTL})
 	if errors.Is(err, ErrFenced) {
 		return Creation{}, s.fenced(ctx, r.GetId(), err)
 	}

@@ -86,27 +86,46 @@ type lease struct {
 // own takes this replica's lease on a request. ok is false when another
 // replica, or another call of this one, is working on it.
 func (s *Server) own(ctx context.Context, requestID string) (l *lease, ok bool, err error) {
-	s.workMu.Lock()
-	if s.working[requestID] {
-		s.workMu.Unlock()
+	if !s.reserve(requestID) {
 		return nil, false, nil
 	}
-	s.working[requestID] = true
-	s.workMu.Unlock()
 	gen, err := s.st.AcquireLease(ctx, requestID, s.replica, 0, s.leaseTTL)
 	if err != nil || gen == 0 {
-		s.workMu.Lock()
-		delete(s.working, requestID)
-		s.workMu.Unlock()
+		s.unreserve(requestID)
 		if err != nil {
 			return nil, false, fmt.Errorf("take the lease of request %s: %w", requestID, err)
 		}
 		return nil, false, nil
 	}
-	l = &lease{s: s, requestID: requestID, gen: gen, stop: make(chan struct{}), done: make(chan struct{})}
-	l.renewed.Store(time.Now().UnixNano())
+	return s.leased(requestID, gen, time.Now()), true, nil
+}
+
+// reserve marks a request as worked on by a call of this replica; false
+// when another call is.
+func (s *Server) reserve(requestID string) bool {
+	s.workMu.Lock()
+	defer s.workMu.Unlock()
+	if s.working[requestID] {
+		return false
+	}
+	s.working[requestID] = true
+	return true
+}
+
+// unreserve ends a reservation that took no lease.
+func (s *Server) unreserve(requestID string) {
+	s.workMu.Lock()
+	delete(s.working, requestID)
+	s.workMu.Unlock()
+}
+
+// leased is the lease of generation gen a reserved request's call took
+// at taken, renewed from then on.
+func (s *Server) leased(requestID string, gen int64, taken time.Time) *lease {
+	l := &lease{s: s, requestID: requestID, gen: gen, stop: make(chan struct{}), done: make(chan struct{})}
+	l.renewed.Store(taken.UnixNano())
 	go l.renew()
-	return l, true, nil
+	return l
 }
 
 // claimFailed is the error of a call that could not take a request's

@@ -84,8 +84,8 @@ type blinkAfterCreate struct {
 	blink atomic.Bool
 }
 
-func (s *blinkAfterCreate) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (Creation, error) {
-	c, err := s.Store.CreateRequestEmit(ctx, r, held)
+func (s *blinkAfterCreate) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held, lease LeaseTake) (Creation, error) {
+	c, err := s.Store.CreateRequestEmit(ctx, r, held, lease)
 	if c.Created {
 		s.blink.Store(true)
 	}

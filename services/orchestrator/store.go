@@ -52,8 +52,12 @@ type Store interface {
 	// transaction when it creates the request (as UpdateTaskEmit does);
 	// when the request existed, held is not written. When it creates the
 	// request it also reads the request's task and offered catalogue in
-	// that transaction (see Creation).
-	CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (Creation, error)
+	// that transaction (see Creation). With a lease to take, it also
+	// takes the new request's lease (AcquireLease with gen 0) with the
+	// creation, so the request is never stored unowned, at no round trip
+	// of its own (Creation.LeaseGeneration); no lease is taken when the
+	// request existed.
+	CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held, lease LeaseTake) (Creation, error)
 	// GetRequest returns one request.
 	GetRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error)
 	// UpdateRequest applies fn to the stored request and saves the result in
@@ -217,6 +221,16 @@ type Creation struct {
 	// task does not exist, Catalogue when none was recorded.
 	Task      *orchestratorv1.Task
 	Catalogue *orchestratorv1.OfferedCatalogue
+	// LeaseGeneration is the generation of the lease taken with the
+	// creation; 0 when none was asked for or the request existed.
+	LeaseGeneration int64
+}
+
+// LeaseTake asks CreateRequestEmit to take the new request's lease for
+// Owner, for TTL (see AcquireLease). The zero LeaseTake takes none.
+type LeaseTake struct {
+	Owner string
+	TTL   time.Duration
 }
 
 // Written is what a transaction stored of its Held: the task events with

@@ -137,11 +137,11 @@ func (b *boltStore) GetCatalogue(_ context.Context, taskID string) (*orchestrato
 }
 
 func (b *boltStore) CreateRequest(ctx context.Context, r *orchestratorv1.ToolRequest) (*orchestratorv1.ToolRequest, bool, error) {
-	c, err := b.CreateRequestEmit(ctx, r, Held{})
+	c, err := b.CreateRequestEmit(ctx, r, Held{}, LeaseTake{})
 	return c.Request, c.Created, err
 }
 
-func (b *boltStore) CreateRequestEmit(_ context.Context, r *orchestratorv1.ToolRequest, held Held) (Creation, error) {
+func (b *boltStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held, lease LeaseTake) (Creation, error) {
 	var out Creation
 	err := b.db.Batch(func(tx *store.Tx) error {
 		out = Creation{} // set anew on every run (see store.DB.Batch)
@@ -191,6 +191,13 @@ func (b *boltStore) CreateRequestEmit(_ context.Context, r *orchestratorv1.ToolR
 	})
 	if err != nil {
 		return Creation{}, err
+	}
+	if out.Created && lease.Owner != "" {
+		// Leases live in memory (see boltLease): taken once the creation
+		// committed, by the one process that could ever recover it.
+		if out.LeaseGeneration, err = b.AcquireLease(ctx, r.GetId(), lease.Owner, 0, lease.TTL); err != nil {
+			return Creation{}, err
+		}
 	}
 	return out, nil
 }

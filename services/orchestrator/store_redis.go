@@ -59,7 +59,7 @@ const rememberedRecords = 1024
 // deployment, so several deployments can share one Redis.
 func NewRedisStore(c redis.UniversalClient, prefix string) Store {
 	return &redisOrchestratorStore{c: c, k: redisstore.NewKeys(prefix, "orchestrator"),
-		spec: redisstore.NewSpeculator(c, rememberedRecords, putOutboxSource)}
+		spec: redisstore.NewSpeculator(c, rememberedRecords, putOutboxSource, acquireLeaseSource)}
 }
 
 func (s *redisOrchestratorStore) task(id string) string { return s.k.Key("task", id) }
@@ -331,11 +331,11 @@ func (s *redisOrchestratorStore) queueOpen(ctx context.Context, p redis.Pipeline
 }
 
 func (s *redisOrchestratorStore) CreateRequest(ctx context.Context, r *orchestratorv1.ToolRequest) (*orchestratorv1.ToolRequest, bool, error) {
-	c, err := s.CreateRequestEmit(ctx, r, Held{})
+	c, err := s.CreateRequestEmit(ctx, r, Held{}, LeaseTake{})
 	return c.Request, c.Created, err
 }
 
-func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held) (Creation, error) {
+func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held, lease LeaseTake) (Creation, error) {
 	d, err := digest.JSON([]string{r.GetTaskId(), r.GetProviderCallId()})
 	if err != nil {
 		return Creation{}, fmt.Errorf("request key: %w", err)
@@ -345,7 +345,10 @@ func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orche
 	if err != nil {
 		return Creation{}, err
 	}
-	var out Creation
+	var (
+		out  Creation
+		take *redis.Cmd
+	)
 	// The (task, provider call) index entry is watched: of two replicas
 	// creating the same call at once, one EXEC succeeds; the other's fails,
 	// and its retry finds the entry and returns the first request. The new
@@ -358,7 +361,7 @@ func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orche
 	s.spec.Expect(idxKey, nil)
 	s.spec.Expect(s.req(r.GetId()), nil)
 	w, err := s.update(ctx, held, keys, func(tx redis.Cmdable, vals []any) (redisstore.Write, error) {
-		out = Creation{}
+		out, take = Creation{}, nil // decide may run more than once
 		if existing, ok := vals[0].(string); ok {
 			got := &orchestratorv1.ToolRequest{}
 			if err := redisstore.Get(ctx, tx, s.req(existing), got); err != nil {
@@ -383,6 +386,9 @@ func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orche
 			p.Set(ctx, idxKey, r.GetId(), 0)
 			p.RPush(ctx, s.k.Key("taskreqs", r.GetTaskId()), r.GetId())
 			s.queueOpen(ctx, p, r)
+			if lease.Owner != "" {
+				take = s.queueAcquireLease(ctx, p, r.GetId(), lease.Owner, 0, lease.TTL)
+			}
 			return nil
 		}, nil
 	})
@@ -390,6 +396,11 @@ func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orche
 		return Creation{}, err
 	}
 	out.Written = w
+	if take != nil {
+		if out.LeaseGeneration, err = s.leaseTaken(r.GetId(), take); err != nil {
+			return Creation{}, err
+		}
+	}
 	return out, nil
 }
 
@@ -480,14 +491,14 @@ func (s *redisOrchestratorStore) ListUnsettledRequests(ctx context.Context) ([]*
 	return out, nil
 }
 
-// acquireLease takes or renews a lease in one step on the server: the key
+// acquireLeaseSource takes or renews a lease in one step on the server: the key
 // expires with the lease by Redis's clock, so replicas' clocks never
 // disagree about it. A new lease takes the next generation of the store's
 // counter (KEYS[3]; above the request's own, which a version with one
 // counter per request left); a renewal (ARGV[3], the generation held)
 // succeeds only while no other lease was taken since. Either keeps the
 // generation ARGV[4] ms more.
-var acquireLease = redis.NewScript(`
+const acquireLeaseSource = `
 local cur = redis.call("GET", KEYS[1])
 local gen = tonumber(ARGV[3])
 if gen > 0 then
@@ -509,7 +520,9 @@ if gen <= last then
 end
 redis.call("SET", KEYS[2], gen, "PX", ARGV[4])
 redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
-return gen`)
+return gen`
+
+var acquireLease = redis.NewScript(acquireLeaseSource)
 
 // releaseLease deletes a lease only when its owner releases it.
 var releaseLease = redis.NewScript(`
@@ -519,8 +532,26 @@ end
 return 0`)
 
 func (s *redisOrchestratorStore) AcquireLease(ctx context.Context, requestID, owner string, gen int64, ttl time.Duration) (int64, error) {
-	n, err := acquireLease.Run(ctx, s.c, []string{s.k.Key("lease", requestID), s.k.Key("leasegen", requestID), s.k.Key("leasegen_seq")},
-		owner, max(ttl.Milliseconds(), 1), gen, generationTTL(ttl).Milliseconds()).Int64()
+	return s.leaseTaken(requestID, s.queueAcquireLease(ctx, s.c, requestID, owner, gen, ttl))
+}
+
+// queueAcquireLease runs acquireLease on c, or queues it when c is a
+// pipeline (a request's creation takes its lease in its transaction).
+func (s *redisOrchestratorStore) queueAcquireLease(ctx context.Context, c redis.Scripter, requestID, owner string, gen int64, ttl time.Duration) *redis.Cmd {
+	keys := []string{s.k.Key("lease", requestID), s.k.Key("leasegen", requestID), s.k.Key("leasegen_seq")}
+	args := []any{owner, max(ttl.Milliseconds(), 1), gen, generationTTL(ttl).Milliseconds()}
+	if _, queued := c.(redis.Pipeliner); queued {
+		// The source, not its SHA-1: a transaction cannot fall back to
+		// it, and the speculative write runs it by its source.
+		return acquireLease.Eval(ctx, c, keys, args...)
+	}
+	return acquireLease.Run(ctx, c, keys, args...)
+}
+
+// leaseTaken is the generation acquireLease's cmd answered, 0 when the
+// lease was not taken.
+func (s *redisOrchestratorStore) leaseTaken(requestID string, cmd *redis.Cmd) (int64, error) {
+	n, err := cmd.Int64()
 	if err != nil {
 		return 0, fmt.Errorf("acquire lease on %s: %w", requestID, err)
 	}

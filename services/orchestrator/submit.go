@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -72,23 +73,27 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	if err != nil {
 		return nil, err
 	}
-	// The lease of the new request is taken before it exists, so no
-	// replica's recovery ever sees it unowned while this call decides.
+	// The lease of the new request is taken with its creation, in the
+	// same transaction, so no replica's recovery ever sees it unowned
+	// while this call decides; until then the id is reserved, so this
+	// replica's does not either.
 	id := ids.New("req")
-	l, _, err := s.own(ctx, id)
-	if err != nil {
-		return nil, claimFailed("the new request")
-	}
-	defer l.release()
-	// Every write of the request, from its creation on, is fenced by the
-	// lease (see updateRequest).
-	ctx = withLease(ctx, l)
+	s.reserve(id)
+	var l *lease
+	defer func() {
+		if l != nil {
+			l.release()
+		} else {
+			s.unreserve(id)
+		}
+	}()
 	// The call's trace and task events are written with the state change
 	// they tell of, and delivered at its checkpoints: before the adapter
 	// is called and before this returns (ctx is the detached one by then).
 	ctx = withCheckpoint(ctx)
 	defer func() { s.flush(ctx) }()
 	now := s.timestamp()
+	asked := time.Now()
 	cand := &orchestratorv1.ToolRequest{
 		Id:             id,
 		TaskId:         task.GetId(),
@@ -113,6 +118,17 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return nil, s.internal(ctx, "record the candidate request", err)
 	}
 	req := c.Request
+	if c.Created {
+		if c.LeaseGeneration == 0 {
+			// Another owner's live lease on an id just made: recovery
+			// takes the request once it ends.
+			return nil, claimFailed("the new request")
+		}
+		l = s.leased(id, c.LeaseGeneration, asked)
+		// Every later write of the request is fenced by the lease (see
+		// updateRequest).
+		ctx = withLease(ctx, l)
+	}
 	if !c.Created {
 		if !sameCandidate(in, req) {
 			return nil, apierror.New(codes.AlreadyExists, reasonIdempotencyKeyReused,

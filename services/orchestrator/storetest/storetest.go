@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
 		{"TraceOutbox", testTraceOutbox},
 		{"LeaseHasOneOwner", func(t *testing.T, st orchestrator.Store) { CheckLease(t, []orchestrator.Store{st, st}) }},
 		{"StaleLeaseWritesFenced", func(t *testing.T, st orchestrator.Store) { CheckFence(t, []orchestrator.Store{st, st}) }},
+		{"LeaseTakenWithCreation", func(t *testing.T, st orchestrator.Store) { CheckLeaseWithCreation(t, []orchestrator.Store{st, st}) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,6 +70,9 @@ func RunShared(t *testing.T, a, b orchestrator.Store) {
 	})
 	t.Run("StaleLeaseWritesFencedAcrossReplicas", func(t *testing.T) {
 		CheckFence(t, []orchestrator.Store{a, b})
+	})
+	t.Run("LeaseTakenWithCreationAcrossReplicas", func(t *testing.T) {
+		CheckLeaseWithCreation(t, []orchestrator.Store{a, b})
 	})
 	t.Run("EventsWakeWatchersOnOtherReplicas", func(t *testing.T) {
 		CheckEventWake(t, a, b)
@@ -295,7 +299,7 @@ func testCreationReadsTaskOffer(t *testing.T, st orchestrator.Store) {
 	ctx := context.Background()
 	create := func(id, call string) orchestrator.Creation {
 		t.Helper()
-		c, err := st.CreateRequestEmit(ctx, request(id, "task_1", call), orchestrator.Held{})
+		c, err := st.CreateRequestEmit(ctx, request(id, "task_1", call), orchestrator.Held{}, orchestrator.LeaseTake{})
 		if err != nil {
 			t.Fatalf("create %s: %v", id, err)
 		}
@@ -814,6 +818,61 @@ func testUnsettled(t *testing.T, st orchestrator.Store) {
 	}
 }
 
+// CheckLeaseWithCreation checks the lease a request's creation takes
+// (orchestrator.LeaseTake): it is the creator's, as one AcquireLease
+// would have made it (another replica is refused it, the creator renews
+// it, writes fenced by it are made and a newer lease fences them), and a
+// resubmission, which creates nothing, takes none.
+func CheckLeaseWithCreation(t *testing.T, stores []orchestrator.Store) {
+	ctx := context.Background()
+	a, b := stores[0], stores[1%len(stores)]
+	take := orchestrator.LeaseTake{Owner: "replica_a", TTL: time.Hour}
+	c, err := a.CreateRequestEmit(ctx, request("req_c", "task_c", "call_c"), orchestrator.Held{}, take)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := c.LeaseGeneration
+	if !c.Created || gen == 0 {
+		t.Fatalf("creation with a lease: created %t, generation %d; want created with a lease", c.Created, gen)
+	}
+	if got, err := b.AcquireLease(ctx, "req_c", "replica_b", 0, time.Hour); err != nil || got != 0 {
+		t.Errorf("another replica's AcquireLease on the created request = %d, %v; want refused", got, err)
+	}
+	if got, err := a.AcquireLease(ctx, "req_c", "replica_a", gen, time.Hour); err != nil || got != gen {
+		t.Errorf("the creator's renewal = %d, %v; want its generation %d", got, err, gen)
+	}
+	refuse := func(r *orchestratorv1.ToolRequest) error {
+		r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
+		return nil
+	}
+	fence := orchestrator.Held{Fence: orchestrator.Fence{RequestID: "req_c", Generation: gen}}
+	if _, _, err := a.UpdateRequestEmit(ctx, "req_c", refuse, fence); err != nil {
+		t.Errorf("a write fenced by the creation's lease: %v", err)
+	}
+
+	again, err := b.CreateRequestEmit(ctx, request("req_c2", "task_c", "call_c"), orchestrator.Held{}, orchestrator.LeaseTake{Owner: "replica_b", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Created || again.LeaseGeneration != 0 || again.Request.GetId() != "req_c" {
+		t.Errorf("resubmission: created %t, generation %d, request %s; want req_c found and no lease", again.Created, again.LeaseGeneration, again.Request.GetId())
+	}
+	if got, err := a.AcquireLease(ctx, "req_c2", "replica_a", 0, time.Hour); err != nil || got == 0 {
+		t.Errorf("AcquireLease on the id a resubmission did not create = %d, %v; want it free", got, err)
+	}
+
+	if err := a.ReleaseLease(ctx, "req_c", "replica_a"); err != nil {
+		t.Fatal(err)
+	}
+	newer, err := b.AcquireLease(ctx, "req_c", "replica_b", 0, time.Hour)
+	if err != nil || newer <= gen {
+		t.Fatalf("lease after the creator released it = %d, %v; want newer than %d", newer, err, gen)
+	}
+	if _, _, err := a.UpdateRequestEmit(ctx, "req_c", refuse, fence); !errors.Is(err, orchestrator.ErrFenced) {
+		t.Errorf("a write under the creation's lease after a takeover = %v; want ErrFenced", err)
+	}
+}
+
 // CheckLease checks that a request's lease has one owner at a time across
 // the stores (replicas) given: renewals by the owner, refusal of another
 // owner while it is live, release only by its owner, takeover after
@@ -972,7 +1031,7 @@ func CheckFence(t *testing.T, stores []orchestrator.Store) {
 			return err
 		}},
 		{"CreateRequestEmit", func(h orchestrator.Held) error {
-			_, err := a.CreateRequestEmit(ctx, request("req_f", "task_f", "call_f2"), h)
+			_, err := a.CreateRequestEmit(ctx, request("req_f", "task_f", "call_f2"), h, orchestrator.LeaseTake{})
 			return err
 		}},
 		{"UpdateTaskEmit", func(h orchestrator.Held) error {
@@ -995,7 +1054,7 @@ func CheckFence(t *testing.T, stores []orchestrator.Store) {
 	}
 	// A generation the store does not know (one it forgot long after
 	// the request's last lease) is stale too.
-	if _, err := a.CreateRequestEmit(ctx, request("req_unleased", "task_f", "call_u"), held(orchestrator.Fence{RequestID: "req_unleased", Generation: old}, "unleased")); !errors.Is(err, orchestrator.ErrFenced) {
+	if _, err := a.CreateRequestEmit(ctx, request("req_unleased", "task_f", "call_u"), held(orchestrator.Fence{RequestID: "req_unleased", Generation: old}, "unleased"), orchestrator.LeaseTake{}); !errors.Is(err, orchestrator.ErrFenced) {
 		t.Errorf("a write under a generation the store does not know = %v; want ErrFenced", err)
 	}
 	if r, err := b.GetRequest(ctx, "req_f"); err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REQUESTED {
