@@ -162,6 +162,7 @@ func (s *Server) flush(ctx context.Context) {
 		held, giveBack := s.held(ctx, nil)
 		held.Fence = f
 		w, err := s.st.EmitHeld(ctx, held)
+		s.sweep.settle(held.Delivered, err == nil)
 		switch {
 		case errors.Is(err, ErrFenced):
 			_ = s.fenced(ctx, f.RequestID, err)
@@ -293,7 +294,9 @@ func (s *Server) undirect(written []OutboxEntry) {
 func (s *Server) held(ctx context.Context, tell func(context.Context)) (Held, func()) {
 	// The call delivers what it writes (see written), so other replicas
 	// leave it while the claim lasts.
-	h := Held{Claim: OutboxClaim{Owner: s.replica, TTL: s.claimTTL()}}
+	// The deletes of what calls delivered ride the write (see sweeper);
+	// its caller settles them (sweeper.settle).
+	h := Held{Claim: OutboxClaim{Owner: s.replica, TTL: s.claimTTL()}, Delivered: s.sweep.take()}
 	giveBack := func() {}
 	if c := checkpointOf(ctx); c != nil {
 		c.mu.Lock()
@@ -379,6 +382,7 @@ func (s *Server) updateRequest(ctx context.Context, id string, fn func(*orchestr
 	held, giveBack := s.held(ctx, tell)
 	held.Fence = fenceOn(ctx, id)
 	out, w, err := s.st.UpdateRequestEmit(ctx, id, fn, held)
+	s.sweep.settle(held.Delivered, err == nil)
 	if errors.Is(err, ErrFenced) {
 		return nil, s.fenced(ctx, id, err)
 	}
@@ -406,6 +410,7 @@ func (s *Server) saveAttempt(ctx context.Context, id string, att *orchestratorv1
 func (s *Server) createRequest(ctx context.Context, r *orchestratorv1.ToolRequest, tell func(context.Context)) (Creation, error) {
 	held, giveBack := s.held(ctx, tell)
 	c, err := s.st.CreateRequestEmit(ctx, r, held, LeaseTake{Owner: s.replica, TTL: s.leaseTTL})
+	s.sweep.settle(held.Delivered, err == nil && c.Created)
 	if errors.Is(err, ErrFenced) {
 		return Creation{}, s.fenced(ctx, r.GetId(), err)
 	}

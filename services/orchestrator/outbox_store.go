@@ -100,14 +100,27 @@ func (b *boltStore) ListTraceOutbox(_ context.Context, limit int) ([]OutboxEntry
 // DeleteTraceOutbox shares its commit with concurrent writes: every
 // governed call deletes what it delivered, twice.
 func (b *boltStore) DeleteTraceOutbox(_ context.Context, keys []string) error {
-	return b.db.Batch(func(tx *store.Tx) error {
-		for _, k := range keys {
-			if err := tx.Delete(bucketTraceOutbox, k); err != nil && !errors.Is(err, store.ErrNotFound) {
-				return fmt.Errorf("delete trace outbox entry: %w", err)
-			}
+	return b.db.Batch(func(tx *store.Tx) error { return deleteOutbox(tx, keys) })
+}
+
+// outboxKeys returns the keys of entries.
+func outboxKeys(entries []OutboxEntry) []string {
+	keys := make([]string, len(entries))
+	for i, e := range entries {
+		keys[i] = e.Key
+	}
+	return keys
+}
+
+// deleteOutbox deletes the outbox entries of keys in tx; one gone already
+// is no error.
+func deleteOutbox(tx *store.Tx, keys []string) error {
+	for _, k := range keys {
+		if err := tx.Delete(bucketTraceOutbox, k); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("delete trace outbox entry: %w", err)
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // On Redis the outbox is a sorted set scored by a counter; each member is
@@ -218,6 +231,22 @@ func (s *redisOrchestratorStore) DeleteTraceOutbox(ctx context.Context, keys []s
 	if len(keys) == 0 {
 		return nil
 	}
+	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		s.queueDeleteOutbox(ctx, p, keys)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete trace outbox entries: %w", err)
+	}
+	return nil
+}
+
+// queueDeleteOutbox queues on p the deletes of the outbox entries of keys
+// (members of the sorted set) and of their claims.
+func (s *redisOrchestratorStore) queueDeleteOutbox(ctx context.Context, p redis.Pipeliner, keys []string) {
+	if len(keys) == 0 {
+		return
+	}
 	members := make([]any, len(keys))
 	claims := make([]string, 0, len(keys))
 	for i, k := range keys {
@@ -226,15 +255,8 @@ func (s *redisOrchestratorStore) DeleteTraceOutbox(ctx context.Context, keys []s
 			claims = append(claims, s.claimKey()+seq)
 		}
 	}
-	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, s.k.Key("trace_outbox"), members...)
-		if len(claims) > 0 {
-			p.Del(ctx, claims...)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("delete trace outbox entries: %w", err)
+	p.ZRem(ctx, s.k.Key("trace_outbox"), members...)
+	if len(claims) > 0 {
+		p.Del(ctx, claims...)
 	}
-	return nil
 }

@@ -178,7 +178,6 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if s.replica == "" {
 		s.replica = ids.New("orch")
 	}
-	s.sweep = &sweeper{s: s}
 	if deps.Evidence != nil {
 		s.traces = tracesend.New(deps.Evidence)
 	}
@@ -186,6 +185,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if s.leaseTTL <= 0 {
 		s.leaseTTL = DefaultLeaseTTL
 	}
+	s.sweep = newSweeper(s, s.claimTTL())
 	if s.recoveryInterval <= 0 {
 		s.recoveryInterval = DefaultRecoveryInterval
 	}

@@ -137,6 +137,11 @@ type Held struct {
 	Fence Fence
 	// Claim is who delivers the trace events put in the outbox.
 	Claim OutboxClaim
+	// Delivered are outbox entries their calls delivered, deleted in the
+	// same transaction (as DeleteTraceOutbox would): the deletes ride a
+	// write the replica makes anyway instead of a store write of their
+	// own.
+	Delivered []OutboxEntry
 	// Task, when set, changes a task in the same transaction: what a
 	// call's end sums up on its task rides the request's commit instead
 	// of a commit of its own. It is secondary to the write it rides: a

@@ -330,6 +330,9 @@ func writeHeld(tx *store.Tx, held Held) (Written, error) {
 	if err != nil {
 		return Written{}, err
 	}
+	if err := deleteOutbox(tx, outboxKeys(held.Delivered)); err != nil {
+		return Written{}, err
+	}
 	w := Written{Events: events, Outbox: outbox}
 	if c := held.Task; c != nil {
 		t := &orchestratorv1.Task{}

@@ -243,6 +243,7 @@ func (s *redisOrchestratorStore) queueHeld(ctx context.Context, p redis.Pipeline
 	if err != nil {
 		return nil, err
 	}
+	s.queueDeleteOutbox(ctx, p, outboxKeys(held.Delivered))
 	return func() Written { return Written{Events: events(), Outbox: outbox()} }, nil
 }
 

@@ -761,6 +761,31 @@ func testTraceOutbox(t *testing.T, st orchestrator.Store) {
 	if err != nil || !slices.Equal(details(rest), []string{"2", "3", "4"}) {
 		t.Fatalf("after delivering two = %v, %v; want 2..4 in order", details(rest), err)
 	}
+
+	// Delivered entries are deleted in the transaction of the write that
+	// carries them (Held.Delivered), and only when it commits.
+	if _, _, err := st.CreateRequest(ctx, request("req_o", "task_o", "call_o")); err != nil {
+		t.Fatal(err)
+	}
+	stage := func(r *orchestratorv1.ToolRequest) error {
+		r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
+		return nil
+	}
+	refused := errors.New("refused")
+	if _, _, err := st.UpdateRequestEmit(ctx, "req_o", func(*orchestratorv1.ToolRequest) error { return refused },
+		orchestrator.Held{Delivered: rest[:1]}); !errors.Is(err, refused) {
+		t.Fatalf("a refused write = %v", err)
+	}
+	if got, err := st.ListTraceOutbox(ctx, 10); err != nil || !slices.Equal(details(got), []string{"2", "3", "4"}) {
+		t.Fatalf("after a refused write carrying a delete = %v, %v; want 2..4 left", details(got), err)
+	}
+	if _, _, err := st.UpdateRequestEmit(ctx, "req_o", stage, orchestrator.Held{Delivered: rest[:2],
+		Traces: []*evidencev1.TraceEvent{ev(5)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.ListTraceOutbox(ctx, 10); err != nil || !slices.Equal(details(got), []string{"4", "5"}) {
+		t.Fatalf("after a write carrying two deletes and an entry = %v, %v; want 4, 5", details(got), err)
+	}
 }
 
 func testUnsettled(t *testing.T, st orchestrator.Store) {
