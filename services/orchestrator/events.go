@@ -391,6 +391,9 @@ func (s *Server) updateRequest(ctx context.Context, id string, fn func(*orchestr
 		return nil, err
 	}
 	s.written(ctx, w)
+	if l := leaseOf(ctx); l != nil && l.requestID == id {
+		l.settled.Store(out.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED && !recoverable(out))
+	}
 	return out, nil
 }
 

@@ -37,6 +37,7 @@ type boltStore struct {
 	gens    map[string]boltGen   // request id -> newest lease generation
 	lastGen int64                // the newest generation of any request
 	pruned  time.Time            // when gens last lost those that ended
+	swept   time.Time            // when leases last lost those that expired
 }
 
 // NewBoltStore returns the Store backed by the embedded bbolt file.
@@ -489,10 +490,28 @@ func (b *boltStore) pruneGens(now time.Time) {
 	}
 }
 
+// leaseSweep is how often the leases that expired are forgotten: a
+// settled request's lease is left to expire (see lease.settled).
+const leaseSweep = time.Minute
+
+// pruneLeases forgets, once in a while, the leases that expired.
+func (b *boltStore) pruneLeases(now time.Time) {
+	if now.Sub(b.swept) < leaseSweep {
+		return
+	}
+	b.swept = now
+	for id, l := range b.leases {
+		if !l.expiry.After(now) {
+			delete(b.leases, id)
+		}
+	}
+}
+
 func (b *boltStore) AcquireLease(_ context.Context, requestID, owner string, gen int64, ttl time.Duration) (int64, error) {
 	b.leaseMu.Lock()
 	defer b.leaseMu.Unlock()
 	now := time.Now()
+	b.pruneLeases(now)
 	cur, ok := b.leases[requestID]
 	live := ok && cur.expiry.After(now)
 	if gen != 0 {
