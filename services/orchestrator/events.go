@@ -414,9 +414,6 @@ func (s *Server) createRequest(ctx context.Context, r *orchestratorv1.ToolReques
 	held, giveBack := s.held(ctx, tell)
 	c, err := s.st.CreateRequestEmit(ctx, r, held, LeaseTake{Owner: s.replica, TTL: s.leaseTTL})
 	s.sweep.settle(held.Delivered, err == nil && c.Created)
-	if errors.Is(err, ErrFenced) {
-		return Creation{}, s.fenced(ctx, r.GetId(), err)
-	}
 	if err != nil || !c.Created {
 		giveBack()
 		return c, err

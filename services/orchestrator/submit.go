@@ -118,17 +118,6 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		return nil, s.internal(ctx, "record the candidate request", err)
 	}
 	req := c.Request
-	if c.Created {
-		if c.LeaseGeneration == 0 {
-			// Another owner's live lease on an id just made: recovery
-			// takes the request once it ends.
-			return nil, claimFailed("the new request")
-		}
-		l = s.leased(id, c.LeaseGeneration, asked)
-		// Every later write of the request is fenced by the lease (see
-		// updateRequest).
-		ctx = withLease(ctx, l)
-	}
 	if !c.Created {
 		if !sameCandidate(in, req) {
 			return nil, apierror.New(codes.AlreadyExists, reasonIdempotencyKeyReused,
@@ -140,6 +129,15 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		}
 		return req, nil
 	}
+	if c.LeaseGeneration == 0 {
+		// Another owner's live lease on an id just made: recovery takes
+		// the request once it ends.
+		return nil, claimFailed("the new request")
+	}
+	l = s.leased(id, c.LeaseGeneration, asked)
+	// Every later write of the request is fenced by the lease (see
+	// updateRequest).
+	ctx = withLease(ctx, l)
 	defer func() { err = withRequestID(err, req.GetId()) }()
 	// The task is read again in the transaction that recorded the
 	// request: a CompleteTask that missed this request had changed the
