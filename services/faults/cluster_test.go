@@ -20,6 +20,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/failpoint"
 	"github.com/v0m3/v0m3/services/internal/serve"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -86,10 +87,7 @@ func newCluster(t *testing.T, storeURL string, replicas int) *cluster {
 	var held []net.Listener
 	for _, n := range names {
 		service, _, _ := strings.Cut(n, "-")
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := testkit.ListenLoopback(t)
 		held = append(held, l)
 		c.procs[n] = &proc{name: n, service: service, addr: l.Addr().String(), dataDir: filepath.Join(dir, n),
 			log: filepath.Join(dir, n+".log"), mark: filepath.Join(dir, n+".mark")}
