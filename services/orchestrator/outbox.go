@@ -120,10 +120,11 @@ func (s *Server) deliverOutbox(ctx context.Context) {
 // calls' path. A call hands its delivered entries over and returns; the
 // next write this replica makes anyway (a request's next stage, another
 // call's creation) deletes them in its own transaction (take, settle),
-// and what no write took within a moment (pause), or a batch of, is
-// deleted in one store write for all of it (run). So deleting costs
-// calls no store write of their own, whether they come together or one
-// at a time (each made two), and the outbox stays as small as before.
+// and what no write took within a moment (pause), or at once when a
+// batch is queued, is deleted in one store write for all of it (run).
+// So deleting costs calls no store write of their own, whether they come
+// together or one at a time (each made two), and the outbox stays as
+// small as before.
 // The entries stay this replica's (direct) until deleted, so no outbox
 // loop sends them again: this replica's skips them as delivered (holds),
 // and other replicas' leave them while the claim lasts, which the pause
