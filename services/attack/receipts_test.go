@@ -2,7 +2,6 @@ package attack_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/receipt"
 	"github.com/v0m3/v0m3/services/internal/serve"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -29,17 +29,6 @@ const (
 	forgedDigest   = "sha256:FORGED0000000000000000000000000000000000000000000000000000000000"
 	documentDigest = "sha256:document-31"
 )
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
 
 // startOrchestratorProcess runs `v0m3 orchestrator` on dataDir and addr
 // against the suite's services, with the orchestrator certificate the
@@ -89,7 +78,7 @@ func waitServing(t *testing.T, s *suite.Suite, c orchestratorv1.OrchestratorServ
 func TestForgedReceiptIsRefusedAndNeverTrusted(t *testing.T) {
 	t.Parallel()
 	s := startServices(t, suite.Registry, suite.Policy, suite.Evidence, suite.Adapter)
-	dataDir, addr := t.TempDir(), freePort(t)
+	dataDir, addr := t.TempDir(), testkit.FreeLoopbackAddr(t)
 	first := startOrchestratorProcess(t, s, dataDir, addr)
 	cc, err := serve.Dial(addr, s.CallerDialOptions()...)
 	if err != nil {

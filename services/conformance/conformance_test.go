@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/v0m3/v0m3/services/conformance"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // TestMain doubles as the adapter's conformance client when the runner
@@ -81,7 +82,7 @@ func TestConformance(t *testing.T) {
 			return runner.Server(t.Context(), url, dir, logFile(t, dir))
 		}},
 		{bridgedFixture, func(t *testing.T, dir string) (conformance.Results, error) {
-			addr := freeAddr(t)
+			addr := testkit.FreeLoopbackAddr(t)
 			start(t, addr, bin.v0m3, "bridge", "--listen", addr, "--log-level", "warn", "--", bin.v0m3, "fixture-server")
 			return runner.Server(t.Context(), "http://"+addr+"/mcp", dir, logFile(t, dir))
 		}},
@@ -90,12 +91,12 @@ func TestConformance(t *testing.T) {
 			return runner.Server(t.Context(), url, dir, logFile(t, dir))
 		}},
 		{goSDKServer, func(t *testing.T, dir string) (conformance.Results, error) {
-			addr := freeAddr(t)
+			addr := testkit.FreeLoopbackAddr(t)
 			start(t, addr, bin.server, "-http="+addr, "-stateless=false")
 			return runner.Server(t.Context(), "http://"+addr+"/mcp", dir, logFile(t, dir))
 		}},
 		{bridgedServer, func(t *testing.T, dir string) (conformance.Results, error) {
-			addr := freeAddr(t)
+			addr := testkit.FreeLoopbackAddr(t)
 			start(t, addr, bin.v0m3, "bridge", "--listen", addr, "--log-level", "warn", "--", bin.server)
 			return runner.Server(t.Context(), "http://"+addr+"/mcp", dir, logFile(t, dir))
 		}},
@@ -230,16 +231,6 @@ func buildBinaries(t *testing.T) binaries {
 		}
 	}
 	return b
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // start runs a server listening on addr until the test ends (SIGTERM, so

@@ -299,7 +299,7 @@ func TestErrorContract(t *testing.T) {
 	ds, err := suite.Start(context.Background(), suite.Config{
 		DataDir:  t.TempDir(),
 		Services: []string{suite.Registry, suite.Evidence, suite.Adapter, suite.Orchestrator},
-		Peers:    map[string]string{suite.Policy: freeAddr(t)},
+		Peers:    map[string]string{suite.Policy: testkit.FreeLoopbackAddr(t)},
 	})
 	if err != nil {
 		t.Fatal(err)

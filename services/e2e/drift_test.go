@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,23 +38,12 @@ type world struct {
 
 var faqScope = []*orchestratorv1.SourceRef{{Uri: scenario.MigrationFAQURI, Title: "Migration FAQ"}}
 
-// freeAddr returns a loopback address nobody listens on right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // newHTTPWorld serves the fixture over streamable HTTP at a fixed address
 // (so it can be restarted as a changed server behind the same endpoint),
 // connects, discovers and maps it.
 func newHTTPWorld(t *testing.T, fixtureArgs ...string) *world {
 	t.Helper()
-	w := &world{t: t, s: startSuite(t, t.TempDir()), callLog: filepath.Join(testkit.WritableDir(t), "calls.jsonl"), addr: freeAddr(t)}
+	w := &world{t: t, s: startSuite(t, t.TempDir()), callLog: filepath.Join(testkit.WritableDir(t), "calls.jsonl"), addr: testkit.FreeLoopbackAddr(t)}
 	w.restartFixture(fixtureArgs...)
 	w.connect(scenario.HTTPFixture("http://" + w.addr + "/mcp"))
 	return w

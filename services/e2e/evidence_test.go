@@ -42,7 +42,7 @@ func evidenceWorld(t *testing.T, cfg suite.Config, limits *registryv1.Limits, fi
 		t.Fatalf("start suite: %v", err)
 	}
 	t.Cleanup(s.Close)
-	w := &world{t: t, s: s, callLog: filepath.Join(testkit.WritableDir(t), "calls.jsonl"), addr: freeAddr(t)}
+	w := &world{t: t, s: s, callLog: filepath.Join(testkit.WritableDir(t), "calls.jsonl"), addr: testkit.FreeLoopbackAddr(t)}
 	w.restartFixture(fixtureArgs...)
 	ctx := w.as(scenario.Integrator)
 	w.conn, err = s.Connect(ctx, &registryv1.CreateConnectionRequest{

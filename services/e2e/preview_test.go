@@ -433,17 +433,6 @@ func TestRendererFaults(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
 // startOrchestratorProcess runs `v0m3 orchestrator` against the suite's
 // services, on dataDir, listening on addr, with the orchestrator
 // certificate in tls and accepting the suite's development tokens.
@@ -477,7 +466,7 @@ func TestOrchestratorKilledMidAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dataDir, addr := t.TempDir(), freePort(t)
+	dataDir, addr := t.TempDir(), testkit.FreeLoopbackAddr(t)
 	first := startOrchestratorProcess(t, s, tls, dataDir, addr)
 	conn, err := serve.Dial(addr, s.CallerDialOptions()...)
 	if err != nil {

@@ -34,3 +34,13 @@ func ListenLoopback(t testing.TB) net.Listener {
 	t.Fatalf("no free loopback port below the ephemeral range: %v", err)
 	return nil
 }
+
+// FreeLoopbackAddr returns a loopback address below the ephemeral range
+// that nobody listens on right now, for a process the test starts to
+// listen on (see ListenLoopback).
+func FreeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	l := ListenLoopback(t)
+	defer l.Close()
+	return l.Addr().String()
+}
