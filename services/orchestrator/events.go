@@ -253,11 +253,7 @@ func (s *Server) deleteDelivered(ctx context.Context, entries []OutboxEntry, n i
 	if n == 0 {
 		return nil
 	}
-	keys := make([]string, n)
-	for i := range n {
-		keys[i] = entries[i].Key
-	}
-	if err := s.st.DeleteTraceOutbox(ctx, keys); err != nil {
+	if err := s.st.DeleteTraceOutbox(ctx, outboxKeys(entries[:n])); err != nil {
 		s.log.WarnContext(ctx, "delete delivered trace outbox entries", "err", err)
 		return err
 	}

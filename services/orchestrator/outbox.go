@@ -220,20 +220,15 @@ func (w *sweeper) settle(taken []OutboxEntry, deleted bool) {
 	if len(taken) == 0 {
 		return
 	}
-	if deleted {
-		w.forget(taken)
-		return
-	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		for _, e := range taken {
-			delete(w.held, e.Key)
-		}
-		w.s.undirect(taken)
+	if !deleted && !w.closed {
+		w.queue(taken)
+		w.mu.Unlock()
 		return
 	}
-	w.queue(taken)
+	w.mu.Unlock()
+	// Deleted, or closing: the entries are delivered again after restart.
+	w.forget(taken)
 }
 
 // forget drops entries whose delete ran (or failed, and are left to the

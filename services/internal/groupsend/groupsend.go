@@ -14,6 +14,7 @@ package groupsend
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -174,16 +175,12 @@ func shared[T any](batch []*call[T]) (context.Context, context.CancelFunc) {
 		ctx, cancelDeadline = context.WithDeadline(ctx, latest)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	var (
-		mu   sync.Mutex
-		left = len(batch)
-	)
+	var left atomic.Int64
+	left.Store(int64(len(batch)))
 	stops := make([]func() bool, len(batch))
 	for i, c := range batch {
 		stops[i] = context.AfterFunc(c.ctx, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if left--; left == 0 {
+			if left.Add(-1) == 0 {
 				cancel(context.Cause(c.ctx))
 			}
 		})
