@@ -13,6 +13,7 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/failpoint"
+	"github.com/v0m3/v0m3/services/internal/groupsend"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
 
@@ -23,44 +24,13 @@ import (
 // was registered with (see RegisterTask); an unregistered task against the
 // configured task budget.
 func (s *Server) Charge(ctx context.Context, req *policyv1.ChargeRequest) (*policyv1.ChargeResponse, error) {
-	var bad []apierror.FieldViolation
-	for _, f := range []struct{ name, v string }{
-		{"task_id", req.GetTaskId()}, {"requester", req.GetRequester()}, {"idempotency_key", req.GetIdempotencyKey()},
-	} {
-		if f.v == "" {
-			bad = append(bad, apierror.FieldViolation{Field: f.name, Description: "required"})
-		}
+	op, err := s.chargeOp(ctx, req)
+	if err != nil {
+		return nil, err
 	}
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{{"calls", req.GetCalls()}, {"response_bytes", req.GetResponseBytes()}, {"cost_micros", req.GetCostMicros()}} {
-		if f.v < 0 {
-			bad = append(bad, apierror.FieldViolation{Field: f.name, Description: "must not be negative"})
-		}
-	}
-	if len(bad) > 0 {
-		return nil, apierror.InvalidArgument("INVALID_CHARGE_REQUEST", "the charge request is invalid", bad...)
-	}
-
-	tl, rl := s.deps.TaskBudget, s.deps.RequesterBudget
-	switch ts, err := s.taskScope(ctx, req.GetTaskId()); {
-	case err == nil:
-		tl = taskLimits(ts.GetBudget(), s.deps.TaskBudget)
-	case !errors.Is(err, store.ErrNotFound):
-		return nil, s.storeError(ctx, err, "read the task scope")
-	}
-	op := ChargeOp{
-		// Keys are scoped to the task, so two tasks cannot collide.
-		Key: "task/" + req.GetTaskId() + "\x00" + req.GetIdempotencyKey(),
-		Task: &policyv1.Budget{Scope: "task/" + req.GetTaskId(),
-			MaxCalls: tl.Calls, MaxResponseBytes: tl.ResponseBytes, MaxCostMicros: tl.CostMicros},
-		Requester: &policyv1.Budget{Scope: "requester/" + req.GetRequester(),
-			MaxCalls: rl.Calls, MaxResponseBytes: rl.ResponseBytes, MaxCostMicros: rl.CostMicros},
-		Request: req,
-	}
+	p := &pendingCharge{op: op}
 	failpoint.Hit(FailPointChargeBefore)
-	res, err := s.store.Charge(ctx, op)
+	err = s.charges.Send(ctx, []*pendingCharge{p})
 	if err == nil {
 		failpoint.Hit(FailPointChargeAfter)
 	}
@@ -78,9 +48,91 @@ func (s *Server) Charge(ctx context.Context, req *policyv1.ChargeRequest) (*poli
 	case err != nil:
 		return nil, s.storeError(ctx, err, "charge the budgets")
 	}
+	res := p.res
 	s.log.DebugContext(ctx, "budgets charged", "task_id", req.GetTaskId(), "requester", req.GetRequester(),
 		"replayed", res.Replayed, "task_used_calls", res.Task.GetUsedCalls(), "requester_used_calls", res.Requester.GetUsedCalls())
 	return &policyv1.ChargeResponse{Task: res.Task, Requester: res.Requester}, nil
+}
+
+// pendingCharge is one charge handed to the store's shared charges, and
+// its result once applied.
+type pendingCharge struct {
+	op  ChargeOp
+	res ChargeResult
+}
+
+// newStoreCharges returns the sender of charges to st: concurrent charges
+// (Decide's and Charge's alike) are applied together, in one store
+// transaction (one round trip on Redis, one commit on the file store), and
+// without optimistic conflicts among themselves on the budgets they share
+// (every call of one requester charges the requester's budget). A lone
+// charge goes at once. Charge is all or none, so a shared transaction
+// refused for its content (a budget exceeded, a key reused) is applied
+// again one caller at a time, and each caller learns its own answer.
+func newStoreCharges(st Store) *groupsend.Sender[*pendingCharge] {
+	return groupsend.New(func(ctx context.Context, pending []*pendingCharge) error {
+		ops := make([]ChargeOp, len(pending))
+		for i, p := range pending {
+			ops[i] = p.op
+		}
+		res, err := st.Charge(ctx, ops...)
+		if err != nil {
+			return err
+		}
+		for i, r := range res {
+			pending[i].res = r
+		}
+		return nil
+	}, groupsend.Options[*pendingCharge]{
+		MaxItems: maxSharedCharges,
+		Isolate: func(err error) bool {
+			return errors.As(err, new(*BudgetExceededError)) || errors.Is(err, ErrIdempotencyConflict)
+		},
+	})
+}
+
+// maxSharedCharges bounds the charges one store transaction applies.
+const maxSharedCharges = 256
+
+// chargeOp checks a charge request and turns it into the store's
+// operation, with the budgets' limits.
+func (s *Server) chargeOp(ctx context.Context, req *policyv1.ChargeRequest) (ChargeOp, error) {
+	var bad []apierror.FieldViolation
+	for _, f := range []struct{ name, v string }{
+		{"task_id", req.GetTaskId()}, {"requester", req.GetRequester()}, {"idempotency_key", req.GetIdempotencyKey()},
+	} {
+		if f.v == "" {
+			bad = append(bad, apierror.FieldViolation{Field: f.name, Description: "required"})
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"calls", req.GetCalls()}, {"response_bytes", req.GetResponseBytes()}, {"cost_micros", req.GetCostMicros()}} {
+		if f.v < 0 {
+			bad = append(bad, apierror.FieldViolation{Field: f.name, Description: "must not be negative"})
+		}
+	}
+	if len(bad) > 0 {
+		return ChargeOp{}, apierror.InvalidArgument("INVALID_CHARGE_REQUEST", "the charge request is invalid", bad...)
+	}
+
+	tl, rl := s.deps.TaskBudget, s.deps.RequesterBudget
+	switch ts, err := s.taskScope(ctx, req.GetTaskId()); {
+	case err == nil:
+		tl = taskLimits(ts.GetBudget(), s.deps.TaskBudget)
+	case !errors.Is(err, store.ErrNotFound):
+		return ChargeOp{}, s.storeError(ctx, err, "read the task scope")
+	}
+	return ChargeOp{
+		// Keys are scoped to the task, so two tasks cannot collide.
+		Key: "task/" + req.GetTaskId() + "\x00" + req.GetIdempotencyKey(),
+		Task: &policyv1.Budget{Scope: "task/" + req.GetTaskId(),
+			MaxCalls: tl.Calls, MaxResponseBytes: tl.ResponseBytes, MaxCostMicros: tl.CostMicros},
+		Requester: &policyv1.Budget{Scope: "requester/" + req.GetRequester(),
+			MaxCalls: rl.Calls, MaxResponseBytes: rl.ResponseBytes, MaxCostMicros: rl.CostMicros},
+		Request: req,
+	}, nil
 }
 
 // budgetExceeded is RESOURCE_EXHAUSTED with an ErrorInfo naming the budget

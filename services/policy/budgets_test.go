@@ -3,6 +3,8 @@ package policy
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -187,5 +189,97 @@ func TestChargeValidates(t *testing.T) {
 	want := []string{"calls", "idempotency_key", "requester", "task_id"}
 	if got := apierror.Fields(err); apierror.Code(err) != codes.InvalidArgument || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("err = %v (fields %v), want INVALID_ARGUMENT on %v", err, got, want)
+	}
+}
+
+// heldStore holds its first Charge until released and records how many
+// charges each Charge carried.
+type heldStore struct {
+	Store
+	hold, held chan struct{}
+	mu         sync.Mutex
+	sizes      []int
+}
+
+func (h *heldStore) Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult, error) {
+	h.mu.Lock()
+	first := len(h.sizes) == 0
+	h.sizes = append(h.sizes, len(ops))
+	h.mu.Unlock()
+	if first {
+		close(h.held)
+		<-h.hold
+	}
+	return h.Store.Charge(ctx, ops...)
+}
+
+// TestConcurrentChargesShareAStoreTransaction: charges arriving while
+// one is being stored are stored together, in one transaction; when one
+// of them exceeds its budget the transaction is refused and each is
+// stored again alone, so only that caller is refused and every other
+// charge is made, exactly once.
+func TestConcurrentChargesShareAStoreTransaction(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		calls   []int64 // of the waiting charges, each in a task of its own
+		refused int     // index in calls of the charge over budget, or -1
+		sizes   []int
+	}{
+		{"every charge fits", []int64{1, 2, 3}, -1, []int{1, 3}},
+		{"one charge over its task's budget", []int64{1, 4, 3}, 1, []int{1, 3, 1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := &heldStore{hold: make(chan struct{}), held: make(chan struct{})}
+			e := newEnv(t, options{task: Limits{Calls: 3}, wrap: func(st Store) Store { h.Store = st; return h }})
+			ctx := context.Background()
+			taskCharge := func(i int, calls int64) *policyv1.ChargeRequest {
+				c := charge(calls, 0, 0, "k")
+				c.TaskId = fmt.Sprintf("task_%d", i)
+				return c
+			}
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				if _, err := e.client.Charge(ctx, taskCharge(99, 1)); err != nil {
+					t.Errorf("leading charge: %v", err)
+				}
+			})
+			<-h.held
+			errs := make([]error, len(tc.calls))
+			for i, calls := range tc.calls {
+				wg.Go(func() { _, errs[i] = e.client.Charge(ctx, taskCharge(i, calls)) })
+				for e.srv.charges.Waiting() < i+1 {
+					runtime.Gosched()
+				}
+			}
+			close(h.hold)
+			wg.Wait()
+
+			for i, err := range errs {
+				switch {
+				case i == tc.refused && !apierror.Is(err, codes.ResourceExhausted, "BUDGET_EXCEEDED"):
+					t.Errorf("charge %d: %v, want BUDGET_EXCEEDED", i, err)
+				case i != tc.refused && err != nil:
+					t.Errorf("charge %d: %v, want charged", i, err)
+				}
+			}
+			h.mu.Lock()
+			sizes := slices.Clone(h.sizes)
+			h.mu.Unlock()
+			if !slices.Equal(sizes, tc.sizes) {
+				t.Errorf("charges per store transaction = %v, want %v", sizes, tc.sizes)
+			}
+			// Each charge made was made once: again, it is a replay.
+			for i, calls := range tc.calls {
+				resp, err := e.client.Charge(ctx, taskCharge(i, calls))
+				if i == tc.refused {
+					continue
+				}
+				if err != nil || resp.GetTask().GetUsedCalls() != calls {
+					t.Errorf("task_%d charged again: %v, %v; want %d calls used, once", i, resp, err, calls)
+				}
+			}
+		})
 	}
 }

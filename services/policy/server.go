@@ -26,6 +26,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/capcache"
+	"github.com/v0m3/v0m3/services/internal/groupsend"
 )
 
 // Defaults for budgets, polling and handle lifetimes.
@@ -107,6 +108,8 @@ type Server struct {
 	store Store
 	deps  Deps
 	log   *slog.Logger
+	// charges applies concurrent charges together (see newStoreCharges).
+	charges *groupsend.Sender[*pendingCharge]
 	// caps holds capability contracts by revision (see capabilityAt).
 	caps capcache.Cache
 	// mappings holds what never changes of a mapping (see mappingFacts).
@@ -162,7 +165,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: handle binding cache: %w", err)
 	}
-	s := &Server{store: st, deps: deps, log: log.With("service", "policy"), scopes: scopes, bindings: bindings}
+	s := &Server{store: st, deps: deps, log: log.With("service", "policy"), charges: newStoreCharges(st), scopes: scopes, bindings: bindings}
 	if deps.PolicyFile == "" {
 		c, err := compile(defaultPolicyName, defaultPolicy, deps.Now())
 		if err != nil {

@@ -12,8 +12,8 @@ import (
 )
 
 // Store is the policy service's persistence contract. Every implementation
-// must make Charge atomic (both budgets and the idempotency record change
-// together or not at all), and CreateHandle and CreateTaskScope
+// must make Charge atomic (every budget and idempotency record it touches
+// changes together or not at all), and CreateHandle and CreateTaskScope
 // create-if-absent.
 type Store interface {
 	// CreateHandle stores a handle binding under key, failing with
@@ -25,11 +25,12 @@ type Store interface {
 	// returns how many it deleted.
 	DeleteExpiredHandles(ctx context.Context, before time.Time) (int, error)
 
-	// Charge applies op atomically; see ChargeOp. It returns a
-	// *BudgetExceededError (and charges nothing) when a limit would be
-	// exceeded, and ErrIdempotencyConflict when op.Key was already used for
-	// a different charge.
-	Charge(ctx context.Context, op ChargeOp) (ChargeResult, error)
+	// Charge applies ops in order as one atomic step (see ChargeOp and
+	// applyCharges) and returns the budgets after each. It returns a
+	// *BudgetExceededError when a limit would be exceeded and
+	// ErrIdempotencyConflict when an op's Key was already used for a
+	// different charge; then nothing at all is charged.
+	Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult, error)
 
 	// CreateTaskScope stores a task's scope under its task id, failing with
 	// store.ErrExists if the task is already registered: a scope never
@@ -91,6 +92,79 @@ type BudgetExceededError struct {
 // Error implements error.
 func (e *BudgetExceededError) Error() string {
 	return fmt.Sprintf("budget %s exceeded: %s used %d of %d, charge of %d refused", e.Scope, e.Dimension, e.Used, e.Limit, e.Requested)
+}
+
+// chargeWrites is what applyCharges decided to store: each budget it
+// changed and the charge records it added.
+type chargeWrites struct {
+	budgets []*policyv1.Budget
+	charges []ChargeOp
+}
+
+// applyCharges decides ops in order, as both stores do inside their
+// transaction: budget reads a stored budget (or starts it from its
+// template, see withLimits), recorded reads the charge recorded under an
+// idempotency key (nil when none). A later op sees what earlier ops
+// charged and recorded, so a batch decides as the same charges sent one
+// by one would. The first refusal is the error, and then nothing is to be
+// written.
+func applyCharges(ops []ChargeOp, budget func(tmpl *policyv1.Budget) (*policyv1.Budget, error),
+	recorded func(key string) (*policyv1.ChargeRequest, error)) ([]ChargeResult, chargeWrites, error) {
+	var w chargeWrites
+	budgets := make(map[string]*policyv1.Budget, 2)
+	load := func(tmpl *policyv1.Budget) (*policyv1.Budget, error) {
+		if b, ok := budgets[tmpl.GetScope()]; ok {
+			return b, nil
+		}
+		b, err := budget(tmpl)
+		if err != nil {
+			return nil, err
+		}
+		budgets[tmpl.GetScope()] = b
+		return b, nil
+	}
+	changed := map[string]bool{}
+	added := map[string]*policyv1.ChargeRequest{}
+	results := make([]ChargeResult, len(ops))
+	for i, op := range ops {
+		task, err := load(op.Task)
+		if err != nil {
+			return nil, w, err
+		}
+		requester, err := load(op.Requester)
+		if err != nil {
+			return nil, w, err
+		}
+		prev, ok := added[op.Key]
+		if !ok {
+			if prev, err = recorded(op.Key); err != nil {
+				return nil, w, err
+			}
+		}
+		replayed := prev != nil
+		if replayed && !sameCharge(prev, op.Request) {
+			return nil, w, ErrIdempotencyConflict
+		}
+		if !replayed {
+			if err := applyCharge(op.Request, task, requester); err != nil {
+				return nil, w, err
+			}
+			for _, b := range []*policyv1.Budget{task, requester} {
+				if !changed[b.GetScope()] {
+					changed[b.GetScope()] = true
+					w.budgets = append(w.budgets, b)
+				}
+			}
+			added[op.Key] = op.Request
+			w.charges = append(w.charges, op)
+		}
+		results[i] = ChargeResult{Task: task, Requester: requester, Replayed: replayed}
+		if i < len(ops)-1 {
+			// Later ops change the same budgets in place.
+			results[i].Task, results[i].Requester = proto.CloneOf(task), proto.CloneOf(requester)
+		}
+	}
+	return results, w, nil
 }
 
 // applyCharge checks every limit of every budget first and only then adds

@@ -74,50 +74,47 @@ func (b *boltStore) DeleteExpiredHandles(ctx context.Context, before time.Time) 
 	return n, err
 }
 
-func (b *boltStore) Charge(ctx context.Context, op ChargeOp) (ChargeResult, error) {
+func (b *boltStore) Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult, error) {
 	if err := ctx.Err(); err != nil {
-		return ChargeResult{}, err
+		return nil, err
 	}
-	var res ChargeResult
+	var res []ChargeResult
 	// Concurrent charges share a commit (store.DB.Batch); every run sets
 	// res anew.
 	err := b.db.Batch(func(tx *store.Tx) error {
-		task, err := loadBudget(tx, op.Task)
-		if err != nil {
-			return err
-		}
-		requester, err := loadBudget(tx, op.Requester)
-		if err != nil {
-			return err
-		}
-		prev := &policyv1.ChargeRequest{}
-		switch err := tx.Get(bucketCharges, op.Key, prev); {
-		case err == nil:
-			if !sameCharge(prev, op.Request) {
-				return ErrIdempotencyConflict
+		var (
+			w   chargeWrites
+			err error
+		)
+		res, w, err = applyCharges(ops, func(tmpl *policyv1.Budget) (*policyv1.Budget, error) {
+			return loadBudget(tx, tmpl)
+		}, func(key string) (*policyv1.ChargeRequest, error) {
+			prev := &policyv1.ChargeRequest{}
+			switch err := tx.Get(bucketCharges, key, prev); {
+			case errors.Is(err, store.ErrNotFound):
+				return nil, nil
+			case err != nil:
+				return nil, err
 			}
-			res = ChargeResult{Task: task, Requester: requester, Replayed: true}
-			return nil
-		case !errors.Is(err, store.ErrNotFound):
+			return prev, nil
+		})
+		if err != nil {
 			return err
 		}
-		if err := applyCharge(op.Request, task, requester); err != nil {
-			return err
+		for _, bud := range w.budgets {
+			if err := tx.Put(bucketBudgets, bud.GetScope(), bud); err != nil {
+				return err
+			}
 		}
-		if err := tx.Put(bucketBudgets, task.GetScope(), task); err != nil {
-			return err
+		for _, op := range w.charges {
+			if err := tx.Put(bucketCharges, op.Key, op.Request); err != nil {
+				return err
+			}
 		}
-		if err := tx.Put(bucketBudgets, requester.GetScope(), requester); err != nil {
-			return err
-		}
-		if err := tx.Put(bucketCharges, op.Key, op.Request); err != nil {
-			return err
-		}
-		res = ChargeResult{Task: task, Requester: requester}
 		return nil
 	})
 	if err != nil {
-		return ChargeResult{}, err
+		return nil, err
 	}
 	return res, nil
 }

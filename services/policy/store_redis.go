@@ -116,67 +116,69 @@ func (r *redisPolicyStore) DeleteExpiredHandles(ctx context.Context, before time
 	}
 }
 
-func (r *redisPolicyStore) Charge(ctx context.Context, op ChargeOp) (ChargeResult, error) {
-	taskKey := r.k.Key("budget", op.Task.GetScope())
-	reqKey := r.k.Key("budget", op.Requester.GetScope())
-	chargeKey := r.k.Key("charge", op.Key)
-	var res ChargeResult
-	// Both budgets and the idempotency record are watched (or checked,
-	// see redisstore.Speculator), the charge is decided by the same
-	// applyCharge the embedded store uses, and written in one step: a
-	// concurrent charge makes it fail and this one is recomputed, so no
-	// charge is ever lost or applied twice.
-	keys := []string{taskKey, reqKey, chargeKey}
-	// A charge's idempotency key is new but for a replay, which the
-	// transaction finds out.
-	r.spec.Expect(chargeKey, nil)
+func (r *redisPolicyStore) Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult, error) {
+	// Every budget and idempotency record the ops touch is watched (or
+	// checked, see redisstore.Speculator), the charges are decided by the
+	// same applyCharges the embedded store uses, and written in one step:
+	// a concurrent charge makes it fail and these are decided again, so
+	// no charge is ever lost or applied twice.
+	var keys []string
+	budgetAt, chargeAt := map[string]int{}, map[string]int{}
+	slot := func(at map[string]int, name, kind, id string) {
+		if _, ok := at[name]; !ok {
+			at[name] = len(keys)
+			keys = append(keys, r.k.Key(kind, id))
+		}
+	}
+	for _, op := range ops {
+		slot(budgetAt, op.Task.GetScope(), "budget", op.Task.GetScope())
+		slot(budgetAt, op.Requester.GetScope(), "budget", op.Requester.GetScope())
+		slot(chargeAt, op.Key, "charge", op.Key)
+		// A charge's idempotency key is new but for a replay, which the
+		// transaction finds out.
+		r.spec.Expect(keys[chargeAt[op.Key]], nil)
+	}
+	var res []ChargeResult
 	err := r.spec.Update(ctx, keys, func(_ redis.Cmdable, vals []any) (redisstore.Write, error) {
-		task, err := decodeBudget(vals[0], op.Task)
-		if err != nil {
-			return nil, err
-		}
-		requester, err := decodeBudget(vals[1], op.Requester)
-		if err != nil {
-			return nil, err
-		}
-		if vals[2] != nil {
+		var (
+			w   chargeWrites
+			err error
+		)
+		res, w, err = applyCharges(ops, func(tmpl *policyv1.Budget) (*policyv1.Budget, error) {
+			return decodeBudget(vals[budgetAt[tmpl.GetScope()]], tmpl)
+		}, func(key string) (*policyv1.ChargeRequest, error) {
+			v := vals[chargeAt[key]]
+			if v == nil {
+				return nil, nil
+			}
 			prev := &policyv1.ChargeRequest{}
-			if err := redisstore.Decode(vals[2], prev); err != nil {
+			return prev, redisstore.Decode(v, prev)
+		})
+		if err != nil || len(w.charges) == 0 {
+			// Replays alone write nothing: UpdateRead checks the budgets
+			// returned are one consistent state.
+			return nil, err
+		}
+		sets := make(map[string][]byte, len(w.budgets)+len(w.charges))
+		for _, b := range w.budgets {
+			if sets[keys[budgetAt[b.GetScope()]]], err = redisstore.Marshal(b); err != nil {
 				return nil, err
 			}
-			if !sameCharge(prev, op.Request) {
-				return nil, ErrIdempotencyConflict
+		}
+		for _, op := range w.charges {
+			if sets[keys[chargeAt[op.Key]]], err = redisstore.Marshal(op.Request); err != nil {
+				return nil, err
 			}
-			// A replay: UpdateRead checks the budgets returned are one
-			// consistent state.
-			res = ChargeResult{Task: task, Requester: requester, Replayed: true}
-			return nil, nil
 		}
-		if err := applyCharge(op.Request, task, requester); err != nil {
-			return nil, err
-		}
-		tb, err := redisstore.Marshal(task)
-		if err != nil {
-			return nil, err
-		}
-		rb, err := redisstore.Marshal(requester)
-		if err != nil {
-			return nil, err
-		}
-		cb, err := redisstore.Marshal(op.Request)
-		if err != nil {
-			return nil, err
-		}
-		res = ChargeResult{Task: task, Requester: requester}
 		return func(p redis.Pipeliner) error {
-			p.Set(ctx, taskKey, tb, 0)
-			p.Set(ctx, reqKey, rb, 0)
-			p.Set(ctx, chargeKey, cb, 0)
+			for k, v := range sets {
+				p.Set(ctx, k, v, 0)
+			}
 			return nil
 		}, nil
 	})
 	if err != nil {
-		return ChargeResult{}, err
+		return nil, err
 	}
 	return res, nil
 }

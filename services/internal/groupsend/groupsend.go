@@ -193,3 +193,11 @@ func shared[T any](batch []*call[T]) (context.Context, context.CancelFunc) {
 		cancelDeadline()
 	}
 }
+
+// Waiting is how many callers wait for a send (not counting those of the
+// send in flight): what the next send would carry.
+func (s *Sender[T]) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
+}

@@ -34,6 +34,9 @@ func Run(t *testing.T, newStore func(t *testing.T) policy.Store) {
 		{"ChargeIdempotency", testChargeIdempotency},
 		{"ConcurrentChargesRespectLimits", testConcurrentCharges},
 		{"ConcurrentReplaysChargeOnce", testConcurrentReplays},
+		{"ChargeBatchInOrder", testChargeBatch},
+		{"ChargeBatchAllOrNone", testChargeBatchAllOrNone},
+		{"ConcurrentBatchesRespectLimits", testConcurrentBatches},
 		{"Health", testHealth},
 		{"TaskScopeWrittenOnce", testTaskScope},
 	}
@@ -139,9 +142,18 @@ func op(key, task, requester string, maxCalls, calls, bytes int64) policy.Charge
 	}
 }
 
+// charge applies one op.
+func charge(ctx context.Context, st policy.Store, op policy.ChargeOp) (policy.ChargeResult, error) {
+	res, err := st.Charge(ctx, op)
+	if err != nil {
+		return policy.ChargeResult{}, err
+	}
+	return res[0], nil
+}
+
 func testCharge(t *testing.T, st policy.Store) {
 	ctx := context.Background()
-	res, err := st.Charge(ctx, op("k1", "task_1", "alice", 5, 2, 100))
+	res, err := charge(ctx, st, op("k1", "task_1", "alice", 5, 2, 100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +161,7 @@ func testCharge(t *testing.T, st policy.Store) {
 		t.Errorf("first charge = %+v", res)
 	}
 	// The requester budget spans tasks.
-	res, err = st.Charge(ctx, op("k1", "task_2", "alice", 5, 3, 0))
+	res, err = charge(ctx, st, op("k1", "task_2", "alice", 5, 3, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,17 +172,17 @@ func testCharge(t *testing.T, st policy.Store) {
 
 func testChargeRefused(t *testing.T, st policy.Store) {
 	ctx := context.Background()
-	if _, err := st.Charge(ctx, op("k1", "task_1", "alice", 5, 4, 0)); err != nil {
+	if _, err := charge(ctx, st, op("k1", "task_1", "alice", 5, 4, 0)); err != nil {
 		t.Fatal(err)
 	}
-	_, err := st.Charge(ctx, op("k2", "task_1", "alice", 5, 2, 0))
+	_, err := charge(ctx, st, op("k2", "task_1", "alice", 5, 2, 0))
 	var be *policy.BudgetExceededError
 	if !errors.As(err, &be) || be.Scope != "task/task_1" || be.Dimension != "calls" || be.Used != 4 || be.Requested != 2 || be.Limit != 5 {
 		t.Fatalf("over the limit: err = %v, want BudgetExceededError on task calls", err)
 	}
 	// Nothing was charged: not the requester, and k2 is free for a charge
 	// that fits.
-	res, err := st.Charge(ctx, op("k2", "task_1", "alice", 5, 1, 0))
+	res, err := charge(ctx, st, op("k2", "task_1", "alice", 5, 1, 0))
 	if err != nil || res.Replayed || res.Task.GetUsedCalls() != 5 || res.Requester.GetUsedCalls() != 5 {
 		t.Errorf("charge after refusal = %+v, %v; want 5 calls used on both budgets", res, err)
 	}
@@ -178,14 +190,14 @@ func testChargeRefused(t *testing.T, st policy.Store) {
 
 func testChargeIdempotency(t *testing.T, st policy.Store) {
 	ctx := context.Background()
-	if _, err := st.Charge(ctx, op("k1", "task_1", "alice", 5, 2, 10)); err != nil {
+	if _, err := charge(ctx, st, op("k1", "task_1", "alice", 5, 2, 10)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := st.Charge(ctx, op("k1", "task_1", "alice", 5, 2, 10))
+	res, err := charge(ctx, st, op("k1", "task_1", "alice", 5, 2, 10))
 	if err != nil || !res.Replayed || res.Task.GetUsedCalls() != 2 {
 		t.Errorf("replay = %+v, %v; want replayed with 2 calls used", res, err)
 	}
-	if _, err := st.Charge(ctx, op("k1", "task_1", "alice", 5, 3, 10)); !errors.Is(err, policy.ErrIdempotencyConflict) {
+	if _, err := charge(ctx, st, op("k1", "task_1", "alice", 5, 3, 10)); !errors.Is(err, policy.ErrIdempotencyConflict) {
 		t.Errorf("reuse with other amounts: err = %v, want ErrIdempotencyConflict", err)
 	}
 }
@@ -200,7 +212,7 @@ func testConcurrentCharges(t *testing.T, st policy.Store) {
 	ok, refused := 0, 0
 	for i := range n {
 		wg.Go(func() {
-			_, err := st.Charge(ctx, op(fmt.Sprintf("k%d", i), "task_1", "alice", limit, 1, 7))
+			_, err := charge(ctx, st, op(fmt.Sprintf("k%d", i), "task_1", "alice", limit, 1, 7))
 			var be *policy.BudgetExceededError
 			mu.Lock()
 			defer mu.Unlock()
@@ -218,7 +230,7 @@ func testConcurrentCharges(t *testing.T, st policy.Store) {
 	if ok != limit || refused != n-limit {
 		t.Errorf("%d charged, %d refused; want %d and %d", ok, refused, limit, n-limit)
 	}
-	res, err := st.Charge(ctx, op("k0", "task_1", "alice", limit, 1, 7))
+	res, err := charge(ctx, st, op("k0", "task_1", "alice", limit, 1, 7))
 	if err != nil && !errors.As(err, new(*policy.BudgetExceededError)) {
 		t.Fatal(err)
 	}
@@ -237,7 +249,7 @@ func testConcurrentReplays(t *testing.T, st policy.Store) {
 	applied := 0
 	for range 50 {
 		wg.Go(func() {
-			res, err := st.Charge(ctx, op("same", "task_1", "alice", 100, 1, 0))
+			res, err := charge(ctx, st, op("same", "task_1", "alice", 100, 1, 0))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -255,6 +267,105 @@ func testConcurrentReplays(t *testing.T, st policy.Store) {
 	wg.Wait()
 	if applied != 1 {
 		t.Errorf("charge applied %d times, want 1", applied)
+	}
+}
+
+// testChargeBatch charges several ops in one step: each sees what the ones
+// before it charged, and each result is the budgets just after it.
+func testChargeBatch(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	res, err := st.Charge(ctx,
+		op("k1", "task_1", "alice", 5, 2, 100),
+		op("k1", "task_2", "alice", 5, 3, 0),
+		op("k1", "task_1", "alice", 5, 2, 100), // the first again: a replay
+		op("k2", "task_1", "alice", 5, 1, 0),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		replayed          bool
+		task, requester   int64
+		taskResponseBytes int64
+	}{{false, 2, 2, 100}, {false, 3, 5, 0}, {true, 2, 5, 100}, {false, 3, 6, 100}}
+	if len(res) != len(want) {
+		t.Fatalf("%d results, want %d", len(res), len(want))
+	}
+	for i, w := range want {
+		r := res[i]
+		if r.Replayed != w.replayed || r.Task.GetUsedCalls() != w.task || r.Requester.GetUsedCalls() != w.requester || r.Task.GetUsedResponseBytes() != w.taskResponseBytes {
+			t.Errorf("result %d: replayed %t, task %d calls %d bytes, requester %d calls; want %+v",
+				i, r.Replayed, r.Task.GetUsedCalls(), r.Task.GetUsedResponseBytes(), r.Requester.GetUsedCalls(), w)
+		}
+	}
+	// What the batch charged is stored: the same charges again are replays.
+	again, err := charge(ctx, st, op("k2", "task_1", "alice", 5, 1, 0))
+	if err != nil || !again.Replayed || again.Task.GetUsedCalls() != 3 || again.Requester.GetUsedCalls() != 6 {
+		t.Errorf("replay after the batch = %+v, %v; want replayed, task 3 calls, requester 6", again, err)
+	}
+}
+
+// testChargeBatchAllOrNone: one refused op (over a limit, or a key reused
+// within the batch) leaves every budget and key as it was.
+func testChargeBatchAllOrNone(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	_, err := st.Charge(ctx, op("k1", "task_1", "alice", 5, 2, 0), op("k2", "task_2", "alice", 5, 6, 0))
+	var be *policy.BudgetExceededError
+	if !errors.As(err, &be) || be.Scope != "task/task_2" || be.Dimension != "calls" || be.Requested != 6 {
+		t.Fatalf("batch over a limit: err = %v, want BudgetExceededError on task_2 calls", err)
+	}
+	_, err = st.Charge(ctx, op("k3", "task_1", "alice", 5, 1, 0), op("k3", "task_1", "alice", 5, 2, 0))
+	if !errors.Is(err, policy.ErrIdempotencyConflict) {
+		t.Fatalf("batch reusing a key: err = %v, want ErrIdempotencyConflict", err)
+	}
+	for _, k := range []string{"k1", "k3"} {
+		res, err := charge(ctx, st, op(k, "task_1", "alice", 5, 1, 0))
+		if err != nil || res.Replayed {
+			t.Errorf("%s after the refused batches = %+v, %v; want a first charge", k, res, err)
+		}
+	}
+	res, err := charge(ctx, st, op("k4", "task_2", "alice", 5, 1, 0))
+	if err != nil || res.Task.GetUsedCalls() != 1 || res.Requester.GetUsedCalls() != 3 {
+		t.Errorf("charge after the refused batches = %+v, %v; want task_2 1 call, requester 3", res, err)
+	}
+}
+
+// testConcurrentBatches sends ten batches of five one-call charges at a
+// task budget of 30 calls at once: exactly six batches are charged, whole.
+func testConcurrentBatches(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	const batches, size, limit = 10, 5, 30
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	for b := range batches {
+		wg.Go(func() {
+			ops := make([]policy.ChargeOp, size)
+			for i := range ops {
+				ops[i] = op(fmt.Sprintf("b%d-%d", b, i), "task_1", "alice", limit, 1, 0)
+			}
+			_, err := st.Charge(ctx, ops...)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case !errors.As(err, new(*policy.BudgetExceededError)):
+				t.Errorf("batch %d: %v", b, err)
+			}
+		})
+	}
+	wg.Wait()
+	if ok != limit/size {
+		t.Errorf("%d batches charged, want %d", ok, limit/size)
+	}
+	var be *policy.BudgetExceededError
+	if _, err := charge(ctx, st, op("last", "task_1", "alice", limit, 1, 0)); !errors.As(err, &be) || be.Used != limit {
+		t.Errorf("task budget after the race: err = %v, want exceeded with %d calls used", err, limit)
+	}
+	res, err := charge(ctx, st, op("other", "task_2", "alice", limit, 1, 0))
+	if err != nil || res.Requester.GetUsedCalls() != limit+1 {
+		t.Errorf("requester budget after the race = %+v, %v; want %d calls used", res, err, limit+1)
 	}
 }
 
