@@ -175,10 +175,7 @@ var errExited = errors.New("hydra exited before it was ready")
 // ready. On failure it leaves no process behind.
 func (s *Server) run(t testing.TB, bin string, cfg config, hookURL string) error {
 	t.Helper()
-	publicPort, adminPort, err := freePorts()
-	if err != nil {
-		return err
-	}
+	publicPort, adminPort := freePorts(t)
 	s.issuer = "http://127.0.0.1:" + strconv.Itoa(publicPort) + "/"
 	s.public = "http://127.0.0.1:" + strconv.Itoa(publicPort)
 	s.admin = "http://127.0.0.1:" + strconv.Itoa(adminPort)
@@ -288,18 +285,14 @@ func (s *Server) waitReady(ctx context.Context, exited <-chan struct{}) error {
 	return nil
 }
 
-// freePorts returns two distinct loopback ports that were free a moment ago.
-func freePorts() (int, int, error) {
-	var ports [2]int
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, 0, err
-		}
-		defer ln.Close()
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-	}
-	return ports[0], ports[1], nil
+// freePorts returns two distinct loopback ports below the ephemeral range
+// that were free a moment ago (see testkit.ListenLoopback).
+func freePorts(t testing.TB) (public, admin int) {
+	t.Helper()
+	a, b := testkit.ListenLoopback(t), testkit.ListenLoopback(t)
+	defer a.Close()
+	defer b.Close()
+	return a.Addr().(*net.TCPAddr).Port, b.Addr().(*net.TCPAddr).Port
 }
 
 // Issuer returns the issuer URL exactly as it appears in tokens' iss claim

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // InstallCommand is what makes redis-server available on Debian/Ubuntu.
@@ -60,11 +62,9 @@ func StartServer(t testing.TB) *Server {
 		}
 		t.Skip("SKIPPING REDIS TESTS: " + msg)
 	}
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{bin: bin, dir: t.TempDir(), port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	port := testkit.ListenLoopback(t)
+	port.Close()
+	s := &Server{bin: bin, dir: t.TempDir(), port: port.Addr().(*net.TCPAddr).Port, Addr: port.Addr().String()}
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -163,18 +163,6 @@ func (s *Server) logTail() string {
 		b = b[len(b)-2000:]
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// freePort asks the kernel for a free loopback port. Another process could
-// take it before redis-server binds it; ping then checks the process id so
-// a test never talks to a stranger's server.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("redistest: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // ping sends inline PING and INFO commands with no client library, so the
