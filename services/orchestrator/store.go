@@ -198,15 +198,17 @@ func (f Fence) fenced(current int64) bool {
 	return f.Generation != 0 && (current == 0 || current > f.Generation)
 }
 
-// leaseGenerationTTL is how long a store keeps a request's lease
+// leaseGenerationTTL is how long the Redis store keeps a request's lease
 // generation after its lease was last taken or renewed (at least three
-// lease ttls): a live lease keeps it, and a store does not hold a record
-// for every request ever leased. Generations come from one counter per
-// store, so a lease taken after the record ended still gets a newer one.
+// lease ttls; the embedded store keeps them less, see
+// boltGenerationKeep): a live lease keeps it, and a store does not hold a
+// record for every request ever leased. Generations come from one counter
+// per store, so a lease taken after the record ended still gets a newer
+// one.
 const leaseGenerationTTL = 24 * time.Hour
 
-// generationTTL is how long a generation taken or renewed with lease ttl
-// is kept.
+// generationTTL is how long the Redis store keeps a generation taken or
+// renewed with lease ttl.
 func generationTTL(ttl time.Duration) time.Duration { return max(leaseGenerationTTL, 3*ttl) }
 
 // Creation is what CreateRequestEmit found or did.

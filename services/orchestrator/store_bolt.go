@@ -36,14 +36,25 @@ type boltStore struct {
 	leases  map[string]boltLease // see AcquireLease
 	gens    map[string]boltGen   // request id -> newest lease generation
 	lastGen int64                // the newest generation of any request
+	genKeep time.Duration        // see boltGenerationKeep
 	pruned  time.Time            // when gens last lost those that ended
 	swept   time.Time            // when leases last lost those that expired
 }
 
 // NewBoltStore returns the Store backed by the embedded bbolt file.
 func NewBoltStore(db *store.DB) Store {
-	return &boltStore{db: db, leases: map[string]boltLease{}, gens: map[string]boltGen{}}
+	return &boltStore{db: db, leases: map[string]boltLease{}, gens: map[string]boltGen{}, genKeep: boltGenerationKeep}
 }
+
+// boltGenerationKeep is how long the embedded store keeps a request's
+// lease generation after its lease was last taken or renewed (at least
+// three lease ttls; Redis keeps them leaseGenerationTTL, a day, for
+// replicas that may pause that long). A bbolt file is open in one process
+// only: a writer of this process stalled longer than this is fenced (a
+// forgotten generation fences every write under it) and recovery takes
+// its request again. Keeping a day here held some 100 bytes in memory for
+// every call of the last day.
+const boltGenerationKeep = 10 * time.Minute
 
 func requestKey(taskID, providerCallID string) string { return taskID + "\x00" + providerCallID }
 
@@ -463,7 +474,7 @@ type boltLease struct {
 }
 
 // boltGen is a request's newest lease generation, kept until kept (see
-// leaseGenerationTTL).
+// boltGenerationKeep).
 type boltGen struct {
 	gen  int64
 	kept time.Time
@@ -479,7 +490,7 @@ func (b *boltStore) gen(requestID string, now time.Time) int64 {
 
 // pruneGens forgets, once in a while, the generations kept no more.
 func (b *boltStore) pruneGens(now time.Time) {
-	if now.Sub(b.pruned) < leaseGenerationTTL/24 {
+	if now.Sub(b.pruned) < min(leaseSweep, b.genKeep) {
 		return
 	}
 	b.pruned = now
@@ -527,7 +538,7 @@ func (b *boltStore) AcquireLease(_ context.Context, requestID, owner string, gen
 		b.lastGen++
 		gen = b.lastGen
 	}
-	b.gens[requestID] = boltGen{gen: gen, kept: now.Add(generationTTL(ttl))}
+	b.gens[requestID] = boltGen{gen: gen, kept: now.Add(max(b.genKeep, 3*ttl))}
 	b.leases[requestID] = boltLease{owner: owner, expiry: now.Add(ttl)}
 	return gen, nil
 }
