@@ -124,16 +124,16 @@ func (r *redisPolicyStore) Charge(ctx context.Context, ops ...ChargeOp) ([]Charg
 	// no charge is ever lost or applied twice.
 	var keys []string
 	budgetAt, chargeAt := map[string]int{}, map[string]int{}
-	slot := func(at map[string]int, name, kind, id string) {
-		if _, ok := at[name]; !ok {
-			at[name] = len(keys)
+	slot := func(at map[string]int, kind, id string) {
+		if _, ok := at[id]; !ok {
+			at[id] = len(keys)
 			keys = append(keys, r.k.Key(kind, id))
 		}
 	}
 	for _, op := range ops {
-		slot(budgetAt, op.Task.GetScope(), "budget", op.Task.GetScope())
-		slot(budgetAt, op.Requester.GetScope(), "budget", op.Requester.GetScope())
-		slot(chargeAt, op.Key, "charge", op.Key)
+		slot(budgetAt, "budget", op.Task.GetScope())
+		slot(budgetAt, "budget", op.Requester.GetScope())
+		slot(chargeAt, "charge", op.Key)
 		// A charge's idempotency key is new but for a replay, which the
 		// transaction finds out.
 		r.spec.Expect(keys[chargeAt[op.Key]], nil)
