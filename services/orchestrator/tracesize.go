@@ -41,7 +41,9 @@ func truncationMarker(n int) string {
 }
 
 // traceBatches bounds each event and splits evs, in order, into batches of
-// at most maxTraceBatchBytes (an event alone is always a batch).
+// at most maxTraceBatchBytes (an event alone is always a batch) and
+// tracesend.MaxEvents events, what one AppendTraces may carry: a longer
+// batch would be refused whole and then sent one event at a time.
 func traceBatches(evs []*evidencev1.TraceEvent) [][]*evidencev1.TraceEvent {
 	var (
 		out  [][]*evidencev1.TraceEvent
@@ -51,7 +53,7 @@ func traceBatches(evs []*evidencev1.TraceEvent) [][]*evidencev1.TraceEvent {
 	for _, ev := range evs {
 		boundTraceEvent(ev)
 		n := proto.Size(ev)
-		if len(cur) > 0 && size+n > maxTraceBatchBytes {
+		if len(cur) > 0 && (size+n > maxTraceBatchBytes || len(cur) == tracesend.MaxEvents) {
 			out, cur, size = append(out, cur), nil, 0
 		}
 		cur = append(cur, ev)

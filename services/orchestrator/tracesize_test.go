@@ -8,7 +8,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
+
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
 func TestBoundTraceEvent(t *testing.T) {
@@ -36,6 +39,48 @@ func TestBoundTraceEvent(t *testing.T) {
 			}
 			if len(got) > maxTraceDetail || !strings.Contains(got, "[truncated: ") || !utf8.ValidString(got) {
 				t.Fatalf("cut detail: %d bytes, valid UTF-8 %v, ends %q", len(got), utf8.ValidString(got), got[max(0, len(got)-40):])
+			}
+		})
+	}
+}
+
+// TestTraceBatchesFitOneAppend: a flush is split, in order, into batches
+// evidence takes in one AppendTraces (at most tracesend.MaxEvents events
+// and maxTraceBatchBytes bytes each), losing no event.
+func TestTraceBatchesFitOneAppend(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		events int
+		detail int
+	}{
+		{"many small events", 2*tracesend.MaxEvents + 3, 10},
+		{"few large events", 40, maxTraceDetail},
+		{"one event", 1, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			evs := make([]*evidencev1.TraceEvent, tc.events)
+			for i := range evs {
+				evs[i] = &evidencev1.TraceEvent{Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{
+					Detail: fmt.Sprintf("%04d ", i) + strings.Repeat("x", tc.detail)}}}
+			}
+			next := 0
+			for _, batch := range traceBatches(evs) {
+				size := 0
+				for _, ev := range batch {
+					size += proto.Size(ev)
+					if want := fmt.Sprintf("%04d ", next); !strings.HasPrefix(ev.GetProduct().GetDetail(), want) {
+						t.Fatalf("event %d out of order: starts %q", next, ev.GetProduct().GetDetail()[:5])
+					}
+					next++
+				}
+				if len(batch) == 0 || len(batch) > tracesend.MaxEvents || (len(batch) > 1 && size > maxTraceBatchBytes) {
+					t.Errorf("a batch of %d events, %d bytes; want 1 to %d events within %d bytes", len(batch), size, tracesend.MaxEvents, maxTraceBatchBytes)
+				}
+			}
+			if next != tc.events {
+				t.Errorf("batches carry %d events, want %d", next, tc.events)
 			}
 		})
 	}
