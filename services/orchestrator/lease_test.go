@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -75,27 +76,42 @@ func TestLeaseRidesTheCallsWrites(t *testing.T) {
 }
 
 // The embedded store forgets leases that expired (an executed request's
-// is left to expire), so its lease table does not grow with every call.
-func TestBoltStoreForgetsExpiredLeases(t *testing.T) {
+// is left to expire) and, after boltGenerationKeep (shortened here), their
+// generations, so memory does not grow with every call; a write under a
+// forgotten generation is fenced, and a new lease still gets a newer one.
+func TestBoltStoreForgetsEndedLeases(t *testing.T) {
 	t.Parallel()
 	b := newBoltStore(t).(*boltStore)
+	b.genKeep = 20 * time.Millisecond
 	ctx := t.Context()
-	if gen, err := b.AcquireLease(ctx, "req_done", "replica_a", 0, time.Millisecond); err != nil || gen == 0 {
-		t.Fatalf("AcquireLease = %d, %v", gen, err)
+	old, err := b.AcquireLease(ctx, "req_done", "replica_a", 0, time.Millisecond)
+	if err != nil || old == 0 {
+		t.Fatalf("AcquireLease = %d, %v", old, err)
 	}
-	time.Sleep(2 * time.Millisecond) // past its ttl
+	if err := b.fence(Fence{RequestID: "req_done", Generation: old}); err != nil {
+		t.Fatalf("a write under a kept generation: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond) // past its ttl and the keep
+	gen, err := b.AcquireLease(ctx, "req_next", "replica_a", 0, time.Hour)
+	if err != nil || gen <= old {
+		t.Fatalf("AcquireLease = %d, %v; want a generation newer than %d", gen, err, old)
+	}
 	b.leaseMu.Lock()
-	b.swept = time.Time{} // a sweep is due
+	_, leased := b.leases["req_done"]
+	_, live := b.leases["req_next"]
+	_, kept := b.gens["req_done"]
+	gens := len(b.gens)
 	b.leaseMu.Unlock()
-	if gen, err := b.AcquireLease(ctx, "req_next", "replica_a", 0, time.Hour); err != nil || gen == 0 {
-		t.Fatalf("AcquireLease = %d, %v", gen, err)
-	}
-	b.leaseMu.Lock()
-	defer b.leaseMu.Unlock()
-	if _, ok := b.leases["req_done"]; ok {
+	if leased {
 		t.Error("an expired lease is still held in memory after a sweep")
 	}
-	if _, ok := b.leases["req_next"]; !ok {
+	if !live {
 		t.Error("a live lease was forgotten")
+	}
+	if kept || gens != 1 {
+		t.Errorf("generations kept: %d (req_done kept: %t); want only req_next's", gens, kept)
+	}
+	if err := b.fence(Fence{RequestID: "req_done", Generation: old}); !errors.Is(err, ErrFenced) {
+		t.Errorf("a write under a forgotten generation: %v, want ErrFenced", err)
 	}
 }

@@ -37,8 +37,7 @@ type boltStore struct {
 	gens    map[string]boltGen   // request id -> newest lease generation
 	lastGen int64                // the newest generation of any request
 	genKeep time.Duration        // see boltGenerationKeep
-	pruned  time.Time            // when gens last lost those that ended
-	swept   time.Time            // when leases last lost those that expired
+	pruned  time.Time            // when leases and gens last lost those that ended
 }
 
 // NewBoltStore returns the Store backed by the embedded bbolt file.
@@ -488,32 +487,26 @@ func (b *boltStore) gen(requestID string, now time.Time) int64 {
 	return 0
 }
 
-// pruneGens forgets, once in a while, the generations kept no more.
-func (b *boltStore) pruneGens(now time.Time) {
+// leaseSweep is how often the leases that expired and the generations
+// kept no more are forgotten: a settled request's lease is left to expire
+// (see lease.settled).
+const leaseSweep = time.Minute
+
+// prune forgets, once in a while, the leases that expired and the
+// generations kept no more.
+func (b *boltStore) prune(now time.Time) {
 	if now.Sub(b.pruned) < min(leaseSweep, b.genKeep) {
 		return
 	}
 	b.pruned = now
-	for id, g := range b.gens {
-		if !g.kept.After(now) {
-			delete(b.gens, id)
-		}
-	}
-}
-
-// leaseSweep is how often the leases that expired are forgotten: a
-// settled request's lease is left to expire (see lease.settled).
-const leaseSweep = time.Minute
-
-// pruneLeases forgets, once in a while, the leases that expired.
-func (b *boltStore) pruneLeases(now time.Time) {
-	if now.Sub(b.swept) < leaseSweep {
-		return
-	}
-	b.swept = now
 	for id, l := range b.leases {
 		if !l.expiry.After(now) {
 			delete(b.leases, id)
+		}
+	}
+	for id, g := range b.gens {
+		if !g.kept.After(now) {
+			delete(b.gens, id)
 		}
 	}
 }
@@ -522,7 +515,7 @@ func (b *boltStore) AcquireLease(_ context.Context, requestID, owner string, gen
 	b.leaseMu.Lock()
 	defer b.leaseMu.Unlock()
 	now := time.Now()
-	b.pruneLeases(now)
+	b.prune(now)
 	cur, ok := b.leases[requestID]
 	live := ok && cur.expiry.After(now)
 	if gen != 0 {
@@ -534,7 +527,6 @@ func (b *boltStore) AcquireLease(_ context.Context, requestID, owner string, gen
 		if live && cur.owner != owner {
 			return 0, nil // another owner's lease is live
 		}
-		b.pruneGens(now)
 		b.lastGen++
 		gen = b.lastGen
 	}

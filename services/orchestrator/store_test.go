@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -215,41 +214,5 @@ func TestSaveAttemptNeverMovesStageBackwards(t *testing.T) {
 	}
 	if _, err := st.SaveAttempt(ctx, "req_missing", &orchestratorv1.Attempt{Id: "att_1"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("save on a missing request = %v, want ErrNotFound", err)
-	}
-}
-
-// TestBoltForgetsEndedLeaseGenerations: the embedded store keeps a
-// request's lease generation only for a while after its lease was last
-// taken or renewed (boltGenerationKeep, shortened here), so memory does
-// not grow with every call ever leased; a write under a generation it
-// forgot is fenced, and a new lease still gets a newer generation.
-func TestBoltForgetsEndedLeaseGenerations(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st, _ := openStore(t, filepath.Join(t.TempDir(), "orch.db"))
-	b := st.(*boltStore)
-	b.genKeep = 20 * time.Millisecond
-	old, err := b.AcquireLease(ctx, "req_old", "replica_a", 0, time.Millisecond)
-	if err != nil || old == 0 {
-		t.Fatalf("lease: %d, %v", old, err)
-	}
-	if err := b.fence(Fence{RequestID: "req_old", Generation: old}); err != nil {
-		t.Fatalf("a write under a kept generation: %v", err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	// Taking any lease prunes what is no longer kept.
-	gen, err := b.AcquireLease(ctx, "req_new", "replica_a", 0, time.Hour)
-	if err != nil || gen <= old {
-		t.Fatalf("a new lease = generation %d, %v; want one newer than %d", gen, err, old)
-	}
-	b.leaseMu.Lock()
-	_, kept := b.gens["req_old"]
-	n := len(b.gens)
-	b.leaseMu.Unlock()
-	if kept || n != 1 {
-		t.Errorf("generations kept: %d (req_old kept: %t); want only req_new's", n, kept)
-	}
-	if err := b.fence(Fence{RequestID: "req_old", Generation: old}); !errors.Is(err, ErrFenced) {
-		t.Errorf("a write under a forgotten generation: %v, want ErrFenced", err)
 	}
 }
