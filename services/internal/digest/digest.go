@@ -6,6 +6,7 @@ package digest
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf16"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -83,13 +85,91 @@ func Strings(strs ...string) string {
 	return Bytes(buf.Bytes())
 }
 
-// CanonicalValue marshals v to JSON and returns its canonical form.
+// CanonicalValue marshals v to JSON and returns its canonical form. A
+// value made of the types JSON decodes to (maps of strings to values,
+// lists, strings, numbers, booleans, nil), as arguments and schemas are,
+// is written in canonical form directly; any other is marshalled and
+// parsed again first. Both give the same bytes.
 func CanonicalValue(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	if ok, err := writeDirect(&buf, v); ok || err != nil {
+		return buf.Bytes(), err
+	}
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("digest: marshal: %w", err)
 	}
 	return Canonical(raw)
+}
+
+// writeDirect writes v in canonical form if it is made only of the types
+// JSON decodes to (and []string and integers), and reports false, having written
+// something or not, for any other: the caller then marshals it. A map key
+// that is not valid UTF-8 is left to marshalling too, which replaces its
+// invalid bytes (two keys may then become one).
+func writeDirect(buf *bytes.Buffer, v any) (bool, error) {
+	switch x := v.(type) {
+	case nil, bool, string, json.Number:
+		return true, write(buf, x)
+	case float64:
+		return true, writeNumber(buf, x)
+	// An integer marshals as its decimal digits, which parse to the
+	// nearest float64, as the conversion rounds it.
+	case int:
+		return true, writeNumber(buf, float64(x))
+	case int32:
+		return true, writeNumber(buf, float64(x))
+	case int64:
+		return true, writeNumber(buf, float64(x))
+	case uint32:
+		return true, writeNumber(buf, float64(x))
+	case uint64:
+		return true, writeNumber(buf, float64(x))
+	case []string:
+		buf.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeString(buf, e)
+		}
+		buf.WriteByte(']')
+	case []any:
+		buf.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if ok, err := writeDirect(buf, e); !ok || err != nil {
+				return ok, err
+			}
+		}
+		buf.WriteByte(']')
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			if !utf8.ValidString(k) {
+				return false, nil
+			}
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, compareUTF16)
+		buf.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeString(buf, k)
+			buf.WriteByte(':')
+			if ok, err := writeDirect(buf, x[k]); !ok || err != nil {
+				return ok, err
+			}
+		}
+		buf.WriteByte('}')
+	default:
+		return false, nil
+	}
+	return true, nil
 }
 
 // Canonical returns the RFC 8785 canonical form of a JSON text.
@@ -121,11 +201,7 @@ func write(buf *bytes.Buffer, v any) error {
 		if err != nil {
 			return fmt.Errorf("digest: number %s: %w", x, err)
 		}
-		s, err := formatNumber(f)
-		if err != nil {
-			return err
-		}
-		buf.WriteString(s)
+		return writeNumber(buf, f)
 	case string:
 		writeString(buf, x)
 	case []any:
@@ -144,10 +220,7 @@ func write(buf *bytes.Buffer, v any) error {
 		for k := range x {
 			keys = append(keys, k)
 		}
-		// RFC 8785 §3.2.3: sort by UTF-16 code units.
-		slices.SortFunc(keys, func(a, b string) int {
-			return slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
-		})
+		slices.SortFunc(keys, compareUTF16)
 		buf.WriteByte('{')
 		for i, k := range keys {
 			if i > 0 {
@@ -164,6 +237,42 @@ func write(buf *bytes.Buffer, v any) error {
 		return fmt.Errorf("digest: unexpected JSON type %T", v)
 	}
 	return nil
+}
+
+func writeNumber(buf *bytes.Buffer, f float64) error {
+	s, err := formatNumber(f)
+	if err != nil {
+		return err
+	}
+	buf.WriteString(s)
+	return nil
+}
+
+// compareUTF16 orders two keys by their UTF-16 code units (RFC 8785
+// §3.2.3) without encoding them: a rune outside the Basic Multilingual
+// Plane compares as its surrogate pair, which sorts before U+E000-U+FFFF.
+func compareUTF16(a, b string) int {
+	for a != "" && b != "" {
+		ra, na := utf8.DecodeRuneInString(a)
+		rb, nb := utf8.DecodeRuneInString(b)
+		a, b = a[na:], b[nb:]
+		if ra == rb {
+			continue
+		}
+		ha, la := utf16.EncodeRune(ra)
+		hb, lb := utf16.EncodeRune(rb)
+		if ha == utf8.RuneError { // in the BMP: one code unit
+			ha, la = ra, -1
+		}
+		if hb == utf8.RuneError {
+			hb, lb = rb, -1
+		}
+		if c := cmp.Compare(ha, hb); c != 0 {
+			return c
+		}
+		return cmp.Compare(la, lb)
+	}
+	return cmp.Compare(len(a), len(b))
 }
 
 // formatNumber serializes f as ECMAScript's Number.prototype.toString does

@@ -1,7 +1,11 @@
 package digest
 
 import (
+	"encoding/json"
+	"math"
+	"slices"
 	"testing"
+	"unicode/utf16"
 )
 
 // Vectors from RFC 8785 and its reference implementations.
@@ -104,6 +108,97 @@ func BenchmarkStrings(b *testing.B) {
 	b.Run("Strings", func(b *testing.B) {
 		for b.Loop() {
 			Strings(parts...)
+		}
+	})
+}
+
+// viaJSON is the canonical form of v by way of its marshalled text, as
+// CanonicalValue computes it for a value it cannot write directly.
+func viaJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Canonical(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A value CanonicalValue writes directly digests exactly as its JSON text
+// does: digests stored before the direct path stay the digests it
+// computes.
+func TestCanonicalValueMatchesJSON(t *testing.T) {
+	t.Parallel()
+	for _, v := range []any{
+		nil, true, false, "", "plain", "<html> & \u2028 \x07 \xff invalid", 0.0, math.Copysign(0, -1), 1.0, -1.5, 1e21, 1e-7,
+		333333333.33333329, 123456789012345680000.0, json.Number("4.50"), json.Number("1e3"),
+		[]any{}, []string{}, []string{"a", "\"q\"", "😀"}, map[string]any{},
+		[]any{1.0, "two", nil, []any{map[string]any{"z": 1.0, "a": []any{}}}},
+		map[string]any{
+			"b": 1.0, "a": 2.0, "\u20ac": "euro", "\U0001F600": "emoji", "\uffff": "last of the BMP", "\ue000": "private use",
+			"\u0080": 3.0, "1": true, "": nil, "aa": "longer", "nested": map[string]any{"y": []any{"x"}, "x": false},
+		},
+		// Integers, as limits are digested.
+		map[string]any{"int": 3, "int32": int32(-7), "int64": int64(math.MaxInt64), "uint32": uint32(math.MaxUint32),
+			"uint64": uint64(math.MaxUint64), "above 2^53": int64(1<<53 + 1), "types": []string{}, "flag": true},
+		// Not all JSON-decoded types: marshalled first.
+		map[string]any{"s": []int{1, 2}, "m": map[string]string{"k": "v"}},
+		struct {
+			B string `json:"b"`
+			A int    `json:"a"`
+		}{"x", 1},
+		// Keys that marshalling makes one: left to it.
+		map[string]any{"k\xff": 1.0, "k\xfe": 2.0},
+	} {
+		got, err := CanonicalValue(v)
+		if err != nil {
+			t.Fatalf("CanonicalValue(%#v): %v", v, err)
+		}
+		if want := viaJSON(t, v); string(got) != string(want) {
+			t.Errorf("CanonicalValue(%#v)\n got %s\nwant %s", v, got, want)
+		}
+	}
+}
+
+func TestCanonicalValueRefusesWhatJSONCannotHold(t *testing.T) {
+	t.Parallel()
+	for _, v := range []any{math.NaN(), math.Inf(1), []any{math.Inf(-1)}, map[string]any{"a": math.NaN()}, json.Number("x"), func() {}} {
+		if _, err := CanonicalValue(v); err == nil {
+			t.Errorf("CanonicalValue(%v) = nil error, want error", v)
+		}
+	}
+}
+
+// compareUTF16 orders strings as their UTF-16 encodings compare.
+func TestCompareUTF16(t *testing.T) {
+	t.Parallel()
+	words := []string{"", "a", "aa", "ab", "b", "\u0080", "\u20ac", "\ud7ff", "\ue000", "\uffff", "\U00010000", "\U0001F600", "a\U0001F600", "a\uffff", "\xff"}
+	for _, a := range words {
+		for _, b := range words {
+			want := slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
+			if got := compareUTF16(a, b); got != want {
+				t.Errorf("compareUTF16(%q, %q) = %d, want %d", a, b, got, want)
+			}
+		}
+	}
+}
+
+func BenchmarkCanonicalValue(b *testing.B) {
+	args := map[string]any{"query": "migration", "source": "h_jukb2fxoqsdzliaan6ehcb6skkrso2czdmjhqym4sf3kwa3lnjrq2",
+		"limit": 5.0, "filters": []any{map[string]any{"field": "title", "op": "contains", "value": "rate limits"}}}
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := CanonicalValue(args); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("via-json", func(b *testing.B) {
+		for b.Loop() {
+			viaJSON(b, args)
 		}
 	})
 }
