@@ -6,7 +6,7 @@
 //	v0m3 fixture-server                                  the synthetic "V0M3 Sources" MCP server
 //	v0m3 operator | bridge | rotation                    Kubernetes operator, stdio bridge, rotation state
 //	v0m3 capability | profile apply|list|get|deprecate   declared capabilities and task profiles
-//	v0m3 settle                                          settle an unknown outcome by hand, with evidence
+//	v0m3 settle                                          list unknown outcomes; settle one by hand, with evidence
 //	v0m3 fixture-renderer                                the synthetic "V0M3 Renderer" MCP server
 //	v0m3 bench                                           a governed call's cost beside a direct one
 //
@@ -53,7 +53,7 @@ Declared definitions (as you, with --token):
   profile         apply, list, get or deprecate task profiles: 'v0m3 profile apply -f FILE'
   jwks            print the JWKS an OAuth authorization server trusts for token exchange (from the orchestrator's certificate)
   audit           list the audit log of privileged actions ('--jsonl' exports JSON lines)
-  settle          settle by hand, with evidence, a request whose outcome is unknown
+  settle          list the requests whose outcome is unknown; settle one by hand, with evidence
 
 Kubernetes:
   operator        reconcile MCPServer, Capability and TaskProfile resources into the registry

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,33 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 
 	// By hand, while the renderer stays down.
 	r1 := unknown("call-1")
+	// An operator finds what to settle across every task: the settler
+	// lists r1 with the attempt to examine; people policy does not let
+	// settle it see nothing; the task's requester finds it in her task.
+	awaiting := func(p scenario.Person, task string) ([]string, error) {
+		t.Helper()
+		resp, err := c.Orchestrator.ListRequests(c.as(p), &orchestratorv1.ListRequestsRequest{TaskId: task, AwaitingSettlement: true})
+		var ids []string
+		for _, r := range resp.GetRequests() {
+			ids = append(ids, r.GetId()+"/"+lastAttemptID(r))
+		}
+		return ids, err
+	}
+	want := []string{r1.GetId() + "/" + r1.GetAttempts()[0].GetId()}
+	if got, err := awaiting(settler, "-"); err != nil || !slices.Equal(got, want) {
+		t.Errorf("the settler lists %v, %v awaiting settlement; want %v", got, err, want)
+	}
+	for _, p := range []scenario.Person{scenario.Alice, approver, scenario.Auditor} {
+		if got, err := awaiting(p, "-"); err != nil || len(got) != 0 {
+			t.Errorf("%s lists %v, %v awaiting settlement across tasks; want nothing", p.ID, got, err)
+		}
+	}
+	if got, err := awaiting(scenario.Alice, task); err != nil || !slices.Equal(got, want) {
+		t.Errorf("the requester lists %v, %v awaiting settlement in her task; want %v", got, err, want)
+	}
+	if _, err := c.Orchestrator.ListRequests(c.as(settler), &orchestratorv1.ListRequestsRequest{TaskId: "-"}); !apierror.Is(err, codes.InvalidArgument, "TASK_WILDCARD_UNSUPPORTED") {
+		t.Errorf(`listing every task's requests without awaiting_settlement: %v, want INVALID_ARGUMENT TASK_WILDCARD_UNSUPPORTED`, err)
+	}
 	artifact := "sha256:" + strings.Repeat("c", 64)
 	in := &orchestratorv1.SettleRequestRequest{RequestId: r1.GetId(), AttemptId: r1.GetAttempts()[0].GetId(),
 		Settlement: orchestratorv1.Settlement_SETTLEMENT_EXECUTED, ArtifactDigest: artifact, Note: "artifact found in the renderer's work directory"}
@@ -113,6 +141,9 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 	}
 	if evs := settledIn(r1.GetId()); len(evs) != 1 || evs[0].GetReason() != "SETTLED_BY_HAND" || !strings.Contains(evs[0].GetDetail(), settler.ID) {
 		t.Errorf("trace of the settlement = %v", evs)
+	}
+	if got, err := awaiting(settler, "-"); err != nil || len(got) != 0 {
+		t.Errorf("after the settlement the settler lists %v, %v; want nothing left", got, err)
 	}
 	// The audit log names who settled what, and who was refused.
 	audit, err := c.Evidence.ListAuditRecords(c.as(scenario.Auditor), &evidencev1.ListAuditRecordsRequest{Action: "outcome.settle", Resource: "request:" + r1.GetId(), PageSize: 1000})
@@ -164,4 +195,12 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 	if n := env.renders(t); n != 2 {
 		t.Errorf("rendered %d times for two requests, want 2", n)
 	}
+}
+
+// lastAttemptID is the id of r's last attempt, "" without one.
+func lastAttemptID(r *orchestratorv1.ToolRequest) string {
+	if n := len(r.GetAttempts()); n > 0 {
+		return r.GetAttempts()[n-1].GetId()
+	}
+	return ""
 }

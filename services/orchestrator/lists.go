@@ -7,9 +7,11 @@ import (
 
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/paging"
 	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // Lists read everything they may show from the store and page it (see
@@ -67,13 +69,20 @@ func (s *Server) ListTasks(ctx context.Context, req *orchestratorv1.ListTasksReq
 	return &orchestratorv1.ListTasksResponse{Tasks: page, NextPageToken: next}, nil
 }
 
-// ListRequests returns a task's requests (in one state, when asked),
-// oldest first.
+// allTasks is the task id that reads across every task (AIP-159).
+const allTasks = "-"
+
+// ListRequests returns a task's requests (in one state, or awaiting
+// settlement, when asked), oldest first; with task id "-", the requests
+// awaiting settlement the caller may settle, across every task.
 func (s *Server) ListRequests(ctx context.Context, req *orchestratorv1.ListRequestsRequest) (*orchestratorv1.ListRequestsResponse, error) {
-	if req.GetTaskId() == "" {
+	switch req.GetTaskId() {
+	case "":
 		return nil, missing("task_id")
+	case allTasks:
+		return s.listAwaitingSettlement(ctx, req)
 	}
-	filter := paging.Filter("task_id", req.GetTaskId(), "state", req.GetState().String())
+	filter := requestFilter(req)
 	if _, err := paging.After(req, filter); err != nil {
 		return nil, err
 	}
@@ -84,14 +93,93 @@ func (s *Server) ListRequests(ctx context.Context, req *orchestratorv1.ListReque
 	if err != nil {
 		return nil, s.internal(ctx, "list requests", err)
 	}
-	if st := req.GetState(); st != orchestratorv1.RequestState_REQUEST_STATE_UNSPECIFIED {
-		rs = slices.DeleteFunc(rs, func(r *orchestratorv1.ToolRequest) bool { return r.GetState() != st })
-	}
+	rs = slices.DeleteFunc(rs, func(r *orchestratorv1.ToolRequest) bool { return !requestMatches(req, r) })
 	page, next, err := paging.Page(req, filter, rs, requestOrder)
 	if err != nil {
 		return nil, err
 	}
 	return &orchestratorv1.ListRequestsResponse{Requests: page, NextPageToken: next}, nil
+}
+
+// listAwaitingSettlement lists, across every task, the requests whose
+// unknown outcome the caller may settle, read from the store's index of
+// unsettled requests: policy decides each as SettleRequest would
+// (request.settle with the task's attributes and the capability), so a
+// caller who may settle nothing gets an empty list. Only this filter reads
+// across tasks: any other would read every request of every task.
+func (s *Server) listAwaitingSettlement(ctx context.Context, req *orchestratorv1.ListRequestsRequest) (*orchestratorv1.ListRequestsResponse, error) {
+	if !req.GetAwaitingSettlement() {
+		return nil, apierror.InvalidArgument("TASK_WILDCARD_UNSUPPORTED",
+			`task_id "-" (every task) lists only the requests awaiting settlement: set awaiting_settlement, or name one task`,
+			apierror.FieldViolation{Field: "task_id", Description: `a task id, or "-" with awaiting_settlement`})
+	}
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	filter := requestFilter(req, "caller", c.ID)
+	if _, err := paging.After(req, filter); err != nil {
+		return nil, err
+	}
+	rs, err := s.st.ListUnsettledRequests(ctx)
+	if err != nil {
+		return nil, s.internal(ctx, "list unsettled requests", err)
+	}
+	tasks := map[string]*orchestratorv1.Task{}
+	var out []*orchestratorv1.ToolRequest
+	for _, r := range rs {
+		if !requestMatches(req, r) {
+			continue
+		}
+		t, ok := tasks[r.GetTaskId()]
+		if !ok {
+			if t, err = s.st.GetTask(ctx, r.GetTaskId()); err != nil {
+				return nil, s.internal(ctx, "load task", err)
+			}
+			tasks[r.GetTaskId()] = t
+		}
+		ok, err := s.allowedOn(ctx, authz.RequestSettle, t, r)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, r)
+		}
+	}
+	page, next, err := paging.Page(req, filter, out, requestOrder)
+	if err != nil {
+		return nil, err
+	}
+	return &orchestratorv1.ListRequestsResponse{Requests: page, NextPageToken: next}, nil
+}
+
+// requestFilter names a ListRequests call's filters, and the extra
+// name/value pairs, for its page tokens.
+func requestFilter(req *orchestratorv1.ListRequestsRequest, extra ...string) string {
+	pairs := []string{"task_id", req.GetTaskId(), "state", req.GetState().String()}
+	if req.GetAwaitingSettlement() {
+		// Named only when set, so tokens of calls without it stay valid.
+		pairs = append(pairs, "awaiting_settlement", "true")
+	}
+	return paging.Filter(append(pairs, extra...)...)
+}
+
+// requestMatches reports whether r passes a ListRequests call's filters.
+func requestMatches(req *orchestratorv1.ListRequestsRequest, r *orchestratorv1.ToolRequest) bool {
+	if st := req.GetState(); st != orchestratorv1.RequestState_REQUEST_STATE_UNSPECIFIED && r.GetState() != st {
+		return false
+	}
+	return !req.GetAwaitingSettlement() || awaitingSettlement(r)
+}
+
+// allowedOn reports whether policy lets the caller take action on request
+// r of task t, asked as the action's own RPC asks (the task's attributes
+// and the capability), so that a list shows what the caller could act on.
+func (s *Server) allowedOn(ctx context.Context, action string, t *orchestratorv1.Task, r *orchestratorv1.ToolRequest) (bool, error) {
+	attrs := taskAttributes(t)
+	attrs["capability"] = r.GetCapability()
+	_, ref, err := s.authz.Check(ctx, action, authz.Resource{Type: "request", ID: r.GetId()}, attrs)
+	return ref == nil, err
 }
 
 // ListPendingApprovals returns the requests of active tasks waiting for a
@@ -138,13 +226,10 @@ func (s *Server) ListPendingApprovals(ctx context.Context, req *orchestratorv1.L
 			}
 			// Each request is asked about as Approve would ask, so a
 			// policy on any of its attributes is honoured.
-			attrs := taskAttributes(t)
-			attrs["capability"] = r.GetCapability()
-			_, ref, err := s.authz.Check(ctx, authz.RequestApprove, authz.Resource{Type: "request", ID: r.GetId()}, attrs)
+			ok, err := s.allowedOn(ctx, authz.RequestApprove, t, r)
 			if err != nil {
 				return nil, err
 			}
-			ok := ref == nil
 			if ok {
 				pending = append(pending, r)
 			}
@@ -155,4 +240,32 @@ func (s *Server) ListPendingApprovals(ctx context.Context, req *orchestratorv1.L
 		return nil, err
 	}
 	return &orchestratorv1.ListPendingApprovalsResponse{Requests: page, NextPageToken: next}, nil
+}
+
+// WaitingRequests reads from st, for the metrics, when each request now
+// waiting on a person started to wait: those awaiting approval (since
+// their last change) and those whose unknown outcome awaits settlement
+// (since their attempt ended). Both are in the store's index of unsettled
+// requests.
+func WaitingRequests(st Store) telemetry.WaitingRequests {
+	return func(ctx context.Context) (telemetry.Waiting, error) {
+		rs, err := st.ListUnsettledRequests(ctx)
+		if err != nil {
+			return telemetry.Waiting{}, err
+		}
+		var w telemetry.Waiting
+		for _, r := range rs {
+			switch {
+			case r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL:
+				w.Approvals = append(w.Approvals, r.GetUpdateTime().AsTime())
+			case awaitingSettlement(r):
+				since := lastAttempt(r).GetEndTime()
+				if since == nil {
+					since = r.GetUpdateTime()
+				}
+				w.Settlements = append(w.Settlements, since.AsTime())
+			}
+		}
+		return w, nil
+	}
 }

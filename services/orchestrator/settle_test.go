@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -290,5 +291,66 @@ func TestSettlementTraceWaitsBehindTheOutbox(t *testing.T) {
 	got := details()
 	if len(got) <= before+1 || got[before] != left {
 		t.Fatalf("the request's product events after it became unknown = %q; want the stopped replica's event first, then the settlement's", got[before:])
+	}
+}
+
+// The metrics count the requests waiting on a person as the store holds
+// them: those awaiting approval (since their last change) and those whose
+// unknown outcome awaits settlement (since their attempt ended). A request
+// not yet decided, executed, or failed with a known outcome waits on
+// nobody.
+func TestWaitingRequestsAsTheStoreHoldsThem(t *testing.T) {
+	t.Parallel()
+	redisAddr, _ := redistest.Start(t)
+	for name, open := range map[string]func(*testing.T) Store{
+		"file":  newBoltStore,
+		"redis": func(t *testing.T) Store { return NewRedisStore(redistest.Client(t, redisAddr), redistest.Prefix(t)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st := open(t)
+			ctx := t.Context()
+			waitsSince := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			endedAt := waitsSince.Add(time.Hour)
+			ended := func(id string) []*orchestratorv1.Attempt {
+				return []*orchestratorv1.Attempt{{Id: id, Stage: adapterv1.DeliveryStage_DELIVERY_STAGE_SENT,
+					StartTime: timestamppb.New(endedAt.Add(-time.Minute)), EndTime: timestamppb.New(endedAt)}}
+			}
+			for id, change := range map[string]func(*orchestratorv1.ToolRequest){
+				"req_requested": func(*orchestratorv1.ToolRequest) {},
+				"req_awaiting_approval": func(r *orchestratorv1.ToolRequest) {
+					r.State, r.UpdateTime = orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL, timestamppb.New(waitsSince)
+				},
+				"req_unknown": func(r *orchestratorv1.ToolRequest) {
+					r.State, r.Outcome, r.Attempts = orchestratorv1.RequestState_REQUEST_STATE_FAILED, adapterv1.Outcome_OUTCOME_UNKNOWN, ended("att_u")
+					r.UpdateTime = timestamppb.New(endedAt.Add(time.Hour)) // a later change does not restart the wait
+				},
+				"req_interrupted": func(r *orchestratorv1.ToolRequest) {
+					r.State, r.Outcome, r.Attempts = orchestratorv1.RequestState_REQUEST_STATE_FAILED, adapterv1.Outcome_OUTCOME_INTERRUPTED, ended("att_i")
+				},
+				"req_executed": func(r *orchestratorv1.ToolRequest) {
+					r.State, r.Outcome, r.Attempts = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED, adapterv1.Outcome_OUTCOME_OK, ended("att_e")
+				},
+			} {
+				r := &orchestratorv1.ToolRequest{Id: id, TaskId: "task_1", ProviderCallId: "call_" + id, IntentId: "int_" + id,
+					Capability: "notes.get", State: orchestratorv1.RequestState_REQUEST_STATE_REQUESTED, UpdateTime: timestamppb.Now()}
+				if _, _, err := st.CreateRequest(ctx, r); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.UpdateRequest(ctx, id, func(r *orchestratorv1.ToolRequest) error { change(r); return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w, err := WaitingRequests(st)(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(w.Approvals, []time.Time{waitsSince}, time.Time.Equal) {
+				t.Errorf("awaiting approval since %v, want %v", w.Approvals, waitsSince)
+			}
+			if !slices.EqualFunc(w.Settlements, []time.Time{endedAt}, time.Time.Equal) {
+				t.Errorf("awaiting settlement since %v, want %v", w.Settlements, endedAt)
+			}
+		})
 	}
 }

@@ -436,7 +436,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				FailPoint: cfg.Replica.FailPoint, InternalCallTimeout: cfg.InternalCallTimeout,
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, o.Close)
-			telemetry.ObserveApprovals(waitingApprovals(st))
+			telemetry.ObserveWaiting(orchestrator.WaitingRequests(st))
 			orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
 			if mcpLis != nil {
 				s.serveMCP(ctx, mcpLis, o.MCPHandler(orchestrator.MCPOptions{AllowedHosts: cfg.MCP.AllowedHosts}), creds, log.With("service", name))
@@ -691,24 +691,6 @@ func (s *Suite) ApproveConnection(ctx context.Context, c *registryv1.Connection)
 		return nil, fmt.Errorf("review connection %s: %w", c.GetId(), err)
 	}
 	return r, nil
-}
-
-// waitingApprovals reads, from the orchestrator's store, when each request
-// now awaiting approval started waiting (its last update).
-func waitingApprovals(st orchestrator.Store) telemetry.WaitingApprovals {
-	return func(ctx context.Context) ([]time.Time, error) {
-		open, err := st.ListOpenRequests(ctx)
-		if err != nil {
-			return nil, err
-		}
-		var out []time.Time
-		for _, r := range open {
-			if r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
-				out = append(out, r.GetUpdateTime().AsTime())
-			}
-		}
-		return out, nil
-	}
 }
 
 // mcpTTL is the configured task token lifetime (zero: the default).

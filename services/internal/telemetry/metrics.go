@@ -91,7 +91,7 @@ func init() {
 // registry (the operator's controller-runtime one).
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		GovernedCalls, StageSeconds, RPCs, StoreErrors, approvals,
+		GovernedCalls, StageSeconds, RPCs, StoreErrors, waiting,
 		BudgetCharges, BudgetConsumed, RegistryEvents, MCPSessions, ResponseBytes, LimitRefusals, AuditRecords,
 	}
 }
@@ -101,15 +101,21 @@ func Handler() http.Handler {
 	return promhttp.HandlerFor(Registry, promhttp.HandlerOpts{Registry: Registry})
 }
 
-// WaitingApprovals lists when each tool request now awaiting approval
-// started waiting.
-type WaitingApprovals func(context.Context) ([]time.Time, error)
+// Waiting is when each tool request now waiting on a person started to
+// wait: for an approval, and for the settlement of its unknown outcome.
+type Waiting struct {
+	Approvals   []time.Time
+	Settlements []time.Time
+}
 
-// approvalsCollector reads the waiting approvals from their owner's store
+// WaitingRequests reads the requests now waiting on a person.
+type WaitingRequests func(context.Context) (Waiting, error)
+
+// waitingCollector reads the waiting requests from their owner's store
 // at scrape time, so the numbers are right across replicas and restarts.
-type approvalsCollector struct {
+type waitingCollector struct {
 	mu     sync.Mutex
-	source WaitingApprovals
+	source WaitingRequests
 	now    func() time.Time
 }
 
@@ -118,23 +124,30 @@ var (
 		"Tool requests awaiting approval, as the orchestrator's store holds them at scrape time.", nil, nil)
 	approvalOldestDesc = prometheus.NewDesc("v0m3_approval_oldest_wait_seconds",
 		"Age of the oldest tool request awaiting approval (0 when none waits).", nil, nil)
-	approvals = &approvalsCollector{now: time.Now}
+	settlementsWaitingDesc = prometheus.NewDesc("v0m3_settlements_waiting",
+		"Tool requests whose outcome is unknown and awaits settlement (FAILED / UNKNOWN), as the orchestrator's store holds them at scrape time.", nil, nil)
+	settlementOldestDesc = prometheus.NewDesc("v0m3_settlement_oldest_wait_seconds",
+		"Time since the oldest unknown outcome awaiting settlement became unknown (0 when none waits).", nil, nil)
+	waiting = &waitingCollector{now: time.Now}
 )
 
-// ObserveApprovals makes source the process's account of waiting
-// approvals (the orchestrator registers its store); nil stops it.
-func ObserveApprovals(source WaitingApprovals) {
-	approvals.mu.Lock()
-	defer approvals.mu.Unlock()
-	approvals.source = source
+// ObserveWaiting makes source the process's account of the requests
+// waiting on a person (the orchestrator registers its store); nil stops
+// it.
+func ObserveWaiting(source WaitingRequests) {
+	waiting.mu.Lock()
+	defer waiting.mu.Unlock()
+	waiting.source = source
 }
 
-func (c *approvalsCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *waitingCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- approvalsWaitingDesc
 	ch <- approvalOldestDesc
+	ch <- settlementsWaitingDesc
+	ch <- settlementOldestDesc
 }
 
-func (c *approvalsCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *waitingCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	source := c.source
 	c.mu.Unlock()
@@ -143,17 +156,25 @@ func (c *approvalsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	since, err := source(ctx)
+	w, err := source(ctx)
 	if err != nil {
 		// A scrape that cannot read the store reports nothing rather than
 		// a wrong zero; the store error is counted where it happened.
 		return
 	}
-	oldest := 0.0
 	now := c.now()
-	for _, t := range since {
-		oldest = max(oldest, now.Sub(t).Seconds())
+	for _, m := range []struct {
+		since         []time.Time
+		count, oldest *prometheus.Desc
+	}{
+		{w.Approvals, approvalsWaitingDesc, approvalOldestDesc},
+		{w.Settlements, settlementsWaitingDesc, settlementOldestDesc},
+	} {
+		oldest := 0.0
+		for _, t := range m.since {
+			oldest = max(oldest, now.Sub(t).Seconds())
+		}
+		ch <- prometheus.MustNewConstMetric(m.count, prometheus.GaugeValue, float64(len(m.since)))
+		ch <- prometheus.MustNewConstMetric(m.oldest, prometheus.GaugeValue, oldest)
 	}
-	ch <- prometheus.MustNewConstMetric(approvalsWaitingDesc, prometheus.GaugeValue, float64(len(since)))
-	ch <- prometheus.MustNewConstMetric(approvalOldestDesc, prometheus.GaugeValue, oldest)
 }

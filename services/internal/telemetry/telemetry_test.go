@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel"
@@ -124,5 +125,40 @@ func TestUnaryServer(t *testing.T) {
 	}
 	if labels := governedLabels(&orchestratorv1.ToolRequest{Capability: secret, State: orchestratorv1.RequestState_REQUEST_STATE_REFUSED}); labels[0] != "unresolved" || labels[1] != "refused" {
 		t.Errorf("an unresolved request's labels %v: the model's text became a label", labels)
+	}
+}
+
+// The waiting gauges count what the source read at scrape time and age the
+// oldest of each; a source that cannot read its store reports nothing
+// rather than a wrong zero.
+func TestWaitingGauges(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	c := &waitingCollector{now: func() time.Time { return now }, source: func(context.Context) (Waiting, error) {
+		return Waiting{
+			Approvals:   []time.Time{now.Add(-time.Minute), now.Add(-90 * time.Second)},
+			Settlements: []time.Time{now.Add(-time.Hour)},
+		}, nil
+	}}
+	want := `
+# HELP v0m3_approval_oldest_wait_seconds Age of the oldest tool request awaiting approval (0 when none waits).
+# TYPE v0m3_approval_oldest_wait_seconds gauge
+v0m3_approval_oldest_wait_seconds 90
+# HELP v0m3_approvals_waiting Tool requests awaiting approval, as the orchestrator's store holds them at scrape time.
+# TYPE v0m3_approvals_waiting gauge
+v0m3_approvals_waiting 2
+# HELP v0m3_settlement_oldest_wait_seconds Time since the oldest unknown outcome awaiting settlement became unknown (0 when none waits).
+# TYPE v0m3_settlement_oldest_wait_seconds gauge
+v0m3_settlement_oldest_wait_seconds 3600
+# HELP v0m3_settlements_waiting Tool requests whose outcome is unknown and awaits settlement (FAILED / UNKNOWN), as the orchestrator's store holds them at scrape time.
+# TYPE v0m3_settlements_waiting gauge
+v0m3_settlements_waiting 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	c.source = func(context.Context) (Waiting, error) { return Waiting{}, errors.New("store down") }
+	if n := testutil.CollectAndCount(c); n != 0 {
+		t.Errorf("a failed read reported %d metrics, want none", n)
 	}
 }

@@ -2459,10 +2459,16 @@ func (x *GetRequestRequest) GetId() string {
 // ListRequestsRequest names a task.
 type ListRequestsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Required. Task id, or "-" for every task (AIP-159), which is read only
+	// together with awaiting_settlement (any other use fails
+	// INVALID_ARGUMENT TASK_WILDCARD_UNSUPPORTED) and lists only the
+	// requests the caller may settle.
 	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// Optional. Only requests in this state.
 	State RequestState `protobuf:"varint,4,opt,name=state,proto3,enum=v0m3.orchestrator.v1.RequestState" json:"state,omitempty"`
+	// Optional. Only requests whose outcome is unknown and awaits
+	// settlement (FAILED with outcome UNKNOWN): what SettleRequest settles.
+	AwaitingSettlement bool `protobuf:"varint,5,opt,name=awaiting_settlement,json=awaitingSettlement,proto3" json:"awaiting_settlement,omitempty"`
 	// Optional. Most items to return: 50 when unset or 0, at most 1000
 	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
@@ -2515,6 +2521,13 @@ func (x *ListRequestsRequest) GetState() RequestState {
 		return x.State
 	}
 	return RequestState_REQUEST_STATE_UNSPECIFIED
+}
+
+func (x *ListRequestsRequest) GetAwaitingSettlement() bool {
+	if x != nil {
+		return x.AwaitingSettlement
+	}
+	return false
 }
 
 func (x *ListRequestsRequest) GetPageSize() int32 {
@@ -3591,10 +3604,11 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x0fdocument_digest\x18\x05 \x01(\tR\x0edocumentDigest\x12-\n" +
 	"\x12return_immediately\x18\x06 \x01(\bR\x11returnImmediately\"#\n" +
 	"\x11GetRequestRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xa4\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xd5\x01\n" +
 	"\x13ListRequestsRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x128\n" +
-	"\x05state\x18\x04 \x01(\x0e2\".v0m3.orchestrator.v1.RequestStateR\x05state\x12\x1b\n" +
+	"\x05state\x18\x04 \x01(\x0e2\".v0m3.orchestrator.v1.RequestStateR\x05state\x12/\n" +
+	"\x13awaiting_settlement\x18\x05 \x01(\bR\x12awaitingSettlement\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"}\n" +

@@ -74,7 +74,10 @@ type OrchestratorServiceClient interface {
 	SubmitToolRequest(ctx context.Context, in *SubmitToolRequestRequest, opts ...grpc.CallOption) (*ToolRequest, error)
 	// GetRequest returns one candidate request with its attempts.
 	GetRequest(ctx context.Context, in *GetRequestRequest, opts ...grpc.CallOption) (*ToolRequest, error)
-	// ListRequests returns a task's requests, oldest first.
+	// ListRequests returns a task's requests, oldest first. With task_id "-"
+	// and awaiting_settlement it reads across every task: the unknown
+	// outcomes the caller may settle (policy's request.settle on each), for
+	// an operator who has to find them.
 	ListRequests(ctx context.Context, in *ListRequestsRequest, opts ...grpc.CallOption) (*ListRequestsResponse, error)
 	// ListPendingApprovals returns the requests waiting for a person that
 	// the caller may approve (policy's request.approve, with separation of
@@ -339,7 +342,10 @@ type OrchestratorServiceServer interface {
 	SubmitToolRequest(context.Context, *SubmitToolRequestRequest) (*ToolRequest, error)
 	// GetRequest returns one candidate request with its attempts.
 	GetRequest(context.Context, *GetRequestRequest) (*ToolRequest, error)
-	// ListRequests returns a task's requests, oldest first.
+	// ListRequests returns a task's requests, oldest first. With task_id "-"
+	// and awaiting_settlement it reads across every task: the unknown
+	// outcomes the caller may settle (policy's request.settle on each), for
+	// an operator who has to find them.
 	ListRequests(context.Context, *ListRequestsRequest) (*ListRequestsResponse, error)
 	// ListPendingApprovals returns the requests waiting for a person that
 	// the caller may approve (policy's request.approve, with separation of
