@@ -121,30 +121,9 @@ func (s *Server) listAwaitingSettlement(ctx context.Context, req *orchestratorv1
 	if _, err := paging.After(req, filter); err != nil {
 		return nil, err
 	}
-	rs, err := s.st.ListUnsettledRequests(ctx)
+	out, err := s.actionable(ctx, authz.RequestSettle, func(r *orchestratorv1.ToolRequest) bool { return requestMatches(req, r) }, nil)
 	if err != nil {
-		return nil, s.internal(ctx, "list unsettled requests", err)
-	}
-	tasks := map[string]*orchestratorv1.Task{}
-	var out []*orchestratorv1.ToolRequest
-	for _, r := range rs {
-		if !requestMatches(req, r) {
-			continue
-		}
-		t, ok := tasks[r.GetTaskId()]
-		if !ok {
-			if t, err = s.st.GetTask(ctx, r.GetTaskId()); err != nil {
-				return nil, s.internal(ctx, "load task", err)
-			}
-			tasks[r.GetTaskId()] = t
-		}
-		ok, err := s.allowedOn(ctx, authz.RequestSettle, t, r)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			out = append(out, r)
-		}
+		return nil, err
 	}
 	page, next, err := paging.Page(req, filter, out, requestOrder)
 	if err != nil {
@@ -182,11 +161,52 @@ func (s *Server) allowedOn(ctx context.Context, action string, t *orchestratorv1
 	return ref == nil, err
 }
 
+// actionable returns, across every task, the requests waiting on a person
+// that the caller may take action on: read from the store's index of
+// unsettled requests (which holds every request awaiting approval or
+// settlement, never the executed and refused), kept when keep holds for
+// the request and taskOK (nil: any) for its task, then decided by policy
+// one by one (allowedOn). A request whose task is gone is left out.
+func (s *Server) actionable(ctx context.Context, action string, keep func(*orchestratorv1.ToolRequest) bool, taskOK func(*orchestratorv1.Task) bool) ([]*orchestratorv1.ToolRequest, error) {
+	rs, err := s.st.ListUnsettledRequests(ctx)
+	if err != nil {
+		return nil, s.internal(ctx, "list unsettled requests", err)
+	}
+	tasks := map[string]*orchestratorv1.Task{}
+	var out []*orchestratorv1.ToolRequest
+	for _, r := range rs {
+		if !keep(r) {
+			continue
+		}
+		t, seen := tasks[r.GetTaskId()]
+		if !seen {
+			t, err = s.st.GetTask(ctx, r.GetTaskId())
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, s.internal(ctx, "load task", err)
+			}
+			tasks[r.GetTaskId()] = t
+		}
+		if t == nil || (taskOK != nil && !taskOK(t)) {
+			continue
+		}
+		ok, err := s.allowedOn(ctx, action, t, r)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
 // ListPendingApprovals returns the requests of active tasks waiting for a
 // person that the caller may approve: policy decides each as Approve
 // would (request.approve with the task's requester and actor and the
 // capability), so separation of duties leaves out the caller's own
-// tasks. Expired approvals are left out: approving them would fail.
+// tasks. Expired approvals are left out: approving them would fail. The
+// requests are read from the store's index of unsettled requests, not
+// from every request of every active task.
 func (s *Server) ListPendingApprovals(ctx context.Context, req *orchestratorv1.ListPendingApprovalsRequest) (*orchestratorv1.ListPendingApprovalsResponse, error) {
 	c, err := caller(ctx)
 	if err != nil {
@@ -196,44 +216,18 @@ func (s *Server) ListPendingApprovals(ctx context.Context, req *orchestratorv1.L
 	if _, err := paging.After(req, filter); err != nil {
 		return nil, err
 	}
-	var tasks []*orchestratorv1.Task
-	if id := req.GetTaskId(); id != "" {
-		t, err := s.st.GetTask(ctx, id)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			// Nothing to approve; whether the task exists is not this
-			// caller's to learn here.
-		case err != nil:
-			return nil, s.internal(ctx, "load task", err)
-		case t.GetState() == orchestratorv1.TaskState_TASK_STATE_ACTIVE:
-			tasks = append(tasks, t)
-		}
-	} else if tasks, err = s.st.ListTasks(ctx, orchestratorv1.TaskState_TASK_STATE_ACTIVE); err != nil {
-		return nil, s.internal(ctx, "list tasks", err)
-	}
 	now := s.now()
-	var pending []*orchestratorv1.ToolRequest
-	for _, t := range tasks {
-		rs, err := s.st.ListRequests(ctx, t.GetId())
-		if err != nil {
-			return nil, s.internal(ctx, "list requests", err)
-		}
-		for _, r := range rs {
-			if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL || r.GetApproval() == nil ||
-				r.GetApproval().GetUseTime() != nil || !now.Before(r.GetApproval().GetExpireTime().AsTime()) ||
-				(req.GetCapability() != "" && r.GetCapability() != req.GetCapability()) {
-				continue
-			}
-			// Each request is asked about as Approve would ask, so a
-			// policy on any of its attributes is honoured.
-			ok, err := s.allowedOn(ctx, authz.RequestApprove, t, r)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				pending = append(pending, r)
-			}
-		}
+	// Each request is asked about as Approve would ask, so a policy on any
+	// of its attributes is honoured.
+	pending, err := s.actionable(ctx, authz.RequestApprove, func(r *orchestratorv1.ToolRequest) bool {
+		a := r.GetApproval()
+		return r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL && a != nil && a.GetUseTime() == nil &&
+			now.Before(a.GetExpireTime().AsTime()) &&
+			(req.GetTaskId() == "" || r.GetTaskId() == req.GetTaskId()) &&
+			(req.GetCapability() == "" || r.GetCapability() == req.GetCapability())
+	}, func(t *orchestratorv1.Task) bool { return t.GetState() == orchestratorv1.TaskState_TASK_STATE_ACTIVE })
+	if err != nil {
+		return nil, err
 	}
 	page, next, err := paging.Page(req, filter, pending, requestOrder)
 	if err != nil {
