@@ -2,9 +2,13 @@ package adapter
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,6 +317,79 @@ func TestServerFloodsBetweenCalls(t *testing.T) {
 	ss.close()
 	if n := e.srv.ProcessesLive(); n != 0 {
 		t.Errorf("%d server processes live after the session closed", n)
+	}
+}
+
+// TestHTTPServerFloodsBetweenCalls: a server that floods the standalone
+// stream of its HTTP session with messages while no call is in flight has
+// the session ended once they pass the same bounds as over stdio. Cutting
+// the stream alone would not do: the client library opens it again, and
+// queues what comes on it without limit.
+func TestHTTPServerFloodsBetweenCalls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var streams atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet:
+			streams.Add(1)
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			for i := 0; r.Context().Err() == nil; i++ {
+				if _, err := fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"nobody\",\"progress\":%d}}\n\n", i); err != nil {
+					return
+				}
+				if i%64 == 0 {
+					w.(http.Flusher).Flush()
+				}
+			}
+			return
+		case http.MethodDelete:
+			return
+		}
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.ID) == 0 {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		resp := map[string]any{"jsonrpc": "2.0", "id": req.ID}
+		if req.Method == "initialize" {
+			resp["result"] = map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tools": map[string]any{}},
+				"serverInfo": map[string]any{"name": "flood", "version": "1"}}
+		} else {
+			resp["error"] = map[string]any{"code": -32601, "message": "method not found"}
+		}
+		w.Header().Set("Mcp-Session-Id", "flood-session")
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(resp)
+	}))
+	t.Cleanup(func() {
+		ts.CloseClientConnections()
+		ts.Close()
+	})
+	// A pooled session listens for list changes: it opens the standalone
+	// stream.
+	ss, err := e.srv.openSession(context.Background(), e.httpConn(ts.URL), idleMessageLimit, func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.close()
+	ended := make(chan struct{})
+	go func() {
+		_ = ss.cs.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(2 * time.Minute):
+		// Not a timing assertion: without the bound the session lives on.
+		t.Fatalf("the session is still open while its server floods it (%d standalone streams opened)", streams.Load())
+	}
+	if !ss.m.idleFlooded.Load() {
+		t.Error("the session ended, but not for the flood")
 	}
 }
 

@@ -91,6 +91,8 @@ type meter struct {
 	// idleFlooded: the server's own messages while no call was in
 	// flight went past the bounds, and the session was ended for it.
 	idleFlooded atomic.Bool
+	// endSession, once the session is open, ends it (see endOnIdleFlood).
+	endSession atomic.Pointer[func()]
 
 	mu    sync.Mutex
 	calls map[*callMeter]struct{}
@@ -104,6 +106,29 @@ type meter struct {
 // errIdleFlood ends a session whose server sent more messages of its own
 // between calls than a call may receive during one.
 var errIdleFlood = fmt.Errorf("the server sent more than %d messages or %d bytes of them while no call was in flight", maxNotificationsPerCall, maxNotificationBytesPerCall)
+
+// floodedIdle records that the server flooded the session between calls
+// and ends the session. Ending the stream the messages came on is not
+// enough over HTTP: the client library opens the standalone stream again.
+func (m *meter) floodedIdle() {
+	if m.idleFlooded.Swap(true) {
+		return
+	}
+	if end := m.endSession.Load(); end != nil {
+		go (*end)()
+	}
+}
+
+// endOnIdleFlood sets how the open session ends once its server floods it
+// between calls, and ends it now if that happened while it opened.
+func (m *meter) endOnIdleFlood(end func()) {
+	var once sync.Once
+	f := func() { once.Do(end) }
+	m.endSession.Store(&f)
+	if m.idleFlooded.Load() {
+		go f()
+	}
+}
 
 // callMeter is one call's share of a session's meter.
 type callMeter struct {
@@ -294,9 +319,8 @@ func (c *callMeter) isFlooded() bool {
 // its own (a notification or a request, not a response) to call, or, when
 // call is nil, to every call in flight; calls it floods are cancelled.
 // With no call in flight it is charged to the session, and serverMessage
-// reports whether the session is flooded: the stdio reader then ends it.
-// (Over HTTP such messages come on the standalone stream, which the
-// client library reopens; they are not bounded there yet.)
+// reports whether the session is flooded: the reader (of stdout, or of
+// the HTTP standalone stream) then ends it (floodedIdle).
 func (m *meter) serverMessage(call *callMeter, n int64) (idleFlood bool) {
 	var cancels []func()
 	m.mu.Lock()
@@ -432,7 +456,7 @@ func (l *lineLimitReader) Read(p []byte) (int, error) {
 				l.m.unattributed(l.cur)
 			case l.scan.hasMethod:
 				if l.m.serverMessage(nil, l.cur) {
-					l.m.idleFlooded.Store(true)
+					l.m.floodedIdle()
 					l.err = errIdleFlood
 					return 0, l.err
 				}
@@ -648,13 +672,14 @@ type eventCounter struct {
 // feed reads p; the event fields around the JSON data are no JSON
 // structure to the scanner. On a stream no call owns, a response (a
 // call's stream resumed with Last-Event-ID after it dropped) is charged
-// to the call it answers, found by its id.
-func (e *eventCounter) feed(m *meter, call *callMeter, p []byte) {
+// to the call it answers, found by its id. It reports whether the
+// server's own messages flooded the session between calls.
+func (e *eventCounter) feed(m *meter, call *callMeter, p []byte) (idleFlood bool) {
 	for _, c := range p {
 		if e.next(c) {
 			switch {
 			case e.scan.hasMethod:
-				m.serverMessage(call, e.n)
+				idleFlood = m.serverMessage(call, e.n) || idleFlood
 			case call == nil:
 				if id := e.scan.responseID(); id != "" {
 					m.response(id, e.n, true, false)
@@ -663,6 +688,7 @@ func (e *eventCounter) feed(m *meter, call *callMeter, p []byte) {
 			e.n, e.scan = 0, idScanner{}
 		}
 	}
+	return idleFlood
 }
 
 // next counts one byte of the stream; it reports whether the byte ended
@@ -692,7 +718,12 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.m.total.Add(int64(n))
 	if b.perEvent {
-		b.events.feed(b.m, nil, p[:n])
+		if b.events.feed(b.m, nil, p[:n]) {
+			b.m.floodedIdle()
+			b.err = errIdleFlood
+			_ = b.rc.Close()
+			return 0, b.err
+		}
 		return b.readEvents(p[:n], err)
 	}
 	if b.events != nil && b.call != nil {

@@ -388,6 +388,7 @@ func (s *Server) connectOnce(ctx context.Context, conn *registryv1.Connection, l
 			"connection_id", conn.GetId(), "protocol_version", truncate(cs.InitializeResult().ProtocolVersion, maxVersionBytes))
 	}
 	ss.cs, ss.release = cs, release
+	m.endOnIdleFlood(func() { _ = cs.Close() })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
