@@ -214,6 +214,22 @@ func TestRedisStore(t *testing.T) {
 		}
 	}
 
+	// The policy service charges its default budgets unless the values
+	// say otherwise; large limits render as integers.
+	for _, a := range deployment(t, m, "policy").Spec.Template.Spec.Containers[0].Args {
+		if strings.Contains(a, "-budget-") {
+			t.Errorf("policy renders %s with no budget in the values", a)
+		}
+	}
+	budgets := deployment(t, render(t, helmBinary(t), "policy.budgets.task.calls=100", "policy.budgets.requester.responseBytes=134217728",
+		"policy.budgets.requester.calls=2000", "policy.budgets.requester.period=168h"), "policy").Spec.Template.Spec.Containers[0].Args
+	for flag, want := range map[string]string{"task-budget-calls": "100", "requester-budget-calls": "2000",
+		"requester-budget-bytes": "134217728", "requester-budget-period": "168h"} {
+		if got := flagValue(t, "policy", budgets, flag); got != want {
+			t.Errorf("policy --%s=%s; want %s", flag, got, want)
+		}
+	}
+
 	// Orchestrator replicas own requests under their pod names, with the
 	// configured lease and recovery interval.
 	o := deployment(t, m, "orchestrator").Spec.Template.Spec.Containers[0]

@@ -50,7 +50,13 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 		id            *string
 		ttl, interval *time.Duration
 	}
-	var mcpf *mcpFlags
+	var (
+		mcpf *mcpFlags
+		bf   *budgetFlags
+	)
+	if name == suite.Policy {
+		bf = addBudgetFlags(fs)
+	}
 	if name == suite.Orchestrator {
 		mcpf = addMCPFlags(fs, "")
 		replica.id = fs.String("replica-id", "", "this replica's name as the owner of in-flight requests (empty = a random id)")
@@ -94,6 +100,9 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	}
 	if mcpf != nil {
 		cfg.MCP = mcpf.config()
+	}
+	if bf != nil {
+		cfg.TaskBudget, cfg.RequesterBudget = bf.task, bf.requester
 	}
 	if replica.id != nil {
 		cfg.Replica = suite.Replica{ID: *replica.id, LeaseTTL: *replica.ttl, RecoveryInterval: *replica.interval}
@@ -263,8 +272,8 @@ func (f *mcpFlags) config() *suite.MCP {
 
 // budgetFlags override the policy service's default task and requester
 // budgets (the task budget is also the ceiling a profile's budget may
-// reach). `v0m3 bench` raises them so that a measurement is never refused
-// for budget.
+// reach), on `v0m3 policy` and `v0m3 dev`. `v0m3 bench` raises them so
+// that a measurement is never refused for budget.
 type budgetFlags struct{ task, requester policy.Limits }
 
 func addBudgetFlags(fs *flag.FlagSet) *budgetFlags {
@@ -272,9 +281,10 @@ func addBudgetFlags(fs *flag.FlagSet) *budgetFlags {
 	fs.Int64Var(&b.task.Calls, "task-budget-calls", 0, fmt.Sprintf("calls a task may make (0 = %d)", policy.DefaultTaskCalls))
 	fs.Int64Var(&b.task.ResponseBytes, "task-budget-bytes", 0, fmt.Sprintf("response bytes a task may receive (0 = %d)", policy.DefaultTaskResponseBytes))
 	fs.Int64Var(&b.task.CostMicros, "task-budget-cost", 0, fmt.Sprintf("cost in micros a task may spend (0 = %d)", policy.DefaultTaskCostMicros))
-	fs.Int64Var(&b.requester.Calls, "requester-budget-calls", 0, fmt.Sprintf("calls a requester may make (0 = %d)", policy.DefaultRequesterCalls))
-	fs.Int64Var(&b.requester.ResponseBytes, "requester-budget-bytes", 0, fmt.Sprintf("response bytes a requester may receive (0 = %d)", policy.DefaultRequesterResponseBytes))
-	fs.Int64Var(&b.requester.CostMicros, "requester-budget-cost", 0, fmt.Sprintf("cost in micros a requester may spend (0 = %d)", policy.DefaultRequesterCostMicros))
+	fs.Int64Var(&b.requester.Calls, "requester-budget-calls", 0, fmt.Sprintf("calls a requester may make per period (0 = %d)", policy.DefaultRequesterCalls))
+	fs.Int64Var(&b.requester.ResponseBytes, "requester-budget-bytes", 0, fmt.Sprintf("response bytes a requester may receive per period (0 = %d)", policy.DefaultRequesterResponseBytes))
+	fs.Int64Var(&b.requester.CostMicros, "requester-budget-cost", 0, fmt.Sprintf("cost in micros a requester may spend per period (0 = %d)", policy.DefaultRequesterCostMicros))
+	fs.DurationVar(&b.requester.Period, "requester-budget-period", 0, fmt.Sprintf("how long a requester's budget lasts before a fresh one starts, aligned to the Unix epoch (0 = %s: midnight to midnight UTC)", policy.DefaultRequesterPeriod))
 	return b
 }
 

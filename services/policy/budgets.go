@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
@@ -22,9 +25,10 @@ import (
 // and dimension. Charging the same idempotency key again charges nothing
 // and returns the current budgets. A task is charged against the budget it
 // was registered with (see RegisterTask); an unregistered task against the
-// configured task budget.
+// configured task budget. A requester is charged against the budget of the
+// current period, with the limits configured now.
 func (s *Server) Charge(ctx context.Context, req *policyv1.ChargeRequest) (*policyv1.ChargeResponse, error) {
-	op, err := s.chargeOp(ctx, req)
+	op, periodEnd, err := s.chargeOp(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +44,11 @@ func (s *Server) Charge(ctx context.Context, req *policyv1.ChargeRequest) (*poli
 		s.log.InfoContext(ctx, "budget exceeded", "task_id", req.GetTaskId(), "requester", req.GetRequester(),
 			"budget", exceeded.Scope, "dimension", exceeded.Dimension, "limit", exceeded.Limit, "used", exceeded.Used,
 			"requested", exceeded.Requested)
-		return nil, budgetExceeded(exceeded)
+		var resets time.Time
+		if exceeded.Scope == op.Requester.GetScope() {
+			resets = periodEnd
+		}
+		return nil, budgetExceeded(exceeded, resets, s.now())
 	case errors.Is(err, ErrIdempotencyConflict):
 		return nil, apierror.New(codes.FailedPrecondition, "IDEMPOTENCY_KEY_REUSED",
 			"this idempotency key was already used for a different charge; use a new key for a new charge",
@@ -95,8 +103,8 @@ func newStoreCharges(st Store) *groupsend.Sender[*pendingCharge] {
 const maxSharedCharges = 256
 
 // chargeOp checks a charge request and turns it into the store's
-// operation, with the budgets' limits.
-func (s *Server) chargeOp(ctx context.Context, req *policyv1.ChargeRequest) (ChargeOp, error) {
+// operation; periodEnd is when the requester budget it charges ends.
+func (s *Server) chargeOp(ctx context.Context, req *policyv1.ChargeRequest) (op ChargeOp, periodEnd time.Time, err error) {
 	var bad []apierror.FieldViolation
 	for _, f := range []struct{ name, v string }{
 		{"task_id", req.GetTaskId()}, {"requester", req.GetRequester()}, {"idempotency_key", req.GetIdempotencyKey()},
@@ -114,7 +122,7 @@ func (s *Server) chargeOp(ctx context.Context, req *policyv1.ChargeRequest) (Cha
 		}
 	}
 	if len(bad) > 0 {
-		return ChargeOp{}, apierror.InvalidArgument("INVALID_CHARGE_REQUEST", "the charge request is invalid", bad...)
+		return ChargeOp{}, time.Time{}, apierror.InvalidArgument("INVALID_CHARGE_REQUEST", "the charge request is invalid", bad...)
 	}
 
 	tl, rl := s.deps.TaskBudget, s.deps.RequesterBudget
@@ -122,38 +130,54 @@ func (s *Server) chargeOp(ctx context.Context, req *policyv1.ChargeRequest) (Cha
 	case err == nil:
 		tl = taskLimits(ts.GetBudget(), s.deps.TaskBudget)
 	case !errors.Is(err, store.ErrNotFound):
-		return ChargeOp{}, s.storeError(ctx, err, "read the task scope")
+		return ChargeOp{}, time.Time{}, s.storeError(ctx, err, "read the task scope")
 	}
+	start := s.now().UTC().Truncate(rl.Period)
 	return ChargeOp{
 		// Keys are scoped to the task, so two tasks cannot collide.
 		Key: "task/" + req.GetTaskId() + "\x00" + req.GetIdempotencyKey(),
 		Task: &policyv1.Budget{Scope: "task/" + req.GetTaskId(),
 			MaxCalls: tl.Calls, MaxResponseBytes: tl.ResponseBytes, MaxCostMicros: tl.CostMicros},
-		Requester: &policyv1.Budget{Scope: "requester/" + req.GetRequester(),
+		Requester: &policyv1.Budget{Scope: requesterScope(req.GetRequester(), start),
 			MaxCalls: rl.Calls, MaxResponseBytes: rl.ResponseBytes, MaxCostMicros: rl.CostMicros},
 		Request: req,
-	}, nil
+	}, start.Add(rl.Period), nil
+}
+
+// requesterScope names a requester's budget for the period that starts at
+// start: "requester/<id>/<start, RFC 3339>". Each period's budget is a
+// budget of its own, so a new period starts from nothing used.
+func requesterScope(requester string, start time.Time) string {
+	return "requester/" + requester + "/" + start.Format(time.RFC3339)
 }
 
 // budgetExceeded is RESOURCE_EXHAUSTED with an ErrorInfo naming the budget
-// and a google.rpc.QuotaFailure.
-func budgetExceeded(e *BudgetExceededError) error {
-	err := apierror.New(codes.ResourceExhausted, "BUDGET_EXCEEDED",
-		fmt.Sprintf("budget %s would be exceeded: %s used %d of %d, this charge needs %d; nothing was charged",
-			e.Scope, e.Dimension, e.Used, e.Limit, e.Requested),
-		map[string]string{
-			"budget":    e.Scope,
-			"dimension": e.Dimension,
-			"limit":     strconv.FormatInt(e.Limit, 10),
-			"used":      strconv.FormatInt(e.Used, 10),
-			"requested": strconv.FormatInt(e.Requested, 10),
-		})
-	st := status.Convert(err)
-	qf := &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+// and a google.rpc.QuotaFailure. A budget that resets (a requester's, at
+// the end of its period) says when, in the metadata ("resets_at") and as
+// a google.rpc.RetryInfo.
+func budgetExceeded(e *BudgetExceededError, resets, now time.Time) error {
+	md := map[string]string{
+		"budget":    e.Scope,
+		"dimension": e.Dimension,
+		"limit":     strconv.FormatInt(e.Limit, 10),
+		"used":      strconv.FormatInt(e.Used, 10),
+		"requested": strconv.FormatInt(e.Requested, 10),
+	}
+	msg := fmt.Sprintf("budget %s would be exceeded: %s used %d of %d, this charge needs %d; nothing was charged",
+		e.Scope, e.Dimension, e.Used, e.Limit, e.Requested)
+	if !resets.IsZero() {
+		md["resets_at"] = resets.UTC().Format(time.RFC3339)
+		msg += "; a new budget starts at " + md["resets_at"]
+	}
+	err := apierror.New(codes.ResourceExhausted, "BUDGET_EXCEEDED", msg, md)
+	details := []protoadapt.MessageV1{&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 		Subject:     e.Scope,
 		Description: fmt.Sprintf("%s limit %d reached", e.Dimension, e.Limit),
-	}}}
-	if d, derr := st.WithDetails(qf); derr == nil {
+	}}}}
+	if !resets.IsZero() {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(max(resets.Sub(now), 0))})
+	}
+	if d, derr := status.Convert(err).WithDetails(details...); derr == nil {
 		return d.Err()
 	}
 	return err

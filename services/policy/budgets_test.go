@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -15,6 +16,7 @@ import (
 
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/redistest"
 )
 
 func charge(calls, bytes, cost int64, key string) *policyv1.ChargeRequest {
@@ -32,7 +34,7 @@ func TestChargeDefaults(t *testing.T) {
 	if tb.GetScope() != "task/task_1" || tb.GetMaxCalls() != 50 || tb.GetMaxResponseBytes() != 8<<20 || tb.GetMaxCostMicros() != 1_000_000 {
 		t.Errorf("task budget = %v", tb)
 	}
-	if rb.GetScope() != "requester/alice" || rb.GetMaxCalls() != 500 || rb.GetMaxResponseBytes() != 64<<20 || rb.GetMaxCostMicros() != 10_000_000 {
+	if rb.GetScope() != "requester/alice/2026-03-01T00:00:00Z" || rb.GetMaxCalls() != 500 || rb.GetMaxResponseBytes() != 64<<20 || rb.GetMaxCostMicros() != 10_000_000 {
 		t.Errorf("requester budget = %v", rb)
 	}
 	for _, b := range []*policyv1.Budget{tb, rb} {
@@ -58,9 +60,9 @@ func TestChargeExceeded(t *testing.T) {
 		{"task calls", Limits{Calls: 1}, Limits{}, charge(1, 0, 0, "a"), charge(1, 0, 0, "b"), "task/task_1", "calls", 1, 1},
 		{"task response bytes", Limits{ResponseBytes: 100}, Limits{}, charge(1, 60, 0, "a"), charge(1, 41, 0, "b"), "task/task_1", "response_bytes", 100, 60},
 		{"task cost", Limits{CostMicros: 500}, Limits{}, charge(1, 0, 500, "a"), charge(0, 0, 1, "b"), "task/task_1", "cost_micros", 500, 500},
-		{"requester calls", Limits{}, Limits{Calls: 2}, charge(2, 0, 0, "a"), charge(1, 0, 0, "b"), "requester/alice", "calls", 2, 2},
-		{"requester response bytes", Limits{}, Limits{ResponseBytes: 10}, charge(0, 10, 0, "a"), charge(0, 1, 0, "b"), "requester/alice", "response_bytes", 10, 10},
-		{"requester cost", Limits{}, Limits{CostMicros: 7}, charge(0, 0, 3, "a"), charge(0, 0, 5, "b"), "requester/alice", "cost_micros", 7, 3},
+		{"requester calls", Limits{}, Limits{Calls: 2}, charge(2, 0, 0, "a"), charge(1, 0, 0, "b"), "requester/alice/2026-03-01T00:00:00Z", "calls", 2, 2},
+		{"requester response bytes", Limits{}, Limits{ResponseBytes: 10}, charge(0, 10, 0, "a"), charge(0, 1, 0, "b"), "requester/alice/2026-03-01T00:00:00Z", "response_bytes", 10, 10},
+		{"requester cost", Limits{}, Limits{CostMicros: 7}, charge(0, 0, 3, "a"), charge(0, 0, 5, "b"), "requester/alice/2026-03-01T00:00:00Z", "cost_micros", 7, 3},
 		{"single charge over the limit", Limits{ResponseBytes: 5}, Limits{}, charge(0, 0, 0, "a"), charge(0, 6, 0, "b"), "task/task_1", "response_bytes", 5, 0},
 	}
 	for _, tc := range tests {
@@ -102,6 +104,104 @@ func TestChargeExceeded(t *testing.T) {
 				if a.GetUsedCalls() != b.GetUsedCalls() || a.GetUsedResponseBytes() != b.GetUsedResponseBytes() || a.GetUsedCostMicros() != b.GetUsedCostMicros() {
 					t.Errorf("%s changed by a refused charge: %v -> %v", b.GetScope(), b, a)
 				}
+			}
+		})
+	}
+}
+
+// A requester's budget lasts one period (a day by default, midnight to
+// midnight UTC): once spent, charges are refused with when the next one
+// starts (metadata and RetryInfo), and the next period starts from
+// nothing used, while the task's budget goes on counting.
+func TestRequesterBudgetLastsAPeriod(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		period time.Duration
+		resets time.Time
+	}{
+		{"a day by default", 0, time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)},
+		{"an hour", time.Hour, time.Date(2026, 3, 1, 13, 0, 0, 0, time.UTC)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, options{requester: Limits{Calls: 2, Period: tc.period}})
+			ctx := t.Context()
+			for _, key := range []string{"a", "b"} {
+				if _, err := e.client.Charge(ctx, charge(1, 0, 0, key)); err != nil {
+					t.Fatalf("charge %s: %v", key, err)
+				}
+			}
+			_, err := e.client.Charge(ctx, charge(1, 0, 0, "c"))
+			if !apierror.Is(err, codes.ResourceExhausted, "BUDGET_EXCEEDED") {
+				t.Fatalf("third charge: %v, want BUDGET_EXCEEDED", err)
+			}
+			if got := apierror.Info(err).GetMetadata()["resets_at"]; got != tc.resets.Format(time.RFC3339) {
+				t.Errorf("resets_at %q, want %s", got, tc.resets.Format(time.RFC3339))
+			}
+			var retry *errdetails.RetryInfo
+			for _, d := range status.Convert(err).Details() {
+				if r, ok := d.(*errdetails.RetryInfo); ok {
+					retry = r
+				}
+			}
+			if want := tc.resets.Sub(e.clock.Now()); retry.GetRetryDelay().AsDuration() != want {
+				t.Errorf("RetryInfo %v, want a delay of %v", retry, want)
+			}
+
+			e.clock.Advance(tc.resets.Sub(e.clock.Now()))
+			resp, err := e.client.Charge(ctx, charge(1, 0, 0, "c"))
+			if err != nil {
+				t.Fatalf("a charge in the next period: %v", err)
+			}
+			if r := resp.GetRequester(); r.GetScope() != "requester/alice/"+tc.resets.Format(time.RFC3339) || r.GetUsedCalls() != 1 {
+				t.Errorf("the next period's budget = %v, want a fresh one with 1 call used", r)
+			}
+			if resp.GetTask().GetUsedCalls() != 3 {
+				t.Errorf("the task's budget = %v, want 3 calls used across periods", resp.GetTask())
+			}
+		})
+	}
+}
+
+// Limits are those configured when a charge is made: raising one lets the
+// next charge through, for a requester and a task already charged, on
+// both stores.
+func TestRaisedLimitsApplyAtTheNextCharge(t *testing.T) {
+	t.Parallel()
+	redisAddr, _ := redistest.Start(t)
+	for _, tc := range []struct {
+		name  string
+		redis bool
+		first options
+	}{
+		{"requester on a file", false, options{requester: Limits{Calls: 1}}},
+		{"task on a file", false, options{task: Limits{Calls: 1}}},
+		{"requester on redis", true, options{requester: Limits{Calls: 1}}},
+		{"task on redis", true, options{task: Limits{Calls: 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			opts := tc.first
+			if tc.redis {
+				opts.redisAddr = redisAddr
+			}
+			e := newEnv(t, opts)
+			ctx := t.Context()
+			if _, err := e.client.Charge(ctx, charge(1, 0, 0, "a")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.client.Charge(ctx, charge(1, 0, 0, "b")); !apierror.Is(err, codes.ResourceExhausted, "BUDGET_EXCEEDED") {
+				t.Fatalf("over the limit: %v, want BUDGET_EXCEEDED", err)
+			}
+			e.opts.task.Calls, e.opts.requester.Calls = max(e.opts.task.Calls, 1)*10, max(e.opts.requester.Calls, 1)*10
+			e.reopen()
+			resp, err := e.client.Charge(ctx, charge(1, 0, 0, "b"))
+			if err != nil {
+				t.Fatalf("after raising the limit: %v", err)
+			}
+			if resp.GetTask().GetUsedCalls() != 2 || resp.GetRequester().GetUsedCalls() != 2 {
+				t.Errorf("budgets after the raise = %v / %v; want 2 calls used on each", resp.GetTask(), resp.GetRequester())
 			}
 		})
 	}

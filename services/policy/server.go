@@ -43,6 +43,9 @@ const (
 	DefaultRequesterResponseBytes = 64 << 20
 	// DefaultRequesterCostMicros is a requester's default cost budget.
 	DefaultRequesterCostMicros = 10_000_000
+	// DefaultRequesterPeriod is how long a requester's budget lasts before
+	// a fresh one starts: a day, midnight to midnight UTC.
+	DefaultRequesterPeriod = 24 * time.Hour
 	// DefaultPollInterval is how often the policy file is checked for changes.
 	DefaultPollInterval = time.Second
 	// DefaultHandleTTL is a handle's lifetime when the request names none.
@@ -66,10 +69,18 @@ type Limits struct {
 	ResponseBytes int64
 	// CostMicros is the maximum cost in micro-units.
 	CostMicros int64
+	// Period, for a requester's budget, is how long one lasts: each
+	// period, aligned to the Unix epoch (a day runs midnight to midnight
+	// UTC), starts a fresh budget. A task's budget lasts as long as the
+	// task and has none.
+	Period time.Duration
 }
 
 // withDefaults fills zero fields from d.
 func (l Limits) withDefaults(d Limits) Limits {
+	if l.Period <= 0 {
+		l.Period = d.Period
+	}
 	if l.Calls <= 0 {
 		l.Calls = d.Calls
 	}
@@ -96,8 +107,8 @@ type Deps struct {
 	// TaskBudget limits each task; zero fields take the defaults
 	// (50 calls, 8 MiB, 1,000,000 micros).
 	TaskBudget Limits
-	// RequesterBudget limits each requester; zero fields take the defaults
-	// (500 calls, 64 MiB, 10,000,000 micros).
+	// RequesterBudget limits each requester per period; zero fields take
+	// the defaults (500 calls, 64 MiB, 10,000,000 micros a day).
 	RequesterBudget Limits
 }
 
@@ -154,8 +165,9 @@ func NewServer(st Store, deps Deps, log *slog.Logger) (*Server, error) {
 	if deps.PollInterval <= 0 {
 		deps.PollInterval = DefaultPollInterval
 	}
-	deps.TaskBudget = deps.TaskBudget.withDefaults(Limits{DefaultTaskCalls, DefaultTaskResponseBytes, DefaultTaskCostMicros})
-	deps.RequesterBudget = deps.RequesterBudget.withDefaults(Limits{DefaultRequesterCalls, DefaultRequesterResponseBytes, DefaultRequesterCostMicros})
+	deps.TaskBudget = deps.TaskBudget.withDefaults(Limits{Calls: DefaultTaskCalls, ResponseBytes: DefaultTaskResponseBytes, CostMicros: DefaultTaskCostMicros})
+	deps.RequesterBudget = deps.RequesterBudget.withDefaults(Limits{Calls: DefaultRequesterCalls, ResponseBytes: DefaultRequesterResponseBytes,
+		CostMicros: DefaultRequesterCostMicros, Period: DefaultRequesterPeriod})
 
 	scopes, err := lru.New[string, *policyv1.TaskScope](maxTaskScopeEntries)
 	if err != nil {

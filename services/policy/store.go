@@ -77,7 +77,7 @@ var ErrIdempotencyConflict = errors.New("policy: idempotency key already used fo
 
 // BudgetExceededError names the budget and dimension a charge would exceed.
 type BudgetExceededError struct {
-	// Scope is "task/<id>" or "requester/<id>".
+	// Scope is "task/<id>" or "requester/<id>/<period start>".
 	Scope string
 	// Dimension is "calls", "response_bytes" or "cost_micros".
 	Dimension string
@@ -207,17 +207,20 @@ func sameCharge(a, b *policyv1.ChargeRequest) bool {
 		a.GetCostMicros() == b.GetCostMicros()
 }
 
-// withLimits fills the limits a stored budget lacks from the template, so
-// a budget created before a limit was configured gets today's default.
+// withLimits gives a stored budget the template's limits, those in force
+// now (the configured requester budget; the task's registered budget, its
+// unset dimensions from the configured defaults): raising a limit takes
+// effect at the next charge instead of never for a budget already charged.
+// A template dimension of 0 leaves the stored limit.
 func withLimits(b, tmpl *policyv1.Budget) *policyv1.Budget {
-	if b.MaxCalls == 0 {
-		b.MaxCalls = tmpl.GetMaxCalls()
+	if v := tmpl.GetMaxCalls(); v > 0 {
+		b.MaxCalls = v
 	}
-	if b.MaxResponseBytes == 0 {
-		b.MaxResponseBytes = tmpl.GetMaxResponseBytes()
+	if v := tmpl.GetMaxResponseBytes(); v > 0 {
+		b.MaxResponseBytes = v
 	}
-	if b.MaxCostMicros == 0 {
-		b.MaxCostMicros = tmpl.GetMaxCostMicros()
+	if v := tmpl.GetMaxCostMicros(); v > 0 {
+		b.MaxCostMicros = v
 	}
 	return b
 }

@@ -1426,7 +1426,9 @@ func (x *ResolveHandleResponse) GetAuthorization() *AuthorizeResponse {
 // Budget is one budget's limits and usage.
 type Budget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "task/<id>" or "requester/<id>".
+	// "task/<id>", or "requester/<id>/<period start, RFC 3339>": a
+	// requester's budget of one period (see the policy service's requester
+	// budget period).
 	Scope string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
 	// Maximum calls; 0 means the default.
 	MaxCalls int64 `protobuf:"varint,2,opt,name=max_calls,json=maxCalls,proto3" json:"max_calls,omitempty"`
