@@ -134,6 +134,7 @@ func (s *Server) chargeOp(ctx context.Context, req *policyv1.ChargeRequest) (op 
 	}
 	start := s.now().UTC().Truncate(rl.Period)
 	return ChargeOp{
+		At: s.now(),
 		// Keys are scoped to the task, so two tasks cannot collide.
 		Key: "task/" + req.GetTaskId() + "\x00" + req.GetIdempotencyKey(),
 		Task: &policyv1.Budget{Scope: "task/" + req.GetTaskId(),

@@ -205,7 +205,8 @@ func (s *Server) Close() {
 	})
 }
 
-// background polls the policy file and sweeps long-expired handles.
+// background polls the policy file and sweeps long-expired handles and
+// old charge records.
 func (s *Server) background(ctx context.Context) {
 	defer close(s.done)
 	poll := time.NewTicker(s.deps.PollInterval)
@@ -226,6 +227,11 @@ func (s *Server) background(ctx context.Context) {
 				s.log.Warn("sweeping expired handles failed", "error", err)
 			} else if n > 0 {
 				s.log.Info("swept expired handles", "count", n)
+			}
+			if n, err = s.store.DeleteChargesBefore(ctx, s.now().Add(-ChargeRetention)); err != nil {
+				s.log.Warn("sweeping old charge records failed", "error", err)
+			} else if n > 0 {
+				s.log.Info("swept old charge records", "count", n)
 			}
 		}
 	}

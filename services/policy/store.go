@@ -29,8 +29,14 @@ type Store interface {
 	// applyCharges) and returns the budgets after each. It returns a
 	// *BudgetExceededError when a limit would be exceeded and
 	// ErrIdempotencyConflict when an op's Key was already used for a
-	// different charge; then nothing at all is charged.
+	// different charge; then nothing at all is charged. The record of a
+	// charge's key is kept at least ChargeRetention.
 	Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult, error)
+	// DeleteChargesBefore forgets the records of charges made (ChargeOp.At)
+	// before t, whose keys then charge again, and returns how many it
+	// deleted. A store whose records expire on their own after
+	// ChargeRetention (Redis) deletes none.
+	DeleteChargesBefore(ctx context.Context, before time.Time) (int, error)
 
 	// CreateTaskScope stores a task's scope under its task id, failing with
 	// store.ErrExists if the task is already registered: a scope never
@@ -46,8 +52,18 @@ type Store interface {
 	GetHealth(ctx context.Context, connectionID string) (*policyv1.ConnectionHealth, error)
 }
 
+// ChargeRetention is how long the record of a charge's idempotency key is
+// kept: every charge of a call is made again, if at all, within the
+// call's recovery (its approval, a retry, evidence coming back), and a
+// record kept for good would add two per governed call to the store
+// forever. A charge replayed later is charged again.
+const ChargeRetention = 24 * time.Hour
+
 // ChargeOp is one atomic charge against a task's and a requester's budget.
 type ChargeOp struct {
+	// At is when the charge is made, by the service's clock: its record
+	// is kept ChargeRetention from then.
+	At time.Time
 	// Key is the idempotency key, already scoped to the task. A second
 	// charge with the same key and the same amounts charges nothing and
 	// returns the current budgets.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/services/internal/store"
 )
@@ -14,8 +16,11 @@ const (
 	bucketHandles = "handles"
 	bucketBudgets = "budgets"
 	bucketCharges = "charges"
-	bucketHealth  = "health"
-	bucketTasks   = "tasks"
+	// bucketChargeTimes indexes charge records by when they were made
+	// ("<unix nanos>\x00<key>"), so the oldest are found first.
+	bucketChargeTimes = "charge_times"
+	bucketHealth      = "health"
+	bucketTasks       = "tasks"
 )
 
 // boltStore is the embedded-file Store.
@@ -110,6 +115,13 @@ func (b *boltStore) Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult
 			if err := tx.Put(bucketCharges, op.Key, op.Request); err != nil {
 				return err
 			}
+			at := op.At
+			if at.IsZero() {
+				at = time.Now()
+			}
+			if err := tx.Put(bucketChargeTimes, chargeTimeKey(at, op.Key), wrapperspb.String(op.Key)); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -117,6 +129,58 @@ func (b *boltStore) Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult
 		return nil, err
 	}
 	return res, nil
+}
+
+// chargeTimeKey is the index key of a charge made at t under key.
+func chargeTimeKey(t time.Time, key string) string {
+	return store.SeqKey(t.UnixNano()) + "\x00" + key
+}
+
+// maxChargesDeleted bounds the charge records one transaction deletes.
+const maxChargesDeleted = 10000
+
+// errEnough stops a walk that found what it needed.
+var errEnough = errors.New("enough")
+
+func (b *boltStore) DeleteChargesBefore(ctx context.Context, before time.Time) (int, error) {
+	cutoff := store.SeqKey(before.UnixNano())
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n := 0
+		err := b.db.Update(func(tx *store.Tx) error {
+			var old []string
+			var keys []string
+			err := store.List(tx, bucketChargeTimes, "", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
+				func(k string, v *wrapperspb.StringValue) error {
+					if k >= cutoff || len(old) == maxChargesDeleted {
+						return errEnough
+					}
+					old, keys = append(old, k), append(keys, v.GetValue())
+					return nil
+				})
+			if err != nil && !errors.Is(err, errEnough) {
+				return err
+			}
+			// Deleting while a cursor walks the bucket skips keys.
+			for i, k := range old {
+				if err := tx.Delete(bucketChargeTimes, k); err != nil {
+					return err
+				}
+				if err := tx.Delete(bucketCharges, keys[i]); err != nil {
+					return err
+				}
+			}
+			n = len(old)
+			return nil
+		})
+		total += n
+		if err != nil || n < maxChargesDeleted {
+			return total, err
+		}
+	}
 }
 
 // loadBudget reads a budget, or starts it from the template.

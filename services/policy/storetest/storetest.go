@@ -32,6 +32,7 @@ func Run(t *testing.T, newStore func(t *testing.T) policy.Store) {
 		{"Charge", testCharge},
 		{"ChargeRefusedChangesNothing", testChargeRefused},
 		{"ChargeIdempotency", testChargeIdempotency},
+		{"ChargeRecordsOutliveOlderOnesSweep", testChargeRecordsKept},
 		{"ConcurrentChargesRespectLimits", testConcurrentCharges},
 		{"ConcurrentReplaysChargeOnce", testConcurrentReplays},
 		{"ChargeBatchInOrder", testChargeBatch},
@@ -185,6 +186,23 @@ func testChargeRefused(t *testing.T, st policy.Store) {
 	res, err := charge(ctx, st, op("k2", "task_1", "alice", 5, 1, 0))
 	if err != nil || res.Replayed || res.Task.GetUsedCalls() != 5 || res.Requester.GetUsedCalls() != 5 {
 		t.Errorf("charge after refusal = %+v, %v; want 5 calls used on both budgets", res, err)
+	}
+}
+
+// A sweep of the charge records made before a charge keeps its record:
+// its replay still charges nothing.
+func testChargeRecordsKept(t *testing.T, st policy.Store) {
+	ctx := context.Background()
+	o := op("k1", "task_1", "alice", 5, 2, 10)
+	o.At = time.Now()
+	if _, err := charge(ctx, st, o); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.DeleteChargesBefore(ctx, o.At); err != nil || n != 0 {
+		t.Errorf("sweep of the charges before the only one = %d, %v; want 0", n, err)
+	}
+	if res, err := charge(ctx, st, o); err != nil || !res.Replayed || res.Task.GetUsedCalls() != 2 {
+		t.Errorf("replay after the sweep = %+v, %v; want replayed with 2 calls used", res, err)
 	}
 }
 
