@@ -92,7 +92,7 @@ func Strings(strs ...string) string {
 // parsed again first. Both give the same bytes.
 func CanonicalValue(v any) ([]byte, error) {
 	var buf bytes.Buffer
-	if ok, err := writeDirect(&buf, v); ok || err != nil {
+	if ok, err := writeValue(&buf, v); ok || err != nil {
 		return buf.Bytes(), err
 	}
 	raw, err := json.Marshal(v)
@@ -102,15 +102,25 @@ func CanonicalValue(v any) ([]byte, error) {
 	return Canonical(raw)
 }
 
-// writeDirect writes v in canonical form if it is made only of the types
-// JSON decodes to (and []string and integers), and reports false, having written
-// something or not, for any other: the caller then marshals it. A map key
-// that is not valid UTF-8 is left to marshalling too, which replaces its
-// invalid bytes (two keys may then become one).
-func writeDirect(buf *bytes.Buffer, v any) (bool, error) {
+// writeValue writes v in canonical form if it is made only of the types
+// JSON decodes to (and []string and integers), and reports false, having
+// written something or not, for any other: CanonicalValue then marshals
+// it. A map key that is not valid UTF-8 is left to marshalling too, which
+// replaces its invalid bytes (two keys may then become one).
+func writeValue(buf *bytes.Buffer, v any) (bool, error) {
 	switch x := v.(type) {
-	case nil, bool, string, json.Number:
-		return true, write(buf, x)
+	case nil:
+		buf.WriteString("null")
+	case bool:
+		buf.WriteString(strconv.FormatBool(x))
+	case string:
+		writeString(buf, x)
+	case json.Number:
+		f, err := strconv.ParseFloat(string(x), 64)
+		if err != nil {
+			return true, fmt.Errorf("digest: number %s: %w", x, err)
+		}
+		return true, writeNumber(buf, f)
 	case float64:
 		return true, writeNumber(buf, x)
 	// An integer marshals as its decimal digits, which parse to the
@@ -140,7 +150,7 @@ func writeDirect(buf *bytes.Buffer, v any) (bool, error) {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			if ok, err := writeDirect(buf, e); !ok || err != nil {
+			if ok, err := writeValue(buf, e); !ok || err != nil {
 				return ok, err
 			}
 		}
@@ -161,7 +171,7 @@ func writeDirect(buf *bytes.Buffer, v any) (bool, error) {
 			}
 			writeString(buf, k)
 			buf.WriteByte(':')
-			if ok, err := writeDirect(buf, x[k]); !ok || err != nil {
+			if ok, err := writeValue(buf, x[k]); !ok || err != nil {
 				return ok, err
 			}
 		}
@@ -184,59 +194,12 @@ func Canonical(raw []byte) ([]byte, error) {
 		return nil, fmt.Errorf("digest: trailing data after JSON value")
 	}
 	var buf bytes.Buffer
-	if err := write(&buf, v); err != nil {
-		return nil, err
+	// A decoded value is made of the types writeValue writes, with valid
+	// UTF-8 keys (the decoder replaces invalid bytes).
+	if ok, err := writeValue(&buf, v); !ok || err != nil {
+		return nil, cmp.Or(err, fmt.Errorf("digest: unexpected JSON type %T", v))
 	}
 	return buf.Bytes(), nil
-}
-
-func write(buf *bytes.Buffer, v any) error {
-	switch x := v.(type) {
-	case nil:
-		buf.WriteString("null")
-	case bool:
-		buf.WriteString(strconv.FormatBool(x))
-	case json.Number:
-		f, err := strconv.ParseFloat(string(x), 64)
-		if err != nil {
-			return fmt.Errorf("digest: number %s: %w", x, err)
-		}
-		return writeNumber(buf, f)
-	case string:
-		writeString(buf, x)
-	case []any:
-		buf.WriteByte('[')
-		for i, e := range x {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			if err := write(buf, e); err != nil {
-				return err
-			}
-		}
-		buf.WriteByte(']')
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, compareUTF16)
-		buf.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			writeString(buf, k)
-			buf.WriteByte(':')
-			if err := write(buf, x[k]); err != nil {
-				return err
-			}
-		}
-		buf.WriteByte('}')
-	default:
-		return fmt.Errorf("digest: unexpected JSON type %T", v)
-	}
-	return nil
 }
 
 func writeNumber(buf *bytes.Buffer, f float64) error {
