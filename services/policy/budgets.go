@@ -132,9 +132,10 @@ func (s *Server) chargeOp(ctx context.Context, req *policyv1.ChargeRequest) (op 
 	case !errors.Is(err, store.ErrNotFound):
 		return ChargeOp{}, time.Time{}, s.storeError(ctx, err, "read the task scope")
 	}
-	start := s.now().UTC().Truncate(rl.Period)
+	now := s.now()
+	start := now.UTC().Truncate(rl.Period)
 	return ChargeOp{
-		At: s.now(),
+		At: now,
 		// Keys are scoped to the task, so two tasks cannot collide.
 		Key: "task/" + req.GetTaskId() + "\x00" + req.GetIdempotencyKey(),
 		Task: &policyv1.Budget{Scope: "task/" + req.GetTaskId(),
