@@ -73,6 +73,24 @@ func TestTaskMCPEndpoint(t *testing.T) {
 	if !admitted {
 		t.Errorf("the orchestrator's NetworkPolicy admits nobody on the MCP port: %v", np.Spec.Ingress)
 	}
+	// The authorization server's namespace, when named, may fetch the
+	// JWKS there, and on no other port.
+	withAS := render(t, bin, "orchestrator.mcp.enabled=true", "networkPolicy.jwksFrom[0].namespaceSelector.matchLabels.v0m3\\.dev/access=oauth")
+	var asNP networkingv1.NetworkPolicy
+	withAS.must(t, "NetworkPolicy", orch, &asNP)
+	var asPorts []int
+	for _, rule := range asNP.Spec.Ingress {
+		for _, from := range rule.From {
+			if from.NamespaceSelector != nil && from.NamespaceSelector.MatchLabels["v0m3.dev/access"] == "oauth" {
+				for _, p := range rule.Ports {
+					asPorts = append(asPorts, p.Port.IntValue())
+				}
+			}
+		}
+	}
+	if !slices.Equal(asPorts, []int{7410}) {
+		t.Errorf("the authorization server's namespace is admitted on ports %v, want the MCP port 7410 alone", asPorts)
+	}
 	// No other component's policy opens the MCP port.
 	for _, name := range m.names("NetworkPolicy") {
 		if name == orch {

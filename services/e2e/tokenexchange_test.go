@@ -21,10 +21,11 @@ import (
 
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/exchangetest"
 	"github.com/v0m3/v0m3/services/internal/grant"
+	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/scenario"
+	"github.com/v0m3/v0m3/services/suite"
 )
 
 // callers records the token subject of each MCP method that reached the
@@ -74,7 +75,13 @@ func gateFixture(t *testing.T, target string, as *exchangetest.Server, seen *cal
 	})
 	mux := http.NewServeMux()
 	gate := httptest.NewServer(mux)
-	t.Cleanup(gate.Close)
+	t.Cleanup(func() {
+		// The adapter's pooled session keeps its standalone stream open
+		// through the gate until the suite closes, which is after this:
+		// Close alone would wait for it (five minutes).
+		gate.CloseClientConnections()
+		gate.Close()
+	})
 	metadata := gate.URL + "/.well-known/oauth-protected-resource/mcp"
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource: gate.URL + "/mcp", AuthorizationServers: []string{as.Issuer()}}))
@@ -85,20 +92,23 @@ func gateFixture(t *testing.T, target string, as *exchangetest.Server, seen *cal
 // A task by alice on a token-exchange connection reaches the server as
 // alice, through the governed path of the real services: the orchestrator
 // signs her subject token into the execution grant, the adapter exchanges
-// it at a real RFC 8693 authorization server that trusts the
-// orchestrator's JWKS, and the server sees alice's token. Discovery, for
-// no person, is the client itself.
+// it at a real RFC 8693 authorization server that trusts the JWKS the
+// orchestrator serves (on its task MCP endpoint, over TLS), and the server
+// sees alice's token. Discovery, for no person, is the client itself.
 func TestTokenExchangeGoverned(t *testing.T) {
 	t.Parallel()
-	s := startSuite(t, t.TempDir())
+	s, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), MCP: &suite.MCP{}})
+	if err != nil {
+		t.Fatalf("start suite: %v", err)
+	}
+	t.Cleanup(s.Close)
 	orch, err := s.Credentials("orchestrator")
 	if err != nil || orch == nil {
 		t.Fatalf("orchestrator credentials: %v", err)
 	}
-	jwks := httptest.NewServer(identity.JWKSHandler(orch))
-	t.Cleanup(jwks.Close)
 	const clientID, secret = "v0m3-boundary", "governed-exchange-secret-0123456789"
-	as := exchangetest.Start(t, exchangetest.Config{SubjectIssuer: grant.SubjectIssuer, SubjectJWKSURL: jwks.URL,
+	as := exchangetest.Start(t, exchangetest.Config{SubjectIssuer: grant.SubjectIssuer,
+		SubjectJWKSURL: s.MCPURL + orchestrator.JWKSPath, SubjectJWKSRoots: orch.Roots(),
 		Clients: []exchangetest.Client{{ID: clientID, Secret: secret}}})
 	seen := &callers{by: map[string][]string{}}
 	gate := gateFixture(t, startHTTPFixture(t), as, seen)

@@ -61,8 +61,15 @@ type MCPOptions struct {
 // server built for the request.
 type taskCtxKey struct{}
 
+// JWKSPath is where the task MCP endpoint serves the orchestrator's JWKS:
+// the public key of its certificate, which signs the subject tokens of
+// token exchange, for an authorization server to fetch (and fetch again
+// when a token names a key it lacks, after a certificate rotation).
+const JWKSPath = "/.well-known/jwks.json"
+
 // MCPHandler returns the HTTP handler of every task's MCP endpoint, at
-// MCPPath(task id).
+// MCPPath(task id), and, with credentials, of the orchestrator's JWKS at
+// JWKSPath.
 func (s *Server) MCPHandler(opts MCPOptions) http.Handler {
 	hosts := hostguard.New(opts.AllowedHosts)
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
@@ -78,6 +85,10 @@ func (s *Server) MCPHandler(opts MCPOptions) http.Handler {
 		return srv
 	}, &mcp.StreamableHTTPOptions{Stateless: true, Logger: s.log.With("component", "task-mcp")})
 	mux := http.NewServeMux()
+	if c := s.deps.Credentials; c != nil {
+		// Public keys only, for any host: nothing here is the task's.
+		mux.Handle(JWKSPath, identity.JWKSHandler(c))
+	}
 	mux.HandleFunc("/tasks/{task_id}/mcp", func(w http.ResponseWriter, r *http.Request) {
 		if err := hosts.Check(r); err != nil {
 			s.log.WarnContext(r.Context(), "task MCP request refused", "reason", err.Error(), "remote", r.RemoteAddr)

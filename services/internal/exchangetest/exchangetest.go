@@ -12,6 +12,8 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +43,10 @@ type Config struct {
 	SubjectIssuer string
 	// SubjectJWKSURL is where it reads the keys of that issuer.
 	SubjectJWKSURL string
+	// SubjectJWKSRoots, when set, are the roots it trusts for an https
+	// SubjectJWKSURL (e.g. the development CA of the orchestrator that
+	// serves it).
+	SubjectJWKSRoots *x509.CertPool
 	// Clients are the confidential clients it knows.
 	Clients []Client
 	// AccessTokenLifetime defaults to five minutes.
@@ -80,6 +86,9 @@ func Start(t testing.TB, cfg Config) *Server {
 		t.Fatal(err)
 	}
 	s := &Server{cfg: cfg, key: key, keyID: "exchangetest-1", client: &http.Client{Timeout: 10 * time.Second}}
+	if cfg.SubjectJWKSRoots != nil {
+		s.client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cfg.SubjectJWKSRoots, MinVersion: tls.VersionTLS12}}
+	}
 	var handler http.Handler
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 	t.Cleanup(s.srv.Close)
