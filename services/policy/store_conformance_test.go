@@ -89,7 +89,9 @@ func TestRedisChargeTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for pattern, want := range map[string]func(time.Duration) bool{
-		"{chargettl:policy}:charge:*": func(d time.Duration) bool { return d > policy.ChargeRetention-time.Minute && d <= policy.ChargeRetention },
+		"{chargettl:policy}:charge:*": func(d time.Duration) bool {
+			return d > policy.ChargeRetention-time.Minute && d <= policy.ChargeRetention
+		},
 		"{chargettl:policy}:budget:*": func(d time.Duration) bool { return d == -1 }, // no TTL
 	} {
 		keys, err := c.Keys(ctx, pattern).Result()
