@@ -192,7 +192,12 @@ func newHeaderRecorder(t *testing.T, next http.Handler) *headerRecorder {
 		}
 		next.ServeHTTP(w, req)
 	}))
-	t.Cleanup(r.Close)
+	t.Cleanup(func() {
+		// A connection the adapter (closed after this) still holds would
+		// keep Close waiting five minutes.
+		r.CloseClientConnections()
+		r.Close()
+	})
 	return r
 }
 
