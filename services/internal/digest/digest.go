@@ -74,15 +74,20 @@ func String(s string) string {
 // the keys a store digests on every call.
 func Strings(strs ...string) string {
 	var buf bytes.Buffer
+	writeStrings(&buf, strs)
+	return Bytes(buf.Bytes())
+}
+
+// writeStrings writes a list of strings in canonical form.
+func writeStrings(buf *bytes.Buffer, strs []string) {
 	buf.WriteByte('[')
 	for i, s := range strs {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		writeString(&buf, s)
+		writeString(buf, s)
 	}
 	buf.WriteByte(']')
-	return Bytes(buf.Bytes())
 }
 
 // CanonicalValue marshals v to JSON and returns its canonical form. A
@@ -136,14 +141,7 @@ func writeValue(buf *bytes.Buffer, v any) (bool, error) {
 	case uint64:
 		return true, writeNumber(buf, float64(x))
 	case []string:
-		buf.WriteByte('[')
-		for i, e := range x {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			writeString(buf, e)
-		}
-		buf.WriteByte(']')
+		writeStrings(buf, x)
 	case []any:
 		buf.WriteByte('[')
 		for i, e := range x {
