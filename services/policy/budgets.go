@@ -134,8 +134,9 @@ func (s *Server) chargeOp(ctx context.Context, req *policyv1.ChargeRequest) (op 
 	}
 	now := s.now()
 	start := now.UTC().Truncate(rl.Period)
+	end := start.Add(rl.Period)
 	return ChargeOp{
-		At: now,
+		At: now, RequesterEnds: end,
 		// Keys are scoped to the task, so two tasks cannot collide.
 		Key: "task/" + req.GetTaskId() + "\x00" + req.GetIdempotencyKey(),
 		Task: &policyv1.Budget{Scope: "task/" + req.GetTaskId(),
@@ -143,7 +144,7 @@ func (s *Server) chargeOp(ctx context.Context, req *policyv1.ChargeRequest) (op 
 		Requester: &policyv1.Budget{Scope: requesterScope(req.GetRequester(), start),
 			MaxCalls: rl.Calls, MaxResponseBytes: rl.ResponseBytes, MaxCostMicros: rl.CostMicros},
 		Request: req,
-	}, start.Add(rl.Period), nil
+	}, end, nil
 }
 
 // requesterScope names a requester's budget for the period that starts at

@@ -205,8 +205,8 @@ func (s *Server) Close() {
 	})
 }
 
-// background polls the policy file and sweeps long-expired handles and
-// old charge records.
+// background polls the policy file and sweeps long-expired handles, old
+// charge records and long-ended requester budgets.
 func (s *Server) background(ctx context.Context) {
 	defer close(s.done)
 	poll := time.NewTicker(s.deps.PollInterval)
@@ -228,10 +228,10 @@ func (s *Server) background(ctx context.Context) {
 			} else if n > 0 {
 				s.log.Info("swept expired handles", "count", n)
 			}
-			if n, err = s.store.DeleteChargesBefore(ctx, s.now().Add(-ChargeRetention)); err != nil {
-				s.log.Warn("sweeping old charge records failed", "error", err)
+			if n, err = s.store.ForgetBefore(ctx, s.now().Add(-ChargeRetention)); err != nil {
+				s.log.Warn("sweeping old charge records and ended requester budgets failed", "error", err)
 			} else if n > 0 {
-				s.log.Info("swept old charge records", "count", n)
+				s.log.Info("swept old charge records and ended requester budgets", "count", n)
 			}
 		}
 	}

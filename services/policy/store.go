@@ -32,11 +32,12 @@ type Store interface {
 	// different charge; then nothing at all is charged. The record of a
 	// charge's key is kept at least ChargeRetention.
 	Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult, error)
-	// DeleteChargesBefore forgets the records of charges made (ChargeOp.At)
-	// before t, whose keys then charge again, and returns how many it
-	// deleted. A store whose records expire on their own after
-	// ChargeRetention (Redis) deletes none.
-	DeleteChargesBefore(ctx context.Context, before time.Time) (int, error)
+	// ForgetBefore deletes the records of charges made (ChargeOp.At)
+	// before t, whose keys then charge again, and the requester budgets
+	// whose period ended (ChargeOp.RequesterEnds) before t, and returns
+	// how many it deleted. A store whose records expire on their own
+	// ChargeRetention after those times (Redis) deletes none.
+	ForgetBefore(ctx context.Context, before time.Time) (int, error)
 
 	// CreateTaskScope stores a task's scope under its task id, failing with
 	// store.ErrExists if the task is already registered: a scope never
@@ -56,7 +57,8 @@ type Store interface {
 // kept: every charge of a call is made again, if at all, within the
 // call's recovery (its approval, a retry, evidence coming back), and a
 // record kept for good would add two per governed call to the store
-// forever. A charge replayed later is charged again.
+// forever. A charge replayed later is charged again. A requester's
+// budget is kept as long after its period ends, for whoever reads it.
 const ChargeRetention = 24 * time.Hour
 
 // ChargeOp is one atomic charge against a task's and a requester's budget.
@@ -64,6 +66,9 @@ type ChargeOp struct {
 	// At is when the charge is made, by the service's clock: its record
 	// is kept ChargeRetention from then.
 	At time.Time
+	// RequesterEnds is when the requester budget's period ends: the
+	// budget is kept ChargeRetention after. Zero keeps it.
+	RequesterEnds time.Time
 	// Key is the idempotency key, already scoped to the task. A second
 	// charge with the same key and the same amounts charges nothing and
 	// returns the current budgets.

@@ -19,8 +19,11 @@ const (
 	// bucketChargeTimes indexes charge records by when they were made
 	// ("<unix nanos>\x00<key>"), so the oldest are found first.
 	bucketChargeTimes = "charge_times"
-	bucketHealth      = "health"
-	bucketTasks       = "tasks"
+	// bucketBudgetEnds indexes requester budgets by when their period
+	// ends ("<unix nanos>\x00<scope>").
+	bucketBudgetEnds = "budget_ends"
+	bucketHealth     = "health"
+	bucketTasks      = "tasks"
 )
 
 // boltStore is the embedded-file Store.
@@ -111,6 +114,15 @@ func (b *boltStore) Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult
 				return err
 			}
 		}
+		for _, op := range ops {
+			if op.RequesterEnds.IsZero() {
+				continue
+			}
+			scope := op.Requester.GetScope()
+			if err := tx.Put(bucketBudgetEnds, timeKey(op.RequesterEnds, scope), wrapperspb.String(scope)); err != nil {
+				return err
+			}
+		}
 		for _, op := range w.charges {
 			if err := tx.Put(bucketCharges, op.Key, op.Request); err != nil {
 				return err
@@ -119,7 +131,7 @@ func (b *boltStore) Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult
 			if at.IsZero() {
 				at = time.Now()
 			}
-			if err := tx.Put(bucketChargeTimes, chargeTimeKey(at, op.Key), wrapperspb.String(op.Key)); err != nil {
+			if err := tx.Put(bucketChargeTimes, timeKey(at, op.Key), wrapperspb.String(op.Key)); err != nil {
 				return err
 			}
 		}
@@ -131,18 +143,31 @@ func (b *boltStore) Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult
 	return res, nil
 }
 
-// chargeTimeKey is the index key of a charge made at t under key.
-func chargeTimeKey(t time.Time, key string) string {
+// timeKey is the key, in a time index, of key at t: time order is key
+// order.
+func timeKey(t time.Time, key string) string {
 	return store.SeqKey(t.UnixNano()) + "\x00" + key
 }
 
-// maxChargesDeleted bounds the charge records one transaction deletes.
-const maxChargesDeleted = 10000
+// maxForgotten bounds the records one transaction of ForgetBefore deletes.
+const maxForgotten = 10000
 
 // errEnough stops a walk that found what it needed.
 var errEnough = errors.New("enough")
 
-func (b *boltStore) DeleteChargesBefore(ctx context.Context, before time.Time) (int, error) {
+func (b *boltStore) ForgetBefore(ctx context.Context, before time.Time) (int, error) {
+	charges, err := b.deleteIndexed(ctx, bucketChargeTimes, bucketCharges, before)
+	if err != nil {
+		return charges, err
+	}
+	budgets, err := b.deleteIndexed(ctx, bucketBudgetEnds, bucketBudgets, before)
+	return charges + budgets, err
+}
+
+// deleteIndexed deletes the records of bucket whose time in index (see
+// timeKey) is before t, oldest first, at most maxForgotten a
+// transaction, and returns how many it deleted.
+func (b *boltStore) deleteIndexed(ctx context.Context, index, bucket string, before time.Time) (int, error) {
 	cutoff := store.SeqKey(before.UnixNano())
 	total := 0
 	for {
@@ -151,11 +176,10 @@ func (b *boltStore) DeleteChargesBefore(ctx context.Context, before time.Time) (
 		}
 		n := 0
 		err := b.db.Update(func(tx *store.Tx) error {
-			var old []string
-			var keys []string
-			err := store.List(tx, bucketChargeTimes, "", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
+			var old, keys []string
+			err := store.List(tx, index, "", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
 				func(k string, v *wrapperspb.StringValue) error {
-					if k >= cutoff || len(old) == maxChargesDeleted {
+					if k >= cutoff || len(old) == maxForgotten {
 						return errEnough
 					}
 					old, keys = append(old, k), append(keys, v.GetValue())
@@ -166,10 +190,10 @@ func (b *boltStore) DeleteChargesBefore(ctx context.Context, before time.Time) (
 			}
 			// Deleting while a cursor walks the bucket skips keys.
 			for i, k := range old {
-				if err := tx.Delete(bucketChargeTimes, k); err != nil {
+				if err := tx.Delete(index, k); err != nil {
 					return err
 				}
-				if err := tx.Delete(bucketCharges, keys[i]); err != nil {
+				if err := tx.Delete(bucket, keys[i]); err != nil {
 					return err
 				}
 			}
@@ -177,7 +201,7 @@ func (b *boltStore) DeleteChargesBefore(ctx context.Context, before time.Time) (
 			return nil
 		})
 		total += n
-		if err != nil || n < maxChargesDeleted {
+		if err != nil || n < maxForgotten {
 			return total, err
 		}
 	}

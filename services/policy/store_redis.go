@@ -18,7 +18,8 @@ import (
 //
 //	handle:<key>      HandleBinding, with a Redis TTL (see below)
 //	handles:expiry    ZSET handle key -> expire time (unix microseconds)
-//	budget:<scope>    Budget
+//	budget:<scope>    Budget; a requester's with a Redis TTL ending
+//	                  ChargeRetention after its period
 //	charge:<key>      ChargeRequest recorded under an idempotency key, with
 //	                  a Redis TTL of ChargeRetention
 //	health:<conn>     ConnectionHealth
@@ -164,13 +165,23 @@ func (r *redisPolicyStore) Charge(ctx context.Context, ops ...ChargeOp) ([]Charg
 			v   []byte
 			ttl time.Duration // 0: kept
 		}
+		ends := map[string]time.Time{}
+		for _, op := range ops {
+			if !op.RequesterEnds.IsZero() {
+				ends[op.Requester.GetScope()] = op.RequesterEnds
+			}
+		}
 		sets := make(map[string]set, len(w.budgets)+len(w.charges))
 		for _, b := range w.budgets {
 			v, err := redisstore.Marshal(b)
 			if err != nil {
 				return nil, err
 			}
-			sets[keys[budgetAt[b.GetScope()]]] = set{v: v}
+			var ttl time.Duration
+			if end, ok := ends[b.GetScope()]; ok {
+				ttl = max(time.Until(end)+ChargeRetention, time.Second)
+			}
+			sets[keys[budgetAt[b.GetScope()]]] = set{v, ttl}
 		}
 		for _, op := range w.charges {
 			v, err := redisstore.Marshal(op.Request)
@@ -248,8 +259,9 @@ func (r *redisPolicyStore) GetHealth(ctx context.Context, connectionID string) (
 	return h, nil
 }
 
-// DeleteChargesBefore deletes nothing: Redis forgets each charge record
-// ChargeRetention after it was written (its TTL).
-func (r *redisPolicyStore) DeleteChargesBefore(context.Context, time.Time) (int, error) {
+// ForgetBefore deletes nothing: Redis forgets each charge record
+// ChargeRetention after it was written, and each requester budget as long
+// after its period ended (their TTLs).
+func (r *redisPolicyStore) ForgetBefore(context.Context, time.Time) (int, error) {
 	return 0, nil
 }

@@ -198,7 +198,7 @@ func testChargeRecordsKept(t *testing.T, st policy.Store) {
 	if _, err := charge(ctx, st, o); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := st.DeleteChargesBefore(ctx, o.At); err != nil || n != 0 {
+	if n, err := st.ForgetBefore(ctx, o.At); err != nil || n != 0 {
 		t.Errorf("sweep of the charges before the only one = %d, %v; want 0", n, err)
 	}
 	if res, err := charge(ctx, st, o); err != nil || !res.Replayed || res.Task.GetUsedCalls() != 2 {
