@@ -123,7 +123,10 @@ func listAwaitingSettlement(ctx context.Context, c orchestratorv1.OrchestratorSe
 		var attempt, since string
 		if n := len(r.GetAttempts()); n > 0 {
 			a := r.GetAttempts()[n-1]
-			attempt, since = a.GetId(), a.GetEndTime().AsTime().UTC().Format(time.RFC3339)
+			attempt = a.GetId()
+			if a.GetEndTime() != nil { // else not 1970
+				since = a.GetEndTime().AsTime().UTC().Format(time.RFC3339)
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.GetId(), attempt, r.GetTaskId(), r.GetCapability(), since)
 	}
