@@ -94,8 +94,13 @@ func (b *boltStore) Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult
 			w   chargeWrites
 			err error
 		)
+		// Budgets started by this transaction: only a new requester
+		// budget is indexed by its period's end (see ForgetBefore).
+		started := map[string]bool{}
 		res, w, err = applyCharges(ops, func(tmpl *policyv1.Budget) (*policyv1.Budget, error) {
-			return loadBudget(tx, tmpl)
+			b, isNew, err := loadBudget(tx, tmpl)
+			started[tmpl.GetScope()] = isNew
+			return b, err
 		}, func(key string) (*policyv1.ChargeRequest, error) {
 			prev := &policyv1.ChargeRequest{}
 			switch err := tx.Get(bucketCharges, key, prev); {
@@ -115,10 +120,11 @@ func (b *boltStore) Charge(ctx context.Context, ops ...ChargeOp) ([]ChargeResult
 			}
 		}
 		for _, op := range ops {
-			if op.RequesterEnds.IsZero() {
+			scope := op.Requester.GetScope()
+			if op.RequesterEnds.IsZero() || !started[scope] {
 				continue
 			}
-			scope := op.Requester.GetScope()
+			started[scope] = false // once, however many ops share it
 			if err := tx.Put(bucketBudgetEnds, timeKey(op.RequesterEnds, scope), wrapperspb.String(scope)); err != nil {
 				return err
 			}
@@ -207,16 +213,16 @@ func (b *boltStore) deleteIndexed(ctx context.Context, index, bucket string, bef
 	}
 }
 
-// loadBudget reads a budget, or starts it from the template.
-func loadBudget(tx *store.Tx, tmpl *policyv1.Budget) (*policyv1.Budget, error) {
-	b := &policyv1.Budget{}
+// loadBudget reads a budget, or starts it from the template (isNew).
+func loadBudget(tx *store.Tx, tmpl *policyv1.Budget) (b *policyv1.Budget, isNew bool, err error) {
+	b = &policyv1.Budget{}
 	switch err := tx.Get(bucketBudgets, tmpl.GetScope(), b); {
 	case errors.Is(err, store.ErrNotFound):
-		b = unusedBudget(tmpl)
+		return unusedBudget(tmpl), true, nil
 	case err != nil:
-		return nil, err
+		return nil, false, err
 	}
-	return withLimits(b, tmpl), nil
+	return withLimits(b, tmpl), false, nil
 }
 
 func (b *boltStore) CreateTaskScope(ctx context.Context, ts *policyv1.TaskScope) error {
