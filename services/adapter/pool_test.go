@@ -300,10 +300,14 @@ func TestLimitsPerCallOnASharedSession(t *testing.T) {
 			big := &registryv1.Limits{MaxResponseBytes: 1 << 20, MaxItems: 10}
 			small := &registryv1.Limits{MaxResponseBytes: 16 << 10, MaxItems: 10}
 
-			// A call with the large limit holds the session.
+			// A call with the large limit holds the session. It is its
+			// own attempt: the meter tells concurrent calls' requests
+			// apart by method and attempt until their ids are known.
 			held := make(chan *adapterv1.ExecuteResponse, 1)
+			holder := call(t, conn, "wait_for", map[string]any{"file": "go"}, big)
+			holder.AttemptId = "att_held"
 			go func() {
-				resp, err := e.srv.Execute(context.Background(), granted(t, call(t, conn, "wait_for", map[string]any{"file": "go"}, big)))
+				resp, err := e.srv.Execute(context.Background(), granted(t, holder))
 				if err != nil {
 					t.Error(err)
 				}
