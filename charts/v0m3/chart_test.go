@@ -212,6 +212,19 @@ func TestRedisStore(t *testing.T) {
 		if got := flagValue(t, name, d.Spec.Template.Spec.Containers[0].Args, "internal-call-timeout"); got != "10s" {
 			t.Errorf("%s --internal-call-timeout=%s; want 10s", name, got)
 		}
+		// Each caller's requests are admitted at the default rate.
+		args := d.Spec.Template.Spec.Containers[0].Args
+		if r, b, g := flagValue(t, name, args, "caller-rate"), flagValue(t, name, args, "caller-burst"), flagValue(t, name, args, "caller-rate-groups"); r != "50" || b != "100" || g != "product-services=1000:2000" {
+			t.Errorf("%s --caller-rate=%s --caller-burst=%s --caller-rate-groups=%s; want 50, 100 and product-services=1000:2000", name, r, b, g)
+		}
+	}
+	limited := render(t, helmBinary(t), "callerRateLimit.perSecond=0.5", "callerRateLimit.burst=3",
+		"callerRateLimit.groups.product-services.perSecond=0", "callerRateLimit.groups.batch.perSecond=2.5", "callerRateLimit.groups.batch.burst=5")
+	for _, name := range serviceNames {
+		args := deployment(t, limited, name).Spec.Template.Spec.Containers[0].Args
+		if r, b, g := flagValue(t, name, args, "caller-rate"), flagValue(t, name, args, "caller-burst"), flagValue(t, name, args, "caller-rate-groups"); r != "0.5" || b != "3" || g != "batch=2.5:5,product-services=0:2000" {
+			t.Errorf("%s with callerRateLimit 0.5/3: --caller-rate=%s --caller-burst=%s --caller-rate-groups=%s", name, r, b, g)
+		}
 	}
 
 	// The policy service charges its default budgets unless the values

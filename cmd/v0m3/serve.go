@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math"
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +49,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, false)
 	callTimeout := addInternalCallTimeoutFlag(fs)
+	callerRate := addCallerRateFlags(fs)
 	var replica struct {
 		id            *string
 		ttl, interval *time.Duration
@@ -80,6 +84,10 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 	if err != nil {
 		return err
 	}
+	rate, err := callerRate.limits()
+	if err != nil {
+		return err
+	}
 	cfg := suite.Config{
 		Reach:           rf.reach(),
 		AdapterSessions: rf.sessions(),
@@ -94,6 +102,7 @@ func runService(ctx context.Context, name string, args []string, stderr io.Write
 		// Every call to a peer is bounded (the adapter's Execute and
 		// Discover by their own bounds).
 		InternalCallTimeout: *callTimeout,
+		CallerRateLimits:    rate,
 	}
 	for p, addr := range peers {
 		cfg.Peers[p] = *addr
@@ -140,6 +149,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	idf := addIdentityFlags(fs)
 	rf := addReachFlags(fs, true)
 	callTimeout := addInternalCallTimeoutFlag(fs)
+	callerRate := addCallerRateFlags(fs)
 	pkiDir := fs.String("pki-dir", "", "where the development CA and token issuer live (default <data-dir>/pki); dev processes given one dir trust each other")
 	bf := addBudgetFlags(fs)
 	mcpf := addMCPFlags(fs, "default: --host at --port-base+10; \"off\" serves none")
@@ -147,6 +157,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	rate, err := callerRate.limits()
 	if err != nil {
 		return err
 	}
@@ -198,7 +212,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer shutdown()
 	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach(),
-		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions(), InternalCallTimeout: *callTimeout, MCP: mcpf.config()})
+		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions(), InternalCallTimeout: *callTimeout, MCP: mcpf.config(), CallerRateLimits: rate})
 	if err != nil {
 		return err
 	}
@@ -286,6 +300,72 @@ func addBudgetFlags(fs *flag.FlagSet) *budgetFlags {
 	fs.Int64Var(&b.requester.CostMicros, "requester-budget-cost", 0, fmt.Sprintf("cost in micros a requester may spend per period (0 = %d)", policy.DefaultRequesterCostMicros))
 	fs.DurationVar(&b.requester.Period, "requester-budget-period", 0, fmt.Sprintf("how long a requester's budget lasts before a fresh one starts, aligned to the Unix epoch (0 = %s: midnight to midnight UTC)", policy.DefaultRequesterPeriod))
 	return b
+}
+
+// callerRateFlags say how fast a service admits one caller's requests
+// (identity.RateLimits), on `v0m3 <service>` and `v0m3 dev`.
+type callerRateFlags struct {
+	perSecond *float64
+	burst     *int
+	groups    *string
+}
+
+func addCallerRateFlags(fs *flag.FlagSet) *callerRateFlags {
+	d := identity.DefaultRateLimits
+	return &callerRateFlags{
+		perSecond: fs.Float64("caller-rate", d.Default.PerSecond, "requests a second each product or admin caller may make to this server, sustained; over it a request is refused with RESOURCE_EXHAUSTED, CALLER_RATE_LIMITED and a RetryInfo (0 = no limit; peer services are never limited)"),
+		burst:     fs.Int("caller-burst", d.Default.Burst, "requests one caller may make at once, above --caller-rate, after a quiet spell"),
+		groups:    fs.String("caller-rate-groups", formatGroupRates(d.Groups), "comma-separated GROUP=RATE:BURST giving the callers of a group their own limit instead of --caller-rate (the most generous of a caller's groups; RATE 0 = no limit); empty = none"),
+	}
+}
+
+// limits reads the flags; a malformed value is a usage error.
+func (f *callerRateFlags) limits() (identity.RateLimits, error) {
+	def, err := checkRate("--caller-rate/--caller-burst", *f.perSecond, *f.burst)
+	if err != nil {
+		return identity.RateLimits{}, err
+	}
+	ls := identity.RateLimits{Default: def, Groups: map[string]identity.RateLimit{}}
+	for _, item := range strings.Split(*f.groups, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		group, spec, ok := strings.Cut(item, "=")
+		rateText, burstText, hasBurst := strings.Cut(spec, ":")
+		perSecond, rerr := strconv.ParseFloat(rateText, 64)
+		burst, berr := strconv.Atoi(burstText)
+		if !hasBurst && rerr == nil && perSecond == 0 {
+			burst, berr = 0, nil // "group=0": no limit, no burst to give
+		}
+		if !ok || group == "" || rerr != nil || berr != nil {
+			return identity.RateLimits{}, usageError{fmt.Sprintf("--caller-rate-groups: %q is not GROUP=RATE:BURST (e.g. product-services=1000:2000, or product-services=0 for no limit)", item)}
+		}
+		if ls.Groups[group], err = checkRate("--caller-rate-groups "+group, perSecond, burst); err != nil {
+			return identity.RateLimits{}, err
+		}
+	}
+	return ls, nil
+}
+
+// checkRate refuses a negative or non-finite rate and, with a rate, a
+// burst below one.
+func checkRate(what string, perSecond float64, burst int) (identity.RateLimit, error) {
+	switch {
+	case perSecond < 0 || math.IsNaN(perSecond) || math.IsInf(perSecond, 0):
+		return identity.RateLimit{}, usageError{what + ": the rate must be a number >= 0 (0 = no limit)"}
+	case perSecond > 0 && burst < 1:
+		return identity.RateLimit{}, usageError{what + ": the burst must be at least 1"}
+	}
+	return identity.RateLimit{PerSecond: perSecond, Burst: burst}, nil
+}
+
+// formatGroupRates is the --caller-rate-groups form of groups, sorted.
+func formatGroupRates(groups map[string]identity.RateLimit) string {
+	var out []string
+	for _, g := range slices.Sorted(maps.Keys(groups)) {
+		out = append(out, fmt.Sprintf("%s=%s:%d", g, strconv.FormatFloat(groups[g].PerSecond, 'g', -1, 64), groups[g].Burst))
+	}
+	return strings.Join(out, ",")
 }
 
 // addPprofFlag adds --pprof: where to serve runtime profiles, off unless

@@ -9,3 +9,6 @@ func (c *Credentials) ForceReloadCheck() {
 	c.checked = time.Time{}
 	c.mu.Unlock()
 }
+
+// SetClock makes the limiter read the time from now.
+func (l *CallerLimiter) SetClock(now func() time.Time) { l.now = now }

@@ -43,6 +43,9 @@ type Guard struct {
 	Authn Authenticator
 	// Log receives refusals (never tokens).
 	Log *slog.Logger
+	// Limit admits each bearer-token caller's requests at its rate; nil
+	// admits them without limit. Peer services are never limited.
+	Limit *CallerLimiter
 }
 
 // Unary returns the guard as a unary interceptor.
@@ -118,6 +121,9 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 		return nil, g.refuse(ctx, method, codes.Unauthenticated, reason, "bearer token refused: "+err.Error(), nil)
 	}
 	c.Kind = KindUser
+	if err := g.Limit.Admit(ctx, c.ID, c.Groups); err != nil {
+		return nil, err // logged by the limiter when the flood starts, not per request
+	}
 	return WithCaller(ctx, c), nil
 }
 

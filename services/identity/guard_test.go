@@ -61,6 +61,12 @@ func serveGuarded(t *testing.T) *guarded {
 	g := &identity.Guard{Creds: creds, Authn: authn}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(creds.ServerTLS())), grpc.UnaryInterceptor(g.Unary()), grpc.StreamInterceptor(g.Stream()))
 	registryv1.RegisterRegistryServiceServer(srv, echoRegistry{})
+	return listen(t, srv, dev)
+}
+
+// listen serves srv on a loopback port until the test ends.
+func listen(t *testing.T, srv *grpc.Server, dev *identity.Dev) *guarded {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

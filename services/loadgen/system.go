@@ -131,6 +131,13 @@ func cpuTimes(pid int) (self, children time.Duration, err error) {
 	return time.Duration(ticks[0]+ticks[1]) * tick, time.Duration(ticks[2]+ticks[3]) * tick, nil
 }
 
+// acceptsFlag reports whether `exe dev` has the flag name (the bench may
+// measure a build older than the flag).
+func acceptsFlag(ctx context.Context, exe, name string) bool {
+	out, _ := exec.CommandContext(ctx, exe, "dev", "-h").CombinedOutput() // -h exits non-zero
+	return strings.Contains(string(out), "-"+name+" ")
+}
+
 // devSystem is a `v0m3 dev` child serving the five services, and clients
 // of it.
 type devSystem struct {
@@ -158,6 +165,11 @@ func startDev(ctx context.Context, exe, dir, storeURL string, extra []string) (*
 		"--task-budget-calls", budget, "--task-budget-bytes", budget, "--task-budget-cost", budget,
 		"--requester-budget-calls", budget, "--requester-budget-bytes", budget, "--requester-budget-cost", budget,
 	}, extra...)
+	if acceptsFlag(ctx, exe, "caller-rate") {
+		// A measurement is one caller submitting as fast as the system
+		// answers: no caller rate limit (builds before it had none).
+		args = append(args, "--caller-rate", "0", "--caller-rate-groups", "")
+	}
 	if storeURL != "" {
 		args = append(args, "--store", storeURL)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -55,6 +57,10 @@ type MCPOptions struct {
 	// AllowedHosts are the host names clients may use in Host and Origin
 	// besides loopback (see hostguard); others get 403 (DNS rebinding).
 	AllowedHosts []string
+	// Limit admits the requests of each task's requester at its rate,
+	// sharing the requester's bucket with the orchestrator's gRPC API (the
+	// guard's limiter); nil admits them without limit.
+	Limit *identity.CallerLimiter
 }
 
 // taskCtxKey carries the verified task from the authentication to the MCP
@@ -114,6 +120,10 @@ func (s *Server) MCPHandler(opts MCPOptions) http.Handler {
 			http.Error(w, "the orchestrator could not check the token; try again", http.StatusServiceUnavailable)
 			return
 		}
+		if err := opts.Limit.Admit(r.Context(), task.GetRequester().GetId(), task.GetRequester().GetGroups()); err != nil {
+			tooManyRequests(w, err)
+			return
+		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), taskCtxKey{}, task)))
 	})
 	return mux
@@ -123,6 +133,14 @@ func (s *Server) MCPHandler(opts MCPOptions) http.Handler {
 func unauthorized(w http.ResponseWriter, why string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="v0m3-task", error="invalid_token", error_description="`+why+`"`)
 	http.Error(w, "Unauthorized: "+why, http.StatusUnauthorized)
+}
+
+// tooManyRequests answers 429 with Retry-After (RFC 9110, whole seconds,
+// rounded up) from the limiter's refusal.
+func tooManyRequests(w http.ResponseWriter, err error) {
+	secs := int64(math.Ceil(apierror.RetryDelay(err).Seconds()))
+	w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+	http.Error(w, "Too Many Requests: "+status.Convert(err).Message(), http.StatusTooManyRequests)
 }
 
 // mcpServer is the MCP server of one task: its offered capabilities as

@@ -130,6 +130,11 @@ type Config struct {
 	// (identity.Dev) under DataDir/pki: an ephemeral CA with a certificate
 	// per service and a development token issuer.
 	Identity *Identity
+	// CallerRateLimits say how fast each service admits the requests of
+	// one product or admin caller (and the task MCP endpoint those of one
+	// task's requester); the zero value admits without limit (the
+	// commands default to identity.DefaultRateLimits).
+	CallerRateLimits identity.RateLimits
 	// MCP, when set and the orchestrator runs here, serves the task MCP
 	// endpoints (issue 17) on a listener of their own; nil serves none.
 	MCP *MCP
@@ -229,6 +234,8 @@ type Suite struct {
 	Dev *identity.Dev
 
 	ident *Identity
+	// callerRate is Config.CallerRateLimits.
+	callerRate identity.RateLimits
 	// tp is Config.TracerProvider.
 	tp trace.TracerProvider
 	// internalCallTimeout is Config.InternalCallTimeout.
@@ -260,7 +267,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s = &Suite{Addr: map[string]string{}, cancel: cancel, tp: cfg.TracerProvider, internalCallTimeout: cfg.InternalCallTimeout}
+	s = &Suite{Addr: map[string]string{}, cancel: cancel, tp: cfg.TracerProvider, internalCallTimeout: cfg.InternalCallTimeout, callerRate: cfg.CallerRateLimits}
 	// Every failure below returns a nil suite, so release what was
 	// started through this copy.
 	started := s
@@ -439,7 +446,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			telemetry.ObserveWaiting(orchestrator.WaitingRequests(st))
 			orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
 			if mcpLis != nil {
-				s.serveMCP(ctx, mcpLis, o.MCPHandler(orchestrator.MCPOptions{AllowedHosts: cfg.MCP.AllowedHosts}), creds, log.With("service", name))
+				s.serveMCP(ctx, mcpLis, o.MCPHandler(orchestrator.MCPOptions{AllowedHosts: cfg.MCP.AllowedHosts, Limit: guard.Limit}), creds, log.With("service", name))
 				s.MCPURL = mcpBase
 			}
 		}
@@ -573,7 +580,7 @@ func (s *Suite) credsFor(id *Identity, service string) (*identity.Credentials, e
 // suite: its credentials and the suite's caller authentication. A test
 // that serves one service itself (with its own options) uses it.
 func (s *Suite) Guard(name string, log *slog.Logger) (*identity.Guard, error) {
-	g := &identity.Guard{Authn: s.ident.Authn, Log: log}
+	g := &identity.Guard{Authn: s.ident.Authn, Log: log, Limit: identity.NewCallerLimiter(s.callerRate, log)}
 	if !s.ident.Insecure {
 		c, err := s.credsFor(s.ident, name)
 		if err != nil {
