@@ -46,6 +46,13 @@ type guarded struct {
 // service's certificate from a fresh development CA.
 func serveGuarded(t *testing.T) *guarded {
 	t.Helper()
+	return serveGuardedWith(t, identity.RateLimits{}, echoRegistry{})
+}
+
+// serveGuardedWith is serveGuarded with the guard's rate limits and the
+// registry API's implementation given.
+func serveGuardedWith(t *testing.T, limits identity.RateLimits, impl registryv1.RegistryServiceServer) *guarded {
+	t.Helper()
 	dev, err := identity.NewDev(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -58,15 +65,9 @@ func serveGuarded(t *testing.T) *guarded {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &identity.Guard{Creds: creds, Authn: authn}
+	g := &identity.Guard{Creds: creds, Authn: authn, Limit: identity.NewCallerLimiter(limits, nil)}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(creds.ServerTLS())), grpc.UnaryInterceptor(g.Unary()), grpc.StreamInterceptor(g.Stream()))
-	registryv1.RegisterRegistryServiceServer(srv, echoRegistry{})
-	return listen(t, srv, dev)
-}
-
-// listen serves srv on a loopback port until the test ends.
-func listen(t *testing.T, srv *grpc.Server, dev *identity.Dev) *guarded {
-	t.Helper()
+	registryv1.RegisterRegistryServiceServer(srv, impl)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

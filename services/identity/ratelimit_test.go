@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/identity"
@@ -144,25 +142,11 @@ func (c countingRegistry) GetConnection(ctx context.Context, req *registryv1.Get
 // admitted.
 func TestGuardLimitsEachCaller(t *testing.T) {
 	t.Parallel()
-	dev, err := identity.NewDev(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds, err := dev.Credentials(identity.Registry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	authn, err := dev.Authenticator()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// One request a minute after a burst of 2: nothing refills during the
 	// test.
-	g := &identity.Guard{Creds: creds, Authn: authn, Limit: identity.NewCallerLimiter(identity.RateLimits{Default: identity.RateLimit{PerSecond: 1.0 / 60, Burst: 2}}, nil)}
 	var handled atomic.Int64
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(creds.ServerTLS())), grpc.UnaryInterceptor(g.Unary()))
-	registryv1.RegisterRegistryServiceServer(srv, countingRegistry{n: &handled})
-	gs := listen(t, srv, dev)
+	gs := serveGuardedWith(t, identity.RateLimits{Default: identity.RateLimit{PerSecond: 1.0 / 60, Burst: 2}}, countingRegistry{n: &handled})
+	dev := gs.dev
 	ctx := context.Background()
 
 	caller := gs.asCaller(t)
@@ -172,7 +156,7 @@ func TestGuardLimitsEachCaller(t *testing.T) {
 			t.Fatalf("alice's request %d: %v", i+1, err)
 		}
 	}
-	_, err = caller.GetConnection(alice, &registryv1.GetConnectionRequest{Id: "conn_x"})
+	_, err := caller.GetConnection(alice, &registryv1.GetConnectionRequest{Id: "conn_x"})
 	if !apierror.Is(err, codes.ResourceExhausted, identity.ReasonCallerRateLimited) {
 		t.Fatalf("alice's third request: %v, want RESOURCE_EXHAUSTED %s", err, identity.ReasonCallerRateLimited)
 	}
