@@ -262,10 +262,18 @@ func TestRedisStore(t *testing.T) {
 	}
 	c := sts.Spec.Template.Spec.Containers[0]
 	argv := strings.Join(append(slices.Clone(c.Command), c.Args...), " ")
-	for _, want := range []string{"redis-server", "--appendonly yes", "--appendfsync everysec", "--dir /data"} {
+	for _, want := range []string{"redis-server", "--appendonly yes", "--appendfsync everysec", "--dir /data", "--maxmemory-policy noeviction"} {
 		if !strings.Contains(argv, want) {
 			t.Errorf("redis runs %q; want it to contain %q", argv, want)
 		}
+	}
+	if strings.Contains(argv, "--maxmemory ") {
+		t.Errorf("redis runs %q; want no maxmemory unless the values set one", argv)
+	}
+	var bounded appsv1.StatefulSet
+	render(t, helmBinary(t), "store=redis", "redis.maxmemory=3gb").must(t, "StatefulSet", release+"-redis", &bounded)
+	if c := bounded.Spec.Template.Spec.Containers[0]; !strings.Contains(strings.Join(c.Args, " "), "--maxmemory 3gb") {
+		t.Errorf("redis with redis.maxmemory=3gb runs %v", c.Args)
 	}
 	if !slices.ContainsFunc(c.VolumeMounts, func(v corev1.VolumeMount) bool { return v.Name == "data" && v.MountPath == "/data" }) {
 		t.Errorf("redis mounts %v; want its claim at /data", c.VolumeMounts)

@@ -259,6 +259,51 @@ func TestErrorContract(t *testing.T) {
 		waitUntil(t, r.name+" answered once Redis is back", func() bool { _, err := r.call(context.Background()); return err == nil })
 	}
 
+	// Redis full (at its maxmemory, evicting nothing): every write is
+	// refused whole while reads still answer; no retry delay, since only
+	// making room helps.
+	admin := redistest.Client(t, rs.Addr)
+	if err := admin.ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	fullRequests := func() string {
+		l, err := s.Orchestrator.ListRequests(w.as(scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: taskID, PageSize: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range l.GetRequests() {
+			if r.GetProviderCallId() == "call/full" {
+				return "request " + r.GetId()
+			}
+		}
+		return ""
+	}
+	full := []contractRow{
+		{name: "orchestrator with Redis full: a submission", call: submit("call/full", map[string]any{"source": handle, "query": "q"}), left: fullRequests},
+		{name: "registry with Redis full: a new connection", call: func(ctx context.Context) (string, error) {
+			_, err := s.Registry.CreateConnection(w.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+				DisplayName: "Full", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin),
+			})
+			return "", err
+		}, left: func() string {
+			if n := connections(); n != before {
+				return "a connection"
+			}
+			return ""
+		}},
+		{name: "policy with Redis full: a charge", call: func(ctx context.Context) (string, error) {
+			_, err := peer.Policy.Charge(ctx, &policyv1.ChargeRequest{TaskId: taskID, Requester: scenario.Alice.ID, Calls: 1, IdempotencyKey: "contract-full"})
+			return "", err
+		}},
+	}
+	for _, r := range full {
+		r.code, r.reason = codes.ResourceExhausted, apierror.ReasonStoreFull
+		r.check(t)
+	}
+	if err := admin.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+
 	// A notification flood: retrieve_authorized_source mapped onto the
 	// hostile fixture's notify_flood tool, told to send 5,000,000 progress
 	// notifications, far past the adapter's bound. The call ends quickly

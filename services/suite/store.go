@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/v0m3/v0m3/services/evidence"
+	"github.com/v0m3/v0m3/services/internal/redisstore"
 	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
@@ -83,7 +84,9 @@ func OpenStores(rawURL string) (*Stores, error) {
 		if err != nil {
 			return nil, fmt.Errorf("suite: store %s: %w", shown, err)
 		}
-		return &Stores{kind: "redis", redis: redis.NewClient(opts), prefix: prefix, shown: shown}, nil
+		c := redis.NewClient(opts)
+		c.AddHook(redisstore.AbortReasons{}) // a transaction refused at maxmemory says so
+		return &Stores{kind: "redis", redis: c, prefix: prefix, shown: shown}, nil
 	default:
 		return nil, fmt.Errorf("suite: store %s: scheme %q is not file or redis", shown, u.Scheme)
 	}
@@ -167,18 +170,48 @@ func (s *Stores) Orchestrator() (orchestrator.Store, error) {
 	return orchestrator.NewBoltStore(db), nil
 }
 
-// Ping reports whether the backing store answers: Redis must reply to PING
-// within a second. The file store is always reachable once open.
+// Ping reports whether the backing store is usable: Redis must answer
+// within a second and evict nothing. The file store is always usable once
+// open.
+//
+// Redis evicting keys under memory pressure (any maxmemory-policy but
+// noeviction, including the volatile-* ones, which evict exactly the
+// keys with a time to live: leases, idempotency records, budgets) would
+// silently break what the services promise: a lease lost lets another
+// replica run a request again, a lost charge record charges twice. Such
+// a Redis is reported like an unreachable one, so the services say
+// NOT_SERVING and log why until it is reconfigured; at its maxmemory with
+// noeviction, writes are refused instead (STORE_FULL) and nothing is lost.
 func (s *Stores) Ping(ctx context.Context) error {
 	if s.kind != "redis" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if err := s.redis.Ping(ctx).Err(); err != nil {
+	info, err := s.redis.Info(ctx, "memory").Result()
+	var reply redis.Error
+	if errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "NOPERM") {
+		// An ACL user without INFO: reachability is all it can show.
+		info, err = "", s.redis.Ping(ctx).Err()
+	}
+	if err != nil {
 		return fmt.Errorf("store %s: %w", s.shown, err)
 	}
+	if policy := infoField(info, "maxmemory_policy"); policy != "" && policy != "noeviction" {
+		return fmt.Errorf("store %s evicts keys when full (maxmemory-policy %s): V0M3 keeps leases, approvals, budgets and idempotency records there, which must never be evicted; set maxmemory-policy noeviction", s.shown, policy)
+	}
 	return nil
+}
+
+// infoField returns the value of field in the text of Redis INFO, "" when
+// absent.
+func infoField(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // Close closes the Redis client or every opened file.

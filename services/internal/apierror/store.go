@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +21,13 @@ import (
 // may succeed, so it is UNAVAILABLE with a RetryInfo, not INTERNAL.
 const ReasonStoreUnavailable = "STORE_UNAVAILABLE"
 
+// ReasonStoreFull is the reason of a call that failed because the
+// service's store refused the write for lack of room: Redis at its
+// maxmemory (which V0M3 requires to evict nothing), or the disk of the
+// embedded store full. Nothing was written; retrying helps only once
+// room is made, so it is RESOURCE_EXHAUSTED without a RetryInfo.
+const ReasonStoreFull = "STORE_FULL"
+
 // ReasonDependencyUnavailable is the reason of a call that failed because
 // a service it depends on could not be reached (its gRPC status was
 // UNAVAILABLE without a reason of its own).
@@ -31,14 +39,53 @@ const retryDelay = time.Second
 
 // Store returns the error of a failed store operation: UNAVAILABLE
 // STORE_UNAVAILABLE with a RetryInfo when the store could not be reached
-// (a network error, a refused or reset connection, a deadline), otherwise
-// INTERNAL with reason and msg. The store's own error is never in the
-// message: the caller logs it.
+// (a network error, a refused or reset connection, a deadline),
+// RESOURCE_EXHAUSTED STORE_FULL when it had no room for the write,
+// otherwise INTERNAL with reason and msg. The store's own error is never
+// in the message: the caller logs it.
 func Store(reason, msg string, err error) error {
-	if !unreachable(err) {
-		return New(codes.Internal, reason, msg, nil)
+	switch {
+	case full(err):
+		return New(codes.ResourceExhausted, ReasonStoreFull, msg+
+			": the store is full (Redis reached its maxmemory, or the embedded store's disk is out of space) and nothing was written; make room (raise maxmemory, grow the volume) and retry", nil)
+	case unreachable(err):
+		return Unavailable(ReasonStoreUnavailable, fmt.Sprintf("%s: the store is unreachable; retry in %s", msg, retryDelay), nil)
 	}
-	return Unavailable(ReasonStoreUnavailable, fmt.Sprintf("%s: the store is unreachable; retry in %s", msg, retryDelay), nil)
+	return New(codes.Internal, reason, msg, nil)
+}
+
+// redisError is what go-redis's error replies implement (redis.Error),
+// named here so this package needs no Redis client.
+type redisError interface {
+	error
+	RedisError()
+}
+
+// full reports whether err says the store had no room for a write: a
+// Redis OOM reply (the command, script or transaction was refused whole)
+// or a full disk or quota.
+func full(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || redisOOM(err)
+}
+
+// redisOOM reports whether any error in err's tree is a Redis OOM reply
+// (errors.As would stop at the first reply, e.g. an EXECABORT joined with
+// its reason).
+func redisOOM(err error) bool {
+	if re, ok := err.(redisError); ok && strings.HasPrefix(re.Error(), "OOM ") {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return redisOOM(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if redisOOM(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Unavailable returns UNAVAILABLE with an ErrorInfo (reason, metadata) and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 
@@ -12,6 +13,12 @@ import (
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
 )
+
+// redisReply is an error reply as go-redis returns it (redis.Error).
+type redisReply string
+
+func (e redisReply) Error() string { return string(e) }
+func (redisReply) RedisError()     {}
 
 func TestStore(t *testing.T) {
 	t.Parallel()
@@ -26,6 +33,11 @@ func TestStore(t *testing.T) {
 		{"deadline", fmt.Errorf("put: %w", context.DeadlineExceeded), codes.Unavailable, apierror.ReasonStoreUnavailable},
 		{"a failure the store reported", errors.New("bolt: database not open"), codes.Internal, "STORE_FAILURE"},
 		{"a corrupt record", errors.New("proto: cannot parse invalid wire-format data"), codes.Internal, "STORE_FAILURE"},
+		{"redis at maxmemory", fmt.Errorf("create request: %w", redisReply("OOM command not allowed when used memory > 'maxmemory'.")), codes.ResourceExhausted, apierror.ReasonStoreFull},
+		{"a transaction redis aborted at maxmemory", errors.Join(redisReply("EXECABORT Transaction discarded because of previous errors."), redisReply("OOM command not allowed when used memory > 'maxmemory'.")), codes.ResourceExhausted, apierror.ReasonStoreFull},
+		{"another redis error reply", redisReply("WRONGTYPE Operation against a key holding the wrong kind of value"), codes.Internal, "STORE_FAILURE"},
+		{"a disk full", fmt.Errorf("bolt commit: %w", &os.PathError{Op: "write", Path: "/data/policy.db", Err: syscall.ENOSPC}), codes.ResourceExhausted, apierror.ReasonStoreFull},
+		{"a disk quota", fmt.Errorf("fdatasync: %w", syscall.EDQUOT), codes.ResourceExhausted, apierror.ReasonStoreFull},
 	} {
 		if err := apierror.Store("STORE_FAILURE", "the store failed", tc.err); !apierror.Is(err, tc.code, tc.reason) {
 			t.Errorf("%s: %v, want %v %s", tc.name, err, tc.code, tc.reason)

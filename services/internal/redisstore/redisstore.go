@@ -245,3 +245,35 @@ func Abort(ctx context.Context, tx *redis.Tx, err error) error {
 	}
 	return err
 }
+
+// AbortReasons is a go-redis hook (Client.AddHook) that gives an aborted
+// MULTI/EXEC the reply that aborted it: Redis answers EXEC with
+// EXECABORT alone ("discarded because of previous errors"), while the
+// reason, e.g. an OOM refusal at maxmemory, is on the queued commands.
+// The error returned then wraps both, so callers can tell a full store
+// from a broken one.
+type AbortReasons struct{}
+
+// DialHook leaves dialing as it is.
+func (AbortReasons) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook leaves single commands as they are: their reply is their
+// reason.
+func (AbortReasons) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook adds the first queued command's error to an
+// EXECABORT.
+func (AbortReasons) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if !redis.IsExecAbortError(err) {
+			return err
+		}
+		for _, c := range cmds {
+			if cerr := c.Err(); cerr != nil && !redis.IsExecAbortError(cerr) {
+				return errors.Join(err, cerr)
+			}
+		}
+		return err
+	}
+}

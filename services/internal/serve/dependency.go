@@ -30,9 +30,9 @@ func (s *Server) WatchDependency(ctx context.Context, interval time.Duration, ch
 		}
 		switch {
 		case err != nil && healthy:
-			s.log.Warn("store unreachable; reporting NOT_SERVING", "service", s.name, "error", err)
+			s.log.Warn("store unreachable or unusable; reporting NOT_SERVING", "service", s.name, "error", err)
 		case err == nil && !healthy:
-			s.log.Info("store reachable again; reporting SERVING", "service", s.name)
+			s.log.Info("store usable again; reporting SERVING", "service", s.name)
 		}
 		healthy = err == nil
 		s.Health.SetServingStatus("", status)

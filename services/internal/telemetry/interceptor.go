@@ -37,7 +37,7 @@ var LimitCodes = map[string]bool{"RESPONSE_LIMIT_EXCEEDED": true, "ITEM_LIMIT_EX
 
 // storeReasons are the ErrorInfo reasons services give when their store
 // failed.
-var storeReasons = map[string]bool{"STORE_FAILURE": true, "STORAGE_FAILED": true, apierror.ReasonStoreUnavailable: true}
+var storeReasons = map[string]bool{"STORE_FAILURE": true, "STORAGE_FAILED": true, apierror.ReasonStoreUnavailable: true, apierror.ReasonStoreFull: true}
 
 // UnaryServer is the interceptor every V0M3 server runs (outside the
 // access guard, so refusals are counted too): it counts the RPC, puts the
