@@ -41,6 +41,32 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// statefulHealth returns, for a serving status, the condition that every
+// service with a store (all but the adapter) reports it.
+func statefulHealth(t *testing.T, s *suite.Suite) func(healthpb.HealthCheckResponse_ServingStatus) func() bool {
+	t.Helper()
+	var health []healthpb.HealthClient
+	for _, name := range []string{suite.Registry, suite.Policy, suite.Evidence, suite.Orchestrator} {
+		conn, err := serve.Dial(s.Addr[name], s.CallerDialOptions()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		health = append(health, healthpb.NewHealthClient(conn))
+	}
+	return func(want healthpb.HealthCheckResponse_ServingStatus) func() bool {
+		return func() bool {
+			for _, h := range health {
+				resp, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false))
+				if err != nil || resp.GetStatus() != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+}
+
 func TestOpenStoresURLs(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -95,32 +121,7 @@ func TestHealthWhileRedisIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	health := map[string]healthpb.HealthClient{}
-	for _, name := range []string{suite.Registry, suite.Policy, suite.Evidence, suite.Orchestrator} {
-		conn, err := serve.Dial(s.Addr[name], s.CallerDialOptions()...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		health[name] = healthpb.NewHealthClient(conn)
-	}
-	status := func(name string) healthpb.HealthCheckResponse_ServingStatus {
-		resp, err := health[name].Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false))
-		if err != nil {
-			return healthpb.HealthCheckResponse_UNKNOWN
-		}
-		return resp.GetStatus()
-	}
-	all := func(want healthpb.HealthCheckResponse_ServingStatus) func() bool {
-		return func() bool {
-			for name := range health {
-				if status(name) != want {
-					return false
-				}
-			}
-			return true
-		}
-	}
+	all := statefulHealth(t, s)
 
 	waitFor(t, "every service SERVING", all(healthpb.HealthCheckResponse_SERVING))
 	conn, err := s.Registry.CreateConnection(platform, &registryv1.CreateConnectionRequest{

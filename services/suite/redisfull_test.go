@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -13,7 +12,6 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/redistest"
-	"github.com/v0m3/v0m3/services/internal/serve"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -43,26 +41,7 @@ func TestRedisThatEvictsOrIsFull(t *testing.T) {
 		}
 	}
 
-	health := map[string]healthpb.HealthClient{}
-	for _, name := range []string{suite.Registry, suite.Policy, suite.Evidence, suite.Orchestrator} {
-		conn, err := serve.Dial(s.Addr[name], s.CallerDialOptions()...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		health[name] = healthpb.NewHealthClient(conn)
-	}
-	all := func(want healthpb.HealthCheckResponse_ServingStatus) func() bool {
-		return func() bool {
-			for _, h := range health {
-				resp, err := h.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false))
-				if err != nil || resp.GetStatus() != want {
-					return false
-				}
-			}
-			return true
-		}
-	}
+	all := statefulHealth(t, s)
 	waitFor(t, "every service SERVING", all(healthpb.HealthCheckResponse_SERVING))
 	for _, policy := range []string{"allkeys-lru", "volatile-ttl"} {
 		config("maxmemory-policy", policy)
