@@ -17,13 +17,15 @@ import (
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/redact"
 	"github.com/v0m3/v0m3/services/internal/telemetry"
+	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
 // Redacted replaces the value of any field whose name looks secret.
 const Redacted = redact.Placeholder
 
-// maxAppendTraces bounds the events of one AppendTraces call.
-const maxAppendTraces = 256
+// maxAppendTraces bounds the events of one AppendTraces call; the
+// writers' sender (tracesend) splits its sends by the same bound.
+const maxAppendTraces = tracesend.MaxEvents
 
 // AppendTrace appends one event, of either layer, to a task's trace. The
 // event gets an id and the task's next sequence number; its time defaults

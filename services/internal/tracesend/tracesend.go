@@ -18,7 +18,8 @@ import (
 )
 
 const (
-	// MaxEvents is evidence's bound on the events of one AppendTraces.
+	// MaxEvents bounds the events of one AppendTraces: evidence refuses
+	// more (it takes its bound from here).
 	MaxEvents = 256
 	// MaxBytes bounds one AppendTraces message, well under the 4 MiB
 	// gRPC default.
