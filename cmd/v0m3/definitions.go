@@ -28,7 +28,7 @@ const definitionsUsage = `Usage:
   v0m3 %[1]s apply -f FILE          declare or revise a %[1]s from YAML or JSON
   v0m3 %[1]s list [--all]           list them (--all: with deprecated ones)
   v0m3 %[1]s get NAME [--revision N] print one, current or a past revision, as YAML
-  v0m3 %[1]s deprecate NAME --reason TEXT
+  v0m3 %[1]s deprecate NAME --reason TEXT [--expected-revision N]
 
 Every verb calls the registry as you: --token (or V0M3_TOKEN) is your bearer
 token, e.g. from 'v0m3 token --subject ines --groups platform'.
@@ -99,7 +99,7 @@ type definitionKind[M interface {
 	update    func(context.Context, registryv1.RegistryServiceClient, M, int64) (M, error)
 	get       func(context.Context, registryv1.RegistryServiceClient, string, int64) (M, error)
 	list      func(context.Context, registryv1.RegistryServiceClient, bool) ([]M, error)
-	deprecate func(context.Context, registryv1.RegistryServiceClient, string, string) (M, error)
+	deprecate func(context.Context, registryv1.RegistryServiceClient, string, string, int64) (M, error)
 	describe  func(M) string
 }
 
@@ -121,8 +121,8 @@ var capabilityKind = definitionKind[*registryv1.Capability]{
 			return r.GetCapabilities(), r.GetNextPageToken(), err
 		})
 	},
-	deprecate: func(ctx context.Context, c registryv1.RegistryServiceClient, name, reason string) (*registryv1.Capability, error) {
-		return c.DeprecateCapability(ctx, &registryv1.DeprecateCapabilityRequest{Name: name, Reason: reason})
+	deprecate: func(ctx context.Context, c registryv1.RegistryServiceClient, name, reason string, expected int64) (*registryv1.Capability, error) {
+		return c.DeprecateCapability(ctx, &registryv1.DeprecateCapabilityRequest{Name: name, Reason: reason, ExpectedRevision: expected})
 	},
 	describe: func(c *registryv1.Capability) string {
 		return enumWord(c.GetEffectClass().String(), "EFFECT_CLASS_") + "\t" + c.GetManagedBy()
@@ -147,8 +147,8 @@ var profileKind = definitionKind[*registryv1.TaskProfile]{
 			return r.GetProfiles(), r.GetNextPageToken(), err
 		})
 	},
-	deprecate: func(ctx context.Context, c registryv1.RegistryServiceClient, name, reason string) (*registryv1.TaskProfile, error) {
-		return c.DeprecateTaskProfile(ctx, &registryv1.DeprecateTaskProfileRequest{Name: name, Reason: reason})
+	deprecate: func(ctx context.Context, c registryv1.RegistryServiceClient, name, reason string, expected int64) (*registryv1.TaskProfile, error) {
+		return c.DeprecateTaskProfile(ctx, &registryv1.DeprecateTaskProfileRequest{Name: name, Reason: reason, ExpectedRevision: expected})
 	},
 	describe: func(p *registryv1.TaskProfile) string {
 		needs := make([]string, 0, len(p.GetNeeds()))
@@ -208,6 +208,7 @@ func runDefinitions[M interface {
 		fs.Int64Var(revision, "revision", 0, "a past revision (0: current)")
 	case "deprecate":
 		fs.StringVar(reason, "reason", "", "why, for reviewers and task owners (required)")
+		fs.Int64Var(expected, "expected-revision", 0, "fail unless the current revision is this one, the one you read (0: whatever is current)")
 	default:
 		fmt.Fprintf(stderr, definitionsUsage, k.name)
 		return usageError{fmt.Sprintf("unknown verb %q", verb)}
@@ -251,7 +252,7 @@ func runDefinitions[M interface {
 		if strings.TrimSpace(*reason) == "" {
 			return usageError{"--reason is required"}
 		}
-		m, err := k.deprecate(ctx, client, name, *reason)
+		m, err := k.deprecate(ctx, client, name, *reason, *expected)
 		if err != nil {
 			return rpcError(err)
 		}

@@ -126,7 +126,12 @@ func TestApplyCapability(t *testing.T) {
 	if err != nil || !strings.Contains(list, "search_notes") || !strings.Contains(list, "retrieve_authorized_source") {
 		t.Errorf("list = %q, %v", list, err)
 	}
-	if out, err := v0m3("platform", "capability", "deprecate", "search_notes", "--reason", "moved to the wiki"); err != nil || !strings.Contains(out, "deprecated") {
+	// A deprecation names the revision its author read: revision 2 was
+	// replaced, so it is refused.
+	if out, err := v0m3("platform", "capability", "deprecate", "search_notes", "--reason", "moved to the wiki", "--expected-revision", "2"); err == nil || !strings.Contains(err.Error(), "REVISION_CONFLICT") {
+		t.Errorf("deprecate revision 2 of 3 = %q, %v; want REVISION_CONFLICT", out, err)
+	}
+	if out, err := v0m3("platform", "capability", "deprecate", "search_notes", "--reason", "moved to the wiki", "--expected-revision", "3"); err != nil || !strings.Contains(out, "deprecated at revision 3") {
 		t.Errorf("deprecate = %q, %v", out, err)
 	}
 	if list, _ := v0m3("authors", "capability", "list"); strings.Contains(list, "search_notes") {

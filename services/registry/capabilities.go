@@ -347,13 +347,16 @@ func (s *Server) DeprecateCapability(ctx context.Context, req *registryv1.Deprec
 	if err != nil {
 		return nil, err
 	}
-	if err := deprecationViolations(req.GetName(), req.GetReason()); err != nil {
+	if err := deprecationViolations(req.GetName(), req.GetReason(), req.GetExpectedRevision()); err != nil {
 		return nil, err
 	}
 	by := actor(caller)
 	var out *registryv1.Capability
 	err = s.st.UpdateCapability(ctx, name, func(u *CapabilityUpdate) error {
 		out = u.Current
+		if r := req.GetExpectedRevision(); r != 0 && r != out.GetRevision() {
+			return revisionConflict("capability", name, r, out.GetRevision())
+		}
 		if out.GetState() == registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED {
 			return nil
 		}
@@ -372,13 +375,16 @@ func (s *Server) DeprecateCapability(ctx context.Context, req *registryv1.Deprec
 	return out, nil
 }
 
-func deprecationViolations(name, reason string) error {
+func deprecationViolations(name, reason string, expectedRevision int64) error {
 	v := &violations{}
 	if name == "" {
 		v.add(reasonInvalidDeprecation, "name", "the name to deprecate is required")
 	}
 	if strings.TrimSpace(reason) == "" {
 		v.add(reasonInvalidDeprecation, "reason", "say why, for reviewers and task owners")
+	}
+	if expectedRevision < 0 {
+		v.add(reasonInvalidDeprecation, "expected_revision", "must be >= 0 (0: whatever is current)")
 	}
 	return v.err("deprecation")
 }

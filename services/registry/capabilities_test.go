@@ -650,3 +650,93 @@ func TestDefaultSummaryTemplatesReadAsBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestDeprecationChecksTheRevisionRead: a deprecation naming the revision
+// its author read is refused once another revision replaced it, and
+// changes nothing; naming the current one, or none, deprecates.
+func TestDeprecationChecksTheRevisionRead(t *testing.T) {
+	t.Parallel()
+	type kind struct {
+		name      string
+		revise    func(*running) int64 // makes revision 2, returns it
+		deprecate func(r *running, expected int64) (state registryv1.DefinitionState, err error)
+		state     func(*running) registryv1.DefinitionState
+	}
+	ctx := t.Context()
+	for _, k := range []kind{
+		{
+			name: "capability",
+			revise: func(r *running) int64 {
+				c, err := r.client.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: "deliver_approved_artifact"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Description += " Deliveries are logged."
+				c, err = r.client.UpdateCapability(ctx, &registryv1.UpdateCapabilityRequest{Capability: c})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c.GetRevision()
+			},
+			deprecate: func(r *running, expected int64) (registryv1.DefinitionState, error) {
+				c, err := r.client.DeprecateCapability(ctx, &registryv1.DeprecateCapabilityRequest{Name: "deliver_approved_artifact", Reason: "retired", ExpectedRevision: expected})
+				return c.GetState(), err
+			},
+			state: func(r *running) registryv1.DefinitionState {
+				c, err := r.client.GetCapability(ctx, &registryv1.GetCapabilityRequest{Name: "deliver_approved_artifact"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c.GetState()
+			},
+		},
+		{
+			name: "profile",
+			revise: func(r *running) int64 {
+				p, err := r.client.GetTaskProfile(ctx, &registryv1.GetTaskProfileRequest{Name: "rewrite"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Description += " Rewrites keep the author's voice."
+				p, err = r.client.UpdateTaskProfile(ctx, &registryv1.UpdateTaskProfileRequest{Profile: p})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p.GetRevision()
+			},
+			deprecate: func(r *running, expected int64) (registryv1.DefinitionState, error) {
+				p, err := r.client.DeprecateTaskProfile(ctx, &registryv1.DeprecateTaskProfileRequest{Name: "rewrite", Reason: "retired", ExpectedRevision: expected})
+				return p.GetState(), err
+			},
+			state: func(r *running) registryv1.DefinitionState {
+				p, err := r.client.GetTaskProfile(ctx, &registryv1.GetTaskProfileRequest{Name: "rewrite"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p.GetState()
+			},
+		},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			r := start(t)
+			if rev := k.revise(r); rev != 2 {
+				t.Fatalf("revised to %d, want 2", rev)
+			}
+			seq := lastSequence(t, r)
+			_, err := k.deprecate(r, 1)
+			wantErr(t, err, codes.Aborted, "REVISION_CONFLICT")
+			if md := apierror.Info(err).GetMetadata(); md["expected_revision"] != "1" || md["current_revision"] != "2" {
+				t.Errorf("conflict metadata %v", md)
+			}
+			_, err = k.deprecate(r, -1)
+			wantErr(t, err, codes.InvalidArgument, "INVALID_DEPRECATION")
+			if got := k.state(r); got != registryv1.DefinitionState_DEFINITION_STATE_ACTIVE || lastSequence(t, r) != seq {
+				t.Fatalf("after the refused deprecations: %v, %d events; want active, none", got, lastSequence(t, r)-seq)
+			}
+			if state, err := k.deprecate(r, 2); err != nil || state != registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED {
+				t.Fatalf("deprecating revision 2 = %v, %v", state, err)
+			}
+		})
+	}
+}

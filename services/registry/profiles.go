@@ -193,13 +193,16 @@ func (s *Server) DeprecateTaskProfile(ctx context.Context, req *registryv1.Depre
 	if err != nil {
 		return nil, err
 	}
-	if err := deprecationViolations(req.GetName(), req.GetReason()); err != nil {
+	if err := deprecationViolations(req.GetName(), req.GetReason(), req.GetExpectedRevision()); err != nil {
 		return nil, err
 	}
 	by := actor(caller)
 	var out *registryv1.TaskProfile
 	err = s.st.UpdateTaskProfile(ctx, name, func(u *ProfileUpdate) error {
 		out = u.Current
+		if r := req.GetExpectedRevision(); r != 0 && r != out.GetRevision() {
+			return revisionConflict("profile", name, r, out.GetRevision())
+		}
 		if out.GetState() == registryv1.DefinitionState_DEFINITION_STATE_DEPRECATED {
 			return nil
 		}

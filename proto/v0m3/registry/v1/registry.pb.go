@@ -4965,9 +4965,13 @@ type DeprecateCapabilityRequest struct {
 	// Required. Capability name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Required. Why, for reviewers and task owners.
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Optional. The revision the caller read; ABORTED (REVISION_CONFLICT)
+	// when it is no longer current, so a deprecation never lands on a
+	// revision its author did not see. 0 deprecates whatever is current.
+	ExpectedRevision int64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DeprecateCapabilityRequest) Reset() {
@@ -5012,6 +5016,13 @@ func (x *DeprecateCapabilityRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *DeprecateCapabilityRequest) GetExpectedRevision() int64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
 }
 
 // GetCapabilityRequest names a capability.
@@ -5555,9 +5566,13 @@ type DeprecateTaskProfileRequest struct {
 	// Required. Profile name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Required. Why.
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Optional. The revision the caller read; ABORTED (REVISION_CONFLICT)
+	// when it is no longer current, so a deprecation never lands on a
+	// revision its author did not see. 0 deprecates whatever is current.
+	ExpectedRevision int64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DeprecateTaskProfileRequest) Reset() {
@@ -5602,6 +5617,13 @@ func (x *DeprecateTaskProfileRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *DeprecateTaskProfileRequest) GetExpectedRevision() int64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
 }
 
 // GetTaskProfileRequest names a profile.
@@ -7586,10 +7608,11 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
 	"capability\x18\x01 \x01(\v2\x1c.v0m3.registry.v1.CapabilityR\n" +
 	"capability\x12+\n" +
-	"\x11expected_revision\x18\x02 \x01(\x03R\x10expectedRevision\"H\n" +
+	"\x11expected_revision\x18\x02 \x01(\x03R\x10expectedRevision\"u\n" +
 	"\x1aDeprecateCapabilityRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"F\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12+\n" +
+	"\x11expected_revision\x18\x03 \x01(\x03R\x10expectedRevision\"F\n" +
 	"\x14GetCapabilityRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"~\n" +
@@ -7631,10 +7654,11 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\aprofile\x18\x01 \x01(\v2\x1d.v0m3.registry.v1.TaskProfileR\aprofile\"\x80\x01\n" +
 	"\x18UpdateTaskProfileRequest\x127\n" +
 	"\aprofile\x18\x01 \x01(\v2\x1d.v0m3.registry.v1.TaskProfileR\aprofile\x12+\n" +
-	"\x11expected_revision\x18\x02 \x01(\x03R\x10expectedRevision\"I\n" +
+	"\x11expected_revision\x18\x02 \x01(\x03R\x10expectedRevision\"v\n" +
 	"\x1bDeprecateTaskProfileRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"G\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12+\n" +
+	"\x11expected_revision\x18\x03 \x01(\x03R\x10expectedRevision\"G\n" +
 	"\x15GetTaskProfileRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"~\n" +
