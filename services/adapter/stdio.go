@@ -298,6 +298,14 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 	w.end(err)
 	switch {
 	case err != nil:
+		if c != nil && n == len(p)-1 && p[n] == '\n' {
+			// Cut before its newline only: the whole request reached the
+			// server, and one that parses JSON without waiting for the
+			// newline, or a line reader flushing its last line at end of
+			// input, may act on it. It was sent; any shorter cut leaves
+			// JSON no server can take for a request.
+			c.markSent()
+		}
 	case c != nil:
 		c.markSent()
 	case isNotice:

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -156,5 +159,70 @@ func TestGivenUpRequestIsNotWritten(t *testing.T) {
 	got, _ := io.ReadAll(r)
 	if !bytes.Equal(got, other) {
 		t.Fatalf("the server read %q, want only the other call's message", got)
+	}
+}
+
+// TestRequestCutBeforeItsNewlineIsSent: a request write the adapter ends
+// (the call gave up on a server that stopped reading) after every byte
+// but the newline counts as sent, since the server holds the whole JSON
+// request and may act on it: the call is not retried on a new session as
+// one that never went out. A shorter cut leaves truncated JSON, and the
+// request counts as not sent. The cut is made in a real pipe of two pages,
+// one filled: the write stops after one page, so the request is sized to
+// be cut where the case wants.
+func TestRequestCutBeforeItsNewlineIsSent(t *testing.T) {
+	t.Parallel()
+	const page = 4096
+	for _, tc := range []struct {
+		name     string
+		unsent   int // bytes of the request past the free page
+		wantSent bool
+	}{
+		{"all but the newline", 1, true},
+		{"the JSON cut short", 100, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			head := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow","arguments":{"pad":"`
+			tail := `"}}}` + "\n"
+			req := []byte(head + strings.Repeat("x", page+tc.unsent-len(head)-len(tail)) + tail)
+			r, w, call := pipeWriter(t)
+			// Not Fd(): it would make the pipe blocking, and a write
+			// deadline could no longer end the write.
+			rc, err := w.w.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var size int
+			if cerr := rc.Control(func(fd uintptr) {
+				size, err = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 2*page)
+			}); cerr != nil || err != nil || size != 2*page {
+				t.Skipf("cannot size the pipe to two pages: %d, %v, %v", size, cerr, err)
+			}
+			prefill := bytes.Repeat([]byte{' '}, page)
+			if _, err := w.w.Write(prefill); err != nil {
+				t.Fatal(err)
+			}
+			wrote := make(chan int, 1)
+			go func() {
+				n, _ := w.Write(req)
+				wrote <- n
+			}()
+			eventually(t, "the request write is in progress", func() bool {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				return w.writing == writeMessage
+			})
+			w.abortBlocked(call)
+			n := <-wrote
+			_ = w.w.Close()
+			got, _ := io.ReadAll(r)
+			if n != page || !bytes.Equal(got, append(prefill, req[:page]...)) {
+				t.Fatalf("the cut wrote %d bytes (the server read %d), want %d: the pipe did not fill as planned", n, len(got)-len(prefill), page)
+			}
+			if sent, _, _, _, _ := call.state(); sent != tc.wantSent {
+				t.Errorf("after a cut at %d of %d bytes the request counts as sent: %v, want %v", n, len(req), sent, tc.wantSent)
+			}
+		})
 	}
 }
