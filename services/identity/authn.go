@@ -33,6 +33,9 @@ type AuthError struct {
 	Reason string
 	// Msg says what is wrong, safely.
 	Msg string
+	// Unavailable: the token could not be checked (what checks it is
+	// down), which is no verdict on it; the caller may try again.
+	Unavailable bool
 }
 
 func (e *AuthError) Error() string { return e.Msg }
@@ -47,8 +50,9 @@ type JWTConfig struct {
 	Issuer string
 	// Audience must be in "aud". Required.
 	Audience string
-	// JWKSURL serves the issuer's keys; keys are cached and refetched when
-	// a token names an unknown key. Exactly one of JWKSURL and JWKSFile.
+	// JWKSURL serves the issuer's keys; keys are cached and fetched again
+	// when a token names a key not held, at most every 10 seconds.
+	// Exactly one of JWKSURL and JWKSFile.
 	JWKSURL string
 	// JWKSFile holds the issuer's keys as a JWK set; it is re-read when it
 	// changes.
@@ -113,8 +117,7 @@ func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
 	}
 	j := &JWT{cfg: cfg, verified: expirable.NewLRU[[sha256.Size]byte, verifiedClaims](4096, nil, verifiedTTL)}
 	if cfg.JWKSURL != "" {
-		// The key set outlives the call that creates it.
-		j.keys = oidc.NewRemoteKeySet(context.WithoutCancel(ctx), cfg.JWKSURL)
+		j.keys = newRemoteKeys(cfg.JWKSURL, cfg.Now)
 	} else {
 		fk := &fileKeys{path: cfg.JWKSFile}
 		if _, err := fk.load(); err != nil {
@@ -175,6 +178,9 @@ func (j *JWT) verify(ctx context.Context, token string) (verifiedClaims, error) 
 		return verifiedClaims{}, authErr("TOKEN_MALFORMED", "the token is not a signed JWT")
 	}
 	payload, err := j.keys.VerifySignature(ctx, token)
+	if errors.Is(err, errKeysUnavailable) {
+		return verifiedClaims{}, &AuthError{Reason: "ISSUER_KEYS_UNAVAILABLE", Msg: "the token issuer's keys could not be fetched; try again shortly", Unavailable: true}
+	}
 	if err != nil {
 		return verifiedClaims{}, authErr("TOKEN_SIGNATURE_INVALID", "the token's signature does not verify with the issuer's keys")
 	}
@@ -270,7 +276,9 @@ func (f *fileKeys) VerifySignature(ctx context.Context, token string) ([]byte, e
 }
 
 // Chain tries authenticators in order; the first that accepts the token
-// wins. When all refuse, the first refusal is returned.
+// wins. When all refuse, the first that could not check it is returned
+// (the token may be good there, so the caller should try again), else the
+// first refusal.
 type Chain []Authenticator
 
 // Authenticate implements Authenticator.
@@ -280,6 +288,10 @@ func (c Chain) Authenticate(ctx context.Context, token string) (Caller, error) {
 		caller, err := a.Authenticate(ctx, token)
 		if err == nil {
 			return caller, nil
+		}
+		var ae *AuthError
+		if errors.As(err, &ae) && ae.Unavailable {
+			return Caller{}, err
 		}
 		if first == nil {
 			first = err

@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -155,51 +156,157 @@ func unsigned(t *testing.T, c map[string]any) string {
 }
 
 // TestJWKSFromURL: keys served by the issuer are fetched, and a rotated key
-// (a token naming a new key id) is picked up without a restart.
+// (a token naming a new key id) is picked up without a restart. Forged
+// tokens cost the issuer nothing: one naming a key the set holds is
+// refused without a fetch, and a flood naming keys it lacks costs one
+// fetch per 10 seconds, not one per token. An issuer whose keys cannot be
+// fetched makes tokens UNAVAILABLE to check, not invalid.
 func TestJWKSFromURL(t *testing.T) {
 	t.Parallel()
 	first, second := newSigner(t, "k1"), newSigner(t, "k2")
+	forger := newSigner(t, "k1") // the issuer's key id, another key
 	// The handler reads the published set while the test rotates it: the
 	// race detector sees no ordering through the socket, so a lock gives one.
-	var mu sync.Mutex
-	set := first.jwks()
+	var (
+		mu      sync.Mutex
+		set     = first.jwks()
+		down    bool
+		fetches atomic.Int64
+	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
 		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
 		data, _ := jsonMarshal(set)
-		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(data)
 	}))
 	t.Cleanup(srv.Close)
-	authn, err := identity.NewJWT(context.Background(), identity.JWTConfig{Issuer: testIssuer, Audience: testAudience, JWKSURL: srv.URL})
+	start := time.Now()
+	var now atomic.Int64
+	now.Store(start.UnixNano())
+	later := func(d time.Duration) { now.Add(int64(d)) }
+	authn, err := identity.NewJWT(context.Background(), identity.JWTConfig{Issuer: testIssuer, Audience: testAudience, JWKSURL: srv.URL,
+		Now: func() time.Time { return time.Unix(0, now.Load()) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	if _, err := authn.Authenticate(context.Background(), first.sign(t, claims(now, nil))); err != nil {
-		t.Fatalf("first key: %v", err)
+	ctx := context.Background()
+	reason := func(tok string) string {
+		_, err := authn.Authenticate(ctx, tok)
+		var ae *identity.AuthError
+		switch {
+		case err == nil:
+			return ""
+		case errors.As(err, &ae):
+			return ae.Reason
+		}
+		return err.Error()
 	}
-	if _, err := authn.Authenticate(context.Background(), second.sign(t, claims(now, nil))); err == nil {
-		t.Fatal("a key the issuer does not publish was accepted")
+	wantFetches := func(step string, want int64) {
+		t.Helper()
+		if n := fetches.Load(); n != want {
+			t.Fatalf("%s: the issuer served its keys %d times in all, want %d", step, n, want)
+		}
 	}
+
+	if r := reason(first.sign(t, claims(start, nil))); r != "" {
+		t.Fatalf("first key: %s", r)
+	}
+	wantFetches("the first token", 1)
+	for i := range 50 {
+		if r := reason(forger.sign(t, claims(start, map[string]any{"sub": fmt.Sprint("forged-", i)}))); r != "TOKEN_SIGNATURE_INVALID" {
+			t.Fatalf("a forged token naming the issuer's key: %s, want TOKEN_SIGNATURE_INVALID", r)
+		}
+		stranger := newSigner(t, fmt.Sprint("made-up-", i))
+		if r := reason(stranger.sign(t, claims(start, nil))); r != "TOKEN_SIGNATURE_INVALID" {
+			t.Fatalf("a token naming a key the issuer does not publish: %s, want TOKEN_SIGNATURE_INVALID", r)
+		}
+	}
+	wantFetches("100 forged tokens within 10 seconds of the first fetch", 1)
+
+	// The issuer rotates: a token naming the new key is refused until
+	// 10 seconds after the last fetch, then fetches the set once.
 	mu.Lock()
 	set.Keys = append(set.Keys, second.jwks().Keys...)
 	mu.Unlock()
-	// go-oidc shares one fetch among concurrent lookups and may hand a call
-	// that arrives just after a fetch ends that fetch's (older) result, so
-	// the rotated key is accepted on a following call, not necessarily the
-	// first one.
-	token := second.sign(t, claims(now, nil))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := authn.Authenticate(context.Background(), token)
-		if err == nil {
-			break
+	rotated := second.sign(t, claims(start, nil))
+	if r := reason(rotated); r != "TOKEN_SIGNATURE_INVALID" {
+		t.Fatalf("a new key within 10 seconds of the last fetch: %s, want TOKEN_SIGNATURE_INVALID", r)
+	}
+	later(10 * time.Second)
+	if r := reason(rotated); r != "" {
+		t.Fatalf("rotated key: %s", r)
+	}
+	if r := reason(first.sign(t, claims(start, map[string]any{"sub": "bob"}))); r != "" {
+		t.Fatalf("the first key after the rotation: %s", r)
+	}
+	wantFetches("the rotation", 2)
+
+	// The issuer goes down: held keys keep working, a new key id cannot
+	// be checked, and the failed fetch is not repeated within 10 seconds.
+	mu.Lock()
+	down = true
+	mu.Unlock()
+	later(10 * time.Second)
+	for range 3 {
+		if r := reason(newSigner(t, "k3").sign(t, claims(start, nil))); r != "TOKEN_SIGNATURE_INVALID" {
+			t.Fatalf("a key not held while the issuer is down: %s, want TOKEN_SIGNATURE_INVALID", r)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rotated key: %v", err)
+	}
+	if r := reason(first.sign(t, claims(start, map[string]any{"sub": "carol"}))); r != "" {
+		t.Fatalf("a held key while the issuer is down: %s", r)
+	}
+	wantFetches("the issuer down", 3)
+}
+
+// TestJWKSIssuerDownAtStart: before any key was fetched, a token cannot
+// be checked: UNAVAILABLE ISSUER_KEYS_UNAVAILABLE, no verdict on it, and
+// the fetch is tried again 10 seconds later, not per token.
+func TestJWKSIssuerDownAtStart(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t, "k1")
+	var (
+		up      atomic.Bool
+		fetches atomic.Int64
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		if !up.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		data, _ := jsonMarshal(s.jwks())
+		_, _ = w.Write(data)
+	}))
+	t.Cleanup(srv.Close)
+	start := time.Now()
+	var now atomic.Int64
+	now.Store(start.UnixNano())
+	authn, err := identity.NewJWT(context.Background(), identity.JWTConfig{Issuer: testIssuer, Audience: testAudience, JWKSURL: srv.URL,
+		Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := s.sign(t, claims(start, nil))
+	for range 3 {
+		_, err := authn.Authenticate(context.Background(), tok)
+		var ae *identity.AuthError
+		if !errors.As(err, &ae) || ae.Reason != "ISSUER_KEYS_UNAVAILABLE" || !ae.Unavailable {
+			t.Fatalf("a token while the issuer's keys cannot be fetched: %v, want ISSUER_KEYS_UNAVAILABLE", err)
+		}
+	}
+	if n := fetches.Load(); n != 1 {
+		t.Fatalf("three tokens within 10 seconds made %d fetches, want 1", n)
+	}
+	up.Store(true)
+	now.Add(int64(10 * time.Second))
+	if _, err := authn.Authenticate(context.Background(), tok); err != nil {
+		t.Fatalf("once the issuer is up: %v", err)
 	}
 }
 

@@ -12,3 +12,11 @@ func (c *Credentials) ForceReloadCheck() {
 
 // SetClock makes the limiter read the time from now.
 func (l *CallerLimiter) SetClock(now func() time.Time) { l.now = now }
+
+// SetCacheSize bounds the answers kept of each kind to n; call it before
+// the first Authenticate.
+func (t *TokenReview) SetCacheSize(n int) { t.size = n }
+
+// SetRefusalLogClock makes the guard's refusal log read the time from now;
+// call it before the first refusal.
+func (g *Guard) SetRefusalLogClock(now func() time.Time) { g.logged.now = now }

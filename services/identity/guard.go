@@ -7,7 +7,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -46,6 +50,41 @@ type Guard struct {
 	// Limit admits each bearer-token caller's requests at its rate; nil
 	// admits them without limit. Peer services are never limited.
 	Limit *CallerLimiter
+
+	logged refusalLog
+}
+
+// Refusals are logged at most refusalLogRate a second, in bursts of
+// refusalLogBurst: a flood of refused requests (a garbage token needs no
+// account, and no caller rate limit applies before a token verifies) would
+// otherwise write a line each. The next line logged says how many were not.
+const (
+	refusalLogRate  = 5
+	refusalLogBurst = 20
+)
+
+// refusalLog decides which refusals are logged; its zero value is ready.
+type refusalLog struct {
+	once     sync.Once
+	lim      *rate.Limiter
+	now      func() time.Time
+	unlogged atomic.Int64
+}
+
+// admit says whether to log a refusal now, and how many went unlogged
+// since the last one logged.
+func (l *refusalLog) admit() (int64, bool) {
+	l.once.Do(func() {
+		l.lim = rate.NewLimiter(refusalLogRate, refusalLogBurst)
+		if l.now == nil {
+			l.now = time.Now
+		}
+	})
+	if !l.lim.AllowN(l.now(), 1) {
+		l.unlogged.Add(1)
+		return 0, false
+	}
+	return l.unlogged.Swap(0), true
 }
 
 // Unary returns the guard as a unary interceptor.
@@ -113,12 +152,15 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 	}
 	c, err := g.Authn.Authenticate(ctx, token)
 	if err != nil {
-		reason := "TOKEN_INVALID"
+		code, reason, msg := codes.Unauthenticated, "TOKEN_INVALID", "bearer token refused: "+err.Error()
 		var ae *AuthError
 		if errors.As(err, &ae) {
 			reason = ae.Reason
+			if ae.Unavailable {
+				code, msg = codes.Unavailable, "bearer token not checked: "+err.Error()
+			}
 		}
-		return nil, g.refuse(ctx, method, codes.Unauthenticated, reason, "bearer token refused: "+err.Error(), nil)
+		return nil, g.refuse(ctx, method, code, reason, msg, nil)
 	}
 	c.Kind = KindUser
 	if err := g.Limit.Admit(ctx, c.ID, c.Groups); err != nil {
@@ -129,7 +171,13 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 
 func (g *Guard) refuse(ctx context.Context, method string, code codes.Code, reason, msg string, md map[string]string) error {
 	if g.Log != nil {
-		g.Log.WarnContext(ctx, "rpc refused", "method", method, "code", code.String(), "reason", reason)
+		if unlogged, ok := g.logged.admit(); ok {
+			attrs := []any{"method", method, "code", code.String(), "reason", reason}
+			if unlogged > 0 {
+				attrs = append(attrs, "unlogged_before", unlogged)
+			}
+			g.Log.WarnContext(ctx, "rpc refused", attrs...)
+		}
 	}
 	return apierror.New(code, reason, msg, md)
 }

@@ -1,9 +1,14 @@
 package identity_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/json"
+	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -50,8 +56,9 @@ func serveGuarded(t *testing.T) *guarded {
 }
 
 // serveGuardedWith is serveGuarded with the guard's rate limits and the
-// registry API's implementation given.
-func serveGuardedWith(t *testing.T, limits identity.RateLimits, impl registryv1.RegistryServiceServer) *guarded {
+// registry API's implementation given, and authenticators tried after
+// the development issuer's.
+func serveGuardedWith(t *testing.T, limits identity.RateLimits, impl registryv1.RegistryServiceServer, extra ...identity.Authenticator) *guarded {
 	t.Helper()
 	dev, err := identity.NewDev(t.TempDir())
 	if err != nil {
@@ -65,7 +72,7 @@ func serveGuardedWith(t *testing.T, limits identity.RateLimits, impl registryv1.
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &identity.Guard{Creds: creds, Authn: authn, Limit: identity.NewCallerLimiter(limits, nil)}
+	g := &identity.Guard{Creds: creds, Authn: append(identity.Chain{authn}, extra...), Limit: identity.NewCallerLimiter(limits, nil)}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(creds.ServerTLS())), grpc.UnaryInterceptor(g.Unary()), grpc.StreamInterceptor(g.Stream()))
 	registryv1.RegisterRegistryServiceServer(srv, impl)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -173,6 +180,32 @@ func TestGuardAdmitsOnlyTheTable(t *testing.T) {
 	}
 }
 
+// TestGuardSaysWhenATokenCannotBeChecked: when what checks a token is down
+// (here the OIDC issuer's key set cannot be fetched), the caller hears
+// UNAVAILABLE, to try again, not UNAUTHENTICATED, which says the token
+// is bad; a token the issuer that is up refuses is still refused.
+func TestGuardSaysWhenATokenCannotBeChecked(t *testing.T) {
+	t.Parallel()
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down", http.StatusBadGateway)
+	}))
+	t.Cleanup(down.Close)
+	oidc, err := identity.NewJWT(context.Background(), identity.JWTConfig{Issuer: testIssuer, Audience: testAudience, JWKSURL: down.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := serveGuardedWith(t, identity.RateLimits{}, echoRegistry{}, oidc)
+	ctx := context.Background()
+	tok := newSigner(t, "k1").sign(t, claims(time.Now(), nil))
+	_, err = g.asCaller(t).GetConnection(identity.WithBearer(ctx, tok), &registryv1.GetConnectionRequest{Id: "conn_x"})
+	if !apierror.Is(err, codes.Unavailable, "ISSUER_KEYS_UNAVAILABLE") {
+		t.Fatalf("a token while the issuer's keys cannot be fetched: %v, want UNAVAILABLE ISSUER_KEYS_UNAVAILABLE", err)
+	}
+	if _, err := g.asCaller(t).GetConnection(g.dev.Issuer.As(ctx, "alice"), &registryv1.GetConnectionRequest{Id: "conn_x"}); err != nil {
+		t.Fatalf("a token of the issuer that is up: %v", err)
+	}
+}
+
 // TestAccessTableCoversEveryRPC: every RPC of every V0M3 service has an
 // entry (so none is open or closed by accident) and every entry names a
 // real RPC and known services.
@@ -215,5 +248,74 @@ func TestAccessTableCoversEveryRPC(t *testing.T) {
 		if !slices.Contains(methods, m) {
 			t.Errorf("the access table names %s, which no service has", m)
 		}
+	}
+}
+
+// TestGuardLogsAFloodOfRefusalsBriefly: requests with garbage tokens, which
+// anyone can send, are each refused, but logged at most in a burst and
+// then a few a second; the next line logged says how many were not.
+func TestGuardLogsAFloodOfRefusalsBriefly(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	dev, err := identity.NewDev(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := dev.Authenticator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &identity.Guard{Authn: authn, Log: log}
+	now := time.Now()
+	g.SetRefusalLogClock(func() time.Time { return now })
+	unary := g.Unary()
+	info := &grpc.UnaryServerInfo{FullMethod: registryv1.RegistryService_GetConnection_FullMethodName}
+	handled := false
+	handler := func(context.Context, any) (any, error) { handled = true; return nil, nil }
+	garbage := func() error {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer not-a-token"))
+		_, err := unary(ctx, nil, info, handler)
+		return err
+	}
+	const flood = 200
+	for range flood {
+		if err := garbage(); !apierror.Is(err, codes.Unauthenticated, "TOKEN_MALFORMED") {
+			t.Fatalf("a garbage token: %v, want UNAUTHENTICATED TOKEN_MALFORMED", err)
+		}
+	}
+	if handled {
+		t.Fatal("a request with a garbage token reached the handler")
+	}
+	lines := func() []map[string]any {
+		var out []map[string]any
+		for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+			var m map[string]any
+			if err := json.Unmarshal(l, &m); err != nil {
+				t.Fatalf("log line %q: %v", l, err)
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	got := lines()
+	if len(got) == 0 || len(got) >= flood {
+		t.Fatalf("%d refusals logged %d lines, want a burst of a few", flood, len(got))
+	}
+	if got[0]["msg"] != "rpc refused" || got[0]["reason"] != "TOKEN_MALFORMED" {
+		t.Fatalf("first refusal logged as %v", got[0])
+	}
+	// A second later the flood's size is told in the next line.
+	now = now.Add(time.Second)
+	if err := garbage(); err == nil {
+		t.Fatal("a garbage token was admitted")
+	}
+	got = lines()
+	last := got[len(got)-1]
+	if want := float64(flood - (len(got) - 1)); last["unlogged_before"] != want {
+		t.Fatalf("the line after the flood: %v, want unlogged_before %v", last, want)
+	}
+	if strings.Contains(buf.String(), "not-a-token") {
+		t.Fatal("the log holds a presented token")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -23,8 +24,11 @@ import (
 // period instead of one per call.
 const DefaultTokenReviewTTL = 10 * time.Second
 
-// tokenReviewCacheSize bounds the answers kept; the oldest go first, so a
-// flood of distinct tokens costs reviews, never memory.
+// tokenReviewCacheSize bounds the answers kept of each kind (accepted,
+// refused); the oldest go first, so a flood of distinct tokens costs
+// reviews, never memory. Refusals are kept apart: a flood of forged tokens
+// evicts other refusals, never the answers for the tokens product services
+// present, which would cost a review per call again.
 const tokenReviewCacheSize = 4096
 
 // TokenReviewer is the part of a Kubernetes client TokenReview needs.
@@ -45,8 +49,12 @@ type TokenReview struct {
 	// An unreachable API server's error is never reused.
 	CacheTTL time.Duration
 
-	once  sync.Once
-	cache *expirable.LRU[[sha256.Size]byte, review]
+	once sync.Once
+	// size overrides tokenReviewCacheSize (tests).
+	size int
+	// accepted and refused hold the answers, apart (see
+	// tokenReviewCacheSize); both nil when answers are not reused.
+	accepted, refused *expirable.LRU[[sha256.Size]byte, review]
 }
 
 // review is one remembered answer.
@@ -64,27 +72,42 @@ type review struct {
 func (t *TokenReview) Authenticate(ctx context.Context, token string) (Caller, error) {
 	t.once.Do(func() {
 		if ttl := t.ttl(); ttl > 0 {
-			t.cache = expirable.NewLRU[[sha256.Size]byte, review](tokenReviewCacheSize, nil, ttl)
+			t.accepted = expirable.NewLRU[[sha256.Size]byte, review](t.cacheSize(), nil, ttl)
+			t.refused = expirable.NewLRU[[sha256.Size]byte, review](t.cacheSize(), nil, ttl)
 		}
 	})
-	if t.cache == nil {
+	if t.accepted == nil {
 		return t.ask(ctx, token)
 	}
 	key := sha256.Sum256([]byte(token))
 	now := time.Now()
-	if r, ok := t.cache.Get(key); ok && now.Before(r.until) {
-		return r.caller, r.err
+	for _, c := range []*expirable.LRU[[sha256.Size]byte, review]{t.accepted, t.refused} {
+		if r, ok := c.Get(key); ok && now.Before(r.until) {
+			return r.caller, r.err
+		}
 	}
 	caller, err := t.ask(ctx, token)
-	var ae *AuthError
-	if err == nil || (errors.As(err, &ae) && ae.Reason != "TOKEN_REVIEW_UNAVAILABLE") {
-		until := now.Add(t.ttl())
-		if exp, ok := expiry(token); ok && exp.Before(until) {
-			until = exp
+	cache := t.accepted
+	if err != nil {
+		cache = t.refused
+		var ae *AuthError
+		if !errors.As(err, &ae) || ae.Unavailable {
+			return caller, err // no answer to reuse
 		}
-		t.cache.Add(key, review{caller: caller, err: err, until: until})
 	}
+	until := now.Add(t.ttl())
+	if exp, ok := expiry(token); ok && exp.Before(until) {
+		until = exp
+	}
+	cache.Add(key, review{caller: caller, err: err, until: until})
 	return caller, err
+}
+
+func (t *TokenReview) cacheSize() int {
+	if t.size > 0 {
+		return t.size
+	}
+	return tokenReviewCacheSize
 }
 
 func (t *TokenReview) ttl() time.Duration {
@@ -119,7 +142,7 @@ func expiry(token string) (time.Time, bool) {
 func (t *TokenReview) ask(ctx context.Context, token string) (Caller, error) {
 	res, err := t.Client.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: t.Audiences}}, metav1.CreateOptions{})
 	if err != nil {
-		return Caller{}, authErr("TOKEN_REVIEW_UNAVAILABLE", "the Kubernetes API server could not review the token: %v", err)
+		return Caller{}, &AuthError{Reason: "TOKEN_REVIEW_UNAVAILABLE", Msg: fmt.Sprintf("the Kubernetes API server could not review the token: %v", err), Unavailable: true}
 	}
 	if !res.Status.Authenticated {
 		return Caller{}, authErr("TOKEN_INVALID", "the Kubernetes API server did not authenticate the token")

@@ -117,7 +117,8 @@ func (c *countingReviewer) Create(ctx context.Context, tr *authnv1.TokenReview, 
 // not one per call; a different token, and the same token once the period
 // has passed, are asked about again; a refused token stays refused without
 // asking again; a token that expires before the period ends is not
-// accepted after its expiry.
+// accepted after its expiry; forged tokens do not push accepted answers
+// out of the cache.
 func TestTokenReviewReusesAnswers(t *testing.T) {
 	t.Parallel()
 	cs, ns, token := serviceAccount(t, "product")
@@ -183,5 +184,54 @@ func TestTokenReviewReusesAnswers(t *testing.T) {
 	}
 	if n := client.n.Load() - before; n != 2 {
 		t.Errorf("after its expiry the token made %d reviews in all, want 2 (asked again)", n)
+	}
+
+	// A flood of forged tokens, more than the cache holds, does not evict
+	// the answer for the token a product service presents on every call.
+	small := &identity.TokenReview{Client: client, Audiences: []string{"v0m3"}, CacheTTL: time.Hour}
+	small.SetCacheSize(4)
+	if _, err := small.Authenticate(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	before = client.n.Load()
+	for i := range 10 {
+		forged := "eyJhbGciOiJSUzI1NiJ9." + base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"sub":"forged-%d"}`, i))) + ".c2ln"
+		if _, err := small.Authenticate(ctx, forged); err == nil {
+			t.Fatal("a forged token was accepted")
+		}
+	}
+	if _, err := small.Authenticate(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if n := client.n.Load() - before; n != 10 {
+		t.Errorf("ten forged tokens and the product service's token again made %d reviews, want 10 (its answer kept)", n)
+	}
+}
+
+// failingReviewer is an API server that cannot be reached.
+type failingReviewer struct{ n atomic.Int64 }
+
+func (f *failingReviewer) Create(context.Context, *authnv1.TokenReview, metav1.CreateOptions) (*authnv1.TokenReview, error) {
+	f.n.Add(1)
+	return nil, errors.New("dial tcp 10.0.0.1:443: connect: connection refused")
+}
+
+// TestTokenReviewUnreachable: when the API server cannot be reached, a
+// token is not refused but could not be checked (the guard answers
+// UNAVAILABLE, see TestGuardSaysWhenATokenCannotBeChecked), and that is
+// not reused: the next call asks again.
+func TestTokenReviewUnreachable(t *testing.T) {
+	t.Parallel()
+	client := &failingReviewer{}
+	review := &identity.TokenReview{Client: client}
+	for range 2 {
+		_, err := review.Authenticate(context.Background(), "eyJhbGciOiJSUzI1NiJ9.e30.c2ln")
+		var ae *identity.AuthError
+		if !errors.As(err, &ae) || ae.Reason != "TOKEN_REVIEW_UNAVAILABLE" || !ae.Unavailable {
+			t.Fatalf("API server unreachable: %v, want TOKEN_REVIEW_UNAVAILABLE, unavailable", err)
+		}
+	}
+	if n := client.n.Load(); n != 2 {
+		t.Fatalf("two calls made %d reviews, want 2 (an unreachable API server's error is not reused)", n)
 	}
 }
