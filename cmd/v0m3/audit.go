@@ -64,7 +64,13 @@ func exportAudit(ctx context.Context, c evidencev1.EvidenceServiceClient, req *e
 				}
 				continue
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.GetSequence(), r.GetTime().AsTime().Format("2006-01-02T15:04:05Z"),
+			// When the action was taken; a record appended late says
+			// so in its time, which the JSON export keeps.
+			at := r.GetActionTime()
+			if at == nil {
+				at = r.GetTime()
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.GetSequence(), at.AsTime().Format("2006-01-02T15:04:05Z"),
 				r.GetPrincipal(), r.GetAction(), r.GetResource(), r.GetRevision(), r.GetOutcome())
 		}
 		if page.GetNextPageToken() == "" {

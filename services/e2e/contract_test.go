@@ -16,6 +16,7 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/audit"
 	"github.com/v0m3/v0m3/services/internal/redistest"
 	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
@@ -227,6 +228,15 @@ func TestErrorContract(t *testing.T) {
 	if err := rs.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	// A privileged action refused while Redis (and so evidence) is down
+	// is audited once evidence is back: its record waits, it is not lost.
+	downAt := time.Now()
+	_, err = s.Registry.CreateConnection(w.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+		DisplayName: "Down", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin),
+	})
+	if !apierror.Is(err, codes.Unavailable, apierror.ReasonStoreUnavailable) {
+		t.Fatalf("a new connection with Redis down: %v, want UNAVAILABLE %s", err, apierror.ReasonStoreUnavailable)
+	}
 	storeDown := map[string]string{}
 	down := []contractRow{
 		{name: "orchestrator with Redis down: a submission", call: submit("call/redis", map[string]any{"source": handle, "query": "q"})},
@@ -258,6 +268,22 @@ func TestErrorContract(t *testing.T) {
 	for _, r := range down[1:] {
 		waitUntil(t, r.name+" answered once Redis is back", func() bool { _, err := r.call(context.Background()); return err == nil })
 	}
+	waitUntil(t, "the audit record of the connection refused while Redis was down", func() bool {
+		l, err := s.Evidence.ListAuditRecords(w.as(scenario.Auditor), &evidencev1.ListAuditRecordsRequest{
+			Action: audit.ConnectionCreate, Principal: scenario.Integrator.ID, PageSize: 1000})
+		if err != nil {
+			return false
+		}
+		for _, r := range l.GetRecords() {
+			if r.GetOutcome() == apierror.ReasonStoreUnavailable {
+				if at := r.GetActionTime().AsTime(); at.Before(downAt) || !at.Before(r.GetTime().AsTime()) {
+					t.Fatalf("the late record says the action was taken at %s (Redis went down at %s, the record appended at %s)", at, downAt, r.GetTime().AsTime())
+				}
+				return true
+			}
+		}
+		return false
+	})
 
 	// Redis full (at its maxmemory, evicting nothing): every write is
 	// refused whole while reads still answer; no retry delay, since only

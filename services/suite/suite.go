@@ -246,6 +246,8 @@ type Suite struct {
 	creds   map[string]*identity.Credentials
 	stores  *Stores
 	closers []func()
+	// recorders append the services' audit records; closed first.
+	recorders []*audit.Recorder
 	// stoppers end each service's background work (watch streams, pollers,
 	// child processes). They run before the servers stop, so a graceful
 	// stop never waits on a stream one of our own services holds open.
@@ -365,8 +367,10 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		if peers.Evidence != nil {
 			auditTo = peers.Evidence
 		}
+		recorder := audit.New(auditTo, log.With("service", name))
+		s.recorders = append(s.recorders, recorder)
 		srv := serve.New(name, log.With("service", name), guard, telemetry.ServerOption(s.tp),
-			grpc.ChainUnaryInterceptor(audit.UnaryServer(audit.New(auditTo, log.With("service", name)))))
+			grpc.ChainUnaryInterceptor(audit.UnaryServer(recorder)))
 		switch name {
 		case Registry:
 			st, err := s.stores.Registry()
@@ -484,9 +488,20 @@ func (s *Suite) Err() error {
 // Wait blocks until every server has stopped.
 func (s *Suite) Wait() { s.wg.Wait() }
 
+// recorderCloseWait bounds how long Close waits for audit records still
+// waiting for evidence.
+const recorderCloseWait = 5 * time.Second
+
 // Close stops every server, closes clients and stores. It is safe to call
 // more than once.
 func (s *Suite) Close() {
+	// Audit records waiting for evidence go first, while it still serves.
+	ctx, cancel := context.WithTimeout(context.Background(), recorderCloseWait)
+	for _, r := range s.recorders {
+		r.Close(ctx)
+	}
+	cancel()
+	s.recorders = nil
 	for i := len(s.stoppers) - 1; i >= 0; i-- {
 		s.stoppers[i]()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -101,17 +102,79 @@ func TestInterceptor(t *testing.T) {
 }
 
 // TestRecordFailureDoesNotFailTheAction: the action already happened; an
-// evidence service that cannot record it is logged, never returned.
+// evidence service that cannot record it never fails it. The record
+// waits, with the records after it in order, and is appended once
+// evidence is back, with the time the action was taken.
 func TestRecordFailureDoesNotFailTheAction(t *testing.T) {
 	t.Parallel()
 	a := &appender{fail: true}
+	r := audit.New(a, nil)
+	r.SetRetryWait(time.Millisecond)
 	want := &orchestratorv1.Task{Id: "tsk_1"}
-	resp, err := audit.UnaryServer(audit.New(a, nil))(context.Background(), &orchestratorv1.CancelTaskRequest{Id: "tsk_1"},
+	before := time.Now()
+	resp, err := audit.UnaryServer(r)(context.Background(), &orchestratorv1.CancelTaskRequest{Id: "tsk_1"},
 		&grpc.UnaryServerInfo{FullMethod: "/v0m3.orchestrator.v1.OrchestratorService/CancelTask"},
 		func(context.Context, any) (any, error) { return want, nil })
 	if err != nil || resp != want {
 		t.Fatalf("cancel failed because the audit record could not be appended: %v", err)
 	}
+	r.Record(context.Background(), audit.TaskCancel, "task:tsk_2", "", nil, "")
+	a.mu.Lock()
+	a.fail = false
+	a.mu.Unlock()
+	r.Record(context.Background(), audit.TaskCancel, "task:tsk_3", "", nil, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a.mu.Lock()
+		n := len(a.recs)
+		a.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 3 records appended once evidence was back", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, res := range []string{"task:tsk_1", "task:tsk_2", "task:tsk_3"} {
+		got := a.recs[i]
+		if got.GetResource() != res {
+			t.Errorf("record %d is for %s, want %s (in the order the actions were taken)", i, got.GetResource(), res)
+		}
+		if at := got.GetActionTime().AsTime(); at.Before(before.Truncate(time.Microsecond)) || at.After(time.Now()) {
+			t.Errorf("record %d says the action was taken at %s", i, at)
+		}
+	}
 	var none *audit.Recorder
 	none.Record(context.Background(), audit.TaskCancel, "task:x", "", nil, "") // a nil recorder records nothing and does not panic
+}
+
+// TestCloseAppendsWhatWaits: a service stopping appends the records still
+// waiting for evidence; records after that are not queued.
+func TestCloseAppendsWhatWaits(t *testing.T) {
+	t.Parallel()
+	a := &appender{fail: true}
+	r := audit.New(a, nil)
+	r.SetRetryWait(time.Hour) // only Close appends them
+	r.Record(context.Background(), audit.TaskCancel, "task:tsk_1", "", nil, "")
+	r.Record(context.Background(), audit.TaskCancel, "task:tsk_2", "", nil, "")
+	a.mu.Lock()
+	a.fail = false
+	a.mu.Unlock()
+	r.Close(context.Background())
+	a.mu.Lock()
+	if len(a.recs) != 2 || a.recs[0].GetResource() != "task:tsk_1" || a.recs[1].GetResource() != "task:tsk_2" {
+		t.Fatalf("appended at close: %v, want both records in order", a.recs)
+	}
+	a.fail = true
+	a.mu.Unlock()
+	r.Record(context.Background(), audit.TaskCancel, "task:tsk_3", "", nil, "")
+	r.Close(context.Background())
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.recs) != 2 {
+		t.Fatalf("a record after close was appended later: %v", a.recs)
+	}
 }

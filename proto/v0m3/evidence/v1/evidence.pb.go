@@ -276,7 +276,12 @@ type AuditRecord struct {
 	// names it.
 	RecordedBy string `protobuf:"bytes,9,opt,name=recorded_by,json=recordedBy,proto3" json:"recorded_by,omitempty"`
 	// Safe human detail (ids and declared names only).
-	Detail        string `protobuf:"bytes,10,opt,name=detail,proto3" json:"detail,omitempty"`
+	Detail string `protobuf:"bytes,10,opt,name=detail,proto3" json:"detail,omitempty"`
+	// When the recording service took the action, by its clock. Set by the
+	// recording service; a record appended late (the evidence service was
+	// unavailable when the action was taken) keeps it, while time says
+	// when it was appended. Not set on records from before it existed.
+	ActionTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=action_time,json=actionTime,proto3" json:"action_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -381,10 +386,20 @@ func (x *AuditRecord) GetDetail() string {
 	return ""
 }
 
+func (x *AuditRecord) GetActionTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ActionTime
+	}
+	return nil
+}
+
 // AppendAuditRecordRequest appends a record.
 type AppendAuditRecordRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The record; id, sequence, time and recorded_by are assigned.
+	// Required. The record; id, sequence, time and recorded_by are
+	// assigned. A record is appended at least once: one whose append timed
+	// out is appended again, so the log may hold it twice (same principal,
+	// action, resource and action_time).
 	Record        *AuditRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3558,7 +3573,7 @@ var File_v0m3_evidence_v1_evidence_proto protoreflect.FileDescriptor
 
 const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\n" +
-	"\x1fv0m3/evidence/v1/evidence.proto\x12\x10v0m3.evidence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaa\x02\n" +
+	"\x1fv0m3/evidence/v1/evidence.proto\x12\x10v0m3.evidence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe7\x02\n" +
 	"\vAuditRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x03R\bsequence\x12.\n" +
@@ -3571,7 +3586,9 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\vrecorded_by\x18\t \x01(\tR\n" +
 	"recordedBy\x12\x16\n" +
 	"\x06detail\x18\n" +
-	" \x01(\tR\x06detail\"Q\n" +
+	" \x01(\tR\x06detail\x12;\n" +
+	"\vaction_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"actionTime\"Q\n" +
 	"\x18AppendAuditRecordRequest\x125\n" +
 	"\x06record\x18\x01 \x01(\v2\x1d.v0m3.evidence.v1.AuditRecordR\x06record\"\xa7\x01\n" +
 	"\x17ListAuditRecordsRequest\x12\x1b\n" +
@@ -3944,82 +3961,83 @@ var file_v0m3_evidence_v1_evidence_proto_goTypes = []any{
 }
 var file_v0m3_evidence_v1_evidence_proto_depIdxs = []int32{
 	47, // 0: v0m3.evidence.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	3,  // 1: v0m3.evidence.v1.AppendAuditRecordRequest.record:type_name -> v0m3.evidence.v1.AuditRecord
-	3,  // 2: v0m3.evidence.v1.ListAuditRecordsResponse.records:type_name -> v0m3.evidence.v1.AuditRecord
-	47, // 3: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
-	46, // 4: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
-	7,  // 5: v0m3.evidence.v1.SourceObservation.passages:type_name -> v0m3.evidence.v1.Passage
-	0,  // 6: v0m3.evidence.v1.SourceObservation.kind:type_name -> v0m3.evidence.v1.ObservationKind
-	8,  // 7: v0m3.evidence.v1.RecordObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
-	8,  // 8: v0m3.evidence.v1.ListObservationsResponse.observations:type_name -> v0m3.evidence.v1.SourceObservation
-	47, // 9: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
-	13, // 10: v0m3.evidence.v1.ListRevisionsResponse.revisions:type_name -> v0m3.evidence.v1.SourceRevision
-	47, // 11: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
-	48, // 12: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
-	49, // 13: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
-	18, // 14: v0m3.evidence.v1.ProtocolEvent.error:type_name -> v0m3.evidence.v1.ErrorEvidence
-	22, // 15: v0m3.evidence.v1.ProtocolEvent.progress:type_name -> v0m3.evidence.v1.ProtocolProgress
-	20, // 16: v0m3.evidence.v1.ProtocolEvent.elicitation_answers:type_name -> v0m3.evidence.v1.ProtocolElicitationAnswer
-	47, // 17: v0m3.evidence.v1.ProtocolElicitationAnswer.time:type_name -> google.protobuf.Timestamp
-	21, // 18: v0m3.evidence.v1.ProtocolElicitationAnswer.fields:type_name -> v0m3.evidence.v1.ProtocolAnsweredField
-	47, // 19: v0m3.evidence.v1.ProtocolProgress.time:type_name -> google.protobuf.Timestamp
-	1,  // 20: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
-	47, // 21: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
-	19, // 22: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
-	23, // 23: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
-	24, // 24: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
-	24, // 25: v0m3.evidence.v1.AppendTracesRequest.events:type_name -> v0m3.evidence.v1.TraceEvent
-	24, // 26: v0m3.evidence.v1.AppendTracesResponse.events:type_name -> v0m3.evidence.v1.TraceEvent
-	24, // 27: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
-	48, // 28: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
-	47, // 29: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
-	30, // 30: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
-	8,  // 31: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
-	33, // 32: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
-	2,  // 33: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
-	38, // 34: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
-	49, // 35: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
-	9,  // 36: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
-	10, // 37: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
-	11, // 38: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
-	14, // 39: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
-	17, // 40: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
-	25, // 41: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
-	26, // 42: v0m3.evidence.v1.EvidenceService.AppendTraces:input_type -> v0m3.evidence.v1.AppendTracesRequest
-	28, // 43: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
-	31, // 44: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
-	32, // 45: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
-	34, // 46: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
-	36, // 47: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
-	39, // 48: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
-	42, // 49: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
-	43, // 50: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
-	44, // 51: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
-	4,  // 52: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:input_type -> v0m3.evidence.v1.AppendAuditRecordRequest
-	5,  // 53: v0m3.evidence.v1.EvidenceService.ListAuditRecords:input_type -> v0m3.evidence.v1.ListAuditRecordsRequest
-	8,  // 54: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	8,  // 55: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
-	12, // 56: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
-	15, // 57: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
-	16, // 58: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
-	24, // 59: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
-	27, // 60: v0m3.evidence.v1.EvidenceService.AppendTraces:output_type -> v0m3.evidence.v1.AppendTracesResponse
-	29, // 61: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
-	30, // 62: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
-	30, // 63: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
-	35, // 64: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
-	37, // 65: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
-	40, // 66: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
-	41, // 67: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
-	41, // 68: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
-	45, // 69: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
-	3,  // 70: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:output_type -> v0m3.evidence.v1.AuditRecord
-	6,  // 71: v0m3.evidence.v1.EvidenceService.ListAuditRecords:output_type -> v0m3.evidence.v1.ListAuditRecordsResponse
-	54, // [54:72] is the sub-list for method output_type
-	36, // [36:54] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	47, // 1: v0m3.evidence.v1.AuditRecord.action_time:type_name -> google.protobuf.Timestamp
+	3,  // 2: v0m3.evidence.v1.AppendAuditRecordRequest.record:type_name -> v0m3.evidence.v1.AuditRecord
+	3,  // 3: v0m3.evidence.v1.ListAuditRecordsResponse.records:type_name -> v0m3.evidence.v1.AuditRecord
+	47, // 4: v0m3.evidence.v1.SourceObservation.retrieve_time:type_name -> google.protobuf.Timestamp
+	46, // 5: v0m3.evidence.v1.SourceObservation.revision_metadata:type_name -> v0m3.evidence.v1.SourceObservation.RevisionMetadataEntry
+	7,  // 6: v0m3.evidence.v1.SourceObservation.passages:type_name -> v0m3.evidence.v1.Passage
+	0,  // 7: v0m3.evidence.v1.SourceObservation.kind:type_name -> v0m3.evidence.v1.ObservationKind
+	8,  // 8: v0m3.evidence.v1.RecordObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
+	8,  // 9: v0m3.evidence.v1.ListObservationsResponse.observations:type_name -> v0m3.evidence.v1.SourceObservation
+	47, // 10: v0m3.evidence.v1.SourceRevision.first_seen_time:type_name -> google.protobuf.Timestamp
+	13, // 11: v0m3.evidence.v1.ListRevisionsResponse.revisions:type_name -> v0m3.evidence.v1.SourceRevision
+	47, // 12: v0m3.evidence.v1.ClaimLink.link_time:type_name -> google.protobuf.Timestamp
+	48, // 13: v0m3.evidence.v1.ProtocolEvent.safe_arguments:type_name -> google.protobuf.Struct
+	49, // 14: v0m3.evidence.v1.ProtocolEvent.duration:type_name -> google.protobuf.Duration
+	18, // 15: v0m3.evidence.v1.ProtocolEvent.error:type_name -> v0m3.evidence.v1.ErrorEvidence
+	22, // 16: v0m3.evidence.v1.ProtocolEvent.progress:type_name -> v0m3.evidence.v1.ProtocolProgress
+	20, // 17: v0m3.evidence.v1.ProtocolEvent.elicitation_answers:type_name -> v0m3.evidence.v1.ProtocolElicitationAnswer
+	47, // 18: v0m3.evidence.v1.ProtocolElicitationAnswer.time:type_name -> google.protobuf.Timestamp
+	21, // 19: v0m3.evidence.v1.ProtocolElicitationAnswer.fields:type_name -> v0m3.evidence.v1.ProtocolAnsweredField
+	47, // 20: v0m3.evidence.v1.ProtocolProgress.time:type_name -> google.protobuf.Timestamp
+	1,  // 21: v0m3.evidence.v1.ProductEvent.kind:type_name -> v0m3.evidence.v1.ProductEventKind
+	47, // 22: v0m3.evidence.v1.TraceEvent.time:type_name -> google.protobuf.Timestamp
+	19, // 23: v0m3.evidence.v1.TraceEvent.protocol:type_name -> v0m3.evidence.v1.ProtocolEvent
+	23, // 24: v0m3.evidence.v1.TraceEvent.product:type_name -> v0m3.evidence.v1.ProductEvent
+	24, // 25: v0m3.evidence.v1.AppendTraceRequest.event:type_name -> v0m3.evidence.v1.TraceEvent
+	24, // 26: v0m3.evidence.v1.AppendTracesRequest.events:type_name -> v0m3.evidence.v1.TraceEvent
+	24, // 27: v0m3.evidence.v1.AppendTracesResponse.events:type_name -> v0m3.evidence.v1.TraceEvent
+	24, // 28: v0m3.evidence.v1.Trace.events:type_name -> v0m3.evidence.v1.TraceEvent
+	48, // 29: v0m3.evidence.v1.Receipt.detail:type_name -> google.protobuf.Struct
+	47, // 30: v0m3.evidence.v1.Receipt.record_time:type_name -> google.protobuf.Timestamp
+	30, // 31: v0m3.evidence.v1.RecordReceiptRequest.receipt:type_name -> v0m3.evidence.v1.Receipt
+	8,  // 32: v0m3.evidence.v1.ValidateObservationRequest.observation:type_name -> v0m3.evidence.v1.SourceObservation
+	33, // 33: v0m3.evidence.v1.ObservationValidation.findings:type_name -> v0m3.evidence.v1.ValidationFinding
+	2,  // 34: v0m3.evidence.v1.RequestClassification.class:type_name -> v0m3.evidence.v1.RequestClass
+	38, // 35: v0m3.evidence.v1.TraceClassification.requests:type_name -> v0m3.evidence.v1.RequestClassification
+	49, // 36: v0m3.evidence.v1.PruneRequest.older_than:type_name -> google.protobuf.Duration
+	9,  // 37: v0m3.evidence.v1.EvidenceService.RecordObservation:input_type -> v0m3.evidence.v1.RecordObservationRequest
+	10, // 38: v0m3.evidence.v1.EvidenceService.GetObservation:input_type -> v0m3.evidence.v1.GetObservationRequest
+	11, // 39: v0m3.evidence.v1.EvidenceService.ListObservations:input_type -> v0m3.evidence.v1.ListObservationsRequest
+	14, // 40: v0m3.evidence.v1.EvidenceService.ListRevisions:input_type -> v0m3.evidence.v1.ListRevisionsRequest
+	17, // 41: v0m3.evidence.v1.EvidenceService.LinkClaim:input_type -> v0m3.evidence.v1.LinkClaimRequest
+	25, // 42: v0m3.evidence.v1.EvidenceService.AppendTrace:input_type -> v0m3.evidence.v1.AppendTraceRequest
+	26, // 43: v0m3.evidence.v1.EvidenceService.AppendTraces:input_type -> v0m3.evidence.v1.AppendTracesRequest
+	28, // 44: v0m3.evidence.v1.EvidenceService.GetTrace:input_type -> v0m3.evidence.v1.GetTraceRequest
+	31, // 45: v0m3.evidence.v1.EvidenceService.RecordReceipt:input_type -> v0m3.evidence.v1.RecordReceiptRequest
+	32, // 46: v0m3.evidence.v1.EvidenceService.GetReceipt:input_type -> v0m3.evidence.v1.GetReceiptRequest
+	34, // 47: v0m3.evidence.v1.EvidenceService.ValidateObservation:input_type -> v0m3.evidence.v1.ValidateObservationRequest
+	36, // 48: v0m3.evidence.v1.EvidenceService.CompareRevisions:input_type -> v0m3.evidence.v1.CompareRevisionsRequest
+	39, // 49: v0m3.evidence.v1.EvidenceService.ClassifyTrace:input_type -> v0m3.evidence.v1.ClassifyTraceRequest
+	42, // 50: v0m3.evidence.v1.EvidenceService.PutAsset:input_type -> v0m3.evidence.v1.PutAssetRequest
+	43, // 51: v0m3.evidence.v1.EvidenceService.GetAsset:input_type -> v0m3.evidence.v1.GetAssetRequest
+	44, // 52: v0m3.evidence.v1.EvidenceService.Prune:input_type -> v0m3.evidence.v1.PruneRequest
+	4,  // 53: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:input_type -> v0m3.evidence.v1.AppendAuditRecordRequest
+	5,  // 54: v0m3.evidence.v1.EvidenceService.ListAuditRecords:input_type -> v0m3.evidence.v1.ListAuditRecordsRequest
+	8,  // 55: v0m3.evidence.v1.EvidenceService.RecordObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	8,  // 56: v0m3.evidence.v1.EvidenceService.GetObservation:output_type -> v0m3.evidence.v1.SourceObservation
+	12, // 57: v0m3.evidence.v1.EvidenceService.ListObservations:output_type -> v0m3.evidence.v1.ListObservationsResponse
+	15, // 58: v0m3.evidence.v1.EvidenceService.ListRevisions:output_type -> v0m3.evidence.v1.ListRevisionsResponse
+	16, // 59: v0m3.evidence.v1.EvidenceService.LinkClaim:output_type -> v0m3.evidence.v1.ClaimLink
+	24, // 60: v0m3.evidence.v1.EvidenceService.AppendTrace:output_type -> v0m3.evidence.v1.TraceEvent
+	27, // 61: v0m3.evidence.v1.EvidenceService.AppendTraces:output_type -> v0m3.evidence.v1.AppendTracesResponse
+	29, // 62: v0m3.evidence.v1.EvidenceService.GetTrace:output_type -> v0m3.evidence.v1.Trace
+	30, // 63: v0m3.evidence.v1.EvidenceService.RecordReceipt:output_type -> v0m3.evidence.v1.Receipt
+	30, // 64: v0m3.evidence.v1.EvidenceService.GetReceipt:output_type -> v0m3.evidence.v1.Receipt
+	35, // 65: v0m3.evidence.v1.EvidenceService.ValidateObservation:output_type -> v0m3.evidence.v1.ObservationValidation
+	37, // 66: v0m3.evidence.v1.EvidenceService.CompareRevisions:output_type -> v0m3.evidence.v1.RevisionComparison
+	40, // 67: v0m3.evidence.v1.EvidenceService.ClassifyTrace:output_type -> v0m3.evidence.v1.TraceClassification
+	41, // 68: v0m3.evidence.v1.EvidenceService.PutAsset:output_type -> v0m3.evidence.v1.Asset
+	41, // 69: v0m3.evidence.v1.EvidenceService.GetAsset:output_type -> v0m3.evidence.v1.Asset
+	45, // 70: v0m3.evidence.v1.EvidenceService.Prune:output_type -> v0m3.evidence.v1.PruneResponse
+	3,  // 71: v0m3.evidence.v1.EvidenceService.AppendAuditRecord:output_type -> v0m3.evidence.v1.AuditRecord
+	6,  // 72: v0m3.evidence.v1.EvidenceService.ListAuditRecords:output_type -> v0m3.evidence.v1.ListAuditRecordsResponse
+	55, // [55:73] is the sub-list for method output_type
+	37, // [37:55] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_evidence_v1_evidence_proto_init() }
