@@ -217,6 +217,12 @@ func (r *Recorder) drain() {
 				r.log.Error("audit record refused by evidence, not appended", "action", rec.GetAction(), "resource", rec.GetResource(), "err", err)
 			}
 			r.mu.Lock()
+			if r.closed {
+				// Close took the queue over (and appends rec again:
+				// at least once).
+				r.mu.Unlock()
+				return
+			}
 			r.queued = r.queued[1:]
 			empty, lost := len(r.queued) == 0, r.lost
 			if empty {
