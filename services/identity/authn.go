@@ -36,6 +36,9 @@ type AuthError struct {
 	// Unavailable: the token could not be checked (what checks it is
 	// down), which is no verdict on it; the caller may try again.
 	Unavailable bool
+	// Cause is why, for the service's log only: it may name internal
+	// addresses, so it never reaches the caller.
+	Cause error
 }
 
 func (e *AuthError) Error() string { return e.Msg }
@@ -179,7 +182,7 @@ func (j *JWT) verify(ctx context.Context, token string) (verifiedClaims, error) 
 	}
 	payload, err := j.keys.VerifySignature(ctx, token)
 	if errors.Is(err, errKeysUnavailable) {
-		return verifiedClaims{}, &AuthError{Reason: "ISSUER_KEYS_UNAVAILABLE", Msg: "the token issuer's keys could not be fetched; try again shortly", Unavailable: true}
+		return verifiedClaims{}, &AuthError{Reason: "ISSUER_KEYS_UNAVAILABLE", Msg: "the token issuer's keys could not be fetched; try again shortly", Unavailable: true, Cause: err}
 	}
 	if err != nil {
 		return verifiedClaims{}, authErr("TOKEN_SIGNATURE_INVALID", "the token's signature does not verify with the issuer's keys")

@@ -153,14 +153,18 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 	c, err := g.Authn.Authenticate(ctx, token)
 	if err != nil {
 		code, reason, msg := codes.Unauthenticated, "TOKEN_INVALID", "bearer token refused: "+err.Error()
-		var ae *AuthError
+		var (
+			ae    *AuthError
+			cause error
+		)
 		if errors.As(err, &ae) {
-			reason = ae.Reason
+			reason, cause = ae.Reason, ae.Cause
 			if ae.Unavailable {
 				code, msg = codes.Unavailable, "bearer token not checked: "+err.Error()
 			}
 		}
-		return nil, g.refuse(ctx, method, code, reason, msg, nil)
+		g.logRefusal(ctx, method, code, reason, cause)
+		return nil, apierror.New(code, reason, msg, nil)
 	}
 	c.Kind = KindUser
 	if err := g.Limit.Admit(ctx, c.ID, c.Groups); err != nil {
@@ -170,16 +174,28 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 }
 
 func (g *Guard) refuse(ctx context.Context, method string, code codes.Code, reason, msg string, md map[string]string) error {
-	if g.Log != nil {
-		if unlogged, ok := g.logged.admit(); ok {
-			attrs := []any{"method", method, "code", code.String(), "reason", reason}
-			if unlogged > 0 {
-				attrs = append(attrs, "unlogged_before", unlogged)
-			}
-			g.Log.WarnContext(ctx, "rpc refused", attrs...)
-		}
-	}
+	g.logRefusal(ctx, method, code, reason, nil)
 	return apierror.New(code, reason, msg, md)
+}
+
+// logRefusal logs a refusal, unless too many came lately (see
+// refusalLogRate), with its cause when one is known (never a token).
+func (g *Guard) logRefusal(ctx context.Context, method string, code codes.Code, reason string, cause error) {
+	if g.Log == nil {
+		return
+	}
+	unlogged, ok := g.logged.admit()
+	if !ok {
+		return
+	}
+	attrs := []any{"method", method, "code", code.String(), "reason", reason}
+	if cause != nil {
+		attrs = append(attrs, "cause", cause.Error())
+	}
+	if unlogged > 0 {
+		attrs = append(attrs, "unlogged_before", unlogged)
+	}
+	g.Log.WarnContext(ctx, "rpc refused", attrs...)
 }
 
 // peerService returns the service the caller's verified certificate names,

@@ -319,3 +319,25 @@ func TestGuardLogsAFloodOfRefusalsBriefly(t *testing.T) {
 		t.Fatal("the log holds a presented token")
 	}
 }
+
+// TestGuardLogsWhyATokenWasNotChecked: when the API server cannot review
+// a token, the service's log says why (the caller only that it may try
+// again).
+func TestGuardLogsWhyATokenWasNotChecked(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	g := &identity.Guard{Authn: &identity.TokenReview{Client: &failingReviewer{}}, Log: slog.New(slog.NewJSONHandler(&buf, nil))}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer eyJhbGciOiJSUzI1NiJ9.e30.c2ln"))
+	_, err := g.Unary()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: registryv1.RegistryService_GetConnection_FullMethodName},
+		func(context.Context, any) (any, error) { return nil, nil })
+	if !apierror.Is(err, codes.Unavailable, "TOKEN_REVIEW_UNAVAILABLE") || strings.Contains(err.Error(), "10.0.0.1") {
+		t.Fatalf("API server unreachable: %v, want UNAVAILABLE TOKEN_REVIEW_UNAVAILABLE without the client's error", err)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("log %q: %v", buf.String(), err)
+	}
+	if cause, _ := line["cause"].(string); !strings.Contains(cause, "connection refused") {
+		t.Fatalf("the refusal logged as %v, want the API server client's error as its cause", line)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -142,7 +141,7 @@ func expiry(token string) (time.Time, bool) {
 func (t *TokenReview) ask(ctx context.Context, token string) (Caller, error) {
 	res, err := t.Client.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: t.Audiences}}, metav1.CreateOptions{})
 	if err != nil {
-		return Caller{}, &AuthError{Reason: "TOKEN_REVIEW_UNAVAILABLE", Msg: fmt.Sprintf("the Kubernetes API server could not review the token: %v", err), Unavailable: true}
+		return Caller{}, &AuthError{Reason: "TOKEN_REVIEW_UNAVAILABLE", Msg: "the Kubernetes API server could not review the token; try again shortly", Unavailable: true, Cause: err}
 	}
 	if !res.Status.Authenticated {
 		return Caller{}, authErr("TOKEN_INVALID", "the Kubernetes API server did not authenticate the token")

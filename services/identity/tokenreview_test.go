@@ -218,8 +218,9 @@ func (f *failingReviewer) Create(context.Context, *authnv1.TokenReview, metav1.C
 
 // TestTokenReviewUnreachable: when the API server cannot be reached, a
 // token is not refused but could not be checked (the guard answers
-// UNAVAILABLE, see TestGuardSaysWhenATokenCannotBeChecked), and that is
-// not reused: the next call asks again.
+// UNAVAILABLE, see TestGuardSaysWhenATokenCannotBeChecked), the client
+// library's error stays out of the answer, and the answer is not reused:
+// the next call asks again.
 func TestTokenReviewUnreachable(t *testing.T) {
 	t.Parallel()
 	client := &failingReviewer{}
@@ -229,6 +230,11 @@ func TestTokenReviewUnreachable(t *testing.T) {
 		var ae *identity.AuthError
 		if !errors.As(err, &ae) || ae.Reason != "TOKEN_REVIEW_UNAVAILABLE" || !ae.Unavailable {
 			t.Fatalf("API server unreachable: %v, want TOKEN_REVIEW_UNAVAILABLE, unavailable", err)
+		}
+		// The cause names an internal address: it is for the log, not
+		// for whoever sent the token.
+		if strings.Contains(err.Error(), "10.0.0.1") || ae.Cause == nil || !strings.Contains(ae.Cause.Error(), "10.0.0.1") {
+			t.Fatalf("the caller reads %q (cause %v); want the API server's error kept for the log only", err, ae.Cause)
 		}
 	}
 	if n := client.n.Load(); n != 2 {
