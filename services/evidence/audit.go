@@ -26,6 +26,8 @@ const (
 	maxAuditPage     = 1000
 	// maxAuditField bounds each text field of a record.
 	maxAuditField = 2048
+	// maxAuditRequestID bounds an append's request id.
+	maxAuditRequestID = 64
 )
 
 // AppendAuditRecord appends the record of one privileged action. The
@@ -42,6 +44,9 @@ func (s *Server) AppendAuditRecord(ctx context.Context, req *evidencev1.AppendAu
 			vs = append(vs, apierror.FieldViolation{Field: f[0], Description: fmt.Sprintf("at most %d bytes", maxAuditField)})
 		}
 	}
+	if len(req.GetRequestId()) > maxAuditRequestID {
+		vs = append(vs, apierror.FieldViolation{Field: "request_id", Description: fmt.Sprintf("at most %d bytes", maxAuditRequestID)})
+	}
 	if len(vs) > 0 {
 		return nil, apierror.InvalidArgument("AUDIT_RECORD_INVALID", "the audit record is incomplete or too large; see the field violations; nothing was stored", vs...)
 	}
@@ -53,9 +58,12 @@ func (s *Server) AppendAuditRecord(ctx context.Context, req *evidencev1.AppendAu
 	for _, f := range []*string{&rec.Principal, &rec.Resource, &rec.Revision, &rec.Detail} {
 		*f = redactWords(*f)
 	}
-	out, err := s.st.AppendAudit(ctx, rec)
+	out, err := s.st.AppendAudit(ctx, rec, req.GetRequestId())
 	if err != nil {
 		return nil, s.storeError(ctx, err, "append audit record", "", "", nil)
+	}
+	if out.GetId() != rec.GetId() {
+		return out, nil // appended before under this request id
 	}
 	telemetry.AuditRecords.WithLabelValues(auditLabel(out.GetAction()), auditLabel(out.GetOutcome())).Inc()
 	s.log.InfoContext(ctx, "audit", "action", out.GetAction(), "principal", out.GetPrincipal(), "resource", out.GetResource(),

@@ -40,21 +40,39 @@ func TestAuditRecords(t *testing.T) {
 			t.Errorf("detail %q: the credential-shaped word was not redacted", got.GetDetail())
 		}
 	}
+	// An append sent again under its request id (after a timeout) is
+	// stored once.
+	retried := &evidencev1.AppendAuditRecordRequest{RequestId: "audreq_retried", Record: &evidencev1.AuditRecord{
+		Principal: "alice", Action: "connection.create", Resource: "connection:con_r", Outcome: "ok"}}
+	var firstTry *evidencev1.AuditRecord
+	for try := range 2 {
+		got, err := e.client.AppendAuditRecord(ctx, retried)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if try == 0 {
+			firstTry = got
+		} else if got.GetId() != firstTry.GetId() || got.GetSequence() != firstTry.GetSequence() {
+			t.Errorf("the append sent again returned %v, want the record of its first try %v", got, firstTry)
+		}
+	}
+	ok := &evidencev1.AuditRecord{Principal: "a", Action: "x", Resource: "r", Outcome: "ok"}
 	for _, c := range []struct {
 		name   string
-		rec    *evidencev1.AuditRecord
+		req    *evidencev1.AppendAuditRecordRequest
 		fields []string
 	}{
-		{"empty", &evidencev1.AuditRecord{}, []string{"record.principal", "record.action", "record.resource", "record.outcome"}},
-		{"no outcome", &evidencev1.AuditRecord{Principal: "a", Action: "x", Resource: "r"}, []string{"record.outcome"}},
-		{"huge detail", &evidencev1.AuditRecord{Principal: "a", Action: "x", Resource: "r", Outcome: "ok", Detail: strings.Repeat("d", 5000)}, []string{"record.detail"}},
+		{"empty", &evidencev1.AppendAuditRecordRequest{Record: &evidencev1.AuditRecord{}}, []string{"record.principal", "record.action", "record.resource", "record.outcome"}},
+		{"no outcome", &evidencev1.AppendAuditRecordRequest{Record: &evidencev1.AuditRecord{Principal: "a", Action: "x", Resource: "r"}}, []string{"record.outcome"}},
+		{"huge detail", &evidencev1.AppendAuditRecordRequest{Record: &evidencev1.AuditRecord{Principal: "a", Action: "x", Resource: "r", Outcome: "ok", Detail: strings.Repeat("d", 5000)}}, []string{"record.detail"}},
+		{"huge request id", &evidencev1.AppendAuditRecordRequest{Record: ok, RequestId: strings.Repeat("r", 65)}, []string{"request_id"}},
 	} {
-		_, err := e.client.AppendAuditRecord(ctx, &evidencev1.AppendAuditRecordRequest{Record: c.rec})
+		_, err := e.client.AppendAuditRecord(ctx, c.req)
 		wantError(t, err, codes.InvalidArgument, "AUDIT_RECORD_INVALID", c.fields...)
 	}
 	all, err := e.client.ListAuditRecords(ctx, &evidencev1.ListAuditRecordsRequest{})
-	if err != nil || len(all.GetRecords()) != 5 || all.GetNextPageToken() != "" {
-		t.Fatalf("listed %d records (next %q), err %v; want the 5 valid ones and no refused one", len(all.GetRecords()), all.GetNextPageToken(), err)
+	if err != nil || len(all.GetRecords()) != 6 || all.GetNextPageToken() != "" {
+		t.Fatalf("listed %d records (next %q), err %v; want the 6 valid ones and no refused one", len(all.GetRecords()), all.GetNextPageToken(), err)
 	}
 	// Two approvals, one per page.
 	req := &evidencev1.ListAuditRecordsRequest{PageSize: 1, Action: "request.approve"}

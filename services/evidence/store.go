@@ -61,8 +61,10 @@ type Store interface {
 	// AppendAudit stores rec at the end of the audit log, assigning the
 	// next sequence number (from 1) atomically. It returns the stored
 	// record; rec is not modified. Nothing ever changes or removes a
-	// stored record.
-	AppendAudit(ctx context.Context, rec *evidencev1.AuditRecord) (*evidencev1.AuditRecord, error)
+	// stored record. A non-empty requestID makes the append idempotent:
+	// when an append with that id was stored, nothing is, and that
+	// append's record is returned.
+	AppendAudit(ctx context.Context, rec *evidencev1.AuditRecord, requestID string) (*evidencev1.AuditRecord, error)
 	// ListAudit returns, oldest first, up to limit records after sequence
 	// after for which match reports true.
 	ListAudit(ctx context.Context, after int64, limit int, match func(*evidencev1.AuditRecord) bool) ([]*evidencev1.AuditRecord, error)

@@ -323,22 +323,42 @@ func newRevision() *evidencev1.SourceRevision { return &evidencev1.SourceRevisio
 func newTraceEvent() *evidencev1.TraceEvent   { return &evidencev1.TraceEvent{} }
 func newStringValue() *wrapperspb.StringValue { return &wrapperspb.StringValue{} }
 
-const bucketAudit = "audit" // sequence → AuditRecord, append-only
+const (
+	bucketAudit = "audit" // sequence → AuditRecord, append-only
+	// bucketAuditRequests maps an append's request id to the sequence
+	// key of the record it appended, kept as long as the record.
+	bucketAuditRequests = "audit_requests"
+)
 
 // errEnough stops a listing that has what it needs.
 var errEnough = errors.New("enough")
 
-func (b *boltStore) AppendAudit(ctx context.Context, rec *evidencev1.AuditRecord) (*evidencev1.AuditRecord, error) {
+func (b *boltStore) AppendAudit(ctx context.Context, rec *evidencev1.AuditRecord, requestID string) (*evidencev1.AuditRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	out := proto.CloneOf(rec)
 	err := b.db.Update(func(tx *store.Tx) error {
+		if requestID != "" {
+			prior, err := store.GetOptional(tx, bucketAuditRequests, requestID, &wrapperspb.StringValue{})
+			if err != nil {
+				return err
+			}
+			if prior != nil {
+				out = newAuditRecord()
+				return tx.Get(bucketAudit, prior.GetValue(), out)
+			}
+		}
 		seq, err := tx.NextSequence(bucketAudit)
 		if err != nil {
 			return err
 		}
 		out.Sequence = seq
+		if requestID != "" {
+			if err := tx.Put(bucketAuditRequests, requestID, wrapperspb.String(store.SeqKey(seq))); err != nil {
+				return err
+			}
+		}
 		return tx.Create(bucketAudit, store.SeqKey(seq), out)
 	})
 	if err != nil {

@@ -432,25 +432,48 @@ func (r *redisEvidenceStore) GetReceipt(ctx context.Context, idempotencyKey stri
 // The audit log: auditseq is the last sequence; audit is a ZSET scored by
 // sequence whose members are "<sequence>:<AuditRecord>" (unique, ordered,
 // never rewritten).
+// appendAudit appends ARGV[1] to the log, unless KEYS[3] (the request
+// id's key, when ARGV[2] is "1") names the sequence of an earlier append:
+// it returns that sequence negated, and appends nothing.
 var appendAudit = redis.NewScript(`
+if ARGV[2] == '1' then
+  local prior = redis.call('GET', KEYS[3])
+  if prior then return -tonumber(prior) end
+end
 local seq = redis.call('INCR', KEYS[1])
 redis.call('ZADD', KEYS[2], seq, seq .. ':' .. ARGV[1])
+if ARGV[2] == '1' then redis.call('SET', KEYS[3], seq) end
 return seq
 `)
 
 // auditScan is how many records one ListAudit round trip reads.
 const auditScan = 256
 
-func (r *redisEvidenceStore) AppendAudit(ctx context.Context, rec *evidencev1.AuditRecord) (*evidencev1.AuditRecord, error) {
+func (r *redisEvidenceStore) AppendAudit(ctx context.Context, rec *evidencev1.AuditRecord, requestID string) (*evidencev1.AuditRecord, error) {
 	out := proto.CloneOf(rec)
 	out.Sequence = 0
 	v, err := redisstore.Marshal(out)
 	if err != nil {
 		return nil, err
 	}
-	seq, err := appendAudit.Run(ctx, r.c, []string{r.k.Key("auditseq"), r.k.Key("audit")}, v).Int64()
+	once := "0"
+	if requestID != "" {
+		once = "1"
+	}
+	seq, err := appendAudit.Run(ctx, r.c, []string{r.k.Key("auditseq"), r.k.Key("audit"), r.k.Key("auditreq", requestID)}, v, once).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("evidence: append audit record: %w", err)
+	}
+	if seq < 0 {
+		// Appended before under this request id: that record.
+		prior, err := r.ListAudit(ctx, -seq-1, 1, func(*evidencev1.AuditRecord) bool { return true })
+		if err != nil {
+			return nil, err
+		}
+		if len(prior) == 0 || prior[0].GetSequence() != -seq {
+			return nil, fmt.Errorf("evidence: audit record %d of request %q is missing", -seq, requestID)
+		}
+		return prior[0], nil
 	}
 	out.Sequence = seq
 	return out, nil

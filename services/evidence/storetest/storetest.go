@@ -409,7 +409,8 @@ func testAppendTraces(t *testing.T, st evidence.Store) {
 
 // testAudit: concurrent appends get distinct, gap-free sequences; listing
 // pages after a sequence, in order, with a filter, and the stored record
-// is what was appended.
+// is what was appended; an append under a request id stored before
+// appends nothing and returns that record.
 func testAudit(t *testing.T, st evidence.Store) {
 	ctx := context.Background()
 	if got, err := st.ListAudit(ctx, 0, 10, func(*evidencev1.AuditRecord) bool { return true }); err != nil || len(got) != 0 {
@@ -427,7 +428,7 @@ func testAudit(t *testing.T, st evidence.Store) {
 			rec := &evidencev1.AuditRecord{Id: fmt.Sprintf("aud_%d", i), Principal: "alice", Action: action,
 				Resource: fmt.Sprintf("connection:con_%d", i), Revision: "config_revision=1", Outcome: "ok",
 				Time: timestamppb.Now(), RecordedBy: "registry"}
-			got, err := st.AppendAudit(ctx, rec)
+			got, err := st.AppendAudit(ctx, rec, auditRequestID(i))
 			switch {
 			case err != nil:
 				errs <- err
@@ -474,4 +475,41 @@ func testAudit(t *testing.T, st evidence.Store) {
 	if rest, err := st.ListAudit(ctx, n, 10, func(*evidencev1.AuditRecord) bool { return true }); err != nil || len(rest) != 0 {
 		t.Fatalf("after the last record: %d records, err %v", len(rest), err)
 	}
+
+	// Appended again under a request id it was stored with (a retry after
+	// a timeout), concurrently: nothing is appended, and each gets the
+	// record stored then.
+	errs = make(chan error, n)
+	for i := range n {
+		if auditRequestID(i) == "" {
+			continue
+		}
+		wg.Go(func() {
+			again := &evidencev1.AuditRecord{Id: "aud_again", Principal: "alice", Action: "connection.create", Resource: "connection:again", Outcome: "ok"}
+			got, err := st.AppendAudit(ctx, again, auditRequestID(i))
+			switch {
+			case err != nil:
+				errs <- err
+			case got.GetId() != fmt.Sprintf("aud_%d", i) || got.GetResource() != fmt.Sprintf("connection:con_%d", i) || got.GetSequence() < 1:
+				errs <- fmt.Errorf("appending request %s again returned %v, want the record appended then", auditRequestID(i), got)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if all, err := st.ListAudit(ctx, 0, 100, func(*evidencev1.AuditRecord) bool { return true }); err != nil || len(all) != n {
+		t.Fatalf("after appending again under stored request ids: %d records, want %d (err %v)", len(all), n, err)
+	}
+}
+
+// auditRequestID is the request id testAudit appends record i under:
+// every other record has one.
+func auditRequestID(i int) string {
+	if i%2 == 1 {
+		return ""
+	}
+	return fmt.Sprintf("audreq_%d", i)
 }

@@ -18,6 +18,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/ids"
 )
 
 // Actions recorded. Where a Cedar action exists the name is the same.
@@ -67,7 +68,7 @@ type Recorder struct {
 	mu sync.Mutex
 	// queued records wait for evidence, oldest first; a goroutine
 	// appends them while it is not empty.
-	queued []*evidencev1.AuditRecord
+	queued []*evidencev1.AppendAuditRecordRequest
 	// lost counts records dropped since the last one logged as lost.
 	lost int
 	// closed: the service is stopping; nothing more is queued.
@@ -132,8 +133,11 @@ func (r *Recorder) Record(ctx context.Context, action, resource, revision string
 	if r == nil {
 		return
 	}
-	rec := &evidencev1.AuditRecord{Principal: Principal(ctx), Action: action, Resource: resource, Revision: revision,
-		Outcome: OutcomeOf(err), Detail: detail, ActionTime: timestamppb.New(r.now())}
+	// The request id makes an append sent again after a timeout (which
+	// evidence may have stored) appear once.
+	rec := &evidencev1.AppendAuditRecordRequest{RequestId: ids.New("audreq"), Record: &evidencev1.AuditRecord{
+		Principal: Principal(ctx), Action: action, Resource: resource, Revision: revision,
+		Outcome: OutcomeOf(err), Detail: detail, ActionTime: timestamppb.New(r.now())}}
 	r.mu.Lock()
 	if len(r.queued) > 0 {
 		r.enqueue(ctx, rec)
@@ -148,7 +152,7 @@ func (r *Recorder) Record(ctx context.Context, action, resource, revision string
 		return
 	}
 	if !retryable(aerr) {
-		r.log.ErrorContext(ctx, "audit record refused by evidence, not appended", "action", action, "resource", resource, "outcome", rec.Outcome, "err", aerr)
+		r.log.ErrorContext(ctx, "audit record refused by evidence, not appended", "action", action, "resource", resource, "outcome", rec.GetRecord().GetOutcome(), "err", aerr)
 		return
 	}
 	r.mu.Lock()
@@ -159,8 +163,8 @@ func (r *Recorder) Record(ctx context.Context, action, resource, revision string
 	r.enqueue(ctx, rec)
 }
 
-func (r *Recorder) append(ctx context.Context, rec *evidencev1.AuditRecord) error {
-	_, err := r.to.AppendAuditRecord(ctx, &evidencev1.AppendAuditRecordRequest{Record: rec})
+func (r *Recorder) append(ctx context.Context, rec *evidencev1.AppendAuditRecordRequest) error {
+	_, err := r.to.AppendAuditRecord(ctx, rec)
 	return err
 }
 
@@ -176,14 +180,14 @@ func retryable(err error) bool {
 
 // enqueue queues rec, starting the goroutine that appends the queue when
 // it was empty. Called with mu held.
-func (r *Recorder) enqueue(ctx context.Context, rec *evidencev1.AuditRecord) {
+func (r *Recorder) enqueue(ctx context.Context, rec *evidencev1.AppendAuditRecordRequest) {
 	if r.closed {
-		r.log.ErrorContext(ctx, "audit record lost: evidence did not take it while the service stopped", "action", rec.GetAction(), "resource", rec.GetResource())
+		r.log.ErrorContext(ctx, "audit record lost: evidence did not take it while the service stopped", "action", rec.GetRecord().GetAction(), "resource", rec.GetRecord().GetResource())
 		return
 	}
 	if len(r.queued) >= maxQueued {
 		if r.lost++; r.lost == 1 {
-			r.log.ErrorContext(ctx, "audit records lost: too many wait for evidence", "waiting", len(r.queued), "action", rec.GetAction(), "resource", rec.GetResource())
+			r.log.ErrorContext(ctx, "audit records lost: too many wait for evidence", "waiting", len(r.queued), "action", rec.GetRecord().GetAction(), "resource", rec.GetRecord().GetResource())
 		}
 		return
 	}
@@ -214,12 +218,12 @@ func (r *Recorder) drain() {
 				break
 			}
 			if err != nil {
-				r.log.Error("audit record refused by evidence, not appended", "action", rec.GetAction(), "resource", rec.GetResource(), "err", err)
+				r.log.Error("audit record refused by evidence, not appended", "action", rec.GetRecord().GetAction(), "resource", rec.GetRecord().GetResource(), "err", err)
 			}
 			r.mu.Lock()
 			if r.closed {
 				// Close took the queue over (and appends rec again:
-				// at least once).
+				// under the same request id, so once).
 				r.mu.Unlock()
 				return
 			}

@@ -24,15 +24,20 @@ import (
 type appender struct {
 	mu   sync.Mutex
 	recs []*evidencev1.AuditRecord
-	fail bool
+	// stored and refused are the request ids of the appends taken and
+	// of those failed.
+	stored, refused []string
+	fail            bool
 }
 
 func (a *appender) AppendAuditRecord(_ context.Context, in *evidencev1.AppendAuditRecordRequest, _ ...grpc.CallOption) (*evidencev1.AuditRecord, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.fail {
+		a.refused = append(a.refused, in.GetRequestId())
 		return nil, errors.New("evidence down")
 	}
+	a.stored = append(a.stored, in.GetRequestId())
 	a.recs = append(a.recs, in.GetRecord())
 	return in.GetRecord(), nil
 }
@@ -138,6 +143,11 @@ func TestRecordFailureDoesNotFailTheAction(t *testing.T) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// Sent again under the request id of its first try: evidence stores
+	// a record it took before the timeout once.
+	if a.refused[0] == "" || a.stored[0] != a.refused[0] || a.stored[0] == a.stored[1] {
+		t.Errorf("request ids: refused %v, stored %v; want each record's tries to share one, records apart", a.refused, a.stored)
+	}
 	for i, res := range []string{"task:tsk_1", "task:tsk_2", "task:tsk_3"} {
 		got := a.recs[i]
 		if got.GetResource() != res {

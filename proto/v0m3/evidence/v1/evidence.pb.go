@@ -397,10 +397,14 @@ func (x *AuditRecord) GetActionTime() *timestamppb.Timestamp {
 type AppendAuditRecordRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. The record; id, sequence, time and recorded_by are
-	// assigned. A record is appended at least once: one whose append timed
-	// out is appended again, so the log may hold it twice (same principal,
-	// action, resource and action_time).
-	Record        *AuditRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// assigned.
+	Record *AuditRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// Optional. Makes the append idempotent (AIP-155): an append naming a
+	// request_id the log already holds appends nothing and returns the
+	// record appended then. The recording service sets one per record, so
+	// a record whose append timed out and is sent again appears once. At
+	// most 64 bytes.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -440,6 +444,13 @@ func (x *AppendAuditRecordRequest) GetRecord() *AuditRecord {
 		return x.Record
 	}
 	return nil
+}
+
+func (x *AppendAuditRecordRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // ListAuditRecordsRequest asks for a page of audit records.
@@ -3588,9 +3599,11 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x06detail\x18\n" +
 	" \x01(\tR\x06detail\x12;\n" +
 	"\vaction_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"actionTime\"Q\n" +
+	"actionTime\"p\n" +
 	"\x18AppendAuditRecordRequest\x125\n" +
-	"\x06record\x18\x01 \x01(\v2\x1d.v0m3.evidence.v1.AuditRecordR\x06record\"\xa7\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x1d.v0m3.evidence.v1.AuditRecordR\x06record\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xa7\x01\n" +
 	"\x17ListAuditRecordsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
