@@ -431,7 +431,9 @@ func (r *redisEvidenceStore) GetReceipt(ctx context.Context, idempotencyKey stri
 
 // The audit log: auditseq is the last sequence; audit is a ZSET scored by
 // sequence whose members are "<sequence>:<AuditRecord>" (unique, ordered,
-// never rewritten).
+// never rewritten); auditreq:<request id> holds the sequence an append
+// with that request id stored, kept as long as the record.
+
 // appendAudit appends ARGV[1] to the log, unless KEYS[3] (the request
 // id's key, when ARGV[2] is "1") names the sequence of an earlier append:
 // it returns that sequence negated, and appends nothing.

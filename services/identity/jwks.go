@@ -142,8 +142,9 @@ func (r *remoteKeys) fetch(done chan struct{}) {
 	if err == nil {
 		r.keys = keys
 	} else {
-		// Logged here, at most once per keyRefetchInterval, and not in
-		// the refusals: the caller learns only that the keys are missing.
+		// Logged here, at most once per keyRefetchInterval: while keys
+		// are held, no refusal carries this error (a token naming a key
+		// not held is refused as TOKEN_SIGNATURE_INVALID).
 		slog.Warn("the OIDC issuer's keys could not be fetched; tokens naming a key not held are refused", "url", r.url, "err", err)
 	}
 	r.fetchErr, r.inflight = err, nil
