@@ -40,7 +40,9 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/testkit"
+	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/scenario"
+	"github.com/v0m3/v0m3/services/suite"
 )
 
 // TestOperatorRotationServesThroughout rotates an MCPServer's Secret under
@@ -61,7 +63,15 @@ import (
 // task's trace say so). No read fails across both.
 func TestOperatorRotationServesThroughout(t *testing.T) {
 	t.Parallel()
-	w := &world{t: t, s: startSuite(t, t.TempDir())}
+	// Reads run without pause for as long as the rollouts take, so
+	// their number depends on the machine: budgets must not end them.
+	unlimited := policy.Limits{Calls: 1 << 40, ResponseBytes: 1 << 50, CostMicros: 1 << 50}
+	su, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), TaskBudget: unlimited, RequesterBudget: unlimited})
+	if err != nil {
+		t.Fatalf("start suite: %v", err)
+	}
+	t.Cleanup(su.Close)
+	w := &world{t: t, s: su}
 	dir := testkit.WritableDir(t)
 	upstream := filepath.Join(dir, "upstream-accepts")
 	setUpstream := func(creds ...string) {

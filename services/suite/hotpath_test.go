@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/fixture"
@@ -230,6 +231,34 @@ func TestGovernedCallCost(t *testing.T) {
 	}
 	if methods["ResolveExecution"] < calls {
 		t.Errorf("ResolveExecution: %d in %d calls; every call must check that its mapping is current", methods["ResolveExecution"], calls)
+	}
+
+	// What the call costs buys a complete trace: every call's protocol
+	// event is in it once the call returned, once, before the product
+	// event that tells of the attempt's execution.
+	tr, err := g.s.Evidence.GetTrace(g.ctx, &evidencev1.GetTraceRequest{TaskId: g.task})
+	if err != nil {
+		t.Fatal(err)
+	}
+	protocolAt := map[string]int{}
+	executed := 0
+	for i, ev := range tr.GetEvents() {
+		if p := ev.GetProtocol(); p != nil {
+			if _, dup := protocolAt[p.GetRequestId()]; dup {
+				t.Errorf("attempt %s has two protocol events", p.GetRequestId())
+			}
+			protocolAt[p.GetRequestId()] = i
+			continue
+		}
+		if pr := ev.GetProduct(); pr.GetKind() == evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_EXECUTED {
+			executed++
+			if at, ok := protocolAt[pr.GetAttemptId()]; !ok || at > i {
+				t.Errorf("attempt %s: its protocol event is not before the product event of its execution", pr.GetAttemptId())
+			}
+		}
+	}
+	if len(protocolAt) != calls+1 || executed != calls+1 {
+		t.Errorf("the trace holds %d protocol events and %d executions, want %d of each", len(protocolAt), executed, calls+1)
 	}
 }
 
