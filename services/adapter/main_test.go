@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 
@@ -175,13 +177,30 @@ type fakeEvidence struct {
 	evidencev1.UnimplementedEvidenceServiceServer
 	mu     sync.Mutex
 	events []*evidencev1.TraceEvent
+	// down makes every append fail as an evidence outage does.
+	down bool
 }
 
 func (f *fakeEvidence) AppendTrace(_ context.Context, req *evidencev1.AppendTraceRequest) (*evidencev1.TraceEvent, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.down {
+		return nil, status.Error(codes.Unavailable, "evidence is down")
+	}
 	f.events = append(f.events, req.GetEvent())
 	return req.GetEvent(), nil
+}
+
+func (f *fakeEvidence) setDown(down bool) {
+	f.mu.Lock()
+	f.down = down
+	f.mu.Unlock()
+}
+
+func (f *fakeEvidence) appended() []*evidencev1.TraceEvent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.events)
 }
 
 // fakePolicy records health reports.

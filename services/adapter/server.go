@@ -33,6 +33,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/grant"
 	"github.com/v0m3/v0m3/services/internal/reach"
+	"github.com/v0m3/v0m3/services/internal/retryqueue"
 	"github.com/v0m3/v0m3/services/internal/review"
 	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
@@ -137,8 +138,9 @@ type Server struct {
 
 	// grants remembers the execution grants already used.
 	grants *grant.Ledger
-	// traces delivers protocol events, concurrent calls' together.
-	traces *tracesend.Sender
+	// traces delivers protocol events, concurrent calls' together;
+	// those evidence cannot take now wait in it (retryqueue).
+	traces *retryqueue.Queue[*evidencev1.TraceEvent]
 
 	// pool keeps Execute's sessions.
 	pool *pool
@@ -197,9 +199,27 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 		grants: grant.NewLedger()}
 	s.pool = newPool(s, deps.Sessions)
 	if deps.Evidence != nil {
-		s.traces = tracesend.New(deps.Evidence)
+		send := tracesend.New(deps.Evidence)
+		s.traces = retryqueue.New(log, retryqueue.Options[*evidencev1.TraceEvent]{
+			What: "protocol trace event",
+			Send: func(ctx context.Context, ev *evidencev1.TraceEvent) error {
+				return send.Send(ctx, []*evidencev1.TraceEvent{ev})
+			},
+			Describe: func(ev *evidencev1.TraceEvent) []any {
+				return []any{"task_id", ev.GetTaskId(), "attempt_id", ev.GetProtocol().GetRequestId()}
+			},
+		})
 	}
 	return s
+}
+
+// FlushTraces is called when the service stops, while evidence still
+// serves: it appends the protocol trace events still waiting for
+// evidence, until ctx ends, and logs the rest as lost.
+func (s *Server) FlushTraces(ctx context.Context) {
+	if s.traces != nil {
+		s.traces.Close(ctx)
+	}
 }
 
 // Close shuts the adapter down cleanly: it refuses new sessions, closes

@@ -2,7 +2,6 @@ package adapter
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -18,8 +17,11 @@ import (
 const Redacted = redact.Placeholder
 
 // trace appends the protocol-layer trace event of one execution, in a
-// round trip shared with concurrent executions' events (tracesend). A
-// failure to append is logged, not returned: the call already happened.
+// round trip shared with concurrent executions' events (tracesend). The
+// call already happened, so a failure to append does not fail it: an
+// event evidence cannot take now waits and is appended once evidence is
+// back (retryqueue), under a delivery id of its attempt, so evidence
+// stores it once however often it is sent.
 func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp *adapterv1.ExecuteResponse, heard *callEvidence) {
 	if s.deps.Evidence == nil || req.GetTaskId() == "" {
 		return
@@ -55,15 +57,16 @@ func (s *Server) trace(ctx context.Context, req *adapterv1.ExecuteRequest, resp 
 	if e := resp.GetError(); e != nil {
 		ev.Error = &evidencev1.ErrorEvidence{SafeCode: e.GetSafeCode(), UntrustedDetail: e.GetUntrustedDetail(), AdapterDetail: e.GetAdapterDetail()}
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := s.traces.Send(ctx, []*evidencev1.TraceEvent{{
+	s.traces.Send(ctx, &evidencev1.TraceEvent{
 		TaskId: req.GetTaskId(),
 		Time:   timestamppb.Now(),
 		Layer:  &evidencev1.TraceEvent_Protocol{Protocol: ev},
 		// The call the event tells of: a shared round trip is another's.
 		OtelTraceId: telemetry.TraceID(ctx),
-	}}); err != nil {
-		s.log.Warn("append protocol trace", "task_id", req.GetTaskId(), "attempt_id", req.GetAttemptId(), "error", logText(err))
-	}
+		DeliveryId:  protocolDeliveryID(req.GetAttemptId()),
+	})
 }
+
+// protocolDeliveryID is the delivery id of an attempt's protocol event:
+// the adapter makes one per attempt (a grant is spent once).
+func protocolDeliveryID(attemptID string) string { return "protocol/" + attemptID }

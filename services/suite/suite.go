@@ -246,8 +246,10 @@ type Suite struct {
 	creds   map[string]*identity.Credentials
 	stores  *Stores
 	closers []func()
-	// recorders append the services' audit records; closed first.
-	recorders []*audit.Recorder
+	// flushers hand evidence what the services hold for it (audit
+	// records, the adapter's protocol trace events); run first, while
+	// evidence still serves.
+	flushers []func(context.Context)
 	// stoppers end each service's background work (watch streams, pollers,
 	// child processes). They run before the servers stop, so a graceful
 	// stop never waits on a stream one of our own services holds open.
@@ -368,7 +370,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			auditTo = peers.Evidence
 		}
 		recorder := audit.New(auditTo, log.With("service", name))
-		s.recorders = append(s.recorders, recorder)
+		s.flushers = append(s.flushers, recorder.Close)
 		srv := serve.New(name, log.With("service", name), guard, telemetry.ServerOption(s.tp),
 			grpc.ChainUnaryInterceptor(audit.UnaryServer(recorder)))
 		switch name {
@@ -426,6 +428,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				Credentials: creds, InsecureUngranted: s.ident.Insecure,
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, func() { _ = a.Close() })
+			s.flushers = append(s.flushers, a.FlushTraces)
 			adapterv1.RegisterAdapterServiceServer(srv.GRPC, a)
 		case Orchestrator:
 			st, err := s.stores.Orchestrator()
@@ -488,20 +491,20 @@ func (s *Suite) Err() error {
 // Wait blocks until every server has stopped.
 func (s *Suite) Wait() { s.wg.Wait() }
 
-// recorderCloseWait bounds how long Close waits for audit records still
-// waiting for evidence.
-const recorderCloseWait = 5 * time.Second
+// flushWait bounds how long Close waits for audit records and protocol
+// trace events still waiting for evidence.
+const flushWait = 5 * time.Second
 
 // Close stops every server, closes clients and stores. It is safe to call
 // more than once.
 func (s *Suite) Close() {
-	// Audit records waiting for evidence go first, while it still serves.
-	ctx, cancel := context.WithTimeout(context.Background(), recorderCloseWait)
-	for _, r := range s.recorders {
-		r.Close(ctx)
+	// What waits for evidence goes first, while it still serves.
+	ctx, cancel := context.WithTimeout(context.Background(), flushWait)
+	for _, flush := range s.flushers {
+		flush(ctx)
 	}
 	cancel()
-	s.recorders = nil
+	s.flushers = nil
 	for i := len(s.stoppers) - 1; i >= 0; i-- {
 		s.stoppers[i]()
 	}
