@@ -22,6 +22,7 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/stdionoise"
 )
 
@@ -566,31 +567,13 @@ func TestParamHeadersSent(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log sink for one test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestNoisyStdoutTolerated: a local server that prints non-JSON lines on
 // stdout before speaking JSON-RPC (a banner, a long log line) is
 // discovered and called; the lines are dropped and logged, only the
 // first stdionoise.MaxLogged of them and each cut to stdionoise.MaxLogText bytes.
 func TestNoisyStdoutTolerated(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs testkit.SyncBuffer
 	e := newEnvLog(t, slog.New(slog.NewJSONHandler(&logs, nil)))
 	conn := e.stdioConn("--banner", "9")
 	if _, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {

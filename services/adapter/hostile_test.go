@@ -20,6 +20,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // rawConn registers a connection to one of the fixture's hand-written,
@@ -194,7 +195,7 @@ func TestUnsupportedProtocolVersion(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
-			var logs syncBuffer
+			var logs testkit.SyncBuffer
 			e := newEnvLog(t, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 			conn := e.rawConn(tc.mode)
 			ctx := context.Background()

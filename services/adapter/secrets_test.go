@@ -21,6 +21,7 @@ import (
 	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // TestEchoedCredentialIsScrubbed: a server echoes its credential in every
@@ -32,7 +33,7 @@ func TestEchoedCredentialIsScrubbed(t *testing.T) {
 	for _, kind := range []string{"stdio", "http"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			var logs syncBuffer
+			var logs testkit.SyncBuffer
 			e := newEnvLog(t, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 			secret, ref := plantSecret(t)
 			conn := e.httpConn(httpURL)

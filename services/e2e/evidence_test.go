@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -560,24 +559,6 @@ func TestDirectMatchesMCP(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
-}
-
 // TestSecretNeverPersistedOrLogged plants a credential (a credential_ref
 // file whose content is the secret) on the fixture connection, exercises
 // discovery, a retrieval, a server rejection, a health check and record
@@ -591,7 +572,7 @@ func TestSecretNeverPersistedOrLogged(t *testing.T) {
 	if err := os.WriteFile(credFile, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	dir := t.TempDir()
 	fixtures := filepath.Join(t.TempDir(), "fixtures")
 	s, err := suite.Start(context.Background(), suite.Config{

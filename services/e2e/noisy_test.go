@@ -77,7 +77,7 @@ func TestNoisyCommunityServerGoverned(t *testing.T) {
 // noisyServerGoverned is one run of TestNoisyCommunityServerGoverned.
 func noisyServerGoverned(t *testing.T, start func(t *testing.T, entry string, log *slog.Logger) (*npmWorld, string)) {
 	entry := testkit.TimeMCP(t)
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	w, reader := start(t, entry, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 
 	// Discovered despite the banner: its tools and what it says it is.

@@ -39,7 +39,7 @@ var mcpVersions = []string{"2025-06-18", "2025-11-25", "2026-07-28"}
 
 // startMCPSuite starts the services with the task MCP endpoint served;
 // logs, when given, receives every service's debug logs.
-func startMCPSuite(t *testing.T, logs ...*syncBuffer) *suite.Suite {
+func startMCPSuite(t *testing.T, logs ...*testkit.SyncBuffer) *suite.Suite {
 	t.Helper()
 	cfg := suite.Config{DataDir: t.TempDir(), MCP: &suite.MCP{}}
 	if len(logs) > 0 {
@@ -347,7 +347,7 @@ func TestTaskMCPApproval(t *testing.T) {
 // request, its trace no new event, and the fixture server no call.
 func TestTaskMCPTokenRefused(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	s := startMCPSuite(t, logs)
 	logPath := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
 	if _, err := scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath), As: s.As}); err != nil {

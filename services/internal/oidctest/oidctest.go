@@ -224,7 +224,7 @@ func (s *Server) run(t testing.TB, bin string, cfg config, hookURL string) error
 	cmd.Env = []string{"HOME=" + dir}
 	cmd.Dir = dir
 	cmd.SysProcAttr = procAttr()
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	cmd.Stdout = logs
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
@@ -478,22 +478,4 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return slices.Clone(s)
-}
-
-// syncBuffer collects Hydra's output from two pipes at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

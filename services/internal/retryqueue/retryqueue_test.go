@@ -1,7 +1,6 @@
 package retryqueue_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/v0m3/v0m3/services/internal/retryqueue"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // receiver takes records while up, refuses with Unavailable while down,
@@ -50,25 +50,7 @@ func (r *receiver) got() []string {
 	return slices.Clone(r.taken)
 }
 
-// syncBuffer is a log destination safe for the queue's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newQueue(r *receiver, max int, logs *syncBuffer) *retryqueue.Queue[string] {
+func newQueue(r *receiver, max int, logs *testkit.SyncBuffer) *retryqueue.Queue[string] {
 	q := retryqueue.New(slog.New(slog.NewTextHandler(logs, nil)), retryqueue.Options[string]{
 		What: "record", Send: r.send, Max: max,
 		Describe: func(rec string) []any { return []any{"record", rec} },
@@ -83,7 +65,7 @@ func newQueue(r *receiver, max int, logs *syncBuffer) *retryqueue.Queue[string] 
 func TestQueueKeepsOrderThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	r := &receiver{up: true, invalid: map[string]bool{"bad": true}}
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	q := newQueue(r, 100, &logs)
 	ctx := context.Background()
 	q.Send(ctx, "a")
@@ -118,7 +100,7 @@ func TestQueueKeepsOrderThroughAnOutage(t *testing.T) {
 func TestQueueBoundAndClose(t *testing.T) {
 	t.Parallel()
 	r := &receiver{}
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	q := retryqueue.New(slog.New(slog.NewTextHandler(&logs, nil)), retryqueue.Options[string]{What: "record", Send: r.send, Max: 2})
 	q.SetFirstRetry(time.Hour) // only Close sends them again
 	ctx := context.Background()
