@@ -436,16 +436,21 @@ func (r *redisEvidenceStore) GetReceipt(ctx context.Context, idempotencyKey stri
 
 // appendAudit appends ARGV[1] to the log, unless KEYS[3] (the request
 // id's key, when ARGV[2] is "1") names the sequence of an earlier append:
-// it returns that sequence negated, and appends nothing.
+// then it appends nothing and returns that sequence negated with the
+// record's member, so a repeated append costs one round trip and reads
+// one record. Otherwise it returns the new sequence alone.
 var appendAudit = redis.NewScript(`
 if ARGV[2] == '1' then
   local prior = redis.call('GET', KEYS[3])
-  if prior then return -tonumber(prior) end
+  if prior then
+    local m = redis.call('ZRANGEBYSCORE', KEYS[2], prior, prior)
+    return {-tonumber(prior), m[1] or false}
+  end
 end
 local seq = redis.call('INCR', KEYS[1])
 redis.call('ZADD', KEYS[2], seq, seq .. ':' .. ARGV[1])
 if ARGV[2] == '1' then redis.call('SET', KEYS[3], seq) end
-return seq
+return {seq}
 `)
 
 // auditScan is how many records one ListAudit round trip reads.
@@ -462,23 +467,40 @@ func (r *redisEvidenceStore) AppendAudit(ctx context.Context, rec *evidencev1.Au
 	if requestID != "" {
 		once = "1"
 	}
-	seq, err := appendAudit.Run(ctx, r.c, []string{r.k.Key("auditseq"), r.k.Key("audit"), r.k.Key("auditreq", requestID)}, v, once).Int64()
+	res, err := appendAudit.Run(ctx, r.c, []string{r.k.Key("auditseq"), r.k.Key("audit"), r.k.Key("auditreq", requestID)}, v, once).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("evidence: append audit record: %w", err)
 	}
+	seq, _ := res[0].(int64)
 	if seq < 0 {
 		// Appended before under this request id: that record.
-		prior, err := r.ListAudit(ctx, -seq-1, 1, func(*evidencev1.AuditRecord) bool { return true })
-		if err != nil {
-			return nil, err
+		var member string
+		if len(res) > 1 {
+			member, _ = res[1].(string)
 		}
-		if len(prior) == 0 || prior[0].GetSequence() != -seq {
+		prior, err := auditMember(member)
+		if err != nil || prior.GetSequence() != -seq {
 			return nil, fmt.Errorf("evidence: audit record %d of request %q is missing", -seq, requestID)
 		}
-		return prior[0], nil
+		return prior, nil
 	}
 	out.Sequence = seq
 	return out, nil
+}
+
+// auditMember reads a member of the audit ZSET: "<sequence>:<record>".
+func auditMember(m string) (*evidencev1.AuditRecord, error) {
+	seq, body, ok := strings.Cut(m, ":")
+	n, err := strconv.ParseInt(seq, 10, 64)
+	if !ok || err != nil {
+		return nil, fmt.Errorf("evidence: audit member without a sequence")
+	}
+	rec := newAuditRecord()
+	if err := redisstore.Unmarshal([]byte(body), rec); err != nil {
+		return nil, err
+	}
+	rec.Sequence = n
+	return rec, nil
 }
 
 func (r *redisEvidenceStore) ListAudit(ctx context.Context, after int64, limit int, match func(*evidencev1.AuditRecord) bool) ([]*evidencev1.AuditRecord, error) {
@@ -491,16 +513,11 @@ func (r *redisEvidenceStore) ListAudit(ctx context.Context, after int64, limit i
 			return nil, fmt.Errorf("evidence: list audit records: %w", err)
 		}
 		for _, m := range members {
-			seq, body, ok := strings.Cut(m, ":")
-			n, err := strconv.ParseInt(seq, 10, 64)
-			if !ok || err != nil {
-				return nil, fmt.Errorf("evidence: audit member without a sequence")
-			}
-			rec := newAuditRecord()
-			if err := redisstore.Unmarshal([]byte(body), rec); err != nil {
+			rec, err := auditMember(m)
+			if err != nil {
 				return nil, err
 			}
-			rec.Sequence, after = n, n
+			after = rec.GetSequence()
 			if match(rec) {
 				out = append(out, rec)
 				if len(out) == limit {
