@@ -113,7 +113,7 @@ func (q *Queue[T]) Send(ctx context.Context, rec T) {
 	if err == nil {
 		return
 	}
-	if !Retryable(err) {
+	if !retryable(err) {
 		q.log.ErrorContext(ctx, q.opt.What+" refused, not sent", append(q.opt.Describe(rec), "err", err)...)
 		return
 	}
@@ -125,9 +125,9 @@ func (q *Queue[T]) Send(ctx context.Context, rec T) {
 	q.enqueue(ctx, rec)
 }
 
-// Retryable says whether the receiver may take a record later: it was
+// retryable says whether the receiver may take a record later: it was
 // unavailable, slow, or out of room, not refusing the record itself.
-func Retryable(err error) bool {
+func retryable(err error) bool {
 	switch apierror.Code(err) {
 	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented, codes.FailedPrecondition:
 		return false
@@ -171,7 +171,7 @@ func (q *Queue[T]) drain() {
 			ctx, cancel := context.WithTimeout(context.Background(), q.opt.SendWait)
 			err := q.opt.Send(ctx, rec)
 			cancel()
-			if err != nil && Retryable(err) {
+			if err != nil && retryable(err) {
 				break
 			}
 			if err != nil {
@@ -187,8 +187,7 @@ func (q *Queue[T]) drain() {
 			q.queued = q.queued[1:]
 			empty, lost := len(q.queued) == 0, q.lost
 			if empty {
-				var none []T
-				q.queued, q.lost = none, 0
+				q.queued, q.lost = nil, 0
 			}
 			q.mu.Unlock()
 			if empty {
