@@ -241,7 +241,11 @@ func (s *Server) run(t testing.TB, bin string, cfg config, hookURL string) error
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	if err := s.waitReady(ctx, exited); err != nil {
+	err = s.waitReady(ctx, exited)
+	if err == nil {
+		err = s.makeKeys(ctx)
+	}
+	if err != nil {
 		stop()
 		if errors.Is(err, errExited) {
 			err = fmt.Errorf("%w (%v)", err, waitErr)
@@ -254,6 +258,26 @@ func (s *Server) run(t testing.TB, bin string, cfg config, hookURL string) error
 			t.Logf("hydra log (%s):\n%s", s.issuer, logs.String())
 		}
 	})
+	return nil
+}
+
+// makeKeys has Hydra make its signing keys (ID tokens and JWT access
+// tokens) now, by reading its key set: it makes them on first use, which
+// takes seconds on a loaded machine (RSA), and a test's first token
+// request must not wait for that under its own deadline.
+func (s *Server) makeKeys(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.JWKSURL(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("hydra key set: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("hydra key set: %s", resp.Status)
+	}
 	return nil
 }
 
