@@ -120,14 +120,14 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 	a, ok := AccessFor(method)
 	if !ok {
 		return nil, g.refuse(ctx, method, codes.PermissionDenied, "RPC_NOT_ALLOWED",
-			fmt.Sprintf("%s is not in the access table; nobody may call it", method), nil)
+			fmt.Sprintf("%s is not in the access table; nobody may call it", method), nil, nil)
 	}
 	if a.Anyone {
 		return ctx, nil
 	}
 	svc, err := g.peerService(ctx)
 	if err != nil {
-		return nil, g.refuse(ctx, method, codes.Unauthenticated, "PEER_CERTIFICATE_INVALID", err.Error(), nil)
+		return nil, g.refuse(ctx, method, codes.Unauthenticated, "PEER_CERTIFICATE_INVALID", err.Error(), nil, nil)
 	}
 	if svc != "" && slices.Contains(a.Peers, svc) {
 		ctx = WithPeer(ctx, svc)
@@ -140,15 +140,15 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 		}
 		return nil, g.refuse(ctx, method, codes.PermissionDenied, "PEER_NOT_ALLOWED",
 			fmt.Sprintf("%s may be called only by the %s service; %s may not call it", method, strings.Join(a.Peers, ", "), who),
-			map[string]string{"allowed_peers": strings.Join(a.Peers, ",")})
+			map[string]string{"allowed_peers": strings.Join(a.Peers, ",")}, nil)
 	}
 	token, err := bearer(ctx)
 	if err != nil {
-		return nil, g.refuse(ctx, method, codes.Unauthenticated, "CREDENTIALS_MISSING", err.Error(), nil)
+		return nil, g.refuse(ctx, method, codes.Unauthenticated, "CREDENTIALS_MISSING", err.Error(), nil, nil)
 	}
 	if g.Authn == nil {
 		return nil, g.refuse(ctx, method, codes.Unauthenticated, "AUTHENTICATION_NOT_CONFIGURED",
-			"this server accepts no bearer tokens: configure an OIDC issuer (--oidc-issuer) or TokenReview (--token-review)", nil)
+			"this server accepts no bearer tokens: configure an OIDC issuer (--oidc-issuer) or TokenReview (--token-review)", nil, nil)
 	}
 	c, err := g.Authn.Authenticate(ctx, token)
 	if err != nil {
@@ -163,8 +163,7 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 				code, msg = codes.Unavailable, "bearer token not checked: "+err.Error()
 			}
 		}
-		g.logRefusal(ctx, method, code, reason, cause)
-		return nil, apierror.New(code, reason, msg, nil)
+		return nil, g.refuse(ctx, method, code, reason, msg, nil, cause)
 	}
 	c.Kind = KindUser
 	if err := g.Limit.Admit(ctx, c.ID, c.Groups); err != nil {
@@ -173,20 +172,17 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 	return WithCaller(ctx, c), nil
 }
 
-func (g *Guard) refuse(ctx context.Context, method string, code codes.Code, reason, msg string, md map[string]string) error {
-	g.logRefusal(ctx, method, code, reason, nil)
-	return apierror.New(code, reason, msg, md)
-}
-
-// logRefusal logs a refusal, unless too many came lately (see
-// refusalLogRate), with its cause when one is known (never a token).
-func (g *Guard) logRefusal(ctx context.Context, method string, code codes.Code, reason string, cause error) {
+// refuse returns the refusal the caller gets and logs it, unless too
+// many came lately (see refusalLogRate), with its cause when one is known
+// (never a token, and never sent to the caller).
+func (g *Guard) refuse(ctx context.Context, method string, code codes.Code, reason, msg string, md map[string]string, cause error) error {
+	err := apierror.New(code, reason, msg, md)
 	if g.Log == nil {
-		return
+		return err
 	}
 	unlogged, ok := g.logged.admit()
 	if !ok {
-		return
+		return err
 	}
 	attrs := []any{"method", method, "code", code.String(), "reason", reason}
 	if cause != nil {
@@ -196,6 +192,7 @@ func (g *Guard) logRefusal(ctx context.Context, method string, code codes.Code, 
 		attrs = append(attrs, "unlogged_before", unlogged)
 	}
 	g.Log.WarnContext(ctx, "rpc refused", attrs...)
+	return err
 }
 
 // peerService returns the service the caller's verified certificate names,

@@ -8,7 +8,6 @@ package audit
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -56,8 +55,7 @@ type Appender interface {
 // stored once). A nil Recorder records nothing (a service running
 // without an evidence service, in unit tests).
 type Recorder struct {
-	q   *retryqueue.Queue[*evidencev1.AppendAuditRecordRequest]
-	now func() time.Time
+	q *retryqueue.Queue[*evidencev1.AppendAuditRecordRequest]
 }
 
 // New returns a recorder appending to evidence; nil evidence returns nil.
@@ -65,7 +63,7 @@ func New(evidence Appender, log *slog.Logger) *Recorder {
 	if evidence == nil {
 		return nil
 	}
-	return &Recorder{now: time.Now, q: retryqueue.New(log, retryqueue.Options[*evidencev1.AppendAuditRecordRequest]{
+	return &Recorder{q: retryqueue.New(log, retryqueue.Options[*evidencev1.AppendAuditRecordRequest]{
 		What: "audit record",
 		Send: func(ctx context.Context, rec *evidencev1.AppendAuditRecordRequest) error {
 			_, err := evidence.AppendAuditRecord(ctx, rec)
@@ -116,7 +114,7 @@ func (r *Recorder) Record(ctx context.Context, action, resource, revision string
 	// evidence may have stored) appear once.
 	r.q.Send(ctx, &evidencev1.AppendAuditRecordRequest{RequestId: ids.New("audreq"), Record: &evidencev1.AuditRecord{
 		Principal: Principal(ctx), Action: action, Resource: resource, Revision: revision,
-		Outcome: OutcomeOf(err), Detail: detail, ActionTime: timestamppb.New(r.now())}})
+		Outcome: OutcomeOf(err), Detail: detail, ActionTime: timestamppb.Now()}})
 }
 
 // Close is called when the service stops: it appends the records still

@@ -243,7 +243,11 @@ func (s *Server) run(t testing.TB, bin string, cfg config, hookURL string) error
 	defer cancel()
 	err = s.waitReady(ctx, exited)
 	if err == nil {
-		err = s.makeKeys(ctx)
+		// Reading the key set has Hydra make its signing keys (ID and
+		// JWT access tokens) now: it makes them on first use, which
+		// takes seconds on a loaded machine (RSA), and a test's first
+		// token request must not wait for that under its own deadline.
+		_, err = s.fetchJWKS(ctx)
 	}
 	if err != nil {
 		stop()
@@ -261,24 +265,22 @@ func (s *Server) run(t testing.TB, bin string, cfg config, hookURL string) error
 	return nil
 }
 
-// makeKeys has Hydra make its signing keys (ID tokens and JWT access
-// tokens) now, by reading its key set: it makes them on first use, which
-// takes seconds on a loaded machine (RSA), and a test's first token
-// request must not wait for that under its own deadline.
-func (s *Server) makeKeys(ctx context.Context) error {
+// fetchJWKS reads the issuer's public JSON Web Key Set document.
+func (s *Server) fetchJWKS(ctx context.Context) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.JWKSURL(), nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := s.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("hydra key set: %w", err)
+		return nil, fmt.Errorf("oidctest: get JWKS: %w", err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("hydra key set: %s", resp.Status)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("oidctest: get JWKS: %s %v: %s", resp.Status, err, b)
 	}
-	return nil
+	return b, nil
 }
 
 // waitReady polls both APIs' readiness endpoints until they answer 200,
@@ -337,14 +339,9 @@ func (s *Server) AdminURL() string { return s.admin }
 // that hands a verifier a key file instead of the URL.
 func (s *Server) JWKS(t testing.TB) []byte {
 	t.Helper()
-	resp, err := s.http.Get(s.JWKSURL())
+	b, err := s.fetchJWKS(context.Background())
 	if err != nil {
-		t.Fatalf("oidctest: get JWKS: %v", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("oidctest: get JWKS: %s %v: %s", resp.Status, err, b)
+		t.Fatal(err)
 	}
 	return b
 }
