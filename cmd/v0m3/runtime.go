@@ -13,7 +13,7 @@ import (
 // while a governed call allocates quickly, so at Go's default of 100 the
 // collector ran about 30 times a second under load; 400 lets the heap grow
 // to five times the live heap between collections (tens of MB) and spends
-// less CPU per call (README, "Where it stands").
+// less CPU per call (docs/performance.md, the ninth step).
 const defaultGCPercent = 400
 
 // memoryLimitRatio is the part of a container's memory limit given to the Go
