@@ -46,6 +46,9 @@ type Deps struct {
 	Policy policyv1.PolicyServiceClient
 	// Evidence receives protocol-layer trace events; may be nil.
 	Evidence evidencev1.EvidenceServiceClient
+	// TraceSpool keeps the protocol trace events waiting for evidence
+	// across a restart (see RecoverTraces); nil keeps them in memory only.
+	TraceSpool retryqueue.Spool
 	// WorkDir is the adapter's data directory, the root of per-connection
 	// working directories for local servers; "" means
 	// os.TempDir()/v0m3-work. The adapter keeps it mode 0700.
@@ -201,7 +204,12 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 	if deps.Evidence != nil {
 		send := tracesend.New(deps.Evidence)
 		s.traces = retryqueue.New(log, retryqueue.Options[*evidencev1.TraceEvent]{
-			What: "protocol trace event",
+			What: "protocol trace event", Spool: deps.TraceSpool,
+			Encode: func(ev *evidencev1.TraceEvent) ([]byte, error) { return proto.Marshal(ev) },
+			Decode: func(b []byte) (*evidencev1.TraceEvent, error) {
+				ev := &evidencev1.TraceEvent{}
+				return ev, proto.Unmarshal(b, ev)
+			},
 			Send: func(ctx context.Context, ev *evidencev1.TraceEvent) error {
 				return send.Send(ctx, []*evidencev1.TraceEvent{ev})
 			},
@@ -215,11 +223,22 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 
 // FlushTraces is called when the service stops, while evidence still
 // serves: it appends the protocol trace events still waiting for
-// evidence, until ctx ends, and logs the rest as lost.
+// evidence, until ctx ends; the rest stay in the TraceSpool for the next
+// start (without one, they are logged as lost).
 func (s *Server) FlushTraces(ctx context.Context) {
 	if s.traces != nil {
 		s.traces.Close(ctx)
 	}
+}
+
+// RecoverTraces queues the protocol trace events the TraceSpool kept
+// across a restart (of this adapter or another replica) to be appended;
+// call it once the service starts.
+func (s *Server) RecoverTraces(ctx context.Context) error {
+	if s.traces == nil {
+		return nil
+	}
+	return s.traces.Recover(ctx)
 }
 
 // Close shuts the adapter down cleanly: it refuses new sessions, closes

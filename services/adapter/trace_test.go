@@ -2,10 +2,13 @@ package adapter
 
 import (
 	"context"
+	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // An evidence outage during calls does not lose their protocol events:
@@ -62,4 +65,53 @@ func TestFlushTracesAppendsWhatWaits(t *testing.T) {
 	if got := e.evidence.appended(); len(got) != 1 || got[0].GetProtocol().GetRequestId() != req.GetAttemptId() {
 		t.Errorf("after FlushTraces evidence holds %v, want the waiting event", got)
 	}
+}
+
+// With a TraceSpool (the suite gives the adapter one in its store), the
+// protocol events evidence did not take survive the adapter stopping, or
+// crashing, during the outage: the next adapter on that store appends
+// them, and the store keeps nothing once evidence took them.
+func TestProtocolEventsSurviveAnAdapterRestart(t *testing.T) {
+	t.Parallel()
+	db, err := store.Open(filepath.Join(t.TempDir(), "adapter.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	spool := db.Spool("protocol-trace")
+	var deps Deps
+	e := newEnvWith(t, slog.New(slog.DiscardHandler), func(d *Deps) { d.TraceSpool = spool; deps = *d })
+	e.srv.traces.SetFirstRetry(time.Hour) // evidence stays out for this adapter's life
+	e.evidence.setDown(true)
+	req := call(t, e.httpConn(httpURL), "slow", map[string]any{"ms": 0}, nil)
+	req.TaskId = "task_1"
+	execute(t, e, req)
+	e.srv.FlushTraces(context.Background()) // evidence is still out
+	_ = e.srv.Close()
+	if kept, err := spool.List(context.Background()); err != nil || len(kept) != 1 {
+		t.Fatalf("after the adapter stopped its store keeps %d events (%v), want the one evidence did not take", len(kept), err)
+	}
+
+	e.evidence.setDown(false)
+	next := NewServer(deps, slog.New(slog.DiscardHandler))
+	defer next.Close()
+	next.traces.SetFirstRetry(time.Millisecond)
+	if err := next.RecoverTraces(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(e.evidence.appended()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := e.evidence.appended(); len(got) != 1 || got[0].GetProtocol().GetRequestId() != req.GetAttemptId() ||
+		got[0].GetDeliveryId() != protocolDeliveryID(req.GetAttemptId()) {
+		t.Fatalf("after the restart evidence holds %v, want the call's protocol event with its delivery id", got)
+	}
+	for time.Now().Before(deadline) {
+		if kept, _ := spool.List(context.Background()); len(kept) == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Error("the adapter's store still keeps the event evidence took")
 }

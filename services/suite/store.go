@@ -14,6 +14,7 @@ import (
 
 	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/internal/redisstore"
+	"github.com/v0m3/v0m3/services/internal/retryqueue"
 	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
@@ -168,6 +169,21 @@ func (s *Stores) Orchestrator() (orchestrator.Store, error) {
 		return nil, err
 	}
 	return orchestrator.NewBoltStore(db), nil
+}
+
+// Spool returns where service keeps records waiting for another
+// service across a restart (retryqueue.Spool), in its own store: a bucket
+// of its file, or a hash among its Redis keys. name tells apart what
+// waits (audit records, protocol trace events).
+func (s *Stores) Spool(service, name string) (retryqueue.Spool, error) {
+	if s.kind == "redis" {
+		return redisstore.Spool(s.redis, redisstore.NewKeys(s.prefix, service), name), nil
+	}
+	db, err := s.open(service)
+	if err != nil {
+		return nil, err
+	}
+	return db.Spool(name), nil
 }
 
 // Ping reports whether the backing store is usable: Redis must answer

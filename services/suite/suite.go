@@ -369,8 +369,15 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		if peers.Evidence != nil {
 			auditTo = peers.Evidence
 		}
-		recorder := audit.New(auditTo, log.With("service", name))
+		// What waits for evidence is kept in the service's own store too,
+		// so a crash or a stop during an evidence outage loses none of it.
+		auditSpool, err := s.stores.Spool(name, "audit")
+		if err != nil {
+			return nil, err
+		}
+		recorder := audit.New(auditTo, auditSpool, log.With("service", name))
 		s.flushers = append(s.flushers, recorder.Close)
+		s.recoverSpooled(ctx, log.With("service", name), recorder.Recover)
 		srv := serve.New(name, log.With("service", name), guard, telemetry.ServerOption(s.tp),
 			grpc.ChainUnaryInterceptor(audit.UnaryServer(recorder)))
 		switch name {
@@ -419,8 +426,12 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			}
 			evidencev1.RegisterEvidenceServiceServer(srv.GRPC, e)
 		case Adapter:
+			traceSpool, err := s.stores.Spool(name, "protocol-trace")
+			if err != nil {
+				return nil, err
+			}
 			a := adapter.NewServer(adapter.Deps{
-				Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence,
+				Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence, TraceSpool: traceSpool,
 				WorkDir: filepath.Join(cfg.DataDir, "work"), Direct: cfg.Direct, Fixtures: cfg.Fixtures, Sessions: cfg.AdapterSessions,
 				StdioRoots: reach.StdioRoots, AllowLoopback: reach.AllowLoopback, AllowPrivateNetworks: reach.AllowPrivateNetworks,
 				// Plaintext is the explicit development flag; only there
@@ -429,6 +440,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, func() { _ = a.Close() })
 			s.flushers = append(s.flushers, a.FlushTraces)
+			s.recoverSpooled(ctx, log.With("service", name), a.RecoverTraces)
 			adapterv1.RegisterAdapterServiceServer(srv.GRPC, a)
 		case Orchestrator:
 			st, err := s.stores.Orchestrator()
@@ -471,6 +483,26 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		}
 	}
 	return s, nil
+}
+
+// recoverSpooled runs recover (a queue's Recover: what its spool kept
+// across a restart is queued to be sent) once the store answers, trying
+// again while it does not.
+func (s *Suite) recoverSpooled(ctx context.Context, log *slog.Logger, recover func(context.Context) error) {
+	s.wg.Go(func() {
+		for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+			err := recover(ctx)
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			log.Warn("what waited for evidence before this start is not read yet; trying again", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+	})
 }
 
 func (s *Suite) setErr(err error) {

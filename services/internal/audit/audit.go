@@ -10,6 +10,7 @@ import (
 	"log/slog"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -49,22 +50,31 @@ type Appender interface {
 
 // Recorder appends audit records for one service. A record evidence
 // could not take (it is unavailable, or its store is) waits in a queue,
-// in order, and is appended again until it is taken: an evidence outage
-// or restart delays the audit log, it does not leave holes in it (see
-// retryqueue; each record carries a request id, so one appended twice is
-// stored once). A nil Recorder records nothing (a service running
-// without an evidence service, in unit tests).
+// in order, and in the service's own store (its spool), and is appended
+// again until it is taken: an evidence outage or restart delays the audit
+// log, it does not leave holes in it, even when the recording service
+// crashes or stops meanwhile (see retryqueue; each record carries a
+// request id, so one appended twice is stored once). A nil Recorder
+// records nothing (a service running without an evidence service, in
+// unit tests).
 type Recorder struct {
 	q *retryqueue.Queue[*evidencev1.AppendAuditRecordRequest]
 }
 
 // New returns a recorder appending to evidence; nil evidence returns nil.
-func New(evidence Appender, log *slog.Logger) *Recorder {
+// spool keeps the records that wait across a restart (see Recover); nil
+// keeps them in memory only.
+func New(evidence Appender, spool retryqueue.Spool, log *slog.Logger) *Recorder {
 	if evidence == nil {
 		return nil
 	}
 	return &Recorder{q: retryqueue.New(log, retryqueue.Options[*evidencev1.AppendAuditRecordRequest]{
-		What: "audit record",
+		What: "audit record", Spool: spool,
+		Encode: func(rec *evidencev1.AppendAuditRecordRequest) ([]byte, error) { return proto.Marshal(rec) },
+		Decode: func(b []byte) (*evidencev1.AppendAuditRecordRequest, error) {
+			rec := &evidencev1.AppendAuditRecordRequest{}
+			return rec, proto.Unmarshal(b, rec)
+		},
 		Send: func(ctx context.Context, rec *evidencev1.AppendAuditRecordRequest) error {
 			_, err := evidence.AppendAuditRecord(ctx, rec)
 			return err
@@ -117,8 +127,19 @@ func (r *Recorder) Record(ctx context.Context, action, resource, revision string
 		Outcome: OutcomeOf(err), Detail: detail, ActionTime: timestamppb.Now()}})
 }
 
+// Recover queues the records the spool kept across a restart (of this
+// service or another replica) to be appended; call it once the service
+// starts.
+func (r *Recorder) Recover(ctx context.Context) error {
+	if r == nil {
+		return nil
+	}
+	return r.q.Recover(ctx)
+}
+
 // Close is called when the service stops: it appends the records still
-// waiting, until ctx ends, and logs those evidence did not take as lost.
+// waiting, until ctx ends; those evidence did not take stay in the spool
+// for the next start (without one, they are logged as lost).
 // Records after Close are appended once, not queued.
 func (r *Recorder) Close(ctx context.Context) {
 	if r != nil {

@@ -5,14 +5,20 @@
 // slow, or its store is full) waits in a queue, in order, and is sent
 // again until it is taken, and records written meanwhile queue behind it
 // without waiting, so they stay in order and the writer is not held up.
-// The queue is in memory and bounded: a record that does not fit, or
-// still waits when the service stops, is logged as lost. Records must be
-// safe to send twice (the receiver stores them once by an id they carry),
-// since a send that timed out may have been taken.
+// The queue is bounded: a record that does not fit is logged as lost. It
+// is in memory, and, given a Spool, also in the service's own store while
+// it waits, so that a crash or a stop during the receiver's outage delays
+// what waits instead of losing it: the next start (of any replica on that
+// store) sends it (see Queue.Recover). Without a Spool, what still waits
+// when the service stops is logged as lost. Records must be safe to send
+// twice (the receiver stores them once by an id they carry), since a send
+// that timed out may have been taken, and a spooled record may be sent by
+// two replicas.
 package retryqueue
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -20,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/ids"
 )
 
 // Defaults of Options.
@@ -50,6 +57,36 @@ type Options[T any] struct {
 	SendWait time.Duration
 	// FirstRetry and MaxRetry bound the waits between tries.
 	FirstRetry, MaxRetry time.Duration
+	// Spool, when set, keeps waiting records in the service's store;
+	// Encode and Decode turn a record into bytes and back (both required
+	// with a Spool).
+	Spool  Spool
+	Encode func(rec T) ([]byte, error)
+	Decode func(b []byte) (T, error)
+}
+
+// Spool is where waiting records are kept across a restart: a bucket or
+// key of the sending service's own store, shared by its replicas. Keys
+// sort in the order the records were queued.
+type Spool interface {
+	// Put stores rec under key.
+	Put(ctx context.Context, key string, rec []byte) error
+	// Delete removes key; an absent key is not an error.
+	Delete(ctx context.Context, key string) error
+	// List returns every record kept, in key order.
+	List(ctx context.Context) ([]Spooled, error)
+}
+
+// Spooled is one record a Spool keeps.
+type Spooled struct {
+	Key string
+	Rec []byte
+}
+
+// waiting is a queued record with its spool key ("" when not spooled).
+type waiting[T any] struct {
+	key string
+	rec T
 }
 
 // Queue sends records, keeping those the receiver could not take; see the
@@ -61,7 +98,13 @@ type Queue[T any] struct {
 	mu sync.Mutex
 	// queued records wait, oldest first; a goroutine sends them while it
 	// is not empty.
-	queued []T
+	queued []waiting[T]
+	// spooled holds the spool keys of queued records (recovered ones
+	// included), so a recovery does not queue one twice.
+	spooled map[string]bool
+	// sentDuringRecover holds the keys sent while a Recover reads the
+	// spool, which may still list them: it must not queue them again.
+	sentDuringRecover map[string]bool
 	// lost counts records dropped since the last one logged as lost.
 	lost int
 	// closed: the service is stopping; nothing more is queued.
@@ -88,6 +131,9 @@ func New[T any](log *slog.Logger, opt Options[T]) *Queue[T] {
 	if opt.Describe == nil {
 		opt.Describe = func(T) []any { return nil }
 	}
+	if opt.Spool != nil && (opt.Encode == nil || opt.Decode == nil) {
+		panic("retryqueue: a Spool needs Encode and Decode")
+	}
 	return &Queue[T]{opt: opt, log: log}
 }
 
@@ -102,8 +148,9 @@ func (q *Queue[T]) SetFirstRetry(d time.Duration) { q.opt.FirstRetry = d }
 func (q *Queue[T]) Send(ctx context.Context, rec T) {
 	q.mu.Lock()
 	if len(q.queued) > 0 {
-		q.enqueue(ctx, rec)
+		w, ok := q.enqueue(ctx, rec)
 		q.mu.Unlock()
+		q.spool(ctx, w, ok)
 		return
 	}
 	q.mu.Unlock()
@@ -118,11 +165,91 @@ func (q *Queue[T]) Send(ctx context.Context, rec T) {
 		return
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if len(q.queued) == 0 {
 		q.log.WarnContext(ctx, q.opt.What+"s wait for their receiver; sent once it is back", append(q.opt.Describe(rec), "err", err)...)
 	}
-	q.enqueue(ctx, rec)
+	w, ok := q.enqueue(ctx, rec)
+	q.mu.Unlock()
+	q.spool(ctx, w, ok)
+}
+
+// spool keeps a record that was just queued in the Spool. It runs after
+// the record is queued, outside the lock (a slow store must not hold
+// other writers up), so the record may already be sent and its key
+// deleted: then the spool keeps a copy the next recovery sends again,
+// which the receiver stores once. A record the store does not take stays
+// queued in memory only.
+func (q *Queue[T]) spool(ctx context.Context, w waiting[T], queued bool) {
+	if !queued || w.key == "" {
+		return
+	}
+	b, err := q.opt.Encode(w.rec)
+	if err == nil {
+		err = q.opt.Spool.Put(context.WithoutCancel(ctx), w.key, b)
+	}
+	if err != nil {
+		q.log.WarnContext(ctx, q.opt.What+" not kept in the store while it waits: a crash before it is sent loses it", append(q.opt.Describe(w.rec), "err", err)...)
+	}
+}
+
+// unspool deletes a sent record's key from the Spool; a key left behind
+// is sent again after a restart, which the receiver stores once.
+func (q *Queue[T]) unspool(key string) {
+	if key == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), q.opt.SendWait)
+	defer cancel()
+	if err := q.opt.Spool.Delete(ctx, key); err != nil {
+		q.log.Debug(q.opt.What+" sent, still in the store: sent again after a restart", "key", key, "err", err)
+	}
+	q.mu.Lock()
+	delete(q.spooled, key)
+	if q.sentDuringRecover != nil {
+		q.sentDuringRecover[key] = true
+	}
+	q.mu.Unlock()
+}
+
+// Recover queues the records the Spool keeps (left by a crash or a stop
+// of this service or another replica while the receiver was out), oldest
+// first, behind what is queued now, and sends them like any other. It
+// is called once the service starts (not concurrently with itself); with
+// no Spool it does nothing.
+func (q *Queue[T]) Recover(ctx context.Context) error {
+	if q.opt.Spool == nil {
+		return nil
+	}
+	q.mu.Lock()
+	q.sentDuringRecover = map[string]bool{}
+	q.mu.Unlock()
+	kept, err := q.opt.Spool.List(ctx)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	sent := q.sentDuringRecover
+	q.sentDuringRecover = nil
+	if err != nil {
+		return fmt.Errorf("retryqueue: read the %ss kept in the store: %w", q.opt.What, err)
+	}
+	n := 0
+	for _, k := range kept {
+		if q.spooled[k.Key] || sent[k.Key] {
+			continue
+		}
+		rec, err := q.opt.Decode(k.Rec)
+		if err != nil {
+			// Not a record this version reads: leave it for one that does.
+			q.log.ErrorContext(ctx, q.opt.What+" kept in the store does not decode; left there", "key", k.Key, "err", err)
+			continue
+		}
+		if _, ok := q.enqueueKey(ctx, k.Key, rec); ok {
+			n++
+		}
+	}
+	if n > 0 {
+		q.log.InfoContext(ctx, q.opt.What+"s kept in the store across a restart wait for their receiver", "records", n)
+	}
+	return nil
 }
 
 // retryable says whether the receiver may take a record later: it was
@@ -135,23 +262,43 @@ func retryable(err error) bool {
 	return true
 }
 
-// enqueue queues rec, starting the goroutine that sends the queue when it
-// was empty. Called with mu held.
-func (q *Queue[T]) enqueue(ctx context.Context, rec T) {
+// enqueue queues rec under a new spool key (none without a Spool),
+// starting the goroutine that sends the queue when it was empty, and
+// reports whether rec was queued. Called with mu held.
+func (q *Queue[T]) enqueue(ctx context.Context, rec T) (waiting[T], bool) {
+	key := ""
+	if q.opt.Spool != nil {
+		// Time first, so keys sort in the order records were queued;
+		// the random part keeps replicas sharing a spool apart.
+		key = fmt.Sprintf("%016x-%s", time.Now().UnixNano(), ids.New("rec"))
+	}
+	return q.enqueueKey(ctx, key, rec)
+}
+
+// enqueueKey is enqueue under a given key. Called with mu held.
+func (q *Queue[T]) enqueueKey(ctx context.Context, key string, rec T) (waiting[T], bool) {
+	w := waiting[T]{key: key, rec: rec}
 	if q.closed {
 		q.log.ErrorContext(ctx, q.opt.What+" lost: not taken while the service stopped", q.opt.Describe(rec)...)
-		return
+		return w, false
 	}
 	if len(q.queued) >= q.opt.Max {
 		if q.lost++; q.lost == 1 {
 			q.log.ErrorContext(ctx, q.opt.What+"s lost: too many wait", append(q.opt.Describe(rec), "waiting", len(q.queued))...)
 		}
-		return
+		return w, false
 	}
-	q.queued = append(q.queued, rec)
+	q.queued = append(q.queued, w)
+	if key != "" {
+		if q.spooled == nil {
+			q.spooled = map[string]bool{}
+		}
+		q.spooled[key] = true
+	}
 	if len(q.queued) == 1 {
 		go q.drain()
 	}
+	return w, true
 }
 
 // drain sends the queued records in order until the queue is empty,
@@ -166,20 +313,21 @@ func (q *Queue[T]) drain() {
 				q.mu.Unlock()
 				return
 			}
-			rec := q.queued[0]
+			w := q.queued[0]
 			q.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), q.opt.SendWait)
-			err := q.opt.Send(ctx, rec)
+			err := q.opt.Send(ctx, w.rec)
 			cancel()
 			if err != nil && retryable(err) {
 				break
 			}
 			if err != nil {
-				q.log.Error(q.opt.What+" refused, not sent", append(q.opt.Describe(rec), "err", err)...)
+				q.log.Error(q.opt.What+" refused, not sent", append(q.opt.Describe(w.rec), "err", err)...)
 			}
+			q.unspool(w.key)
 			q.mu.Lock()
 			if q.closed {
-				// Close took the queue over (and sends rec again,
+				// Close took the queue over (and sends w again,
 				// which the receiver stores once).
 				q.mu.Unlock()
 				return
@@ -201,21 +349,27 @@ func (q *Queue[T]) drain() {
 }
 
 // Close is called when the service stops: it sends the records still
-// waiting, until ctx ends, and logs those not taken as lost. Records
-// after Close are sent once, not queued.
+// waiting, until ctx ends. Those not taken stay in the Spool for the next
+// start, or, without one, are logged as lost. Records after Close are
+// sent once, not queued.
 func (q *Queue[T]) Close(ctx context.Context) {
 	q.mu.Lock()
 	q.closed = true
 	queued := q.queued
 	q.queued = nil
 	q.mu.Unlock()
-	for i, rec := range queued {
+	for i, w := range queued {
 		sctx, cancel := context.WithTimeout(ctx, q.opt.SendWait)
-		err := q.opt.Send(sctx, rec)
+		err := q.opt.Send(sctx, w.rec)
 		cancel()
 		if err != nil {
+			if q.opt.Spool != nil {
+				q.log.WarnContext(ctx, q.opt.What+"s not taken before the service stopped: kept in the store for its next start", "kept", len(queued)-i, "err", err)
+				return
+			}
 			q.log.ErrorContext(ctx, q.opt.What+"s lost: not taken before the service stopped", "lost", len(queued)-i, "err", err)
 			return
 		}
+		q.unspool(w.key)
 	}
 }

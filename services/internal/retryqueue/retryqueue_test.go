@@ -122,3 +122,116 @@ func TestQueueBoundAndClose(t *testing.T) {
 		t.Errorf("a record not taken after Close was not logged lost: %s", logs.String())
 	}
 }
+
+// memSpool is a Spool in memory, standing in for a service's store in
+// these unit tests (the stores' own spools are tested on bbolt and Redis,
+// and the whole path in the suite).
+type memSpool struct {
+	mu   sync.Mutex
+	recs map[string][]byte
+	puts int
+}
+
+func (s *memSpool) Put(_ context.Context, key string, rec []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recs == nil {
+		s.recs = map[string][]byte{}
+	}
+	s.recs[key] = rec
+	s.puts++
+	return nil
+}
+
+func (s *memSpool) Delete(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.recs, key)
+	return nil
+}
+
+func (s *memSpool) List(context.Context) ([]retryqueue.Spooled, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []retryqueue.Spooled
+	for k, v := range s.recs {
+		out = append(out, retryqueue.Spooled{Key: k, Rec: v})
+	}
+	slices.SortFunc(out, func(a, b retryqueue.Spooled) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+func (s *memSpool) kept() []string {
+	l, _ := s.List(context.Background())
+	var out []string
+	for _, e := range l {
+		out = append(out, string(e.Rec))
+	}
+	return out
+}
+
+func spooledQueue(r *receiver, sp *memSpool, logs *testkit.SyncBuffer) *retryqueue.Queue[string] {
+	q := retryqueue.New(slog.New(slog.NewTextHandler(logs, nil)), retryqueue.Options[string]{
+		What: "record", Send: r.send, Spool: sp,
+		Encode: func(rec string) ([]byte, error) { return []byte(rec), nil },
+		Decode: func(b []byte) (string, error) { return string(b), nil },
+	})
+	q.SetFirstRetry(time.Millisecond)
+	return q
+}
+
+// With a Spool, what waits is kept in the store too: a queue that stops
+// while the receiver is out leaves it there, and the next queue on that
+// store (the next start, or another replica) sends it, in order, each
+// once, and empties the store. A record the receiver takes at once never
+// touches the store.
+func TestSpooledRecordsSurviveARestart(t *testing.T) {
+	t.Parallel()
+	r := &receiver{up: true}
+	sp := &memSpool{}
+	var logs testkit.SyncBuffer
+	ctx := context.Background()
+	first := spooledQueue(r, sp, &logs)
+	first.Send(ctx, "a")
+	if sp.puts != 0 {
+		t.Fatalf("a record sent at once was written to the store %d times", sp.puts)
+	}
+	r.set(false)
+	for _, rec := range []string{"b", "c", "d"} {
+		first.Send(ctx, rec)
+	}
+	if got := sp.kept(); !slices.Equal(got, []string{"b", "c", "d"}) {
+		t.Fatalf("while the receiver is out the store keeps %v, want b, c, d", got)
+	}
+	first.Close(ctx) // the receiver is still out
+	if got := sp.kept(); !slices.Equal(got, []string{"b", "c", "d"}) {
+		t.Fatalf("after a stop the store keeps %v, want b, c, d", got)
+	}
+	if !strings.Contains(logs.String(), "kept in the store") || strings.Contains(logs.String(), "lost") {
+		t.Errorf("the stop should say the records are kept, not lost: %s", logs.String())
+	}
+
+	r.set(true)
+	next := spooledQueue(r, sp, &logs)
+	next.Send(ctx, "e") // sent at once: the receiver is back
+	if err := next.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Recover(ctx); err != nil { // a second recovery queues nothing twice
+		t.Fatal(err)
+	}
+	want := []string{"a", "e", "b", "c", "d"}
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Equal(r.got(), want) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := r.got(); !slices.Equal(got, want) {
+		t.Errorf("the receiver took %v, want %v", got, want)
+	}
+	for len(sp.kept()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := sp.kept(); len(got) != 0 {
+		t.Errorf("the store still keeps %v after the receiver took them", got)
+	}
+}

@@ -1,0 +1,100 @@
+package suite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/audit"
+	"github.com/v0m3/v0m3/services/internal/redistest"
+	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/scenario"
+	"github.com/v0m3/v0m3/services/suite"
+)
+
+// A privileged action taken while evidence is out is audited even when
+// the service that took it stops before evidence is back: the record
+// waits in that service's own store (its spool), and the next start
+// appends it, once, with the time of the action; nothing stays behind.
+// On both stores, with the real services and evidence.
+func TestAuditRecordsSurviveARestartDuringAnEvidenceOutage(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"file", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			var storeURL string
+			var spoolLen func() int
+			if kind == "redis" {
+				addr, _ := redistest.Start(t)
+				storeURL = redisURL(addr, "spool")
+				c := redistest.Client(t, addr)
+				spoolLen = func() int { return int(c.HLen(context.Background(), "{spool:registry}:spool:audit").Val()) }
+			} else {
+				spoolLen = func() int {
+					db, err := store.Open(filepath.Join(dir, "registry.db"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer db.Close()
+					kept, err := db.Spool("audit").List(context.Background())
+					if err != nil {
+						t.Fatal(err)
+					}
+					return len(kept)
+				}
+			}
+
+			// Evidence is out: the registry's peer address answers nobody.
+			down, err := suite.Start(context.Background(), suite.Config{DataDir: dir, Store: storeURL,
+				Services: []string{suite.Registry, suite.Policy}, Peers: map[string]string{suite.Evidence: "127.0.0.1:1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			actedAt := time.Now()
+			conn, err := down.Registry.CreateConnection(down.As(context.Background(), scenario.Integrator.ID, scenario.Integrator.Groups...),
+				&registryv1.CreateConnectionRequest{DisplayName: "Outage", Owner: "platform-team", Transport: scenario.StdioFixture("/bin/true")})
+			if err != nil {
+				t.Fatalf("create a connection while evidence is out: %v (the action does not depend on its audit record)", err)
+			}
+			down.Close() // evidence is still out: the record stays in the registry's store
+			if n := spoolLen(); n != 1 {
+				t.Fatalf("the registry's store keeps %d audit records after it stopped, want the 1 evidence did not take", n)
+			}
+
+			up, err := suite.Start(context.Background(), suite.Config{DataDir: dir, Store: storeURL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			auditor := up.As(context.Background(), scenario.Auditor.ID, scenario.Auditor.Groups...)
+			var got []*evidencev1.AuditRecord
+			waitFor(t, "the audit record of the connection created while evidence was out", func() bool {
+				l, err := up.Evidence.ListAuditRecords(auditor, &evidencev1.ListAuditRecordsRequest{Action: audit.ConnectionCreate, PageSize: 100})
+				got = l.GetRecords()
+				return err == nil && len(got) > 0
+			})
+			time.Sleep(100 * time.Millisecond) // a second append would be as quick
+			l, err := up.Evidence.ListAuditRecords(auditor, &evidencev1.ListAuditRecordsRequest{Action: audit.ConnectionCreate, PageSize: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got = l.GetRecords(); len(got) != 1 {
+				t.Fatalf("evidence holds %d records of the connection's creation, want 1: %v", len(got), got)
+			}
+			r := got[0]
+			if r.GetPrincipal() != scenario.Integrator.ID || r.GetResource() != "connection:"+conn.GetId() || r.GetOutcome() != audit.OK {
+				t.Errorf("record = %v, want the integrator creating %s, ok", r, conn.GetId())
+			}
+			if at := r.GetActionTime().AsTime(); at.Before(actedAt.Add(-time.Second)) || at.After(actedAt.Add(time.Second)) {
+				t.Errorf("the record says the action was taken at %s; it was taken at %s", at, actedAt)
+			}
+			up.Close()
+			if n := spoolLen(); n != 0 {
+				t.Errorf("the registry's store still keeps %d audit records after evidence took them", n)
+			}
+		})
+	}
+}
