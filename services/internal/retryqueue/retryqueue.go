@@ -232,9 +232,14 @@ func (q *Queue[T]) Recover(ctx context.Context) error {
 		return fmt.Errorf("retryqueue: read the %ss kept in the store: %w", q.opt.What, err)
 	}
 	n := 0
-	for _, k := range kept {
+	for i, k := range kept {
 		if q.spooled[k.Key] || sent[k.Key] {
 			continue
+		}
+		if len(q.queued) >= q.opt.Max {
+			// The rest stay in the store for a later start.
+			q.log.WarnContext(ctx, q.opt.What+"s kept in the store stay there: too many wait", "kept", len(kept)-i)
+			break
 		}
 		rec, err := q.opt.Decode(k.Rec)
 		if err != nil {

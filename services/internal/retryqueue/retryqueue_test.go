@@ -235,3 +235,37 @@ func TestSpooledRecordsSurviveARestart(t *testing.T) {
 		t.Errorf("the store still keeps %v after the receiver took them", got)
 	}
 }
+
+// A recovery takes no more than the queue's bound from the store; the
+// rest stay there, not lost, for a later start.
+func TestRecoverKeepsWhatDoesNotFit(t *testing.T) {
+	t.Parallel()
+	sp := &memSpool{}
+	for _, rec := range []string{"a", "b", "c"} {
+		if err := sp.Put(context.Background(), "000"+rec, []byte(rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &receiver{} // out: what is recovered waits
+	var logs testkit.SyncBuffer
+	q := retryqueue.New(slog.New(slog.NewTextHandler(&logs, nil)), retryqueue.Options[string]{
+		What: "record", Send: r.send, Spool: sp, Max: 2,
+		Encode: func(rec string) ([]byte, error) { return []byte(rec), nil },
+		Decode: func(b []byte) (string, error) { return string(b), nil },
+	})
+	q.SetFirstRetry(time.Hour)
+	if err := q.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.set(true)
+	q.Close(context.Background()) // sends what was recovered
+	if got := r.got(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("recovered and sent %v, want the two that fit: a, b", got)
+	}
+	if got := sp.kept(); !slices.Equal(got, []string{"c"}) {
+		t.Errorf("the store keeps %v, want c for a later start", got)
+	}
+	if !strings.Contains(logs.String(), "stay there") || strings.Contains(logs.String(), "lost") {
+		t.Errorf("the log should say the rest stay in the store: %s", logs.String())
+	}
+}
