@@ -642,8 +642,13 @@ func TestSecretNeverPersistedOrLogged(t *testing.T) {
 				t.Errorf("the secret appears in %s", path)
 			}
 			if strings.HasSuffix(path, ".db") {
-				stores++
-				scanBolt(t, path, needle)
+				// The adapter's file is its spool, empty unless protocol
+				// events waited for evidence; the others hold the run.
+				if records := scanBolt(t, path, needle); records == 0 && filepath.Base(path) != "adapter.db" {
+					t.Errorf("%s holds no records", path)
+				} else if records > 0 {
+					stores++
+				}
 			}
 			return nil
 		})
@@ -656,8 +661,9 @@ func TestSecretNeverPersistedOrLogged(t *testing.T) {
 	}
 }
 
-// scanBolt opens a store file and walks every bucket, key and value.
-func scanBolt(t *testing.T, path string, needle []byte) {
+// scanBolt opens a store file, walks every bucket, key and value, and
+// returns how many records it holds.
+func scanBolt(t *testing.T, path string, needle []byte) int {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
 	if err != nil {
@@ -686,7 +692,5 @@ func scanBolt(t *testing.T, path string, needle []byte) {
 	if err := db.View(func(tx *bolt.Tx) error { return tx.ForEach(walk) }); err != nil {
 		t.Fatalf("walk %s: %v", path, err)
 	}
-	if records == 0 {
-		t.Errorf("%s holds no records", path)
-	}
+	return records
 }
