@@ -173,14 +173,15 @@ func (q *Queue[T]) Send(ctx context.Context, rec T) {
 	q.spool(ctx, w, ok)
 }
 
-// spool keeps a record that was just queued in the Spool. It runs after
+// spool keeps a record that was just queued (or left for the next start)
+// in the Spool. It runs after
 // the record is queued, outside the lock (a slow store must not hold
 // other writers up), so the record may already be sent and its key
 // deleted: then the spool keeps a copy the next recovery sends again,
 // which the receiver stores once. A record the store does not take stays
 // queued in memory only.
-func (q *Queue[T]) spool(ctx context.Context, w waiting[T], queued bool) {
-	if !queued || w.key == "" {
+func (q *Queue[T]) spool(ctx context.Context, w waiting[T], keep bool) {
+	if !keep || w.key == "" {
 		return
 	}
 	b, err := q.opt.Encode(w.rec)
@@ -231,6 +232,9 @@ func (q *Queue[T]) Recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("retryqueue: read the %ss kept in the store: %w", q.opt.What, err)
 	}
+	if q.closed {
+		return nil // they stay for the next start
+	}
 	n := 0
 	for i, k := range kept {
 		if q.spooled[k.Key] || sent[k.Key] {
@@ -268,8 +272,8 @@ func retryable(err error) bool {
 }
 
 // enqueue queues rec under a new spool key (none without a Spool),
-// starting the goroutine that sends the queue when it was empty, and
-// reports whether rec was queued. Called with mu held.
+// starting the goroutine that sends the queue when it was empty; see
+// enqueueKey for what it reports. Called with mu held.
 func (q *Queue[T]) enqueue(ctx context.Context, rec T) (waiting[T], bool) {
 	key := ""
 	if q.opt.Spool != nil {
@@ -280,10 +284,16 @@ func (q *Queue[T]) enqueue(ctx context.Context, rec T) (waiting[T], bool) {
 	return q.enqueueKey(ctx, key, rec)
 }
 
-// enqueueKey is enqueue under a given key. Called with mu held.
+// enqueueKey is enqueue under a given key. It reports whether the record
+// is to be kept in the Spool: queued, or, once the queue is closed, left
+// there for the next start. Called with mu held.
 func (q *Queue[T]) enqueueKey(ctx context.Context, key string, rec T) (waiting[T], bool) {
 	w := waiting[T]{key: key, rec: rec}
 	if q.closed {
+		if key != "" {
+			q.log.WarnContext(ctx, q.opt.What+" not taken while the service stopped: kept in the store for its next start", q.opt.Describe(rec)...)
+			return w, true
+		}
 		q.log.ErrorContext(ctx, q.opt.What+" lost: not taken while the service stopped", q.opt.Describe(rec)...)
 		return w, false
 	}
@@ -356,7 +366,7 @@ func (q *Queue[T]) drain() {
 // Close is called when the service stops: it sends the records still
 // waiting, until ctx ends. Those not taken stay in the Spool for the next
 // start, or, without one, are logged as lost. Records after Close are
-// sent once, not queued.
+// sent once, not queued (with a Spool, one not taken is kept there).
 func (q *Queue[T]) Close(ctx context.Context) {
 	q.mu.Lock()
 	q.closed = true

@@ -203,9 +203,10 @@ func TestSpooledRecordsSurviveARestart(t *testing.T) {
 	if got := sp.kept(); !slices.Equal(got, []string{"b", "c", "d"}) {
 		t.Fatalf("while the receiver is out the store keeps %v, want b, c, d", got)
 	}
-	first.Close(ctx) // the receiver is still out
-	if got := sp.kept(); !slices.Equal(got, []string{"b", "c", "d"}) {
-		t.Fatalf("after a stop the store keeps %v, want b, c, d", got)
+	first.Close(ctx)        // the receiver is still out
+	first.Send(ctx, "late") // after the stop: tried once, then kept
+	if got := sp.kept(); !slices.Equal(got, []string{"b", "c", "d", "late"}) {
+		t.Fatalf("after a stop the store keeps %v, want b, c, d, late", got)
 	}
 	if !strings.Contains(logs.String(), "kept in the store") || strings.Contains(logs.String(), "lost") {
 		t.Errorf("the stop should say the records are kept, not lost: %s", logs.String())
@@ -220,7 +221,7 @@ func TestSpooledRecordsSurviveARestart(t *testing.T) {
 	if err := next.Recover(ctx); err != nil { // a second recovery queues nothing twice
 		t.Fatal(err)
 	}
-	want := []string{"a", "e", "b", "c", "d"}
+	want := []string{"a", "e", "b", "c", "d", "late"}
 	deadline := time.Now().Add(10 * time.Second)
 	for !slices.Equal(r.got(), want) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
