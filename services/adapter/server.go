@@ -35,6 +35,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/reach"
 	"github.com/v0m3/v0m3/services/internal/retryqueue"
 	"github.com/v0m3/v0m3/services/internal/review"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
@@ -205,7 +206,9 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 		send := tracesend.New(deps.Evidence)
 		s.traces = retryqueue.New(log, retryqueue.Options[*evidencev1.TraceEvent]{
 			What: "protocol trace event", Spool: deps.TraceSpool,
-			Encode: func(ev *evidencev1.TraceEvent) ([]byte, error) { return proto.Marshal(ev) },
+			Waiting: telemetry.EvidenceBacklog.WithLabelValues("adapter", "protocol_trace_event"),
+			Lost:    telemetry.EvidenceLost.WithLabelValues("adapter", "protocol_trace_event"),
+			Encode:  func(ev *evidencev1.TraceEvent) ([]byte, error) { return proto.Marshal(ev) },
 			Decode: func(b []byte) (*evidencev1.TraceEvent, error) {
 				ev := &evidencev1.TraceEvent{}
 				return ev, proto.Unmarshal(b, ev)

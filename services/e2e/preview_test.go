@@ -350,7 +350,7 @@ func startWithOrchestrator(t *testing.T, deps orchestrator.Deps) stack {
 	// Privileged calls are audited in evidence, as the suite's own
 	// orchestrator does.
 	srv := serve.New(suite.Orchestrator, slog.New(slog.DiscardHandler), guard,
-		grpc.ChainUnaryInterceptor(audit.UnaryServer(audit.New(peers.Evidence, nil, slog.New(slog.DiscardHandler)))))
+		grpc.ChainUnaryInterceptor(audit.UnaryServer(audit.New(peers.Evidence, suite.Orchestrator, nil, slog.New(slog.DiscardHandler)))))
 	orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -375,7 +375,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		if err != nil {
 			return nil, err
 		}
-		recorder := audit.New(auditTo, auditSpool, log.With("service", name))
+		recorder := audit.New(auditTo, name, auditSpool, log.With("service", name))
 		s.flushers = append(s.flushers, recorder.Close)
 		s.recoverSpooled(ctx, log.With("service", name), recorder.Recover)
 		srv := serve.New(name, log.With("service", name), guard, telemetry.ServerOption(s.tp),

@@ -18,6 +18,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/retryqueue"
+	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // Actions recorded. Where a Cedar action exists the name is the same.
@@ -61,16 +62,18 @@ type Recorder struct {
 	q *retryqueue.Queue[*evidencev1.AppendAuditRecordRequest]
 }
 
-// New returns a recorder appending to evidence; nil evidence returns nil.
-// spool keeps the records that wait across a restart (see Recover); nil
-// keeps them in memory only.
-func New(evidence Appender, spool retryqueue.Spool, log *slog.Logger) *Recorder {
+// New returns a recorder appending to evidence for service (a metric
+// label); nil evidence returns nil. spool keeps the records that wait
+// across a restart (see Recover); nil keeps them in memory only.
+func New(evidence Appender, service string, spool retryqueue.Spool, log *slog.Logger) *Recorder {
 	if evidence == nil {
 		return nil
 	}
 	return &Recorder{q: retryqueue.New(log, retryqueue.Options[*evidencev1.AppendAuditRecordRequest]{
 		What: "audit record", Spool: spool,
-		Encode: func(rec *evidencev1.AppendAuditRecordRequest) ([]byte, error) { return proto.Marshal(rec) },
+		Waiting: telemetry.EvidenceBacklog.WithLabelValues(service, "audit_record"),
+		Lost:    telemetry.EvidenceLost.WithLabelValues(service, "audit_record"),
+		Encode:  func(rec *evidencev1.AppendAuditRecordRequest) ([]byte, error) { return proto.Marshal(rec) },
 		Decode: func(b []byte) (*evidencev1.AppendAuditRecordRequest, error) {
 			rec := &evidencev1.AppendAuditRecordRequest{}
 			return rec, proto.Unmarshal(b, rec)

@@ -77,7 +77,7 @@ func TestInterceptor(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			a := &appender{}
-			resp, err := audit.UnaryServer(audit.New(a, nil, nil))(c.ctx, c.req, &grpc.UnaryServerInfo{FullMethod: c.method},
+			resp, err := audit.UnaryServer(audit.New(a, "test", nil, nil))(c.ctx, c.req, &grpc.UnaryServerInfo{FullMethod: c.method},
 				func(context.Context, any) (any, error) { return c.resp, c.err })
 			if !errors.Is(err, c.err) || (c.err == nil && resp != c.resp) {
 				t.Fatalf("the interceptor changed the answer: %v, %v", resp, err)
@@ -113,7 +113,7 @@ func TestInterceptor(t *testing.T) {
 func TestRecordFailureDoesNotFailTheAction(t *testing.T) {
 	t.Parallel()
 	a := &appender{fail: true}
-	r := audit.New(a, nil, nil)
+	r := audit.New(a, "test", nil, nil)
 	r.SetRetryWait(time.Millisecond)
 	want := &orchestratorv1.Task{Id: "tsk_1"}
 	before := time.Now()
@@ -166,7 +166,7 @@ func TestRecordFailureDoesNotFailTheAction(t *testing.T) {
 func TestCloseAppendsWhatWaits(t *testing.T) {
 	t.Parallel()
 	a := &appender{fail: true}
-	r := audit.New(a, nil, nil)
+	r := audit.New(a, "test", nil, nil)
 	r.SetRetryWait(time.Hour) // only Close appends them
 	r.Record(context.Background(), audit.TaskCancel, "task:tsk_1", "", nil, "")
 	r.Record(context.Background(), audit.TaskCancel, "task:tsk_2", "", nil, "")

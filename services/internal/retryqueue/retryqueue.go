@@ -63,7 +63,22 @@ type Options[T any] struct {
 	Spool  Spool
 	Encode func(rec T) ([]byte, error)
 	Decode func(b []byte) (T, error)
+	// Waiting, when set, is kept at the number of records waiting in
+	// memory; Lost, when set, counts the records dropped (metrics).
+	Waiting Gauge
+	Lost    Counter
 }
+
+// Gauge is set to a value (a prometheus.Gauge is one).
+type Gauge interface{ Set(float64) }
+
+// Counter is added to (a prometheus.Counter is one).
+type Counter interface{ Add(float64) }
+
+type nopMetric struct{}
+
+func (nopMetric) Set(float64) {}
+func (nopMetric) Add(float64) {}
 
 // Spool is where waiting records are kept across a restart: a bucket or
 // key of the sending service's own store, shared by its replicas. Keys
@@ -130,6 +145,12 @@ func New[T any](log *slog.Logger, opt Options[T]) *Queue[T] {
 	}
 	if opt.Describe == nil {
 		opt.Describe = func(T) []any { return nil }
+	}
+	if opt.Waiting == nil {
+		opt.Waiting = nopMetric{}
+	}
+	if opt.Lost == nil {
+		opt.Lost = nopMetric{}
 	}
 	if opt.Spool != nil && (opt.Encode == nil || opt.Decode == nil) {
 		panic("retryqueue: a Spool needs Encode and Decode")
@@ -295,15 +316,18 @@ func (q *Queue[T]) enqueueKey(ctx context.Context, key string, rec T) (waiting[T
 			return w, true
 		}
 		q.log.ErrorContext(ctx, q.opt.What+" lost: not taken while the service stopped", q.opt.Describe(rec)...)
+		q.opt.Lost.Add(1)
 		return w, false
 	}
 	if len(q.queued) >= q.opt.Max {
 		if q.lost++; q.lost == 1 {
 			q.log.ErrorContext(ctx, q.opt.What+"s lost: too many wait", append(q.opt.Describe(rec), "waiting", len(q.queued))...)
 		}
+		q.opt.Lost.Add(1)
 		return w, false
 	}
 	q.queued = append(q.queued, w)
+	q.opt.Waiting.Set(float64(len(q.queued)))
 	if key != "" {
 		if q.spooled == nil {
 			q.spooled = map[string]bool{}
@@ -348,6 +372,7 @@ func (q *Queue[T]) drain() {
 				return
 			}
 			q.queued = q.queued[1:]
+			q.opt.Waiting.Set(float64(len(q.queued)))
 			empty, lost := len(q.queued) == 0, q.lost
 			if empty {
 				q.queued, q.lost = nil, 0
@@ -372,6 +397,7 @@ func (q *Queue[T]) Close(ctx context.Context) {
 	q.closed = true
 	queued := q.queued
 	q.queued = nil
+	q.opt.Waiting.Set(0)
 	q.mu.Unlock()
 	for i, w := range queued {
 		sctx, cancel := context.WithTimeout(ctx, q.opt.SendWait)
@@ -383,6 +409,7 @@ func (q *Queue[T]) Close(ctx context.Context) {
 				return
 			}
 			q.log.ErrorContext(ctx, q.opt.What+"s lost: not taken before the service stopped", "lost", len(queued)-i, "err", err)
+			q.opt.Lost.Add(float64(len(queued) - i))
 			return
 		}
 		q.unspool(w.key)

@@ -270,3 +270,48 @@ func TestRecoverKeepsWhatDoesNotFit(t *testing.T) {
 		t.Errorf("the log should say the rest stay in the store: %s", logs.String())
 	}
 }
+
+// metric records what a queue reports as a Gauge and a Counter.
+type metric struct {
+	mu  sync.Mutex
+	val float64
+}
+
+func (m *metric) Set(v float64) { m.mu.Lock(); m.val = v; m.mu.Unlock() }
+func (m *metric) Add(v float64) { m.mu.Lock(); m.val += v; m.mu.Unlock() }
+func (m *metric) get() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.val
+}
+
+// The queue reports what waits and counts what it drops, so an SRE can
+// alert on a backlog for evidence before anything is lost.
+func TestQueueMetrics(t *testing.T) {
+	t.Parallel()
+	r := &receiver{}
+	waiting, lost := &metric{}, &metric{}
+	q := retryqueue.New(nil, retryqueue.Options[string]{What: "record", Send: r.send, Max: 3, Waiting: waiting, Lost: lost})
+	q.SetFirstRetry(time.Millisecond)
+	ctx := context.Background()
+	for _, rec := range []string{"a", "b", "c", "d", "e"} {
+		q.Send(ctx, rec)
+	}
+	if waiting.get() != 3 || lost.get() != 2 {
+		t.Errorf("with the receiver out: waiting %v, lost %v; want 3 waiting (the bound) and 2 lost", waiting.get(), lost.get())
+	}
+	r.set(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting.get() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if waiting.get() != 0 || !slices.Equal(r.got(), []string{"a", "b", "c"}) {
+		t.Errorf("once the receiver is back: waiting %v, taken %v; want 0 and a, b, c", waiting.get(), r.got())
+	}
+	r.set(false)
+	q.Send(ctx, "f")
+	q.Close(ctx) // no spool: what waits is lost
+	if waiting.get() != 0 || lost.get() != 3 {
+		t.Errorf("after a stop with f waiting: waiting %v, lost %v; want 0 and 3", waiting.get(), lost.get())
+	}
+}

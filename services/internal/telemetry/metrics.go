@@ -80,6 +80,17 @@ var (
 		Name: "v0m3_audit_records_total",
 		Help: "Audit records of privileged actions appended, by action and outcome.",
 	}, []string{"action", "outcome"})
+	// EvidenceBacklog is what waits in a service for evidence to take it
+	// (see retryqueue): above zero, evidence is out or refusing writes.
+	EvidenceBacklog = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "v0m3_evidence_backlog",
+		Help: "Records waiting in a service for the evidence service to take them, by service and kind (audit_record, protocol_trace_event).",
+	}, []string{"service", "kind"})
+	// EvidenceLost counts what a service had for evidence and dropped.
+	EvidenceLost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "v0m3_evidence_records_lost_total",
+		Help: "Records a service had for the evidence service and dropped, by service and kind: past the bound of what may wait, or still waiting when a service without a store to keep them stopped.",
+	}, []string{"service", "kind"})
 )
 
 func init() {
@@ -93,6 +104,7 @@ func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		GovernedCalls, StageSeconds, RPCs, StoreErrors, waiting,
 		BudgetCharges, BudgetConsumed, RegistryEvents, MCPSessions, ResponseBytes, LimitRefusals, AuditRecords,
+		EvidenceBacklog, EvidenceLost,
 	}
 }
 
