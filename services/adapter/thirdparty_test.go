@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/adapter"
+	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/grant"
 	"github.com/v0m3/v0m3/services/internal/ids"
@@ -365,6 +367,18 @@ func TestThirdPartyEverythingSurface(t *testing.T) {
 	if research.GetExecution().GetFields()["taskSupport"].GetStringValue() != "required" || research.GetExecutionDigest() != want ||
 		research.GetTitleDigest() != digest.String("Simulate Research Query") || research.GetAnnotationsDigest() == "" {
 		t.Errorf("simulate-research-query = %v", research)
+	}
+	// The adapter calls tools without task augmentation, which this
+	// server refuses for a task-only tool: no mapping onto it is taken.
+	_, err := tp.s.Registry.ProposeMapping(tp.s.As(context.Background(), "integrator@adapter-tests", "platform"), &registryv1.ProposeMappingRequest{
+		Capability: "retrieve_authorized_source", ConnectionId: snap.GetConnectionId(), SnapshotId: snap.GetId(),
+		Target:      &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "simulate-research-query"},
+		ArgumentMap: []*registryv1.ArgumentBinding{{RemoteField: "topic", ProductField: "query"}},
+		Limits:      &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 10},
+	})
+	if !apierror.Is(err, codes.InvalidArgument, "INVALID_MAPPING") || !slices.Contains(apierror.Fields(err), "target.name") ||
+		!strings.Contains(err.Error(), "runs only as an MCP task") {
+		t.Errorf("a mapping onto the task-only tool: %v; want INVALID_MAPPING on target.name saying it runs only as a task", err)
 	}
 }
 

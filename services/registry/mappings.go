@@ -108,6 +108,10 @@ func (s *Server) ProposeMapping(ctx context.Context, req *registryv1.ProposeMapp
 			apierror.FieldViolation{Field: "status_tool", Description: "must name a tool of the snapshot"})
 	}
 	v := validateArgumentMap(req, cp, tool)
+	v = append(v, taskOnly("target.name", tool)...)
+	if st := req.GetStatusTool(); st != "" {
+		v = append(v, taskOnly("status_tool", findTool(snap, st))...)
+	}
 	v = append(v, reviewResults(m, req, cp, tool)...)
 	if len(v) > 0 {
 		return nil, apierror.InvalidArgument("INVALID_MAPPING", "invalid mapping: "+violationText(v), v...)
@@ -582,6 +586,18 @@ func mappingUnknown(id string, revision int64) error {
 func snapshotStale(snap *registryv1.DiscoverySnapshot, msg string) error {
 	return apierror.New(codes.FailedPrecondition, "SNAPSHOT_STALE", msg,
 		map[string]string{"snapshot_id": snap.GetId(), "connection_id": snap.GetConnectionId()})
+}
+
+// taskOnly refuses a tool the server runs only as an MCP task
+// (execution.taskSupport "required", MCP 2025-11-25): the adapter calls
+// tools with a plain tools/call, which such a server refuses every time,
+// so a mapping onto it could only fail (and spend budget) once active.
+func taskOnly(field string, tool *registryv1.ToolIdentity) []apierror.FieldViolation {
+	if tool.GetExecution().GetFields()["taskSupport"].GetStringValue() != "required" {
+		return nil
+	}
+	return []apierror.FieldViolation{{Field: field, Description: fmt.Sprintf(
+		"tool %q runs only as an MCP task (execution.taskSupport \"required\"), and V0M3 calls tools without task augmentation: the server would refuse every call; map a tool it lets clients call directly", tool.GetName())}}
 }
 
 func targetUnknown(kind, name string, snap *registryv1.DiscoverySnapshot) error {

@@ -112,6 +112,13 @@ func TestProposeMappingRejects(t *testing.T) {
 		Transport: staleConn.GetTransport(), CredentialRef: staleConn.GetCredentialRef(), CredentialVersion: "2"}); err != nil {
 		t.Fatal(err)
 	}
+	// A server whose search tool runs only as an MCP task, beside a
+	// status tool that does too.
+	taskConn := createHTTP(t, r.client)
+	taskSearch, taskStatus := searchTool(t), searchTool(t)
+	taskSearch.Execution = mustStruct(t, map[string]any{"taskSupport": "required"})
+	taskStatus.Name, taskStatus.Execution = "status", mustStruct(t, map[string]any{"taskSupport": "required"})
+	taskSnap := record(t, r.client, taskConn, taskSearch, taskStatus)
 
 	tests := []struct {
 		name   string
@@ -147,6 +154,13 @@ func TestProposeMappingRejects(t *testing.T) {
 		{"unknown elicitation policy", func(p *registryv1.ProposeMappingRequest) {
 			p.Limits.Elicitation = registryv1.ElicitationPolicy(99)
 		}, codes.InvalidArgument, "INVALID_MAPPING", "limits.elicitation"},
+		{"tool that runs only as a task", func(p *registryv1.ProposeMappingRequest) {
+			p.ConnectionId, p.SnapshotId = taskConn.GetId(), taskSnap.GetId()
+		}, codes.InvalidArgument, "INVALID_MAPPING", "target.name"},
+		{"status tool that runs only as a task", func(p *registryv1.ProposeMappingRequest) {
+			p.StatusTool = "status"
+			p.ConnectionId, p.SnapshotId = taskConn.GetId(), taskSnap.GetId()
+		}, codes.InvalidArgument, "INVALID_MAPPING", "status_tool"},
 		{"target not in snapshot", func(p *registryv1.ProposeMappingRequest) {
 			p.Target.Name = "export"
 		}, codes.InvalidArgument, "REMOTE_TARGET_UNKNOWN", "target.name"},
@@ -175,6 +189,17 @@ func TestProposeMappingRejects(t *testing.T) {
 			}
 		})
 	}
+	t.Run("tool a task may run but need not", func(t *testing.T) {
+		t.Parallel()
+		conn := createHTTP(t, r.client)
+		tool := searchTool(t)
+		tool.Execution = mustStruct(t, map[string]any{"taskSupport": "optional"})
+		req := proposal(old)
+		req.ConnectionId, req.SnapshotId = conn.GetId(), record(t, r.client, conn, tool).GetId()
+		if _, err := r.client.ProposeMapping(t.Context(), req); err != nil {
+			t.Errorf("a tool with optional task support: %v", err)
+		}
+	})
 }
 
 // drift describes a change of the search tool in a new snapshot.
