@@ -98,3 +98,47 @@ func TestAuditRecordsSurviveARestartDuringAnEvidenceOutage(t *testing.T) {
 		})
 	}
 }
+
+// On a shared store, what a stopped replica left in the spool is sent by
+// the replicas still running, without waiting for a restart: a registry
+// replica takes an action while evidence is out (for it) and stops; a
+// registry replica of a running suite appends the record, once.
+func TestRunningReplicaSendsWhatAStoppedOneLeft(t *testing.T) {
+	t.Parallel()
+	addr, _ := redistest.Start(t)
+	storeURL := redisURL(addr, "rescan")
+	c := redistest.Client(t, addr)
+	running, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), Store: storeURL, SpoolRescan: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(running.Close)
+
+	stopped, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), Store: storeURL,
+		Services: []string{suite.Registry, suite.Policy}, Peers: map[string]string{suite.Evidence: "127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := stopped.Registry.CreateConnection(stopped.As(context.Background(), scenario.Integrator.ID, scenario.Integrator.Groups...),
+		&registryv1.CreateConnectionRequest{DisplayName: "Left behind", Owner: "platform-team", Transport: scenario.StdioFixture("/bin/true")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped.Close()
+
+	auditor := running.As(context.Background(), scenario.Auditor.ID, scenario.Auditor.Groups...)
+	resource := "connection:" + conn.GetId()
+	records := func() int {
+		l, err := running.Evidence.ListAuditRecords(auditor, &evidencev1.ListAuditRecordsRequest{Action: audit.ConnectionCreate, Resource: resource, PageSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.GetRecords())
+	}
+	waitFor(t, "the running replica appending the stopped one's audit record", func() bool { return records() > 0 })
+	waitFor(t, "the spool emptied", func() bool { return c.HLen(context.Background(), "{rescan:registry}:spool:audit").Val() == 0 })
+	time.Sleep(300 * time.Millisecond) // three more rescans: none may append it again
+	if n := records(); n != 1 {
+		t.Errorf("evidence holds %d records of the stopped replica's action, want 1", n)
+	}
+}

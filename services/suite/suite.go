@@ -120,6 +120,10 @@ type Config struct {
 	// hour).
 	RetentionAge      time.Duration
 	RetentionInterval time.Duration
+	// SpoolRescan is how often each service reads its spool again (what
+	// waits for evidence, kept in its store) for what a stopped replica
+	// left there; zero means DefaultSpoolRescan. Each start reads it too.
+	SpoolRescan time.Duration
 	// Reach says which servers the adapter may start or reach; nil is the
 	// development default: loopback allowed (fixtures listen there),
 	// private networks refused, stdio executables under the adapter's
@@ -377,7 +381,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		}
 		recorder := audit.New(auditTo, name, auditSpool, log.With("service", name))
 		s.flushers = append(s.flushers, recorder.Close)
-		s.recoverSpooled(ctx, log.With("service", name), recorder.Recover)
+		s.recoverSpooled(ctx, log.With("service", name), cfg.SpoolRescan, recorder.Recover)
 		srv := serve.New(name, log.With("service", name), guard, telemetry.ServerOption(s.tp),
 			grpc.ChainUnaryInterceptor(audit.UnaryServer(recorder)))
 		switch name {
@@ -440,7 +444,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			}, log.With("service", name))
 			s.stoppers = append(s.stoppers, func() { _ = a.Close() })
 			s.flushers = append(s.flushers, a.FlushTraces)
-			s.recoverSpooled(ctx, log.With("service", name), a.RecoverTraces)
+			s.recoverSpooled(ctx, log.With("service", name), cfg.SpoolRescan, a.RecoverTraces)
 			adapterv1.RegisterAdapterServiceServer(srv.GRPC, a)
 		case Orchestrator:
 			st, err := s.stores.Orchestrator()
@@ -485,17 +489,29 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	return s, nil
 }
 
-// recoverSpooled runs recover (a queue's Recover: what its spool kept
-// across a restart is queued to be sent) once the store answers, trying
-// again while it does not.
-func (s *Suite) recoverSpooled(ctx context.Context, log *slog.Logger, recover func(context.Context) error) {
+// DefaultSpoolRescan is Config.SpoolRescan's default.
+const DefaultSpoolRescan = 5 * time.Minute
+
+// recoverSpooled runs recover (a queue's Recover: what its spool keeps
+// is queued to be sent) once the store answers, trying again while it
+// does not, and then every rescan: on a shared store a replica that
+// stopped during an evidence outage leaves what waited in the spool, and
+// the replicas still running send it without waiting for a restart (a
+// record two replicas send is stored once).
+func (s *Suite) recoverSpooled(ctx context.Context, log *slog.Logger, rescan time.Duration, recover func(context.Context) error) {
+	if rescan <= 0 {
+		rescan = DefaultSpoolRescan
+	}
 	s.wg.Go(func() {
-		for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
-			err := recover(ctx)
-			if err == nil || ctx.Err() != nil {
-				return
+		backoff := time.Second
+		for {
+			wait := rescan
+			if err := recover(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("what waits for evidence in this service's store is not read yet; trying again", "err", err)
+				wait, backoff = backoff, min(2*backoff, 30*time.Second)
+			} else {
+				backoff = time.Second
 			}
-			log.Warn("what waited for evidence before this start is not read yet; trying again", "err", err)
 			select {
 			case <-ctx.Done():
 				return
