@@ -380,8 +380,10 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			return nil, err
 		}
 		recorder := audit.New(auditTo, name, auditSpool, log.With("service", name))
-		s.flushers = append(s.flushers, recorder.Close)
-		s.recoverSpooled(ctx, log.With("service", name), cfg.SpoolRescan, recorder.Recover)
+		if recorder != nil {
+			s.flushers = append(s.flushers, recorder.Close)
+			s.recoverSpooled(ctx, log.With("service", name), cfg.SpoolRescan, recorder.Recover)
+		}
 		srv := serve.New(name, log.With("service", name), guard, telemetry.ServerOption(s.tp),
 			grpc.ChainUnaryInterceptor(audit.UnaryServer(recorder)))
 		switch name {
