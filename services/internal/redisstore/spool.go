@@ -30,17 +30,24 @@ func (s redisSpool) Delete(ctx context.Context, key string) error {
 	return s.c.HDel(ctx, s.key, key).Err()
 }
 
-// List reads the whole hash: it holds at most what one queue bounds
-// (retryqueue.Options.Max) per replica, and is read once per start.
+// List reads the hash with HSCAN, a page at a time, so a spool grown by
+// a long outage does not hold Redis up the way one HGETALL would. A
+// record written or deleted meanwhile may be listed or not; the queue
+// reads the spool again later.
 func (s redisSpool) List(ctx context.Context) ([]retryqueue.Spooled, error) {
-	all, err := s.c.HGetAll(ctx, s.key).Result()
-	if err != nil {
+	var out []retryqueue.Spooled
+	it := s.c.HScan(ctx, s.key, 0, "", 1000).Iterator()
+	for it.Next(ctx) {
+		k := it.Val()
+		if !it.Next(ctx) {
+			break
+		}
+		out = append(out, retryqueue.Spooled{Key: k, Rec: []byte(it.Val())})
+	}
+	if err := it.Err(); err != nil {
 		return nil, err
 	}
-	out := make([]retryqueue.Spooled, 0, len(all))
-	for k, v := range all {
-		out = append(out, retryqueue.Spooled{Key: k, Rec: []byte(v)})
-	}
+	// HSCAN may return a field twice; keep one, in key order.
 	slices.SortFunc(out, func(a, b retryqueue.Spooled) int { return strings.Compare(a.Key, b.Key) })
-	return out, nil
+	return slices.CompactFunc(out, func(a, b retryqueue.Spooled) bool { return a.Key == b.Key }), nil
 }

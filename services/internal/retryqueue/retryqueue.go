@@ -5,15 +5,16 @@
 // slow, or its store is full) waits in a queue, in order, and is sent
 // again until it is taken, and records written meanwhile queue behind it
 // without waiting, so they stay in order and the writer is not held up.
-// The queue is bounded: a record that does not fit is logged as lost. It
-// is in memory, and, given a Spool, also in the service's own store while
-// it waits, so that a crash or a stop during the receiver's outage delays
-// what waits instead of losing it: the next start (of any replica on that
-// store) sends it (see Queue.Recover). Without a Spool, what still waits
-// when the service stops is logged as lost. Records must be safe to send
-// twice (the receiver stores them once by an id they carry), since a send
-// that timed out may have been taken, and a spooled record may be sent by
-// two replicas.
+// The queue in memory is bounded. Given a Spool, what waits is also kept
+// in the service's own store, so that a crash or a stop during the
+// receiver's outage delays it instead of losing it (see Queue.Recover),
+// and a record that does not fit in memory waits in the store alone,
+// to be read back once the queue in memory empties (after what queued
+// meanwhile: past the bound, order holds among those records only). Without a Spool, a record that does
+// not fit, or still waits when the service stops, is logged as lost.
+// Records must be safe to send twice (the receiver stores them once by an
+// id they carry), since a send that timed out may have been taken, and a
+// spooled record may be sent by two replicas.
 package retryqueue
 
 import (
@@ -110,6 +111,10 @@ type Queue[T any] struct {
 	opt Options[T]
 	log *slog.Logger
 
+	// recovering serializes Recover (the service's rescans and the drain
+	// reading back what overflowed).
+	recovering sync.Mutex
+
 	mu sync.Mutex
 	// queued records wait, oldest first; a goroutine sends them while it
 	// is not empty.
@@ -117,13 +122,28 @@ type Queue[T any] struct {
 	// spooled holds the spool keys of queued records (recovered ones
 	// included), so a recovery does not queue one twice.
 	spooled map[string]bool
+	// unkept holds the keys of queued records the store did not take:
+	// they are in memory only.
+	unkept map[string]bool
 	// sentDuringRecover holds the keys sent while a Recover reads the
 	// spool, which may still list them: it must not queue them again.
 	sentDuringRecover map[string]bool
+	// overflow: a record waits in the store alone (memory was full); the
+	// queue reads the store again once it empties.
+	overflow bool
+	// undecodable holds the keys of kept records this version cannot
+	// read, logged once and left in the store.
+	undecodable map[string]bool
+	// lastKey is the time part of the last spool key, which keeps keys
+	// increasing when the wall clock steps back.
+	lastKey int64
 	// lost counts records dropped since the last one logged as lost.
 	lost int
-	// closed: the service is stopping; nothing more is queued.
-	closed bool
+	// closed: the service is stopping; nothing more is queued. done ends
+	// the drain goroutine's waits; draining is closed when it returns.
+	closed   bool
+	done     chan struct{}
+	draining chan struct{}
 }
 
 // New returns a queue sending with opt.Send.
@@ -155,7 +175,7 @@ func New[T any](log *slog.Logger, opt Options[T]) *Queue[T] {
 	if opt.Spool != nil && (opt.Encode == nil || opt.Decode == nil) {
 		panic("retryqueue: a Spool needs Encode and Decode")
 	}
-	return &Queue[T]{opt: opt, log: log}
+	return &Queue[T]{opt: opt, log: log, done: make(chan struct{})}
 }
 
 // SetFirstRetry changes the first wait between tries (for tests); call it
@@ -163,15 +183,16 @@ func New[T any](log *slog.Logger, opt Options[T]) *Queue[T] {
 func (q *Queue[T]) SetFirstRetry(d time.Duration) { q.opt.FirstRetry = d }
 
 // Send sends rec, waiting at most SendWait, and not at all while records
-// are queued: it queues behind them, keeping them in order. A record the
-// receiver refuses for what it is (invalid, not allowed) is logged and
-// dropped: sending it again would not change the answer.
+// are queued: it queues behind them, keeping them in order (with a Spool,
+// it waits for the store to keep the record, at most SendWait). A record
+// the receiver refuses for what it is (invalid, not allowed) is logged
+// and dropped: sending it again would not change the answer.
 func (q *Queue[T]) Send(ctx context.Context, rec T) {
 	q.mu.Lock()
-	if len(q.queued) > 0 {
-		w, ok := q.enqueue(ctx, rec)
+	if len(q.queued) > 0 || q.overflow {
+		w, keep := q.enqueue(ctx, rec)
 		q.mu.Unlock()
-		q.spool(ctx, w, ok)
+		q.spool(ctx, w, keep)
 		return
 	}
 	q.mu.Unlock()
@@ -189,29 +210,47 @@ func (q *Queue[T]) Send(ctx context.Context, rec T) {
 	if len(q.queued) == 0 {
 		q.log.WarnContext(ctx, q.opt.What+"s wait for their receiver; sent once it is back", append(q.opt.Describe(rec), "err", err)...)
 	}
-	w, ok := q.enqueue(ctx, rec)
+	w, keep := q.enqueue(ctx, rec)
 	q.mu.Unlock()
-	q.spool(ctx, w, ok)
+	q.spool(ctx, w, keep)
 }
 
-// spool keeps a record that was just queued (or left for the next start)
-// in the Spool. It runs after
-// the record is queued, outside the lock (a slow store must not hold
-// other writers up), so the record may already be sent and its key
-// deleted: then the spool keeps a copy the next recovery sends again,
-// which the receiver stores once. A record the store does not take stays
-// queued in memory only.
+// spool keeps a record in the Spool: one just queued, one that waits in
+// the store alone, or one left for the next start. It runs outside the
+// lock (a slow store must not hold other writers up), after the record is
+// queued, so the record may already be sent and its key deleted: then the
+// spool keeps a copy the next recovery sends again, which the receiver
+// stores once. A queued record the store does not take waits in memory
+// only, and is lost if the service stops before it is sent.
 func (q *Queue[T]) spool(ctx context.Context, w waiting[T], keep bool) {
 	if !keep || w.key == "" {
 		return
 	}
 	b, err := q.opt.Encode(w.rec)
 	if err == nil {
-		err = q.opt.Spool.Put(context.WithoutCancel(ctx), w.key, b)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.opt.SendWait)
+		err = q.opt.Spool.Put(sctx, w.key, b)
+		cancel()
 	}
-	if err != nil {
-		q.log.WarnContext(ctx, q.opt.What+" not kept in the store while it waits: a crash before it is sent loses it", append(q.opt.Describe(w.rec), "err", err)...)
+	if err == nil {
+		return
 	}
+	q.mu.Lock()
+	queued := q.spooled[w.key]
+	if queued {
+		if q.unkept == nil {
+			q.unkept = map[string]bool{}
+		}
+		q.unkept[w.key] = true
+	}
+	q.mu.Unlock()
+	if !queued {
+		// Neither in memory nor in the store.
+		q.log.ErrorContext(ctx, q.opt.What+" lost: the store did not keep it", append(q.opt.Describe(w.rec), "err", err)...)
+		q.opt.Lost.Add(1)
+		return
+	}
+	q.log.WarnContext(ctx, q.opt.What+" not kept in the store while it waits: a crash before it is sent loses it", append(q.opt.Describe(w.rec), "err", err)...)
 }
 
 // unspool deletes a sent record's key from the Spool; a key left behind
@@ -227,21 +266,25 @@ func (q *Queue[T]) unspool(key string) {
 	}
 	q.mu.Lock()
 	delete(q.spooled, key)
+	delete(q.unkept, key)
 	if q.sentDuringRecover != nil {
 		q.sentDuringRecover[key] = true
 	}
 	q.mu.Unlock()
 }
 
-// Recover queues the records the Spool keeps (left by a crash or a stop
-// of this service or another replica while the receiver was out), oldest
-// first, behind what is queued now, and sends them like any other. It
-// is called once the service starts (not concurrently with itself); with
-// no Spool it does nothing.
+// Recover queues the records the Spool keeps that this queue does not
+// hold (left by a crash or a stop of this service or another replica
+// while the receiver was out, or kept in the store alone while memory
+// was full), oldest first, behind what is queued now, as many as fit,
+// and sends them like any other. The service calls it when it starts and
+// from time to time; with no Spool it does nothing.
 func (q *Queue[T]) Recover(ctx context.Context) error {
 	if q.opt.Spool == nil {
 		return nil
 	}
+	q.recovering.Lock()
+	defer q.recovering.Unlock()
 	q.mu.Lock()
 	q.sentDuringRecover = map[string]bool{}
 	q.mu.Unlock()
@@ -257,27 +300,32 @@ func (q *Queue[T]) Recover(ctx context.Context) error {
 		return nil // they stay for the next start
 	}
 	n := 0
+	q.overflow = false
 	for i, k := range kept {
-		if q.spooled[k.Key] || sent[k.Key] {
+		if q.spooled[k.Key] || sent[k.Key] || q.undecodable[k.Key] {
 			continue
 		}
 		if len(q.queued) >= q.opt.Max {
-			// The rest stay in the store for a later start.
-			q.log.WarnContext(ctx, q.opt.What+"s kept in the store stay there: too many wait", "kept", len(kept)-i)
+			// The rest stay in the store until there is room.
+			q.overflow = true
+			q.log.DebugContext(ctx, q.opt.What+"s kept in the store stay there until there is room", "kept", len(kept)-i)
 			break
 		}
 		rec, err := q.opt.Decode(k.Rec)
 		if err != nil {
 			// Not a record this version reads: leave it for one that does.
+			if q.undecodable == nil {
+				q.undecodable = map[string]bool{}
+			}
+			q.undecodable[k.Key] = true
 			q.log.ErrorContext(ctx, q.opt.What+" kept in the store does not decode; left there", "key", k.Key, "err", err)
 			continue
 		}
-		if _, ok := q.enqueueKey(ctx, k.Key, rec); ok {
-			n++
-		}
+		q.queue(waiting[T]{key: k.Key, rec: rec})
+		n++
 	}
 	if n > 0 {
-		q.log.InfoContext(ctx, q.opt.What+"s kept in the store across a restart wait for their receiver", "records", n)
+		q.log.InfoContext(ctx, q.opt.What+"s kept in the store are queued to be sent", "records", n)
 	}
 	return nil
 }
@@ -292,60 +340,76 @@ func retryable(err error) bool {
 	return true
 }
 
-// enqueue queues rec under a new spool key (none without a Spool),
-// starting the goroutine that sends the queue when it was empty; see
-// enqueueKey for what it reports. Called with mu held.
+// enqueue queues rec under a new spool key (none without a Spool). It
+// reports whether the record is to be kept in the Spool: queued; or, with
+// memory full or the queue closed, waiting in the store alone (for a
+// later Recover, or the next start). Without a Spool such a record is
+// lost. Called with mu held.
 func (q *Queue[T]) enqueue(ctx context.Context, rec T) (waiting[T], bool) {
-	key := ""
+	w := waiting[T]{rec: rec}
 	if q.opt.Spool != nil {
-		// Time first, so keys sort in the order records were queued;
-		// the random part keeps replicas sharing a spool apart.
-		key = fmt.Sprintf("%016x-%s", time.Now().UnixNano(), ids.New("rec"))
+		// Time first, so keys sort in the order records were queued
+		// (never backwards, whatever the wall clock does); the random
+		// part keeps replicas sharing a spool apart.
+		t := max(time.Now().UnixNano(), q.lastKey+1)
+		q.lastKey = t
+		w.key = fmt.Sprintf("%016x-%s", t, ids.New("rec"))
 	}
-	return q.enqueueKey(ctx, key, rec)
-}
-
-// enqueueKey is enqueue under a given key. It reports whether the record
-// is to be kept in the Spool: queued, or, once the queue is closed, left
-// there for the next start. Called with mu held.
-func (q *Queue[T]) enqueueKey(ctx context.Context, key string, rec T) (waiting[T], bool) {
-	w := waiting[T]{key: key, rec: rec}
-	if q.closed {
-		if key != "" {
-			q.log.WarnContext(ctx, q.opt.What+" not taken while the service stopped: kept in the store for its next start", q.opt.Describe(rec)...)
-			return w, true
-		}
+	switch {
+	case q.closed && w.key != "":
+		q.log.WarnContext(ctx, q.opt.What+" not taken while the service stopped: kept in the store for its next start", q.opt.Describe(rec)...)
+		return w, true
+	case q.closed:
 		q.log.ErrorContext(ctx, q.opt.What+" lost: not taken while the service stopped", q.opt.Describe(rec)...)
 		q.opt.Lost.Add(1)
 		return w, false
-	}
-	if len(q.queued) >= q.opt.Max {
+	case len(q.queued) >= q.opt.Max && w.key != "":
+		if !q.overflow {
+			q.log.WarnContext(ctx, q.opt.What+"s wait in the store alone: too many wait in memory", "waiting", len(q.queued))
+		}
+		q.overflow = true
+		return w, true
+	case len(q.queued) >= q.opt.Max:
 		if q.lost++; q.lost == 1 {
 			q.log.ErrorContext(ctx, q.opt.What+"s lost: too many wait", append(q.opt.Describe(rec), "waiting", len(q.queued))...)
 		}
 		q.opt.Lost.Add(1)
 		return w, false
 	}
-	q.queued = append(q.queued, w)
-	q.opt.Waiting.Set(float64(len(q.queued)))
-	if key != "" {
-		if q.spooled == nil {
-			q.spooled = map[string]bool{}
-		}
-		q.spooled[key] = true
-	}
-	if len(q.queued) == 1 {
-		go q.drain()
-	}
+	q.queue(w)
 	return w, true
 }
 
+// queue appends w, starting the goroutine that sends the queue when it
+// was empty. Called with mu held.
+func (q *Queue[T]) queue(w waiting[T]) {
+	q.queued = append(q.queued, w)
+	q.opt.Waiting.Set(float64(len(q.queued)))
+	if w.key != "" {
+		if q.spooled == nil {
+			q.spooled = map[string]bool{}
+		}
+		q.spooled[w.key] = true
+	}
+	if len(q.queued) == 1 {
+		q.draining = make(chan struct{})
+		go q.drain(q.draining)
+	}
+}
+
 // drain sends the queued records in order until the queue is empty,
-// waiting longer between tries while the receiver does not take them.
-func (q *Queue[T]) drain() {
+// waiting longer between tries while the receiver does not take them,
+// then reads back what waits in the store alone; it closes finished when
+// it returns.
+func (q *Queue[T]) drain(finished chan struct{}) {
+	defer close(finished)
 	wait := q.opt.FirstRetry
 	for {
-		time.Sleep(wait)
+		select {
+		case <-q.done:
+			return
+		case <-time.After(wait):
+		}
 		for {
 			q.mu.Lock()
 			if len(q.queued) == 0 || q.closed {
@@ -373,11 +437,19 @@ func (q *Queue[T]) drain() {
 			}
 			q.queued = q.queued[1:]
 			q.opt.Waiting.Set(float64(len(q.queued)))
-			empty, lost := len(q.queued) == 0, q.lost
+			empty, lost, overflow := len(q.queued) == 0, q.lost, q.overflow
 			if empty {
 				q.queued, q.lost = nil, 0
 			}
 			q.mu.Unlock()
+			if empty && overflow {
+				// What waited in the store alone comes back in order;
+				// a new drain sends it.
+				if err := q.Recover(context.Background()); err != nil {
+					q.log.Warn(q.opt.What+"s kept in the store not read back yet; read at the next rescan", "err", err)
+				}
+				return
+			}
 			if empty {
 				q.log.Info(q.opt.What+"s that waited are sent", "lost", lost)
 				return
@@ -388,28 +460,51 @@ func (q *Queue[T]) drain() {
 	}
 }
 
-// Close is called when the service stops: it sends the records still
-// waiting, until ctx ends. Those not taken stay in the Spool for the next
-// start, or, without one, are logged as lost. Records after Close are
-// sent once, not queued (with a Spool, one not taken is kept there).
+// Close is called when the service stops: it ends the sending goroutine's
+// waits and sends the records still waiting, until ctx ends. Those not
+// taken stay in the Spool for the next start, or, without one (or where
+// the store did not keep them), are logged as lost. Records after Close
+// are sent once, not queued (with a Spool, one not taken is kept there).
 func (q *Queue[T]) Close(ctx context.Context) {
 	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
 	q.closed = true
-	queued := q.queued
+	close(q.done)
+	queued, draining := q.queued, q.draining
 	q.queued = nil
 	q.opt.Waiting.Set(0)
 	q.mu.Unlock()
+	if draining != nil {
+		// A send in flight ends within SendWait.
+		select {
+		case <-draining:
+		case <-ctx.Done():
+		}
+	}
 	for i, w := range queued {
 		sctx, cancel := context.WithTimeout(ctx, q.opt.SendWait)
 		err := q.opt.Send(sctx, w.rec)
 		cancel()
 		if err != nil {
-			if q.opt.Spool != nil {
-				q.log.WarnContext(ctx, q.opt.What+"s not taken before the service stopped: kept in the store for its next start", "kept", len(queued)-i, "err", err)
-				return
+			rest := queued[i:]
+			q.mu.Lock()
+			lost := 0
+			for _, r := range rest {
+				if r.key == "" || q.unkept[r.key] {
+					lost++
+				}
 			}
-			q.log.ErrorContext(ctx, q.opt.What+"s lost: not taken before the service stopped", "lost", len(queued)-i, "err", err)
-			q.opt.Lost.Add(float64(len(queued) - i))
+			q.mu.Unlock()
+			if kept := len(rest) - lost; kept > 0 {
+				q.log.WarnContext(ctx, q.opt.What+"s not taken before the service stopped: kept in the store for its next start", "kept", kept, "err", err)
+			}
+			if lost > 0 {
+				q.log.ErrorContext(ctx, q.opt.What+"s lost: not taken before the service stopped", "lost", lost, "err", err)
+				q.opt.Lost.Add(float64(lost))
+			}
 			return
 		}
 		q.unspool(w.key)

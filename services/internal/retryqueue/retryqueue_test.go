@@ -2,6 +2,8 @@ package retryqueue_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -127,14 +129,18 @@ func TestQueueBoundAndClose(t *testing.T) {
 // these unit tests (the stores' own spools are tested on bbolt and Redis,
 // and the whole path in the suite).
 type memSpool struct {
-	mu   sync.Mutex
-	recs map[string][]byte
-	puts int
+	mu      sync.Mutex
+	recs    map[string][]byte
+	puts    int
+	failPut bool
 }
 
 func (s *memSpool) Put(_ context.Context, key string, rec []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.failPut {
+		return errors.New("store out")
+	}
 	if s.recs == nil {
 		s.recs = map[string][]byte{}
 	}
@@ -237,37 +243,73 @@ func TestSpooledRecordsSurviveARestart(t *testing.T) {
 	}
 }
 
-// A recovery takes no more than the queue's bound from the store; the
-// rest stay there, not lost, for a later start.
-func TestRecoverKeepsWhatDoesNotFit(t *testing.T) {
+// With a Spool, memory's bound loses nothing: records past it wait in
+// the store alone, and once the queue empties they are read back and
+// sent, in order; a recovery likewise takes what fits and leaves the rest
+// in the store until there is room.
+func TestSpoolHoldsWhatDoesNotFitInMemory(t *testing.T) {
 	t.Parallel()
-	sp := &memSpool{}
-	for _, rec := range []string{"a", "b", "c"} {
-		if err := sp.Put(context.Background(), "000"+rec, []byte(rec)); err != nil {
-			t.Fatal(err)
+	ctx := context.Background()
+	for _, recovered := range []bool{false, true} {
+		sp := &memSpool{}
+		r := &receiver{}
+		lost := &metric{}
+		var logs testkit.SyncBuffer
+		q := retryqueue.New(slog.New(slog.NewTextHandler(&logs, nil)), retryqueue.Options[string]{
+			What: "record", Send: r.send, Spool: sp, Max: 2, Lost: lost,
+			Encode: func(rec string) ([]byte, error) { return []byte(rec), nil },
+			Decode: func(b []byte) (string, error) { return string(b), nil },
+		})
+		q.SetFirstRetry(time.Millisecond)
+		want := []string{"a", "b", "c", "d"}
+		if recovered {
+			for i, rec := range want {
+				if err := sp.Put(ctx, fmt.Sprint(i), []byte(rec)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := q.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			for _, rec := range want {
+				q.Send(ctx, rec)
+			}
 		}
+		if got := sp.kept(); !slices.Equal(got, want) || lost.get() != 0 {
+			t.Fatalf("recovered=%v: with memory full the store keeps %v and %v were lost; want %v kept, none lost", recovered, got, lost.get(), want)
+		}
+		r.set(true)
+		deadline := time.Now().Add(10 * time.Second)
+		for (!slices.Equal(r.got(), want) || len(sp.kept()) > 0) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := r.got(); !slices.Equal(got, want) || len(sp.kept()) > 0 {
+			t.Errorf("recovered=%v: the receiver took %v and the store keeps %v; want %v taken in order, the store empty", recovered, got, sp.kept(), want)
+		}
+		q.Close(ctx)
 	}
-	r := &receiver{} // out: what is recovered waits
+}
+
+// A record the store did not keep waits in memory only: if the service
+// stops before it is sent, it is counted and logged as lost, not said to
+// be kept.
+func TestCloseCountsWhatTheStoreDidNotKeep(t *testing.T) {
+	t.Parallel()
+	sp := &memSpool{failPut: true}
+	r := &receiver{}
+	lost := &metric{}
 	var logs testkit.SyncBuffer
 	q := retryqueue.New(slog.New(slog.NewTextHandler(&logs, nil)), retryqueue.Options[string]{
-		What: "record", Send: r.send, Spool: sp, Max: 2,
+		What: "record", Send: r.send, Spool: sp, Lost: lost,
 		Encode: func(rec string) ([]byte, error) { return []byte(rec), nil },
 		Decode: func(b []byte) (string, error) { return string(b), nil },
 	})
 	q.SetFirstRetry(time.Hour)
-	if err := q.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	r.set(true)
-	q.Close(context.Background()) // sends what was recovered
-	if got := r.got(); !slices.Equal(got, []string{"a", "b"}) {
-		t.Errorf("recovered and sent %v, want the two that fit: a, b", got)
-	}
-	if got := sp.kept(); !slices.Equal(got, []string{"c"}) {
-		t.Errorf("the store keeps %v, want c for a later start", got)
-	}
-	if !strings.Contains(logs.String(), "stay there") || strings.Contains(logs.String(), "lost") {
-		t.Errorf("the log should say the rest stay in the store: %s", logs.String())
+	q.Send(context.Background(), "a")
+	q.Close(context.Background())
+	if lost.get() != 1 || !strings.Contains(logs.String(), "records lost") || strings.Contains(logs.String(), "kept in the store for its next start") {
+		t.Errorf("lost %v; log: %s; want the record counted and logged as lost", lost.get(), logs.String())
 	}
 }
 

@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"context"
-	"fmt"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -19,18 +18,21 @@ type boltSpool struct {
 	bucket string
 }
 
+// Put and Delete share group commits (Batch) with the service's other
+// writes: during an outage every queued record is a write, and they must
+// not each take the file's one writer and an fsync of their own.
 func (s boltSpool) Put(_ context.Context, key string, rec []byte) error {
-	return s.db.bolt.Update(func(t *bolt.Tx) error {
-		b, err := t.CreateBucketIfNotExists([]byte(s.bucket))
+	return s.db.Batch(func(tx *Tx) error {
+		b, err := tx.bucket(s.bucket, true)
 		if err != nil {
-			return fmt.Errorf("store: create bucket %s: %w", s.bucket, err)
+			return err
 		}
 		return b.Put([]byte(key), rec)
 	})
 }
 
 func (s boltSpool) Delete(_ context.Context, key string) error {
-	return s.db.Update(func(tx *Tx) error { return tx.Delete(s.bucket, key) })
+	return s.db.Batch(func(tx *Tx) error { return tx.Delete(s.bucket, key) })
 }
 
 func (s boltSpool) List(context.Context) ([]retryqueue.Spooled, error) {

@@ -89,7 +89,7 @@ var (
 	// EvidenceLost counts what a service had for evidence and dropped.
 	EvidenceLost = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "v0m3_evidence_records_lost_total",
-		Help: "Records a service had for the evidence service and dropped, by service and kind: past the bound of what may wait, or still waiting when a service without a store to keep them stopped.",
+		Help: "Records a service had for the evidence service and dropped, by service and kind: neither evidence nor the service's own store took them.",
 	}, []string{"service", "kind"})
 )
 
