@@ -19,6 +19,7 @@ package retryqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -99,10 +100,12 @@ type Spooled struct {
 	Rec []byte
 }
 
-// waiting is a queued record with its spool key ("" when not spooled).
+// waiting is a record with its spool key ("" when not spooled); alone
+// marks one kept in the store only (memory full, or the queue closed).
 type waiting[T any] struct {
-	key string
-	rec T
+	key   string
+	rec   T
+	alone bool
 }
 
 // Queue sends records, keeping those the receiver could not take; see the
@@ -111,9 +114,10 @@ type Queue[T any] struct {
 	opt Options[T]
 	log *slog.Logger
 
-	// recovering serializes Recover (the service's rescans and the drain
-	// reading back what overflowed).
-	recovering sync.Mutex
+	// recovering holds one token: Recover runs one at a time (the
+	// service's rescans, the drain reading back what overflowed), and a
+	// caller waiting for it gives up with its context or Close.
+	recovering chan struct{}
 
 	mu sync.Mutex
 	// queued records wait, oldest first; a goroutine sends them while it
@@ -129,8 +133,17 @@ type Queue[T any] struct {
 	// spool, which may still list them: it must not queue them again.
 	sentDuringRecover map[string]bool
 	// overflow: a record waits in the store alone (memory was full); the
-	// queue reads the store again once it empties.
-	overflow bool
+	// queue reads the store again once it empties. overflows counts the
+	// records sent to the store alone, overflowing those whose store
+	// write is still in flight: a Recover that overlapped either keeps
+	// overflow set.
+	overflow    bool
+	overflows   uint64
+	overflowing int
+	// putting counts store writes in flight; counted is set once Close
+	// has counted what it could not send.
+	putting int
+	counted bool
 	// undecodable holds the keys of kept records this version cannot
 	// read, logged once and left in the store.
 	undecodable map[string]bool
@@ -175,7 +188,9 @@ func New[T any](log *slog.Logger, opt Options[T]) *Queue[T] {
 	if opt.Spool != nil && (opt.Encode == nil || opt.Decode == nil) {
 		panic("retryqueue: a Spool needs Encode and Decode")
 	}
-	return &Queue[T]{opt: opt, log: log, done: make(chan struct{})}
+	q := &Queue[T]{opt: opt, log: log, done: make(chan struct{}), recovering: make(chan struct{}, 1)}
+	q.recovering <- struct{}{}
+	return q
 }
 
 // SetFirstRetry changes the first wait between tries (for tests); call it
@@ -232,25 +247,50 @@ func (q *Queue[T]) spool(ctx context.Context, w waiting[T], keep bool) {
 		err = q.opt.Spool.Put(sctx, w.key, b)
 		cancel()
 	}
-	if err == nil {
-		return
-	}
 	q.mu.Lock()
-	queued := q.spooled[w.key]
-	if queued {
+	q.putting--
+	if w.alone && !q.closed {
+		q.overflowing--
+	}
+	// In memory still: queued, not yet sent (Close does not forget it).
+	inMemory := !w.alone && q.spooled[w.key]
+	// A record that went to the store alone while the queue emptied is
+	// read back now, not at the next rescan.
+	readBack := w.alone && err == nil && !q.closed && len(q.queued) == 0
+	lostNow := err != nil && (w.alone || (inMemory && q.counted))
+	if err != nil && inMemory && !q.counted {
 		if q.unkept == nil {
 			q.unkept = map[string]bool{}
 		}
 		q.unkept[w.key] = true
 	}
 	q.mu.Unlock()
-	if !queued {
-		// Neither in memory nor in the store.
+	switch {
+	case readBack:
+		go q.readBack()
+	case lostNow:
 		q.log.ErrorContext(ctx, q.opt.What+" lost: the store did not keep it", append(q.opt.Describe(w.rec), "err", err)...)
 		q.opt.Lost.Add(1)
-		return
+	case err != nil && inMemory:
+		q.log.WarnContext(ctx, q.opt.What+" not kept in the store while it waits: a crash before it is sent loses it", append(q.opt.Describe(w.rec), "err", err)...)
 	}
-	q.log.WarnContext(ctx, q.opt.What+" not kept in the store while it waits: a crash before it is sent loses it", append(q.opt.Describe(w.rec), "err", err)...)
+}
+
+// readBack recovers what waits in the store alone, bounded by SendWait
+// and by Close.
+func (q *Queue[T]) readBack() {
+	ctx, cancel := context.WithTimeout(context.Background(), q.opt.SendWait)
+	defer cancel()
+	go func() {
+		select {
+		case <-q.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := q.Recover(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		q.log.Warn(q.opt.What+"s kept in the store not read back yet; read at the next rescan", "err", err)
+	}
 }
 
 // unspool deletes a sent record's key from the Spool; a key left behind
@@ -283,10 +323,17 @@ func (q *Queue[T]) Recover(ctx context.Context) error {
 	if q.opt.Spool == nil {
 		return nil
 	}
-	q.recovering.Lock()
-	defer q.recovering.Unlock()
+	select {
+	case <-q.recovering:
+		defer func() { q.recovering <- struct{}{} }()
+	case <-ctx.Done():
+		return fmt.Errorf("retryqueue: read the %ss kept in the store: %w", q.opt.What, ctx.Err())
+	case <-q.done:
+		return nil // they stay for the next start
+	}
 	q.mu.Lock()
 	q.sentDuringRecover = map[string]bool{}
+	overflows := q.overflows
 	q.mu.Unlock()
 	kept, err := q.opt.Spool.List(ctx)
 	q.mu.Lock()
@@ -300,7 +347,9 @@ func (q *Queue[T]) Recover(ctx context.Context) error {
 		return nil // they stay for the next start
 	}
 	n := 0
-	q.overflow = false
+	// What overflowed while the store was read, or is still being
+	// written, may not be in kept: read again then.
+	q.overflow = q.overflows != overflows || q.overflowing > 0
 	for i, k := range kept {
 		if q.spooled[k.Key] || sent[k.Key] || q.undecodable[k.Key] {
 			continue
@@ -358,6 +407,8 @@ func (q *Queue[T]) enqueue(ctx context.Context, rec T) (waiting[T], bool) {
 	switch {
 	case q.closed && w.key != "":
 		q.log.WarnContext(ctx, q.opt.What+" not taken while the service stopped: kept in the store for its next start", q.opt.Describe(rec)...)
+		q.putting++
+		w.alone = true
 		return w, true
 	case q.closed:
 		q.log.ErrorContext(ctx, q.opt.What+" lost: not taken while the service stopped", q.opt.Describe(rec)...)
@@ -368,6 +419,10 @@ func (q *Queue[T]) enqueue(ctx context.Context, rec T) (waiting[T], bool) {
 			q.log.WarnContext(ctx, q.opt.What+"s wait in the store alone: too many wait in memory", "waiting", len(q.queued))
 		}
 		q.overflow = true
+		q.overflows++
+		q.overflowing++
+		q.putting++
+		w.alone = true
 		return w, true
 	case len(q.queued) >= q.opt.Max:
 		if q.lost++; q.lost == 1 {
@@ -377,6 +432,9 @@ func (q *Queue[T]) enqueue(ctx context.Context, rec T) (waiting[T], bool) {
 		return w, false
 	}
 	q.queue(w)
+	if w.key != "" {
+		q.putting++
+	}
 	return w, true
 }
 
@@ -445,9 +503,7 @@ func (q *Queue[T]) drain(finished chan struct{}) {
 			if empty && overflow {
 				// What waited in the store alone comes back in order;
 				// a new drain sends it.
-				if err := q.Recover(context.Background()); err != nil {
-					q.log.Warn(q.opt.What+"s kept in the store not read back yet; read at the next rescan", "err", err)
-				}
+				q.readBack()
 				return
 			}
 			if empty {
@@ -490,7 +546,9 @@ func (q *Queue[T]) Close(ctx context.Context) {
 		cancel()
 		if err != nil {
 			rest := queued[i:]
+			q.awaitPuts(ctx)
 			q.mu.Lock()
+			q.counted = true
 			lost := 0
 			for _, r := range rest {
 				if r.key == "" || q.unkept[r.key] {
@@ -508,5 +566,24 @@ func (q *Queue[T]) Close(ctx context.Context) {
 			return
 		}
 		q.unspool(w.key)
+	}
+}
+
+// awaitPuts waits, until ctx ends, for the store writes in flight, so
+// that Close counts a record whose write fails as lost, not kept. (A
+// write that fails later counts itself, see spool.)
+func (q *Queue[T]) awaitPuts(ctx context.Context) {
+	for {
+		q.mu.Lock()
+		n := q.putting
+		q.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }

@@ -357,3 +357,105 @@ func TestQueueMetrics(t *testing.T) {
 		t.Errorf("after a stop with f waiting: waiting %v, lost %v; want 0 and 3", waiting.get(), lost.get())
 	}
 }
+
+// gateSpool is a memSpool whose Put of one record waits for a gate, and
+// whose List can hang until its context ends.
+type gateSpool struct {
+	memSpool
+	gateRec  string
+	gate     chan struct{}
+	listHang chan struct{}
+}
+
+func (s *gateSpool) Put(ctx context.Context, key string, rec []byte) error {
+	if string(rec) == s.gateRec {
+		<-s.gate
+	}
+	return s.memSpool.Put(ctx, key, rec)
+}
+
+func (s *gateSpool) List(ctx context.Context) ([]retryqueue.Spooled, error) {
+	if s.listHang != nil {
+		select {
+		case <-s.listHang:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.memSpool.List(ctx)
+}
+
+func gateQueue(r *receiver, sp retryqueue.Spool) *retryqueue.Queue[string] {
+	q := retryqueue.New(nil, retryqueue.Options[string]{
+		What: "record", Send: r.send, Spool: sp, Max: 1,
+		Encode: func(rec string) ([]byte, error) { return []byte(rec), nil },
+		Decode: func(b []byte) (string, error) { return string(b), nil },
+	})
+	q.SetFirstRetry(time.Millisecond)
+	return q
+}
+
+// eventually polls cond; the bound only keeps a broken build from hanging.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never reached: %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// A record that overflowed memory and whose store write lands after the
+// queue emptied (and read the store back without it) is sent then, not
+// stranded in the store until the service's next rescan.
+func TestOverflowWrittenLateIsStillSent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sp := &gateSpool{gateRec: "b", gate: make(chan struct{})}
+	r := &receiver{}
+	q := gateQueue(r, sp)
+	defer q.Close(ctx)
+	q.Send(ctx, "a") // queued: memory is full
+	sent := make(chan struct{})
+	go func() { q.Send(ctx, "b"); close(sent) }() // to the store alone; its write waits
+	r.set(true)
+	eventually(t, "a sent", func() bool { return slices.Equal(r.got(), []string{"a"}) })
+	close(sp.gate)
+	<-sent
+	eventually(t, "b sent without another Send or a rescan", func() bool { return slices.Equal(r.got(), []string{"a", "b"}) })
+	eventually(t, "the store emptied", func() bool { return len(sp.kept()) == 0 })
+}
+
+// A Recover hanging on a slow store holds up neither the queue's own
+// read-back nor Close: Close returns while the store still hangs.
+func TestCloseDoesNotWaitForAHangingRecover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sp := &gateSpool{}
+	r := &receiver{}
+	q := gateQueue(r, sp)
+	q.Send(ctx, "a") // queued
+	q.Send(ctx, "b") // in the store alone
+	sp.listHang = make(chan struct{})
+	defer close(sp.listHang)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = q.Recover(rctx) }() // the service's rescan, hanging
+	r.set(true)                         // a is sent; the read-back of b waits behind the rescan
+	eventually(t, "a sent", func() bool { return slices.Contains(r.got(), "a") })
+	closed := make(chan struct{})
+	go func() { q.Close(ctx); close(closed) }()
+	eventually(t, "Close returned while the store hangs", func() bool {
+		select {
+		case <-closed:
+			return true
+		default:
+			return false
+		}
+	})
+	if got := sp.kept(); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("after Close the store keeps %v, want b for the next start", got)
+	}
+}
