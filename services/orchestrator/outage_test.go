@@ -34,6 +34,7 @@ func TestStoreOutageIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	redis.Sync(t) // what was written before the crash must survive it
 	if err := redis.Kill(); err != nil {
 		t.Fatal(err)
 	}

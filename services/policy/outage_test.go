@@ -58,6 +58,7 @@ func TestStoreOutageIsUnavailable(t *testing.T) {
 		}},
 	}
 
+	redis.Sync(t) // what was written before the crash must survive it
 	if err := redis.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -121,13 +121,34 @@ func (s *Server) Stop() error {
 	return s.stopLocked(syscall.SIGTERM)
 }
 
-// Kill stops the server abruptly (SIGKILL), as a crash would: what Redis
-// wrote to the append-only file is in the OS page cache and survives, only
-// an OS crash could lose the last second.
+// Kill stops the server abruptly (SIGKILL), as a crash would. With
+// appendfsync everysec, Redis may still hold the last writes in memory
+// (it postpones writing the append-only file for up to 2 s while an fsync
+// is slow, as under load), and a crash loses them, in production too: a
+// test whose writes must survive the crash calls Sync first.
 func (s *Server) Kill() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stopLocked(syscall.SIGKILL)
+}
+
+// Sync makes every write the server acknowledged so far durable in its
+// append-only file, as a test needs before Kill when the writes must
+// survive: a write under appendfsync always flushes and fsyncs everything
+// before it (Redis 7.0 has no WAITAOF).
+func (s *Server) Sync(t testing.TB) {
+	t.Helper()
+	c := Client(t, s.Addr)
+	ctx := context.Background()
+	for _, err := range []error{
+		c.ConfigSet(ctx, "appendfsync", "always").Err(),
+		c.Set(ctx, "redistest:sync", time.Now().UnixNano(), 0).Err(),
+		c.ConfigSet(ctx, "appendfsync", "everysec").Err(),
+	} {
+		if err != nil {
+			t.Fatalf("redistest: sync the append-only file: %v", err)
+		}
+	}
 }
 
 // Restart stops the server gracefully and starts it again on the same
