@@ -634,14 +634,14 @@ func TestCancellationReachesAStdioServer(t *testing.T) {
 		resp, err := e.srv.Execute(ctx, granted(t, call(t, conn, "slow", map[string]any{"ms": 10 * 60 * 1000}, nil)))
 		done <- result{resp, err}
 	}()
-	eventually(t, "the stdio server receives the call", func() bool { return logged("tools/call") })
+	testkit.Eventually(t, "the stdio server receives the call", func() bool { return logged("tools/call") })
 	cancel()
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	wantFailure(t, r.resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeCancelled)
-	eventually(t, "notifications/cancelled reaches the stdio server", func() bool { return logged("notifications/cancelled") })
+	testkit.Eventually(t, "notifications/cancelled reaches the stdio server", func() bool { return logged("notifications/cancelled") })
 }
 
 // TestElicitationAcceptDefaults: under a mapping with

@@ -403,7 +403,7 @@ func TestListsThatNeverSettle(t *testing.T) {
 	if r := execute(t, e, call(t, conn, "echo", map[string]any{}, nil)); r.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
 		t.Fatalf("outcome %v %v", r.GetOutcome(), r.GetError())
 	}
-	eventually(t, "the session of a server whose lists never settle is closed", func() bool {
+	testkit.Eventually(t, "the session of a server whose lists never settle is closed", func() bool {
 		return e.srv.pool.stats().Sessions == 0 && e.srv.ProcessesLive() == 0
 	})
 	e.policy.mu.Lock()

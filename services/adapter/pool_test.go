@@ -26,21 +26,8 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/fixture"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
-
-// eventually waits, polling, until cond holds; it fails the test only if
-// cond never holds within a generous bound (a wait for an event, not an
-// assertion about speed).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // serverPID calls the fixture's pid tool: which process answered.
 func serverPID(t *testing.T, e *env, conn *registryv1.Connection) int {
@@ -167,7 +154,7 @@ func TestSessionRestartsAfterCrash(t *testing.T) {
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the killed server is reaped", func() bool { return gone(first) })
+	testkit.Eventually(t, "the killed server is reaped", func() bool { return gone(first) })
 	second := serverPID(t, e, conn)
 	if second == first {
 		t.Fatalf("answered by the killed process %d", first)
@@ -204,7 +191,7 @@ func TestNewRevisionDrains(t *testing.T) {
 		}
 		slow <- resp
 	}()
-	eventually(t, "the slow call is in flight", func() bool { return e.srv.pool.stats().InFlight == 1 })
+	testkit.Eventually(t, "the slow call is in flight", func() bool { return e.srv.pool.stats().InFlight == 1 })
 
 	// Rotation: revision 2 with another credential.
 	conn2 := e.registry.add(&registryv1.Connection{Id: conn1.GetId(), ConfigRevision: 2, Transport: base.GetTransport(), CredentialRef: ref2})
@@ -226,8 +213,8 @@ func TestNewRevisionDrains(t *testing.T) {
 	if r := <-slow; r.GetOutcome() != adapterv1.Outcome_OUTCOME_OK || textOf(t, r) != "done" {
 		t.Errorf("the in-flight call on revision 1: %v", r)
 	}
-	eventually(t, "the drained revision 1 process ends", func() bool { return gone(pid1) })
-	eventually(t, "only the revision 2 session stays", func() bool { return e.srv.pool.stats().Sessions == 1 })
+	testkit.Eventually(t, "the drained revision 1 process ends", func() bool { return gone(pid1) })
+	testkit.Eventually(t, "only the revision 2 session stays", func() bool { return e.srv.pool.stats().Sessions == 1 })
 	if got := serverPID(t, e, conn2); got != pid2 {
 		t.Errorf("revision 2 answered by %d, want %d", got, pid2)
 	}
@@ -269,7 +256,7 @@ func TestSessionFollowsServingRevision(t *testing.T) {
 	if pid2 := serverPID(t, e, served); pid2 == pid1 {
 		t.Fatalf("revision 2 ran on the revision 1 process %d", pid1)
 	}
-	eventually(t, "the revision 1 session ends", func() bool { return gone(pid1) })
+	testkit.Eventually(t, "the revision 1 session ends", func() bool { return gone(pid1) })
 	if st := e.srv.pool.stats(); st.Sessions != 1 {
 		t.Errorf("pool %+v, want only the revision 2 session", st)
 	}
@@ -313,7 +300,7 @@ func TestLimitsPerCallOnASharedSession(t *testing.T) {
 				}
 				held <- resp
 			}()
-			eventually(t, "the large-limit call is in flight", func() bool {
+			testkit.Eventually(t, "the large-limit call is in flight", func() bool {
 				e.srv.pool.mu.Lock()
 				defer e.srv.pool.mu.Unlock()
 				p := e.srv.pool.current[conn.GetId()]
@@ -384,7 +371,7 @@ func TestConcurrencyBound(t *testing.T) {
 		}
 		held <- resp
 	}()
-	eventually(t, "the first call is in flight", func() bool { return e.srv.pool.stats().InFlight == 1 })
+	testkit.Eventually(t, "the first call is in flight", func() bool { return e.srv.pool.stats().InFlight == 1 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -437,7 +424,7 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 			t.Errorf("a call in flight at Close succeeded")
 		}
 	})
-	eventually(t, "the call is in flight", func() bool { return e.srv.pool.stats().InFlight == 1 })
+	testkit.Eventually(t, "the call is in flight", func() bool { return e.srv.pool.stats().InFlight == 1 })
 	if err := e.srv.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -467,8 +454,8 @@ func TestIdleSessionCloses(t *testing.T) {
 	e := newEnvWith(t, nil, func(d *Deps) { d.Sessions.IdleTimeout = 20 * time.Millisecond })
 	conn := e.stdioConn("--hostile")
 	pid := serverPID(t, e, conn)
-	eventually(t, "the idle session closes", func() bool { return e.srv.pool.stats().Sessions == 0 })
-	eventually(t, "its process ends", func() bool { return gone(pid) })
+	testkit.Eventually(t, "the idle session closes", func() bool { return e.srv.pool.stats().Sessions == 0 })
+	testkit.Eventually(t, "its process ends", func() bool { return gone(pid) })
 	if got := serverPID(t, e, conn); got == pid {
 		t.Errorf("answered by the closed process %d", pid)
 	}
@@ -493,7 +480,7 @@ func TestListChangedRediscovers(t *testing.T) {
 				t.Fatalf("search: %v", resp)
 			}
 			var snap *registryv1.DiscoverySnapshot
-			eventually(t, "a snapshot is recorded", func() bool {
+			testkit.Eventually(t, "a snapshot is recorded", func() bool {
 				e.registry.mu.Lock()
 				defer e.registry.mu.Unlock()
 				if len(e.registry.snapshots) > 0 {
@@ -564,7 +551,7 @@ func TestCloseDoesNotHoldTheCall(t *testing.T) {
 	wantFailure(t, resp, adapterv1.Outcome_OUTCOME_UNKNOWN, CodeDeadlineExceeded)
 	// The abandoned session is closed in the background: its DELETE
 	// reaches the server and is held there, after Execute returned.
-	eventually(t, "the abandoned session's close reaches the server", func() bool { return deletes.Load() == 1 })
+	testkit.Eventually(t, "the abandoned session's close reaches the server", func() bool { return deletes.Load() == 1 })
 	// A new call gets a new session and is not held either.
 	if r := execute(t, e, call(t, conn, "pid", map[string]any{}, nil)); r.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
 		t.Errorf("next call: %v", r)
@@ -586,7 +573,7 @@ func TestRetiredConnectionEndsItsSession(t *testing.T) {
 	if _, err := e.srv.Execute(context.Background(), granted(t, call(t, conn, "pid", map[string]any{}, nil))); !apierror.Is(err, codes.FailedPrecondition, "CONNECTION_RETIRED") {
 		t.Fatalf("call on a retired connection: %v", err)
 	}
-	eventually(t, "the retired connection's process ends", func() bool { return gone(pid) })
+	testkit.Eventually(t, "the retired connection's process ends", func() bool { return gone(pid) })
 	if got := e.srv.procStarts.Load(); got != 1 {
 		t.Errorf("%d processes started, want 1", got)
 	}

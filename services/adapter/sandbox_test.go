@@ -138,7 +138,7 @@ func pidOf(t *testing.T, name string) int {
 	t.Helper()
 	want := escapeBin + "\x00--name=" + name + "\x00"
 	pid := 0
-	eventually(t, "a process runs the escape server "+name, func() bool {
+	testkit.Eventually(t, "a process runs the escape server "+name, func() bool {
 		pid = findPID(want)
 		return pid != 0
 	})
@@ -232,7 +232,7 @@ func TestSandboxHostileChild(t *testing.T) {
 	// SIGUSR1 releases the victim only once it listens for it (before it
 	// answers initialize; until then the signal would kill it): its call
 	// is in flight once its session is open.
-	eventually(t, "the victim's call is in flight", func() bool { return e.srv.pool.stats().InFlight == 1 })
+	testkit.Eventually(t, "the victim's call is in flight", func() bool { return e.srv.pool.stats().InFlight == 1 })
 	if err := syscall.Kill(victimPID, syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 var (
@@ -63,7 +65,7 @@ func abortDuringWrite(t *testing.T, msg []byte, kind writeKind, notice bool) {
 		_, err := w.Write(msg)
 		wrote <- err
 	}()
-	eventually(t, "the write is in progress", func() bool {
+	testkit.Eventually(t, "the write is in progress", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return w.writing == kind
@@ -208,7 +210,7 @@ func TestRequestCutBeforeItsNewlineIsSent(t *testing.T) {
 				n, _ := w.Write(req)
 				wrote <- n
 			}()
-			eventually(t, "the request write is in progress", func() bool {
+			testkit.Eventually(t, "the request write is in progress", func() bool {
 				w.mu.Lock()
 				defer w.mu.Unlock()
 				return w.writing == writeMessage

@@ -266,9 +266,9 @@ func TestErrorContract(t *testing.T) {
 	}
 	// Retried once Redis is back, the same reads succeed.
 	for _, r := range down[1:] {
-		waitUntil(t, r.name+" answered once Redis is back", func() bool { _, err := r.call(context.Background()); return err == nil })
+		testkit.Eventually(t, r.name+" answered once Redis is back", func() bool { _, err := r.call(context.Background()); return err == nil })
 	}
-	waitUntil(t, "the audit record of the connection refused while Redis was down", func() bool {
+	testkit.Eventually(t, "the audit record of the connection refused while Redis was down", func() bool {
 		l, err := s.Evidence.ListAuditRecords(w.as(scenario.Auditor), &evidencev1.ListAuditRecordsRequest{
 			Action: audit.ConnectionCreate, Principal: scenario.Integrator.ID, PageSize: 1000})
 		if err != nil {

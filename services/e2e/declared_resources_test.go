@@ -70,7 +70,7 @@ func TestDeclaredReadProjectFileFromResources(t *testing.T) {
 				}
 			}
 			// The operator, not the test, puts them into the registry.
-			waitUntil(t, "the operator registers read_project_file and project_reading", func() bool {
+			testkit.Eventually(t, "the operator registers read_project_file and project_reading", func() bool {
 				c, err := w.s.Registry.GetCapability(as(w.s, scenario.Alice), &registryv1.GetCapabilityRequest{Name: "read_project_file"})
 				if err != nil {
 					return false
@@ -178,17 +178,4 @@ func rawExtension(t *testing.T, v any) runtime.RawExtension {
 		t.Fatal(err)
 	}
 	return runtime.RawExtension{Raw: b}
-}
-
-// waitUntil polls until cond holds, for events a test waits on but does
-// not cause; the deadline only bounds a broken run.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

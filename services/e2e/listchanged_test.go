@@ -33,7 +33,7 @@ func TestListChangedSendsMappingToReview(t *testing.T) {
 
 	// Waiting for an event the test does not cause: the server's own
 	// change. The bound is generous; nothing here measures speed.
-	waitUntil(t, "the mapping to need review after the server changed its tool", func() bool {
+	testkit.Eventually(t, "the mapping to need review after the server changed its tool", func() bool {
 		return w.mappingNow().GetState() == registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED
 	})
 	snaps, err := w.s.Registry.ListSnapshots(ctx, &registryv1.ListSnapshotsRequest{ConnectionId: w.conn.GetId()})

@@ -123,7 +123,7 @@ func TestOperatorRotationServesThroughout(t *testing.T) {
 		}
 		return c
 	}
-	waitUntil(t, "the operator registers the server", func() bool { return server().Status.ConnectionID != "" })
+	testkit.Eventually(t, "the operator registers the server", func() bool { return server().Status.ConnectionID != "" })
 	if _, err := w.s.Registry.ReviewConnection(w.as(scenario.Reviewer), &registryv1.ReviewConnectionRequest{
 		ConnectionId: connection().GetId(), ConfigRevision: 1, Approve: true}); err != nil {
 		t.Fatalf("review connection: %v", err)
@@ -134,7 +134,7 @@ func TestOperatorRotationServesThroughout(t *testing.T) {
 			return startPod(t, "fixture-server", "--upstream-credentials", upstream, "--credential-file", cred, "--call-log", callLog)
 		}}
 	first := kl.rollOut(1)
-	waitUntil(t, "revision 1 serving", func() bool { return server().Status.ServingConfigRevision == 1 })
+	testkit.Eventually(t, "revision 1 serving", func() bool { return server().Status.ServingConfigRevision == 1 })
 	w.conn = connection()
 	w.snap = w.discover()
 	w.mapping = w.review(w.propose("", w.snap, "search", "query"))
@@ -181,7 +181,7 @@ func TestOperatorRotationServesThroughout(t *testing.T) {
 	readAfter := func(what string) {
 		t.Helper()
 		n := succeeded.Load()
-		waitUntil(t, "a read after "+what, func() bool { return succeeded.Load() >= n+2 })
+		testkit.Eventually(t, "a read after "+what, func() bool { return succeeded.Load() >= n+2 })
 	}
 	readAfter("the first rollout")
 
@@ -192,13 +192,13 @@ func TestOperatorRotationServesThroughout(t *testing.T) {
 	if err := k8s.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "config revision 2 registered", func() bool { return connection().GetConfigRevision() == 2 })
+	testkit.Eventually(t, "config revision 2 registered", func() bool { return connection().GetConfigRevision() == 2 })
 	if c := connection(); c.GetServingConfigRevision() != 1 {
 		t.Fatalf("before the new pod is available the registry serves revision %d, want 1", c.GetServingConfigRevision())
 	}
 	readAfter("revision 2 was registered, before its pod runs")
 	second := kl.rollOut(2)
-	waitUntil(t, "revision 2 serving", func() bool {
+	testkit.Eventually(t, "revision 2 serving", func() bool {
 		return connection().GetServingConfigRevision() == 2 && server().Status.ServingConfigRevision == 2
 	})
 	readAfter("revision 2 serves")
@@ -218,11 +218,11 @@ func TestOperatorRotationServesThroughout(t *testing.T) {
 	if err := k8s.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "config revision 3 registered", func() bool { return connection().GetConfigRevision() == 3 })
+	testkit.Eventually(t, "config revision 3 registered", func() bool { return connection().GetConfigRevision() == 3 })
 	if third := kl.rollOut(3); third != nil {
 		t.Fatalf("a pod holding a refused credential became ready")
 	}
-	waitUntil(t, "the rotation to revision 3 fails", func() bool {
+	testkit.Eventually(t, "the rotation to revision 3 fails", func() bool {
 		c := meta.FindStatusCondition(server().Status.Conditions, v1alpha1.ConditionServing)
 		return c != nil && c.Reason == v1alpha1.ReasonRotationFailed
 	})
@@ -236,7 +236,7 @@ func TestOperatorRotationServesThroughout(t *testing.T) {
 	if s.Status.Rotation == nil || s.Status.Rotation.ToRevision != 3 || s.Status.Rotation.Failure == "" {
 		t.Errorf("rotation status %+v; want 2 -> 3 failed with a reason", s.Status.Rotation)
 	}
-	waitUntil(t, "a RotationFailed event", func() bool {
+	testkit.Eventually(t, "a RotationFailed event", func() bool {
 		var list eventsv1.EventList
 		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return false
@@ -416,7 +416,7 @@ func (k *kubelet) rollOut(rev int64) *pod {
 	t.Helper()
 	ctx := context.Background()
 	var d appsv1.Deployment
-	waitUntil(t, fmt.Sprintf("the pod template at config revision %d", rev), func() bool {
+	testkit.Eventually(t, fmt.Sprintf("the pod template at config revision %d", rev), func() bool {
 		return k.k8s.Get(ctx, k.key, &d) == nil && d.Spec.Template.Annotations[controller.AnnotationConfigRevision] == fmt.Sprint(rev)
 	})
 	var sec corev1.Secret
@@ -578,7 +578,7 @@ func TestOperatorRotationInvalidatesApprovals(t *testing.T) {
 		}
 		return conn
 	}
-	waitUntil(t, "the operator registers the renderer", func() bool { return status().ConnectionID != "" })
+	testkit.Eventually(t, "the operator registers the renderer", func() bool { return status().ConnectionID != "" })
 	if _, err := s.Registry.ReviewConnection(c.as(scenario.Reviewer), &registryv1.ReviewConnectionRequest{
 		ConnectionId: connection().GetId(), ConfigRevision: 1, Approve: true}); err != nil {
 		t.Fatalf("review connection: %v", err)
@@ -590,7 +590,7 @@ func TestOperatorRotationInvalidatesApprovals(t *testing.T) {
 			return startPod(t, "fixture-renderer", "--work-dir", env.workDir, "--call-log", env.callLog)
 		}}
 	kl.rollOut(1)
-	waitUntil(t, "revision 1 serving", func() bool { return status().ServingConfigRevision == 1 })
+	testkit.Eventually(t, "revision 1 serving", func() bool { return status().ServingConfigRevision == 1 })
 	env.conn = connection()
 	mapRenderer(t, c, env)
 	task := startPreviewTask(t, c).GetTask().GetId()
@@ -601,7 +601,7 @@ func TestOperatorRotationInvalidatesApprovals(t *testing.T) {
 	if err := k8s.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "config revision 2 registered", func() bool { return connection().GetConfigRevision() == 2 })
+	testkit.Eventually(t, "config revision 2 registered", func() bool { return connection().GetConfigRevision() == 2 })
 	if got := connection().GetServingConfigRevision(); got != 1 {
 		t.Fatalf("before the new pod is available the registry serves revision %d, want 1", got)
 	}
@@ -615,7 +615,7 @@ func TestOperatorRotationInvalidatesApprovals(t *testing.T) {
 	}
 
 	kl.rollOut(2)
-	waitUntil(t, "revision 2 serving", func() bool {
+	testkit.Eventually(t, "revision 2 serving", func() bool {
 		return connection().GetServingConfigRevision() == 2 && status().ServingConfigRevision == 2
 	})
 	_, err = approve(c, bound.GetId(), documentDigest)

@@ -15,6 +15,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/redistest"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // TestStoreOutageIsUnavailable: with the orchestrator's Redis down, a
@@ -71,7 +72,7 @@ func TestStoreOutageIsUnavailable(t *testing.T) {
 	if err := redis.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the task readable once Redis is back", func() bool {
+	testkit.Eventually(t, "the task readable once Redis is back", func() bool {
 		got, err := h.client.GetTask(t.Context(), &orchestratorv1.GetTaskRequest{Id: task.GetId()})
 		return err == nil && got.GetId() == task.GetId()
 	})
@@ -112,7 +113,7 @@ func TestStoreBlinkAfterARequestIsRecordedLeavesItForRecovery(t *testing.T) {
 	wantErr(t, err, codes.Unavailable, apierror.ReasonStoreUnavailable)
 	id := requestOfCall(t, h, cat.GetTaskId(), "call_1").GetId()
 	var r *orchestratorv1.ToolRequest
-	waitFor(t, "the request settled", func() bool {
+	testkit.Eventually(t, "the request settled", func() bool {
 		if r, err = h.client.GetRequest(t.Context(), &orchestratorv1.GetRequestRequest{Id: id}); err != nil {
 			t.Fatal(err)
 		}

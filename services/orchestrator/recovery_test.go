@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // killAt is a fail point that stops the server once at one point, as if
@@ -194,7 +195,7 @@ func TestRecoveryRefusesARequestOverBudget(t *testing.T) {
 	id := requestOfCall(t, h, cat.GetTaskId(), "call_1").GetId()
 
 	var got *orchestratorv1.ToolRequest
-	waitFor(t, "the request decided again", func() bool {
+	testkit.Eventually(t, "the request decided again", func() bool {
 		got, err = h.client.GetRequest(t.Context(), &orchestratorv1.GetRequestRequest{Id: id})
 		if err != nil {
 			t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/redistest"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // unknownRender approves a render that ends FAILED / UNKNOWN: the render
@@ -29,18 +30,6 @@ func unknownRender(t *testing.T, h *previewHarness, taskID, callID string) *orch
 		t.Fatalf("approve = %v, %v; want FAILED / UNKNOWN after one attempt", got, err)
 	}
 	return got
-}
-
-// waitFor polls cond until it holds, failing after a generous deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func settlements(h *previewHarness, taskID, requestID string) []*evidencev1.ProductEvent {
@@ -92,7 +81,7 @@ func TestUnknownOutcomeSettledByTheServersStatusOnceItIsBack(t *testing.T) {
 
 			// Revisited on a schedule while the status is down: asked
 			// again, still unknown, nothing rendered again.
-			waitFor(t, "the status asked again", func() bool { return h.statuses.Load() >= 3 })
+			testkit.Eventually(t, "the status asked again", func() bool { return h.statuses.Load() >= 3 })
 			cur, err := h.server.st.GetRequest(t.Context(), r.GetId())
 			if err != nil {
 				t.Fatal(err)
@@ -125,7 +114,7 @@ func TestUnknownOutcomeSettledByTheServersStatusOnceItIsBack(t *testing.T) {
 			} else if rc != nil || got.GetArtifactDigest() != "" {
 				t.Errorf("not executed, yet receipt %v artifact %q", rc, got.GetArtifactDigest())
 			}
-			waitFor(t, "the settlement told in events and trace", func() bool {
+			testkit.Eventually(t, "the settlement told in events and trace", func() bool {
 				return slices.Contains(eventTypesOf(t, h, task.GetId(), r.GetId()), "request.settled") &&
 					len(settlements(h, task.GetId(), r.GetId())) == 1
 			})
@@ -224,7 +213,7 @@ func TestSettleRequestByHand(t *testing.T) {
 		got.GetArtifactDigest() != digest || len(got.GetAttempts()) != 1 || !strings.Contains(got.GetAttempts()[0].GetResolution(), "settled by hand by carol") {
 		t.Fatalf("settled = %v", got)
 	}
-	waitFor(t, "the settlement told in events and trace", func() bool {
+	testkit.Eventually(t, "the settlement told in events and trace", func() bool {
 		return slices.Contains(eventTypesOf(t, h, task.GetId(), r.GetId()), "request.settled") && len(settlements(h, task.GetId(), r.GetId())) == 1
 	})
 	if ev := settlements(h, task.GetId(), r.GetId())[0]; ev.GetReason() != "SETTLED_BY_HAND" || !strings.Contains(ev.GetDetail(), "carol") || !strings.Contains(ev.GetDetail(), digest) {

@@ -9,6 +9,7 @@ import (
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // heldDeletes is a Store whose first DeleteTraceOutbox waits for release,
@@ -84,7 +85,7 @@ func TestDeliveredEntriesAreSweptOffTheCallsPath(t *testing.T) {
 	traced := len(h.evidence.product(task))
 	close(st.release)
 
-	waitFor(t, "the outbox emptied", func() bool {
+	testkit.Eventually(t, "the outbox emptied", func() bool {
 		rest, err := h.server.st.ListTraceOutbox(t.Context(), 100)
 		return err == nil && len(rest) == 0
 	})

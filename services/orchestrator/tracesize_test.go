@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
@@ -132,7 +133,7 @@ func TestTraceEventsWaitInTheOutboxWhileEvidenceIsDown(t *testing.T) {
 	}
 
 	h.evidence.tracesDown.Store(false)
-	waitFor(t, "the outbox delivered", func() bool { return len(h.evidence.product("task_o")) >= 10 })
+	testkit.Eventually(t, "the outbox delivered", func() bool { return len(h.evidence.product("task_o")) >= 10 })
 	got := h.evidence.product("task_o")
 	if len(got) != 10 {
 		t.Fatalf("delivered %d events, want 10 exactly once", len(got))
@@ -142,7 +143,7 @@ func TestTraceEventsWaitInTheOutboxWhileEvidenceIsDown(t *testing.T) {
 			t.Fatalf("event %d is %q: out of order", i, ev.GetDetail())
 		}
 	}
-	waitFor(t, "the outbox emptied", func() bool {
+	testkit.Eventually(t, "the outbox emptied", func() bool {
 		rest, err := h.server.st.ListTraceOutbox(t.Context(), 100)
 		return err == nil && len(rest) == 0
 	})
@@ -162,7 +163,7 @@ func TestRedeliveredTraceKeepsItsDeliveryIDs(t *testing.T) {
 		h.server.trace(ctx, "task_r", &evidencev1.ProductEvent{Detail: fmt.Sprint(i)})
 	}
 	h.server.flush(ctx)
-	waitFor(t, "the outbox delivered again", func() bool { return len(h.evidence.product("task_r")) >= 6 })
+	testkit.Eventually(t, "the outbox delivered again", func() bool { return len(h.evidence.product("task_r")) >= 6 })
 	h.evidence.mu.Lock()
 	got := slices.Clone(h.evidence.traces["task_r"])
 	h.evidence.mu.Unlock()
@@ -207,7 +208,7 @@ func TestInvalidTraceEventDoesNotHoldTheOthersBack(t *testing.T) {
 
 	want := []string{"00", "01", "03"}
 	for _, task := range []string{"task_direct", "task_outbox"} {
-		waitFor(t, task+" delivered", func() bool { return len(h.evidence.product(task)) >= len(want) })
+		testkit.Eventually(t, task+" delivered", func() bool { return len(h.evidence.product(task)) >= len(want) })
 		var got []string
 		for _, ev := range h.evidence.product(task) {
 			got = append(got, ev.GetDetail())
@@ -218,7 +219,7 @@ func TestInvalidTraceEventDoesNotHoldTheOthersBack(t *testing.T) {
 	}
 	// The outbox loop, not only the store, knows it is empty (it finds
 	// so on its next read, after its last delete).
-	waitFor(t, "the outbox emptied", func() bool {
+	testkit.Eventually(t, "the outbox emptied", func() bool {
 		rest, err := h.server.st.ListTraceOutbox(t.Context(), 100)
 		return err == nil && len(rest) == 0 && !h.server.outboxPending.Load()
 	})

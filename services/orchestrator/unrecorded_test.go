@@ -9,6 +9,7 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // A read whose observation evidence could not record is neither failed
@@ -82,7 +83,7 @@ func wantAwaitingObservation(t *testing.T, h *harness, id string) {
 	var r *orchestratorv1.ToolRequest
 	// Waits for the state the call that failed persists (the caller may
 	// have stopped waiting before it did).
-	waitFor(t, "the request awaiting its observation", func() bool {
+	testkit.Eventually(t, "the request awaiting its observation", func() bool {
 		var err error
 		r, err = h.client.GetRequest(t.Context(), &orchestratorv1.GetRequestRequest{Id: id})
 		if err != nil {
@@ -104,7 +105,7 @@ func wantAwaitingObservation(t *testing.T, h *harness, id string) {
 func wantRecordedOnce(t *testing.T, h *harness, taskID, id string) {
 	t.Helper()
 	var r *orchestratorv1.ToolRequest
-	waitFor(t, "the request settled", func() bool {
+	testkit.Eventually(t, "the request settled", func() bool {
 		var err error
 		r, err = h.client.GetRequest(t.Context(), &orchestratorv1.GetRequestRequest{Id: id})
 		if err != nil {
@@ -133,7 +134,7 @@ func wantRecordedOnce(t *testing.T, h *harness, taskID, id string) {
 	}
 	// The trace tells of each observation and each diagnostic once: what
 	// an attempt to record that failed traced was not kept.
-	waitFor(t, "the request's consequence traced", func() bool {
+	testkit.Eventually(t, "the request's consequence traced", func() bool {
 		for _, e := range h.evidence.product(taskID) {
 			if e.GetRequestId() == id && e.GetKind() == evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CONSEQUENCE {
 				return true
@@ -205,7 +206,7 @@ func TestUnheldReadIsNotReadAgainOnEveryPass(t *testing.T) {
 	wantErr(t, err, codes.Unavailable, codeObservationNotRecorded)
 	id := requestOfCall(t, h, cat.GetTaskId(), "call_1").GetId()
 	var r *orchestratorv1.ToolRequest
-	waitFor(t, "the request settled", func() bool {
+	testkit.Eventually(t, "the request settled", func() bool {
 		var err error
 		if r, err = h.client.GetRequest(t.Context(), &orchestratorv1.GetRequestRequest{Id: id}); err != nil {
 			t.Fatal(err)
@@ -246,7 +247,7 @@ func TestClosingReplicaReleasesItsHeldResults(t *testing.T) {
 	next := NewServer(h.server.st, h.server.deps, nil)
 	t.Cleanup(next.Close)
 	var r *orchestratorv1.ToolRequest
-	waitFor(t, "the request recovered by the next replica", func() bool {
+	testkit.Eventually(t, "the request recovered by the next replica", func() bool {
 		if r, err = next.st.GetRequest(t.Context(), id); err != nil {
 			t.Fatal(err)
 		}

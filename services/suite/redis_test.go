@@ -20,6 +20,7 @@ import (
 	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/internal/redistest"
 	"github.com/v0m3/v0m3/services/internal/serve"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/scenario"
@@ -27,19 +28,6 @@ import (
 )
 
 func redisURL(addr, prefix string) string { return "redis://" + addr + "/0?prefix=" + prefix }
-
-// waitFor polls cond until it holds. The bound only keeps a broken build
-// from hanging; the assertion is that the state is reached at all.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never reached: %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // statefulHealth returns, for a serving status, the condition that every
 // service with a store (all but the adapter) reports it.
@@ -123,7 +111,7 @@ func TestHealthWhileRedisIsDown(t *testing.T) {
 
 	all := statefulHealth(t, s)
 
-	waitFor(t, "every service SERVING", all(healthpb.HealthCheckResponse_SERVING))
+	testkit.Eventually(t, "every service SERVING", all(healthpb.HealthCheckResponse_SERVING))
 	conn, err := s.Registry.CreateConnection(platform, &registryv1.CreateConnectionRequest{
 		DisplayName: "notes", Owner: "alice",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_StreamableHttp{StreamableHttp: &registryv1.StreamableHTTPTransport{Url: "http://127.0.0.1:1/mcp"}}},
@@ -135,7 +123,7 @@ func TestHealthWhileRedisIsDown(t *testing.T) {
 	if err := rs.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every service NOT_SERVING while Redis is down", all(healthpb.HealthCheckResponse_NOT_SERVING))
+	testkit.Eventually(t, "every service NOT_SERVING while Redis is down", all(healthpb.HealthCheckResponse_NOT_SERVING))
 	callCtx, cancel := context.WithTimeout(platform, 20*time.Second)
 	defer cancel()
 	if got, err := s.Registry.GetConnection(callCtx, &registryv1.GetConnectionRequest{Id: conn.GetId()}); err == nil {
@@ -149,7 +137,7 @@ func TestHealthWhileRedisIsDown(t *testing.T) {
 	if err := rs.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every service SERVING after Redis returned", all(healthpb.HealthCheckResponse_SERVING))
+	testkit.Eventually(t, "every service SERVING after Redis returned", all(healthpb.HealthCheckResponse_SERVING))
 	got, err := s.Registry.GetConnection(platform, &registryv1.GetConnectionRequest{Id: conn.GetId()})
 	if err != nil || got.GetId() != conn.GetId() {
 		t.Errorf("after Redis returned: %v, %v", got, err)
@@ -269,7 +257,7 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 			for w := range 4 {
 				wg.Go(func() { workload(ctx, o, e, p, w, c, &failures) })
 			}
-			waitFor(t, "200 steps committed before the restart", func() bool { return c.count() >= 200 })
+			testkit.Eventually(t, "200 steps committed before the restart", func() bool { return c.count() >= 200 })
 			before := c.count()
 			if err := rs.Stop(); err != nil {
 				t.Fatal(err)
@@ -277,7 +265,7 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 			if err := rs.Start(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "200 more steps committed after the restart", func() bool { return c.count() >= before+200 })
+			testkit.Eventually(t, "200 more steps committed after the restart", func() bool { return c.count() >= before+200 })
 			cancel()
 			wg.Wait()
 

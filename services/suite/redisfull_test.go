@@ -12,6 +12,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/redistest"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -42,12 +43,12 @@ func TestRedisThatEvictsOrIsFull(t *testing.T) {
 	}
 
 	all := statefulHealth(t, s)
-	waitFor(t, "every service SERVING", all(healthpb.HealthCheckResponse_SERVING))
+	testkit.Eventually(t, "every service SERVING", all(healthpb.HealthCheckResponse_SERVING))
 	for _, policy := range []string{"allkeys-lru", "volatile-ttl"} {
 		config("maxmemory-policy", policy)
-		waitFor(t, "every service NOT_SERVING on a Redis with maxmemory-policy "+policy, all(healthpb.HealthCheckResponse_NOT_SERVING))
+		testkit.Eventually(t, "every service NOT_SERVING on a Redis with maxmemory-policy "+policy, all(healthpb.HealthCheckResponse_NOT_SERVING))
 		config("maxmemory-policy", "noeviction")
-		waitFor(t, "every service SERVING once Redis evicts nothing", all(healthpb.HealthCheckResponse_SERVING))
+		testkit.Eventually(t, "every service SERVING once Redis evicts nothing", all(healthpb.HealthCheckResponse_SERVING))
 	}
 
 	platform := s.As(ctx, scenario.Integrator.ID, scenario.Integrator.Groups...)

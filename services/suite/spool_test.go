@@ -11,6 +11,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/audit"
 	"github.com/v0m3/v0m3/services/internal/redistest"
 	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
@@ -71,7 +72,7 @@ func TestAuditRecordsSurviveARestartDuringAnEvidenceOutage(t *testing.T) {
 			}
 			auditor := up.As(context.Background(), scenario.Auditor.ID, scenario.Auditor.Groups...)
 			var got []*evidencev1.AuditRecord
-			waitFor(t, "the audit record of the connection created while evidence was out", func() bool {
+			testkit.Eventually(t, "the audit record of the connection created while evidence was out", func() bool {
 				l, err := up.Evidence.ListAuditRecords(auditor, &evidencev1.ListAuditRecordsRequest{Action: audit.ConnectionCreate, PageSize: 100})
 				got = l.GetRecords()
 				return err == nil && len(got) > 0
@@ -135,8 +136,8 @@ func TestRunningReplicaSendsWhatAStoppedOneLeft(t *testing.T) {
 		}
 		return len(l.GetRecords())
 	}
-	waitFor(t, "the running replica appending the stopped one's audit record", func() bool { return records() > 0 })
-	waitFor(t, "the spool emptied", func() bool { return c.HLen(context.Background(), "{rescan:registry}:spool:audit").Val() == 0 })
+	testkit.Eventually(t, "the running replica appending the stopped one's audit record", func() bool { return records() > 0 })
+	testkit.Eventually(t, "the spool emptied", func() bool { return c.HLen(context.Background(), "{rescan:registry}:spool:audit").Val() == 0 })
 	time.Sleep(300 * time.Millisecond) // three more rescans: none may append it again
 	if n := records(); n != 1 {
 		t.Errorf("evidence holds %d records of the stopped replica's action, want 1", n)

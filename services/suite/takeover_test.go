@@ -18,6 +18,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/redistest"
+	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
@@ -322,7 +323,7 @@ func TestReplicaKilledRequestTakenOverAfterLeaseExpiry(t *testing.T) {
 			a.Close() // the process is gone
 
 			var r *orchestratorv1.ToolRequest
-			waitFor(t, "the killed replica's request ends on B", func() bool {
+			testkit.Eventually(t, "the killed replica's request ends on B", func() bool {
 				r = e.requestOf(b, "call-killed")
 				return r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED
 			})
@@ -417,7 +418,7 @@ func TestReplicasDeliverEachTraceEventOnce(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, "every request's trace is delivered", delivered)
+	testkit.Eventually(t, "every request's trace is delivered", delivered)
 	for k, count := range seen {
 		if count > 1 {
 			t.Errorf("%v of request %s (%q) delivered %d times", k.kind, k.requestID, k.detail, count)

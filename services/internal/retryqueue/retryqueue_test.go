@@ -395,18 +395,6 @@ func gateQueue(r *receiver, sp retryqueue.Spool) *retryqueue.Queue[string] {
 	return q
 }
 
-// eventually polls cond; the bound only keeps a broken build from hanging.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never reached: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // A record that overflowed memory and whose store write lands after the
 // queue emptied (and read the store back without it) is sent then, not
 // stranded in the store until the service's next rescan.
@@ -421,11 +409,11 @@ func TestOverflowWrittenLateIsStillSent(t *testing.T) {
 	sent := make(chan struct{})
 	go func() { q.Send(ctx, "b"); close(sent) }() // to the store alone; its write waits
 	r.set(true)
-	eventually(t, "a sent", func() bool { return slices.Equal(r.got(), []string{"a"}) })
+	testkit.Eventually(t, "a sent", func() bool { return slices.Equal(r.got(), []string{"a"}) })
 	close(sp.gate)
 	<-sent
-	eventually(t, "b sent without another Send or a rescan", func() bool { return slices.Equal(r.got(), []string{"a", "b"}) })
-	eventually(t, "the store emptied", func() bool { return len(sp.kept()) == 0 })
+	testkit.Eventually(t, "b sent without another Send or a rescan", func() bool { return slices.Equal(r.got(), []string{"a", "b"}) })
+	testkit.Eventually(t, "the store emptied", func() bool { return len(sp.kept()) == 0 })
 }
 
 // A Recover hanging on a slow store holds up neither the queue's own
@@ -444,10 +432,10 @@ func TestCloseDoesNotWaitForAHangingRecover(t *testing.T) {
 	defer cancel()
 	go func() { _ = q.Recover(rctx) }() // the service's rescan, hanging
 	r.set(true)                         // a is sent; the read-back of b waits behind the rescan
-	eventually(t, "a sent", func() bool { return slices.Contains(r.got(), "a") })
+	testkit.Eventually(t, "a sent", func() bool { return slices.Contains(r.got(), "a") })
 	closed := make(chan struct{})
 	go func() { q.Close(ctx); close(closed) }()
-	eventually(t, "Close returned while the store hangs", func() bool {
+	testkit.Eventually(t, "Close returned while the store hangs", func() bool {
 		select {
 		case <-closed:
 			return true
