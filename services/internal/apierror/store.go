@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	bolterrors "go.etcd.io/bbolt/errors"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -39,8 +40,8 @@ const retryDelay = time.Second
 
 // Store returns the error of a failed store operation: UNAVAILABLE
 // STORE_UNAVAILABLE with a RetryInfo when the store could not be reached
-// (a network error, a refused or reset connection, a deadline),
-// RESOURCE_EXHAUSTED STORE_FULL when it had no room for the write,
+// (a network error, a refused or reset connection, a deadline) or said
+// it cannot serve for the moment (see transient), RESOURCE_EXHAUSTED STORE_FULL when it had no room for the write,
 // otherwise INTERNAL with reason and msg. The store's own error is never
 // in the message: the caller logs it.
 func Store(reason, msg string, err error) error {
@@ -50,6 +51,8 @@ func Store(reason, msg string, err error) error {
 			": the store is full (Redis reached its maxmemory, or the embedded store's disk is out of space) and nothing was written; make room (raise maxmemory, grow the volume) and retry", nil)
 	case unreachable(err):
 		return Unavailable(ReasonStoreUnavailable, fmt.Sprintf("%s: the store is unreachable; retry in %s", msg, retryDelay), nil)
+	case transient(err):
+		return Unavailable(ReasonStoreUnavailable, fmt.Sprintf("%s: the store cannot serve for the moment (loading its data, busy, or failing over); retry in %s", msg, retryDelay), nil)
 	}
 	return New(codes.Internal, reason, msg, nil)
 }
@@ -65,22 +68,43 @@ type redisError interface {
 // Redis OOM reply (the command, script or transaction was refused whole)
 // or a full disk or quota.
 func full(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || redisOOM(err)
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || redisReply(err, "OOM ")
 }
 
-// redisOOM reports whether any error in err's tree is a Redis OOM reply
-// (errors.As would stop at the first reply, e.g. an EXECABORT joined with
-// its reason).
-func redisOOM(err error) bool {
-	if re, ok := err.(redisError); ok && strings.HasPrefix(re.Error(), "OOM ") {
-		return true
+// transientReplies are the Redis error replies that say the server cannot
+// serve for the moment but will: it is loading its data set after a
+// restart (LOADING), a script runs past its time limit (BUSY), or it is a
+// replica cut off from its master or one being failed over (MASTERDOWN,
+// READONLY, TRYAGAIN, CLUSTERDOWN), or its client limit is reached.
+// Nothing was done, so the call may be
+// retried with the same request id.
+var transientReplies = []string{"LOADING ", "BUSY ", "MASTERDOWN ", "READONLY ", "TRYAGAIN ", "CLUSTERDOWN ", "ERR max number of clients reached"}
+
+// transient reports whether err says the store will serve again shortly:
+// one of transientReplies, or the embedded store's file lock not taken
+// within its timeout (another process holds it, e.g. the previous
+// instance still stopping).
+func transient(err error) bool {
+	return errors.Is(err, bolterrors.ErrTimeout) || redisReply(err, transientReplies...)
+}
+
+// redisReply reports whether any error in err's tree is a Redis error
+// reply starting with one of prefixes (errors.As would stop at the first
+// reply, e.g. an EXECABORT joined with its reason).
+func redisReply(err error, prefixes ...string) bool {
+	if re, ok := err.(redisError); ok {
+		for _, p := range prefixes {
+			if strings.HasPrefix(re.Error(), p) {
+				return true
+			}
+		}
 	}
 	switch u := err.(type) {
 	case interface{ Unwrap() error }:
-		return redisOOM(u.Unwrap())
+		return redisReply(u.Unwrap(), prefixes...)
 	case interface{ Unwrap() []error }:
 		for _, e := range u.Unwrap() {
-			if redisOOM(e) {
+			if redisReply(e, prefixes...) {
 				return true
 			}
 		}
