@@ -236,9 +236,15 @@ func TestPreviewApprovalWatched(t *testing.T) {
 	if len(done.GetAttempts()) != 1 || att.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED || att.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
 		t.Errorf("attempts = %v", done.GetAttempts())
 	}
-	_, err = approve(c, r.GetId(), documentDigest)
+	// The approver's retry (as after a lost reply) replays the executed
+	// request; another approver learns the approval was used.
+	if again, err := approve(c, r.GetId(), documentDigest); err != nil || again.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || again.GetReceiptId() != done.GetReceiptId() {
+		t.Errorf("the approver's retry = %v, %v; want the executed request replayed", again, err)
+	}
+	other := scenario.Person{ID: "second-approver@platform", Groups: []string{"approvers"}}
+	_, err = s.Orchestrator.Approve(c.as(other), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), DocumentDigest: documentDigest})
 	if !apierror.Is(err, codes.FailedPrecondition, "APPROVAL_ALREADY_USED") {
-		t.Errorf("second approval = %v, want APPROVAL_ALREADY_USED", err)
+		t.Errorf("another approver's approval = %v, want APPROVAL_ALREADY_USED", err)
 	}
 	if env.renders(t) != 1 || env.artifacts(t) != 1 {
 		t.Errorf("renders %d, artifacts %d; want 1 each", env.renders(t), env.artifacts(t))

@@ -117,6 +117,9 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	if err != nil {
 		return nil, err
 	}
+	if approvedBy(req, approver) {
+		return req, nil
+	}
 	if err := approvable(req); err != nil {
 		return nil, err
 	}
@@ -158,6 +161,9 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	})
 	switch {
 	case errors.Is(err, ErrApprovalUsed):
+		if cur, lerr := s.loadRequest(ctx, in.GetRequestId()); lerr == nil && approvedBy(cur, approver) {
+			return cur, nil
+		}
 		return nil, approvalUsed(in.GetRequestId())
 	case errors.Is(err, ErrNotAwaiting):
 		cur, lerr := s.loadRequest(ctx, in.GetRequestId())
@@ -237,6 +243,21 @@ func (s *Server) decider(ctx context.Context, id, action string) (*orchestratorv
 		return nil, nil, "", err
 	}
 	return req, task, c.ID, nil
+}
+
+// approvedBy reports whether r's approval was already used by approver: a
+// retry of an Approve whose reply was lost, which replays the request as
+// recorded (running or done) instead of refusing it, as
+// SubmitToolRequest replays its answer. Anyone else learns the approval
+// was used.
+func approvedBy(r *orchestratorv1.ToolRequest, approver string) bool {
+	return r.GetApproval().GetUseTime() != nil && r.GetApproval().GetApprover() == approver
+}
+
+// deniedBy reports whether r was denied by denier: a retried Deny replays
+// the request as recorded.
+func deniedBy(r *orchestratorv1.ToolRequest, denier string) bool {
+	return r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_DENIED && r.GetApproval().GetDenier() == denier
 }
 
 // approvable says why a request cannot be approved now, or nil.
@@ -377,12 +398,15 @@ func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (_ *o
 	if err != nil {
 		return nil, err
 	}
+	if deniedBy(req, approver) {
+		return req, nil
+	}
 	detail := "denied by " + approver
 	if in.GetReason() != "" {
 		detail += ": " + in.GetReason()
 	}
 	s.queueBehindOutbox(ctx)
-	return s.decide(ctx, in.GetRequestId(), orchestratorv1.RequestState_REQUEST_STATE_DENIED, "APPROVAL_DENIED", detail, func(ctx context.Context) {
+	return s.decide(ctx, in.GetRequestId(), orchestratorv1.RequestState_REQUEST_STATE_DENIED, approver, "APPROVAL_DENIED", detail, func(ctx context.Context) {
 		s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
 			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),
 			RequestId: req.GetId(), IntentId: req.GetIntentId(), Reason: "APPROVAL_DENIED", Detail: detail,
@@ -391,16 +415,25 @@ func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (_ *o
 	})
 }
 
-// decide moves a request out of AWAITING_APPROVAL exactly once, with what
-// tell traces and emits of it.
-func (s *Server) decide(ctx context.Context, id string, to orchestratorv1.RequestState, reason, detail string, tell func(context.Context)) (*orchestratorv1.ToolRequest, error) {
-	var notAwaiting error
+// decide moves a request out of AWAITING_APPROVAL exactly once, by
+// decider, with what tell traces and emits of it. A concurrent retry by
+// the same decider that lost the race replays the decision.
+func (s *Server) decide(ctx context.Context, id string, to orchestratorv1.RequestState, decider, reason, detail string, tell func(context.Context)) (*orchestratorv1.ToolRequest, error) {
+	var (
+		notAwaiting error
+		replay      *orchestratorv1.ToolRequest
+	)
 	req, err := s.updateRequest(ctx, id, func(r *orchestratorv1.ToolRequest) error {
+		if deniedBy(r, decider) {
+			replay = r
+			return errReplay
+		}
 		if err := approvable(r); err != nil {
 			notAwaiting = err
 			return err
 		}
 		r.State = to
+		r.Approval.Denier = decider
 		if reason != "" {
 			r.RefusalReason, r.RefusalDetail = reason, detail
 		}
@@ -408,6 +441,8 @@ func (s *Server) decide(ctx context.Context, id string, to orchestratorv1.Reques
 		return nil
 	}, tell)
 	switch {
+	case replay != nil && errors.Is(err, errReplay):
+		return replay, nil
 	case notAwaiting != nil && errors.Is(err, notAwaiting):
 		return nil, notAwaiting
 	case err != nil:
@@ -418,6 +453,9 @@ func (s *Server) decide(ctx context.Context, id string, to orchestratorv1.Reques
 	}
 	return req, nil
 }
+
+// errReplay stops an update that finds the decision already recorded.
+var errReplay = errors.New("orchestrator: the decision is already recorded")
 
 func orNone(s string) string {
 	if s == "" {

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,7 +174,13 @@ func TestPreviewApprovalReadsInProductTermsAndRendersOnce(t *testing.T) {
 	if h.evidence.receipts[r.GetIntentId()].GetArtifactDigest() != done.GetArtifactDigest() {
 		t.Errorf("receipt = %v", h.evidence.receipts[r.GetIntentId()])
 	}
-	_, err = h.approve(t, r.GetId())
+	// The same approver's retry (its reply lost) replays what was
+	// recorded; anyone else learns the approval was used. Neither renders.
+	again, err := h.approve(t, r.GetId())
+	if err != nil || again.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || again.GetReceiptId() != done.GetReceiptId() {
+		t.Errorf("the approver's retry = %v, %v; want the executed request replayed", again, err)
+	}
+	_, err = h.client.Approve(as(t.Context(), "dana", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), DocumentDigest: testDocumentDigest})
 	wantErr(t, err, codes.FailedPrecondition, "APPROVAL_ALREADY_USED")
 	if n := h.renders.Load(); n != 1 {
 		t.Errorf("rendered %d times, want 1", n)
@@ -189,9 +196,10 @@ func TestApprovalUsedOnceUnderConcurrency(t *testing.T) {
 		wg       sync.WaitGroup
 		executed atomic.Int64
 	)
-	for range 6 {
+	// Six approvers race: one approval is used, and renders once.
+	for i := range 6 {
 		wg.Go(func() {
-			got, err := h.approve(t, r.GetId())
+			got, err := h.client.Approve(as(t.Context(), fmt.Sprintf("approver%d", i), "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), DocumentDigest: testDocumentDigest})
 			switch {
 			case err == nil && got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED:
 				executed.Add(1)

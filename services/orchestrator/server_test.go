@@ -564,14 +564,30 @@ func TestApprovalRequiredWaitsForAPerson(t *testing.T) {
 	if done.GetReceiptId() == "" || done.GetAttempts()[0].GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED {
 		t.Errorf("executed delivery = %v", done)
 	}
-	_, err = h.client.Approve(as(t.Context(), "bob", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId()})
+	// bob's retry (his reply lost) replays the executed request; another
+	// approver learns the approval was used; nothing runs again.
+	again, err := h.client.Approve(as(t.Context(), "bob", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId()})
+	if err != nil || again.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || again.GetReceiptId() != done.GetReceiptId() {
+		t.Errorf("bob's retried approval = %v, %v; want the executed request replayed", again, err)
+	}
+	_, err = h.client.Approve(as(t.Context(), "dana", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId()})
 	wantErr(t, err, codes.FailedPrecondition, "APPROVAL_ALREADY_USED")
 
 	other, _ := h.submit(t, task.GetId(), "call_2", capDeliverApprovedArtifact, args)
 	denied, err := h.client.Deny(as(t.Context(), "bob", "approvers"), &orchestratorv1.DenyRequest{RequestId: other.GetId(), Reason: "wrong destination"})
-	if err != nil || denied.GetState() != orchestratorv1.RequestState_REQUEST_STATE_DENIED || !strings.Contains(denied.GetRefusalDetail(), "wrong destination") {
+	if err != nil || denied.GetState() != orchestratorv1.RequestState_REQUEST_STATE_DENIED || !strings.Contains(denied.GetRefusalDetail(), "wrong destination") || denied.GetApproval().GetDenier() != "bob" {
 		t.Fatalf("deny = %v, %v", denied, err)
 	}
+	// bob's retried denial replays it; dana may neither deny it again nor
+	// approve it, and bob may not turn it into an approval.
+	if again, err := h.client.Deny(as(t.Context(), "bob", "approvers"), &orchestratorv1.DenyRequest{RequestId: other.GetId(), Reason: "wrong destination"}); err != nil ||
+		again.GetState() != orchestratorv1.RequestState_REQUEST_STATE_DENIED || again.GetRefusalDetail() != denied.GetRefusalDetail() {
+		t.Errorf("bob's retried denial = %v, %v; want the denial replayed", again, err)
+	}
+	_, err = h.client.Deny(as(t.Context(), "dana", "approvers"), &orchestratorv1.DenyRequest{RequestId: other.GetId()})
+	wantErr(t, err, codes.FailedPrecondition, "REQUEST_NOT_AWAITING_APPROVAL")
+	_, err = h.client.Approve(as(t.Context(), "bob", "approvers"), &orchestratorv1.ApproveRequest{RequestId: other.GetId()})
+	wantErr(t, err, codes.FailedPrecondition, "REQUEST_NOT_AWAITING_APPROVAL")
 	if n := h.adapter.calls.Load(); n != 1 {
 		t.Errorf("adapter called %d times after a denial", n)
 	}

@@ -1772,8 +1772,11 @@ type Approval struct {
 	Invalidated ApprovalBinding `protobuf:"varint,17,opt,name=invalidated,proto3,enum=v0m3.orchestrator.v1.ApprovalBinding" json:"invalidated,omitempty"`
 	// Human detail of the invalidation.
 	InvalidatedDetail string `protobuf:"bytes,18,opt,name=invalidated_detail,json=invalidatedDetail,proto3" json:"invalidated_detail,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Output only. Who denied it; empty unless denied. A Deny repeated by
+	// the same person replays the recorded outcome.
+	Denier        string `protobuf:"bytes,19,opt,name=denier,proto3" json:"denier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Approval) Reset() {
@@ -1928,6 +1931,13 @@ func (x *Approval) GetInvalidated() ApprovalBinding {
 func (x *Approval) GetInvalidatedDetail() string {
 	if x != nil {
 		return x.InvalidatedDetail
+	}
+	return ""
+}
+
+func (x *Approval) GetDenier() string {
+	if x != nil {
+		return x.Denier
 	}
 	return ""
 }
@@ -3526,7 +3536,7 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1e\n" +
 	"\n" +
 	"resolution\x18\t \x01(\tR\n" +
-	"resolution\"\xea\x05\n" +
+	"resolution\"\x82\x06\n" +
 	"\bApproval\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -3552,7 +3562,8 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\bapprover\x18\x0f \x01(\tR\bapprover\x125\n" +
 	"\buse_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\auseTime\x12G\n" +
 	"\vinvalidated\x18\x11 \x01(\x0e2%.v0m3.orchestrator.v1.ApprovalBindingR\vinvalidated\x12-\n" +
-	"\x12invalidated_detail\x18\x12 \x01(\tR\x11invalidatedDetail\"3\n" +
+	"\x12invalidated_detail\x18\x12 \x01(\tR\x11invalidatedDetail\x12\x16\n" +
+	"\x06denier\x18\x13 \x01(\tR\x06denier\"3\n" +
 	"\x12GetApprovalRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"\xd2\b\n" +
