@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
@@ -38,6 +39,14 @@ const reasonIdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED"
 // startRetryWait bounds how long a retry waits for the first call to
 // finish compiling the catalogue.
 const startRetryWait = 30 * time.Second
+
+// startAbandoned is how long after its creation a task may still be
+// waiting for its catalogue: the first call's own work is bounded by
+// startRetryWait and its internal calls' deadlines, so a task with no
+// catalogue twice that long after it was recorded belongs to a start that
+// was interrupted (its replica killed, its store full) and a retry ends
+// it.
+const startAbandoned = 2 * startRetryWait
 
 var taskIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
@@ -111,6 +120,14 @@ func (s *Server) replayStart(ctx context.Context, req *orchestratorv1.StartTaskR
 		if !errors.Is(err, store.ErrNotFound) {
 			return nil, s.internal(ctx, "get catalogue", err)
 		}
+		if task.GetState() == orchestratorv1.TaskState_TASK_STATE_ACTIVE && s.now().Sub(task.GetCreateTime().AsTime()) >= startAbandoned {
+			if task, err = s.endAbandonedStart(ctx, id); err != nil {
+				return nil, err
+			}
+			if task.GetState() == orchestratorv1.TaskState_TASK_STATE_ACTIVE {
+				continue // its catalogue arrived meanwhile
+			}
+		}
 		if task.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
 			return nil, apierror.New(codes.FailedPrecondition, "TASK_START_FAILED",
 				fmt.Sprintf("the task request_id %q started could not be given a catalogue and is %s (%s); use a new request_id to try again",
@@ -131,4 +148,35 @@ func (s *Server) replayStart(ctx context.Context, req *orchestratorv1.StartTaskR
 			return nil, err
 		}
 	}
+}
+
+// endAbandonedStart cancels task id, still active without a catalogue
+// startAbandoned after it was recorded, and returns it as it then is. The
+// first call gave up storing the catalogue at startRetryWait (StartTask
+// bounds its work so), so the margin of startAbandoned covers a write in
+// flight when it gave up.
+func (s *Server) endAbandonedStart(ctx context.Context, id string) (*orchestratorv1.Task, error) {
+	const detail = "start interrupted before its catalogue was stored"
+	if _, err := s.st.GetCatalogue(ctx, id); err == nil {
+		return s.loadTask(ctx, id)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, s.internal(ctx, "get catalogue", err)
+	}
+	ended := false
+	task, err := s.st.UpdateTask(ctx, id, func(t *orchestratorv1.Task) error {
+		ended = t.GetState() == orchestratorv1.TaskState_TASK_STATE_ACTIVE
+		if ended {
+			t.State, t.Checkpoint, t.UpdateTime = orchestratorv1.TaskState_TASK_STATE_CANCELLED, detail, s.timestamp()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.taskErr(ctx, id, err)
+	}
+	if ended {
+		s.log.InfoContext(ctx, "abandoned task start ended", "task", id)
+		s.trace(ctx, id, &evidencev1.ProductEvent{Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task stopped: " + detail})
+		s.emit(ctx, id, "", "task.cancelled", detail)
+	}
+	return task, nil
 }

@@ -28,6 +28,10 @@ const (
 // process through Deps.FailPoint, or as a real crash or freeze of a binary
 // built with the failpoints tag (services/internal/failpoint).
 const (
+	// FailPointTaskCreated is after a task started with a request id was
+	// recorded, before its catalogue is stored: it stays ACTIVE without a
+	// catalogue until a retry ends it (see replayStart).
+	FailPointTaskCreated = "task.created"
 	// FailPointSubmitReceived is after a request was recorded, before any
 	// decision about it: it stays REQUESTED.
 	FailPointSubmitReceived = "submit.received"

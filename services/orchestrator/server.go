@@ -307,6 +307,13 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		}
 		return nil, s.internal(ctx, "persist task", err)
 	}
+	if err := s.failAt(ctx, FailPointTaskCreated); err != nil {
+		return nil, err
+	}
+	// The catalogue is stored within startRetryWait of the task, or not
+	// at all: past startAbandoned a retry ends a task still without one.
+	ctx, cancel := context.WithTimeout(ctx, startRetryWait)
+	defer cancel()
 	s.log.InfoContext(ctx, "task started", "task", task.GetId(), "profile", task.GetProfile(), "profile_revision", task.GetProfileRevision(), "requester", task.GetRequester().GetId(), "actor", actor, "needed", needed)
 	startedBy := task.GetRequester().GetId()
 	if actor != "" {
@@ -329,20 +336,12 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		cat, err = s.compileCatalogue(ctx, task)
 	}
 	if err != nil {
-		// A task that could not be given a catalogue cannot do anything;
-		// stop it visibly rather than leave it active with nothing offered.
-		detail := "catalogue could not be compiled: " + errorMessage(err)
-		if _, uerr := s.setTaskState(ctx, task.GetId(), orchestratorv1.TaskState_TASK_STATE_CANCELLED, detail); uerr != nil {
-			s.log.WarnContext(ctx, "stop task after failed compile", "task", task.GetId(), "err", uerr)
-		}
-		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task stopped: " + detail,
-		})
-		s.emit(ctx, task.GetId(), "", "task.cancelled", detail)
+		s.stopStart(ctx, task, "catalogue could not be compiled: "+errorMessage(err))
 		return nil, apierror.Propagate(err, "compile catalogue")
 	}
 	if err := s.st.PutCatalogue(ctx, cat); err != nil {
-		return nil, s.internal(ctx, "persist catalogue", err)
+		s.stopStart(ctx, task, "catalogue could not be stored")
+		return nil, s.internal(ctx, "store the catalogue of task "+task.GetId()+" (the task was recorded and is stopped; a retry with the same request_id answers TASK_START_FAILED)", err)
 	}
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind:   evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CATALOGUE_OFFERED,
@@ -356,6 +355,21 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		}
 	}
 	return out, nil
+}
+
+// stopStart stops a task that could not be given a catalogue: it cannot
+// do anything, so it is ended visibly rather than left active with
+// nothing offered. When even that write fails, a retry of its request id
+// ends it later (see replayStart).
+func (s *Server) stopStart(ctx context.Context, task *orchestratorv1.Task, detail string) {
+	if _, err := s.setTaskState(ctx, task.GetId(), orchestratorv1.TaskState_TASK_STATE_CANCELLED, detail); err != nil {
+		s.log.WarnContext(ctx, "stop a task whose start failed", "task", task.GetId(), "err", err)
+		return
+	}
+	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task stopped: " + detail,
+	})
+	s.emit(ctx, task.GetId(), "", "task.cancelled", detail)
 }
 
 // GetTask returns one task.
