@@ -189,6 +189,10 @@ type Reach struct {
 	// StdioRoots are where stdio executables must lie; nil means the
 	// adapter's default roots, empty means none.
 	StdioRoots []string
+	// CredentialRoots are where connections' credentials are read, each
+	// connection's in <root>/<connection id>/ (adapter.Deps.CredentialRoots);
+	// nil means DataDir/credentials, empty means none.
+	CredentialRoots []string
 	// AllowLoopback admits loopback endpoints.
 	AllowLoopback bool
 	// AllowPrivateNetworks admits private-range endpoints (in-cluster
@@ -439,7 +443,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			a := adapter.NewServer(adapter.Deps{
 				Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence, TraceSpool: traceSpool,
 				WorkDir: filepath.Join(cfg.DataDir, "work"), Direct: cfg.Direct, Fixtures: cfg.Fixtures, Sessions: cfg.AdapterSessions,
-				StdioRoots: reach.StdioRoots, AllowLoopback: reach.AllowLoopback, AllowPrivateNetworks: reach.AllowPrivateNetworks,
+				StdioRoots: reach.StdioRoots, CredentialRoots: reach.CredentialRoots, AllowLoopback: reach.AllowLoopback, AllowPrivateNetworks: reach.AllowPrivateNetworks,
 				// Plaintext is the explicit development flag; only there
 				// does the adapter run calls it cannot verify a grant for.
 				Credentials: creds, InsecureUngranted: s.ident.Insecure,
