@@ -558,22 +558,37 @@ func configDigest(c *registryv1.Connection) (string, error) {
 }
 
 // reviewedConfig is the part of a connection's configuration a review
-// accepts: what runs (executable, arguments, environment, executable
-// digest, image, workload), what is reached (endpoint, direct adapter)
-// and where its credential is read (credential_ref, the OAuth client
-// secret's reference): a new reference hands the server a different
-// secret, so a second person approves it before the adapter reads it.
-// The credential's version and declared scope are not part of it: a new
-// version of the same reference is a rotation and keeps the review.
+// accepts about what runs (executable, arguments, environment, executable
+// digest, image, workload) and what is reached (endpoint, direct adapter).
+// Where the credential is read is decided by reviewedConfigChanged; its
+// version and declared scope are not reviewed: a new version of the same
+// reference is a rotation.
 func reviewedConfig(c *registryv1.Connection) *registryv1.Connection {
-	return &registryv1.Connection{Transport: c.GetTransport(), ImageDigest: c.GetImageDigest(), WorkloadDigest: c.GetWorkloadDigest(),
-		CredentialRef: c.GetCredentialRef()}
+	return &registryv1.Connection{Transport: withoutSecretRef(c.GetTransport()), ImageDigest: c.GetImageDigest(), WorkloadDigest: c.GetWorkloadDigest()}
 }
 
 // reviewedConfigChanged reports whether next changes what a review of prev
-// accepted.
+// accepted: what runs or is reached, or a credential reference
+// (credential_ref, the OAuth client secret's) that names a secret the
+// review did not see. A new reference hands the server another secret, so
+// a second person approves it before the adapter ever reads it. Dropping
+// a reference reads nothing and needs no review.
 func reviewedConfigChanged(prev, next *registryv1.Connection) bool {
-	return !proto.Equal(reviewedConfig(prev), reviewedConfig(next))
+	moved := func(was, is string) bool { return is != "" && is != was }
+	return !proto.Equal(reviewedConfig(prev), reviewedConfig(next)) ||
+		moved(prev.GetCredentialRef(), next.GetCredentialRef()) ||
+		moved(prev.GetTransport().GetStreamableHttp().GetOauth().GetClientSecretRef(), next.GetTransport().GetStreamableHttp().GetOauth().GetClientSecretRef())
+}
+
+// withoutSecretRef returns t without the OAuth client secret's reference,
+// which reviewedConfigChanged compares on its own.
+func withoutSecretRef(t *registryv1.Transport) *registryv1.Transport {
+	if t.GetStreamableHttp().GetOauth().GetClientSecretRef() == "" {
+		return t
+	}
+	t = proto.CloneOf(t)
+	t.GetStreamableHttp().GetOauth().ClientSecretRef = ""
+	return t
 }
 
 // actor is how a record names who acted: a person's or product service's

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"strings"
 
-
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 )
@@ -175,4 +174,3 @@ func truncateText(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
-
