@@ -107,14 +107,17 @@ func TestCredentialMoveIsReviewedAndRooted(t *testing.T) {
 	}
 	neighbourSecret := plant(neighbour.GetId(), "token", "team-b-secret-0123456789")
 
-	// pat's connection, approved by rita with its own secret.
+	// pat's connection, approved by rita with its own secret, in its
+	// directory under the root.
 	conn, err := s.Registry.CreateConnection(as(s, pat), &registryv1.CreateConnectionRequest{
-		DisplayName: "notes", Owner: "platform", Transport: transport,
-		CredentialScope: "read-only notes", CredentialRef: "file:token", CredentialVersion: "1"})
+		DisplayName: "notes", Owner: "platform", Transport: transport})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plant(conn.GetId(), "token", "own-secret-v1-0123456789")
+	ownRef := "file:" + plant(conn.GetId(), "token", "own-secret-v1-0123456789")
+	if conn, err = update(pat, conn, ownRef, "1"); err != nil {
+		t.Fatal(err)
+	}
 	if conn, err = review(t, s, rita, conn, true); err != nil {
 		t.Fatal(err)
 	}
@@ -127,11 +130,11 @@ func TestCredentialMoveIsReviewedAndRooted(t *testing.T) {
 
 	// (c) A new version of the same reference is a rotation: no review.
 	plant(conn.GetId(), "token", "own-secret-v2-0123456789")
-	if conn, err = update(pat, conn, "file:token", "2"); err != nil {
+	if conn, err = update(pat, conn, ownRef, "2"); err != nil {
 		t.Fatal(err)
 	}
-	if conn.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_APPROVED || conn.GetConfigRevision() != 2 || conn.GetReviewedConfigRevision() != 1 {
-		t.Fatalf("after a rotation: %v at revision %d (reviewed at %d), want APPROVED at 2 (reviewed at 1)",
+	if conn.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_APPROVED || conn.GetConfigRevision() != 3 || conn.GetReviewedConfigRevision() != 2 {
+		t.Fatalf("after a rotation: %v at revision %d (reviewed at %d), want APPROVED at 3 (reviewed at 2)",
 			conn.GetReviewState(), conn.GetConfigRevision(), conn.GetReviewedConfigRevision())
 	}
 	if err := discover(conn); err != nil {
@@ -187,6 +190,7 @@ func TestCredentialMoveIsReviewedAndRooted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			conn = approved
 			err = discover(approved)
 			if !apierror.Is(err, codes.FailedPrecondition, "CREDENTIAL_REF_NOT_ALLOWED") {
 				t.Fatalf("discover with %s: err = %v (reason %q), want FAILED_PRECONDITION CREDENTIAL_REF_NOT_ALLOWED", target.ref, err, apierror.Reason(err))
@@ -210,7 +214,6 @@ func TestCredentialMoveIsReviewedAndRooted(t *testing.T) {
 					t.Errorf("snapshot %s recorded for the refused revision %d", snap.GetId(), approved.GetConfigRevision())
 				}
 			}
-			conn = approved
 		})
 	}
 
