@@ -634,6 +634,9 @@ func TestSecretNeverPersistedOrLogged(t *testing.T) {
 	stores := 0
 	for _, root := range []string{dir, fixtures} {
 		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err == nil && path == filepath.Join(dir, "credentials") {
+				return filepath.SkipDir // where the secret is kept, planted there by this test
+			}
 			if err != nil || d.IsDir() {
 				return err
 			}
