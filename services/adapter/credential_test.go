@@ -25,7 +25,6 @@ import (
 	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
-
 // TestCredentialReachesServerAndNothingElse plants a secret, checks the
 // server received exactly it (by digest), and that it appears in no log,
 // response, trace, snapshot or error.
