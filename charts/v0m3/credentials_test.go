@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"path"
+	"strings"
 	"testing"
 )
 
@@ -20,7 +21,7 @@ func TestAdapterCredentialRoots(t *testing.T) {
 	want := map[string]string{"conn_a": "search-token", "conn_b": "notes-token"}
 	secrets := map[string]string{} // volume name -> Secret
 	for _, v := range pod.Volumes {
-		if v.Secret != nil {
+		if v.Secret != nil && strings.HasPrefix(v.Name, "credential-") {
 			secrets[v.Name] = v.Secret.SecretName
 		}
 	}
