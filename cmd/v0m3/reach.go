@@ -13,6 +13,7 @@ import (
 // how it keeps its sessions to them.
 type reachFlags struct {
 	roots          optionalList
+	credRoots      optionalList
 	loopback       *bool
 	privateNetwork *bool
 	maxCalls       *int
@@ -24,6 +25,7 @@ type reachFlags struct {
 func addReachFlags(fs *flag.FlagSet, dev bool) *reachFlags {
 	f := &reachFlags{}
 	fs.Var(&f.roots, "stdio-roots", "comma-separated directories (or files) stdio executables must lie under; unset = this binary and ~/.cache/v0m3, empty = no stdio servers")
+	fs.Var(&f.credRoots, "credential-roots", "comma-separated directories connections' credentials are read under, each connection's in <root>/<connection id>/; unset = <data-dir>/credentials, empty = none")
 	f.loopback = fs.Bool("allow-loopback", dev, "let connections reach loopback addresses")
 	f.privateNetwork = fs.Bool("allow-private-networks", false, "let connections reach private addresses (in-cluster MCP servers)")
 	f.maxCalls = fs.Int("max-calls-per-connection", adapter.DefaultMaxCallsPerConnection, "calls one connection may have in flight on its MCP session; more wait for a slot until their deadline")
@@ -37,7 +39,7 @@ func (f *reachFlags) sessions() adapter.SessionConfig {
 }
 
 func (f *reachFlags) reach() *suite.Reach {
-	return &suite.Reach{StdioRoots: f.roots.list, AllowLoopback: *f.loopback, AllowPrivateNetworks: *f.privateNetwork}
+	return &suite.Reach{StdioRoots: f.roots.list, CredentialRoots: f.credRoots.list, AllowLoopback: *f.loopback, AllowPrivateNetworks: *f.privateNetwork}
 }
 
 // optionalList is a comma-separated flag that tells unset (nil) from

@@ -134,7 +134,12 @@ func connectError(connectionID string, err error, m *meter) error {
 		return ae.status(connectionID)
 	}
 	var ce *credentialError
+	var cr *credentialRefusedError
 	switch {
+	case errors.As(err, &cr):
+		return apierror.New(codes.FailedPrecondition, CodeCredentialRefNotAllowed,
+			fmt.Sprintf("connection %s: %v", connectionID, cr),
+			map[string]string{"connection_id": connectionID})
 	case errors.As(err, &ce):
 		return apierror.New(codes.FailedPrecondition, "CREDENTIAL_UNAVAILABLE",
 			fmt.Sprintf("connection %s: %v; check the credential source is mounted and readable", connectionID, ce),

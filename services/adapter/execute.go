@@ -276,7 +276,10 @@ func (s *Server) execute(ctx context.Context, conn *registryv1.Connection, req *
 			}
 			s.log.Warn("execute: connect failed", "connection_id", conn.GetId(), "attempt_id", req.GetAttemptId(), "error", logText(err))
 			var ce *credentialError
+			var cr *credentialRefusedError
 			switch re := refusal(err, ss.m); {
+			case errors.As(err, &cr):
+				return failFact(resp, adapterv1.Outcome_OUTCOME_FORBIDDEN, CodeCredentialRefNotAllowed, cr.Error())
 			case errors.Is(err, errBusy):
 				return failFact(resp, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeConnectionBusy, busyDetail(conn, s.pool.cfg.MaxCallsPerConnection))
 			case re != nil:

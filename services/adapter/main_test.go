@@ -3,6 +3,8 @@ package adapter
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -110,6 +112,30 @@ type fakeRegistry struct {
 	snapshots []*registryv1.DiscoverySnapshot
 	// gets counts GetConnection calls.
 	gets atomic.Int64
+	// credRoot is the adapter's credential root and planted the secrets
+	// (by file name) that add provisions into each connection's directory
+	// there, as a platform mounts a connection's Secret.
+	credRoot string
+	planted  map[string]string
+}
+
+// provision writes the planted secrets c's references name into c's
+// credential directory.
+func (f *fakeRegistry) provision(c *registryv1.Connection) {
+	for _, ref := range []string{c.GetCredentialRef(), c.GetTransport().GetStreamableHttp().GetOauth().GetClientSecretRef()} {
+		name, ok := strings.CutPrefix(ref, "file:")
+		v, planted := f.planted[name]
+		if !ok || !planted {
+			continue
+		}
+		dir := filepath.Join(f.credRoot, c.GetId())
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			panic(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o600); err != nil {
+			panic(err)
+		}
+	}
 }
 
 func (f *fakeRegistry) GetConnection(_ context.Context, req *registryv1.GetConnectionRequest) (*registryv1.Connection, error) {
@@ -168,8 +194,28 @@ func (f *fakeRegistry) add(c *registryv1.Connection) *registryv1.Connection {
 	if c.ReviewState == registryv1.ReviewState_REVIEW_STATE_UNSPECIFIED {
 		c.ReviewState = registryv1.ReviewState_REVIEW_STATE_APPROVED
 	}
+	f.provision(c)
 	f.conns[c.Id] = c
 	return proto.CloneOf(c)
+}
+
+// plant makes value a secret the registry provisions into the credential
+// directory of every connection added with the returned reference.
+func (e *env) plant(value string) (ref string) {
+	e.registry.mu.Lock()
+	defer e.registry.mu.Unlock()
+	name := fmt.Sprintf("token-%d", len(e.registry.planted)+1)
+	e.registry.planted[name] = value
+	return "file:" + name
+}
+
+// plantSecret plants a fresh secret (see plant).
+func (e *env) plantSecret(t *testing.T) (secret, ref string) {
+	t.Helper()
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	secret = "planted-" + hex.EncodeToString(b)
+	return secret, e.plant(secret)
 }
 
 // fakeEvidence records appended trace events.
@@ -250,7 +296,7 @@ func newEnvLog(t testing.TB, log *slog.Logger) *env {
 // configure.
 func newEnvWith(t testing.TB, log *slog.Logger, configure func(*Deps)) *env {
 	t.Helper()
-	e := &env{registry: &fakeRegistry{conns: map[string]*registryv1.Connection{}}, evidence: &fakeEvidence{}, policy: &fakePolicy{}}
+	e := &env{registry: &fakeRegistry{conns: map[string]*registryv1.Connection{}, credRoot: t.TempDir(), planted: map[string]string{}}, evidence: &fakeEvidence{}, policy: &fakePolicy{}}
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
 	registryv1.RegisterRegistryServiceServer(g, e.registry)
@@ -272,8 +318,9 @@ func newEnvWith(t testing.TB, log *slog.Logger, configure func(*Deps)) *env {
 		WorkDir:     t.TempDir(),
 		// The fixture's build directory is the only stdio root; the HTTP
 		// fixture listens on loopback.
-		StdioRoots:    []string{filepath.Dir(fixtureBin)},
-		AllowLoopback: true,
+		StdioRoots:      []string{filepath.Dir(fixtureBin)},
+		CredentialRoots: []string{e.registry.credRoot},
+		AllowLoopback:   true,
 	}
 	configure(&deps)
 	e.srv = NewServer(deps, log)

@@ -328,7 +328,7 @@ func (a *authorizer) resolveSecret(creds *credentials) (string, error) {
 		return "", nil
 	}
 	if a.secret == "" {
-		v, err := readCredential(ref)
+		v, err := creds.read(ref)
 		if err != nil {
 			return "", err
 		}

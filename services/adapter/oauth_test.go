@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -162,13 +160,9 @@ func (r *statusRecorder) Flush() {
 // is read from a file.
 func oauthConn(t *testing.T, e *env, url, clientID, secret, issuer string, scopes ...string) *registryv1.Connection {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "oauth-secret")
-	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	return e.registry.add(&registryv1.Connection{DisplayName: "protected search", Transport: &registryv1.Transport{
 		Kind: &registryv1.Transport_StreamableHttp{StreamableHttp: &registryv1.StreamableHTTPTransport{Url: url, Oauth: &registryv1.OAuthClient{
-			Grant: registryv1.OauthGrant_OAUTH_GRANT_CLIENT_CREDENTIALS, ClientId: clientID, ClientSecretRef: "file:" + path,
+			Grant: registryv1.OauthGrant_OAUTH_GRANT_CLIENT_CREDENTIALS, ClientId: clientID, ClientSecretRef: e.plant(secret),
 			Issuer: issuer, Scopes: scopes}}},
 	}})
 }
@@ -396,13 +390,9 @@ func TestStaticCredentialRefused(t *testing.T) {
 		http.Error(w, "no", http.StatusUnauthorized)
 	}))
 	t.Cleanup(srv.Close)
-	path := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(path, []byte(token), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	e := newEnv(t)
 	conn := e.httpConn(srv.URL + "/mcp")
-	conn.CredentialRef = "file:" + path
+	conn.CredentialRef = e.plant(token)
 	e.registry.add(conn)
 	_, err := e.srv.Discover(asOperator(t.Context()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if !apierror.Is(err, codes.FailedPrecondition, CodeAuthenticationRequired) {

@@ -173,8 +173,8 @@ func TestSessionRestartsAfterCrash(t *testing.T) {
 func TestNewRevisionDrains(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	secret1, ref1 := plantSecret(t)
-	secret2, ref2 := plantSecret(t)
+	secret1, ref1 := e.plantSecret(t)
+	secret2, ref2 := e.plantSecret(t)
 	base := e.stdioConn("--hostile")
 	conn1 := e.registry.add(&registryv1.Connection{Transport: base.GetTransport(), CredentialRef: ref1})
 	if got := textOf(t, execute(t, e, call(t, conn1, "whoami", map[string]any{}, nil))); got != fixture.CredentialDigest(secret1) {

@@ -50,7 +50,7 @@ func TestRefusedEndpointGetsNoRequest(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	e := newEnvWith(t, slog.New(slog.DiscardHandler), func(d *Deps) { d.AllowLoopback = false })
-	_, ref := plantSecret(t)
+	_, ref := e.plantSecret(t)
 	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
 	for _, url := range []string{
 		srv.URL + "/mcp",                          // a literal loopback address

@@ -73,7 +73,7 @@ func (s *Server) writeFixture(conn *registryv1.Connection, ff *fixtureFile, snap
 		return err
 	}
 	// Defense in depth: what a session hands out is scrubbed already.
-	creds := &credentials{}
+	creds := s.newCredentials(conn)
 	if _, err := creds.resolve(conn.GetCredentialRef()); err == nil {
 		b = creds.jsonText(b)
 	}

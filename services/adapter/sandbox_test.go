@@ -193,11 +193,7 @@ func TestSandboxHostileChild(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dataDir, "credential"), []byte(planted), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	credFile := filepath.Join(t.TempDir(), "victim-credential")
-	if err := os.WriteFile(credFile, []byte("victim-secret-value"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	victim := e.escapeConn("victim", "file:"+credFile)
+	victim := e.escapeConn("victim", e.plant("victim-secret-value"))
 	attacker := e.escapeConn("attacker", "")
 
 	// The victim runs, holding its credential, until released (or

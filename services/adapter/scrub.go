@@ -29,6 +29,11 @@ const minEncodedForm = 8
 // results, structured content, error text, snapshots, traces, fixtures or
 // logs, can carry a credential out of the adapter.
 type credentials struct {
+	// roots and connectionID say where the connection's credentials may
+	// be read (see credentialRoots.read).
+	roots        credentialRoots
+	connectionID string
+
 	mu sync.Mutex
 	// forms are each value and its encodings, longest first.
 	forms []string
@@ -36,10 +41,16 @@ type credentials struct {
 	jsonForms [][]byte
 }
 
-// resolve reads a credential reference (see readCredential) and remembers
+// read resolves a credential reference of the connection (see
+// credentialRoots.read) without remembering it.
+func (c *credentials) read(ref string) (string, error) {
+	return c.roots.read(c.connectionID, ref)
+}
+
+// resolve reads a credential reference of the connection and remembers
 // the value for scrubbing.
 func (c *credentials) resolve(ref string) (string, error) {
-	v, err := readCredential(ref)
+	v, err := c.read(ref)
 	if err == nil && v != "" {
 		c.add(v)
 	}

@@ -35,7 +35,7 @@ func TestEchoedCredentialIsScrubbed(t *testing.T) {
 			t.Parallel()
 			var logs testkit.SyncBuffer
 			e := newEnvLog(t, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-			secret, ref := plantSecret(t)
+			secret, ref := e.plantSecret(t)
 			conn := e.httpConn(httpURL)
 			if kind == "stdio" {
 				conn = e.stdioConn("--hostile")
@@ -222,7 +222,7 @@ func redirectTo(target string) http.Handler {
 func TestAuthorizationNeverCrossesOrigins(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	secret, ref := plantSecret(t)
+	secret, ref := e.plantSecret(t)
 	b := newHeaderRecorder(t, nil)
 	a := newHeaderRecorder(t, redirectTo(b.URL+"/mcp"))
 	conn := e.registry.add(&registryv1.Connection{CredentialRef: ref, Transport: &registryv1.Transport{

@@ -78,6 +78,15 @@ type Deps struct {
 	// the system temp directory (test builds), each checked for ownership.
 	// A non-nil empty list allows no local server. Flag: --stdio-roots.
 	StdioRoots []string
+	// CredentialRoots are the directories under which connections'
+	// credentials are read: a connection's credential_ref (and OAuth
+	// client_secret_ref) resolves only inside <root>/<connection id>/,
+	// e.g. the connection's Secret mounted there; anything else is
+	// refused (CREDENTIAL_REF_NOT_ALLOWED) before it is opened. nil means
+	// DefaultCredentialRoot(WorkDir). A non-nil empty list reads no
+	// credential. Roots overlapping WorkDir are dropped: local servers
+	// write there. Flag: --credential-roots.
+	CredentialRoots []string
 	// AllowLoopback lets connections reach loopback addresses: for
 	// development and tests. Refused when false. Flag: --allow-loopback.
 	AllowLoopback bool
@@ -139,6 +148,8 @@ type Server struct {
 	httpTransport *http.Transport
 	direct        map[string]DirectSource
 	fixtures      *Fixtures
+	// credRoots are where connections' credentials may be read.
+	credRoots credentialRoots
 
 	// grants remembers the execution grants already used.
 	grants *grant.Ledger
@@ -176,6 +187,7 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 		wd = filepath.Join(os.TempDir(), "v0m3-work")
 	}
 	policy := deps.reachPolicy(wd)
+	credRoots := deps.credentialRoots(wd, log)
 	ht := http.DefaultTransport.(*http.Transport).Clone()
 	ht.Proxy = nil // the adapter reaches servers directly, never via an environment proxy
 	// Every connection is decided at dial time, after DNS resolution: a
@@ -199,7 +211,7 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 			log.Warn("the adapter has no certificate: it cannot verify execution grants and refuses every Execute")
 		}
 	}
-	s := &Server{deps: deps, log: log, workDir: wd, reach: policy, sandbox: newSandboxer(deps.Sandbox, wd, log), httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx,
+	s := &Server{deps: deps, log: log, workDir: wd, reach: policy, sandbox: newSandboxer(deps.Sandbox, wd, log), httpTransport: ht, live: map[*session]struct{}{}, direct: direct, fixtures: fx, credRoots: credRoots,
 		grants: grant.NewLedger()}
 	s.pool = newPool(s, deps.Sessions)
 	if deps.Evidence != nil {
@@ -343,7 +355,7 @@ func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, l
 		ss  *session
 		err error
 	)
-	creds := &credentials{}
+	creds := s.newCredentials(conn)
 	backoff := connectBackoff
 	for attempt := 1; ; attempt++ {
 		ss, err = s.connectOnce(ctx, conn, limit, creds, onListChanged)
@@ -361,8 +373,7 @@ func (s *Server) openSession(ctx context.Context, conn *registryv1.Connection, l
 }
 
 func retryable(err error, m *meter) bool {
-	var ce *credentialError
-	if errors.As(err, &ce) || authFailure(err, m) != nil || isLimitError(err, m) || refusal(err, m) != nil || errors.Is(err, errAdapterClosed) || isSandboxSetup(err) ||
+	if isCredentialError(err) || authFailure(err, m) != nil || isLimitError(err, m) || refusal(err, m) != nil || errors.Is(err, errAdapterClosed) || isSandboxSetup(err) ||
 		unsupportedVersion(err) != nil {
 		return false
 	}

@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -108,13 +106,9 @@ func newExchangeSetup(t *testing.T) *exchangeSetup {
 	p := servePerson(t, as)
 	logs := &syncLog{}
 	e := newEnvLog(t, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	path := filepath.Join(t.TempDir(), "oauth-secret")
-	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	conn := e.registry.add(&registryv1.Connection{DisplayName: "person search", Transport: &registryv1.Transport{
 		Kind: &registryv1.Transport_StreamableHttp{StreamableHttp: &registryv1.StreamableHTTPTransport{Url: p.url, Oauth: &registryv1.OAuthClient{
-			Grant: registryv1.OauthGrant_OAUTH_GRANT_TOKEN_EXCHANGE, ClientId: clientID, ClientSecretRef: "file:" + path, Issuer: as.Issuer()}}},
+			Grant: registryv1.OauthGrant_OAUTH_GRANT_TOKEN_EXCHANGE, ClientId: clientID, ClientSecretRef: e.plant(secret), Issuer: as.Issuer()}}},
 	}})
 	return &exchangeSetup{e: e, as: as, p: p, conn: conn, secret: secret, logs: logs}
 }

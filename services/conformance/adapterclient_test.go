@@ -63,13 +63,21 @@ func runAdapterClient(url, scenario string, ctxJSON string) int {
 	defer cancel()
 	ctx = identity.WithCaller(identity.WithPeer(ctx, identity.Orchestrator), identity.Caller{ID: identity.Orchestrator, Kind: identity.KindService})
 
-	workDir, err := os.MkdirTemp("", "v0m3-conformance-client-")
+	base, err := os.MkdirTemp("", "v0m3-conformance-client-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	defer os.RemoveAll(workDir)
-	oauth, err := oauthFor(scenario, ctxJSON, workDir)
+	defer os.RemoveAll(base)
+	// The adapter works in base/work and reads the connection's secret
+	// from its directory under its default credential root,
+	// base/credentials.
+	workDir, credDir := filepath.Join(base, "work"), filepath.Join(base, "credentials", connectionID)
+	if err := os.MkdirAll(credDir, 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	oauth, err := oauthFor(scenario, ctxJSON, credDir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

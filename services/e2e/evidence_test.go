@@ -568,10 +568,6 @@ func TestDirectMatchesMCP(t *testing.T) {
 func TestSecretNeverPersistedOrLogged(t *testing.T) {
 	t.Parallel()
 	secret := "planted-" + strings.TrimPrefix(digest.String(t.Name()), "sha256:")[:24]
-	credFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(credFile, []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	logs := &testkit.SyncBuffer{}
 	dir := t.TempDir()
 	fixtures := filepath.Join(t.TempDir(), "fixtures")
@@ -586,9 +582,16 @@ func TestSecretNeverPersistedOrLogged(t *testing.T) {
 	ctx := as(s, scenario.Integrator)
 	conn, err := s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin, "--hostile"),
-		CredentialRef: "file:" + credFile, CredentialScope: "read-only token for the synthetic library",
+		CredentialRef: "file:token", CredentialScope: "read-only token for the synthetic library",
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// Planted where the adapter reads it: the connection's own directory.
+	if err := os.MkdirAll(s.CredentialDir(conn.GetId()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.CredentialDir(conn.GetId()), "token"), []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	w := &world{t: t, s: s, conn: conn}
@@ -631,6 +634,9 @@ func TestSecretNeverPersistedOrLogged(t *testing.T) {
 	stores := 0
 	for _, root := range []string{dir, fixtures} {
 		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err == nil && path == filepath.Join(dir, "credentials") {
+				return filepath.SkipDir // where the secret is kept, planted there by this test
+			}
 			if err != nil || d.IsDir() {
 				return err
 			}

@@ -314,7 +314,7 @@ func TestPreviewApprovalInvalidatedByRealChanges(t *testing.T) {
 	r = submitPreview(t, c, task, "call-creds")
 	if _, err := s.Registry.UpdateConnection(c.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
 		Id: env.conn.GetId(), ExpectedConfigRevision: env.conn.GetConfigRevision(), Transport: env.conn.GetTransport(),
-		CredentialRef: "secret://renderer/v2", CredentialVersion: "2", Reason: "rotate",
+		CredentialVersion: "2", Reason: "rotate",
 	}); err != nil {
 		t.Fatal(err)
 	}

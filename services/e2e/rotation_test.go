@@ -17,6 +17,7 @@ import (
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/testkit"
 	"github.com/v0m3/v0m3/services/scenario"
+	"github.com/v0m3/v0m3/services/suite"
 )
 
 // TestRotationWithinScope rotates a connection's credential through the
@@ -30,18 +31,16 @@ func TestRotationWithinScope(t *testing.T) {
 	t.Parallel()
 	s := startSuite(t, t.TempDir())
 	c := stackOf(s)
-	env := connectRenderer(t, c)
+	env := connectRendererWithCredential(t, s, "token-1")
 	task := startPreviewTask(t, c).GetTask().GetId()
-	dir := testkit.WritableDir(t)
+	// A rotation is a new version of the same reference: the file in
+	// the connection's credential directory is replaced.
 	rotate := func(rev int64, scope, token string) (*registryv1.Connection, error) {
 		t.Helper()
-		path := filepath.Join(dir, token)
-		if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		writeCredential(t, s, env.conn.GetId(), token)
 		return s.Registry.UpdateConnection(c.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
 			Id: env.conn.GetId(), ExpectedConfigRevision: rev, Transport: env.conn.GetTransport(),
-			CredentialScope: scope, CredentialRef: "file:" + path, CredentialVersion: token, Reason: "credential rotation",
+			CredentialScope: scope, CredentialRef: "file:token", CredentialVersion: token, Reason: "credential rotation",
 		})
 	}
 	mappingState := func() registryv1.MappingState {
@@ -107,8 +106,22 @@ func TestRotationWithinScope(t *testing.T) {
 func TestGovernedReadsContinueThroughRotations(t *testing.T) {
 	t.Parallel()
 	w := newHTTPWorld(t)
+	// The connection gets its credential: a new reference, so reviewed
+	// (and the mapping with it) before anything reads it.
+	writeCredential(t, w.s, w.conn.GetId(), "token-start")
+	conn, err := w.s.Registry.UpdateConnection(w.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
+		Id: w.conn.GetId(), ExpectedConfigRevision: w.conn.GetConfigRevision(), Transport: w.conn.GetTransport(),
+		CredentialScope: w.conn.GetCredentialScope(), CredentialRef: "file:token", CredentialVersion: "start", Reason: "credential added",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.conn, err = w.s.ApproveConnection(w.as(scenario.Integrator), conn); err != nil {
+		t.Fatal(err)
+	}
+	w.snap = w.discover()
+	w.mapping = w.review(w.propose(w.mapping.GetId(), w.snap, "search", "query"))
 	task := w.startTask()
-	dir := testkit.WritableDir(t)
 
 	stop := make(chan struct{})
 	// succeeded counts reads as they succeed, so each rotation waits for a
@@ -136,18 +149,15 @@ func TestGovernedReadsContinueThroughRotations(t *testing.T) {
 		}
 	}()
 
-	conn := w.conn
+	conn = w.conn
 	const rotations = 6
 	for i := range rotations {
 		before := succeeded.Load()
-		path := filepath.Join(dir, fmt.Sprintf("token-%d", i))
-		if err := os.WriteFile(path, []byte(fmt.Sprintf("token-%d\n", i)), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		writeCredential(t, w.s, conn.GetId(), fmt.Sprintf("token-%d", i))
 		var err error
 		conn, err = w.s.Registry.UpdateConnection(w.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
 			Id: conn.GetId(), ExpectedConfigRevision: conn.GetConfigRevision(), Transport: conn.GetTransport(),
-			CredentialScope: conn.GetCredentialScope(), CredentialRef: "file:" + path, CredentialVersion: fmt.Sprint(i), Reason: "credential rotation",
+			CredentialScope: conn.GetCredentialScope(), CredentialRef: "file:token", CredentialVersion: fmt.Sprint(i), Reason: "credential rotation",
 		})
 		if err != nil {
 			t.Fatalf("rotation %d: %v", i, err)
@@ -240,4 +250,52 @@ func TestApprovalsFollowServingRevision(t *testing.T) {
 	if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
 		t.Fatalf("governed call at revision 2: %v, %v; want EXECUTED", done.GetState(), err)
 	}
+}
+
+// writeCredential replaces the file "token" in connection id's credential
+// directory under s's adapter's credential root (what "file:token" names),
+// atomically, as a mounted Secret's update does.
+func writeCredential(t *testing.T, s *suite.Suite, id, value string) {
+	t.Helper()
+	dir := s.CredentialDir(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, ".token.tmp")
+	if err := os.WriteFile(tmp, []byte(value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "token")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// connectRendererWithCredential is connectRenderer for a connection
+// whose credential is "file:token" in its credential directory, holding
+// token, approved with it.
+func connectRendererWithCredential(t *testing.T, s *suite.Suite, token string) *rendererEnv {
+	t.Helper()
+	c := stackOf(s)
+	dir := testkit.WritableDir(t)
+	env := &rendererEnv{workDir: filepath.Join(dir, "work"), callLog: filepath.Join(dir, "calls.jsonl")}
+	var err error
+	env.conn, err = c.Registry.CreateConnection(c.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+		DisplayName: "V0M3 Renderer", Owner: "platform-team",
+		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{
+			Command: v0m3Bin,
+			Args:    []string{"fixture-renderer", "--transport", "stdio", "--work-dir", env.workDir, "--call-log", env.callLog},
+		}}},
+		CredentialScope: "local renderer; no credential", CredentialRef: "file:token", CredentialVersion: token,
+	})
+	if err != nil {
+		t.Fatalf("create connection: %v", err)
+	}
+	writeCredential(t, s, env.conn.GetId(), token)
+	env.conn, err = c.Registry.ReviewConnection(c.as(scenario.Reviewer), &registryv1.ReviewConnectionRequest{
+		ConnectionId: env.conn.GetId(), ConfigRevision: env.conn.GetConfigRevision(), Approve: true})
+	if err != nil {
+		t.Fatalf("review connection: %v", err)
+	}
+	mapRenderer(t, c, env)
+	return env
 }

@@ -112,14 +112,19 @@ func TestTokenExchangeGoverned(t *testing.T) {
 		Clients: []exchangetest.Client{{ID: clientID, Secret: secret}}})
 	seen := &callers{by: map[string][]string{}}
 	gate := gateFixture(t, startHTTPFixture(t), as, seen)
-	secretPath := filepath.Join(t.TempDir(), "oauth-secret")
-	if err := os.WriteFile(secretPath, []byte(secret), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	tr := &registryv1.Transport{Kind: &registryv1.Transport_StreamableHttp{StreamableHttp: &registryv1.StreamableHTTPTransport{Url: gate,
 		Oauth: &registryv1.OAuthClient{Grant: registryv1.OauthGrant_OAUTH_GRANT_TOKEN_EXCHANGE, ClientId: clientID,
-			ClientSecretRef: "file:" + secretPath, Issuer: as.Issuer()}}}}
-	r, err := scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: tr, As: s.As})
+			ClientSecretRef: "file:oauth-secret", Issuer: as.Issuer()}}}}
+	// The secret goes where the adapter reads it: the connection's own
+	// credential directory.
+	provision := func(conn *registryv1.Connection) error {
+		dir := s.CredentialDir(conn.GetId())
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, "oauth-secret"), []byte(secret), 0o600)
+	}
+	r, err := scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: tr, As: s.As, Provision: provision})
 	if err != nil {
 		t.Fatalf("scenario: %v", err)
 	}

@@ -39,6 +39,22 @@ import (
 // a scheme keeps a pasted secret value from being stored as a reference.
 var credentialRefPattern = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:\S+$`)
 
+// credentialRefProblem says what is wrong with a credential reference, or
+// "" when nothing is. The adapter reads a "file:" reference only inside
+// the connection's own directory under its credential roots
+// (<root>/<connection id>/); a relative name that climbs out of it is
+// refused here already. Whether an absolute path lies inside is the
+// adapter's to decide: it alone knows its roots.
+func credentialRefProblem(ref string) string {
+	if !credentialRefPattern.MatchString(ref) {
+		return `must be a reference such as "file:token" (a file in the connection's credential directory), never a credential value`
+	}
+	if p, ok := strings.CutPrefix(ref, "file:"); ok && !filepath.IsAbs(p) && !filepath.IsLocal(p) {
+		return fmt.Sprintf("%q leaves the connection's credential directory; name a file inside it, such as \"file:token\"", ref)
+	}
+	return ""
+}
+
 // CreateConnection records a new local identity for one configured server,
 // at config revision 1 and review state PENDING.
 func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateConnectionRequest) (*registryv1.Connection, error) {
@@ -148,8 +164,10 @@ func (s *Server) ListConnections(ctx context.Context, req *registryv1.ListConnec
 // set) and its descriptive fields (display name, owner, sandbox: those that
 // are set). A different configuration digest creates a new config revision;
 // it moves every active mapping of the connection to REVIEW_REQUIRED unless
-// it is a rotation within the declared credential scope
-// (rotationKeepsMappings). The update is a compare-and-set on
+// it is a rotation (a new credential_version of the same reference) within
+// the declared credential scope (rotationKeepsMappings). A change of what
+// runs, what is reached or a credential reference sends the connection
+// itself back to review too. The update is a compare-and-set on
 // expected_config_revision.
 //
 // Without a transport the configuration is left as it is: only descriptive
@@ -275,7 +293,7 @@ func (s *Server) reviseConfig(u *ConnectionUpdate, next *registryv1.Connection, 
 	if rereview {
 		next.ReviewState = registryv1.ReviewState_REVIEW_STATE_PENDING
 		next.ProposedBy = who
-		detail += "; what runs or is reached changed, so the connection is pending review"
+		detail += "; what runs, what is reached or where its credential is read changed, so the connection is pending review"
 	}
 	var kept []string
 	for _, m := range u.Mappings {
@@ -311,8 +329,8 @@ func (s *Server) reviseConfig(u *ConnectionUpdate, next *registryv1.Connection, 
 
 // rotationKeepsMappings reports whether the change from prev to next is a
 // credential rotation that keeps what its mappings were reviewed for: what
-// runs and is reached is unchanged, and so is the declared credential
-// scope. Only the credential's reference or version differ. A mapping's
+// runs and is reached is unchanged, and so are the credential's reference
+// and declared scope. Only the credential's version differs. A mapping's
 // meaning (which tool, what it may do with the caller's data) does not
 // depend on which copy of an equally scoped credential the server holds;
 // a broadened or narrowed scope does change it, and goes back to review.
@@ -438,7 +456,7 @@ func (s *Server) validateConfig(t *registryv1.Transport, credentialRef string) (
 			if redact.SecretSetting(name, k.Stdio.GetEnv()[name]) {
 				v = append(v, apierror.FieldViolation{Field: "transport.stdio.env",
 					Description: fmt.Sprintf("variable %s holds what looks like a literal secret; secrets are never stored in a connection: "+
-						"put it in a file (e.g. a mounted Kubernetes Secret) and set credential_ref to \"file:/path\" (the server receives it as V0M3_CREDENTIAL)", name)})
+						"put it in a file in the connection's credential directory (e.g. its mounted Kubernetes Secret) and set credential_ref to \"file:<name>\" (the server receives it as V0M3_CREDENTIAL)", name)})
 				refuse(ReasonSecretInEnv)
 			}
 		}
@@ -459,9 +477,10 @@ func (s *Server) validateConfig(t *registryv1.Transport, credentialRef string) (
 			v = append(v, apierror.FieldViolation{Field: "transport.direct.adapter", Description: "the direct adapter name is required"})
 		}
 	}
-	if credentialRef != "" && !credentialRefPattern.MatchString(credentialRef) {
-		v = append(v, apierror.FieldViolation{Field: "credential_ref",
-			Description: `must be a reference such as "file:/var/run/secrets/v0m3/token", never a credential value`})
+	if credentialRef != "" {
+		if p := credentialRefProblem(credentialRef); p != "" {
+			v = append(v, apierror.FieldViolation{Field: "credential_ref", Description: p})
+		}
 	}
 	return v, reason
 }
@@ -539,18 +558,37 @@ func configDigest(c *registryv1.Connection) (string, error) {
 }
 
 // reviewedConfig is the part of a connection's configuration a review
-// accepts: what runs (executable, arguments, environment, executable
+// accepts about what runs (executable, arguments, environment, executable
 // digest, image, workload) and what is reached (endpoint, direct adapter).
-// The credential (reference, version, scope, the OAuth client secret's
-// reference) is not part of it: rotating it keeps the review.
+// Where the credential is read is decided by reviewedConfigChanged; its
+// version and declared scope are not reviewed: a new version of the same
+// reference is a rotation.
 func reviewedConfig(c *registryv1.Connection) *registryv1.Connection {
-	return &registryv1.Connection{Transport: withoutRotatable(c.GetTransport()), ImageDigest: c.GetImageDigest(), WorkloadDigest: c.GetWorkloadDigest()}
+	return &registryv1.Connection{Transport: withoutSecretRef(c.GetTransport()), ImageDigest: c.GetImageDigest(), WorkloadDigest: c.GetWorkloadDigest()}
 }
 
 // reviewedConfigChanged reports whether next changes what a review of prev
-// accepted.
+// accepted: what runs or is reached, or a credential reference
+// (credential_ref, the OAuth client secret's) that names a secret the
+// review did not see. A new reference hands the server another secret, so
+// a second person approves it before the adapter ever reads it. Dropping
+// a reference reads nothing and needs no review.
 func reviewedConfigChanged(prev, next *registryv1.Connection) bool {
-	return !proto.Equal(reviewedConfig(prev), reviewedConfig(next))
+	moved := func(was, is string) bool { return is != "" && is != was }
+	return !proto.Equal(reviewedConfig(prev), reviewedConfig(next)) ||
+		moved(prev.GetCredentialRef(), next.GetCredentialRef()) ||
+		moved(prev.GetTransport().GetStreamableHttp().GetOauth().GetClientSecretRef(), next.GetTransport().GetStreamableHttp().GetOauth().GetClientSecretRef())
+}
+
+// withoutSecretRef returns t without the OAuth client secret's reference,
+// which reviewedConfigChanged compares on its own.
+func withoutSecretRef(t *registryv1.Transport) *registryv1.Transport {
+	if t.GetStreamableHttp().GetOauth().GetClientSecretRef() == "" {
+		return t
+	}
+	t = proto.CloneOf(t)
+	t.GetStreamableHttp().GetOauth().ClientSecretRef = ""
+	return t
 }
 
 // actor is how a record names who acted: a person's or product service's

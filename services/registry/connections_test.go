@@ -144,8 +144,11 @@ func TestUpdateConnection(t *testing.T) {
 		// keepsMappings: the new revision is a rotation within the declared
 		// credential scope, so the active mapping stays active.
 		keepsMappings bool
-		wantCode      codes.Code
-		wantReason    string
+		// pending: what runs, is reached or where the credential is read
+		// changed, so the connection itself is pending review again.
+		pending    bool
+		wantCode   codes.Code
+		wantReason string
 	}{
 		{
 			name: "display name, owner and sandbox only",
@@ -172,12 +175,31 @@ func TestUpdateConnection(t *testing.T) {
 			wantRevision: 2, keepsMappings: true,
 		},
 		{
+			// A new reference hands the server another secret: reviewed
+			// like a new endpoint, whatever the change calls itself.
 			name: "credential moved to another reference, same scope",
 			update: func(c *registryv1.Connection) *registryv1.UpdateConnectionRequest {
 				return &registryv1.UpdateConnectionRequest{Id: c.GetId(), ExpectedConfigRevision: 1, Transport: c.GetTransport(),
 					CredentialScope: c.GetCredentialScope(), CredentialRef: c.GetCredentialRef() + "-2", CredentialVersion: "1", Reason: "credential rotation"}
 			},
+			wantRevision: 2, pending: true,
+		},
+		{
+			name: "credential reference removed",
+			update: func(c *registryv1.Connection) *registryv1.UpdateConnectionRequest {
+				return &registryv1.UpdateConnectionRequest{Id: c.GetId(), ExpectedConfigRevision: 1, Transport: c.GetTransport(),
+					CredentialScope: c.GetCredentialScope(), CredentialVersion: "2"}
+			},
+			// Nothing is read any more: no new secret to review.
 			wantRevision: 2, keepsMappings: true,
+		},
+		{
+			name: "credential reference leaving its directory",
+			update: func(c *registryv1.Connection) *registryv1.UpdateConnectionRequest {
+				return &registryv1.UpdateConnectionRequest{Id: c.GetId(), ExpectedConfigRevision: 1, Transport: c.GetTransport(),
+					CredentialScope: c.GetCredentialScope(), CredentialRef: "file:../con_other/token", CredentialVersion: "1"}
+			},
+			wantCode: codes.InvalidArgument, wantReason: "INVALID_CONNECTION",
 		},
 		{
 			name: "credential scope broadened",
@@ -201,7 +223,7 @@ func TestUpdateConnection(t *testing.T) {
 				return &registryv1.UpdateConnectionRequest{Id: c.GetId(), ExpectedConfigRevision: 1, Transport: c.GetTransport(), ImageDigest: "sha256:" + strings.Repeat("b", 64),
 					CredentialScope: c.GetCredentialScope(), CredentialRef: c.GetCredentialRef(), CredentialVersion: "2"}
 			},
-			wantRevision: 2,
+			wantRevision: 2, pending: true,
 		},
 		{
 			name: "endpoint change",
@@ -209,7 +231,7 @@ func TestUpdateConnection(t *testing.T) {
 				return &registryv1.UpdateConnectionRequest{Id: c.GetId(), ExpectedConfigRevision: 1, Transport: httpTransport("http://sources-v2.mcp.svc:8080/mcp"),
 					CredentialScope: c.GetCredentialScope(), CredentialRef: c.GetCredentialRef(), CredentialVersion: c.GetCredentialVersion()}
 			},
-			wantRevision: 2,
+			wantRevision: 2, pending: true,
 		},
 		{
 			name: "stale expected revision",
@@ -267,6 +289,9 @@ func TestUpdateConnection(t *testing.T) {
 			last := revs.GetRevisions()[len(revs.GetRevisions())-1]
 			if last.GetConfigDigest() != got.GetConfigDigest() || last.GetRevision() != got.GetConfigRevision() {
 				t.Errorf("latest revision record %v does not match connection %v", last, got)
+			}
+			if tt.wantRevision > 1 && last.GetReviewRequired() != tt.pending {
+				t.Errorf("revision %d review_required = %v, want %v", last.GetRevision(), last.GetReviewRequired(), tt.pending)
 			}
 
 			// A rotation within the declared scope keeps the mapping in

@@ -6,8 +6,6 @@ import (
 	"net/url"
 	"strings"
 
-	"google.golang.org/protobuf/proto"
-
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 )
@@ -75,8 +73,8 @@ func validateOAuth(o *registryv1.OAuthClient, credentialRef string) []apierror.F
 	}
 	ref := o.GetClientSecretRef()
 	switch {
-	case ref != "" && !credentialRefPattern.MatchString(ref):
-		bad("client_secret_ref", `must be a reference such as "file:/var/run/secrets/v0m3/oauth-secret", never a secret value`)
+	case ref != "" && credentialRefProblem(ref) != "":
+		bad("client_secret_ref", "%s", credentialRefProblem(ref))
 	case ref == "" && !code:
 		bad("client_secret_ref", "the %s grant needs a confidential client: set the reference of its secret", grantName(grant))
 	case ref != "" && id == "" && code:
@@ -175,17 +173,4 @@ func truncateText(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// withoutRotatable returns t without what a credential rotation changes
-// (the OAuth client secret's reference), for comparing what a review
-// accepted: a new secret reference keeps the review, like a new
-// credential_ref does.
-func withoutRotatable(t *registryv1.Transport) *registryv1.Transport {
-	if t.GetStreamableHttp().GetOauth().GetClientSecretRef() == "" {
-		return t
-	}
-	t = proto.CloneOf(t)
-	t.GetStreamableHttp().GetOauth().ClientSecretRef = ""
-	return t
 }

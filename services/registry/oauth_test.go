@@ -132,10 +132,10 @@ func TestCreateConnectionOAuth(t *testing.T) {
 	}
 }
 
-// Rotating the OAuth client secret's reference is a new config revision
-// that keeps the connection's review and its mappings, as a credential_ref
-// rotation does; changing where tokens come from (the issuer) is a new
-// revision that needs review again.
+// Moving the OAuth client secret's reference is a new config revision
+// that needs review again, as a new credential_ref does (the adapter would
+// read another secret), and so does changing where tokens come from (the
+// issuer) or what they may do (scopes).
 func TestUpdateConnectionOAuth(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -143,8 +143,9 @@ func TestUpdateConnectionOAuth(t *testing.T) {
 		change     func(o *registryv1.OAuthClient)
 		wantReview registryv1.ReviewState
 	}{
-		{name: "secret rotation", change: func(o *registryv1.OAuthClient) { o.ClientSecretRef += "-2" },
-			wantReview: registryv1.ReviewState_REVIEW_STATE_APPROVED},
+		{name: "secret moved", change: func(o *registryv1.OAuthClient) { o.ClientSecretRef += "-2" },
+			wantReview: registryv1.ReviewState_REVIEW_STATE_PENDING},
+		{name: "secret leaving its directory", change: func(o *registryv1.OAuthClient) { o.ClientSecretRef = "file:../con_other/oauth-secret" }},
 		{name: "another authorization server", change: func(o *registryv1.OAuthClient) { o.Issuer = "https://other-auth.example.com" },
 			wantReview: registryv1.ReviewState_REVIEW_STATE_PENDING},
 		{name: "more scopes", change: func(o *registryv1.OAuthClient) { o.Scopes = append(o.Scopes, "search:admin") },
@@ -164,6 +165,10 @@ func TestUpdateConnectionOAuth(t *testing.T) {
 			tt.change(next.GetStreamableHttp().GetOauth())
 			got, err := r.client.UpdateConnection(t.Context(), &registryv1.UpdateConnectionRequest{Id: conn.GetId(), ExpectedConfigRevision: 1,
 				Transport: next, CredentialScope: conn.GetCredentialScope()})
+			if tt.wantReview == registryv1.ReviewState_REVIEW_STATE_UNSPECIFIED {
+				wantErr(t, err, codes.InvalidArgument, registry.ReasonInvalidOAuth)
+				return
+			}
 			if err != nil {
 				t.Fatalf("UpdateConnection: %v", err)
 			}

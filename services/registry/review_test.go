@@ -123,9 +123,10 @@ func TestReviewConnectionRefuses(t *testing.T) {
 	}
 }
 
-// TestConfigRevisionReview: a revision that changes what runs or is
-// reached needs a new review, proposed by whoever changed it; a
-// credential-only revision keeps the decision.
+// TestConfigRevisionReview: a revision that changes what runs, what is
+// reached or where the credential is read needs a new review, proposed by
+// whoever changed it; a new credential version or scope keeps the
+// decision.
 func TestConfigRevisionReview(t *testing.T) {
 	t.Parallel()
 	stdio := func(c *registryv1.Connection) *registryv1.StdioTransport {
@@ -137,9 +138,12 @@ func TestConfigRevisionReview(t *testing.T) {
 		wantReview bool
 	}{
 		{"credential version", func(_ *registryv1.Connection, u *registryv1.UpdateConnectionRequest) { u.CredentialVersion = "2" }, false},
+		// A new reference hands the server another secret: a second
+		// person approves it before the adapter reads it.
 		{"credential reference", func(_ *registryv1.Connection, u *registryv1.UpdateConnectionRequest) {
 			u.CredentialRef = "file:/var/run/secrets/v0m3/notes/token-2"
-		}, false},
+		}, true},
+		{"credential reference dropped", func(_ *registryv1.Connection, u *registryv1.UpdateConnectionRequest) { u.CredentialRef = "" }, false},
 		{"credential scope", func(_ *registryv1.Connection, u *registryv1.UpdateConnectionRequest) {
 			u.CredentialScope = "read-only notes, 2026"
 		}, false},

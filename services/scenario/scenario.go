@@ -66,6 +66,11 @@ type Config struct {
 	// As returns ctx authenticated as subject in groups (e.g. suite.As):
 	// each step runs as the person who would take it. Required.
 	As func(ctx context.Context, subject string, groups ...string) context.Context
+	// Provision, when set, runs once the connection is created, before
+	// anything reads its credential: e.g. to put the file its
+	// credential_ref (or OAuth client_secret_ref) names into its
+	// credential directory (suite.Suite.CredentialDir).
+	Provision func(conn *registryv1.Connection) error
 }
 
 // The people of the scenario, each in the groups the default policy gives
@@ -136,6 +141,11 @@ func Run(ctx context.Context, c suite.Clients, cfg Config) (*Result, error) {
 	})
 	if err != nil {
 		return r, fmt.Errorf("create connection: %w", err)
+	}
+	if cfg.Provision != nil {
+		if err := cfg.Provision(r.Connection); err != nil {
+			return r, fmt.Errorf("provision connection %s: %w", r.Connection.GetId(), err)
+		}
 	}
 	p.line("connection %s %q, config revision %d, %s", r.Connection.GetId(), r.Connection.GetDisplayName(), r.Connection.GetConfigRevision(), describeTransport(r.Connection.GetTransport()))
 	p.line("connecting registers nothing: no capability is usable yet")

@@ -189,6 +189,10 @@ type Reach struct {
 	// StdioRoots are where stdio executables must lie; nil means the
 	// adapter's default roots, empty means none.
 	StdioRoots []string
+	// CredentialRoots are where connections' credentials are read, each
+	// connection's in <root>/<connection id>/ (adapter.Deps.CredentialRoots);
+	// nil means DataDir/credentials, empty means none.
+	CredentialRoots []string
 	// AllowLoopback admits loopback endpoints.
 	AllowLoopback bool
 	// AllowPrivateNetworks admits private-range endpoints (in-cluster
@@ -238,6 +242,8 @@ type Suite struct {
 	Dev *identity.Dev
 
 	ident *Identity
+	// credentialRoot is the adapter's first credential root ("" if none).
+	credentialRoot string
 	// callerRate is Config.CallerRateLimits.
 	callerRate identity.RateLimits
 	// tp is Config.TracerProvider.
@@ -317,6 +323,12 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	reach := cfg.Reach
 	if reach == nil {
 		reach = &Reach{AllowLoopback: true}
+	}
+	switch {
+	case reach.CredentialRoots == nil:
+		s.credentialRoot = adapter.DefaultCredentialRoot(filepath.Join(cfg.DataDir, "work"))
+	case len(reach.CredentialRoots) > 0:
+		s.credentialRoot = reach.CredentialRoots[0]
 	}
 	if s.ident, err = s.setupIdentity(cfg, log); err != nil {
 		return nil, err
@@ -439,7 +451,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			a := adapter.NewServer(adapter.Deps{
 				Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence, TraceSpool: traceSpool,
 				WorkDir: filepath.Join(cfg.DataDir, "work"), Direct: cfg.Direct, Fixtures: cfg.Fixtures, Sessions: cfg.AdapterSessions,
-				StdioRoots: reach.StdioRoots, AllowLoopback: reach.AllowLoopback, AllowPrivateNetworks: reach.AllowPrivateNetworks,
+				StdioRoots: reach.StdioRoots, CredentialRoots: reach.CredentialRoots, AllowLoopback: reach.AllowLoopback, AllowPrivateNetworks: reach.AllowPrivateNetworks,
 				// Plaintext is the explicit development flag; only there
 				// does the adapter run calls it cannot verify a grant for.
 				Credentials: creds, InsecureUngranted: s.ident.Insecure,
@@ -529,6 +541,17 @@ func (s *Suite) setErr(err error) {
 	if s.err == nil {
 		s.err = err
 	}
+}
+
+// CredentialDir is where the adapter here reads connection id's
+// credentials (its directory under the first credential root, see
+// adapter.Deps.CredentialRoots): put a file there and reference it as
+// "file:<name>". "" when no credential root is configured.
+func (s *Suite) CredentialDir(connectionID string) string {
+	if s.credentialRoot == "" {
+		return ""
+	}
+	return filepath.Join(s.credentialRoot, connectionID)
 }
 
 // Err returns the first serving error, if any.

@@ -3,6 +3,7 @@ package audit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +104,38 @@ func TestInterceptor(t *testing.T) {
 		if _, ok := identity.AccessFor(m); !ok {
 			t.Errorf("%s is audited but no RPC of the access table", m)
 		}
+	}
+}
+
+// TestCredentialMoveSaysPendingReview: an update that moved a
+// connection's credential reference (so the registry sent it back to
+// review) is recorded as such; a rotation is recorded without it.
+func TestCredentialMoveSaysPendingReview(t *testing.T) {
+	t.Parallel()
+	ivan := identity.WithCaller(context.Background(), identity.Caller{ID: "ivan", Kind: "user"})
+	for _, c := range []struct {
+		name    string
+		state   registryv1.ReviewState
+		wantEnd string
+	}{
+		{"moved", registryv1.ReviewState_REVIEW_STATE_PENDING, "version 2; connection pending review"},
+		{"rotated", registryv1.ReviewState_REVIEW_STATE_APPROVED, "version 2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			a := &appender{}
+			resp := &registryv1.Connection{Id: "con_1", ConfigRevision: 2, ReviewState: c.state}
+			_, err := audit.UnaryServer(audit.New(a, "test", nil, nil))(ivan,
+				&registryv1.UpdateConnectionRequest{Id: "con_1", CredentialRef: "file:token", CredentialVersion: "2"},
+				&grpc.UnaryServerInfo{FullMethod: "/v0m3.registry.v1.RegistryService/UpdateConnection"},
+				func(context.Context, any) (any, error) { return resp, nil })
+			if err != nil || len(a.recs) != 1 {
+				t.Fatalf("err %v, %d records", err, len(a.recs))
+			}
+			if d := a.recs[0].GetDetail(); !strings.HasSuffix(d, c.wantEnd) {
+				t.Errorf("detail %q, want it to end in %q", d, c.wantEnd)
+			}
+		})
 	}
 }
 

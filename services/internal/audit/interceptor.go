@@ -36,9 +36,13 @@ var privileged = map[string]entry{
 		}
 		c, _ := resp.(*registryv1.Connection)
 		// The reference and version name where the secret is kept, never
-		// the secret itself.
-		return "connection:" + r.GetId(), configRevision(c.GetConfigRevision()),
-			fmt.Sprintf("credential %s version %s", r.GetCredentialRef(), r.GetCredentialVersion()), true
+		// the secret itself. A new reference sends the connection back to
+		// review (a rotation does not): the record says which it was.
+		detail := fmt.Sprintf("credential %s version %s", r.GetCredentialRef(), r.GetCredentialVersion())
+		if c.GetReviewState() == registryv1.ReviewState_REVIEW_STATE_PENDING {
+			detail += "; connection pending review"
+		}
+		return "connection:" + r.GetId(), configRevision(c.GetConfigRevision()), detail, true
 	}},
 	"/v0m3.registry.v1.RegistryService/RetireConnection": {ConnectionRetire, func(req, resp any) (string, string, string, bool) {
 		r, _ := req.(*registryv1.RetireConnectionRequest)
