@@ -94,7 +94,7 @@ func charSet(s string) *[256]bool {
 // form is one normalized form of a credential.
 type form struct {
 	norm   []byte
-	minRun int       // shortest run of it that matches
+	minRun int        // shortest run of it that matches
 	chars  *[256]bool // the encoding's alphabet; nil for the raw form
 }
 
