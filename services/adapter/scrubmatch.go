@@ -44,13 +44,17 @@ const (
 	// carry half a byte each: 8 bytes of the credential, as for the raw
 	// form.
 	minHexFragment = 16
-	// anchorLen is the length of the windows looked up in the text: one
-	// 8-byte load per position.
-	anchorLen = 8
+	// anchorLen is the length of the windows looked up in the text, and
+	// anchorStride the distance between the positions looked up: any run
+	// of anchorLen+anchorStride-1 = minFragment characters holds a window
+	// at such a position, and the text is looked up at a quarter of its
+	// positions.
+	anchorLen    = 5
+	anchorStride = 4
 	// maxRefsPerAnchor bounds the work at one position for a credential
 	// whose forms repeat themselves ("aaaaaaaa..."), where one window
 	// occurs at many offsets.
-	maxRefsPerAnchor = 8
+	maxRefsPerAnchor = 16
 	// filterBits is log2 of the size of the bit filter that rules out most
 	// positions before a map lookup.
 	filterBits = 16
@@ -130,12 +134,12 @@ func newMatcher(values []string) *matcher {
 		seen = append(seen, n)
 		m.forms = append(m.forms, form{norm: n, minRun: minRun, chars: chars})
 		fi := int32(len(m.forms) - 1)
-		if len(n) < anchorLen {
+		if len(n) < minFragment {
 			m.shorts = append(m.shorts, int(fi))
 			return
 		}
-		for off := 0; off+minRun <= len(n) && off+anchorLen <= len(n); off++ {
-			x := binary.LittleEndian.Uint64(n[off:])
+		for off := 0; off+anchorLen <= len(n); off++ {
+			x := window(n, off)
 			if refs := m.anchors[x]; len(refs) < maxRefsPerAnchor {
 				m.anchors[x] = append(refs, anchorRef{fi, int32(off)})
 			}
@@ -181,28 +185,37 @@ type span struct {
 	form       int32
 }
 
-// find returns the matches in a normalized view, in order.
+// window is the anchor window of n at p.
+func window(n []byte, p int) uint64 {
+	return uint64(binary.LittleEndian.Uint32(n[p:])) | uint64(n[p+4])<<32
+}
+
+// find returns the matches in a normalized view, in order: every run of
+// a form of at least its minRun characters, extended both ways as far as
+// it goes.
 func (m *matcher) find(n []byte, spans []span) []span {
-	for p := 0; p+anchorLen <= len(n); {
-		x := binary.LittleEndian.Uint64(n[p:])
+	for p := 0; p+anchorLen <= len(n); p += anchorStride {
+		x := window(n, p)
 		if h := filterHash(x); m.filter[h/64]&(1<<(h%64)) == 0 {
-			p++
 			continue
 		}
-		best, bestForm := 0, int32(-1)
+		best := span{form: -1}
 		for _, ref := range m.anchors[x] {
 			f := &m.forms[ref.form]
-			r := commonPrefix(n[p:], f.norm[ref.off:])
-			if r >= f.minRun && r > best {
-				best, bestForm = r, ref.form
+			back := commonSuffix(n[:p], f.norm[:ref.off])
+			fwd := commonPrefix(n[p:], f.norm[ref.off:])
+			if r := back + fwd; r >= f.minRun && r > best.end-best.start {
+				best = span{p - back, p + fwd, ref.form}
 			}
 		}
-		if bestForm < 0 {
-			p++
+		if best.form < 0 {
 			continue
 		}
-		spans = append(spans, span{p, p + best, bestForm})
-		p += best
+		spans = append(spans, best)
+		// The run is whole: the next position looked up is past it.
+		for p+anchorStride < best.end {
+			p += anchorStride
+		}
 	}
 	for _, fi := range m.shorts {
 		f := m.forms[fi].norm
@@ -216,6 +229,16 @@ func (m *matcher) find(n []byte, spans []span) []span {
 		}
 	}
 	return spans
+}
+
+func commonSuffix(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := 1; i <= n; i++ {
+		if a[len(a)-i] != b[len(b)-i] {
+			return i - 1
+		}
+	}
+	return n
 }
 
 func commonPrefix(a, b []byte) int {
@@ -247,47 +270,113 @@ func releaseView(v *normView) {
 	}
 }
 
-// normalize sets v to the normalized view of s: text, or encoded JSON
-// when jsonMode (its escapes are decoded).
-func (v *normView) normalize(s string, jsonMode, mapped bool) {
-	v.b, v.start, v.end = v.b[:0], v.start[:0], v.end[:0]
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf && c != '%' && (c != '\\' || !jsonMode) {
-			if o := asciiNorm[c]; o != 0 {
-				v.b = append(v.b, o)
-				if mapped {
-					v.start, v.end = append(v.start, int32(i)), append(v.end, int32(i+1))
-				}
+// Classes of a byte in the normalized view's fast path, beside the
+// byte it becomes.
+const (
+	byteSpecial = 0 // decoded by decodeUnit: '%', non-ASCII, '\\' in JSON
+	byteDropped = 1
+)
+
+// byteClass is, for text (0) and for encoded JSON (1), what each byte
+// becomes: its normalized view, or a class.
+var byteClass = func() (t [2][256]byte) {
+	for mode := range 2 {
+		for c := range 256 {
+			switch {
+			case c >= utf8.RuneSelf || c == '%' || (c == '\\' && mode == 1):
+				t[mode][c] = byteSpecial
+			case asciiNorm[c] == 0:
+				t[mode][c] = byteDropped
+			default:
+				t[mode][c] = asciiNorm[c]
 			}
+		}
+	}
+	return t
+}()
+
+// normalize sets v to the normalized view of s: text, or encoded JSON
+// when jsonMode (its escapes are decoded). The view is never longer than
+// s: every decoding shortens its input or keeps its length.
+func (v *normView) normalize(s string, jsonMode, mapped bool) {
+	if cap(v.b) < len(s) {
+		v.b = make([]byte, len(s))
+	}
+	b := v.b[:len(s)]
+	var start, end []int32
+	if mapped {
+		if cap(v.start) < len(s) {
+			v.start, v.end = make([]int32, len(s)), make([]int32, len(s))
+		}
+		start, end = v.start[:len(s)], v.end[:len(s)]
+	}
+	class := &byteClass[0]
+	if jsonMode {
+		class = &byteClass[1]
+	}
+	n := 0
+	for i := 0; i < len(s); {
+		if !mapped {
+			// Most text is plain ASCII: a branch-free loop until a byte
+			// that needs decoding.
+			for ; i < len(s); i++ {
+				c := class[s[i]]
+				if c == byteSpecial {
+					break
+				}
+				b[n] = c
+				n += (int(c) + 0xFE) >> 8 // 0 for byteDropped, else 1
+			}
+			if i == len(s) {
+				break
+			}
+		}
+		c := class[s[i]]
+		if c > byteDropped {
+			b[n] = c
+			if mapped {
+				start[n], end[n] = int32(i), int32(i+1)
+			}
+			n++
+			i++
+			continue
+		}
+		if c == byteDropped {
 			i++
 			continue
 		}
 		r, next := decodeUnit(s, i, jsonMode)
-		v.emit(r, i, next, mapped)
+		w := emit(b[n:], r)
+		if mapped {
+			for k := n; k < n+w; k++ {
+				start[k], end[k] = int32(i), int32(next)
+			}
+		}
+		n += w
 		i = next
+	}
+	v.b = b[:n]
+	if mapped {
+		v.start, v.end = start[:n], end[:n]
 	}
 }
 
-// emit appends the normalized view of r, which came from s[from:to].
-func (v *normView) emit(r rune, from, to int, mapped bool) {
-	n := len(v.b)
+// emit writes the normalized view of r into b and returns its length.
+func emit(b []byte, r rune) int {
 	switch {
 	case r < utf8.RuneSelf:
 		if o := asciiNorm[r]; o != 0 {
-			v.b = append(v.b, o)
+			b[0] = o
+			return 1
 		}
-	case unicode.IsSpace(r) || unicode.Is(unicode.Cf, r):
-		// Dropped: whitespace and invisible format characters (zero-width
-		// spaces and joiners, bidi marks, the byte order mark, soft hyphen).
-	default:
-		v.b = utf8.AppendRune(v.b, r)
+		return 0
+	case r == utf8.RuneError, unicode.IsSpace(r), unicode.Is(unicode.Cf, r):
+		// Dropped: bytes that are not UTF-8, whitespace, and invisible
+		// format characters (zero-width spaces and joiners, bidi marks,
+		// the byte order mark, soft hyphen).
+		return 0
 	}
-	if mapped {
-		for range len(v.b) - n {
-			v.start, v.end = append(v.start, int32(from)), append(v.end, int32(to))
-		}
-	}
+	return utf8.EncodeRune(b, r)
 }
 
 // decodeUnit decodes the character at s[i]: a percent-encoded one (a
