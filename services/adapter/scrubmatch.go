@@ -108,10 +108,11 @@ type anchorRef struct{ form, off int32 }
 // matcher finds credential forms in text. It is immutable once built.
 type matcher struct {
 	forms []form
-	// anchors are the windows of every form at which a match may start.
+	// anchors are the windows (anchorLen bytes) of every form, at every
+	// offset; filter has a bit set for each.
 	anchors map[uint64][]anchorRef
 	filter  [1 << filterBits / 64]uint64
-	// shorts are forms shorter than a window: matched whole.
+	// shorts are forms shorter than minFragment: matched whole.
 	shorts []int
 }
 
