@@ -26,6 +26,7 @@ const scrubSecret = "Vm3_Tok-9fQxZ2pLr8KwYt4NcB7hJd"
 // survivors returns the pieces (windows of n characters, whitespace and
 // format characters removed) of payload that are still in out.
 func survivors(payload, out string, n int) []string {
+	payload, out = strings.ToLower(payload), strings.ToLower(out)
 	clean := func(s string) string {
 		return strings.Map(func(r rune) rune {
 			if unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) {
@@ -215,4 +216,23 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// FuzzScrub: no text makes the scrubber fail, and what it returns never
+// holds the credential, in any case, with its invisible characters
+// removed.
+func FuzzScrub(f *testing.F) {
+	c := &credentials{}
+	c.add(scrubSecret)
+	for _, s := range []string{"", "%", "%e2%80", "%E2%80%8", "\\u00", scrubSecret, "x" + fixture.EchoForm("percent_lower", scrubSecret),
+		fixture.EchoForm("mime", scrubSecret), fixture.EchoForm("zero_width", scrubSecret), "\xff\xfe" + scrubSecret[:9]} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		out := c.text(in)
+		if s := survivors(scrubSecret, strings.ToLower(out), 10); len(s) > 0 && len(survivors(scrubSecret, strings.ToLower(in), 10)) > 0 {
+			t.Errorf("text(%q) = %q holds %q", in, out, s)
+		}
+		_ = c.inJSON([]byte(in))
+	})
 }
