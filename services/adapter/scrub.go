@@ -2,14 +2,11 @@ package adapter
 
 import (
 	"bytes"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net/url"
 	"slices"
-	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -18,27 +15,23 @@ import (
 // echoed it.
 const RedactedCredential = "[REDACTED credential]"
 
-// minEncodedForm is the shortest encoded form (base64, hex, percent
-// encoding) of a credential that is scrubbed: shorter fragments would
-// match unrelated text. The raw value is always scrubbed.
-const minEncodedForm = 8
-
 // credentials are the credential values resolved for one session (and its
 // connect retries). Every remote value the session hands out is scrubbed
 // of them (see remote.go), so nothing derived from remote text, whether
 // results, structured content, error text, snapshots, traces, fixtures or
-// logs, can carry a credential out of the adapter.
+// logs, can carry a credential out of the adapter. Matching normalizes
+// case and encoding and finds pieces of a credential (scrubmatch.go).
 type credentials struct {
 	// roots and connectionID say where the connection's credentials may
 	// be read (see credentialRoots.read).
 	roots        credentialRoots
 	connectionID string
 
-	mu sync.Mutex
-	// forms are each value and its encodings, longest first.
-	forms []string
-	// jsonForms are the forms as they appear inside encoded JSON strings.
-	jsonForms [][]byte
+	mu     sync.Mutex // serializes add
+	values []string
+	// m matches every value's forms; it is rebuilt when a value is added
+	// (once per credential, not per call) and read without a lock.
+	m atomic.Pointer[matcher]
 }
 
 // read resolves a credential reference of the connection (see
@@ -57,108 +50,63 @@ func (c *credentials) resolve(ref string) (string, error) {
 	return v, err
 }
 
-// add remembers a credential value and the encodings a server might echo
-// it in: raw (also inside "Bearer ..."), base64 (standard and URL
-// alphabets, at any alignment inside a longer encoded text, as in
-// "Basic base64(user:secret)"), hex, and percent-encoded.
+// add remembers a credential value and computes the forms a server might
+// echo it in (see newMatcher).
 func (c *credentials) add(v string) {
-	forms := []string{v}
-	enc := func(s string) {
-		if len(s) >= minEncodedForm && s != v {
-			forms = append(forms, s)
-		}
+	if v == "" {
+		return
 	}
-	for _, e := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
-		enc(e.EncodeToString([]byte(v)))
-		for align := range 3 {
-			enc(base64Core(e, v, align))
-		}
-	}
-	enc(hex.EncodeToString([]byte(v)))
-	enc(strings.ToUpper(hex.EncodeToString([]byte(v))))
-	enc(url.QueryEscape(v))
-	enc(url.PathEscape(v))
-
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, f := range forms {
-		if slices.Contains(c.forms, f) {
-			continue
-		}
-		c.forms = append(c.forms, f)
-		j, _ := json.Marshal(f)
-		c.jsonForms = append(c.jsonForms, j[1:len(j)-1])
+	if slices.Contains(c.values, v) {
+		return
 	}
-	// Longest first, so a form containing another is replaced whole.
-	slices.SortStableFunc(c.forms, func(a, b string) int { return len(b) - len(a) })
-	slices.SortStableFunc(c.jsonForms, func(a, b []byte) int { return len(b) - len(a) })
+	c.values = append(c.values, v)
+	c.m.Store(newMatcher(c.values))
 }
 
-// base64Core is the part of the base64 encoding of v, when v starts align
-// bytes into a longer text, that depends on v's bytes alone: it appears in
-// the encoding of any text with v at such an offset.
-func base64Core(e *base64.Encoding, v string, align int) string {
-	s := e.EncodeToString(append(make([]byte, align), v...))
-	first := (8*align + 5) / 6         // first character whose 6 bits are all v's
-	last := (8 * (align + len(v))) / 6 // one past the last such character
-	if first >= last || last > len(s) {
-		return ""
+// matcher is the current matcher, nil when no credential was resolved.
+func (c *credentials) matcher() *matcher {
+	if c == nil {
+		return nil
 	}
-	return s[first:last]
+	return c.m.Load()
 }
 
 // none reports whether no credential was resolved.
-func (c *credentials) none() bool {
-	if c == nil {
-		return true
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.forms) == 0
-}
+func (c *credentials) none() bool { return c.matcher() == nil }
 
 // text returns s with every credential form replaced.
 func (c *credentials) text(s string) string {
-	if c.none() {
+	m := c.matcher()
+	if m == nil {
 		return s
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, f := range c.forms {
-		s = strings.ReplaceAll(s, f, RedactedCredential)
-	}
-	return s
+	return m.scrub(s)
 }
 
 // jsonText returns encoded JSON with every credential form inside its
-// strings replaced.
+// strings replaced. JSON that does not decode is scrubbed as text.
 func (c *credentials) jsonText(b []byte) []byte {
-	if c.none() {
+	if !c.inJSON(b) {
 		return b
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, f := range c.jsonForms {
-		b = bytes.ReplaceAll(b, f, []byte(RedactedCredential))
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var tree any
+	if err := dec.Decode(&tree); err == nil {
+		if out, err := json.Marshal(c.tree(tree)); err == nil {
+			return out
+		}
 	}
-	return b
+	return []byte(c.text(string(b)))
 }
 
 // inJSON reports whether encoded JSON holds a credential form in any of
-// its strings. Encoders escape character by character, so a string holding
-// a form holds its escaped form.
+// its strings (its escapes decoded).
 func (c *credentials) inJSON(b []byte) bool {
-	if c.none() {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, f := range c.jsonForms {
-		if bytes.Contains(b, f) {
-			return true
-		}
-	}
-	return false
+	m := c.matcher()
+	return m != nil && m.contains(string(b), true)
 }
 
 // scrubJSON returns v, or when it holds a credential, a copy of it with
