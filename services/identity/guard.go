@@ -169,6 +169,11 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 	if err := g.Limit.Admit(ctx, c.ID, c.Groups); err != nil {
 		return nil, err // logged by the limiter when the flood starts, not per request
 	}
+	// An end user's token is checked only once its bearer passed, so a
+	// forged one costs within the caller's own rate.
+	if ctx, err = g.admitUser(ctx, method); err != nil {
+		return nil, err
+	}
 	return WithCaller(ctx, c), nil
 }
 

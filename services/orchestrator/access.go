@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 
@@ -28,28 +29,92 @@ func caller(ctx context.Context) (identity.Caller, error) {
 	return c, nil
 }
 
+// groupAssert is the Cedar action a product service needs, on resource
+// "group:<group>" with context.user the end user's id, to name a group in
+// on_behalf_of.groups without the user's own token: the per-service
+// allow-list of delegated groups, kept in policy.
+const groupAssert = "group.assert"
+
 // requesterOf returns the requester and actor of a new task: the caller
 // itself, or, when it starts the task for an end user, that user, if
-// policy grants the caller delegation.
+// policy grants the caller delegation. The user's groups never come from
+// the request body alone: they are the groups of the user's own token
+// (identity.UserTokenHeader, verified by the guard), or groups policy lets
+// this caller assert (groupAssert). on_behalf_of.groups, when given, narrow
+// them; a group neither verified nor allowed is refused, never dropped.
 func (s *Server) requesterOf(ctx context.Context, onBehalfOf *policyv1.Principal) (*policyv1.Principal, string, error) {
 	c, err := caller(ctx)
 	if err != nil {
 		return nil, "", err
 	}
+	user, hasUser := identity.OnBehalfOfFrom(ctx)
 	if onBehalfOf == nil {
+		if hasUser {
+			return nil, "", apierror.InvalidArgument("MISSING_FIELD",
+				"a user token ("+identity.UserTokenHeader+") was sent without on_behalf_of: set on_behalf_of.id to the user the task is for",
+				apierror.FieldViolation{Field: "on_behalf_of.id", Description: "required with a user token"})
+		}
 		return &policyv1.Principal{Id: c.ID, Groups: c.Groups}, "", nil
 	}
 	if onBehalfOf.GetId() == "" {
 		return nil, "", apierror.InvalidArgument("MISSING_FIELD", "on_behalf_of.id is required when on_behalf_of is set",
 			apierror.FieldViolation{Field: "on_behalf_of.id", Description: "required"})
 	}
+	if hasUser && user.ID != onBehalfOf.GetId() {
+		return nil, "", apierror.InvalidArgument("USER_TOKEN_MISMATCH",
+			fmt.Sprintf("the user token (%s) names %q, not on_behalf_of.id %q: send the token of the user the task is for", identity.UserTokenHeader, user.ID, onBehalfOf.GetId()),
+			apierror.FieldViolation{Field: "on_behalf_of.id", Description: "must be the subject of the user token"})
+	}
 	if onBehalfOf.GetId() == c.ID {
-		return &policyv1.Principal{Id: c.ID, Groups: c.Groups}, "", nil
+		groups, err := verifiedGroups(onBehalfOf.GetGroups(), c.Groups, "your token")
+		if err != nil {
+			return nil, "", err
+		}
+		return &policyv1.Principal{Id: c.ID, Groups: groups}, "", nil
 	}
 	if _, err := s.authz.Require(ctx, authz.TaskActFor, authz.Resource{Type: "user", ID: onBehalfOf.GetId()}, nil); err != nil {
 		return nil, "", err
 	}
-	return onBehalfOf, c.ID, nil
+	if hasUser {
+		groups, err := verifiedGroups(onBehalfOf.GetGroups(), user.Groups, "the user token ("+identity.UserTokenHeader+")")
+		if err != nil {
+			return nil, "", err
+		}
+		return &policyv1.Principal{Id: user.ID, Groups: groups}, c.ID, nil
+	}
+	for i, g := range onBehalfOf.GetGroups() {
+		_, ref, err := s.authz.Check(ctx, groupAssert, authz.Resource{Type: "group", ID: g}, map[string]string{"user": onBehalfOf.GetId()})
+		if err != nil {
+			return nil, "", err
+		}
+		if ref != nil {
+			return nil, "", groupNotAsserted(i, g, fmt.Sprintf("policy does not let %s assert group %q for its users (action %s, policies %v, revision %s): "+
+				"send the user's own token in %s, or ask a policy administrator to allow the group", c.ID, g, groupAssert, ref.Policies, ref.Revision, identity.UserTokenHeader))
+		}
+	}
+	return &policyv1.Principal{Id: onBehalfOf.GetId(), Groups: onBehalfOf.GetGroups()}, c.ID, nil
+}
+
+// verifiedGroups returns the groups a task's requester acts with when a
+// verified token vouches for them: asked, each of which must be among
+// verified, or all of verified when none is asked for.
+func verifiedGroups(asked, verified []string, from string) ([]string, error) {
+	if len(asked) == 0 {
+		return verified, nil
+	}
+	for i, g := range asked {
+		if !slices.Contains(verified, g) {
+			return nil, groupNotAsserted(i, g, fmt.Sprintf("group %q is not in %s: on_behalf_of.groups may only narrow the groups a verified token carries", g, from))
+		}
+	}
+	return asked, nil
+}
+
+// groupNotAsserted refuses on_behalf_of.groups[i].
+func groupNotAsserted(i int, group, msg string) error {
+	field := fmt.Sprintf("on_behalf_of.groups[%d]", i)
+	return apierror.WithFieldViolations(apierror.New(codes.PermissionDenied, "GROUP_NOT_VERIFIED", msg,
+		map[string]string{"field": field, "group": group}), apierror.FieldViolation{Field: field, Description: "group not verified"})
 }
 
 // taskAttributes are the facts about a task policies compare with the

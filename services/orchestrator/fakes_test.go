@@ -811,7 +811,9 @@ func as(ctx context.Context, id string, groups ...string) context.Context {
 
 // AuthorizeAction stands in for the Cedar roles of the default policy:
 // approvers decide requests, but not of their own tasks; auditors read;
-// settlers and admins settle unknown outcomes.
+// settlers and admins settle unknown outcomes; product services assert
+// authors for their users; authors, publishers and product services scope
+// tasks.
 func (p *fakePolicy) AuthorizeAction(_ context.Context, in *policyv1.AuthorizeActionRequest) (*policyv1.AuthorizeResponse, error) {
 	has := func(g string) bool { return slices.Contains(in.GetPrincipal().GetGroups(), g) }
 	deny := func(reason string) (*policyv1.AuthorizeResponse, error) {
@@ -836,6 +838,14 @@ func (p *fakePolicy) AuthorizeAction(_ context.Context, in *policyv1.AuthorizeAc
 		}
 	case "task.act_for":
 		if !has("product-services") {
+			return deny("ROLE_NOT_GRANTED")
+		}
+	case "group.assert":
+		if !has("product-services") || in.GetResourceType() != "group" || in.GetResourceId() != "authors" {
+			return deny("ROLE_NOT_GRANTED")
+		}
+	case "source.read", "artifact.use", "destination.reach":
+		if !has("authors") && !has("publishers") && !has("product-services") {
 			return deny("ROLE_NOT_GRANTED")
 		}
 	default:

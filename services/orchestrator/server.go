@@ -276,6 +276,11 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	if err != nil {
 		return nil, err
 	}
+	// What the task is scoped to is what its requester (and actor) may
+	// read or reach: a refused entry leaves nothing behind either.
+	if err := s.authorizeScope(ctx, req, profile, requester, actor); err != nil {
+		return nil, err
+	}
 	needed := plan(profile, req.GetEvidencePresent())
 
 	now := s.timestamp()

@@ -961,14 +961,23 @@ type StartTaskRequest struct {
 	Kind TaskKind `protobuf:"varint,2,opt,name=kind,proto3,enum=v0m3.orchestrator.v1.TaskKind" json:"kind,omitempty"`
 	// Purpose in words.
 	Purpose string `protobuf:"bytes,3,opt,name=purpose,proto3" json:"purpose,omitempty"`
-	// Sources the task may read.
+	// Sources the task may read. Each entry must be one policy lets the
+	// requester (and, when delegated, the actor) read (action "source.read"
+	// on "source:<uri>"); else PERMISSION_DENIED SCOPE_NOT_AUTHORIZED naming
+	// the first refused entry, and nothing is stored. Artifact and
+	// destination entries likewise ("artifact.use", "destination.reach").
 	SourceScope []*SourceRef `protobuf:"bytes,4,rep,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
 	// For rewrites: evidence is already present.
 	EvidencePresent bool `protobuf:"varint,5,opt,name=evidence_present,json=evidencePresent,proto3" json:"evidence_present,omitempty"`
 	// Optional. The end user a product service starts the task for. Allowed
 	// only where policy grants the caller delegation (action
 	// "task.act_for"); the task then records both: the user as requester and
-	// the caller as actor.
+	// the caller as actor. The user's groups are those of the user's own
+	// token, sent in the "x-v0m3-user-token" header (its subject must be
+	// on_behalf_of.id), narrowed to on_behalf_of.groups when given; without
+	// it, only groups policy lets the caller assert (action "group.assert" on
+	// "group:<group>"). Any other group fails PERMISSION_DENIED
+	// GROUP_NOT_VERIFIED: the body never supplies a group.
 	OnBehalfOf *v1.Principal `protobuf:"bytes,6,opt,name=on_behalf_of,json=onBehalfOf,proto3" json:"on_behalf_of,omitempty"`
 	// Required (or kind). The task profile, e.g. "source_review": the
 	// planner derives the task's needed capabilities, purpose and default
