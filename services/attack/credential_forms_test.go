@@ -51,17 +51,21 @@ func TestChangedCredentialIsScrubbed(t *testing.T) {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	secret := "Vm3-" + base64.RawURLEncoding.EncodeToString(b) + "_Zq" // both cases, '-' and '_'
-	credFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(credFile, []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	conn, err := s.Registry.CreateConnection(as(s, ivan), &registryv1.CreateConnectionRequest{
-		DisplayName: "echoing server", Owner: "platform-team", CredentialRef: "file:" + credFile,
+		DisplayName: "echoing server", Owner: "platform-team", CredentialRef: "file:token",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{
 			Command: fixtureBin, Args: []string{"--transport", "stdio", "--hostile"},
 		}}},
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The credential lives in the connection's own directory under the
+	// adapter's credential roots, as a mounted Secret would.
+	if err := os.MkdirAll(s.CredentialDir(conn.GetId()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.CredentialDir(conn.GetId()), "token"), []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if conn, err = s.ApproveConnection(context.Background(), conn); err != nil {
