@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,19 +16,14 @@ import (
 	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
-// plantMixedSecret writes a credential with both cases, digits, '-' and
-// '_' (so case and alphabet changes are real changes) and returns it and
-// its reference.
-func plantMixedSecret(t *testing.T) (secret, ref string) {
-	t.Helper()
+// plantMixedSecret plants (see env.plant) a credential with both cases,
+// digits, '-' and '_' (so case and alphabet changes are real changes) and
+// returns it and its reference.
+func (e *env) plantMixedSecret() (secret, ref string) {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	secret = "Vm3-" + base64.RawURLEncoding.EncodeToString(b) + "_Zq"
-	path := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return secret, "file:" + path
+	return secret, e.plant(secret)
 }
 
 // TestChangedCredentialFormsAreScrubbed: a real server, over each
@@ -48,7 +41,7 @@ func TestChangedCredentialFormsAreScrubbed(t *testing.T) {
 			t.Parallel()
 			var logs testkit.SyncBuffer
 			e := newEnvLog(t, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-			secret, ref := plantMixedSecret(t)
+			secret, ref := e.plantMixedSecret()
 			conn := e.httpConn(httpURL)
 			if kind == "stdio" {
 				conn = e.stdioConn("--hostile")
