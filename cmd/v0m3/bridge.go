@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/v0m3/v0m3/operator/bridge"
+	"github.com/v0m3/v0m3/services/stranger"
 )
 
 // runBridge serves a stdio MCP server over streamable HTTP, running the
@@ -68,7 +69,7 @@ func runBridge(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(*path, b)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := stranger.HTTPServer(mux)
 	log.Info("bridge serving", "addr", ln.Addr().String(), "path", *path, "command", command[0])
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

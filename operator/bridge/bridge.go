@@ -32,6 +32,7 @@ import (
 
 	"github.com/v0m3/v0m3/services/hostguard"
 	"github.com/v0m3/v0m3/services/stdionoise"
+	"github.com/v0m3/v0m3/services/stranger"
 )
 
 // Defaults for Options.
@@ -90,6 +91,9 @@ type Options struct {
 type Bridge struct {
 	opts  Options
 	hosts hostguard.Hosts
+	// refused logs refusals of requests nobody authenticated: clipped
+	// and rate-bounded, whatever a flood of them looks like.
+	refused *stranger.Refusals
 	// events keeps what each session's streams carried (bounded, oldest
 	// first out), so a message for a stream the client has not opened yet
 	// waits for it and a dropped stream resumes with Last-Event-ID.
@@ -138,7 +142,7 @@ func New(opts Options) (*Bridge, error) {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
-	return &Bridge{opts: opts, hosts: hostguard.New(opts.AllowedHosts), events: mcp.NewMemoryEventStore(nil), sessions: map[string]*session{}}, nil
+	return &Bridge{opts: opts, hosts: hostguard.New(opts.AllowedHosts), refused: &stranger.Refusals{Log: opts.Log}, events: mcp.NewMemoryEventStore(nil), sessions: map[string]*session{}}, nil
 }
 
 // ServeHTTP implements MCP streamable HTTP: a POST without a session id
@@ -146,7 +150,7 @@ func New(opts Options) (*Bridge, error) {
 // the bridge answers is a JSON-RPC error object.
 func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := b.hosts.Check(r); err != nil {
-		b.opts.Log.Warn("request refused", "reason", err.Error(), "remote", r.RemoteAddr)
+		b.refused.Warn(r.Context(), "request refused", "reason", err, "remote", r.RemoteAddr)
 		writeError(w, http.StatusForbidden, nil, jsonrpc.CodeInvalidRequest, "Forbidden: "+err.Error(), nil)
 		return
 	}
@@ -228,6 +232,7 @@ func refuseSessionless(w http.ResponseWriter, r *http.Request, msg firstMessage)
 		requested = msg.Params.Meta.ProtocolVersion
 	}
 	if requested != "" && !slices.Contains(statefulVersions, requested) {
+		requested = stranger.Clip(requested) // a stranger's header, repeated in the answer
 		writeError(w, http.StatusBadRequest, msg.ID, mcp.CodeUnsupportedProtocolVersion,
 			fmt.Sprintf("protocol version %q is not supported by this bridge: it serves stateful sessions; start one with initialize", requested),
 			mcp.UnsupportedProtocolVersionData{Supported: statefulVersions, Requested: requested})

@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+
+	"github.com/v0m3/v0m3/services/stranger"
 )
 
 // Hosts are the host names a request may name in its Host header and, when
@@ -47,10 +49,11 @@ func (h Hosts) Allowed(host string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// Check refuses a request whose Host or Origin names another site.
+// Check refuses a request whose Host or Origin names another site. The
+// error quotes them clipped (stranger.Clip): a stranger chose them.
 func (h Hosts) Check(r *http.Request) error {
 	if !h.Allowed(r.Host) {
-		return fmt.Errorf("host %q is not allowed", r.Host)
+		return fmt.Errorf("host %q is not allowed", stranger.Clip(r.Host))
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -58,7 +61,7 @@ func (h Hosts) Check(r *http.Request) error {
 	}
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" || !h.Allowed(u.Host) {
-		return fmt.Errorf("origin %q is not allowed", origin)
+		return fmt.Errorf("origin %q is not allowed", stranger.Clip(origin))
 	}
 	return nil
 }

@@ -106,6 +106,9 @@ func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
 		return nil, errors.New("identity: an OIDC issuer is required")
 	case cfg.Audience == "":
 		return nil, errors.New("identity: an OIDC audience is required")
+	case cfg.Issuer == IssuerKubernetes:
+		// Its subjects could claim the product service namespace.
+		return nil, fmt.Errorf("identity: the OIDC issuer may not be %q: that names Kubernetes TokenReview", IssuerKubernetes)
 	case (cfg.JWKSURL == "") == (cfg.JWKSFile == ""):
 		return nil, errors.New("identity: give exactly one of a JWKS URL and a JWKS file")
 	}

@@ -19,4 +19,4 @@ func (t *TokenReview) SetCacheSize(n int) { t.size = n }
 
 // SetRefusalLogClock makes the guard's refusal log read the time from now;
 // call it before the first refusal.
-func (g *Guard) SetRefusalLogClock(now func() time.Time) { g.logged.now = now }
+func (g *Guard) SetRefusalLogClock(now func() time.Time) { g.logged.Now = now }

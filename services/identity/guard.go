@@ -8,10 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"time"
 
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -19,6 +16,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/stranger"
 )
 
 // InsecurePeerHeader names the calling service on a plaintext connection.
@@ -51,40 +49,12 @@ type Guard struct {
 	// admits them without limit. Peer services are never limited.
 	Limit *CallerLimiter
 
-	logged refusalLog
-}
-
-// Refusals are logged at most refusalLogRate a second, in bursts of
-// refusalLogBurst: a flood of refused requests (a garbage token needs no
-// account, and no caller rate limit applies before a token verifies) would
-// otherwise write a line each. The next line logged says how many were not.
-const (
-	refusalLogRate  = 5
-	refusalLogBurst = 20
-)
-
-// refusalLog decides which refusals are logged; its zero value is ready.
-type refusalLog struct {
-	once     sync.Once
-	lim      *rate.Limiter
-	now      func() time.Time
-	unlogged atomic.Int64
-}
-
-// admit says whether to log a refusal now, and how many went unlogged
-// since the last one logged.
-func (l *refusalLog) admit() (int64, bool) {
-	l.once.Do(func() {
-		l.lim = rate.NewLimiter(refusalLogRate, refusalLogBurst)
-		if l.now == nil {
-			l.now = time.Now
-		}
-	})
-	if !l.lim.AllowN(l.now(), 1) {
-		l.unlogged.Add(1)
-		return 0, false
-	}
-	return l.unlogged.Swap(0), true
+	// logged bounds the refusals logged (stranger.Refusals): a flood of
+	// refused requests (a garbage token needs no account, and no caller
+	// rate limit applies before a token verifies) would otherwise write a
+	// line each. The next line logged says how many were not.
+	logged     stranger.Refusals
+	loggedOnce sync.Once
 }
 
 // Unary returns the guard as a unary interceptor.
@@ -165,6 +135,12 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 		}
 		return nil, g.refuse(ctx, method, code, reason, msg, nil, cause)
 	}
+	if err := CheckSubject(c.ID, c.Issuer); err != nil {
+		// One place for every authenticator (OIDC, TokenReview, the
+		// development issuer, a Chain of them): no token yields a
+		// service's principal.
+		return nil, g.refuse(ctx, method, codes.Unauthenticated, ReasonPrincipalReserved, "bearer token refused: "+err.Error(), nil, nil)
+	}
 	c.Kind = KindUser
 	if err := g.Limit.Admit(ctx, c.ID, c.Groups); err != nil {
 		return nil, err // logged by the limiter when the flood starts, not per request
@@ -185,18 +161,12 @@ func (g *Guard) refuse(ctx context.Context, method string, code codes.Code, reas
 	if g.Log == nil {
 		return err
 	}
-	unlogged, ok := g.logged.admit()
-	if !ok {
-		return err
-	}
+	g.loggedOnce.Do(func() { g.logged.Log = g.Log })
 	attrs := []any{"method", method, "code", code.String(), "reason", reason}
 	if cause != nil {
 		attrs = append(attrs, "cause", cause.Error())
 	}
-	if unlogged > 0 {
-		attrs = append(attrs, "unlogged_before", unlogged)
-	}
-	g.Log.WarnContext(ctx, "rpc refused", attrs...)
+	g.logged.Warn(ctx, "rpc refused", attrs...)
 	return err
 }
 

@@ -11,7 +11,9 @@ package identity
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 )
 
 // Service names: the peers a certificate can name.
@@ -41,6 +43,76 @@ type Caller struct {
 	// Kind is KindUser for a bearer-token caller and KindService for a
 	// V0M3 service authenticated by its certificate.
 	Kind string
+}
+
+// Principal is how a record names the caller (audit records, a
+// connection's proposer, a config revision's author): a person's or
+// product service's verified id as it is, a V0M3 service's SPIFFE URI
+// (ServiceURI). The namespaces cannot meet: no bearer token may carry a
+// subject in a service's namespace (CheckSubject), so no person or
+// product service is ever recorded as a service.
+func (c Caller) Principal() string {
+	if c.Kind == KindService {
+		return ServiceURI(c.ID)
+	}
+	return c.ID
+}
+
+// IssuerKubernetes is the Issuer of a caller Kubernetes TokenReview
+// authenticated: the only issuer whose subjects may be in the product
+// service namespace (ProductServicePrefix).
+const IssuerKubernetes = "kubernetes"
+
+// Principal namespaces. People, product services and V0M3 services each
+// have their own; an id in one can never be taken for an id in another.
+const (
+	// ProductServicePrefix starts the names Kubernetes gives workloads
+	// (system:serviceaccount:<namespace>:<name>) and its own components:
+	// product services calling with a ServiceAccount token. Only a token
+	// the API server reviewed may carry one.
+	ProductServicePrefix = "system:"
+)
+
+// servicePrefixes start the ids reserved for V0M3 services: their SPIFFE
+// URIs (any SPIFFE id, whatever trust domain it names: only a
+// certificate proves one) and the "service:" form older audit records
+// used. Compared without regard to case.
+var servicePrefixes = []string{"spiffe:", "service:"}
+
+// ReasonPrincipalReserved is the ErrorInfo reason of a token, or a
+// request, naming a principal in a namespace it may not use.
+const ReasonPrincipalReserved = "PRINCIPAL_RESERVED"
+
+// CheckSubject refuses a bearer-token subject that issuer may not
+// vouch for: one in a V0M3 service's namespace (from any issuer), or in
+// the product service namespace from anything but TokenReview. The error
+// is an *AuthError with reason ReasonPrincipalReserved.
+func CheckSubject(subject, issuer string) error {
+	if inServiceNamespace(subject) {
+		return authErr(ReasonPrincipalReserved, "the token's subject is in the namespace reserved for V0M3 services (%s); a token never names a service: services prove who they are with their certificate", strings.Join(servicePrefixes, ", "))
+	}
+	if issuer != IssuerKubernetes && hasPrefixFold(subject, ProductServicePrefix) {
+		return authErr(ReasonPrincipalReserved, "the token's subject is in the namespace reserved for Kubernetes workloads (%s); only a token the Kubernetes API server reviewed may name one", ProductServicePrefix)
+	}
+	return nil
+}
+
+// CheckPerson refuses an id a request names as a person (a product
+// service's end user): one in a V0M3 service's or a product service's
+// namespace.
+func CheckPerson(id string) error {
+	if inServiceNamespace(id) || hasPrefixFold(id, ProductServicePrefix) {
+		return fmt.Errorf("a person's id may not start with %s or %s: those name services", strings.Join(servicePrefixes, ", "), ProductServicePrefix)
+	}
+	return nil
+}
+
+func inServiceNamespace(id string) bool {
+	return slices.ContainsFunc(servicePrefixes, func(p string) bool { return hasPrefixFold(id, p) })
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // InGroup reports whether the caller belongs to group.

@@ -149,5 +149,5 @@ func (t *TokenReview) ask(ctx context.Context, token string) (Caller, error) {
 	if len(t.Audiences) > 0 && !slices.ContainsFunc(res.Status.Audiences, func(a string) bool { return slices.Contains(t.Audiences, a) }) {
 		return Caller{}, authErr("TOKEN_AUDIENCE_MISMATCH", "the token is not valid for audience %s", strings.Join(t.Audiences, ", "))
 	}
-	return Caller{ID: res.Status.User.Username, Groups: res.Status.User.Groups, Issuer: "kubernetes"}, nil
+	return Caller{ID: res.Status.User.Username, Groups: res.Status.User.Groups, Issuer: IssuerKubernetes}, nil
 }

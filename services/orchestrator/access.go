@@ -60,6 +60,11 @@ func (s *Server) requesterOf(ctx context.Context, onBehalfOf *policyv1.Principal
 		return nil, "", apierror.InvalidArgument("MISSING_FIELD", "on_behalf_of.id is required when on_behalf_of is set",
 			apierror.FieldViolation{Field: "on_behalf_of.id", Description: "required"})
 	}
+	if err := identity.CheckPerson(onBehalfOf.GetId()); err != nil {
+		// The task would act, and be recorded, as a service.
+		return nil, "", apierror.InvalidArgument(identity.ReasonPrincipalReserved, "on_behalf_of.id names a service, not a person: "+err.Error(),
+			apierror.FieldViolation{Field: "on_behalf_of.id", Description: "must be a person's id"})
+	}
 	if hasUser && user.ID != onBehalfOf.GetId() {
 		return nil, "", apierror.InvalidArgument("USER_TOKEN_MISMATCH",
 			fmt.Sprintf("the user token (%s) names %q, not on_behalf_of.id %q: send the token of the user the task is for", identity.UserTokenHeader, user.ID, onBehalfOf.GetId()),

@@ -20,6 +20,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/services/stranger"
 )
 
 // The task-scoped MCP endpoint (issue 17). An agent's MCP client reaches
@@ -78,6 +79,10 @@ const JWKSPath = "/.well-known/jwks.json"
 // JWKSPath.
 func (s *Server) MCPHandler(opts MCPOptions) http.Handler {
 	hosts := hostguard.New(opts.AllowedHosts)
+	// Everything logged here is about a caller not yet (or not)
+	// authenticated: lines are clipped and rate-bounded, so a flood of
+	// refused requests costs a few lines, whatever their size.
+	refused := &stranger.Refusals{Log: s.log.With("component", "task-mcp")}
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		task, _ := r.Context().Value(taskCtxKey{}).(*orchestratorv1.Task)
 		if task == nil {
@@ -97,7 +102,7 @@ func (s *Server) MCPHandler(opts MCPOptions) http.Handler {
 	}
 	mux.HandleFunc("/tasks/{task_id}/mcp", func(w http.ResponseWriter, r *http.Request) {
 		if err := hosts.Check(r); err != nil {
-			s.log.WarnContext(r.Context(), "task MCP request refused", "reason", err.Error(), "remote", r.RemoteAddr)
+			refused.Warn(r.Context(), "task MCP request refused", "reason", err, "remote", r.RemoteAddr)
 			http.Error(w, "Forbidden: "+err.Error(), http.StatusForbidden)
 			return
 		}
@@ -112,11 +117,11 @@ func (s *Server) MCPHandler(opts MCPOptions) http.Handler {
 			if isTokenRefused(err) {
 				// Logged without the token; the client learns only that
 				// it is not valid for this endpoint.
-				s.log.InfoContext(r.Context(), "task MCP token refused", "task", taskID, "why", err.Error(), "remote", r.RemoteAddr)
+				refused.Info(r.Context(), "task MCP token refused", "task", taskID, "why", err, "remote", r.RemoteAddr)
 				unauthorized(w, "the token is not valid for this task (wrong, expired, or the task ended)")
 				return
 			}
-			s.log.ErrorContext(r.Context(), "verify task MCP token", "task", taskID, "err", err)
+			s.log.ErrorContext(r.Context(), "verify task MCP token", "task", stranger.Clip(taskID), "err", err)
 			http.Error(w, "the orchestrator could not check the token; try again", http.StatusServiceUnavailable)
 			return
 		}

@@ -591,15 +591,10 @@ func withoutSecretRef(t *registryv1.Transport) *registryv1.Transport {
 	return t
 }
 
-// actor is how a record names who acted: a person's or product service's
-// verified id, or the SPIFFE URI of a V0M3 service, which no person's id
-// can be mistaken for.
-func actor(c identity.Caller) string {
-	if c.Kind == identity.KindService {
-		return identity.ServiceURI(c.ID)
-	}
-	return c.ID
-}
+// actor is how a record names who acted (identity.Caller.Principal): a
+// person's or product service's verified id, or the SPIFFE URI of a V0M3
+// service, which no person's id can be mistaken for.
+func actor(c identity.Caller) string { return c.Principal() }
 
 func configRevisionOf(c *registryv1.Connection, reason string, now *timestamppb.Timestamp) *registryv1.ConfigRevision {
 	return &registryv1.ConfigRevision{

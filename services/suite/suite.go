@@ -37,6 +37,7 @@ import (
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/registry"
+	"github.com/v0m3/v0m3/services/stranger"
 )
 
 // Service names, in start order (dependencies first).
@@ -833,7 +834,7 @@ func (s *Suite) listenMCP(m *MCP, tls bool) (net.Listener, string, error) {
 // serveMCP serves the task MCP endpoint on l until the suite stops: TLS
 // with the orchestrator's server certificate when it has credentials.
 func (s *Suite) serveMCP(ctx context.Context, l net.Listener, h http.Handler, creds *identity.Credentials, log *slog.Logger) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := stranger.HTTPServer(h)
 	if creds != nil {
 		srv.TLSConfig = creds.ServerTLS()
 	}

@@ -100,17 +100,16 @@ func OutcomeOf(err error) string {
 	return apierror.Code(err).String()
 }
 
-// Principal is who ctx's RPC acts for: the verified bearer-token subject,
-// or the peer service that called (e.g. the operator), or "unknown".
+// Principal is who ctx's RPC acts for (identity.Caller.Principal): the
+// verified bearer-token subject, or the SPIFFE URI of the peer service
+// that called (e.g. spiffe://v0m3/service/operator), which no token's
+// subject can be; or "unknown".
 func Principal(ctx context.Context) string {
 	c, ok := identity.CallerFrom(ctx)
-	switch {
-	case !ok || c.ID == "":
+	if !ok || c.ID == "" {
 		return "unknown"
-	case c.Kind == identity.KindService:
-		return "service:" + c.ID
 	}
-	return c.ID
+	return c.Principal()
 }
 
 // Record appends one record for ctx's principal. The action has already

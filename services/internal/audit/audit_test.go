@@ -64,7 +64,7 @@ func TestInterceptor(t *testing.T) {
 			&evidencev1.AuditRecord{Principal: "alice", Action: audit.MappingReview, Resource: "mapping:map_1", Revision: "mapping_revision=2", Outcome: "SELF_REVIEW"}},
 		{"rotation by the operator", operator, "/v0m3.registry.v1.RegistryService/UpdateConnection",
 			&registryv1.UpdateConnectionRequest{Id: "con_1", CredentialRef: "secret/token", CredentialVersion: "7"}, &registryv1.Connection{Id: "con_1", ConfigRevision: 4}, nil,
-			&evidencev1.AuditRecord{Principal: "service:operator", Action: audit.CredentialRotate, Resource: "connection:con_1", Revision: "config_revision=4", Outcome: "ok"}},
+			&evidencev1.AuditRecord{Principal: "spiffe://v0m3/service/operator", Action: audit.CredentialRotate, Resource: "connection:con_1", Revision: "config_revision=4", Outcome: "ok"}},
 		{"update without credential", operator, "/v0m3.registry.v1.RegistryService/UpdateConnection",
 			&registryv1.UpdateConnectionRequest{Id: "con_1", DisplayName: "x"}, &registryv1.Connection{Id: "con_1"}, nil, nil},
 		{"approve", alice, "/v0m3.orchestrator.v1.OrchestratorService/Approve", &orchestratorv1.ApproveRequest{RequestId: "req_1"},

@@ -8,7 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"time"
+
+	"github.com/v0m3/v0m3/services/stranger"
 )
 
 // Profiling serves Go's runtime profiles (net/http/pprof, under
@@ -47,7 +48,7 @@ func Profiling(ctx context.Context, addr string, log *slog.Logger) (net.Addr, er
 // serveHTTP serves mux on lis, a listener of its own beside the gRPC
 // port, until ctx ends.
 func serveHTTP(ctx context.Context, lis net.Listener, mux *http.ServeMux, what string, log *slog.Logger) {
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := stranger.HTTPServer(mux)
 	go func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Warn(what+" server stopped", "err", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/bounds"
 	"github.com/v0m3/v0m3/services/internal/telemetry"
+	"github.com/v0m3/v0m3/services/stranger"
 )
 
 // MaxMessageBytes bounds every gRPC message a V0M3 server or client (see
@@ -68,6 +69,9 @@ func New(name string, log *slog.Logger, guard *identity.Guard, extra ...grpc.Ser
 		grpc.ChainUnaryInterceptor(telemetry.UnaryServer(name), logUnary(name, log), guard.Unary(), bounds.UnaryServer()),
 		grpc.ChainStreamInterceptor(guard.Stream(), bounds.StreamServer()),
 		grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
+		// Metadata is read before anyone is authenticated (health answers
+		// anyone): a stranger's megabyte header is refused, not read.
+		grpc.MaxHeaderListSize(stranger.MaxGRPCHeaderBytes),
 		// Workers keep their grown stacks between RPCs; a goroutine per
 		// RPC grew its stack anew each time (runtime.morestack was about
 		// 6 % of a governed call's CPU). A stream that finds every worker
