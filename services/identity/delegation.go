@@ -86,6 +86,11 @@ func (g *Guard) admitUser(ctx context.Context, method string) (context.Context, 
 		}
 		return nil, g.refuse(ctx, method, code, reason, msg, map[string]string{"header": UserTokenHeader}, cause)
 	}
+	if err := CheckSubject(u.ID, u.Issuer); err != nil {
+		// A user token may no more name a service than a caller's may.
+		return nil, g.refuse(ctx, method, codes.Unauthenticated, ReasonPrincipalReserved, "user token ("+UserTokenHeader+") refused: "+err.Error(),
+			map[string]string{"header": UserTokenHeader}, nil)
+	}
 	u.Kind = KindUser
 	return WithOnBehalfOf(ctx, u), nil
 }
