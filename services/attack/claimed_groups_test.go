@@ -72,6 +72,13 @@ func TestProductServiceCannotClaimGroups(t *testing.T) {
 	if !apierror.Is(err, codes.Unauthenticated, "TOKEN_MALFORMED") || apierror.Info(err).GetMetadata()["header"] != identity.UserTokenHeader {
 		t.Errorf("a forged user token: %v, want UNAUTHENTICATED TOKEN_MALFORMED naming %s", err, identity.UserTokenHeader)
 	}
+	// Nor may a user token name a service: the task would act as one.
+	operatorReq := forAlice()
+	operatorReq.OnBehalfOf.Id = "spiffe://v0m3/service/operator"
+	_, err = s.Orchestrator.StartTask(identity.WithUserToken(writer, mint("spiffe://v0m3/service/operator")), operatorReq)
+	if !apierror.Is(err, codes.Unauthenticated, identity.ReasonPrincipalReserved) || apierror.Info(err).GetMetadata()["header"] != identity.UserTokenHeader {
+		t.Errorf("a user token naming the operator: %v, want UNAUTHENTICATED %s naming %s", err, identity.ReasonPrincipalReserved, identity.UserTokenHeader)
+	}
 
 	// Nothing was left behind: no task for alice or by the service.
 	auditor := s.As(ctx, "auditor", "auditors")
