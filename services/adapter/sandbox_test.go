@@ -408,9 +408,9 @@ func TestSandboxSharedIdentityRecorded(t *testing.T) {
 	}
 	conn := e.escapeConn("shared", "")
 	resp := execute(t, e, call(t, conn, escape.ToolEscape, map[string]any{
-		"pids":     []any{os.Getpid()},
-		"needles":  toAny([]string{secretEnv + "=", plantedValue}),
-		"data_dir": dataDir,
+		"pids":       []any{os.Getpid()},
+		"needles":    toAny([]string{secretEnv + "=", plantedValue}),
+		"data_dir":   dataDir,
 		"planted":    "credential",
 		"forks":      64,
 		"cmdlines":   true,
