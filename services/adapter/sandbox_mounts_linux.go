@@ -65,10 +65,12 @@ func runDirs(dir string, owner int, env []string) (string, []string, error) {
 // configuredPaths returns the host paths under the private directories
 // that a server's configuration names (its executable, absolute paths in
 // its arguments, as "--opt=/path" too, and in its environment): each is
-// bound back into its mount namespace, as the nearest ancestor that
-// exists (a file the server is to create), never a private directory
-// itself, nor anything in the adapter's data directory. The reviewed
-// configuration decides what the server reaches there, nothing else.
+// bound back into its mount namespace as the entry right under the
+// private directory that holds it (a script needs its package beside it,
+// a file to create its directory), if that exists; never a private
+// directory itself, nor anything in the adapter's data directory. The
+// reviewed configuration decides what the server reaches there, nothing
+// else.
 func configuredPaths(private []string, dataDir, exe string, args, env []string) []string {
 	candidates := []string{exe}
 	for _, a := range args {
@@ -93,13 +95,9 @@ func configuredPaths(private []string, dataDir, exe string, args, env []string) 
 		if i < 0 || under(p, dataDir) {
 			continue
 		}
-		for p != private[i] {
-			if _, err := os.Lstat(p); err == nil {
-				break
-			}
-			p = filepath.Dir(p)
-		}
-		if p != private[i] {
+		top, _, _ := strings.Cut(strings.TrimPrefix(p, private[i]+"/"), "/")
+		p = filepath.Join(private[i], top)
+		if _, err := os.Lstat(p); err == nil && !under(p, dataDir) {
 			out = append(out, p)
 		}
 	}
