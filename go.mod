@@ -6,6 +6,7 @@ require (
 	github.com/KimMachineGun/automemlimit v1.0.2
 	github.com/cedar-policy/cedar-go v1.9.2
 	github.com/coreos/go-oidc/v3 v3.21.0
+	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/go-logr/logr v1.4.4
 	github.com/go-openapi/jsonpointer v1.0.0

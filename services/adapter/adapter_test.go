@@ -290,8 +290,10 @@ func TestLocalServerGetsNoInheritedEnvironment(t *testing.T) {
 	if slices.Contains(names, secretEnv) {
 		t.Errorf("the local server saw %s: %v", secretEnv, names)
 	}
-	if !slices.Equal(names, []string{"FIXTURE_MODE", "PATH"}) {
-		t.Errorf("environment names = %v, want only FIXTURE_MODE and PATH", names)
+	// The run's own directories are the sandbox's; nothing is inherited.
+	want := []string{"FIXTURE_MODE", "HOME", "PATH", "TMPDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR", "XDG_STATE_HOME"}
+	if !slices.Equal(names, want) {
+		t.Errorf("environment names = %v, want only %v", names, want)
 	}
 }
 

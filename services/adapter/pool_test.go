@@ -29,15 +29,42 @@ import (
 	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
-// serverPID calls the fixture's pid tool: which process answered.
+// serverPID calls the fixture's pid tool: which process answered, by its
+// host pid.
 func serverPID(t *testing.T, e *env, conn *registryv1.Connection) int {
 	t.Helper()
 	resp := execute(t, e, call(t, conn, "pid", map[string]any{}, nil))
-	pid, err := strconv.Atoi(textOf(t, resp))
-	if err != nil {
-		t.Fatalf("pid answered %q", textOf(t, resp))
+	text := textOf(t, resp)
+	f := strings.Fields(text)
+	if len(f) != 2 {
+		t.Fatalf("pid answered %q", text)
 	}
-	return pid
+	pid, err := strconv.Atoi(f[0])
+	if err != nil {
+		t.Fatalf("pid answered %q", text)
+	}
+	if own, _ := os.Readlink("/proc/self/ns/pid"); own == f[1] {
+		return pid
+	}
+	// In a PID namespace of its own: the host process in that namespace
+	// with that pid there.
+	entries, _ := os.ReadDir("/proc")
+	for _, en := range entries {
+		if ns, _ := os.Readlink("/proc/" + en.Name() + "/ns/pid"); ns != f[1] {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + en.Name() + "/status")
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				if ids := strings.Fields(v); len(ids) > 1 && ids[len(ids)-1] == f[0] {
+					host, _ := strconv.Atoi(ids[0])
+					return host
+				}
+			}
+		}
+	}
+	t.Fatalf("no host process is pid %s of %s", f[0], f[1])
+	return 0
 }
 
 // gone reports whether no process pid exists (it was killed and reaped).

@@ -107,10 +107,33 @@ func (sx *sandboxer) start(sp launchSpec) (*sandboxed, *registryv1.SandboxConstr
 			return nil, nil, setupFailed("give the working directory to the server's uid: %w", err)
 		}
 	}
-	spec := launcherSpec{Path: sp.path, Args: sp.args, Env: sp.env, Dir: dir, Parent: os.Getpid()}
+	// The run's own home, temporary and XDG directories, inside its
+	// working directory (so removed with it).
+	owner := -1
+	if dedicated {
+		owner = int(lease.uid)
+	}
+	home, env, err := runDirs(dir, owner, sp.env)
+	if err != nil {
+		if lease != nil {
+			sx.releaseUID(lease)
+		}
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	spec := launcherSpec{Path: sp.path, Args: sp.args, Env: env, Dir: dir, Parent: os.Getpid(), Seccomp: true}
 	if dedicated {
 		spec.SetID, spec.UID, spec.GID = true, lease.uid, lease.uid
 	}
+	// The mounts of the server's own mount namespace, when it gets one.
+	// Its private directories belong to the server: its dedicated uid, or
+	// its uid inside its user namespace.
+	mountOwner := uint32(namespaceUID)
+	if dedicated {
+		mountOwner = lease.uid
+	}
+	mounts := &launcherMounts{Private: privateDirs, Owner: mountOwner, DataDir: sx.dataDir, RunDir: dir,
+		Binds: configuredPaths(privateDirs, sx.dataDir, sp.path, sp.args, env)}
 	for _, l := range childLimits {
 		spec.Limits = append(spec.Limits, launcherLimit{Name: l.name, Resource: l.resource, Value: l.value})
 	}
@@ -122,38 +145,56 @@ func (sx *sandboxer) start(sp launchSpec) (*sandboxed, *registryv1.SandboxConstr
 			sx.releaseUID(lease)
 		}
 	}
-	sb := &registryv1.SandboxConstraints{Network: registryv1.NetworkIsolation_NETWORK_ISOLATION_ENFORCED}
-	// Each attempt is tried in turn while the kernel refuses namespaces.
+	sb := &registryv1.SandboxConstraints{}
+	// Each attempt is tried in turn while the kernel refuses namespaces
+	// (or, inside them, the mounts): first every namespace, then without
+	// the network namespace, then the network namespace alone, then none.
 	type attempt struct {
-		attr    *syscall.SysProcAttr
-		network registryv1.NetworkIsolation
-		userns  bool
+		network, isolate bool // a network namespace; PID, mount and IPC namespaces
+		userns           bool
 	}
 	var attempts []attempt
-	if dedicated {
-		attempts = []attempt{
-			{withClone(syscall.CLONE_NEWNET), registryv1.NetworkIsolation_NETWORK_ISOLATION_ENFORCED, false},
-			{baseAttr(), registryv1.NetworkIsolation_NETWORK_ISOLATION_NOT_ENFORCED, false},
+	for _, userns := range []bool{!dedicated, false} {
+		if !userns && !dedicated && euid == 0 {
+			break // a root adapter never runs a server as root
 		}
-	} else {
-		attempts = []attempt{
-			{userNamespace(syscall.CLONE_NEWNET), registryv1.NetworkIsolation_NETWORK_ISOLATION_ENFORCED, true},
-			{userNamespace(0), registryv1.NetworkIsolation_NETWORK_ISOLATION_NOT_ENFORCED, true},
-		}
-		if euid != 0 {
-			attempts = append(attempts, attempt{baseAttr(), registryv1.NetworkIsolation_NETWORK_ISOLATION_NOT_ENFORCED, false})
+		attempts = append(attempts, attempt{true, true, userns}, attempt{false, true, userns}, attempt{true, false, userns}, attempt{false, false, userns})
+		if dedicated {
+			break
 		}
 	}
 	var (
 		cmd    *exec.Cmd
 		report *launchReport
-		userns bool
+		used   attempt
 	)
 	for i, a := range attempts {
-		cmd, report, err = launch(a.attr, &spec, sp.stdin, sp.stdout)
+		var flags uintptr
+		if a.network {
+			flags |= syscall.CLONE_NEWNET
+		}
+		spec.Mounts, spec.PIDNamespace = nil, false
+		if a.isolate {
+			flags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
+			spec.Mounts, spec.PIDNamespace = mounts, true
+		}
+		attr := withClone(flags)
+		if a.userns {
+			attr = userNamespace(flags)
+			if a.isolate {
+				// The launcher is unprivileged in its user namespace:
+				// it keeps CAP_SYS_ADMIN there across its own exec to
+				// make the mounts, and clears it before the server's.
+				attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+			}
+		}
+		cmd, report, err = launch(attr, &spec, sp.stdin, sp.stdout)
 		if err == nil {
-			sb.Network, userns = a.network, a.userns
+			used = a
 			break
+		}
+		if namespaceRefused(err) && i < len(attempts)-1 {
+			sx.log.Debug("the kernel refused a sandbox namespace; trying with fewer", "connection_id", sp.connID, "error", err)
 		}
 		if !namespaceRefused(err) || i == len(attempts)-1 {
 			done()
@@ -173,7 +214,26 @@ func (sx *sandboxer) start(sp launchSpec) (*sandboxed, *registryv1.SandboxConstr
 	}
 
 	notEnforced := registryv1.Enforcement_ENFORCEMENT_NOT_ENFORCED
+	enforced := registryv1.Enforcement_ENFORCEMENT_ENFORCED
 	sb.ProcessIsolation, sb.DataDirIsolation, sb.ProcessLimit = notEnforced, notEnforced, notEnforced
+	sb.PidNamespace, sb.MountNamespace, sb.Seccomp, sb.OwnHome = notEnforced, notEnforced, notEnforced, notEnforced
+	sb.Network = registryv1.NetworkIsolation_NETWORK_ISOLATION_NOT_ENFORCED
+	if used.network {
+		sb.Network = registryv1.NetworkIsolation_NETWORK_ISOLATION_ENFORCED
+	}
+	if used.isolate {
+		sb.PidNamespace, sb.MountNamespace = enforced, enforced
+	}
+	if report.seccomp {
+		sb.Seccomp = enforced
+	}
+	// A dedicated uid reaches its run directory (and so its home) only
+	// through its own mount namespace: the data directory above it is
+	// closed to it. Sharing the adapter's host uid, it reaches it anyway.
+	if !dedicated || used.isolate {
+		sb.OwnHome, sb.Home = enforced, home
+	}
+	userns := used.userns
 	sb.AppliedBeforeExec = true
 	sb.NoNewPrivileges = report.noNewPrivs
 	switch {
@@ -237,7 +297,10 @@ func userNamespace(flags uintptr) *syscall.SysProcAttr {
 func namespaceRefused(err error) bool {
 	var lf *launcherFailure
 	if errors.As(err, &lf) {
-		return false // the launcher ran: the namespaces were created
+		// The launcher ran: the namespaces were created, but the kernel
+		// may still refuse the mounts inside them (a fresh /proc where
+		// parts of the host's are masked, say).
+		return lf.step == "mount"
 	}
 	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EACCES) ||
 		errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS) || errors.Is(err, syscall.ENOSYS)
@@ -305,6 +368,29 @@ type launcherSpec struct {
 	GID    uint32          `json:"gid"`
 	Limits []launcherLimit `json:"limits"`
 	Parent int             `json:"parent"`
+	// PIDNamespace says the launcher is the first process of a PID
+	// namespace of its own (its parent, outside, has no pid there).
+	PIDNamespace bool `json:"pid_namespace"`
+	// Mounts, when set, are made in the launcher's own mount namespace.
+	Mounts *launcherMounts `json:"mounts,omitempty"`
+	// Seccomp installs the server's seccomp filter.
+	Seccomp bool `json:"seccomp"`
+}
+
+// launcherMounts is the view of the file system a server gets in its own
+// mount namespace: a fresh /proc of its PID namespace; a fresh, private
+// tmpfs on each of Private (so no directory there is shared with another
+// process); the host paths its configuration names under them, bound back
+// in; and the adapter's data directory replaced by an empty one in which
+// only its own run directory appears, at the same path.
+type launcherMounts struct {
+	Private []string `json:"private"`
+	// Owner is the uid and gid, as the launcher's namespace sees it, that
+	// the private directories belong to: the server's.
+	Owner   uint32   `json:"owner"`
+	DataDir string   `json:"data_dir"`
+	RunDir  string   `json:"run_dir"`
+	Binds   []string `json:"binds"`
 }
 
 type launcherLimit struct {
@@ -326,6 +412,7 @@ func (e *launcherFailure) Error() string { return e.step + ": " + e.errno.Error(
 type launchReport struct {
 	limits     map[string]bool
 	noNewPrivs bool
+	seccomp    bool
 }
 
 // launch starts the launcher with attr, hands it spec and waits until it
@@ -387,6 +474,8 @@ func launch(attr *syscall.SysProcAttr, spec *launcherSpec, stdin, stdout *os.Fil
 			report.limits[f[1]] = true
 		case len(f) == 1 && f[0] == "nnp":
 			report.noNewPrivs = true
+		case len(f) == 1 && f[0] == "seccomp":
+			report.seccomp = true
 		case len(f) == 1 && f[0] == "ready":
 			ready = true
 		case len(f) == 3 && f[0] == "fail":
@@ -422,6 +511,15 @@ func runLauncher(specF *os.File) int {
 	if err := syscall.Chdir(spec.Dir); err != nil {
 		return fail("chdir", err)
 	}
+	if spec.Mounts != nil {
+		if err := spec.Mounts.apply(spec.PIDNamespace); err != nil {
+			return fail("mount", err)
+		}
+		// The working directory again, as this namespace shows it.
+		if err := syscall.Chdir(spec.Dir); err != nil {
+			return fail("chdir", err)
+		}
+	}
 	if spec.SetID {
 		if err := syscall.Setgroups([]int{}); err != nil {
 			return fail("setgroups", err)
@@ -442,8 +540,23 @@ func runLauncher(specF *os.File) int {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
 		return fail("pdeathsig", err)
 	}
-	if os.Getppid() != spec.Parent {
-		return 126 // the adapter is gone
+	// The adapter may have gone before the parent-death signal was set.
+	// In a PID namespace of its own the launcher cannot see its parent
+	// (getppid is 0): a write to the status pipe, whose reader is the
+	// adapter, fails instead.
+	if ppid := os.Getppid(); ppid != spec.Parent && !(spec.PIDNamespace && ppid == 0) {
+		return 126
+	}
+	if _, err := syscall.Write(st, []byte("alive\n")); err != nil {
+		return 126
+	}
+	// No capability reaches the server (a launcher in a user namespace
+	// holds CAP_SYS_ADMIN there as an ambient capability).
+	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	// The filter comes last before exec: it refuses calls the launcher
+	// itself made above (mount, for one).
+	if spec.Seccomp && loadSeccomp() == nil {
+		writeRaw(st, []byte("seccomp\n"))
 	}
 	argv0, err := syscall.BytePtrFromString(spec.Path)
 	if err != nil {

@@ -46,6 +46,10 @@ func (sx *sandboxer) start(sp launchSpec) (*sandboxed, *registryv1.SandboxConstr
 		ProcessIsolation: no,
 		DataDirIsolation: no,
 		ProcessLimit:     no,
+		PidNamespace:     no,
+		MountNamespace:   no,
+		Seccomp:          no,
+		OwnHome:          no,
 	}
 	return &sandboxed{cmd: cmd, done: func() { _ = os.RemoveAll(dir) }}, sb, nil
 }

@@ -215,14 +215,27 @@ func TestSandboxHostileChild(t *testing.T) {
 		t.Fatalf("the victim does not hold a credential to steal (%v)", err)
 	}
 
-	needles := []string{CredentialEnv + "=", secretEnv + "=", planted}
+	// The victim's command line is what a neighbour would read a bearer
+	// token from.
+	needles := []string{CredentialEnv + "=", secretEnv + "=", planted, "--name=victim"}
+	marker := "escape-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() {
+		for _, dir := range sharedDirs {
+			_ = os.Remove(filepath.Join(dir, marker))
+		}
+	})
 	resp := execute(t, e, call(t, attacker, escape.ToolEscape, map[string]any{
-		"pids":     []any{os.Getpid(), victimPID},
-		"needles":  toAny(needles),
-		"data_dir": dataDir,
-		"planted":  "credential",
-		"forks":    100,
-		"daemon":   true,
+		"pids":       []any{os.Getpid(), victimPID},
+		"needles":    toAny(needles),
+		"data_dir":   dataDir,
+		"planted":    "credential",
+		"forks":      100,
+		"daemon":     true,
+		"cmdlines":   true,
+		"shared":     toAny(sharedDirs),
+		"marker":     marker,
+		"namespaces": true,
+		"syscalls":   true,
 	}, nil))
 	r := escapeReport(t, resp)
 	// SIGUSR1 releases the victim only once it listens for it (before it
@@ -245,13 +258,45 @@ func TestSandboxHostileChild(t *testing.T) {
 	}
 	for _, name := range []string{"list data dir", "read planted", "write data dir", "list parent dir"} {
 		a, ok := r.Attempt(name)
-		if !ok || a.OK || a.Error != "permission denied" || len(a.Found) > 0 {
+		// In its own mount namespace the planted file is not there at
+		// all; without one, the closed data dir refuses it.
+		if !ok || a.OK || (a.Error != "permission denied" && !(name == "read planted" && a.Error == "no such file or directory")) || len(a.Found) > 0 {
 			t.Errorf("escape %q: tried %v, worked %v, error %q, found %v", name, ok, a.OK, a.Error, a.Found)
 		}
 	}
 	if a, _ := r.Attempt("daemon"); !a.OK || r.DaemonPID == 0 {
 		t.Errorf("the attacker could not leave a process behind to be cleaned up: %+v", a)
 	}
+	// No other process's command line: it sees none (its own PID
+	// namespace and /proc).
+	if a, ok := r.Attempt("cmdlines"); !ok || a.OK || len(a.Found) > 0 || r.Identity.VisibleProcesses > 2 {
+		t.Errorf("escape \"cmdlines\": tried %v, read others' %v, found %v; %d processes visible", ok, a.OK, a.Found, r.Identity.VisibleProcesses)
+	}
+	// Its /tmp, /var/tmp and /dev/shm are its own: what it writes there
+	// nobody else sees.
+	for _, dir := range sharedDirs {
+		if a, ok := r.Attempt("write " + dir); !ok || !a.OK {
+			t.Errorf("the server could not write its own %s: %+v", dir, a)
+		}
+		if _, err := os.Stat(filepath.Join(dir, marker)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("what the server wrote into %s is visible outside its sandbox (%v)", dir, err)
+		}
+	}
+	// No namespace, no system call a tool server has no use for.
+	for _, name := range refusedEscapes {
+		want := "operation not permitted"
+		if name == "clone3" || name == "io_uring_setup" {
+			want = "function not implemented"
+		}
+		if a, ok := r.Attempt(name); !ok || a.OK || a.Error != want {
+			t.Errorf("escape %q: tried %v, worked %v, error %q, want %q", name, ok, a.OK, a.Error, want)
+		}
+	}
+	if r.Identity.Seccomp != 2 {
+		t.Errorf("the server's Seccomp mode is %d, want 2 (a filter)", r.Identity.Seccomp)
+	}
+	// A home, temporary and XDG directories of its own, which it can write.
+	wantDirs(t, r.Identity)
 	if r.ForksStarted >= int(cfg.MaxProcesses) || r.ForkError != "resource temporarily unavailable" {
 		t.Errorf("fork bomb: %d of 100 processes started (limit %d), stopped by %q", r.ForksStarted, cfg.MaxProcesses, r.ForkError)
 	}
@@ -270,7 +315,8 @@ func TestSandboxHostileChild(t *testing.T) {
 	// are long-lived: closing the idle ones, as the idle timeout would,
 	// ends the run.)
 	e.srv.pool.closeIdle()
-	if again := escapeReport(t, execute(t, e, call(t, attacker, escape.ToolEscape, map[string]any{}, nil))).Identity; again.UID != id.UID {
+	again := escapeReport(t, execute(t, e, call(t, attacker, escape.ToolEscape, map[string]any{}, nil))).Identity
+	if again.UID != id.UID {
 		t.Errorf("the attacker's next run has uid %d, its first had %d", again.UID, id.UID)
 	}
 
@@ -283,6 +329,10 @@ func TestSandboxHostileChild(t *testing.T) {
 	enforced := registryv1.Enforcement_ENFORCEMENT_ENFORCED
 	wantIdentity := &registryv1.SandboxIdentity{Kind: registryv1.IdentityKind_IDENTITY_KIND_DEDICATED_UID, Uid: uint32(id.UID), Gid: uint32(id.UID),
 		RangeFirstUid: cfg.UIDs.First, RangeUidCount: cfg.UIDs.Count}
+	if sb.GetPidNamespace() != enforced || sb.GetMountNamespace() != enforced || sb.GetSeccomp() != enforced ||
+		sb.GetOwnHome() != enforced || sb.GetHome() != again.Env["HOME"] {
+		t.Errorf("recorded sandbox %v; the server's HOME (last run) is %q", sb, again.Env["HOME"])
+	}
 	if !proto.Equal(sb.GetIdentity(), wantIdentity) || sb.GetProcessIsolation() != enforced || sb.GetDataDirIsolation() != enforced ||
 		sb.GetProcessLimit() != enforced || sb.GetMaxProcesses() != cfg.MaxProcesses || !sb.GetAppliedBeforeExec() ||
 		!sb.GetNoNewPrivileges() || sb.GetWorkingDir() != filepath.Join(dataDir, attacker.GetId()) {
@@ -307,12 +357,9 @@ func TestSandboxHostileChild(t *testing.T) {
 	// out of the server's process group, was killed too), no file the
 	// attacker wrote, no run directory, the planted file untouched, the
 	// data dir closed.
+	// (The daemon's pid is its PID namespace's: it is found, if left, by
+	// its uid.)
 	e.srv.pool.closeIdle()
-	if err := syscall.Kill(r.DaemonPID, 0); !errors.Is(err, syscall.ESRCH) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.DaemonPID)); !strings.Contains(string(b), "State:\tZ") {
-			t.Errorf("the attacker's daemon %d outlived its run: %v", r.DaemonPID, err)
-		}
-	}
 	for _, uid := range []int{id.UID, victimID.UID} {
 		if pids := pidsOf(uint32(uid)); len(pids) > 0 {
 			t.Errorf("processes %v still run under uid %d", pids, uid)
@@ -351,17 +398,20 @@ func TestSandboxSharedIdentityRecorded(t *testing.T) {
 	cfg := SandboxConfig{SharedIdentity: true, MaxProcesses: 48}
 	e := newEnvWith(t, slog.New(slog.DiscardHandler), func(d *Deps) { d.Sandbox = cfg })
 	dataDir := e.srv.workDir
-	const planted = "planted-credential-value"
-	if err := os.WriteFile(filepath.Join(dataDir, "credential"), []byte(planted), 0o600); err != nil {
+	const plantedValue = "planted-credential-value"
+	if err := os.WriteFile(filepath.Join(dataDir, "credential"), []byte(plantedValue), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	conn := e.escapeConn("shared", "")
 	resp := execute(t, e, call(t, conn, escape.ToolEscape, map[string]any{
-		"pids":     []any{os.Getpid()},
-		"needles":  toAny([]string{secretEnv + "=", planted}),
-		"data_dir": dataDir,
-		"planted":  "credential",
-		"forks":    64,
+		"pids":       []any{os.Getpid()},
+		"needles":    toAny([]string{secretEnv + "=", plantedValue}),
+		"data_dir":   dataDir,
+		"planted":    "credential",
+		"forks":      64,
+		"cmdlines":   true,
+		"namespaces": true,
+		"syscalls":   true,
 	}, nil))
 	if resp.GetOutcome() != adapterv1.Outcome_OUTCOME_OK && os.Geteuid() == 0 {
 		// A root adapter never runs a server as root: without a user
@@ -392,15 +442,56 @@ func TestSandboxSharedIdentityRecorded(t *testing.T) {
 		t.Errorf("identity kind %v", k)
 	}
 	// What was recorded as not enforced was indeed not: sharing the
-	// adapter's uid, the server may signal (here: kill) the adapter. (Its
-	// environment stays unreadable from another user namespace: the
-	// kernel's capability check refuses that across namespaces.)
-	if a, _ := r.Attempt(fmt.Sprintf("signal %d", os.Getpid())); !a.OK {
-		t.Errorf("process isolation recorded as not enforced, yet the server could not signal the adapter: %+v", a)
+	// adapter's uid, the server may signal (here: kill) the adapter,
+	// unless its own PID namespace hides the adapter. (Its environment
+	// stays unreadable from another user namespace: the kernel's
+	// capability check refuses that across namespaces.) The namespaces
+	// and the filter are the server's own, whatever its identity.
+	enforced := registryv1.Enforcement_ENFORCEMENT_ENFORCED
+	signal, _ := r.Attempt(fmt.Sprintf("signal %d", os.Getpid()))
+	cmdlines, _ := r.Attempt("cmdlines")
+	switch sb.GetPidNamespace() {
+	case enforced:
+		if signal.OK || cmdlines.OK || r.Identity.VisibleProcesses > 2 {
+			t.Errorf("PID namespace recorded, yet the server signalled the adapter (%+v) or read others' command lines (%+v)", signal, cmdlines)
+		}
+	case not:
+		t.Log("!!! the kernel refused a PID namespace here: checking that the record says so truthfully")
+		if !signal.OK || !cmdlines.OK {
+			t.Errorf("process isolation recorded as not enforced, yet the server could not signal the adapter (%+v) or read command lines (%+v)", signal, cmdlines)
+		}
+	default:
+		t.Errorf("pid namespace %v", sb.GetPidNamespace())
 	}
-	if a, _ := r.Attempt("read planted"); !a.OK || !slices.Contains(a.Found, planted) {
-		t.Errorf("data-dir isolation recorded as not enforced, yet the server could not read the planted file: %+v", a)
+	planted, _ := r.Attempt("read planted")
+	switch sb.GetMountNamespace() {
+	case enforced:
+		if planted.OK || len(planted.Found) > 0 {
+			t.Errorf("mount namespace recorded, yet the server read the planted file in the data dir: %+v", planted)
+		}
+	case not:
+		if !planted.OK || !slices.Contains(planted.Found, plantedValue) {
+			t.Errorf("data-dir isolation recorded as not enforced, yet the server could not read the planted file: %+v", planted)
+		}
+	default:
+		t.Errorf("mount namespace %v", sb.GetMountNamespace())
 	}
+	if sb.GetSeccomp() == enforced {
+		if r.Identity.Seccomp != 2 {
+			t.Errorf("seccomp recorded, the server's Seccomp mode is %d", r.Identity.Seccomp)
+		}
+		for _, name := range refusedEscapes {
+			if a, ok := r.Attempt(name); !ok || a.OK {
+				t.Errorf("escape %q: tried %v, worked %v (%s)", name, ok, a.OK, a.Error)
+			}
+		}
+	} else if a, _ := r.Attempt("add_key"); !a.OK {
+		t.Errorf("seccomp recorded as %v, yet add_key was refused: %+v", sb.GetSeccomp(), a)
+	}
+	if sb.GetOwnHome() != enforced || sb.GetHome() != r.Identity.Env["HOME"] {
+		t.Errorf("own home %v %q, the server's HOME %q", sb.GetOwnHome(), sb.GetHome(), r.Identity.Env["HOME"])
+	}
+	wantDirs(t, r.Identity)
 	switch sb.GetProcessLimit() {
 	case not:
 		// Host root is exempt from RLIMIT_NPROC.
@@ -416,6 +507,32 @@ func TestSandboxSharedIdentityRecorded(t *testing.T) {
 	}
 	if got := r.Identity.NoNewPrivs; got != sb.GetNoNewPrivileges() {
 		t.Errorf("no_new_privileges recorded %v, the server's is %v", sb.GetNoNewPrivileges(), got)
+	}
+}
+
+// sharedDirs are the directories every process on a host may write.
+var sharedDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
+
+// refusedEscapes are the escape attempts the seccomp filter refuses.
+var refusedEscapes = []string{"clone user namespace", "clone user and network namespaces", "unshare user namespace", "clone3", "setns",
+	"mount", "ptrace", "add_key", "keyctl", "perf_event_open", "bpf", "kexec_load", "init_module", "io_uring_setup"}
+
+// wantDirs checks that the server had a home, temporary, runtime and XDG
+// base directories of its own run, and could write each.
+func wantDirs(t *testing.T, id escape.Identity) {
+	t.Helper()
+	home := id.Env["HOME"]
+	if !strings.HasPrefix(home, "/") || filepath.Base(home) != "home" || !strings.HasPrefix(filepath.Base(filepath.Dir(home)), "run-") {
+		t.Errorf("HOME = %q, want the run's own", home)
+	}
+	for _, v := range escape.DirVars {
+		dir, ok := id.Env[v]
+		if !ok || !strings.HasPrefix(dir, filepath.Dir(home)+"/") {
+			t.Errorf("%s = %q (set %v), want a directory of the run's own", v, dir, ok)
+		}
+		if !slices.Contains(id.Writable, v) {
+			t.Errorf("the server could not write its %s (%s)", v, dir)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"github.com/v0m3/v0m3/services/identity"
 
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -427,5 +428,51 @@ func TestThirdPartyMemory(t *testing.T) {
 	entities := resp.GetStructuredContent().GetFields()["entities"].GetListValue().GetValues()
 	if len(entities) != 1 || entities[0].GetStructValue().GetFields()["name"].GetStringValue() != "rate-limits" {
 		t.Errorf("structured content = %v", resp.GetStructuredContent())
+	}
+}
+
+// nodeHomeServer is a minimal MCP server in Node that, at start, asks Node
+// for its home and temporary directories (os.homedir() throws for a uid
+// with no passwd entry and no HOME, and the server dies at start), writes
+// into both, and describes its one tool with what it found.
+const nodeHomeServer = `
+const os = require('os'), fs = require('fs'), path = require('path');
+const home = os.homedir(), tmp = os.tmpdir();
+fs.writeFileSync(path.join(home, 'probe'), 'x');
+fs.mkdtempSync(path.join(tmp, 'probe-'));
+const info = JSON.stringify({home, tmp, xdg: process.env.XDG_CONFIG_HOME || ''});
+require('readline').createInterface({input: process.stdin}).on('line', (l) => {
+  const m = JSON.parse(l);
+  if (m.id === undefined) return;
+  const out = {jsonrpc: '2.0', id: m.id};
+  if (m.method === 'initialize') out.result = {protocolVersion: m.params.protocolVersion, capabilities: {tools: {}}, serverInfo: {name: 'node-home', version: '1'}};
+  else if (m.method === 'tools/list') out.result = {tools: [{name: 'home', description: info, inputSchema: {type: 'object'}}]};
+  else out.error = {code: -32601, message: 'method not found'};
+  process.stdout.write(JSON.stringify(out) + '\n');
+});`
+
+// TestNodeServerHasAHome: a Node server started under its own uid (which
+// has no passwd entry) starts, and finds a home, a temporary directory and
+// XDG directories of its run's own, which it can write; the connection
+// records that home.
+func TestNodeServerHasAHome(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("node"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI must run the Node server tests: install Node.js (>= 20)")
+		}
+		t.Skip("!!! node not found: the Node server test is SKIPPED")
+	}
+	tp := startThirdParty(t)
+	conn, snap := tp.connect(t, "node-home", "-e", nodeHomeServer)
+	var got struct{ Home, Tmp, Xdg string }
+	if err := json.Unmarshal([]byte(findTool(t, snap, "home").GetDescription()), &got); err != nil {
+		t.Fatal(err)
+	}
+	sb := conn.GetSandbox()
+	run := filepath.Dir(got.Home)
+	if sb.GetOwnHome() != registryv1.Enforcement_ENFORCEMENT_ENFORCED || sb.GetHome() != got.Home || filepath.Base(got.Home) != "home" ||
+		!strings.HasPrefix(filepath.Base(run), "run-") || got.Tmp != filepath.Join(run, "tmp") || got.Xdg != filepath.Join(got.Home, ".config") {
+		t.Errorf("the server found home %q, tmp %q, XDG config %q; recorded own home %v %q", got.Home, got.Tmp, got.Xdg, sb.GetOwnHome(), sb.GetHome())
 	}
 }

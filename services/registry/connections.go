@@ -415,13 +415,19 @@ func invalidConnection(v []apierror.FieldViolation, reason string) error {
 // environment carries a literal secret.
 const ReasonSecretInEnv = "SECRET_IN_ENV"
 
+// ReasonSecretInArgs is the ErrorInfo reason of a stdio connection whose
+// command-line arguments carry a literal secret: arguments are readable by
+// anyone who can list processes.
+const ReasonSecretInArgs = "SECRET_IN_ARGS"
+
 // validateConfig checks a transport and credential reference. reason is
 // the ErrorInfo reason of the most specific refusal among the violations
-// (SECRET_IN_ENV before ENDPOINT_NOT_ALLOWED, EXECUTABLE_NOT_ALLOWED and
-// ENV_NOT_ALLOWED), or "" for plain invalid input.
+// (SECRET_IN_ENV and SECRET_IN_ARGS before ENDPOINT_NOT_ALLOWED,
+// EXECUTABLE_NOT_ALLOWED and ENV_NOT_ALLOWED), or "" for plain invalid
+// input.
 func (s *Server) validateConfig(t *registryv1.Transport, credentialRef string) (v []apierror.FieldViolation, reason string) {
 	refuse := func(r string) {
-		if reason == "" || r == ReasonSecretInEnv {
+		if reason == "" || r == ReasonSecretInEnv || r == ReasonSecretInArgs && reason != ReasonSecretInEnv {
 			reason = r
 		}
 	}
@@ -459,6 +465,14 @@ func (s *Server) validateConfig(t *registryv1.Transport, credentialRef string) (
 						"put it in a file in the connection's credential directory (e.g. its mounted Kubernetes Secret) and set credential_ref to \"file:<name>\" (the server receives it as V0M3_CREDENTIAL)", name)})
 				refuse(ReasonSecretInEnv)
 			}
+		}
+		// The same rule for arguments; the value is never echoed either.
+		for _, i := range redact.SecretArgs(k.Stdio.GetArgs()) {
+			v = append(v, apierror.FieldViolation{Field: fmt.Sprintf("transport.stdio.args[%d]", i),
+				Description: fmt.Sprintf("argument %d holds what looks like a literal secret; arguments are visible to every process on the host and "+
+					"secrets are never stored in a connection: put it in a file (e.g. a mounted Kubernetes Secret) and set credential_ref to \"file:/path\" "+
+					"(the server receives it as V0M3_CREDENTIAL)", i)})
+			refuse(ReasonSecretInArgs)
 		}
 	case *registryv1.Transport_StreamableHttp:
 		if err := checkHTTPURL(k.StreamableHttp.GetUrl()); err != nil {

@@ -22,6 +22,10 @@ import (
 // environment. It must appear in no error.
 const leakedValue = "ghp_Zk3q9VxLr2m8Tn4Yb7Wc1Pd6Hs0Jf5Ga2Eu9"
 
+func stdioWithArgs(cmd string, args ...string) *registryv1.Transport {
+	return &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: cmd, Args: args}}}
+}
+
 func stdioWithEnv(cmd string, env map[string]string) *registryv1.Transport {
 	return &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: cmd, Env: env}}}
 }
@@ -45,6 +49,11 @@ var refusedConfigs = []struct {
 	{"secret under a secret-looking name", stdioWithEnv("v0m3-server", map[string]string{"LOG_LEVEL": "info", "GITHUB_TOKEN": leakedValue}), registry.ReasonSecretInEnv, "transport.stdio.env"},
 	{"secret-looking value under any name", stdioWithEnv("v0m3-server", map[string]string{"UPSTREAM": leakedValue}), registry.ReasonSecretInEnv, "transport.stdio.env"},
 	{"URL with a password", stdioWithEnv("v0m3-server", map[string]string{"DATABASE_URL": "postgres://app:" + leakedValue + "@db/app"}), registry.ReasonSecretInEnv, "transport.stdio.env"},
+	// Arguments are visible to every process on the host: the same rule.
+	{"secret after a secret-looking option", stdioWithArgs("v0m3-server", "--transport", "stdio", "--token", leakedValue), registry.ReasonSecretInArgs, "transport.stdio.args[3]"},
+	{"secret in an option=value argument", stdioWithArgs("v0m3-server", "--api-key="+leakedValue), registry.ReasonSecretInArgs, "transport.stdio.args[0]"},
+	{"secret-looking argument", stdioWithArgs("v0m3-server", "serve", leakedValue), registry.ReasonSecretInArgs, "transport.stdio.args[1]"},
+	{"authorization header argument", stdioWithArgs("v0m3-server", "--header", "Authorization: Bearer "+leakedValue), registry.ReasonSecretInArgs, "transport.stdio.args[1]"},
 	{"relative executable", stdioTransport("./server"), reach.ReasonExecutable, "transport.stdio.command"},
 	{"loader variable", stdioWithEnv("v0m3-server", map[string]string{"LD_PRELOAD": "/tmp/x.so"}), reach.ReasonEnv, "transport.stdio.env"},
 }
@@ -66,7 +75,9 @@ func TestRefusedConfigurationsLeaveNothing(t *testing.T) {
 	}
 
 	good, err := r.client.CreateConnection(ctx, &registryv1.CreateConnectionRequest{DisplayName: "S", Owner: "o",
-		Transport: stdioWithEnv("v0m3-server", map[string]string{"LOG_LEVEL": "info", "GOOGLE_APPLICATION_CREDENTIALS": "/var/run/secrets/sa.json"})})
+		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: "v0m3-server",
+			Env:  map[string]string{"LOG_LEVEL": "info", "GOOGLE_APPLICATION_CREDENTIALS": "/var/run/secrets/sa.json"},
+			Args: []string{"--transport", "stdio", "--token-file", "/var/run/secrets/token"}}}}})
 	if err != nil {
 		t.Fatalf("a clean configuration (a credential file path is not a secret): %v", err)
 	}
@@ -109,7 +120,7 @@ func checkRefusal(t *testing.T, what string, err error, reason, field string) {
 	if strings.Contains(err.Error(), leakedValue) || strings.Contains(err.Error(), "Zk3q9V") {
 		t.Errorf("%s: the error echoes the secret: %v", what, err)
 	}
-	if reason == registry.ReasonSecretInEnv && !strings.Contains(err.Error(), "credential_ref") {
+	if (reason == registry.ReasonSecretInEnv || reason == registry.ReasonSecretInArgs) && !strings.Contains(err.Error(), "credential_ref") {
 		t.Errorf("%s: the error does not point to credential_ref: %v", what, err)
 	}
 }

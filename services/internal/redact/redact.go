@@ -2,7 +2,8 @@
 // structured arguments (the adapter applies it before a protocol trace or
 // fixture is written, and evidence applies it again to whatever it
 // stores, as defense in depth) and literal settings such as a local
-// server's environment (the registry refuses those).
+// server's environment and command-line arguments (the registry refuses
+// those).
 package redact
 
 import (
@@ -115,4 +116,46 @@ func SecretSetting(name, value string) bool {
 		return false
 	}
 	return SecretKey(name)
+}
+
+// SecretArgs returns the indexes of the command-line arguments that carry
+// a literal secret, by the same rule as SecretSetting: a secret-looking
+// argument ("ghp_...", "Bearer ..."), a setting written into one argument
+// ("--api-key=VALUE", "TOKEN=VALUE", "Authorization: Bearer ..."), or the
+// value following a secret-looking option ("--token VALUE"). Arguments are
+// readable by anyone who can list processes, so a secret is never one.
+func SecretArgs(args []string) []int {
+	var out []int
+	for i, a := range args {
+		if len(out) > 0 && out[len(out)-1] == i {
+			continue // already found as an option's value
+		}
+		if SecretValue(a) {
+			out = append(out, i)
+			continue
+		}
+		if name, value, ok := argSetting(a); ok && SecretSetting(name, value) {
+			out = append(out, i)
+			continue
+		}
+		// "--token VALUE": the value is the next argument, unless that is
+		// another option.
+		if name, ok := strings.CutPrefix(a, "-"); ok && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") &&
+			!strings.ContainsAny(name, "=: ") && SecretSetting(name, args[i+1]) {
+			out = append(out, i+1)
+		}
+	}
+	return out
+}
+
+// argSetting splits an argument of the form "--name=value", "name=value"
+// or "Name: value" (a header) into name and value.
+func argSetting(a string) (name, value string, ok bool) {
+	if name, value, ok = strings.Cut(a, "="); ok && name != "" && !strings.ContainsAny(name, " :/") {
+		return strings.TrimLeft(name, "-"), value, true
+	}
+	if name, value, ok = strings.Cut(a, ": "); ok && name != "" && !strings.ContainsAny(name, " =/") {
+		return name, value, true
+	}
+	return "", "", false
 }

@@ -1,6 +1,7 @@
 package redact
 
 import (
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -73,6 +74,36 @@ func TestSecretSetting(t *testing.T) {
 	for _, tt := range tests {
 		if got := SecretSetting(tt.name, tt.value); got != tt.secret {
 			t.Errorf("SecretSetting(%q, %q) = %v, want %v", tt.name, tt.value, got, tt.secret)
+		}
+	}
+}
+
+func TestSecretArgs(t *testing.T) {
+	t.Parallel()
+	const ghp = "ghp_0123456789abcdefghij0123456789abcd"
+	tests := []struct {
+		name string
+		args []string
+		want []int
+	}{
+		{"bare token", []string{"--verbose", ghp}, []int{1}},
+		{"option=value", []string{"--api-key=abc123"}, []int{0}},
+		{"name=value", []string{"GITHUB_TOKEN=anything"}, []int{0}},
+		{"option then value", []string{"--token", "anything", "--port", "8080"}, []int{1}},
+		{"single-dash option", []string{"-password", "hunter2"}, []int{1}},
+		{"header", []string{"--header", "Authorization: Bearer abcdefgh12345678"}, []int{1}},
+		{"url with password", []string{"postgres://app:s3cret@db:5432/app"}, []int{0}},
+		{"token-shaped value under any option", []string{"--config=" + ghp}, []int{0}},
+		// Not secrets: ordinary options, file paths under secret-looking
+		// names, a secret-looking option followed by another option.
+		{"ordinary", []string{"--transport", "stdio", "--addr", ":8080", "-y", "@modelcontextprotocol/server-memory"}, nil},
+		{"key file path", []string{"--tls-key-file", "/etc/tls/tls.key", "--credentials=/var/run/secrets/sa.json"}, nil},
+		{"flag then option", []string{"--no-token", "--read-only"}, nil},
+		{"url", []string{"https://example.com/path?q=1"}, nil},
+	}
+	for _, tt := range tests {
+		if got := SecretArgs(tt.args); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: SecretArgs(%q) = %v, want %v", tt.name, tt.args, got, tt.want)
 		}
 	}
 }

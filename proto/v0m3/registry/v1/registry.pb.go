@@ -2112,8 +2112,30 @@ type SandboxConstraints struct {
 	// Whether the server could not gain privileges through exec (set-user-ID
 	// binaries, file capabilities): PR_SET_NO_NEW_PRIVS.
 	NoNewPrivileges bool `protobuf:"varint,11,opt,name=no_new_privileges,json=noNewPrivileges,proto3" json:"no_new_privileges,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Whether the server ran in a PID namespace of its own with a /proc of
+	// its own: it could see no other process on the host (their command
+	// lines, where bearer tokens may travel, nor their environments), signal
+	// none, and whatever it started ended with it.
+	PidNamespace Enforcement `protobuf:"varint,12,opt,name=pid_namespace,json=pidNamespace,proto3,enum=v0m3.registry.v1.Enforcement" json:"pid_namespace,omitempty"`
+	// Whether the server ran in a mount namespace (and IPC namespace) of its
+	// own: a fresh private tmpfs on /tmp, /var/tmp and /dev/shm, shared with
+	// no other process (host paths its configuration names there are bound
+	// back in), and the adapter's data directory replaced by an empty one
+	// showing its own run directory only.
+	MountNamespace Enforcement `protobuf:"varint,13,opt,name=mount_namespace,json=mountNamespace,proto3,enum=v0m3.registry.v1.Enforcement" json:"mount_namespace,omitempty"`
+	// Whether a seccomp filter refused creating or entering namespaces
+	// (unshare, setns, clone with CLONE_NEW* flags; clone3 and io_uring as
+	// absent) and the calls a tool server has no use for (mount, ptrace,
+	// bpf, keyctl, add_key, perf_event_open, kexec, module loading, ...).
+	Seccomp Enforcement `protobuf:"varint,14,opt,name=seccomp,proto3,enum=v0m3.registry.v1.Enforcement" json:"seccomp,omitempty"`
+	// Whether HOME, TMPDIR, XDG_RUNTIME_DIR and the XDG base directories
+	// were the run's own directories (inside its working directory) and
+	// reachable by the server. Configured values for them are replaced.
+	OwnHome Enforcement `protobuf:"varint,15,opt,name=own_home,json=ownHome,proto3,enum=v0m3.registry.v1.Enforcement" json:"own_home,omitempty"`
+	// HOME as the server saw it, when own_home is enforced.
+	Home          string `protobuf:"bytes,16,opt,name=home,proto3" json:"home,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SandboxConstraints) Reset() {
@@ -2221,6 +2243,41 @@ func (x *SandboxConstraints) GetNoNewPrivileges() bool {
 		return x.NoNewPrivileges
 	}
 	return false
+}
+
+func (x *SandboxConstraints) GetPidNamespace() Enforcement {
+	if x != nil {
+		return x.PidNamespace
+	}
+	return Enforcement_ENFORCEMENT_UNSPECIFIED
+}
+
+func (x *SandboxConstraints) GetMountNamespace() Enforcement {
+	if x != nil {
+		return x.MountNamespace
+	}
+	return Enforcement_ENFORCEMENT_UNSPECIFIED
+}
+
+func (x *SandboxConstraints) GetSeccomp() Enforcement {
+	if x != nil {
+		return x.Seccomp
+	}
+	return Enforcement_ENFORCEMENT_UNSPECIFIED
+}
+
+func (x *SandboxConstraints) GetOwnHome() Enforcement {
+	if x != nil {
+		return x.OwnHome
+	}
+	return Enforcement_ENFORCEMENT_UNSPECIFIED
+}
+
+func (x *SandboxConstraints) GetHome() string {
+	if x != nil {
+		return x.Home
+	}
+	return ""
 }
 
 // SandboxIdentity is the host identity a local server ran as.
@@ -7365,7 +7422,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"ServerInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
-	"\x05title\x18\x03 \x01(\tR\x05title\"\xea\x04\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\"\xfd\x06\n" +
 	"\x12SandboxConstraints\x12\x1f\n" +
 	"\vworking_dir\x18\x01 \x01(\tR\n" +
 	"workingDir\x12/\n" +
@@ -7379,7 +7436,12 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\rmax_processes\x18\t \x01(\rR\fmaxProcesses\x12.\n" +
 	"\x13applied_before_exec\x18\n" +
 	" \x01(\bR\x11appliedBeforeExec\x12*\n" +
-	"\x11no_new_privileges\x18\v \x01(\bR\x0fnoNewPrivileges\"\xde\x01\n" +
+	"\x11no_new_privileges\x18\v \x01(\bR\x0fnoNewPrivileges\x12B\n" +
+	"\rpid_namespace\x18\f \x01(\x0e2\x1d.v0m3.registry.v1.EnforcementR\fpidNamespace\x12F\n" +
+	"\x0fmount_namespace\x18\r \x01(\x0e2\x1d.v0m3.registry.v1.EnforcementR\x0emountNamespace\x127\n" +
+	"\aseccomp\x18\x0e \x01(\x0e2\x1d.v0m3.registry.v1.EnforcementR\aseccomp\x128\n" +
+	"\bown_home\x18\x0f \x01(\x0e2\x1d.v0m3.registry.v1.EnforcementR\aownHome\x12\x12\n" +
+	"\x04home\x18\x10 \x01(\tR\x04home\"\xde\x01\n" +
 	"\x0fSandboxIdentity\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.v0m3.registry.v1.IdentityKindR\x04kind\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\rR\x03uid\x12\x10\n" +
@@ -8088,147 +8150,151 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	2,   // 19: v0m3.registry.v1.SandboxConstraints.process_isolation:type_name -> v0m3.registry.v1.Enforcement
 	2,   // 20: v0m3.registry.v1.SandboxConstraints.data_dir_isolation:type_name -> v0m3.registry.v1.Enforcement
 	2,   // 21: v0m3.registry.v1.SandboxConstraints.process_limit:type_name -> v0m3.registry.v1.Enforcement
-	1,   // 22: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
-	21,  // 23: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	88,  // 24: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
-	21,  // 25: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	19,  // 26: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
-	21,  // 27: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
-	27,  // 28: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	29,  // 29: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
-	26,  // 30: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
-	41,  // 31: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
-	42,  // 32: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	88,  // 33: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
-	43,  // 34: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
-	44,  // 35: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
-	89,  // 36: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	89,  // 37: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	89,  // 38: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	89,  // 39: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
-	46,  // 40: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	89,  // 41: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
-	46,  // 42: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	89,  // 43: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
-	46,  // 44: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	45,  // 45: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
-	46,  // 46: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	40,  // 47: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	40,  // 48: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
-	53,  // 49: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
-	53,  // 50: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
-	53,  // 51: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
-	53,  // 52: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
-	6,   // 53: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
-	12,  // 54: v0m3.registry.v1.HandleField.kind:type_name -> v0m3.registry.v1.HandleKind
-	7,   // 55: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	89,  // 56: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
-	8,   // 57: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
-	54,  // 58: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
-	9,   // 59: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
-	73,  // 60: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
-	10,  // 61: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
-	11,  // 62: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	88,  // 63: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
-	55,  // 64: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	55,  // 65: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
-	55,  // 66: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
-	13,  // 67: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
-	62,  // 68: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
-	63,  // 69: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
-	11,  // 70: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	88,  // 71: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
-	64,  // 72: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	64,  // 73: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
-	64,  // 74: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
-	15,  // 75: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	90,  // 76: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
-	16,  // 77: v0m3.registry.v1.Limits.elicitation:type_name -> v0m3.registry.v1.ElicitationPolicy
-	17,  // 78: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
-	71,  // 79: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
-	72,  // 80: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	89,  // 81: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
-	73,  // 82: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
-	14,  // 83: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	88,  // 84: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 85: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
-	74,  // 86: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
-	89,  // 87: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
-	76,  // 88: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
-	71,  // 89: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
-	72,  // 90: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	89,  // 91: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
-	73,  // 92: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
-	74,  // 93: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
-	14,  // 94: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
-	75,  // 95: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
-	75,  // 96: v0m3.registry.v1.ResolvedExecution.mapping:type_name -> v0m3.registry.v1.Mapping
-	19,  // 97: v0m3.registry.v1.ResolvedExecution.connection:type_name -> v0m3.registry.v1.Connection
-	18,  // 98: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	88,  // 99: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	30,  // 100: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	31,  // 101: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	32,  // 102: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	34,  // 103: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	36,  // 104: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	35,  // 105: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
-	37,  // 106: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	38,  // 107: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	47,  // 108: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	48,  // 109: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	49,  // 110: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	51,  // 111: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	56,  // 112: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	57,  // 113: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	58,  // 114: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	59,  // 115: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	60,  // 116: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	65,  // 117: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	66,  // 118: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	67,  // 119: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	68,  // 120: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	69,  // 121: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	77,  // 122: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	78,  // 123: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	79,  // 124: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	80,  // 125: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	82,  // 126: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	83,  // 127: v0m3.registry.v1.RegistryService.ResolveExecution:input_type -> v0m3.registry.v1.ResolveExecutionRequest
-	85,  // 128: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	19,  // 129: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 130: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	33,  // 131: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	19,  // 132: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 133: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 134: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
-	39,  // 135: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	19,  // 136: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	40,  // 137: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	40,  // 138: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	50,  // 139: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	52,  // 140: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	55,  // 141: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 142: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 143: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 144: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	61,  // 145: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	64,  // 146: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 147: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 148: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 149: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	70,  // 150: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	75,  // 151: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	75,  // 152: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	75,  // 153: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	81,  // 154: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	75,  // 155: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	84,  // 156: v0m3.registry.v1.RegistryService.ResolveExecution:output_type -> v0m3.registry.v1.ResolvedExecution
-	86,  // 157: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	129, // [129:158] is the sub-list for method output_type
-	100, // [100:129] is the sub-list for method input_type
-	100, // [100:100] is the sub-list for extension type_name
-	100, // [100:100] is the sub-list for extension extendee
-	0,   // [0:100] is the sub-list for field type_name
+	2,   // 22: v0m3.registry.v1.SandboxConstraints.pid_namespace:type_name -> v0m3.registry.v1.Enforcement
+	2,   // 23: v0m3.registry.v1.SandboxConstraints.mount_namespace:type_name -> v0m3.registry.v1.Enforcement
+	2,   // 24: v0m3.registry.v1.SandboxConstraints.seccomp:type_name -> v0m3.registry.v1.Enforcement
+	2,   // 25: v0m3.registry.v1.SandboxConstraints.own_home:type_name -> v0m3.registry.v1.Enforcement
+	1,   // 26: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
+	21,  // 27: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
+	88,  // 28: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	21,  // 29: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	19,  // 30: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
+	21,  // 31: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
+	27,  // 32: v0m3.registry.v1.UpdateConnectionRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	29,  // 33: v0m3.registry.v1.ListConfigRevisionsResponse.revisions:type_name -> v0m3.registry.v1.ConfigRevision
+	26,  // 34: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
+	41,  // 35: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
+	42,  // 36: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
+	88,  // 37: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	43,  // 38: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
+	44,  // 39: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
+	89,  // 40: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	89,  // 41: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	89,  // 42: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	89,  // 43: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
+	46,  // 44: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	89,  // 45: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
+	46,  // 46: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	89,  // 47: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
+	46,  // 48: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	45,  // 49: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
+	46,  // 50: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
+	40,  // 51: v0m3.registry.v1.RecordSnapshotRequest.snapshot:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	40,  // 52: v0m3.registry.v1.ListSnapshotsResponse.snapshots:type_name -> v0m3.registry.v1.DiscoverySnapshot
+	53,  // 53: v0m3.registry.v1.SnapshotDiff.tools:type_name -> v0m3.registry.v1.ItemChange
+	53,  // 54: v0m3.registry.v1.SnapshotDiff.resources:type_name -> v0m3.registry.v1.ItemChange
+	53,  // 55: v0m3.registry.v1.SnapshotDiff.resource_templates:type_name -> v0m3.registry.v1.ItemChange
+	53,  // 56: v0m3.registry.v1.SnapshotDiff.prompts:type_name -> v0m3.registry.v1.ItemChange
+	6,   // 57: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
+	12,  // 58: v0m3.registry.v1.HandleField.kind:type_name -> v0m3.registry.v1.HandleKind
+	7,   // 59: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
+	89,  // 60: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	8,   // 61: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
+	54,  // 62: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
+	9,   // 63: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
+	73,  // 64: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
+	10,  // 65: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
+	11,  // 66: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
+	88,  // 67: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	55,  // 68: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	55,  // 69: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
+	55,  // 70: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
+	13,  // 71: v0m3.registry.v1.ProfileNeed.when:type_name -> v0m3.registry.v1.NeedCondition
+	62,  // 72: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
+	63,  // 73: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
+	11,  // 74: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
+	88,  // 75: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	64,  // 76: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	64,  // 77: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
+	64,  // 78: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
+	15,  // 79: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
+	90,  // 80: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	16,  // 81: v0m3.registry.v1.Limits.elicitation:type_name -> v0m3.registry.v1.ElicitationPolicy
+	17,  // 82: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
+	71,  // 83: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
+	72,  // 84: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	89,  // 85: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	73,  // 86: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
+	14,  // 87: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
+	88,  // 88: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 89: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	74,  // 90: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
+	89,  // 91: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
+	76,  // 92: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
+	71,  // 93: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
+	72,  // 94: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
+	89,  // 95: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	73,  // 96: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
+	74,  // 97: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
+	14,  // 98: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
+	75,  // 99: v0m3.registry.v1.ListMappingsResponse.mappings:type_name -> v0m3.registry.v1.Mapping
+	75,  // 100: v0m3.registry.v1.ResolvedExecution.mapping:type_name -> v0m3.registry.v1.Mapping
+	19,  // 101: v0m3.registry.v1.ResolvedExecution.connection:type_name -> v0m3.registry.v1.Connection
+	18,  // 102: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
+	88,  // 103: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	30,  // 104: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	31,  // 105: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	32,  // 106: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	34,  // 107: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	36,  // 108: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	35,  // 109: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
+	37,  // 110: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	38,  // 111: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	47,  // 112: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	48,  // 113: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	49,  // 114: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	51,  // 115: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	56,  // 116: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	57,  // 117: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	58,  // 118: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	59,  // 119: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	60,  // 120: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	65,  // 121: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	66,  // 122: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	67,  // 123: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	68,  // 124: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	69,  // 125: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	77,  // 126: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	78,  // 127: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	79,  // 128: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	80,  // 129: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	82,  // 130: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	83,  // 131: v0m3.registry.v1.RegistryService.ResolveExecution:input_type -> v0m3.registry.v1.ResolveExecutionRequest
+	85,  // 132: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	19,  // 133: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 134: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	33,  // 135: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	19,  // 136: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 137: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 138: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
+	39,  // 139: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	19,  // 140: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	40,  // 141: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	40,  // 142: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	50,  // 143: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	52,  // 144: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	55,  // 145: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 146: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 147: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 148: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	61,  // 149: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	64,  // 150: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 151: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 152: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 153: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	70,  // 154: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	75,  // 155: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	75,  // 156: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	75,  // 157: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	81,  // 158: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	75,  // 159: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	84,  // 160: v0m3.registry.v1.RegistryService.ResolveExecution:output_type -> v0m3.registry.v1.ResolvedExecution
+	86,  // 161: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	133, // [133:162] is the sub-list for method output_type
+	104, // [104:133] is the sub-list for method input_type
+	104, // [104:104] is the sub-list for extension type_name
+	104, // [104:104] is the sub-list for extension extendee
+	0,   // [0:104] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }

@@ -2,8 +2,9 @@
 // tests: asked through a tool call, it tries to break out of its sandbox
 // (read other processes' environment and memory, signal them, read or
 // write the adapter's data directory, fork without bound, leave a process
-// running in a session of its own) and reports
-// what it managed. It reports whether what it read contains the needles
+// running in a session of its own, read other processes' command lines,
+// leave files in the host's shared directories, create namespaces, make
+// system calls a tool server has no use for) and reports what it managed. It reports whether what it read contains the needles
 // it was given, never what it read, so no secret crosses back.
 package escape
 
@@ -58,6 +59,19 @@ type EscapeIn struct {
 	// Daemon starts a process in a session of its own (out of the server's
 	// process group) and leaves it running, to outlive the server.
 	Daemon bool `json:"daemon,omitempty"`
+	// Cmdlines reads the command line of every process it can see and
+	// looks for Needles in them (bearer tokens travel there).
+	Cmdlines bool `json:"cmdlines,omitempty"`
+	// Shared are directories every process may write (/tmp, /dev/shm):
+	// it writes a file named Marker into each, for another to find.
+	Shared []string `json:"shared,omitempty"`
+	// Marker names the files written into Shared.
+	Marker string `json:"marker,omitempty"`
+	// Namespaces tries to create user (and other) namespaces and to enter
+	// one.
+	Namespaces bool `json:"namespaces,omitempty"`
+	// Syscalls tries system calls a tool server has no use for.
+	Syscalls bool `json:"syscalls,omitempty"`
 }
 
 // Attempt is one escape tried.
@@ -83,7 +97,19 @@ type Identity struct {
 	// OwnDirWritable says whether the server could write into its working
 	// directory (a control: the sandbox leaves it somewhere to work).
 	OwnDirWritable bool `json:"own_dir_writable"`
+	// Seccomp is the Seccomp field of /proc/self/status (2: a filter).
+	Seccomp int `json:"seccomp"`
+	// Env holds HOME, TMPDIR, XDG_RUNTIME_DIR and the XDG base directory
+	// variables as the server got them.
+	Env map[string]string `json:"env"`
+	// Writable are those of Env whose directory the server could write.
+	Writable []string `json:"writable"`
+	// VisibleProcesses is how many processes /proc shows.
+	VisibleProcesses int `json:"visible_processes"`
 }
+
+// DirVars are the variables naming a server's own directories.
+var DirVars = []string{"HOME", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"}
 
 // Report is the escape tool's answer.
 type Report struct {
@@ -173,6 +199,34 @@ func Try(in EscapeIn) Report {
 	if in.Forks > 0 {
 		r.ForksStarted, r.ForkError = forkMany(min(in.Forks, maxForks))
 	}
+	if in.Cmdlines {
+		var hits []string
+		read := 0
+		for _, pid := range pids() {
+			if pid == os.Getpid() {
+				continue
+			}
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil {
+				read++
+				hits = append(hits, found(b, in.Needles)...)
+			}
+		}
+		var err error
+		if read == 0 {
+			err = errors.New("no other process visible")
+		}
+		slices.Sort(hits)
+		add("cmdlines", slices.Compact(hits), err)
+	}
+	for _, dir := range in.Shared {
+		add("write "+dir, nil, os.WriteFile(filepath.Join(dir, in.Marker), []byte("escaped"), 0o644))
+	}
+	if in.Namespaces {
+		tryNamespaces(add)
+	}
+	if in.Syscalls {
+		trySyscalls(add)
+	}
 	if in.Daemon {
 		c := exec.Command("/bin/sleep", "300")
 		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -225,7 +279,40 @@ func identity() Identity {
 		id.OwnDirWritable = true
 		_ = os.Remove("probe")
 	}
+	id.Env = map[string]string{}
+	for _, v := range DirVars {
+		dir, ok := os.LookupEnv(v)
+		if !ok {
+			continue
+		}
+		id.Env[v] = dir
+		probe := filepath.Join(dir, "probe")
+		if err := os.MkdirAll(dir, 0o700); err == nil && os.WriteFile(probe, []byte("mine"), 0o600) == nil {
+			id.Writable = append(id.Writable, v)
+			_ = os.Remove(probe)
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "Seccomp:"); ok {
+				id.Seccomp, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+	}
+	id.VisibleProcesses = len(pids())
 	return id
+}
+
+// pids are the processes /proc shows.
+func pids() []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 func found(b []byte, needles []string) []string {
