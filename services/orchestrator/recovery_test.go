@@ -127,9 +127,18 @@ func TestRecoveryOfAnApprovedRenderRendersOnce(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			// Approving again is refused: the approval was used once.
-			_, err = h.approve(t, r.GetId())
+			// The approver's retry (the stopped call's reply was lost)
+			// replays the recovered request and renders nothing; anyone
+			// else is refused: the approval was used once.
+			again, err := h.approve(t, r.GetId())
+			if err != nil || again.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
+				t.Errorf("the approver's retry = %v, %v; want the executed request replayed", again, err)
+			}
+			_, err = h.client.Approve(as(t.Context(), "dana", "approvers"), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), DocumentDigest: testDocumentDigest})
 			wantErr(t, err, codes.FailedPrecondition, reasonApprovalUsed)
+			if n := h.renders.Load(); n != 1 {
+				t.Errorf("rendered %d times after the retries, want 1", n)
+			}
 		})
 	}
 }
