@@ -22,7 +22,7 @@ import (
 // to the evidence of any task, including tasks it neither requested nor
 // acts for. Now a claim link is decided with the task's requester and
 // actor: a product service links claims to observations of the task it
-// started for its user, and is refused (PERMISSION_DENIED,
+// started for its user (and alice to her own task's), and is refused (PERMISSION_DENIED,
 // ROLE_NOT_GRANTED) on alice's own task, on another service's task, and
 // on an observation id it guesses; no refused link is stored, and every
 // attempt is in the audit log.
@@ -80,16 +80,21 @@ func TestClaimsOnlyOnOwnTasksEvidence(t *testing.T) {
 			}
 		})
 	}
-	// The service that acts for the task links its claim.
+	// The service that acts for the task links its claim, and alice hers
+	// on her own task.
 	link, err := s.Evidence.LinkClaim(writer, &evidencev1.LinkClaimRequest{ClaimId: "claim-own", ObservationId: ownObs})
 	if err != nil {
 		t.Fatalf("writer linking a claim on its own task: %v", err)
 	}
+	aliceLink, err := s.Evidence.LinkClaim(s.As(ctx, scenario.Alice.ID, scenario.Alice.Groups...), &evidencev1.LinkClaimRequest{ClaimId: "claim-alice", ObservationId: aliceObs})
+	if err != nil {
+		t.Fatalf("alice linking a claim on her own task: %v", err)
+	}
 
-	// Every attempt is on record: three refused, one linked.
-	testkit.Eventually(t, "four claim.link audit records", func() bool {
+	// Every attempt is on record: three refused, two linked.
+	testkit.Eventually(t, "five claim.link audit records", func() bool {
 		l, err := s.Evidence.ListAuditRecords(auditor, &evidencev1.ListAuditRecordsRequest{Action: "claim.link", PageSize: 100})
-		if err != nil || len(l.GetRecords()) != 4 {
+		if err != nil || len(l.GetRecords()) != 5 {
 			return false
 		}
 		refused := 0
@@ -101,7 +106,7 @@ func TestClaimsOnlyOnOwnTasksEvidence(t *testing.T) {
 		return refused == 3
 	})
 
-	// Nothing refused was stored: the evidence store holds the one link.
+	// Nothing refused was stored: the evidence store holds the two links.
 	s.Close()
 	db, err := store.Open(filepath.Join(dir, "evidence.db"))
 	if err != nil {
@@ -115,8 +120,12 @@ func TestClaimsOnlyOnOwnTasksEvidence(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(links) != 1 || links[0].GetId() != link.GetId() || links[0].GetObservationId() != ownObs {
-		t.Fatalf("claim links stored: %v, want only %v", links, link)
+	stored := map[string]string{}
+	for _, l := range links {
+		stored[l.GetId()] = l.GetObservationId()
+	}
+	if len(links) != 2 || stored[link.GetId()] != ownObs || stored[aliceLink.GetId()] != aliceObs {
+		t.Fatalf("claim links stored: %v, want only %v and %v", links, link, aliceLink)
 	}
 }
 

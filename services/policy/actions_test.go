@@ -46,6 +46,8 @@ func TestDefaultRoles(t *testing.T) {
 		{"anyone authenticated reads capabilities", &policyv1.AuthorizeActionRequest{Principal: p("mallory"), Action: "capability.read", ResourceType: "capability"}, true, ""},
 		{"a product service links claims on its own task", &policyv1.AuthorizeActionRequest{Principal: p("writer", "product-services"), Action: "claim.link", ResourceType: "observation",
 			Attributes: map[string]string{"requester": "alice", "actor": "writer"}}, true, ""},
+		{"a requester links claims on her own task", &policyv1.AuthorizeActionRequest{Principal: p("alice", "authors"), Action: "claim.link", ResourceType: "task",
+			Attributes: map[string]string{"requester": "alice", "actor": ""}}, true, ""},
 		{"not on another's task", &policyv1.AuthorizeActionRequest{Principal: p("writer", "product-services"), Action: "claim.link", ResourceType: "observation",
 			Attributes: map[string]string{"requester": "bob", "actor": "other-app"}}, false, "ROLE_NOT_GRANTED"},
 		{"not on a task it cannot name", &policyv1.AuthorizeActionRequest{Principal: p("writer", "product-services"), Action: "claim.link", ResourceType: "observation"}, false, "ROLE_NOT_GRANTED"},
