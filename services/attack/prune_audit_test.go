@@ -12,6 +12,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/testkit"
+	"github.com/v0m3/v0m3/services/scenario"
 	"github.com/v0m3/v0m3/services/suite"
 )
 
@@ -27,7 +28,9 @@ func TestPruneIsAudited(t *testing.T) {
 	const task = "task_pruned"
 	adapter := peers(t, s, suite.Adapter)
 	if _, err := adapter.Evidence.AppendTrace(ctx, &evidencev1.AppendTraceRequest{Event: &evidencev1.TraceEvent{TaskId: task,
-		Layer: &evidencev1.TraceEvent_Protocol{Protocol: &evidencev1.ProtocolEvent{Method: "tools/call", ResponseDigest: "sha256:abc"}}}}); err != nil {
+		Layer: &evidencev1.TraceEvent_Protocol{Protocol: &evidencev1.ProtocolEvent{
+			Method: "tools/call", ResponseDigest: "sha256:abc", SafeArguments: scenario.MustStruct(map[string]any{"query": "migration"}),
+		}}}}); err != nil {
 		t.Fatal(err)
 	}
 	auditor := as(s, audrey)
@@ -56,7 +59,7 @@ func TestPruneIsAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	if resp.GetSummarizedEvents() < 1 {
-		t.Fatalf("prune summarized %d events", resp.GetSummarizedEvents())
+		t.Fatalf("prune summarized %d events of %v", resp.GetSummarizedEvents(), before)
 	}
 	var records []*evidencev1.AuditRecord
 	testkit.Eventually(t, "two evidence.prune audit records", func() bool {
