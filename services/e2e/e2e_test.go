@@ -57,8 +57,6 @@ func TestMain(m *testing.M) {
 var (
 	// approver decides requests that need a person.
 	approver = scenario.Person{ID: "approver@platform", Groups: []string{"approvers"}}
-	// writer is the product service that links claims to evidence.
-	writer = scenario.Person{ID: "writer-service", Groups: []string{"product-services"}}
 )
 
 // stack is what a test talks to: clients of the services, and the

@@ -139,7 +139,7 @@ func TestSourceRevisionOnContentChange(t *testing.T) {
 	if cited.GetRevisionNumber() != 1 || !strings.Contains(passageText(cited, "p2"), fixture.RateLimitQualification(1)) {
 		t.Fatalf("first observation revision %d, p2 %q", cited.GetRevisionNumber(), passageText(cited, "p2"))
 	}
-	link, err := w.s.Evidence.LinkClaim(w.as(writer), &evidencev1.LinkClaimRequest{ClaimId: "claim-rate-per-key", ObservationId: cited.GetId(), PassageId: "p2"})
+	link, err := w.s.Evidence.LinkClaim(w.as(scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-rate-per-key", ObservationId: cited.GetId(), PassageId: "p2"})
 	if err != nil {
 		t.Fatalf("link claim: %v", err)
 	}
@@ -337,7 +337,7 @@ func TestLargeSourceStoredAsAsset(t *testing.T) {
 			t.Errorf("passage %s at its asset position = %q, excerpt %q", p.GetPassageId(), at, e.GetQuotedText())
 		}
 	}
-	if _, err := w.s.Evidence.LinkClaim(w.as(writer), &evidencev1.LinkClaimRequest{ClaimId: "claim-faq", ObservationId: o.GetId(), PassageId: "p2"}); err != nil {
+	if _, err := w.s.Evidence.LinkClaim(w.as(scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-faq", ObservationId: o.GetId(), PassageId: "p2"}); err != nil {
 		t.Errorf("link a claim to an asset-backed passage: %v", err)
 	}
 }

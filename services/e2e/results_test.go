@@ -277,7 +277,7 @@ func readProjectFile(t *testing.T, fr fileReading) {
 	if codes := requestDiagnostics(r); !slices.Equal(codes, []string{"STRUCTURED_CONTENT"}) {
 		t.Errorf("diagnostics = %v", r.GetDiagnostics())
 	}
-	link, err := w.s.Evidence.LinkClaim(as(w.s, writer), &evidencev1.LinkClaimRequest{ClaimId: "claim-600-per-minute", ObservationId: cited.GetId(), PassageId: "p2"})
+	link, err := w.s.Evidence.LinkClaim(as(w.s, scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-600-per-minute", ObservationId: cited.GetId(), PassageId: "p2"})
 	if err != nil {
 		t.Fatalf("link claim: %v", err)
 	}
@@ -426,7 +426,7 @@ func TestMemorySearchAsData(t *testing.T) {
 		t.Fatalf("observations of %s = %v", identity, obs)
 	}
 	cited := obs[0]
-	if _, err := w.s.Evidence.LinkClaim(as(w.s, writer), &evidencev1.LinkClaimRequest{ClaimId: "claim-600", ObservationId: cited.GetId(), PassageId: "p1"}); err != nil {
+	if _, err := w.s.Evidence.LinkClaim(as(w.s, scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-600", ObservationId: cited.GetId(), PassageId: "p1"}); err != nil {
 		t.Fatalf("link claim: %v", err)
 	}
 	// The graph changes; the same query is a new revision of the same data.

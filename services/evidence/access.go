@@ -8,10 +8,6 @@ import (
 	"github.com/v0m3/v0m3/services/internal/authz"
 )
 
-// claimLink is the Cedar action a person or product service needs to link
-// a claim to an observation.
-const claimLink = "claim.link"
-
 // WithAuthorizer sets who decides what people and product services may
 // read and change here (the policy service). Without one they are refused;
 // peer services the access table admits are not asked.

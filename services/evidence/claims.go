@@ -2,29 +2,45 @@ package evidence
 
 import (
 	"context"
+	"errors"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/fitness"
 	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // LinkClaim links a claim to the observation that supports it. The link
 // records the observation's revision at link time and never moves: a later
 // read of the same URI with new content makes a new revision, and the claim
 // stays tied to the content it was assessed against.
+//
+// A claim link is a write to a task's evidence: policy decides it with the
+// task's requester and actor (as the task recorded them when it started),
+// so a product service links claims only to the evidence of a task it
+// requested or acts for.
 func (s *Server) LinkClaim(ctx context.Context, req *evidencev1.LinkClaimRequest) (*evidencev1.ClaimLink, error) {
-	if err := s.require(ctx, claimLink, "observation", req.GetObservationId()); err != nil {
-		return nil, err
-	}
 	if vs := required(nil, [2]string{"claim_id", req.GetClaimId()}, [2]string{"observation_id", req.GetObservationId()}); len(vs) > 0 {
 		return nil, apierror.InvalidArgument("CLAIM_LINK_INVALID", "a claim link needs a claim id and an observation id", vs...)
 	}
 	obs, err := s.st.GetObservation(ctx, req.GetObservationId())
 	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			return nil, s.storeError(ctx, err, "link claim", "", "", nil)
+		}
+		// Asked without a task, so whoever may not link claims learns
+		// nothing about which observation ids exist.
+		if err := s.requireTask(ctx, authz.ClaimLink, ""); err != nil {
+			return nil, err
+		}
 		return nil, s.storeError(ctx, err, "link claim", "OBSERVATION_UNKNOWN",
 			"no observation has this id; record the observation before linking a claim to it",
 			map[string]string{"observation_id": req.GetObservationId()})
+	}
+	if err := s.requireTask(ctx, authz.ClaimLink, obs.GetTaskId()); err != nil {
+		return nil, err
 	}
 	// Fitness is checked again at link time: a record made before the rule
 	// (or under a looser one) must not become a claim's support.

@@ -83,7 +83,7 @@ var table = map[string]map[string]Access{
 		"LinkClaim":           {Peers: []string{Orchestrator}, Callers: true},
 		"Prune":               {Callers: true},
 		// Privileged actions are recorded by the services that take them.
-		"AppendAuditRecord": {Peers: []string{Orchestrator, Registry, Policy}},
+		"AppendAuditRecord": {Peers: []string{Orchestrator, Registry, Policy, Adapter}},
 		"ListAuditRecords":  {Callers: true},
 	},
 	"v0m3.adapter.v1.AdapterService": {

@@ -391,6 +391,9 @@ func deprecationViolations(name, reason string, expectedRevision int64) error {
 
 // GetCapability returns a capability at its current or a past revision.
 func (s *Server) GetCapability(ctx context.Context, req *registryv1.GetCapabilityRequest) (*registryv1.Capability, error) {
+	if err := s.requireRead(ctx, authz.CapabilityRead, "capability", req.GetName()); err != nil {
+		return nil, err
+	}
 	if req.GetName() == "" {
 		return nil, apierror.InvalidArgument("NAME_REQUIRED", "name is required",
 			apierror.FieldViolation{Field: "name", Description: "the capability name, e.g. retrieve_authorized_source"})
@@ -414,6 +417,9 @@ func (s *Server) capability(ctx context.Context, name string, revision int64) (*
 // ListCapabilities returns capabilities at their current revisions, sorted
 // by name; deprecated ones only when asked for.
 func (s *Server) ListCapabilities(ctx context.Context, req *registryv1.ListCapabilitiesRequest) (*registryv1.ListCapabilitiesResponse, error) {
+	if err := s.requireRead(ctx, authz.CapabilityRead, "capability", ""); err != nil {
+		return nil, err
+	}
 	all, err := s.st.ListCapabilities(ctx)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "list capabilities", nil)

@@ -116,6 +116,9 @@ func (s *Server) CreateConnection(ctx context.Context, req *registryv1.CreateCon
 
 // GetConnection returns one connection, retired or not.
 func (s *Server) GetConnection(ctx context.Context, req *registryv1.GetConnectionRequest) (*registryv1.Connection, error) {
+	if err := s.requireRead(ctx, authz.ConnectionRead, "connection", req.GetId()); err != nil {
+		return nil, err
+	}
 	if req.GetId() == "" {
 		return nil, required("id", "the connection id, e.g. conn_...")
 	}
@@ -142,6 +145,9 @@ func withServing(c *registryv1.Connection) {
 // ListConnections returns connections, oldest first; retired ones only when
 // asked for.
 func (s *Server) ListConnections(ctx context.Context, req *registryv1.ListConnectionsRequest) (*registryv1.ListConnectionsResponse, error) {
+	if err := s.requireRead(ctx, authz.ConnectionRead, "connection", ""); err != nil {
+		return nil, err
+	}
 	all, err := s.st.ListConnections(ctx)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "list connections", nil)
@@ -384,6 +390,9 @@ func (s *Server) RetireConnection(ctx context.Context, req *registryv1.RetireCon
 // ListConfigRevisions returns every configuration revision of a connection,
 // oldest first.
 func (s *Server) ListConfigRevisions(ctx context.Context, req *registryv1.ListConfigRevisionsRequest) (*registryv1.ListConfigRevisionsResponse, error) {
+	if err := s.requireRead(ctx, authz.ConnectionRead, "connection", req.GetConnectionId()); err != nil {
+		return nil, err
+	}
 	if req.GetConnectionId() == "" {
 		return nil, required("connection_id", "the connection whose revisions to list")
 	}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/internal/authz"
 )
 
 const (
@@ -23,6 +24,11 @@ const (
 // cancels.
 func (s *Server) WatchEvents(req *registryv1.WatchEventsRequest, stream grpc.ServerStreamingServer[registryv1.RegistryEvent]) error {
 	ctx := stream.Context()
+	// Events name connections, mappings and snapshots and what changed in
+	// them: the same reconnaissance as reading the connections.
+	if err := s.requireRead(ctx, authz.ConnectionRead, "connection", ""); err != nil {
+		return err
+	}
 	after := max(req.GetAfterSequence(), 0)
 	for {
 		// Take the wake-up channel before reading, so a change committed

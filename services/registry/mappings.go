@@ -329,6 +329,9 @@ func staleness(m *registryv1.Mapping, u *ConnectionUpdate, cp *registryv1.Capabi
 // GetMapping returns one mapping at its current revision, or at a past
 // revision kept as history.
 func (s *Server) GetMapping(ctx context.Context, req *registryv1.GetMappingRequest) (*registryv1.Mapping, error) {
+	if err := s.requireRead(ctx, authz.MappingRead, "mapping", req.GetId()); err != nil {
+		return nil, err
+	}
 	if req.GetId() == "" {
 		return nil, required("id", "the mapping id, e.g. map_...")
 	}
@@ -350,6 +353,9 @@ func (s *Server) getMapping(ctx context.Context, id string, revision int64) (*re
 // ListMappings returns mappings at their current revision, filtered by
 // capability, connection and state, sorted by capability then id.
 func (s *Server) ListMappings(ctx context.Context, req *registryv1.ListMappingsRequest) (*registryv1.ListMappingsResponse, error) {
+	if err := s.requireRead(ctx, authz.MappingRead, "mapping", ""); err != nil {
+		return nil, err
+	}
 	all, err := s.st.ListMappings(ctx)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "list mappings", nil)

@@ -223,6 +223,9 @@ func (s *Server) DeprecateTaskProfile(ctx context.Context, req *registryv1.Depre
 
 // GetTaskProfile returns a profile at its current or a past revision.
 func (s *Server) GetTaskProfile(ctx context.Context, req *registryv1.GetTaskProfileRequest) (*registryv1.TaskProfile, error) {
+	if err := s.requireRead(ctx, authz.ProfileRead, "task_profile", req.GetName()); err != nil {
+		return nil, err
+	}
 	if req.GetName() == "" {
 		return nil, apierror.InvalidArgument("NAME_REQUIRED", "name is required",
 			apierror.FieldViolation{Field: "name", Description: "the task profile name, e.g. source_review"})
@@ -241,6 +244,9 @@ func (s *Server) GetTaskProfile(ctx context.Context, req *registryv1.GetTaskProf
 // ListTaskProfiles returns profiles at their current revisions, sorted by
 // name; deprecated ones only when asked for.
 func (s *Server) ListTaskProfiles(ctx context.Context, req *registryv1.ListTaskProfilesRequest) (*registryv1.ListTaskProfilesResponse, error) {
+	if err := s.requireRead(ctx, authz.ProfileRead, "task_profile", ""); err != nil {
+		return nil, err
+	}
 	all, err := s.st.ListTaskProfiles(ctx)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "list task profiles", nil)

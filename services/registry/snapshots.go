@@ -15,6 +15,7 @@ import (
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/digest"
 	"github.com/v0m3/v0m3/services/internal/ids"
 	"github.com/v0m3/v0m3/services/internal/paging"
@@ -551,6 +552,9 @@ func findResource(s *registryv1.DiscoverySnapshot, uri string) *registryv1.Resou
 
 // GetSnapshot returns one discovery snapshot.
 func (s *Server) GetSnapshot(ctx context.Context, req *registryv1.GetSnapshotRequest) (*registryv1.DiscoverySnapshot, error) {
+	if err := s.requireRead(ctx, authz.SnapshotRead, "snapshot", req.GetId()); err != nil {
+		return nil, err
+	}
 	if req.GetId() == "" {
 		return nil, required("id", "the snapshot id, e.g. snap_...")
 	}
@@ -569,6 +573,9 @@ func (s *Server) getSnapshot(ctx context.Context, id string) (*registryv1.Discov
 
 // ListSnapshots returns a connection's snapshots, oldest first.
 func (s *Server) ListSnapshots(ctx context.Context, req *registryv1.ListSnapshotsRequest) (*registryv1.ListSnapshotsResponse, error) {
+	if err := s.requireRead(ctx, authz.SnapshotRead, "snapshot", ""); err != nil {
+		return nil, err
+	}
 	if req.GetConnectionId() == "" {
 		return nil, required("connection_id", "the connection whose snapshots to list")
 	}
@@ -591,6 +598,9 @@ func (s *Server) ListSnapshots(ctx context.Context, req *registryv1.ListSnapshot
 // were added, removed or changed between two snapshots, and which digests
 // changed.
 func (s *Server) DiffSnapshots(ctx context.Context, req *registryv1.DiffSnapshotsRequest) (*registryv1.SnapshotDiff, error) {
+	if err := s.requireRead(ctx, authz.SnapshotRead, "snapshot", req.GetTargetSnapshotId()); err != nil {
+		return nil, err
+	}
 	var v []apierror.FieldViolation
 	if req.GetBaseSnapshotId() == "" {
 		v = append(v, apierror.FieldViolation{Field: "base_snapshot_id", Description: "the older snapshot is required"})

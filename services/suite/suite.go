@@ -16,10 +16,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
@@ -29,6 +31,7 @@ import (
 	"github.com/v0m3/v0m3/services/adapter"
 	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/audit"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/deadline"
@@ -383,7 +386,14 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		// Privileged actions taken here are recorded in the evidence
 		// service's audit log (no recorder without an evidence service).
 		var auditTo audit.Appender
-		if peers.Evidence != nil {
+		// The evidence service records its own (Prune, LinkClaim) in
+		// process, once its server exists.
+		var selfAudit *lateAudit
+		switch {
+		case name == Evidence:
+			selfAudit = &lateAudit{}
+			auditTo = selfAudit
+		case peers.Evidence != nil:
 			auditTo = peers.Evidence
 		}
 		// What waits for evidence is kept in the service's own store too,
@@ -443,6 +453,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				}
 				s.wg.Go(func() { e.RunRetention(ctx, cfg.RetentionAge, every) })
 			}
+			selfAudit.bind(e.SelfAudit())
 			evidencev1.RegisterEvidenceServiceServer(srv.GRPC, e)
 		case Adapter:
 			traceSpool, err := s.stores.Spool(name, "protocol-trace")
@@ -851,4 +862,21 @@ func (s *Suite) serveMCP(ctx context.Context, l net.Listener, h http.Handler, cr
 		}
 	})
 	log.Info("serving task MCP endpoints", "addr", l.Addr().String(), "path", "/tasks/{task_id}/mcp")
+}
+
+// lateAudit is the evidence service's own audit log, bound once its
+// server exists; a record before that waits in the recorder's queue.
+type lateAudit struct {
+	to atomic.Pointer[evidence.SelfAudit]
+}
+
+func (l *lateAudit) bind(a evidence.SelfAudit) { l.to.Store(&a) }
+
+// AppendAuditRecord appends to the bound log, or is UNAVAILABLE before.
+func (l *lateAudit) AppendAuditRecord(ctx context.Context, in *evidencev1.AppendAuditRecordRequest, opts ...grpc.CallOption) (*evidencev1.AuditRecord, error) {
+	a := l.to.Load()
+	if a == nil {
+		return nil, apierror.New(codes.Unavailable, "DEPENDENCY_UNAVAILABLE", "the evidence service is starting", nil)
+	}
+	return a.AppendAuditRecord(ctx, in, opts...)
 }

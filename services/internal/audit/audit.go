@@ -38,6 +38,17 @@ const (
 	// OutcomeSettle is the manual settlement of an unknown outcome
 	// (OrchestratorService.SettleRequest).
 	OutcomeSettle = "outcome.settle"
+	// ConnectionUpdate is a connection update that did not touch its
+	// credential: a new transport, image, sandbox record or description.
+	ConnectionUpdate   = "connection.update"
+	ConnectionDiscover = "connection.discover"
+	CapabilityWrite    = "capability.write"
+	ProfileWrite       = "profile.write"
+	ClaimLink          = "claim.link"
+	// EvidencePrune strips protocol evidence from traces (EvidenceService.Prune).
+	EvidencePrune = "evidence.prune"
+	// McpTokenMint issues a task-scoped MCP bearer token.
+	McpTokenMint = "mcp_token.mint"
 )
 
 // Outcome OK is a completed action; a refusal's outcome is its ErrorInfo

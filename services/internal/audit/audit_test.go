@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
@@ -65,8 +66,17 @@ func TestInterceptor(t *testing.T) {
 		{"rotation by the operator", operator, "/v0m3.registry.v1.RegistryService/UpdateConnection",
 			&registryv1.UpdateConnectionRequest{Id: "con_1", CredentialRef: "secret/token", CredentialVersion: "7"}, &registryv1.Connection{Id: "con_1", ConfigRevision: 4}, nil,
 			&evidencev1.AuditRecord{Principal: "spiffe://v0m3/service/operator", Action: audit.CredentialRotate, Resource: "connection:con_1", Revision: "config_revision=4", Outcome: "ok"}},
+		// Every update is a state change: one that leaves the credential
+		// is audited too, naming what changed but no value.
 		{"update without credential", operator, "/v0m3.registry.v1.RegistryService/UpdateConnection",
-			&registryv1.UpdateConnectionRequest{Id: "con_1", DisplayName: "x"}, &registryv1.Connection{Id: "con_1"}, nil, nil},
+			&registryv1.UpdateConnectionRequest{Id: "con_1", DisplayName: "x", ExpectedConfigRevision: 3}, &registryv1.Connection{Id: "con_1", ConfigRevision: 3}, nil,
+			&evidencev1.AuditRecord{Principal: "spiffe://v0m3/service/operator", Action: audit.ConnectionUpdate, Resource: "connection:con_1", Revision: "config_revision=3", Outcome: "ok", Detail: "changed display_name"}},
+		{"prune", alice, "/v0m3.evidence.v1.EvidenceService/Prune", &evidencev1.PruneRequest{OlderThan: durationpb.New(time.Hour)},
+			&evidencev1.PruneResponse{SummarizedEvents: 4}, nil,
+			&evidencev1.AuditRecord{Principal: "alice", Action: audit.EvidencePrune, Resource: "evidence:traces", Outcome: "ok", Detail: "older than 1h0m0s, 4 protocol events summarized"}},
+		{"refused claim link", alice, "/v0m3.evidence.v1.EvidenceService/LinkClaim", &evidencev1.LinkClaimRequest{ClaimId: "c1", ObservationId: "obs_1"},
+			nil, denied,
+			&evidencev1.AuditRecord{Principal: "alice", Action: audit.ClaimLink, Resource: "observation:obs_1", Outcome: "SELF_REVIEW", Detail: "claim c1"}},
 		{"approve", alice, "/v0m3.orchestrator.v1.OrchestratorService/Approve", &orchestratorv1.ApproveRequest{RequestId: "req_1"},
 			&orchestratorv1.ToolRequest{Id: "req_1", MappingRevision: 2, PolicyRevision: "p1"}, nil,
 			&evidencev1.AuditRecord{Principal: "alice", Action: audit.RequestApprove, Resource: "request:req_1", Revision: "mapping_revision=2 policy_revision=p1", Outcome: "ok"}},
@@ -94,7 +104,7 @@ func TestInterceptor(t *testing.T) {
 			}
 			got := a.recs[0]
 			if got.GetPrincipal() != c.want.GetPrincipal() || got.GetAction() != c.want.GetAction() || got.GetResource() != c.want.GetResource() ||
-				got.GetRevision() != c.want.GetRevision() || got.GetOutcome() != c.want.GetOutcome() {
+				got.GetRevision() != c.want.GetRevision() || got.GetOutcome() != c.want.GetOutcome() || (c.want.GetDetail() != "" && got.GetDetail() != c.want.GetDetail()) {
 				t.Errorf("recorded %v, want %v", got, c.want)
 			}
 		})

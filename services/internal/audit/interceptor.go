@@ -3,10 +3,14 @@ package audit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
+	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -16,25 +20,28 @@ import (
 // resource and bound revision read from its request and answer.
 type entry struct {
 	action string
+	// actionOf, when set, names the action from the request instead (an
+	// update is a rotation when it moves the credential).
+	actionOf func(req any) string
 	// read returns resource, revision and detail; resp is nil when the
-	// action was refused. ok false means the call is not privileged (an
-	// update that changed no credential).
+	// action was refused. ok false means this call is not to be recorded.
 	read func(req, resp any) (resource, revision, detail string, ok bool)
 }
 
 // privileged is the one table of RPCs that are audited, by full method.
 var privileged = map[string]entry{
-	"/v0m3.registry.v1.RegistryService/CreateConnection": {ConnectionCreate, func(req, resp any) (string, string, string, bool) {
+	"/v0m3.registry.v1.RegistryService/CreateConnection": {ConnectionCreate, nil, func(req, resp any) (string, string, string, bool) {
 		c, _ := resp.(*registryv1.Connection)
 		r, _ := req.(*registryv1.CreateConnectionRequest)
 		return "connection:" + orPending(c.GetId()), configRevision(c.GetConfigRevision()), "owner " + r.GetOwner(), true
 	}},
-	"/v0m3.registry.v1.RegistryService/UpdateConnection": {CredentialRotate, func(req, resp any) (string, string, string, bool) {
+	"/v0m3.registry.v1.RegistryService/UpdateConnection": {ConnectionUpdate, updateAction, func(req, resp any) (string, string, string, bool) {
 		r, _ := req.(*registryv1.UpdateConnectionRequest)
-		if r.GetCredentialRef() == "" && r.GetCredentialVersion() == "" {
-			return "", "", "", false
-		}
 		c, _ := resp.(*registryv1.Connection)
+		if r.GetCredentialRef() == "" && r.GetCredentialVersion() == "" {
+			// Which fields changed, never their values.
+			return "connection:" + r.GetId(), configRevision(c.GetConfigRevision()), "changed " + setFields(r, "id", "expected_config_revision", "reason", "keep_serving"), true
+		}
 		// The reference and version name where the secret is kept, never
 		// the secret itself. A new reference sends the connection back to
 		// review (a rotation does not): the record says which it was.
@@ -44,16 +51,16 @@ var privileged = map[string]entry{
 		}
 		return "connection:" + r.GetId(), configRevision(c.GetConfigRevision()), detail, true
 	}},
-	"/v0m3.registry.v1.RegistryService/RetireConnection": {ConnectionRetire, func(req, resp any) (string, string, string, bool) {
+	"/v0m3.registry.v1.RegistryService/RetireConnection": {ConnectionRetire, nil, func(req, resp any) (string, string, string, bool) {
 		r, _ := req.(*registryv1.RetireConnectionRequest)
 		c, _ := resp.(*registryv1.Connection)
 		return "connection:" + r.GetId(), configRevision(c.GetConfigRevision()), "", true
 	}},
-	"/v0m3.registry.v1.RegistryService/ReviewConnection": {ConnectionReview, func(req, _ any) (string, string, string, bool) {
+	"/v0m3.registry.v1.RegistryService/ReviewConnection": {ConnectionReview, nil, func(req, _ any) (string, string, string, bool) {
 		r, _ := req.(*registryv1.ReviewConnectionRequest)
 		return "connection:" + r.GetConnectionId(), configRevision(r.GetConfigRevision()), verdict(r.GetApprove()), true
 	}},
-	"/v0m3.registry.v1.RegistryService/ProposeMapping": {MappingPropose, func(req, resp any) (string, string, string, bool) {
+	"/v0m3.registry.v1.RegistryService/ProposeMapping": {MappingPropose, nil, func(req, resp any) (string, string, string, bool) {
 		r, _ := req.(*registryv1.ProposeMappingRequest)
 		m, _ := resp.(*registryv1.Mapping)
 		id := m.GetId()
@@ -63,30 +70,30 @@ var privileged = map[string]entry{
 		return "mapping:" + id, mappingRevision(m.GetRevision()),
 			fmt.Sprintf("capability %s on connection %s", r.GetCapability(), r.GetConnectionId()), true
 	}},
-	"/v0m3.registry.v1.RegistryService/ReviewMapping": {MappingReview, func(req, _ any) (string, string, string, bool) {
+	"/v0m3.registry.v1.RegistryService/ReviewMapping": {MappingReview, nil, func(req, _ any) (string, string, string, bool) {
 		r, _ := req.(*registryv1.ReviewMappingRequest)
 		return "mapping:" + r.GetMappingId(), mappingRevision(r.GetRevision()), verdict(r.GetApprove()), true
 	}},
-	"/v0m3.orchestrator.v1.OrchestratorService/Approve": {RequestApprove, func(req, resp any) (string, string, string, bool) {
+	"/v0m3.orchestrator.v1.OrchestratorService/Approve": {RequestApprove, nil, func(req, resp any) (string, string, string, bool) {
 		r, _ := req.(*orchestratorv1.ApproveRequest)
 		return "request:" + r.GetRequestId(), requestRevision(resp), "", true
 	}},
-	"/v0m3.orchestrator.v1.OrchestratorService/Deny": {RequestDeny, func(req, resp any) (string, string, string, bool) {
+	"/v0m3.orchestrator.v1.OrchestratorService/Deny": {RequestDeny, nil, func(req, resp any) (string, string, string, bool) {
 		r, _ := req.(*orchestratorv1.DenyRequest)
 		return "request:" + r.GetRequestId(), requestRevision(resp), "", true
 	}},
-	"/v0m3.orchestrator.v1.OrchestratorService/CancelTask": {TaskCancel, func(req, _ any) (string, string, string, bool) {
+	"/v0m3.orchestrator.v1.OrchestratorService/CancelTask": {TaskCancel, nil, func(req, _ any) (string, string, string, bool) {
 		r, _ := req.(*orchestratorv1.CancelTaskRequest)
 		return "task:" + r.GetId(), "", "", true
 	}},
-	"/v0m3.orchestrator.v1.OrchestratorService/SettleRequest": {OutcomeSettle, func(req, _ any) (string, string, string, bool) {
+	"/v0m3.orchestrator.v1.OrchestratorService/SettleRequest": {OutcomeSettle, nil, func(req, _ any) (string, string, string, bool) {
 		// The note is the settler's free text: the trace keeps it, the
 		// audit record names only what was settled.
 		r, _ := req.(*orchestratorv1.SettleRequestRequest)
 		return "request:" + r.GetRequestId(), "attempt=" + r.GetAttemptId(),
 			strings.ToLower(strings.TrimPrefix(r.GetSettlement().String(), "SETTLEMENT_")), true
 	}},
-	"/v0m3.policy.v1.PolicyService/ReloadPolicy": {PolicyReload, func(_, resp any) (string, string, string, bool) {
+	"/v0m3.policy.v1.PolicyService/ReloadPolicy": {PolicyReload, nil, func(_, resp any) (string, string, string, bool) {
 		p, _ := resp.(*policyv1.PolicyRevision)
 		rev := ""
 		if p.GetRevision() != "" {
@@ -94,6 +101,104 @@ var privileged = map[string]entry{
 		}
 		return "policy:default", rev, "", true
 	}},
+	"/v0m3.registry.v1.RegistryService/CreateCapability": {CapabilityWrite, nil, func(req, resp any) (string, string, string, bool) {
+		r, _ := req.(*registryv1.CreateCapabilityRequest)
+		c, _ := resp.(*registryv1.Capability)
+		return "capability:" + r.GetCapability().GetName(), definitionRevision("capability", c.GetRevision()), "created", true
+	}},
+	"/v0m3.registry.v1.RegistryService/UpdateCapability": {CapabilityWrite, nil, func(req, resp any) (string, string, string, bool) {
+		r, _ := req.(*registryv1.UpdateCapabilityRequest)
+		c, _ := resp.(*registryv1.Capability)
+		return "capability:" + r.GetCapability().GetName(), definitionRevision("capability", c.GetRevision()), "updated", true
+	}},
+	"/v0m3.registry.v1.RegistryService/DeprecateCapability": {CapabilityWrite, nil, func(req, resp any) (string, string, string, bool) {
+		r, _ := req.(*registryv1.DeprecateCapabilityRequest)
+		c, _ := resp.(*registryv1.Capability)
+		return "capability:" + r.GetName(), definitionRevision("capability", c.GetRevision()), "deprecated", true
+	}},
+	"/v0m3.registry.v1.RegistryService/CreateTaskProfile": {ProfileWrite, nil, func(req, resp any) (string, string, string, bool) {
+		r, _ := req.(*registryv1.CreateTaskProfileRequest)
+		p, _ := resp.(*registryv1.TaskProfile)
+		return "task_profile:" + r.GetProfile().GetName(), definitionRevision("profile", p.GetRevision()), "created", true
+	}},
+	"/v0m3.registry.v1.RegistryService/UpdateTaskProfile": {ProfileWrite, nil, func(req, resp any) (string, string, string, bool) {
+		r, _ := req.(*registryv1.UpdateTaskProfileRequest)
+		p, _ := resp.(*registryv1.TaskProfile)
+		return "task_profile:" + r.GetProfile().GetName(), definitionRevision("profile", p.GetRevision()), "updated", true
+	}},
+	"/v0m3.registry.v1.RegistryService/DeprecateTaskProfile": {ProfileWrite, nil, func(req, resp any) (string, string, string, bool) {
+		r, _ := req.(*registryv1.DeprecateTaskProfileRequest)
+		p, _ := resp.(*registryv1.TaskProfile)
+		return "task_profile:" + r.GetName(), definitionRevision("profile", p.GetRevision()), "deprecated", true
+	}},
+	"/v0m3.adapter.v1.AdapterService/Discover": {ConnectionDiscover, nil, func(req, resp any) (string, string, string, bool) {
+		// Discovery starts the server's process or contacts its endpoint.
+		r, _ := req.(*adapterv1.DiscoverRequest)
+		snap, _ := resp.(*registryv1.DiscoverySnapshot)
+		detail := ""
+		if snap.GetId() != "" {
+			detail = "snapshot " + snap.GetId()
+		}
+		return "connection:" + r.GetConnectionId(), configRevision(snap.GetConfigRevision()), detail, true
+	}},
+	"/v0m3.orchestrator.v1.OrchestratorService/MintMcpToken": {McpTokenMint, nil, func(req, _ any) (string, string, string, bool) {
+		// A bearer credential for the task's MCP endpoint: the record
+		// names the task, never the token.
+		r, _ := req.(*orchestratorv1.MintMcpTokenRequest)
+		return "task:" + r.GetTaskId(), "", "", true
+	}},
+	"/v0m3.evidence.v1.EvidenceService/LinkClaim": {ClaimLink, nil, func(req, resp any) (string, string, string, bool) {
+		r, _ := req.(*evidencev1.LinkClaimRequest)
+		l, _ := resp.(*evidencev1.ClaimLink)
+		rev := ""
+		if l.GetRevisionId() != "" {
+			rev = "source_revision=" + l.GetRevisionId()
+		}
+		return "observation:" + r.GetObservationId(), rev, "claim " + r.GetClaimId(), true
+	}},
+	"/v0m3.evidence.v1.EvidenceService/Prune": {EvidencePrune, nil, func(req, resp any) (string, string, string, bool) {
+		// Erasure: the record says how far back and how much went.
+		r, _ := req.(*evidencev1.PruneRequest)
+		detail := "older than " + r.GetOlderThan().AsDuration().String()
+		if p, ok := resp.(*evidencev1.PruneResponse); ok && p != nil {
+			detail += fmt.Sprintf(", %d protocol events summarized", p.GetSummarizedEvents())
+		}
+		return "evidence:traces", "", detail, true
+	}},
+}
+
+// updateAction is a rotation when an update moves the credential
+// reference or version, a plain update otherwise.
+func updateAction(req any) string {
+	r, _ := req.(*registryv1.UpdateConnectionRequest)
+	if r.GetCredentialRef() != "" || r.GetCredentialVersion() != "" {
+		return CredentialRotate
+	}
+	return ConnectionUpdate
+}
+
+// setFields names the fields set in m, except those skipped, in field
+// order: what an update changed, without any value.
+func setFields(m proto.Message, skip ...string) string {
+	var names []string
+	fields := m.ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		if !slices.Contains(skip, string(f.Name())) && m.ProtoReflect().Has(f) {
+			names = append(names, string(f.Name()))
+		}
+	}
+	if len(names) == 0 {
+		return "nothing"
+	}
+	return strings.Join(names, ", ")
+}
+
+func definitionRevision(kind string, n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s_revision=%d", kind, n)
 }
 
 // Audited lists the full methods whose calls are audited.
@@ -122,7 +227,11 @@ func UnaryServer(r *Recorder) grpc.UnaryServerInterceptor {
 		}
 		resource, revision, detail, audited := e.read(req, answer)
 		if audited {
-			r.Record(ctx, e.action, resource, revision, err, detail)
+			action := e.action
+			if e.actionOf != nil {
+				action = e.actionOf(req)
+			}
+			r.Record(ctx, action, resource, revision, err, detail)
 		}
 		return resp, err
 	}

@@ -39,6 +39,20 @@ const (
 	AuditRead          = "audit.read"
 	EvidencePrune      = "evidence.prune"
 	PolicyReload       = "policy.reload"
+	// ClaimLink links a claim to an observation of a task's evidence.
+	ClaimLink = "claim.link"
+
+	// Reads of registry records, authorized like writes: a connection's
+	// configuration (command, arguments, environment, owner, reviewer,
+	// credential reference) and its config revisions and events are
+	// reconnaissance to an attacker.
+	ConnectionRead = "connection.read"
+	SnapshotRead   = "snapshot.read"
+	MappingRead    = "mapping.read"
+	// CapabilityRead and ProfileRead read the declared product contracts
+	// (capabilities and task profiles) products start tasks with.
+	CapabilityRead = "capability.read"
+	ProfileRead    = "profile.read"
 )
 
 // Decider evaluates one action question (the policy service's
