@@ -2,10 +2,12 @@ package evidence
 
 import (
 	"context"
+	"errors"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/internal/authz"
+	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // WithAuthorizer sets who decides what people and product services may
@@ -45,4 +47,25 @@ func (s *Server) requireTask(ctx context.Context, action, taskID string) error {
 	}
 	_, err := s.authz.Require(ctx, action, authz.Resource{Type: "task", ID: taskID}, attrs)
 	return err
+}
+
+// observationFor loads observation id for an action on its task's
+// evidence, checked as requireTask checks it: the task's requester and
+// actor, as recorded, may. An unknown id is asked without a task first, so
+// whoever may not take the action learns nothing about which ids exist.
+func (s *Server) observationFor(ctx context.Context, action, id, op, unknown string) (*evidencev1.SourceObservation, error) {
+	obs, err := s.st.GetObservation(ctx, id)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			return nil, s.storeError(ctx, err, op, "", "", nil)
+		}
+		if err := s.requireTask(ctx, action, ""); err != nil {
+			return nil, err
+		}
+		return nil, s.storeError(ctx, err, op, "OBSERVATION_UNKNOWN", unknown, map[string]string{"observation_id": id})
+	}
+	if err := s.requireTask(ctx, action, obs.GetTaskId()); err != nil {
+		return nil, err
+	}
+	return obs, nil
 }

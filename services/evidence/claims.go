@@ -2,14 +2,12 @@ package evidence
 
 import (
 	"context"
-	"errors"
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
 	"github.com/v0m3/v0m3/services/internal/authz"
 	"github.com/v0m3/v0m3/services/internal/fitness"
 	"github.com/v0m3/v0m3/services/internal/ids"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // LinkClaim links a claim to the observation that supports it. The link
@@ -25,21 +23,9 @@ func (s *Server) LinkClaim(ctx context.Context, req *evidencev1.LinkClaimRequest
 	if vs := required(nil, [2]string{"claim_id", req.GetClaimId()}, [2]string{"observation_id", req.GetObservationId()}); len(vs) > 0 {
 		return nil, apierror.InvalidArgument("CLAIM_LINK_INVALID", "a claim link needs a claim id and an observation id", vs...)
 	}
-	obs, err := s.st.GetObservation(ctx, req.GetObservationId())
+	obs, err := s.observationFor(ctx, authz.ClaimLink, req.GetObservationId(), "link claim",
+		"no observation has this id; record the observation before linking a claim to it")
 	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) {
-			return nil, s.storeError(ctx, err, "link claim", "", "", nil)
-		}
-		// Asked without a task, so whoever may not link claims learns
-		// nothing about which observation ids exist.
-		if err := s.requireTask(ctx, authz.ClaimLink, ""); err != nil {
-			return nil, err
-		}
-		return nil, s.storeError(ctx, err, "link claim", "OBSERVATION_UNKNOWN",
-			"no observation has this id; record the observation before linking a claim to it",
-			map[string]string{"observation_id": req.GetObservationId()})
-	}
-	if err := s.requireTask(ctx, authz.ClaimLink, obs.GetTaskId()); err != nil {
 		return nil, err
 	}
 	// Fitness is checked again at link time: a record made before the rule

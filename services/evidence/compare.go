@@ -15,18 +15,15 @@ import (
 // whether the content differs, and which passages changed. Observations of
 // different sources cannot be compared.
 func (s *Server) CompareRevisions(ctx context.Context, req *evidencev1.CompareRevisionsRequest) (*evidencev1.RevisionComparison, error) {
-	if err := s.require(ctx, authz.TraceRead, "observation", req.GetBaseObservationId()); err != nil {
-		return nil, err
-	}
 	if vs := required(nil, [2]string{"base_observation_id", req.GetBaseObservationId()}, [2]string{"other_observation_id", req.GetOtherObservationId()}); len(vs) > 0 {
+		if err := s.requireTask(ctx, authz.TraceRead, ""); err != nil {
+			return nil, err
+		}
 		return nil, apierror.InvalidArgument("REQUEST_INVALID", "name the two observations to compare", vs...)
 	}
+	// Each observation is read as its own task's evidence.
 	load := func(id string) (*evidencev1.SourceObservation, error) {
-		o, err := s.st.GetObservation(ctx, id)
-		if err != nil {
-			return nil, s.storeError(ctx, err, "compare revisions", "OBSERVATION_UNKNOWN", "no observation has this id", map[string]string{"observation_id": id})
-		}
-		return o, nil
+		return s.observationFor(ctx, authz.TraceRead, id, "compare revisions", "no observation has this id")
 	}
 	base, err := load(req.GetBaseObservationId())
 	if err != nil {

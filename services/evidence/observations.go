@@ -132,18 +132,15 @@ func validateObservation(o *evidencev1.SourceObservation) []apierror.FieldViolat
 
 // GetObservation returns one observation.
 func (s *Server) GetObservation(ctx context.Context, req *evidencev1.GetObservationRequest) (*evidencev1.SourceObservation, error) {
-	if err := s.require(ctx, authz.TraceRead, "observation", req.GetId()); err != nil {
-		return nil, err
-	}
 	if req.GetId() == "" {
+		if err := s.requireTask(ctx, authz.TraceRead, ""); err != nil {
+			return nil, err
+		}
 		return nil, apierror.InvalidArgument("REQUEST_INVALID", "an observation id is required", apierror.FieldViolation{Field: "id", Description: "required"})
 	}
-	obs, err := s.st.GetObservation(ctx, req.GetId())
-	if err != nil {
-		return nil, s.storeError(ctx, err, "get observation", "OBSERVATION_UNKNOWN",
-			"no observation has this id; it may have been recorded under another", map[string]string{"observation_id": req.GetId()})
-	}
-	return obs, nil
+	// The task's requester and actor read their own task's evidence, as
+	// they read its trace.
+	return s.observationFor(ctx, authz.TraceRead, req.GetId(), "get observation", "no observation has this id; it may have been recorded under another")
 }
 
 // ListObservations returns a task's observations, oldest first. A task with
