@@ -71,26 +71,9 @@ func (g *Guard) admitUser(ctx context.Context, method string) (context.Context, 
 	if tok == "" {
 		return ctx, nil
 	}
-	u, err := g.Authn.Authenticate(ctx, tok)
+	u, err := g.verify(ctx, method, tok, "user token ("+UserTokenHeader+")", map[string]string{"header": UserTokenHeader})
 	if err != nil {
-		code, reason, msg := codes.Unauthenticated, "TOKEN_INVALID", "user token ("+UserTokenHeader+") refused: "+err.Error()
-		var (
-			ae    *AuthError
-			cause error
-		)
-		if errors.As(err, &ae) {
-			reason, cause = ae.Reason, ae.Cause
-			if ae.Unavailable {
-				code, msg = codes.Unavailable, "user token ("+UserTokenHeader+") not checked: "+err.Error()
-			}
-		}
-		return nil, g.refuse(ctx, method, code, reason, msg, map[string]string{"header": UserTokenHeader}, cause)
+		return nil, err
 	}
-	if err := CheckSubject(u.ID, u.Issuer); err != nil {
-		// A user token may no more name a service than a caller's may.
-		return nil, g.refuse(ctx, method, codes.Unauthenticated, ReasonPrincipalReserved, "user token ("+UserTokenHeader+") refused: "+err.Error(),
-			map[string]string{"header": UserTokenHeader}, nil)
-	}
-	u.Kind = KindUser
 	return WithOnBehalfOf(ctx, u), nil
 }

@@ -120,28 +120,10 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 		return nil, g.refuse(ctx, method, codes.Unauthenticated, "AUTHENTICATION_NOT_CONFIGURED",
 			"this server accepts no bearer tokens: configure an OIDC issuer (--oidc-issuer) or TokenReview (--token-review)", nil, nil)
 	}
-	c, err := g.Authn.Authenticate(ctx, token)
+	c, err := g.verify(ctx, method, token, "bearer token", nil)
 	if err != nil {
-		code, reason, msg := codes.Unauthenticated, "TOKEN_INVALID", "bearer token refused: "+err.Error()
-		var (
-			ae    *AuthError
-			cause error
-		)
-		if errors.As(err, &ae) {
-			reason, cause = ae.Reason, ae.Cause
-			if ae.Unavailable {
-				code, msg = codes.Unavailable, "bearer token not checked: "+err.Error()
-			}
-		}
-		return nil, g.refuse(ctx, method, code, reason, msg, nil, cause)
+		return nil, err
 	}
-	if err := CheckSubject(c.ID, c.Issuer); err != nil {
-		// One place for every authenticator (OIDC, TokenReview, the
-		// development issuer, a Chain of them): no token yields a
-		// service's principal.
-		return nil, g.refuse(ctx, method, codes.Unauthenticated, ReasonPrincipalReserved, "bearer token refused: "+err.Error(), nil, nil)
-	}
-	c.Kind = KindUser
 	if err := g.Limit.Admit(ctx, c.ID, c.Groups); err != nil {
 		return nil, err // logged by the limiter when the flood starts, not per request
 	}
@@ -151,6 +133,35 @@ func (g *Guard) admit(ctx context.Context, method string) (context.Context, erro
 		return nil, err
 	}
 	return WithCaller(ctx, c), nil
+}
+
+// verify authenticates token, the caller's own or an end user's (what
+// names it in messages, md in the refusal's metadata), and refuses it as
+// the authenticator says, or when its subject is in a namespace the
+// issuer may not vouch for: one place for every authenticator (OIDC,
+// TokenReview, the development issuer, a Chain of them), so no token
+// yields a service's principal.
+func (g *Guard) verify(ctx context.Context, method, token, what string, md map[string]string) (Caller, error) {
+	c, err := g.Authn.Authenticate(ctx, token)
+	if err != nil {
+		code, reason, msg := codes.Unauthenticated, "TOKEN_INVALID", what+" refused: "+err.Error()
+		var (
+			ae    *AuthError
+			cause error
+		)
+		if errors.As(err, &ae) {
+			reason, cause = ae.Reason, ae.Cause
+			if ae.Unavailable {
+				code, msg = codes.Unavailable, what+" not checked: "+err.Error()
+			}
+		}
+		return Caller{}, g.refuse(ctx, method, code, reason, msg, md, cause)
+	}
+	if err := CheckSubject(c.ID, c.Issuer); err != nil {
+		return Caller{}, g.refuse(ctx, method, codes.Unauthenticated, ReasonPrincipalReserved, what+" refused: "+err.Error(), md, nil)
+	}
+	c.Kind = KindUser
+	return c, nil
 }
 
 // refuse returns the refusal the caller gets and logs it, unless too
