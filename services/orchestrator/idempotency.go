@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/services/internal/apierror"
@@ -175,8 +174,7 @@ func (s *Server) endAbandonedStart(ctx context.Context, id string) (*orchestrato
 	}
 	if ended {
 		s.log.InfoContext(ctx, "abandoned task start ended", "task", id)
-		s.trace(ctx, id, &evidencev1.ProductEvent{Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task stopped: " + detail})
-		s.emit(ctx, id, "", "task.cancelled", detail)
+		s.tellStartStopped(ctx, id, detail)
 	}
 	return task, nil
 }

@@ -371,10 +371,16 @@ func (s *Server) stopStart(ctx context.Context, task *orchestratorv1.Task, detai
 		s.log.WarnContext(ctx, "stop a task whose start failed", "task", task.GetId(), "err", err)
 		return
 	}
-	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+	s.tellStartStopped(ctx, task.GetId(), detail)
+}
+
+// tellStartStopped traces and emits that task id, whose start failed, was
+// stopped.
+func (s *Server) tellStartStopped(ctx context.Context, id, detail string) {
+	s.trace(ctx, id, &evidencev1.ProductEvent{
 		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task stopped: " + detail,
 	})
-	s.emit(ctx, task.GetId(), "", "task.cancelled", detail)
+	s.emit(ctx, id, "", "task.cancelled", detail)
 }
 
 // GetTask returns one task.
