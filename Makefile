@@ -38,7 +38,7 @@ generate: ## Regenerate protobuf code, deepcopy functions, CRDs and the operator
 envtest: ## Build (once, cached) the kube-apiserver and etcd that the operator's tests start.
 	@bash scripts/envtest.sh >/dev/null
 
-# The real-node tests (operator/realnode) run MCPServers as pods on a
+# The real-node tests (test/realnode) run MCPServers as pods on a
 # single-node cluster scripts/realnode.sh brings up and tears down: root on
 # Linux only. Where it cannot run, say so loudly; under CI, fail.
 realnode: envtest ## Build (once, cached) the kubelet, controller manager, scheduler and images of the real-node tests.
@@ -78,7 +78,7 @@ vet:
 	$(GO) vet ./...
 
 fmt-check:
-	@out="$$(gofmt -l cmd services operator proto charts tools)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out="$$(gofmt -l cmd services internal suite demo test operator proto charts tools)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 staticcheck:
 	$(GO) tool staticcheck ./...
@@ -91,7 +91,7 @@ fuzz: ## Run each fuzz target for a fixed number of executions.
 	$(GO) test -run '^$$' -fuzz '^FuzzHandleToken$$' -fuzztime $(FUZZTIME) ./services/policy/
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalizeArguments$$' -fuzztime $(FUZZTIME) ./services/orchestrator/
 	$(GO) test -run '^$$' -fuzz '^FuzzIncomingMessage$$' -fuzztime $(FUZZTIME) ./services/adapter/
-	$(GO) test -run '^$$' -fuzz '^FuzzPath$$' -fuzztime $(FUZZTIME) ./services/internal/argmap/
+	$(GO) test -run '^$$' -fuzz '^FuzzPath$$' -fuzztime $(FUZZTIME) ./internal/argmap/
 
 redis: ## Make sure redis-server is installed (the Redis store tests start their own).
 	bash scripts/ensure-redis.sh
@@ -99,7 +99,7 @@ redis: ## Make sure redis-server is installed (the Redis store tests start their
 third-party-mcp: ## Install the pinned third-party MCP servers the adapter tests run against.
 	bash scripts/third-party-mcp.sh
 
-conformance: ## Install (once, cached) Node 22 and the pinned official MCP conformance runner that services/conformance runs.
+conformance: ## Install (once, cached) Node 22 and the pinned official MCP conformance runner that test/conformance runs.
 	bash scripts/conformance.sh
 
 unit: third-party-mcp conformance redis envtest realnode hydra ## go test -race for every package.

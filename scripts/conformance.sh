@@ -10,7 +10,7 @@
 # and its package-lock.json every package the runner depends on, each with
 # its integrity hash (`npm ci`), so a dependency published later cannot
 # change what the tests run. The install directory name carries both
-# versions, and services/conformance computes the same path (its pins are
+# versions, and test/conformance computes the same path (its pins are
 # checked against package.json); an install made from another lock file is
 # installed again.
 #
@@ -41,7 +41,7 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 		exit 1
 	fi
 	loud "MCP conformance suite: node/npm NOT FOUND; NOT INSTALLING." \
-		"The conformance test (services/conformance) will be SKIPPED." \
+		"The conformance test (test/conformance) will be SKIPPED." \
 		"Install Node.js with npm to run it."
 	exit 0
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure redis-server is on PATH for the Redis store tests, which start
-# their own private server (services/internal/redistest).
+# their own private server (internal/redistest).
 #
 # As root, a missing redis-server is installed from the Debian package.
 # Otherwise the script stops with the command to run. Without apt-get (not

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds Ory Hydra, the OAuth 2.0 / OpenID Connect authorization server that
-# the bearer-token tests fetch real tokens from (services/internal/oidctest),
+# the bearer-token tests fetch real tokens from (internal/oidctest),
 # from source through the Go module proxy, because no prebuilt binaries can be
 # downloaded where V0M3 is developed and tested. Hydra keeps its in-memory
 # store in SQLite, so this is a cgo build (gcc) with the sqlite tag, as

@@ -4,7 +4,7 @@
 # kube-controller-manager and kube-scheduler built from source at the same
 # version, Debian's containerd and runc, the CNI bridge plugin, kube-router's
 # firewall enforcing NetworkPolicy, and a registry on loopback serving
-# locally built images. The operator's real-node tests (operator/realnode)
+# locally built images. The operator's real-node tests (test/realnode)
 # run MCPServers on it.
 #
 # Usage (root only):
@@ -471,7 +471,7 @@ down() {
 		umount "$m" && rm -f "$m" || failed=1
 	done
 	# The real-node tests map MCPServer Service names to pod addresses in a
-	# marked block of /etc/hosts (operator/realnode); a test binary that died
+	# marked block of /etc/hosts (test/realnode); a test binary that died
 	# leaves it behind. Rewritten in place: /etc/hosts may be a bind mount.
 	if grep -q '^# v0m3-realnode begin' /etc/hosts 2>/dev/null; then
 		local kept

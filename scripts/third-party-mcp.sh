@@ -13,7 +13,7 @@
 # with its integrity hash (`npm ci`), so a dependency published later cannot
 # change what the tests run. The install directory name carries every
 # server's version, and the tests compute the same path (the pins in
-# services/internal/testkit/thirdparty.go are checked against package.json);
+# internal/testkit/thirdparty.go are checked against package.json);
 # an install made from another lock file is installed again.
 #
 # Without Node this prints a loud message and exits 0, so a laptop without

@@ -31,10 +31,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/internal/identity"
 )
 
-// wantCallers is the access table (services/identity) reduced to the
+// wantCallers is the access table (internal/identity) reduced to the
 // network: who may open a connection to each component. "product" and
 // "admin" are networkPolicy.productFrom and adminFrom; the orchestrator's
 // bearer callers are product services and people, the other services'

@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/v0m3/v0m3/internal/identity"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/identity"
 )
 
 // runAudit lists or exports the audit log of privileged actions, as the

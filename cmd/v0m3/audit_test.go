@@ -9,7 +9,7 @@ import (
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
-	"github.com/v0m3/v0m3/services/suite"
+	"github.com/v0m3/v0m3/suite"
 )
 
 // TestAuditExport: `v0m3 audit --jsonl` pages through the whole log and

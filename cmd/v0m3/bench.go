@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/v0m3/v0m3/services/loadgen"
+	"github.com/v0m3/v0m3/demo/loadgen"
 )
 
 // runBench measures a governed call beside a direct one (see package

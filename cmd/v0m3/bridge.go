@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/v0m3/v0m3/internal/stranger"
 	"github.com/v0m3/v0m3/operator/bridge"
-	"github.com/v0m3/v0m3/services/stranger"
 )
 
 // runBridge serves a stdio MCP server over streamable HTTP, running the

@@ -17,7 +17,7 @@ import (
 
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/registry"
-	"github.com/v0m3/v0m3/services/suite"
+	"github.com/v0m3/v0m3/suite"
 )
 
 // `v0m3 connect` registers a remote server with an OAuth client through

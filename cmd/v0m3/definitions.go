@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
+	"github.com/v0m3/v0m3/internal/identity"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/identity"
 	"github.com/v0m3/v0m3/services/registry"
 )
 

@@ -6,8 +6,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/v0m3/v0m3/services/scenario"
-	"github.com/v0m3/v0m3/services/suite"
+	"github.com/v0m3/v0m3/demo/scenario"
+	"github.com/v0m3/v0m3/suite"
 )
 
 // runDemo starts the suite on the embedded store, runs the first

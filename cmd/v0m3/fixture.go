@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/v0m3/v0m3/services/fixture"
+	"github.com/v0m3/v0m3/demo/fixture"
 )
 
 // runFixture serves the synthetic "V0M3 Sources" MCP server.

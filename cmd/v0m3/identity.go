@@ -10,8 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/suite"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/suite"
 )
 
 // identityFlags are the flags that say how a service proves itself to its

@@ -9,7 +9,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/internal/identity"
 )
 
 // runJWKS prints the JWKS an OAuth authorization server needs to verify

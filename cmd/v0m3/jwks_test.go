@@ -13,8 +13,8 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/identity/identitytest"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/identity/identitytest"
 )
 
 // v0m3 jwks exports, from the orchestrator's certificate, the key its

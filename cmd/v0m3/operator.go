@@ -15,11 +15,11 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/telemetry"
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	"github.com/v0m3/v0m3/operator/controller"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/suite"
 )
 
 // operatorScheme knows the built-in types, MCPServer, Capability and
@@ -79,7 +79,7 @@ func runOperator(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes config: %w", err)
 	}
-	for _, c := range suite.MetricCollectors() {
+	for _, c := range telemetry.Collectors() {
 		_ = ctrlmetrics.Registry.Register(c) // already registered by an earlier run in this process: kept
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -95,13 +95,13 @@ func runOperator(ctx context.Context, args []string, stderr io.Writer) error {
 	// The operator calls the registry as the operator peer: mutual TLS with
 	// its own certificate (plaintext only with --insecure-plaintext).
 	// Its spans join the registry's (OTLP export only when configured).
-	shutdown, err := suite.SetupTracing(ctx, identity.Operator)
+	shutdown, err := telemetry.Setup(ctx, identity.Operator)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = shutdown(context.WithoutCancel(ctx)) }()
 	conn, err := grpc.NewClient(*registryAddr, append(identity.PeerDialOptions(identity.Operator, creds, identity.Registry),
-		suite.TelemetryDialOptions(identity.Operator)...)...)
+		telemetry.ClientDialOptions(identity.Operator)...)...)
 	if err != nil {
 		return fmt.Errorf("registry %s: %w", *registryAddr, err)
 	}

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/internal/identity"
 )
 
 // TestCallerRateFlags: the flags give the default limits unless set, read

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/v0m3/v0m3/services/adapter"
-	"github.com/v0m3/v0m3/services/suite"
+	"github.com/v0m3/v0m3/suite"
 )
 
 // reachFlags say which MCP servers the adapter may start or reach, and

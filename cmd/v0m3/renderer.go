@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/v0m3/v0m3/services/fixture/renderer"
+	"github.com/v0m3/v0m3/demo/fixture/renderer"
 )
 
 // runRenderer serves the synthetic "V0M3 Renderer" MCP server.

@@ -13,9 +13,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/v0m3/v0m3/internal/identity"
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	"github.com/v0m3/v0m3/services/identity"
 )
 
 // runRotation prints the credential rotation state of every MCPServer: the

@@ -19,14 +19,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/v0m3/v0m3/demo/fixture/renderer"
+	"github.com/v0m3/v0m3/demo/scenario"
+	"github.com/v0m3/v0m3/internal/identity"
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/fixture/renderer"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/scenario"
-	"github.com/v0m3/v0m3/services/suite"
+	"github.com/v0m3/v0m3/suite"
 )
 
 // The rotation table shows each server's serving and latest revision, its
@@ -217,7 +217,7 @@ func TestRotationInvalidatedApprovals(t *testing.T) {
 	submit("call-bound-to-1", 1)
 
 	// The MCPServers as the operator reports them: connection and serving
-	// revision (their Kubernetes side is proven in services/e2e).
+	// revision (their Kubernetes side is proven in test/e2e).
 	servers := func() []v1alpha1.MCPServer {
 		t.Helper()
 		var out []v1alpha1.MCPServer

@@ -16,10 +16,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/serve"
+	"github.com/v0m3/v0m3/internal/telemetry"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
-	"github.com/v0m3/v0m3/services/suite"
+	"github.com/v0m3/v0m3/suite"
 )
 
 // defaultPorts are the loopback ports `v0m3 dev` and the single-service
@@ -380,7 +382,7 @@ func startPprof(ctx context.Context, addr string, log *slog.Logger) (net.Addr, e
 	if addr == "" {
 		return nil, nil
 	}
-	a, err := suite.ServeProfiles(ctx, addr, log)
+	a, err := serve.Profiling(ctx, addr, log)
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}
@@ -398,11 +400,11 @@ func addMetricsFlag(fs *flag.FlagSet) *string {
 // It returns where metrics are served (nil when off) and a func that
 // flushes buffered spans.
 func startTelemetry(ctx context.Context, service, addr string, log *slog.Logger) (net.Addr, func(), error) {
-	at, err := suite.ServeMetrics(ctx, addr, log)
+	at, err := serve.Metrics(ctx, addr, log)
 	if err != nil {
 		return nil, nil, usageError{err.Error()}
 	}
-	shutdown, err := suite.SetupTracing(ctx, service)
+	shutdown, err := telemetry.Setup(ctx, service)
 	if err != nil {
 		return nil, nil, err
 	}

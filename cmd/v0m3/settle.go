@@ -7,8 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/v0m3/v0m3/internal/identity"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	"github.com/v0m3/v0m3/services/identity"
 )
 
 const settleUsage = `Usage:

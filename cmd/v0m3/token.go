@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/internal/identity"
 )
 
 // runToken prints a development bearer token that a `v0m3 dev` on the same

@@ -30,9 +30,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/v0m3/v0m3/services/hostguard"
-	"github.com/v0m3/v0m3/services/stdionoise"
-	"github.com/v0m3/v0m3/services/stranger"
+	"github.com/v0m3/v0m3/internal/hostguard"
+	"github.com/v0m3/v0m3/internal/stdionoise"
+	"github.com/v0m3/v0m3/internal/stranger"
 )
 
 // Defaults for Options.

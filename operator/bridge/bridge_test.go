@@ -20,8 +20,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/operator/bridge"
-	"github.com/v0m3/v0m3/services/fixture"
 )
 
 // The test binary doubles as the stdio fixture server: the bridge runs it

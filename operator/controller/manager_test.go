@@ -18,10 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/v0m3/v0m3/internal/identity"
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	"github.com/v0m3/v0m3/operator/controller"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/identity"
 )
 
 // waitFor polls until cond holds. The deadline only bounds a broken run;

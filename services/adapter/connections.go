@@ -6,9 +6,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/digest"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/digest"
 )
 
 // readings keeps, per connection, the last reading of it from the registry

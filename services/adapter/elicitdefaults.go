@@ -9,7 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 
-	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/internal/digest"
 )
 
 // A reviewed mapping may let the adapter accept a form elicitation with

@@ -16,12 +16,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/failpoint"
-	"github.com/v0m3/v0m3/services/internal/reach"
-	"github.com/v0m3/v0m3/services/internal/resultschema"
-	"github.com/v0m3/v0m3/services/internal/serving"
-	"github.com/v0m3/v0m3/services/internal/telemetry"
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/failpoint"
+	"github.com/v0m3/v0m3/internal/reach"
+	"github.com/v0m3/v0m3/internal/resultschema"
+	"github.com/v0m3/v0m3/internal/serving"
+	"github.com/v0m3/v0m3/internal/telemetry"
 )
 
 // Execution bounds.
@@ -53,7 +53,7 @@ const (
 	CodeCredentialUnavailable = "CREDENTIAL_UNAVAILABLE"
 	CodeAdapterShuttingDown   = "ADAPTER_SHUTTING_DOWN"
 	// CodeEndpointNotAllowed, CodeExecutableNotAllowed and CodeEnvNotAllowed
-	// are reachability refusals (services/internal/reach): nothing was
+	// are reachability refusals (internal/reach): nothing was
 	// started or sent.
 	CodeEndpointNotAllowed   = reach.ReasonEndpoint
 	CodeExecutableNotAllowed = reach.ReasonExecutable

@@ -1,7 +1,7 @@
 package adapter
 
 // Fail points where the fault-injection tests crash or freeze a real
-// adapter process (services/internal/failpoint: a binary built with the
+// adapter process (internal/failpoint: a binary built with the
 // failpoints tag only).
 const (
 	// FailPointSend is after the execution grant was spent, before

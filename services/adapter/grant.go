@@ -7,10 +7,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/grant"
+	"github.com/v0m3/v0m3/internal/receipt"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/grant"
-	"github.com/v0m3/v0m3/services/internal/receipt"
 )
 
 // checkGrant verifies the execution grant of req: signed by the

@@ -7,7 +7,7 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 
-	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/internal/apierror"
 )
 
 // A health check is up to healthAttempts probes (each a fresh initialize,

@@ -12,8 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/v0m3/v0m3/services/internal/reach"
-	"github.com/v0m3/v0m3/services/internal/telemetry"
+	"github.com/v0m3/v0m3/internal/reach"
+	"github.com/v0m3/v0m3/internal/telemetry"
 )
 
 // httpDialer reaches a connection's server over MCP streamable HTTP. Every

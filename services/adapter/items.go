@@ -13,9 +13,9 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/fitness"
-	"github.com/v0m3/v0m3/services/internal/resultschema"
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/fitness"
+	"github.com/v0m3/v0m3/internal/resultschema"
 )
 
 // Bounds on the metadata kept per item.

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/v0m3/v0m3/services/internal/reach"
+	"github.com/v0m3/v0m3/internal/reach"
 )
 
 // envelopeAllowance is added to a mapping's max_response_bytes to bound one

@@ -3,7 +3,7 @@ package adapter
 import (
 	"testing"
 
-	"github.com/v0m3/v0m3/services/internal/serve"
+	"github.com/v0m3/v0m3/internal/serve"
 )
 
 // TestLargestResultFitsEveryHop: the largest result a mapping may allow,

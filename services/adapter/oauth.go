@@ -20,9 +20,9 @@ import (
 	"golang.org/x/oauth2/clientcredentials"
 	"google.golang.org/grpc/codes"
 
+	"github.com/v0m3/v0m3/internal/apierror"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
 // OAuth 2.1 for remote MCP servers (the MCP specification's authorization,

@@ -22,14 +22,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/prototext"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/oidctest"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/oidctest"
 )
 
 // The OAuth tests run the adapter against a real authorization server (Ory
-// Hydra, services/internal/oidctest) and a go-sdk MCP server protected by
+// Hydra, internal/oidctest) and a go-sdk MCP server protected by
 // the go-sdk's auth.RequireBearerToken, which verifies Hydra's signed JWT
 // access tokens against Hydra's published keys.
 

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/v0m3/v0m3/internal/serving"
+	"github.com/v0m3/v0m3/internal/telemetry"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/serving"
-	"github.com/v0m3/v0m3/services/internal/telemetry"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -11,9 +11,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/v0m3/v0m3/demo/fixture"
+	"github.com/v0m3/v0m3/internal/telemetry"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
-	"github.com/v0m3/v0m3/services/fixture"
-	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // TestTraceContextReachesTheServer: a governed call's trace continues at

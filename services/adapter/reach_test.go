@@ -13,9 +13,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/v0m3/v0m3/internal/apierror"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
 // refusedEverywhere runs Execute, Discover and Health on conn and checks

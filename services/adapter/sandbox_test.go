@@ -21,12 +21,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/demo/fixture"
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/adapter/internal/escape"
-	"github.com/v0m3/v0m3/services/fixture"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 func textOf(t *testing.T, resp *adapterv1.ExecuteResponse) string {

@@ -16,7 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/v0m3/v0m3/services/fixture"
+	"github.com/v0m3/v0m3/demo/fixture"
 )
 
 // scrubSecret is a credential with both cases, digits and the characters

@@ -29,14 +29,14 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/grant"
-	"github.com/v0m3/v0m3/services/internal/reach"
-	"github.com/v0m3/v0m3/services/internal/retryqueue"
-	"github.com/v0m3/v0m3/services/internal/review"
-	"github.com/v0m3/v0m3/services/internal/telemetry"
-	"github.com/v0m3/v0m3/services/internal/tracesend"
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/grant"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/reach"
+	"github.com/v0m3/v0m3/internal/retryqueue"
+	"github.com/v0m3/v0m3/internal/review"
+	"github.com/v0m3/v0m3/internal/telemetry"
+	"github.com/v0m3/v0m3/internal/tracesend"
 )
 
 // Deps are the services the adapter calls.
@@ -67,7 +67,7 @@ type Deps struct {
 	// zero value is the default (see SessionConfig).
 	Sessions SessionConfig
 
-	// Reachability (services/internal/reach): what connections may reach.
+	// Reachability (internal/reach): what connections may reach.
 	// Link-local and cloud metadata endpoints are refused whatever is set.
 
 	// StdioRoots are the directories (or single executable files) under

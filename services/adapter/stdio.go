@@ -19,8 +19,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 
-	"github.com/v0m3/v0m3/services/internal/reach"
-	"github.com/v0m3/v0m3/services/stdionoise"
+	"github.com/v0m3/v0m3/internal/reach"
+	"github.com/v0m3/v0m3/internal/stdionoise"
 )
 
 // childPATH is the PATH a local server gets unless its configuration sets

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/v0m3/v0m3/services/internal/testkit"
+	"github.com/v0m3/v0m3/internal/testkit"
 )
 
 var (

@@ -1,7 +1,7 @@
 package adapter_test
 
 import (
-	"github.com/v0m3/v0m3/services/identity"
+	"github.com/v0m3/v0m3/internal/identity"
 
 	"context"
 	"encoding/json"
@@ -18,15 +18,15 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/grant"
+	"github.com/v0m3/v0m3/internal/ids"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/adapter"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/grant"
-	"github.com/v0m3/v0m3/services/internal/ids"
-	"github.com/v0m3/v0m3/services/internal/testkit"
-	"github.com/v0m3/v0m3/services/suite"
+	"github.com/v0m3/v0m3/suite"
 )
 
 // thirdPartyDir returns the installed third-party servers (see

@@ -10,9 +10,9 @@ import (
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
 
+	"github.com/v0m3/v0m3/internal/grant"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/grant"
 )
 
 // Token exchange (RFC 8693): a connection whose OAuth client exchanges

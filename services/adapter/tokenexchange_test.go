@@ -19,13 +19,13 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/exchangetest"
+	"github.com/v0m3/v0m3/internal/grant"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/identity/identitytest"
+	"github.com/v0m3/v0m3/internal/ids"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/identity/identitytest"
-	"github.com/v0m3/v0m3/services/internal/exchangetest"
-	"github.com/v0m3/v0m3/services/internal/grant"
-	"github.com/v0m3/v0m3/services/internal/ids"
 )
 
 // The token exchange tests run the adapter against a real authorization

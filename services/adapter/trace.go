@@ -6,10 +6,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/internal/redact"
+	"github.com/v0m3/v0m3/internal/telemetry"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/internal/redact"
-	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // Redacted replaces the value of a secret-looking argument in traces and

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/v0m3/v0m3/internal/store"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // An evidence outage during calls does not lose their protocol events:

@@ -8,7 +8,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"google.golang.org/grpc/codes"
 
-	"github.com/v0m3/v0m3/services/internal/apierror"
+	"github.com/v0m3/v0m3/internal/apierror"
 )
 
 // dialer opens MCP transports to one connection's server. One file per

@@ -12,8 +12,8 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"google.golang.org/grpc/codes"
 
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/serving"
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/serving"
 )
 
 // maxVersionBytes bounds the protocol version a server named that the

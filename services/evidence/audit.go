@@ -10,14 +10,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/ids"
+	"github.com/v0m3/v0m3/internal/redact"
+	"github.com/v0m3/v0m3/internal/telemetry"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/ids"
-	"github.com/v0m3/v0m3/services/internal/redact"
-	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // Audit page sizes (AIP-158).

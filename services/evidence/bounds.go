@@ -1,8 +1,8 @@
 package evidence
 
 import (
-	"github.com/v0m3/v0m3/services/internal/bounds"
-	"github.com/v0m3/v0m3/services/internal/serve"
+	"github.com/v0m3/v0m3/internal/bounds"
+	"github.com/v0m3/v0m3/internal/serve"
 )
 
 // limits bound every field of a request to evidence (bounds.UnaryServer

@@ -3,11 +3,11 @@ package evidence
 import (
 	"context"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/fitness"
+	"github.com/v0m3/v0m3/internal/ids"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/fitness"
-	"github.com/v0m3/v0m3/services/internal/ids"
 )
 
 // LinkClaim links a claim to the observation that supports it. The link

@@ -1,7 +1,7 @@
 package evidence
 
 // Fail points where the fault-injection tests crash or freeze a real
-// evidence process (services/internal/failpoint: a binary built with the
+// evidence process (internal/failpoint: a binary built with the
 // failpoints tag only).
 const (
 	// FailPointTraceBefore is before trace events are stored.

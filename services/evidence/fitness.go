@@ -3,9 +3,9 @@ package evidence
 import (
 	"context"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/fitness"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/fitness"
 )
 
 // ValidateObservation applies the evidentiary rule (fitness.Assess)

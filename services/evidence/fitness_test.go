@@ -7,10 +7,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/v0m3/v0m3/internal/fitness"
+	"github.com/v0m3/v0m3/internal/store"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/evidence"
-	"github.com/v0m3/v0m3/services/internal/fitness"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 func findingCodes(fs []*evidencev1.ValidationFinding) []string {

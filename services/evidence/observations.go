@@ -10,15 +10,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/failpoint"
+	"github.com/v0m3/v0m3/internal/fitness"
+	"github.com/v0m3/v0m3/internal/ids"
+	"github.com/v0m3/v0m3/internal/paging"
+	"github.com/v0m3/v0m3/internal/store"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/failpoint"
-	"github.com/v0m3/v0m3/services/internal/fitness"
-	"github.com/v0m3/v0m3/services/internal/ids"
-	"github.com/v0m3/v0m3/services/internal/paging"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // contentDigestPattern is the one spelling of a content digest. Lower-case

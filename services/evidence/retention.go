@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
 )
 
 // Prune applies trace retention now (see PruneOlderThan). Only trace

@@ -5,8 +5,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/v0m3/v0m3/internal/identity"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/identity"
 )
 
 // SelfAudit appends the audit records of this service's own privileged

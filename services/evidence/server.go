@@ -9,11 +9,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/store"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // Server implements evidencev1.EvidenceServiceServer over a Store. It is the
@@ -66,7 +66,7 @@ func (s *Server) WithMaxInlineBytes(n int64) *Server {
 
 // WithCredentials gives the server its service credentials and returns
 // it: RecordReceipt then stores only receipts the adapter attested (see
-// services/internal/receipt). Without them (plaintext development, where
+// internal/receipt). Without them (plaintext development, where
 // no peer is authenticated) receipts are stored unverified, and the
 // orchestrator never trusts one it reads back.
 func (s *Server) WithCredentials(c *identity.Credentials) *Server {

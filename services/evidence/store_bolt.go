@@ -9,9 +9,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/store"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // Buckets. Keys that group records (a source, a task) start with a digest of

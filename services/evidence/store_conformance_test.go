@@ -4,10 +4,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/v0m3/v0m3/internal/redistest"
+	"github.com/v0m3/v0m3/internal/store"
 	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/evidence/storetest"
-	"github.com/v0m3/v0m3/services/internal/redistest"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 func TestBoltStoreConformance(t *testing.T) {

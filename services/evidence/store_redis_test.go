@@ -8,10 +8,10 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/internal/redistest"
+	"github.com/v0m3/v0m3/internal/store"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/evidence"
-	"github.com/v0m3/v0m3/services/internal/redistest"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // Two replicas record observations of one source, each deciding on what

@@ -9,15 +9,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/failpoint"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/ids"
+	"github.com/v0m3/v0m3/internal/redact"
+	"github.com/v0m3/v0m3/internal/telemetry"
+	"github.com/v0m3/v0m3/internal/tracesend"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/failpoint"
-	"github.com/v0m3/v0m3/services/internal/ids"
-	"github.com/v0m3/v0m3/services/internal/redact"
-	"github.com/v0m3/v0m3/services/internal/telemetry"
-	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
 // Redacted replaces the value of any field whose name looks secret.

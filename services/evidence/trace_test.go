@@ -16,9 +16,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/internal/tracesend"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/evidence"
-	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
 func productEvent(task string, kind evidencev1.ProductEventKind, detail string) *evidencev1.TraceEvent {

@@ -12,11 +12,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/argmap"
+	"github.com/v0m3/v0m3/internal/bounds"
+	"github.com/v0m3/v0m3/internal/productschema"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/argmap"
-	"github.com/v0m3/v0m3/services/internal/bounds"
-	"github.com/v0m3/v0m3/services/internal/productschema"
 )
 
 // Argument refusal reasons.
@@ -36,7 +36,7 @@ const maxSafeInteger = 1<<53 - 1
 // integer fields, float64 for number fields, bools.
 //
 // The validator is deliberately small and strict: it understands the
-// subset services/internal/productschema defines, which the registry also
+// subset internal/productschema defines, which the registry also
 // holds declarations to. Unknown argument fields always fail, whatever
 // additionalProperties says: the design rule is that remote or model
 // supplied extras never slip through. A schema using anything else (one
@@ -190,7 +190,7 @@ func quoteAll(ss []string) []string {
 }
 
 // remoteArguments builds the remote call's arguments from the mapping,
-// with the rules review type-checked them by (services/internal/argmap):
+// with the rules review type-checked them by (internal/argmap):
 // reviewed defaults first, then each binding in map order at its path,
 // creating the objects and arrays on the way ("-" appends), so a binding
 // wins over a default at the same path and the defaults around it stay.

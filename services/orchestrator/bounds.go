@@ -1,6 +1,6 @@
 package orchestrator
 
-import "github.com/v0m3/v0m3/services/internal/bounds"
+import "github.com/v0m3/v0m3/internal/bounds"
 
 // limits bound every field of a request to the product API
 // (bounds.UnaryServer and bounds.StreamServer apply them before a handler

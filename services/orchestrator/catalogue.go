@@ -10,11 +10,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/handlekind"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/handlekind"
 )
 
 // compileCatalogue asks policy which capabilities the task may be offered

@@ -10,14 +10,14 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/ids"
+	"github.com/v0m3/v0m3/internal/receipt"
+	"github.com/v0m3/v0m3/internal/serving"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/ids"
-	"github.com/v0m3/v0m3/services/internal/receipt"
-	"github.com/v0m3/v0m3/services/internal/serving"
 )
 
 // maxUntrustedDetail bounds untrusted error text kept in a record.

@@ -20,20 +20,20 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/bounds"
+	"github.com/v0m3/v0m3/internal/deadline"
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/fitness"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/identity/identitytest"
+	"github.com/v0m3/v0m3/internal/ids"
+	"github.com/v0m3/v0m3/internal/store"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/identity/identitytest"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/bounds"
-	"github.com/v0m3/v0m3/services/internal/deadline"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/fitness"
-	"github.com/v0m3/v0m3/services/internal/ids"
-	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/registry"
 )
@@ -87,7 +87,7 @@ func mustStruct(t testing.TB, m map[string]any) *structpb.Struct {
 // seed's four task profiles. Like a registry older than ResolveExecution,
 // it answers a call's resolution with ResolveMapping and GetConnection:
 // the orchestrator's fallback (the real registry's one round trip is
-// counted in services/suite TestGovernedCallCost).
+// counted in suite TestGovernedCallCost).
 type fakeRegistry struct {
 	registryv1.UnimplementedRegistryServiceServer
 	mu             sync.Mutex

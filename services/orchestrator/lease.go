@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/failpoint"
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/failpoint"
 )
 
 // Defaults of request ownership and recovery.
@@ -26,7 +26,7 @@ const (
 
 // Fail points where a test may stop a replica as if its process died: in
 // process through Deps.FailPoint, or as a real crash or freeze of a binary
-// built with the failpoints tag (services/internal/failpoint).
+// built with the failpoints tag (internal/failpoint).
 const (
 	// FailPointTaskCreated is after a task started with a request id was
 	// recorded, before its catalogue is stored: it stays ACTIVE without a

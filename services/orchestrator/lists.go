@@ -5,17 +5,17 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/paging"
+	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/telemetry"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/paging"
-	"github.com/v0m3/v0m3/services/internal/store"
-	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // Lists read everything they may show from the store and page it (see
-// services/internal/paging): tasks and requests are ordered by creation
+// internal/paging): tasks and requests are ordered by creation
 // time, then id.
 
 func taskOrder(t *orchestratorv1.Task) string { return paging.TimeKey(t.GetCreateTime(), t.GetId()) }

@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/v0m3/v0m3/internal/apierror"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
 // mcpPost sends a tools/list to the task endpoint with token and returns

@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/store"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // OutboxEntry is one trace event waiting in the outbox, under the key

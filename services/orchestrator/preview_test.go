@@ -12,12 +12,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/identity"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
 const testDocumentDigest = "sha256:doc31"

@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/v0m3/v0m3/internal/testkit"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // killAt is a fail point that stops the server once at one point, as if

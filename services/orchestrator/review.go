@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/v0m3/v0m3/internal/summary"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/summary"
 )
 
 // summarize is the review surface of a request: the consequence in product

@@ -7,9 +7,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/v0m3/v0m3/internal/apierror"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
 // TestRetrievalFollowsRotation: the adapter refuses a call granted at a

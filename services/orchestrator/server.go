@@ -20,19 +20,19 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/capcache"
+	"github.com/v0m3/v0m3/internal/deadline"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/ids"
+	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/tracesend"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/capcache"
-	"github.com/v0m3/v0m3/services/internal/deadline"
-	"github.com/v0m3/v0m3/services/internal/ids"
-	"github.com/v0m3/v0m3/services/internal/store"
-	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
 // Deps are the services the orchestrator calls, through their gRPC clients.
@@ -54,7 +54,7 @@ type Deps struct {
 	// DefaultAttemptTimeout. A call cut off by it has an unknown outcome.
 	AttemptTimeout time.Duration
 	// InternalCallTimeout is the bound the process puts on each internal
-	// call (see services/internal/deadline; zero means its default). The
+	// call (see internal/deadline; zero means its default). The
 	// work a request needs after its caller stopped waiting is bounded
 	// from it and AttemptTimeout (see workTimeout).
 	InternalCallTimeout time.Duration

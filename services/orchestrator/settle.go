@@ -11,13 +11,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/bounds"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/bounds"
 )
 
 // Unknown outcomes are settled by evidence only: the receipt recorded under
@@ -320,7 +320,7 @@ func (s *Server) SettleRequest(ctx context.Context, in *orchestratorv1.SettleReq
 	}
 	why := fmt.Sprintf("settled by hand by %s: %s", who, in.GetNote())
 	// The audit record of this call is written by the audit interceptor
-	// (services/internal/audit), as for every privileged RPC.
+	// (internal/audit), as for every privileged RPC.
 	out, err := s.recordSettlement(ctx, task, req, in.GetAttemptId(), executed, rc, artifact, delivery, why, who)
 	if errors.Is(err, errAlreadySettled) {
 		if cur, lerr := s.loadRequest(ctx, req.GetId()); lerr == nil {

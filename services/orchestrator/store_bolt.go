@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/v0m3/v0m3/internal/store"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // Buckets of the embedded store.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/v0m3/v0m3/services/internal/redistest"
-	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/internal/redistest"
+	"github.com/v0m3/v0m3/internal/store"
 	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/orchestrator/storetest"
 )

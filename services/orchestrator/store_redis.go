@@ -13,10 +13,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/redisstore"
+	"github.com/v0m3/v0m3/internal/store"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/redisstore"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // Redis layout, under "{<prefix>:orchestrator}:":

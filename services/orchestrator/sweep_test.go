@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/v0m3/v0m3/internal/testkit"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // heldDeletes is a Store whose first DeleteTraceOutbox waits for release,

@@ -5,9 +5,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/bounds"
+	"github.com/v0m3/v0m3/internal/tracesend"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/internal/bounds"
-	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
 // Trace events travel in messages well under the 4 MiB gRPC default: one

@@ -10,9 +10,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/testkit"
+	"github.com/v0m3/v0m3/internal/tracesend"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	"github.com/v0m3/v0m3/services/internal/testkit"
-	"github.com/v0m3/v0m3/services/internal/tracesend"
 )
 
 func TestBoundTraceEvent(t *testing.T) {

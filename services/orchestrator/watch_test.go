@@ -7,10 +7,10 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/redistest"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/redistest"
 )
 
 // eventSink is the server side of a WatchTask stream, delivering what is

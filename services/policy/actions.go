@@ -9,9 +9,9 @@ import (
 	cedar "github.com/cedar-policy/cedar-go"
 	"google.golang.org/grpc/codes"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
 )
 
 // Cedar entity type of resources of administrative and product actions

@@ -7,9 +7,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/identity"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
 // TestDefaultRoles: the built-in policy's roles and separation of duties,

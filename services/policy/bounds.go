@@ -1,6 +1,6 @@
 package policy
 
-import "github.com/v0m3/v0m3/services/internal/bounds"
+import "github.com/v0m3/v0m3/internal/bounds"
 
 // limits bound every field of a request to policy (bounds.UnaryServer
 // applies them before a handler runs); identifiers take bounds.ID and

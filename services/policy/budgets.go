@@ -13,11 +13,11 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/failpoint"
+	"github.com/v0m3/v0m3/internal/groupsend"
+	"github.com/v0m3/v0m3/internal/store"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/failpoint"
-	"github.com/v0m3/v0m3/services/internal/groupsend"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // Charge atomically charges a task's and a requester's budgets. If either

@@ -1,7 +1,7 @@
 package policy
 
 // Fail points where the fault-injection tests crash or freeze a real
-// policy process (services/internal/failpoint: a binary built with the
+// policy process (internal/failpoint: a binary built with the
 // failpoints tag only).
 const (
 	// FailPointChargeBefore is before a budget charge is stored.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/v0m3/v0m3/services/internal/ids"
+	"github.com/v0m3/v0m3/internal/ids"
 )
 
 // FuzzHandleToken feeds arbitrary strings to the handle-token checks that

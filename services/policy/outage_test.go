@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/redistest"
+	"github.com/v0m3/v0m3/internal/testkit"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/redistest"
-	"github.com/v0m3/v0m3/services/internal/testkit"
 )
 
 // TestStoreOutageIsUnavailable: with policy's Redis down, every call that

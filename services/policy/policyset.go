@@ -12,7 +12,7 @@ import (
 
 	cedar "github.com/cedar-policy/cedar-go"
 
-	"github.com/v0m3/v0m3/services/internal/digest"
+	"github.com/v0m3/v0m3/internal/digest"
 )
 
 // defaultPolicy is the built-in policy used when no policy file is

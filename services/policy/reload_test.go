@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/store"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 const policyV1 = `@id("retrieve-only")

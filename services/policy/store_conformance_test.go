@@ -8,9 +8,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/internal/redistest"
+	"github.com/v0m3/v0m3/internal/store"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
-	"github.com/v0m3/v0m3/services/internal/redistest"
-	"github.com/v0m3/v0m3/services/internal/store"
 	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/policy/storetest"
 )

@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/v0m3/v0m3/internal/redisstore"
+	"github.com/v0m3/v0m3/internal/store"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
-	"github.com/v0m3/v0m3/services/internal/redisstore"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // Redis layout, under "{<prefix>:policy}:":

@@ -3,7 +3,7 @@ package registry
 import (
 	"context"
 
-	"github.com/v0m3/v0m3/services/internal/authz"
+	"github.com/v0m3/v0m3/internal/authz"
 )
 
 // WithAuthorizer sets who decides callers' administrative actions (the

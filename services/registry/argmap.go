@@ -9,10 +9,10 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/argmap"
+	"github.com/v0m3/v0m3/internal/redact"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/argmap"
-	"github.com/v0m3/v0m3/services/internal/redact"
 )
 
 // maxCompositeDepth bounds how deep product objects and arrays are

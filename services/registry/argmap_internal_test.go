@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
 // TestArgumentMapDeclaredCapability: what only a declared capability can

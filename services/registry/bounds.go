@@ -1,6 +1,6 @@
 package registry
 
-import "github.com/v0m3/v0m3/services/internal/bounds"
+import "github.com/v0m3/v0m3/internal/bounds"
 
 // limits bound every field of a request to the registry
 // (bounds.UnaryServer applies them before a handler runs); identifiers

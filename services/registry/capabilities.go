@@ -14,15 +14,15 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/handlekind"
+	"github.com/v0m3/v0m3/internal/paging"
+	"github.com/v0m3/v0m3/internal/productschema"
+	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/summary"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/handlekind"
-	"github.com/v0m3/v0m3/services/internal/paging"
-	"github.com/v0m3/v0m3/services/internal/productschema"
-	"github.com/v0m3/v0m3/services/internal/store"
-	"github.com/v0m3/v0m3/services/internal/summary"
 )
 
 // namePattern is a capability or task profile name: lower snake case.

@@ -10,12 +10,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/identity/identitytest"
+	"github.com/v0m3/v0m3/internal/summary"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/identity/identitytest"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/summary"
 	"github.com/v0m3/v0m3/services/registry"
 )
 
@@ -323,7 +323,7 @@ func TestCapabilityValidation(t *testing.T) {
 }
 
 // TestCapabilityUnsupportedSchemaKeyword: a product input schema using
-// what the orchestrator cannot enforce (services/internal/productschema)
+// what the orchestrator cannot enforce (internal/productschema)
 // is refused at declaration, INVALID_ARGUMENT UNSUPPORTED_SCHEMA_KEYWORD
 // with the keyword (and property) in the ErrorInfo, not accepted and then
 // refused by every request; a schema within the subset is declared.

@@ -23,15 +23,15 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/ids"
+	"github.com/v0m3/v0m3/internal/paging"
+	"github.com/v0m3/v0m3/internal/reach"
+	"github.com/v0m3/v0m3/internal/redact"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/identity"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/ids"
-	"github.com/v0m3/v0m3/services/internal/paging"
-	"github.com/v0m3/v0m3/services/internal/reach"
-	"github.com/v0m3/v0m3/services/internal/redact"
 )
 
 // credentialRefPattern is the shape of a credential reference

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/v0m3/v0m3/internal/redisstore"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/redisstore"
 )
 
 // RedisEventGroup reads the registry event stream as one member of a Redis

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/v0m3/v0m3/internal/redistest"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/redistest"
 	"github.com/v0m3/v0m3/services/registry"
 )
 

@@ -6,8 +6,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/v0m3/v0m3/internal/apierror"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
 )
 
 // ReasonInvalidOAuth is the ErrorInfo reason of a connection whose OAuth

@@ -6,10 +6,10 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/provenance"
+	"github.com/v0m3/v0m3/internal/resultschema"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/provenance"
-	"github.com/v0m3/v0m3/services/internal/resultschema"
 )
 
 // reviewResults checks what a proposal says about its tool's results and

@@ -6,8 +6,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/identity/identitytest"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/identity/identitytest"
 )
 
 // reviewConn reviews conn at its current config revision as a reviewer.

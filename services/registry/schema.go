@@ -19,7 +19,7 @@ const (
 	reasonRemoteRef     = "SCHEMA_REMOTE_REF"
 	reasonRefCycle      = "SCHEMA_REF_CYCLE"
 	// reasonUnsupportedSchemaKeyword: the schema uses a keyword (or a
-	// property type) outside the subset services/internal/productschema
+	// property type) outside the subset internal/productschema
 	// defines, which the orchestrator could not enforce.
 	reasonUnsupportedSchemaKeyword = "UNSUPPORTED_SCHEMA_KEYWORD"
 )

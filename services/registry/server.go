@@ -24,12 +24,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/reach"
+	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/telemetry"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/reach"
-	"github.com/v0m3/v0m3/services/internal/store"
-	"github.com/v0m3/v0m3/services/internal/telemetry"
 )
 
 // Server implements registryv1.RegistryServiceServer on a Store.

@@ -13,12 +13,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/authz"
+	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/ids"
+	"github.com/v0m3/v0m3/internal/paging"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/apierror"
-	"github.com/v0m3/v0m3/services/internal/authz"
-	"github.com/v0m3/v0m3/services/internal/digest"
-	"github.com/v0m3/v0m3/services/internal/ids"
-	"github.com/v0m3/v0m3/services/internal/paging"
 )
 
 // Names of the digests (and plain fields) a diff or a drift reason can

@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/v0m3/v0m3/internal/store"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // Buckets of the bbolt layout. Keys that must list in order within a parent

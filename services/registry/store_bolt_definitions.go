@@ -6,8 +6,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/store"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // Buckets of declared definitions in the bbolt layout, beside those in

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/v0m3/v0m3/internal/store"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // TestListEventsPages checks the prefix walk that replaces a seek: every

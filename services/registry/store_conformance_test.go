@@ -4,8 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/v0m3/v0m3/services/internal/redistest"
-	"github.com/v0m3/v0m3/services/internal/store"
+	"github.com/v0m3/v0m3/internal/redistest"
+	"github.com/v0m3/v0m3/internal/store"
 	"github.com/v0m3/v0m3/services/registry"
 	"github.com/v0m3/v0m3/services/registry/storetest"
 )

@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/redisstore"
+	"github.com/v0m3/v0m3/internal/store"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/internal/redisstore"
-	"github.com/v0m3/v0m3/services/internal/store"
 )
 
 // Redis layout, under "{<prefix>:registry}:":

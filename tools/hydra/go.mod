@@ -1,5 +1,5 @@
 // Module hydra builds Ory Hydra, the OAuth 2.0 / OpenID Connect authorization
-// server that the bearer-token tests start (services/internal/oidctest), from
+// server that the bearer-token tests start (internal/oidctest), from
 // the Go module proxy (no prebuilt binaries can be downloaded where V0M3 is
 // developed and tested). Separate from github.com/v0m3/v0m3 so Hydra's large
 // dependency graph, at the versions its upstream tested, stays out of the

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/v0m3/v0m3/services/fixture"
+	"github.com/v0m3/v0m3/demo/fixture"
 )
 
 func main() {
