@@ -61,7 +61,7 @@ fi
 [ -x "$V0M3" ] || die "no v0m3 binary at $V0M3: run 'make build' (or set V0M3_BIN to the binary 'v0m3 dev' runs)"
 V0M3="$(cd "$(dirname "$V0M3")" && pwd)/$(basename "$V0M3")"
 [ -f "$CA" ] || die "no CA at $CA: is 'make run' (v0m3 dev --data-dir $DATA) running? Start it, or set V0M3_DATA_DIR to its --data-dir"
-if ! out="$("${grpcurl[@]}" -cacert "$CA" -max-time 10 "$ORCH" grpc.health.v1.Health/Check 2>&1)"; then
+if ! out="$("${grpcurl[@]}" -cacert "$CA" -connect-timeout 5 -max-time 10 "$ORCH" grpc.health.v1.Health/Check 2>&1)"; then
   die "v0m3 dev is not reachable at $ORCH (trusting $CA): $out
 Start it with 'make run' (or set V0M3_ORCHESTRATOR_ADDR and V0M3_DATA_DIR to the instance you run)."
 fi
