@@ -57,10 +57,10 @@ func run(m *testing.M) (int, error) {
 	}
 	defer cleanup()
 	d, stop, err := startDev(filepath.Dir(filepath.Dir(script)), bins[0])
+	defer stop()
 	if err != nil {
 		return 0, err
 	}
-	defer stop()
 	dev = d
 	return m.Run(), nil
 }
