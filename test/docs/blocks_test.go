@@ -129,15 +129,6 @@ func TestShBlocks(t *testing.T) {
 // `v0m3 dev`, in file order, unless marked not run; the first failing block
 // fails the test, named by file and line.
 func TestDocBlocks(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(dev.repo, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The README written before issue 44 marks no block it cannot run; its
-	// replacement does. Removed once that README is merged.
-	if strings.Contains(strings.ToLower(string(readme)), "issue 14") {
-		t.Skip("README.md is the README before issue 44 (it still reads \"issue 14\"), whose blocks carry no not-run marks")
-	}
 	for _, pattern := range docFiles {
 		files, err := filepath.Glob(filepath.Join(dev.repo, pattern))
 		if err != nil {
