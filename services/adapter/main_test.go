@@ -363,12 +363,6 @@ func transports(t *testing.T, fn func(t *testing.T, e *env, conn *registryv1.Con
 
 var _ adapterv1.AdapterServiceServer = (*Server)(nil)
 
-// asOperator is ctx of a call the access table admitted from the operator
-// peer: these tests call the adapter's handlers in process.
-func asOperator(ctx context.Context) context.Context {
-	return identity.WithCaller(identity.WithPeer(ctx, identity.Operator), identity.Caller{ID: identity.Operator, Kind: identity.KindService})
-}
-
 // pki is a CA with the two identities an Execute involves: the
 // orchestrator that signs grants and the adapter that verifies them.
 type pki struct {

@@ -300,7 +300,8 @@ func (c *cluster) logs() string {
 	return sb.String()
 }
 
-// as is a context carrying sub's development token.
-func (c *cluster) as(ctx context.Context, sub string, groups ...string) context.Context {
+// As is ctx carrying sub's development token: the cluster is a
+// testkit.Minter, for testkit.As.
+func (c *cluster) As(ctx context.Context, sub string, groups ...string) context.Context {
 	return c.dev.Issuer.As(ctx, sub, groups...)
 }
