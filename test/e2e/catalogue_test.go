@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,13 +32,6 @@ const checkCitation = "check_citation"
 // docsSite is the destination a citation task may name. Its URI never
 // reaches the model; its title does.
 var docsSite = &orchestratorv1.SourceRef{Uri: "site://docs.example.com/guides/api-migration", Title: "Docs site: API migration guide"}
-
-// offsetClock is real time plus an offset a test moves forward: the policy
-// service's clock, so handles expire without the test waiting.
-type offsetClock struct{ offset atomic.Int64 }
-
-func (c *offsetClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *offsetClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // toolDefinitions turns a catalogue into what a model is given: one MCP
 // tool per offered capability, its input schema parsed and resolved by a
@@ -117,7 +109,9 @@ func TestCatalogueAsToolDefinitions(t *testing.T) {
 	if err := os.WriteFile(policyFile, defaultPolicy, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	clock := &offsetClock{}
+	// The policy service's clock: real time plus what the test advances,
+	// so handles expire without the test waiting.
+	clock := testkit.NewOffsetClock()
 	s, err := suite.Start(context.Background(), suite.Config{DataDir: dir, PolicyFile: policyFile, PolicyClock: clock.Now})
 	if err != nil {
 		t.Fatalf("start suite: %v", err)
