@@ -172,19 +172,11 @@ func TestRecordFailureDoesNotFailTheAction(t *testing.T) {
 	a.fail = false
 	a.mu.Unlock()
 	r.Record(context.Background(), audit.TaskCancel, "task:tsk_3", "", nil, "")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, "all 3 records appended once evidence is back", func() bool {
 		a.mu.Lock()
-		n := len(a.recs)
-		a.mu.Unlock()
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 3 records appended once evidence was back", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer a.mu.Unlock()
+		return len(a.recs) == 3
+	})
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// Sent again under the request id of its first try: evidence stores
