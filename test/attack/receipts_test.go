@@ -2,6 +2,7 @@ package attack_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,16 +55,13 @@ func startOrchestratorProcess(t *testing.T, s *suite.Suite, dataDir, addr string
 
 func waitServing(t *testing.T, s *suite.Suite, c orchestratorv1.OrchestratorServiceClient) {
 	t.Helper()
-	for i := 0; ; i++ {
+	testkit.EventuallySucceeds(t, "the orchestrator serves (NOT_FOUND for a task nobody started)", func() error {
 		_, err := c.GetTask(testkit.As(s, audrey), &orchestratorv1.GetTaskRequest{Id: "task_probe"})
 		if apierror.Code(err) == codes.NotFound {
-			return
+			return nil
 		}
-		if i > 600 {
-			t.Fatalf("orchestrator not serving: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("orchestrator not serving: %v", err)
+	})
 }
 
 // TestForgedReceiptIsRefusedAndNeverTrusted replays the finding "a forged
@@ -108,13 +106,17 @@ func TestForgedReceiptIsRefusedAndNeverTrusted(t *testing.T) {
 		_, err := c.Orchestrator.Approve(testkit.As(s, bob), &orchestratorv1.ApproveRequest{RequestId: req.GetId(), DocumentDigest: documentDigest})
 		approved <- err
 	}()
-	for _, renders := r.calls(t); renders == 0; _, renders = r.calls(t) {
+	testkit.Eventually(t, "the render starts", func() bool {
+		if _, renders := r.calls(t); renders > 0 {
+			return true
+		}
 		select {
 		case err := <-approved:
 			t.Fatalf("approval returned before the render was held open: %v", err)
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-	}
+		return false
+	})
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -170,15 +172,16 @@ func TestForgedReceiptIsRefusedAndNeverTrusted(t *testing.T) {
 	startOrchestratorProcess(t, s, dataDir, addr)
 	waitServing(t, s, c.Orchestrator)
 	var got *orchestratorv1.ToolRequest
-	for deadline := time.Now().Add(60 * time.Second); got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED; time.Sleep(100 * time.Millisecond) {
+	testkit.Eventually(t, "the restarted orchestrator recovers the request to EXECUTED", func() bool {
 		got, err = c.Orchestrator.GetRequest(testkit.As(s, alice), &orchestratorv1.GetRequestRequest{Id: req.GetId()})
 		if err != nil && apierror.Code(err) != codes.Unavailable {
 			t.Fatal(err)
 		}
-		if got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED || time.Now().After(deadline) {
+		if got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED {
 			t.Fatalf("recovered request = %v", got)
 		}
-	}
+		return got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
+	})
 	artifacts := r.artifacts(t)
 	if len(artifacts) != 1 || got.GetArtifactDigest() != "sha256:"+strings.TrimSuffix(artifacts[0], ".html") {
 		t.Errorf("executed with artifact %s; the renderer holds %v", got.GetArtifactDigest(), artifacts)

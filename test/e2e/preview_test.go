@@ -8,6 +8,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -488,17 +489,17 @@ func TestOrchestratorKilledMidAttempt(t *testing.T) {
 	r := submitPreview(t, c, task, "call-1")
 	approved := make(chan error, 1)
 	go func() { _, err := approve(c, r.GetId(), documentDigest); approved <- err }()
-	renderDeadline := time.Now().Add(time.Minute)
-	for env.renders(t) == 0 {
-		if time.Now().After(renderDeadline) {
-			t.Fatal("the render never started")
+	testkit.Eventually(t, "the render starts", func() bool {
+		if env.renders(t) > 0 {
+			return true
 		}
 		select {
 		case err := <-approved:
 			t.Fatalf("approval returned before the render was held open: %v", err)
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-	}
+		return false
+	})
 	// The artifact is durable; the reply is held. Kill mid-attempt.
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -513,12 +514,7 @@ func TestOrchestratorKilledMidAttempt(t *testing.T) {
 	waitServing(t, c)
 
 	var got *orchestratorv1.ToolRequest
-	recoverDeadline := time.Now().Add(2 * time.Minute)
-	for got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
-		if time.Now().After(recoverDeadline) {
-			t.Fatalf("never recovered: %v", got)
-		}
-		time.Sleep(100 * time.Millisecond)
+	testkit.EventuallyWithin(t, 2*time.Minute, "the restarted orchestrator recovers the request to EXECUTED", func() bool {
 		got, err = c.Orchestrator.GetRequest(testkit.As(c, scenario.Alice), &orchestratorv1.GetRequestRequest{Id: r.GetId()})
 		if err != nil && apierror.Code(err) != codes.Unavailable {
 			t.Fatal(err)
@@ -526,7 +522,8 @@ func TestOrchestratorKilledMidAttempt(t *testing.T) {
 		if got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED {
 			t.Fatalf("recovered request failed: %v", got)
 		}
-	}
+		return got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
+	})
 	att := got.GetAttempts()[0]
 	if len(got.GetAttempts()) != 1 || att.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED ||
 		!strings.Contains(att.GetResolution(), "recovered") || got.GetReceiptId() == "" {
@@ -540,16 +537,13 @@ func TestOrchestratorKilledMidAttempt(t *testing.T) {
 // waitServing waits until the orchestrator answers an authenticated caller.
 func waitServing(t *testing.T, c stack) {
 	t.Helper()
-	for i := 0; ; i++ {
+	testkit.EventuallySucceeds(t, "the orchestrator serves (NOT_FOUND for a task nobody started)", func() error {
 		_, err := c.Orchestrator.GetTask(testkit.As(c, scenario.Alice), &orchestratorv1.GetTaskRequest{Id: "task_probe"})
 		if apierror.Code(err) == codes.NotFound {
-			return
+			return nil
 		}
-		if i > 600 {
-			t.Fatalf("orchestrator not serving: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("orchestrator not serving: %v", err)
+	})
 }
 
 // TestRetiringRendererStopsTaskInFlight retires the renderer connection

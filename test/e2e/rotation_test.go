@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,6 +125,11 @@ func TestGovernedReadsContinueThroughRotations(t *testing.T) {
 	task := w.startTask()
 
 	stop := make(chan struct{})
+	// halt tells the reader to stop, once: after the rotations, or when
+	// the test fails waiting for a read.
+	var halting sync.Once
+	halt := func() { halting.Do(func() { close(stop) }) }
+	t.Cleanup(halt)
 	// succeeded counts reads as they succeed, so each rotation waits for a
 	// read after the previous one instead of guessing how long one takes.
 	var succeeded atomic.Int64
@@ -164,16 +170,9 @@ func TestGovernedReadsContinueThroughRotations(t *testing.T) {
 		}
 		// A read completes after each rotation before the next one, so
 		// reads keep crossing rotations whatever the machine's speed.
-		deadline := time.Now().Add(2 * time.Minute)
-		for succeeded.Load() == before {
-			if time.Now().After(deadline) {
-				close(stop)
-				t.Fatalf("no governed read succeeded within 2 minutes of rotation %d", i)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.EventuallyWithin(t, 2*time.Minute, fmt.Sprintf("a governed read succeeds after rotation %d", i), func() bool { return succeeded.Load() != before })
 	}
-	close(stop)
+	halt()
 	var r result
 	select {
 	case r = <-done:

@@ -121,21 +121,16 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 		t.Fatalf("a refused settlement changed the request: %v", now)
 	}
 	var got *orchestratorv1.ToolRequest
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.EventuallySucceeds(t, "settle as settler", func() error {
 		var err error
 		got, err = c.Orchestrator.SettleRequest(testkit.As(c, settler), in)
-		if status.Code(err) == codes.Aborted && time.Now().Before(deadline) {
-			// The recovery is checking it right now: try again, as the
-			// error says.
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		if err != nil {
+		if err != nil && status.Code(err) != codes.Aborted {
+			// ABORTED: the recovery is checking it right now: try
+			// again, as the error says. Anything else fails at once.
 			t.Fatalf("settle as settler: %v", err)
 		}
-		break
-	}
+		return err
+	})
 	if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || got.GetArtifactDigest() != artifact {
 		t.Fatalf("settled by hand = %v", got)
 	}
@@ -174,24 +169,15 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 	if err := os.Remove(down); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(90 * time.Second)
-	for got = get(r2.GetId()); got.GetOutcome() == adapterv1.Outcome_OUTCOME_UNKNOWN; got = get(r2.GetId()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("never settled once the renderer was back: %v", got)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.EventuallyWithin(t, 90*time.Second, "settled once the renderer is back", func() bool {
+		got = get(r2.GetId())
+		return got.GetOutcome() != adapterv1.Outcome_OUTCOME_UNKNOWN
+	})
 	if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || got.GetReceiptId() == "" || got.GetArtifactDigest() == "" ||
 		!strings.Contains(got.GetAttempts()[0].GetResolution(), "server's status") || len(got.GetAttempts()) != 1 {
 		t.Fatalf("settled by evidence = %v", got)
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for len(settledIn(r2.GetId())) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the settlement by evidence is not in the trace")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, "the settlement by evidence is in the trace", func() bool { return len(settledIn(r2.GetId())) > 0 })
 	if n := env.renders(t); n != 2 {
 		t.Errorf("rendered %d times for two requests, want 2", n)
 	}
