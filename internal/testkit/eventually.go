@@ -19,7 +19,9 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 // for a state that takes a cluster or a restart to reach.
 func EventuallyWithin(t testing.TB, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
-	poll(t, bound, cond, func() string { return "never reached: " + what })
+	if !Within(bound, cond) {
+		t.Fatal("never reached: " + what)
+	}
 }
 
 // EventuallySucceeds polls call until it returns nil, for a call that
@@ -27,18 +29,29 @@ func EventuallyWithin(t testing.TB, bound time.Duration, what string, cond func(
 // last error after a minute.
 func EventuallySucceeds(t testing.TB, what string, call func() error) {
 	t.Helper()
-	var err error
-	poll(t, time.Minute, func() bool { err = call(); return err == nil },
-		func() string { return "never succeeded: " + what + ": " + err.Error() })
+	EventuallySucceedsWithin(t, time.Minute, what, call)
 }
 
-func poll(t testing.TB, bound time.Duration, cond func() bool, failure func() string) {
+// EventuallySucceedsWithin is EventuallySucceeds bounded by bound.
+func EventuallySucceedsWithin(t testing.TB, bound time.Duration, what string, call func() error) {
 	t.Helper()
+	var err error
+	if !Within(bound, func() bool { err = call(); return err == nil }) {
+		t.Fatalf("never succeeded: %s: %v", what, err)
+	}
+}
+
+// Within polls cond as Eventually does and reports whether it held
+// within bound, failing nothing: for a goroutine other than the test's
+// (which must not call t.Fatal), or a test that collects what went wrong
+// before it reports.
+func Within(bound time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(bound)
 	for wait := 5 * time.Millisecond; !cond(); wait = min(2*wait, 100*time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal(failure())
+			return false
 		}
 		time.Sleep(wait)
 	}
+	return true
 }

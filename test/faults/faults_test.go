@@ -158,7 +158,7 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 	if r.approval {
 		// A request stopped before its decision is decided again by
 		// recovery; the approver acts once it awaits approval.
-		waitUntil(t, deadline, "the request awaits approval", func() bool {
+		testkit.EventuallyWithin(t, time.Until(deadline), "the request awaits approval", func() bool {
 			return get().GetState() != orchestratorv1.RequestState_REQUEST_STATE_REQUESTED
 		})
 		if s := get().GetState(); s != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
@@ -177,12 +177,8 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 	}
 	var final *orchestratorv1.ToolRequest
 	stuck := ""
-	for final = get(); !settled(final); final = get() {
-		if time.Now().After(deadline) {
-			stuck = fmt.Sprintf("the request is stuck in %v / %v with attempts %v", final.GetState(), final.GetOutcome(), final.GetAttempts())
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testkit.Within(time.Until(deadline), func() bool { final = get(); return settled(final) }) {
+		stuck = fmt.Sprintf("the request is stuck in %v / %v with attempts %v", final.GetState(), final.GetOutcome(), final.GetAttempts())
 	}
 	if st.point != "" {
 		select {
@@ -295,12 +291,8 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 // dead (the other takes over); a frozen one continues after freezeFor.
 func (c *cluster) supervise(target, action string, replicated bool, recovered chan<- struct{}) {
 	defer close(recovered)
-	deadline := time.Now().Add(3 * time.Minute)
-	for !c.hit(target) {
-		if time.Now().After(deadline) {
-			return // the test reports the point was never reached
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testkit.Within(3*time.Minute, func() bool { return c.hit(target) }) {
+		return // the test reports the point was never reached
 	}
 	switch action {
 	case failpoint.Kill:
@@ -320,21 +312,6 @@ func (c *cluster) supervise(target, action string, replicated bool, recovered ch
 	case failpoint.Freeze:
 		time.Sleep(freezeFor)
 		c.signal(target, syscall.SIGCONT)
-	}
-}
-
-// waitUntil polls cond until it holds or the deadline passes.
-func waitUntil(t *testing.T, deadline time.Time, what string, cond func() bool, detail ...func() string) {
-	t.Helper()
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			for _, d := range detail {
-				msg += d()
-			}
-			t.Fatalf("%s: not within the deadline %s", what, msg)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
