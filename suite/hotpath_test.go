@@ -20,6 +20,7 @@ import (
 	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/demo/scenario"
 	"github.com/v0m3/v0m3/internal/redistest"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
@@ -98,8 +99,7 @@ func startGoverned(tb testing.TB, store string, log *slog.Logger) *governed {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(s.Close)
-	as := func(p scenario.Person) context.Context { return s.As(context.Background(), p.ID, p.Groups...) }
-	ctx := as(scenario.Integrator)
+	ctx := testkit.As(s, scenario.Integrator)
 	conn, err := s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.HTTPFixture(hs.URL),
 		CredentialScope: "read-only synthetic notes library; no credential",
@@ -123,10 +123,10 @@ func startGoverned(tb testing.TB, store string, log *slog.Logger) *governed {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := s.Registry.ReviewMapping(as(scenario.Reviewer), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil {
+	if _, err := s.Registry.ReviewMapping(testkit.As(s, scenario.Reviewer), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil {
 		tb.Fatal(err)
 	}
-	g := &governed{s: s, ctx: as(scenario.Alice)}
+	g := &governed{s: s, ctx: testkit.As(s, scenario.Alice)}
 	started, err := s.Orchestrator.StartTask(g.ctx, &orchestratorv1.StartTaskRequest{
 		Profile: "source_review", Purpose: "measure the governed call",
 		SourceScope: []*orchestratorv1.SourceRef{{Uri: scenario.MigrationFAQURI, Title: "Migration FAQ"}},

@@ -13,6 +13,7 @@ import (
 	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/demo/scenario"
 	"github.com/v0m3/v0m3/internal/redistest"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -76,22 +77,19 @@ func TestReplicasShareOneRedis(t *testing.T) {
 	// Each replica here has its own development CA and token issuer; each
 	// call carries a token of the replica it goes to, from the person who
 	// would make it.
-	as := func(s *suite.Suite, p scenario.Person) context.Context {
-		return s.As(context.Background(), p.ID, p.Groups...)
-	}
 
-	conn, err := a.Connect(as(a, scenario.Integrator), &registryv1.CreateConnectionRequest{
+	conn, err := a.Connect(testkit.As(a, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.HTTPFixture(url),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Discovered through B, mapped and reviewed through A.
-	snap, err := b.Adapter.Discover(as(b, scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	snap, err := b.Adapter.Discover(testkit.As(b, scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := a.Registry.ProposeMapping(as(a, scenario.Integrator), &registryv1.ProposeMappingRequest{
+	m, err := a.Registry.ProposeMapping(testkit.As(a, scenario.Integrator), &registryv1.ProposeMappingRequest{
 		Capability: scenario.Retrieve, ConnectionId: conn.GetId(), SnapshotId: snap.GetId(),
 		Target: &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "search"},
 		ArgumentMap: []*registryv1.ArgumentBinding{
@@ -103,12 +101,12 @@ func TestReplicasShareOneRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Registry.ReviewMapping(as(b, scenario.Reviewer), &registryv1.ReviewMappingRequest{
+	if _, err := b.Registry.ReviewMapping(testkit.As(b, scenario.Reviewer), &registryv1.ReviewMappingRequest{
 		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	task, err := a.Orchestrator.StartTask(as(a, scenario.Alice), &orchestratorv1.StartTaskRequest{
+	task, err := a.Orchestrator.StartTask(testkit.As(a, scenario.Alice), &orchestratorv1.StartTaskRequest{
 		Profile:     "source_review",
 		Purpose:     "review the sources of the API migration article",
 		SourceScope: []*orchestratorv1.SourceRef{{Uri: scenario.MigrationFAQURI, Title: "Migration FAQ"}},
@@ -127,7 +125,7 @@ func TestReplicasShareOneRedis(t *testing.T) {
 	errs := make([]error, 2)
 	for i, s := range replicas {
 		wg.Go(func() {
-			results[i], errs[i] = s.Orchestrator.SubmitToolRequest(as(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+			results[i], errs[i] = s.Orchestrator.SubmitToolRequest(testkit.As(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 				TaskId: task.GetTask().GetId(), ProviderCallId: "call-1", Capability: scenario.Retrieve,
 				Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": "migration"}),
 			})
@@ -144,7 +142,7 @@ func TestReplicasShareOneRedis(t *testing.T) {
 			results[0].GetId(), results[0].GetIntentId(), results[1].GetId(), results[1].GetIntentId())
 	}
 	for i, s := range replicas {
-		list, err := s.Orchestrator.ListRequests(as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task.GetTask().GetId()})
+		list, err := s.Orchestrator.ListRequests(testkit.As(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task.GetTask().GetId()})
 		if err != nil || len(list.GetRequests()) != 1 {
 			t.Errorf("replica %d lists %d requests, %v; want 1", i, len(list.GetRequests()), err)
 		}

@@ -77,7 +77,16 @@ func TestAuditRecordsSurviveARestartDuringAnEvidenceOutage(t *testing.T) {
 				got = l.GetRecords()
 				return err == nil && len(got) > 0
 			})
-			time.Sleep(100 * time.Millisecond) // a second append would be as quick
+			// A later action's record goes through the same queue, in
+			// order: once evidence holds it, a second append of the
+			// recovered record would have happened too.
+			if _, err := up.Registry.RetireConnection(testkit.As(up, scenario.Integrator), &registryv1.RetireConnectionRequest{Id: conn.GetId(), Reason: "outage test done"}); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, "the audit record of the later retirement", func() bool {
+				l, err := up.Evidence.ListAuditRecords(auditor, &evidencev1.ListAuditRecordsRequest{Action: audit.ConnectionRetire, PageSize: 100})
+				return err == nil && len(l.GetRecords()) > 0
+			})
 			l, err := up.Evidence.ListAuditRecords(auditor, &evidencev1.ListAuditRecordsRequest{Action: audit.ConnectionCreate, PageSize: 100})
 			if err != nil {
 				t.Fatal(err)
@@ -138,7 +147,24 @@ func TestRunningReplicaSendsWhatAStoppedOneLeft(t *testing.T) {
 	}
 	testkit.Eventually(t, "the running replica appending the stopped one's audit record", func() bool { return records() > 0 })
 	testkit.Eventually(t, "the spool emptied", func() bool { return c.HLen(context.Background(), "{rescan:registry}:spool:audit").Val() == 0 })
-	time.Sleep(300 * time.Millisecond) // three more rescans: none may append it again
+	// Another stopped replica leaves a second record: once the running
+	// one appends it, a rescan after the first record left the spool has
+	// run, and it would have appended the first again too.
+	again, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), Store: storeURL,
+		Services: []string{suite.Registry, suite.Policy}, Peers: map[string]string{suite.Evidence: "127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, err := again.Registry.CreateConnection(testkit.As(again, scenario.Integrator),
+		&registryv1.CreateConnectionRequest{DisplayName: "Left behind later", Owner: "platform-team", Transport: scenario.StdioFixture("/bin/true")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Close()
+	testkit.Eventually(t, "the running replica appending the later record", func() bool {
+		l, err := running.Evidence.ListAuditRecords(auditor, &evidencev1.ListAuditRecordsRequest{Action: audit.ConnectionCreate, Resource: "connection:" + later.GetId(), PageSize: 100})
+		return err == nil && len(l.GetRecords()) > 0
+	})
 	if n := records(); n != 1 {
 		t.Errorf("evidence holds %d records of the stopped replica's action, want 1", n)
 	}

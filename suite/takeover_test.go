@@ -80,17 +80,17 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 	addr, _ := redistest.Start(t)
 	e := &replicaEnv{t: t, store: redisURL(addr, redistest.Prefix(t)), calls: calls}
 	a := e.start(nil)
-	conn, err := a.Connect(e.as(a, scenario.Integrator), &registryv1.CreateConnectionRequest{
+	conn, err := a.Connect(testkit.As(a, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.HTTPFixture(url),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := a.Adapter.Discover(e.as(a, scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	snap, err := a.Adapter.Discover(testkit.As(a, scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := a.Registry.ProposeMapping(e.as(a, scenario.Integrator), &registryv1.ProposeMappingRequest{
+	m, err := a.Registry.ProposeMapping(testkit.As(a, scenario.Integrator), &registryv1.ProposeMappingRequest{
 		Capability: scenario.Retrieve, ConnectionId: conn.GetId(), SnapshotId: snap.GetId(),
 		Target: &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "search"},
 		ArgumentMap: []*registryv1.ArgumentBinding{
@@ -102,12 +102,12 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Registry.ReviewMapping(e.as(a, scenario.Reviewer), &registryv1.ReviewMappingRequest{
+	if _, err := a.Registry.ReviewMapping(testkit.As(a, scenario.Reviewer), &registryv1.ReviewMappingRequest{
 		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	task, err := a.Orchestrator.StartTask(e.as(a, scenario.Alice), &orchestratorv1.StartTaskRequest{
+	task, err := a.Orchestrator.StartTask(testkit.As(a, scenario.Alice), &orchestratorv1.StartTaskRequest{
 		Profile:     "source_review",
 		Purpose:     "review the sources of the API migration article",
 		SourceScope: []*orchestratorv1.SourceRef{{Uri: scenario.MigrationFAQURI, Title: "Migration FAQ"}},
@@ -139,14 +139,8 @@ func (e *replicaEnv) start(fp *failPoints) *suite.Suite {
 	return s
 }
 
-// as is a call from p to replica s (each replica has its own development
-// token issuer).
-func (e *replicaEnv) as(s *suite.Suite, p scenario.Person) context.Context {
-	return s.As(context.Background(), p.ID, p.Groups...)
-}
-
 func (e *replicaEnv) submit(s *suite.Suite, callID string) (*orchestratorv1.ToolRequest, error) {
-	return s.Orchestrator.SubmitToolRequest(e.as(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	return s.Orchestrator.SubmitToolRequest(testkit.As(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: e.taskID, ProviderCallId: callID, Capability: scenario.Retrieve,
 		Arguments: scenario.MustStruct(map[string]any{"source": e.handle, "query": "migration"}),
 	})
@@ -155,7 +149,7 @@ func (e *replicaEnv) submit(s *suite.Suite, callID string) (*orchestratorv1.Tool
 // requestOf finds the task's request for a provider call through s.
 func (e *replicaEnv) requestOf(s *suite.Suite, callID string) *orchestratorv1.ToolRequest {
 	e.t.Helper()
-	list, err := s.Orchestrator.ListRequests(e.as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: e.taskID})
+	list, err := s.Orchestrator.ListRequests(testkit.As(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: e.taskID})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -169,7 +163,7 @@ func (e *replicaEnv) requestOf(s *suite.Suite, callID string) *orchestratorv1.To
 
 func (e *replicaEnv) events(s *suite.Suite, requestID string) []*orchestratorv1.TaskEvent {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(e.as(s, scenario.Alice), 30*time.Second)
+	ctx, cancel := context.WithTimeout(testkit.As(s, scenario.Alice), 30*time.Second)
 	defer cancel()
 	// WatchTask replays what is stored, then follows; the stream is cut
 	// once the replay has had time to arrive.
@@ -238,7 +232,7 @@ func TestReplicaStartingLeavesInFlightRequestAlone(t *testing.T) {
 	// B starts with the request in flight on A and runs its recovery
 	// passes for three lease lifetimes.
 	b := e.start(nil)
-	watchCtx, cancel := context.WithTimeout(e.as(b, scenario.Alice), 60*time.Second)
+	watchCtx, cancel := context.WithTimeout(testkit.As(b, scenario.Alice), 60*time.Second)
 	defer cancel()
 	stream, err := b.Orchestrator.WatchTask(watchCtx, &orchestratorv1.WatchTaskRequest{TaskId: e.taskID})
 	if err != nil {
@@ -395,7 +389,7 @@ func TestReplicasDeliverEachTraceEventOnce(t *testing.T) {
 		received map[string]int
 	)
 	delivered := func() bool {
-		tr, err := replicas[1].Evidence.GetTrace(e.as(replicas[1], scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: e.taskID})
+		tr, err := replicas[1].Evidence.GetTrace(testkit.As(replicas[1], scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: e.taskID})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 )
 
 // wantCallers is the access table (internal/identity) reduced to the
@@ -746,21 +747,23 @@ func startRenderedRedis(t *testing.T, c corev1.Container, env map[string]string)
 		<-done
 	})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	listening := testkit.Within(20*time.Second, func() bool {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			conn.Close()
-			return addr
+			return true
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("rendered redis exited: %v\n%s", err, out.String())
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rendered redis does not listen on %s\n%s", addr, out.String())
-		}
+		return false
+	})
+	if !listening {
+		t.Fatalf("rendered redis does not listen on %s\n%s", addr, out.String())
 	}
+	return addr
 }
 
 // helmFails renders with --set values that must be refused and returns

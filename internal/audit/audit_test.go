@@ -15,6 +15,7 @@ import (
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/audit"
 	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
@@ -46,7 +47,7 @@ func (a *appender) AppendAuditRecord(_ context.Context, in *evidencev1.AppendAud
 
 func TestInterceptor(t *testing.T) {
 	t.Parallel()
-	alice := identity.WithCaller(context.Background(), identity.Caller{ID: "alice", Kind: "user"})
+	alice := testkit.AsUser(context.Background(), "alice")
 	operator := identity.WithCaller(context.Background(), identity.Caller{ID: identity.Operator, Kind: identity.KindService})
 	denied := apierror.New(codes.PermissionDenied, "SELF_REVIEW", "no", nil)
 	cases := []struct {
@@ -122,7 +123,7 @@ func TestInterceptor(t *testing.T) {
 // review) is recorded as such; a rotation is recorded without it.
 func TestCredentialMoveSaysPendingReview(t *testing.T) {
 	t.Parallel()
-	ivan := identity.WithCaller(context.Background(), identity.Caller{ID: "ivan", Kind: "user"})
+	ivan := testkit.AsUser(context.Background(), "ivan")
 	for _, c := range []struct {
 		name    string
 		state   registryv1.ReviewState
@@ -171,19 +172,11 @@ func TestRecordFailureDoesNotFailTheAction(t *testing.T) {
 	a.fail = false
 	a.mu.Unlock()
 	r.Record(context.Background(), audit.TaskCancel, "task:tsk_3", "", nil, "")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, "all 3 records appended once evidence is back", func() bool {
 		a.mu.Lock()
-		n := len(a.recs)
-		a.mu.Unlock()
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 3 records appended once evidence was back", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer a.mu.Unlock()
+		return len(a.recs) == 3
+	})
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// Sent again under the request id of its first try: evidence stores

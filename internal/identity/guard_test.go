@@ -3,10 +3,8 @@ package identity_test
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -16,13 +14,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	_ "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	_ "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	_ "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
@@ -44,8 +42,8 @@ func (echoRegistry) GetConnection(ctx context.Context, _ *registryv1.GetConnecti
 }
 
 type guarded struct {
-	addr string
-	dev  *identity.Dev
+	*testkit.Guarded
+	dev *identity.Dev
 }
 
 // serveGuarded serves the registry API behind the guard with the registry
@@ -60,57 +58,28 @@ func serveGuarded(t *testing.T) *guarded {
 // the development issuer's.
 func serveGuardedWith(t *testing.T, limits identity.RateLimits, impl registryv1.RegistryServiceServer, extra ...identity.Authenticator) *guarded {
 	t.Helper()
-	dev, err := identity.NewDev(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds, err := dev.Credentials(identity.Registry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	authn, err := dev.Authenticator()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &identity.Guard{Creds: creds, Authn: append(identity.Chain{authn}, extra...), Limit: identity.NewCallerLimiter(limits, nil)}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(creds.ServerTLS())), grpc.UnaryInterceptor(g.Unary()), grpc.StreamInterceptor(g.Stream()))
-	registryv1.RegisterRegistryServiceServer(srv, impl)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return &guarded{addr: lis.Addr().String(), dev: dev}
+	g := testkit.ServeGuarded(t, identity.Registry, func(s *grpc.Server) { registryv1.RegisterRegistryServiceServer(s, impl) }, func(g *identity.Guard) {
+		g.Authn = append(g.Authn.(identity.Chain), extra...)
+		g.Limit = identity.NewCallerLimiter(limits, nil)
+	})
+	return &guarded{Guarded: g, dev: g.Dev}
 }
 
 // asPeer returns a registry client calling as service, with a certificate
-// from ca.
+// from dev's CA.
 func (g *guarded) asPeer(t *testing.T, service string, dev *identity.Dev) registryv1.RegistryServiceClient {
 	t.Helper()
 	creds, err := dev.Credentials(service)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(g.addr, identity.PeerDialOptions(service, creds, identity.Registry)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return registryv1.NewRegistryServiceClient(conn)
+	return registryv1.NewRegistryServiceClient(g.Dial(t, identity.PeerDialOptions(service, creds, identity.Registry)...))
 }
 
 // asCaller returns a registry client with no client certificate.
 func (g *guarded) asCaller(t *testing.T) registryv1.RegistryServiceClient {
 	t.Helper()
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(g.dev.CA.CertPEM())
-	conn, err := grpc.NewClient(g.addr, identity.CallerDialOptions(roots)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return registryv1.NewRegistryServiceClient(conn)
+	return registryv1.NewRegistryServiceClient(g.Caller(t))
 }
 
 // TestGuardAdmitsOnlyTheTable: peers by certificate for the RPCs the table

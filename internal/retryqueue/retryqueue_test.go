@@ -80,10 +80,7 @@ func TestQueueKeepsOrderThroughAnOutage(t *testing.T) {
 	}
 	r.set(true)
 	want := []string{"a", "b", "c", "d"}
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Equal(r.got(), want) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, "after the outage the receiver takes every record", func() bool { return slices.Equal(r.got(), want) })
 	if got := r.got(); !slices.Equal(got, want) {
 		t.Errorf("after the outage the receiver took %v, want %v", got, want)
 	}
@@ -228,16 +225,11 @@ func TestSpooledRecordsSurviveARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"a", "e", "b", "c", "d", "late"}
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Equal(r.got(), want) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, "the receiver takes the recovered and the new records", func() bool { return slices.Equal(r.got(), want) })
 	if got := r.got(); !slices.Equal(got, want) {
 		t.Errorf("the receiver took %v, want %v", got, want)
 	}
-	for len(sp.kept()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, "the store lets go of what the receiver took", func() bool { return len(sp.kept()) == 0 })
 	if got := sp.kept(); len(got) != 0 {
 		t.Errorf("the store still keeps %v after the receiver took them", got)
 	}
@@ -280,10 +272,9 @@ func TestSpoolHoldsWhatDoesNotFitInMemory(t *testing.T) {
 			t.Fatalf("recovered=%v: with memory full the store keeps %v and %v were lost; want %v kept, none lost", recovered, got, lost.get(), want)
 		}
 		r.set(true)
-		deadline := time.Now().Add(10 * time.Second)
-		for (!slices.Equal(r.got(), want) || len(sp.kept()) > 0) && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		testkit.Eventually(t, "the receiver takes every kept record and the store lets go of them", func() bool {
+			return slices.Equal(r.got(), want) && len(sp.kept()) == 0
+		})
 		if got := r.got(); !slices.Equal(got, want) || len(sp.kept()) > 0 {
 			t.Errorf("recovered=%v: the receiver took %v and the store keeps %v; want %v taken in order, the store empty", recovered, got, sp.kept(), want)
 		}
@@ -343,10 +334,7 @@ func TestQueueMetrics(t *testing.T) {
 		t.Errorf("with the receiver out: waiting %v, lost %v; want 3 waiting (the bound) and 2 lost", waiting.get(), lost.get())
 	}
 	r.set(true)
-	deadline := time.Now().Add(10 * time.Second)
-	for waiting.get() != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, "nothing waits once the receiver is back", func() bool { return waiting.get() == 0 })
 	if waiting.get() != 0 || !slices.Equal(r.got(), []string{"a", "b", "c"}) {
 		t.Errorf("once the receiver is back: waiting %v, taken %v; want 0 and a, b, c", waiting.get(), r.got())
 	}

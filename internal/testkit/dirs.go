@@ -1,4 +1,3 @@
-// Package testkit holds helpers the tests of several services share.
 package testkit
 
 import (

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/v0m3/v0m3/demo/fixture"
+	"github.com/v0m3/v0m3/internal/testkit"
 	"github.com/v0m3/v0m3/operator/bridge"
 )
 
@@ -125,22 +126,6 @@ func children(t *testing.T, tag string) int {
 	return n
 }
 
-// eventually polls cond until it holds or the test's own deadline nears:
-// no assertion depends on how fast the machine is.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline, ok := t.Deadline()
-	if !ok {
-		deadline = time.Now().Add(2 * time.Minute)
-	}
-	for !cond() {
-		if time.Until(deadline) < 5*time.Second {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // client is a go-sdk client whose network can be cut, as when a laptop
 // leaves or a pod dies: after cut, nothing it sends arrives (not even the
 // DELETE that Close sends).
@@ -242,7 +227,7 @@ func TestBridgeBoundsSessions(t *testing.T) {
 		_, err := first.CallTool(callCtx, &mcp.CallToolParams{Name: "hold", Arguments: map[string]any{}})
 		called <- err
 	}()
-	eventually(t, "the first session's call reaches its server", func() bool {
+	testkit.EventuallyWithin(t, 2*time.Minute, "the first session's call reaches its server", func() bool {
 		_, err := os.Stat(marker)
 		return err == nil
 	})
@@ -266,7 +251,7 @@ func TestBridgeBoundsSessions(t *testing.T) {
 	// server hears of it through the bridge and stops working on it.
 	cancelCall()
 	<-called
-	eventually(t, "the call's cancellation reaches the server", func() bool {
+	testkit.EventuallyWithin(t, 2*time.Minute, "the call's cancellation reaches the server", func() bool {
 		_, err := os.Stat(marker + ".cancelled")
 		return err == nil
 	})
@@ -281,7 +266,7 @@ func TestBridgeBoundsSessions(t *testing.T) {
 	if err := first.Ping(ctx, nil); err == nil {
 		t.Errorf("the evicted session still answers; want it gone (404)")
 	}
-	eventually(t, "the evicted session's child exits", func() bool { return children(t, b.tag) == 1 })
+	testkit.EventuallyWithin(t, 2*time.Minute, "the evicted session's child exits", func() bool { return children(t, b.tag) == 1 })
 }
 
 // Clients that vanish without DELETE leak nothing: their sessions expire
@@ -317,7 +302,7 @@ func TestBridgeReapsAbandonedSessions(t *testing.T) {
 			c.down.Store(true)
 		}
 		b.srv.CloseClientConnections()
-		eventually(t, "abandoned sessions expire and their children exit", func() bool {
+		testkit.EventuallyWithin(t, 2*time.Minute, "abandoned sessions expire and their children exit", func() bool {
 			return b.Sessions() == 0 && children(t, b.tag) == 0
 		})
 	}
@@ -374,7 +359,7 @@ func TestBridgeRefusesForeignHostAndOrigin(t *testing.T) {
 				t.Fatalf("HTTP %d, session %q: %s; want a session", resp.StatusCode, sid, body)
 			}
 			del(t, b.srv.URL, sid)
-			eventually(t, "the deleted session's child exits", func() bool { return children(t, b.tag) == 0 })
+			testkit.EventuallyWithin(t, 2*time.Minute, "the deleted session's child exits", func() bool { return children(t, b.tag) == 0 })
 		})
 	}
 }

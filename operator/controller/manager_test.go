@@ -3,7 +3,6 @@ package controller_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,23 +18,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	"github.com/v0m3/v0m3/operator/controller"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
-
-// waitFor polls until cond holds. The deadline only bounds a broken run;
-// nothing asserts how long the operator takes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 // startManager runs the MCPServer reconciler under a real manager that
 // sees only the fixture's namespace, until the test ends.
@@ -79,7 +66,7 @@ func TestManagerRotatesOnSecretChange(t *testing.T) {
 	sec := f.secret("search-token", "first")
 	f.create(f.stdioServer("search"))
 	var s v1alpha1.MCPServer
-	waitFor(t, "registration at revision 1", func() bool {
+	testkit.Eventually(t, "registration at revision 1", func() bool {
 		return k8s.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "search"}, &s) == nil && s.Status.ConfigRevision == 1
 	})
 
@@ -87,14 +74,14 @@ func TestManagerRotatesOnSecretChange(t *testing.T) {
 	if err := k8s.Update(f.ctx, sec); err != nil {
 		t.Fatalf("rotate Secret: %v", err)
 	}
-	waitFor(t, "config revision 2 after the rotation", func() bool {
+	testkit.Eventually(t, "config revision 2 after the rotation", func() bool {
 		return k8s.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "search"}, &s) == nil && s.Status.ConfigRevision == 2
 	})
 	if s.Status.CredentialVersion != "search-token@"+sec.ResourceVersion || s.Status.Rotation == nil {
 		t.Errorf("status credential %q rotation %+v; want the new Secret version in progress", s.Status.CredentialVersion, s.Status.Rotation)
 	}
 
-	waitFor(t, "a Registered event", func() bool {
+	testkit.Eventually(t, "a Registered event", func() bool {
 		var list eventsv1.EventList
 		if err := k8s.List(f.ctx, &list, client.InNamespace(f.ns)); err != nil {
 			return false
@@ -159,7 +146,7 @@ func TestManagerDeclaresDefinitions(t *testing.T) {
 	c.Labels = label
 	f.create(c)
 
-	waitFor(t, "the TaskProfile accepted once its capability is declared", func() bool {
+	testkit.Eventually(t, "the TaskProfile accepted once its capability is declared", func() bool {
 		var got v1alpha1.TaskProfile
 		return k8s.Get(f.ctx, client.ObjectKey{Name: "notebook-review"}, &got) == nil && got.Status.Revision == 1 &&
 			cond(got.Status.Conditions, v1alpha1.ConditionAccepted).Status == metav1.ConditionTrue
@@ -167,7 +154,7 @@ func TestManagerDeclaresDefinitions(t *testing.T) {
 	if got := f.registered("read_notebook"); got.GetRevision() != 1 {
 		t.Errorf("capability revision %d; want 1", got.GetRevision())
 	}
-	waitFor(t, "a Declared event", func() bool {
+	testkit.Eventually(t, "a Declared event", func() bool {
 		var list eventsv1.EventList
 		if err := k8s.List(f.ctx, &list); err != nil {
 			return false
@@ -182,7 +169,7 @@ func TestManagerDeclaresDefinitions(t *testing.T) {
 
 	f.delete(p)
 	f.delete(c)
-	waitFor(t, "both resources gone after deprecating their definitions", func() bool {
+	testkit.Eventually(t, "both resources gone after deprecating their definitions", func() bool {
 		return apierrors.IsNotFound(k8s.Get(f.ctx, client.ObjectKey{Name: "notebook-review"}, &v1alpha1.TaskProfile{})) &&
 			apierrors.IsNotFound(k8s.Get(f.ctx, client.ObjectKey{Name: "read-notebook"}, &v1alpha1.Capability{}))
 	})
@@ -207,18 +194,18 @@ func TestManagerFollowsRegistryEvents(t *testing.T) {
 	f.secret("search-token", "first")
 	f.create(f.stdioServer("notes"))
 	var s v1alpha1.MCPServer
-	waitFor(t, "registration", func() bool {
+	testkit.Eventually(t, "registration", func() bool {
 		return k8s.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "notes"}, &s) == nil && s.Status.ConnectionID != ""
 	})
 	f.approve("notes")
 	// The operator applies the Deployment once it sees the approval; from
 	// then on, without registry events, it would look again only at its
 	// resync.
-	waitFor(t, "the Deployment after approval", func() bool {
+	testkit.Eventually(t, "the Deployment after approval", func() bool {
 		var d appsv1.Deployment
 		return k8s.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "notes"}, &d) == nil
 	})
-	waitFor(t, "Discovered False while nothing was discovered", func() bool {
+	testkit.Eventually(t, "Discovered False while nothing was discovered", func() bool {
 		return k8s.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "notes"}, &s) == nil &&
 			conditionIs(s.Status.Conditions, v1alpha1.ConditionDiscovered, metav1.ConditionFalse)
 	})
@@ -234,7 +221,7 @@ func TestManagerFollowsRegistryEvents(t *testing.T) {
 	}}); err != nil {
 		t.Fatalf("record snapshot: %v", err)
 	}
-	waitFor(t, "Discovered True after the snapshot was recorded", func() bool {
+	testkit.Eventually(t, "Discovered True after the snapshot was recorded", func() bool {
 		return k8s.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "notes"}, &s) == nil &&
 			conditionIs(s.Status.Conditions, v1alpha1.ConditionDiscovered, metav1.ConditionTrue) && s.Status.LatestSnapshotDigest != ""
 	})

@@ -12,6 +12,8 @@ import (
 
 	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -67,7 +69,7 @@ func wantFailure(t *testing.T, resp *adapterv1.ExecuteResponse, outcome adapterv
 func TestDiscover(t *testing.T) {
 	t.Parallel()
 	transports(t, func(t *testing.T, e *env, conn *registryv1.Connection) {
-		snap, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+		snap, err := e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +239,7 @@ func TestUnreachable(t *testing.T) {
 			if resp.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED {
 				t.Errorf("stage = %v", resp.GetStage())
 			}
-			_, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+			_, err := e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 			if !apierror.Is(err, codes.Unavailable, "SERVER_UNREACHABLE") {
 				t.Errorf("Discover: %v", err)
 			}
@@ -264,10 +266,10 @@ func TestPreconditions(t *testing.T) {
 	if _, err := e.srv.Execute(ctx, granted(t, call(t, retired, "search", map[string]any{"query": "x"}, nil))); !apierror.Is(err, codes.FailedPrecondition, "CONNECTION_RETIRED") {
 		t.Errorf("retired execute: %v", err)
 	}
-	if _, err := e.srv.Discover(asOperator(ctx), &adapterv1.DiscoverRequest{ConnectionId: retired.GetId()}); !apierror.Is(err, codes.FailedPrecondition, "CONNECTION_RETIRED") {
+	if _, err := e.srv.Discover(testkit.AsService(ctx, identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: retired.GetId()}); !apierror.Is(err, codes.FailedPrecondition, "CONNECTION_RETIRED") {
 		t.Errorf("retired discover: %v", err)
 	}
-	if _, err := e.srv.Discover(asOperator(ctx), &adapterv1.DiscoverRequest{ConnectionId: "conn_missing"}); apierror.Code(err) != codes.NotFound {
+	if _, err := e.srv.Discover(testkit.AsService(ctx, identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: "conn_missing"}); apierror.Code(err) != codes.NotFound {
 		t.Errorf("missing connection: %v", err)
 	}
 

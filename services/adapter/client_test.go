@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/stdionoise"
 	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
@@ -260,7 +261,7 @@ func TestLegacyServerSkipsDiscover(t *testing.T) {
 	conn := e.httpConn(s.URL)
 	discover := func() {
 		t.Helper()
-		if _, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
+		if _, err := e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -278,7 +279,7 @@ func TestLegacyServerSkipsDiscover(t *testing.T) {
 	next := proto.CloneOf(conn)
 	next.ConfigRevision++
 	e.registry.add(next)
-	if _, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: next.GetId()}); err != nil {
+	if _, err := e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: next.GetId()}); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.discoverCount(); got != 2 {
@@ -576,7 +577,7 @@ func TestNoisyStdoutTolerated(t *testing.T) {
 	var logs testkit.SyncBuffer
 	e := newEnvLog(t, slog.New(slog.NewJSONHandler(&logs, nil)))
 	conn := e.stdioConn("--banner", "9")
-	if _, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
+	if _, err := e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
 		t.Fatalf("discover a noisy server: %v", err)
 	}
 	if r := execute(t, e, call(t, conn, "search", map[string]any{"query": "migration"}, nil)); r.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -64,7 +65,7 @@ func TestCredentialReachesServerAndNothingElse(t *testing.T) {
 				r.TaskId = "task_cred"
 				seeMsg(execute(t, e, r))
 			}
-			snap, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+			snap, err := e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +83,7 @@ func TestCredentialReachesServerAndNothingElse(t *testing.T) {
 			r := execute(t, e, call(t, missing, "whoami", map[string]any{}, nil))
 			wantFailure(t, r, adapterv1.Outcome_OUTCOME_UNAVAILABLE, CodeCredentialUnavailable)
 			seeMsg(r)
-			_, err = e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: missing.GetId()})
+			_, err = e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: missing.GetId()})
 			if !apierror.Is(err, codes.FailedPrecondition, "CREDENTIAL_UNAVAILABLE") {
 				t.Errorf("Discover with an unreadable credential: %v", err)
 			}
@@ -251,7 +252,7 @@ func TestCredentialOutsideRootsIsRefused(t *testing.T) {
 				if r.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED {
 					t.Errorf("stage %v, want PREPARED: nothing was sent", r.GetStage())
 				}
-				_, err := e.srv.Discover(asOperator(t.Context()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+				_, err := e.srv.Discover(testkit.AsService(t.Context(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 				if !apierror.Is(err, codes.FailedPrecondition, CodeCredentialRefNotAllowed) {
 					t.Errorf("Discover: %v, want FAILED_PRECONDITION %s", err, CodeCredentialRefNotAllowed)
 				}

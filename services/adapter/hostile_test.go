@@ -17,6 +17,7 @@ import (
 
 	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
@@ -117,14 +118,14 @@ func TestDiscoveryWithChangingLists(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	snap, err := e.srv.Discover(asOperator(ctx), &adapterv1.DiscoverRequest{ConnectionId: e.rawConn(fixture.RawListChangedOnce).GetId()})
+	snap, err := e.srv.Discover(testkit.AsService(ctx, identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: e.rawConn(fixture.RawListChangedOnce).GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(snap.GetTools()) != 1 || snap.GetTools()[0].GetDescription() != fixture.RawToolDescription(2) {
 		t.Errorf("snapshot tools = %v, want the settled listing (version 2)", snap.GetTools())
 	}
-	_, err = e.srv.Discover(asOperator(ctx), &adapterv1.DiscoverRequest{ConnectionId: e.rawConn(fixture.RawListChanged).GetId()})
+	_, err = e.srv.Discover(testkit.AsService(ctx, identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: e.rawConn(fixture.RawListChanged).GetId()})
 	if !apierror.Is(err, codes.Unavailable, "DISCOVERY_UNSTABLE") {
 		t.Errorf("Discover of a server that never settles: %v", err)
 	}
@@ -206,7 +207,7 @@ func TestUnsupportedProtocolVersion(t *testing.T) {
 				t.Errorf("detail %.80q stage %v, want the server's version %.80q and nothing sent", resp.GetError().GetUntrustedDetail(), resp.GetStage(), tc.version)
 			}
 
-			_, err := e.srv.Discover(asOperator(ctx), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+			_, err := e.srv.Discover(testkit.AsService(ctx, identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 			if !apierror.Is(err, codes.FailedPrecondition, CodeProtocolVersionUnsupported) {
 				t.Errorf("Discover: %.300v", err)
 			}

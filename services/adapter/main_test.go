@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,15 +19,14 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/grant"
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/ids"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
@@ -297,19 +295,13 @@ func newEnvLog(t testing.TB, log *slog.Logger) *env {
 func newEnvWith(t testing.TB, log *slog.Logger, configure func(*Deps)) *env {
 	t.Helper()
 	e := &env{registry: &fakeRegistry{conns: map[string]*registryv1.Connection{}, credRoot: t.TempDir(), planted: map[string]string{}}, evidence: &fakeEvidence{}, policy: &fakePolicy{}}
-	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
-	registryv1.RegisterRegistryServiceServer(g, e.registry)
-	evidencev1.RegisterEvidenceServiceServer(g, e.evidence)
-	policyv1.RegisterPolicyServiceServer(g, e.policy)
-	go func() { _ = g.Serve(lis) }()
-	cc, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps := Deps{
+	deps := testkit.Serve(t, func(g *grpc.Server) {
+		registryv1.RegisterRegistryServiceServer(g, e.registry)
+		evidencev1.RegisterEvidenceServiceServer(g, e.evidence)
+		policyv1.RegisterPolicyServiceServer(g, e.policy)
+	})
+	cc := deps.Dial(t)
+	d := Deps{
 		// The adapter's own certificate: grants verify against its CA.
 		Credentials: testPKI(t).adapter,
 		Registry:    registryv1.NewRegistryServiceClient(cc),
@@ -322,9 +314,11 @@ func newEnvWith(t testing.TB, log *slog.Logger, configure func(*Deps)) *env {
 		CredentialRoots: []string{e.registry.credRoot},
 		AllowLoopback:   true,
 	}
-	configure(&deps)
-	e.srv = NewServer(deps, log)
-	t.Cleanup(func() { _ = e.srv.Close(); _ = cc.Close(); g.Stop() })
+	configure(&d)
+	e.srv = NewServer(d, log)
+	// Registered after the fake dependencies' server, so it runs first:
+	// the adapter closes while they still answer.
+	t.Cleanup(func() { _ = e.srv.Close() })
 	return e
 }
 
@@ -362,12 +356,6 @@ func transports(t *testing.T, fn func(t *testing.T, e *env, conn *registryv1.Con
 }
 
 var _ adapterv1.AdapterServiceServer = (*Server)(nil)
-
-// asOperator is ctx of a call the access table admitted from the operator
-// peer: these tests call the adapter's handlers in process.
-func asOperator(ctx context.Context) context.Context {
-	return identity.WithCaller(identity.WithPeer(ctx, identity.Operator), identity.Caller{ID: identity.Operator, Kind: identity.KindService})
-}
 
 // pki is a CA with the two identities an Execute involves: the
 // orchestrator that signs grants and the adapter that verifies them.

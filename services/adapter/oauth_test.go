@@ -23,7 +23,9 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/oidctest"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
@@ -197,7 +199,7 @@ func TestOAuthClientCredentials(t *testing.T) {
 	logs := &syncLog{}
 	e := newEnvLog(t, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	conn := oauthConn(t, e, p.url, client.ID, client.Secret, hydra.Issuer())
-	ctx := asOperator(t.Context())
+	ctx := testkit.AsService(t.Context(), identity.Operator)
 
 	var out []string
 	for range 2 { // each Discover opens a session of its own
@@ -257,7 +259,7 @@ func TestOAuthTokenRefreshedOnExpiry(t *testing.T) {
 	e := newEnv(t)
 	conn := oauthConn(t, e, p.url, client.ID, client.Secret, hydra.Issuer(), scopeRead)
 	for range 2 {
-		if _, err := e.srv.Discover(asOperator(t.Context()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
+		if _, err := e.srv.Discover(testkit.AsService(t.Context(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
 			t.Fatalf("Discover: %v", err)
 		}
 	}
@@ -349,7 +351,7 @@ func TestOAuthRefusals(t *testing.T) {
 			e := newEnvLog(t, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 			conn := oauthConn(t, e, p.url, client.ID, tt.secret, tt.issuer)
 			before := attackerHits.Load()
-			_, err := e.srv.Discover(asOperator(t.Context()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+			_, err := e.srv.Discover(testkit.AsService(t.Context(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 			if !apierror.Is(err, codes.FailedPrecondition, tt.wantReason) {
 				t.Fatalf("Discover error = %v, want FAILED_PRECONDITION %s", err, tt.wantReason)
 			}
@@ -394,7 +396,7 @@ func TestStaticCredentialRefused(t *testing.T) {
 	conn := e.httpConn(srv.URL + "/mcp")
 	conn.CredentialRef = e.plant(token)
 	e.registry.add(conn)
-	_, err := e.srv.Discover(asOperator(t.Context()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	_, err := e.srv.Discover(testkit.AsService(t.Context(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if !apierror.Is(err, codes.FailedPrecondition, CodeAuthenticationRequired) {
 		t.Fatalf("Discover error = %v, want FAILED_PRECONDITION %s", err, CodeAuthenticationRequired)
 	}

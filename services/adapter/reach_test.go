@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
@@ -28,7 +30,7 @@ func refusedEverywhere(t *testing.T, e *env, conn *registryv1.Connection, code s
 	if resp.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED || resp.GetError().GetAdapterDetail() == "" {
 		t.Errorf("refused call: stage %v, adapter detail %q; want PREPARED and a reason a person can act on", resp.GetStage(), resp.GetError().GetAdapterDetail())
 	}
-	ctx := asOperator(context.Background())
+	ctx := testkit.AsService(context.Background(), identity.Operator)
 	if _, err := e.srv.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); !apierror.Is(err, codes.FailedPrecondition, code) {
 		t.Errorf("Discover: %v, want FAILED_PRECONDITION %s", err, code)
 	}

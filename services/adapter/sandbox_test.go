@@ -23,6 +23,7 @@ import (
 
 	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -581,7 +582,7 @@ func TestSandboxSetupRefused(t *testing.T) {
 			conn := e.registry.add(&registryv1.Connection{DisplayName: "touch", Transport: &registryv1.Transport{
 				Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: "/bin/touch", Args: []string{marker}}},
 			}})
-			_, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+			_, err := e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 			if apierror.Reason(err) != CodeSandboxUnavailable || status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("discover: %v, want FAILED_PRECONDITION %s saying %q", err, CodeSandboxUnavailable, tc.want)
 			}

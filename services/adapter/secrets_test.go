@@ -19,6 +19,7 @@ import (
 	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/digest"
+	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -87,7 +88,7 @@ func TestEchoedCredentialIsScrubbed(t *testing.T) {
 				t.Errorf("structured content = %v, want the credential replaced in values and keys", sc)
 			}
 
-			snap, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+			snap, err := e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +234,7 @@ func TestAuthorizationNeverCrossesOrigins(t *testing.T) {
 	if resp.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED {
 		t.Errorf("stage %v, want PREPARED: the call was never sent", resp.GetStage())
 	}
-	_, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	_, err := e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if !apierror.Is(err, codes.FailedPrecondition, CodeEndpointNotAllowed) {
 		t.Errorf("Discover through a cross-origin redirect: %v", err)
 	}

@@ -85,7 +85,7 @@ func (tp *thirdParty) connectEnv(t *testing.T, name string, env map[string]strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := tp.ad.Discover(asOrchestrator(ctx), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	snap, err := tp.ad.Discover(testkit.AsService(ctx, identity.Orchestrator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if err != nil {
 		t.Fatalf("discover %s: %v", name, err)
 	}
@@ -174,7 +174,7 @@ func (tp *thirdParty) execute(t *testing.T, conn *registryv1.Connection, m *regi
 	if req.Grant, err = grant.Sign(tp.orchestrator, g); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := tp.ad.Execute(asOrchestrator(context.Background()), req)
+	resp, err := tp.ad.Execute(testkit.AsService(context.Background(), identity.Orchestrator), req)
 	if err != nil {
 		t.Fatalf("execute: %v", err)
 	}
@@ -381,12 +381,6 @@ func TestThirdPartyEverythingSurface(t *testing.T) {
 		!strings.Contains(err.Error(), "runs only as an MCP task") {
 		t.Errorf("a mapping onto the task-only tool: %v; want INVALID_MAPPING on target.name saying it runs only as a task", err)
 	}
-}
-
-// asOrchestrator is ctx of a call the access table admitted from the
-// orchestrator: these tests call the adapter's handlers in process.
-func asOrchestrator(ctx context.Context) context.Context {
-	return identity.WithCaller(identity.WithPeer(ctx, identity.Orchestrator), identity.Caller{ID: identity.Orchestrator, Kind: identity.KindService})
 }
 
 // must returns v, panicking on err: for literals that cannot fail.

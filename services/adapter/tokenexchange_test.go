@@ -24,6 +24,7 @@ import (
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/identity/identitytest"
 	"github.com/v0m3/v0m3/internal/ids"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
@@ -150,7 +151,7 @@ func (x *exchangeSetup) callAs(t *testing.T, requester string, sign func(g grant
 func TestTokenExchange(t *testing.T) {
 	t.Parallel()
 	x := newExchangeSetup(t)
-	snap, err := x.e.srv.Discover(asOperator(t.Context()), &adapterv1.DiscoverRequest{ConnectionId: x.conn.GetId()})
+	snap, err := x.e.srv.Discover(testkit.AsService(t.Context(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: x.conn.GetId()})
 	if err != nil {
 		t.Fatalf("Discover: %v", err)
 	}

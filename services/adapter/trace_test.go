@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 )
 
@@ -34,10 +35,7 @@ func TestProtocolEventsSurviveAnEvidenceOutage(t *testing.T) {
 		t.Fatalf("evidence took %d events while down", len(got))
 	}
 	e.evidence.setDown(false)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(e.evidence.appended()) < len(attempts) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, "evidence takes the events queued while it was down", func() bool { return len(e.evidence.appended()) >= len(attempts) })
 	got := e.evidence.appended()
 	if len(got) != len(attempts) {
 		t.Fatalf("after the outage evidence holds %d protocol events, want %d", len(got), len(attempts))
@@ -99,19 +97,13 @@ func TestProtocolEventsSurviveAnAdapterRestart(t *testing.T) {
 	if err := next.RecoverTraces(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(e.evidence.appended()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, "the restarted adapter sends the kept event", func() bool { return len(e.evidence.appended()) > 0 })
 	if got := e.evidence.appended(); len(got) != 1 || got[0].GetProtocol().GetRequestId() != req.GetAttemptId() ||
 		got[0].GetDeliveryId() != protocolDeliveryID(req.GetAttemptId()) {
 		t.Fatalf("after the restart evidence holds %v, want the call's protocol event with its delivery id", got)
 	}
-	for time.Now().Before(deadline) {
-		if kept, _ := spool.List(context.Background()); len(kept) == 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Error("the adapter's store still keeps the event evidence took")
+	testkit.Eventually(t, "the adapter's store no longer keeps the event evidence took", func() bool {
+		kept, _ := spool.List(context.Background())
+		return len(kept) == 0
+	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/v0m3/v0m3/internal/testkit"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/evidence"
 )
@@ -18,7 +19,7 @@ func newAssetEnv(t *testing.T, maxInline int64) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startEnv(t, filepath.Join(t.TempDir(), "evidence.db"), &clock{t: t0}, func(s *evidence.Server) {
+	return startEnv(t, filepath.Join(t.TempDir(), "evidence.db"), testkit.NewClock(t0), func(s *evidence.Server) {
 		s.WithAssets(assets).WithMaxInlineBytes(maxInline)
 	})
 }

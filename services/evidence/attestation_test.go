@@ -12,6 +12,7 @@ import (
 	"github.com/v0m3/v0m3/internal/grant"
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/receipt"
+	"github.com/v0m3/v0m3/internal/testkit"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/evidence"
 )
@@ -43,7 +44,7 @@ func TestReceiptNeedsTheAdaptersAttestation(t *testing.T) {
 	}
 	adapterCreds := issue(t, ca, identity.Adapter)
 	orchestratorCreds := issue(t, ca, identity.Orchestrator)
-	e := startEnv(t, filepath.Join(t.TempDir(), "evidence.db"), &clock{t: t0}, func(s *evidence.Server) { s.WithCredentials(issue(t, ca, identity.Evidence)) })
+	e := startEnv(t, filepath.Join(t.TempDir(), "evidence.db"), testkit.NewClock(t0), func(s *evidence.Server) { s.WithCredentials(issue(t, ca, identity.Evidence)) })
 
 	observed := receipt.Attestation{GrantID: "grant_1", AttemptID: "att_1", IntentID: "int_1", TaskID: "task_1",
 		ResponseDigest: contentDigest("reply"), ArtifactDigest: contentDigest("artifact")}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/v0m3/v0m3/internal/fitness"
 	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/testkit"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/evidence"
 )
@@ -63,7 +64,7 @@ func TestLinkClaimRefusesUnfitObservation(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	e := startEnv(t, path, &clock{t: t0})
+	e := startEnv(t, path, testkit.NewClock(t0))
 	_, err = e.client.LinkClaim(t.Context(), &evidencev1.LinkClaimRequest{ClaimId: "claim_1", ObservationId: "obs_legacy", PassageId: "p1"})
 	wantError(t, err, codes.FailedPrecondition, "OBSERVATION_NOT_EVIDENCE")
 }

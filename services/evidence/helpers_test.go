@@ -1,9 +1,7 @@
 package evidence_test
 
 import (
-	"context"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -12,41 +10,22 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/digest"
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/identity/identitytest"
 	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/testkit"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	"github.com/v0m3/v0m3/services/evidence"
 )
-
-// clock is a settable test clock, safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // env is one evidence server on a real bbolt file, reached over gRPC.
 type env struct {
 	client evidencev1.EvidenceServiceClient
 	server *evidence.Server
-	clock  *clock
+	clock  *testkit.Clock
 	path   string
 	stop   func()
 }
@@ -56,12 +35,12 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // newEnv starts a server on a fresh database file.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return startEnv(t, filepath.Join(t.TempDir(), "evidence.db"), &clock{t: t0})
+	return startEnv(t, filepath.Join(t.TempDir(), "evidence.db"), testkit.NewClock(t0))
 }
 
 // startEnv starts a server on the database file at path. stop (also run at
 // cleanup) stops the server and closes the file, so a test can reopen it.
-func startEnv(t *testing.T, path string, c *clock, opts ...func(*evidence.Server)) *env {
+func startEnv(t *testing.T, path string, c *testkit.Clock, opts ...func(*evidence.Server)) *env {
 	t.Helper()
 	db, err := store.Open(path)
 	if err != nil {
@@ -74,20 +53,12 @@ func startEnv(t *testing.T, path string, c *clock, opts ...func(*evidence.Server
 	}
 	// The orchestrator peer calls: these tests are about the evidence
 	// service's own rules, not who may read.
-	g := grpc.NewServer(identitytest.ServerOptions(identity.Caller{ID: "orchestrator", Kind: identity.KindService})...)
-	evidencev1.RegisterEvidenceServiceServer(g, srv)
-	lis := bufconn.Listen(1 << 20)
-	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
+	g := testkit.Serve(t, func(g *grpc.Server) { evidencev1.RegisterEvidenceServiceServer(g, srv) },
+		identitytest.ServerOptions(identity.Caller{ID: "orchestrator", Kind: identity.KindService})...)
+	conn := g.Dial(t)
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
-			_ = conn.Close()
 			g.Stop()
 			if err := db.Close(); err != nil {
 				t.Errorf("close store: %v", err)

@@ -6,13 +6,14 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/v0m3/v0m3/internal/testkit"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 )
 
 func TestStateSurvivesReopen(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "evidence.db")
-	c := &clock{t: t0}
+	c := testkit.NewClock(t0)
 	e := startEnv(t, path, c)
 	const conn, uri = "conn_p", "notes://p"
 

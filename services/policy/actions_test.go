@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/v0m3/v0m3/internal/apierror"
-	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 )
 
@@ -103,16 +103,13 @@ permit (principal in V0M3::Group::"policy-admins", action == V0M3::Action::"poli
 	before := revision(t, e)
 	writePolicy(t, path, policyV2+admins)
 
-	as := func(id string, groups ...string) context.Context {
-		return identity.WithCaller(context.Background(), identity.Caller{ID: id, Groups: groups, Kind: identity.KindUser})
-	}
-	if _, err := e.srv.ReloadPolicy(as("mallory", "authors"), &policyv1.ReloadPolicyRequest{}); !apierror.Is(err, codes.PermissionDenied, "ROLE_NOT_GRANTED") {
+	if _, err := e.srv.ReloadPolicy(testkit.AsUser(context.Background(), "mallory", "authors"), &policyv1.ReloadPolicyRequest{}); !apierror.Is(err, codes.PermissionDenied, "ROLE_NOT_GRANTED") {
 		t.Fatalf("reload by an author: %v, want ROLE_NOT_GRANTED", err)
 	}
 	if got := revision(t, e); got.GetRevision() != before.GetRevision() {
 		t.Fatal("a refused reload changed the policy")
 	}
-	got, err := e.srv.ReloadPolicy(as("pat", "policy-admins"), &policyv1.ReloadPolicyRequest{})
+	got, err := e.srv.ReloadPolicy(testkit.AsUser(context.Background(), "pat", "policy-admins"), &policyv1.ReloadPolicyRequest{})
 	if err != nil || got.GetRevision() == before.GetRevision() {
 		t.Fatalf("reload by a policy administrator: %v, %v", got, err)
 	}

@@ -1,60 +1,19 @@
 package policy
 
 import (
-	"bytes"
-	"context"
 	"log/slog"
-	"net"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/v0m3/v0m3/internal/redistest"
 	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/testkit"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
-
-// clock is a settable test clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// logBuffer collects logs for assertions; safe for concurrent writers.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // options configure a test environment.
 type options struct {
@@ -75,28 +34,16 @@ type env struct {
 	opts   options
 	reg    *fakeRegistry
 	regCli registryv1.RegistryServiceClient
-	clock  *clock
-	logs   *logBuffer
+	clock  *testkit.Clock
+	logs   *testkit.SyncBuffer
 	dbPath string
 	// redisPrefix keeps a Redis-backed env on the same keys across reopen.
 	redisPrefix string
 
 	db     *store.DB
 	srv    *Server
-	gsrv   *grpc.Server
-	conn   *grpc.ClientConn
+	served *testkit.Server
 	client policyv1.PolicyServiceClient
-}
-
-func dialBufconn(t *testing.T, lis *bufconn.Listener) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	return conn
 }
 
 // newEnv starts a fake registry with the standard fixture and a policy
@@ -107,22 +54,14 @@ func newEnv(t *testing.T, opts options) *env {
 		t:      t,
 		opts:   opts,
 		reg:    newFakeRegistry(),
-		clock:  &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)},
-		logs:   &logBuffer{},
+		clock:  testkit.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)),
+		logs:   &testkit.SyncBuffer{},
 		dbPath: filepath.Join(t.TempDir(), "policy.db"),
 	}
 	standardFixture(e.reg)
 
-	regLis := bufconn.Listen(1 << 20)
-	regSrv := grpc.NewServer()
-	registryv1.RegisterRegistryServiceServer(regSrv, e.reg)
-	go func() { _ = regSrv.Serve(regLis) }()
-	regConn := dialBufconn(t, regLis)
-	e.regCli = registryv1.NewRegistryServiceClient(regConn)
-	t.Cleanup(func() {
-		_ = regConn.Close()
-		regSrv.Stop()
-	})
+	reg := testkit.Serve(t, func(g *grpc.Server) { registryv1.RegisterRegistryServiceServer(g, e.reg) })
+	e.regCli = registryv1.NewRegistryServiceClient(reg.Dial(t))
 
 	if err := e.start(); err != nil {
 		t.Fatalf("start policy server: %v", err)
@@ -166,13 +105,9 @@ func (e *env) start() error {
 		}
 		return err
 	}
-	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
-	policyv1.RegisterPolicyServiceServer(g, srv)
-	go func() { _ = g.Serve(lis) }()
-	e.db, e.srv, e.gsrv = db, srv, g
-	e.conn = dialBufconn(e.t, lis)
-	e.client = policyv1.NewPolicyServiceClient(e.conn)
+	e.served = testkit.Serve(e.t, func(g *grpc.Server) { policyv1.RegisterPolicyServiceServer(g, srv) })
+	e.db, e.srv = db, srv
+	e.client = policyv1.NewPolicyServiceClient(e.served.Dial(e.t))
 	return nil
 }
 
@@ -181,8 +116,7 @@ func (e *env) stop() {
 	if e.srv == nil {
 		return
 	}
-	_ = e.conn.Close()
-	e.gsrv.Stop()
+	e.served.Stop()
 	e.srv.Close()
 	if e.db != nil {
 		_ = e.db.Close()

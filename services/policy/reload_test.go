@@ -16,6 +16,7 @@ import (
 
 	"github.com/v0m3/v0m3/internal/digest"
 	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/testkit"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
@@ -184,7 +185,7 @@ func TestPolicyFileRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer regConn.Close()
-			logs := &logBuffer{}
+			logs := &testkit.SyncBuffer{}
 			srv, err := NewServer(NewBoltStore(db), Deps{Registry: registryv1.NewRegistryServiceClient(regConn), PolicyFile: path},
 				slog.New(slog.NewJSONHandler(logs, nil)))
 			if err == nil {

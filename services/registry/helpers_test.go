@@ -3,7 +3,6 @@ package registry_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,14 +11,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/identity/identitytest"
 	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/testkit"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/registry"
@@ -61,7 +59,7 @@ func startWith(t *testing.T, path string, configure func(*registry.Server) *regi
 	}
 	log := slog.New(slog.DiscardHandler)
 	// Without a named caller, an integrator of the platform team calls.
-	srv := grpc.NewServer(identitytest.ServerOptions(identity.Caller{ID: "integrator", Groups: []string{"platform"}, Kind: identity.KindUser})...)
+	opts := identitytest.ServerOptions(identity.Caller{ID: "integrator", Groups: []string{"platform"}, Kind: identity.KindUser})
 	st := registry.NewBoltStore(db)
 	reg := configure(registry.NewServer(st, log).WithAuthorizer(allowAll))
 	if err := reg.EnsureDefaults(t.Context()); err != nil {
@@ -73,20 +71,12 @@ func startWith(t *testing.T, path string, configure func(*registry.Server) *regi
 	} else if len(evs) > 0 {
 		base = evs[len(evs)-1].GetSequence()
 	}
-	registryv1.RegisterRegistryServiceServer(srv, reg)
-	lis := bufconn.Listen(1 << 20)
-	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///registry",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := testkit.Serve(t, func(g *grpc.Server) { registryv1.RegisterRegistryServiceServer(g, reg) }, opts...)
+	conn := g.Dial(t)
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
-			_ = conn.Close()
-			srv.Stop()
+			g.Stop()
 			if err := db.Close(); err != nil {
 				t.Errorf("close db: %v", err)
 			}

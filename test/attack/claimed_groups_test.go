@@ -11,6 +11,7 @@ import (
 	"github.com/v0m3/v0m3/demo/scenario"
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/suite"
@@ -59,7 +60,7 @@ func TestProductServiceCannotClaimGroups(t *testing.T) {
 		{"a group beyond the user's token", identity.WithUserToken(writer, aliceToken), forAlice("authors", "platform"), codes.PermissionDenied, "GROUP_NOT_VERIFIED", "on_behalf_of.groups[1]"},
 		{"another user's token", identity.WithUserToken(writer, mint("approver@corp", "approvers")), forAlice(), codes.InvalidArgument, "USER_TOKEN_MISMATCH", "on_behalf_of.id"},
 		{"a user token without on_behalf_of", identity.WithUserToken(writer, aliceToken), &orchestratorv1.StartTaskRequest{Profile: "source_review"}, codes.InvalidArgument, "MISSING_FIELD", "on_behalf_of.id"},
-		{"a person naming herself in groups she lacks", as(s, alice), forAlice("approvers"), codes.PermissionDenied, "GROUP_NOT_VERIFIED", "on_behalf_of.groups[0]"},
+		{"a person naming herself in groups she lacks", testkit.As(s, alice), forAlice("approvers"), codes.PermissionDenied, "GROUP_NOT_VERIFIED", "on_behalf_of.groups[0]"},
 	} {
 		_, err := s.Orchestrator.StartTask(tc.ctx, tc.req)
 		if !apierror.Is(err, tc.code, tc.reason) || !slices.Equal(apierror.Fields(err), []string{tc.field}) {

@@ -51,7 +51,7 @@ func TestChangedCredentialIsScrubbed(t *testing.T) {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	secret := "Vm3-" + base64.RawURLEncoding.EncodeToString(b) + "_Zq" // both cases, '-' and '_'
-	conn, err := s.Registry.CreateConnection(as(s, ivan), &registryv1.CreateConnectionRequest{
+	conn, err := s.Registry.CreateConnection(testkit.As(s, ivan), &registryv1.CreateConnectionRequest{
 		DisplayName: "echoing server", Owner: "platform-team", CredentialRef: "file:token",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{
 			Command: fixtureBin, Args: []string{"--transport", "stdio", "--hostile"},
@@ -75,7 +75,7 @@ func TestChangedCredentialIsScrubbed(t *testing.T) {
 	see := func(m proto.Message) { seen = append(seen, fixture.ProtoStrings(m)...) }
 
 	// Discovery: the returned snapshot and the recorded one.
-	snap, err := s.Adapter.Discover(as(s, ivan), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	snap, err := s.Adapter.Discover(testkit.As(s, ivan), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestChangedCredentialIsScrubbed(t *testing.T) {
 	if !described {
 		t.Errorf("no leak_forms tool with its credential forms replaced in %v", snap.GetTools())
 	}
-	snaps, err := s.Registry.ListSnapshots(as(s, ivan), &registryv1.ListSnapshotsRequest{ConnectionId: conn.GetId()})
+	snaps, err := s.Registry.ListSnapshots(testkit.As(s, ivan), &registryv1.ListSnapshotsRequest{ConnectionId: conn.GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestChangedCredentialIsScrubbed(t *testing.T) {
 	// calls returned.
 	var trace *evidencev1.Trace
 	testkit.Eventually(t, "a protocol event for every call", func() bool {
-		trace, err = s.Evidence.GetTrace(as(s, audrey), &evidencev1.GetTraceRequest{TaskId: task})
+		trace, err = s.Evidence.GetTrace(testkit.As(s, audrey), &evidencev1.GetTraceRequest{TaskId: task})
 		return err == nil && len(trace.GetEvents()) >= len(fixture.LeakForms)
 	})
 	see(trace)

@@ -18,6 +18,7 @@ import (
 	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/suite"
@@ -90,17 +91,17 @@ func TestCredentialMoveIsReviewedAndRooted(t *testing.T) {
 		return path
 	}
 	discover := func(conn *registryv1.Connection) error {
-		_, err := s.Adapter.Discover(as(s, pat), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+		_, err := s.Adapter.Discover(testkit.As(s, pat), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 		return err
 	}
 	update := func(who person, conn *registryv1.Connection, ref, version string) (*registryv1.Connection, error) {
-		return s.Registry.UpdateConnection(as(s, who), &registryv1.UpdateConnectionRequest{
+		return s.Registry.UpdateConnection(testkit.As(s, who), &registryv1.UpdateConnectionRequest{
 			Id: conn.GetId(), ExpectedConfigRevision: conn.GetConfigRevision(), Transport: transport,
 			CredentialScope: "read-only notes", CredentialRef: ref, CredentialVersion: version, Reason: "credential change"})
 	}
 
 	// Another team's connection, whose secret the attacker is after.
-	neighbour, err := s.Registry.CreateConnection(as(s, ivan), &registryv1.CreateConnectionRequest{
+	neighbour, err := s.Registry.CreateConnection(testkit.As(s, ivan), &registryv1.CreateConnectionRequest{
 		DisplayName: "another team's notes", Owner: "team-b", Transport: transport})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +110,7 @@ func TestCredentialMoveIsReviewedAndRooted(t *testing.T) {
 
 	// pat's connection, approved by rita with its own secret, in its
 	// directory under the root.
-	conn, err := s.Registry.CreateConnection(as(s, pat), &registryv1.CreateConnectionRequest{
+	conn, err := s.Registry.CreateConnection(testkit.As(s, pat), &registryv1.CreateConnectionRequest{
 		DisplayName: "notes", Owner: "platform", Transport: transport})
 	if err != nil {
 		t.Fatal(err)
@@ -172,17 +173,17 @@ func TestCredentialMoveIsReviewedAndRooted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if moved.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_PENDING || moved.GetProposedBy() != pat.id ||
+			if moved.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_PENDING || moved.GetProposedBy() != pat.ID ||
 				moved.GetConfigRevision() != conn.GetConfigRevision()+1 {
 				t.Fatalf("after moving the credential: %v proposed by %q at revision %d, want PENDING by %s at %d",
-					moved.GetReviewState(), moved.GetProposedBy(), moved.GetConfigRevision(), pat.id, conn.GetConfigRevision()+1)
+					moved.GetReviewState(), moved.GetProposedBy(), moved.GetConfigRevision(), pat.ID, conn.GetConfigRevision()+1)
 			}
 			refusedUnreviewed(t, s, pat, moved, untouched)
 			if _, err := review(t, s, pat, moved, true); !apierror.Is(err, codes.PermissionDenied, "SELF_REVIEW") {
 				t.Fatalf("self-review of the move: err = %v, want PERMISSION_DENIED SELF_REVIEW", err)
 			}
 			// The earlier approval (of another reference) is rita's.
-			wantState(t, s, moved.GetId(), registryv1.ReviewState_REVIEW_STATE_PENDING, rita.id)
+			wantState(t, s, moved.GetId(), registryv1.ReviewState_REVIEW_STATE_PENDING, rita.ID)
 
 			// (a) Even a reviewer's approval reads nothing outside the
 			// connection's directory: refused before anything is opened.
@@ -205,7 +206,7 @@ func TestCredentialMoveIsReviewedAndRooted(t *testing.T) {
 			if !untouched() {
 				t.Fatalf("the server was contacted with %s: %q", target.ref, seen.all()[before:])
 			}
-			snaps, err := s.Registry.ListSnapshots(as(s, rita), &registryv1.ListSnapshotsRequest{ConnectionId: conn.GetId()})
+			snaps, err := s.Registry.ListSnapshots(testkit.As(s, rita), &registryv1.ListSnapshotsRequest{ConnectionId: conn.GetId()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -223,7 +224,7 @@ func TestCredentialMoveIsReviewedAndRooted(t *testing.T) {
 	if !apierror.Is(err, codes.InvalidArgument, "INVALID_CONNECTION") {
 		t.Errorf("a climbing reference: err = %v (reason %q), want INVALID_ARGUMENT INVALID_CONNECTION", err, apierror.Reason(err))
 	}
-	if got := wantState(t, s, conn.GetId(), registryv1.ReviewState_REVIEW_STATE_APPROVED, rita.id); got.GetConfigRevision() != conn.GetConfigRevision() {
+	if got := wantState(t, s, conn.GetId(), registryv1.ReviewState_REVIEW_STATE_APPROVED, rita.ID); got.GetConfigRevision() != conn.GetConfigRevision() {
 		t.Errorf("a refused update made revision %d", got.GetConfigRevision())
 	}
 	for _, h := range seen.all() {

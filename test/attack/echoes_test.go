@@ -1,7 +1,6 @@
 package attack_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,25 +24,6 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/suite"
 )
-
-// logBuffer is a log sink a test reads while services write to it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// since returns what was written after offset, and the offset now.
-func (b *logBuffer) since(offset int) (string, int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()[offset:], b.buf.Len()
-}
 
 // Attacker-sized values: what the first probe sent, and ones under the
 // header bound that reach a handler, so what it echoes and logs shows.
@@ -108,9 +87,9 @@ func (p strangerProbe) send(t *testing.T, client *http.Client, base string) (int
 // checkBounded sends every probe, then a burst of n of the last one, and
 // checks each answer's status and size, each new log line's size, and
 // that the burst was logged at most at the refusal log's rate.
-func checkBounded(t *testing.T, client *http.Client, base string, logs *logBuffer, probes []strangerProbe, burst int) {
+func checkBounded(t *testing.T, client *http.Client, base string, logs *testkit.SyncBuffer, probes []strangerProbe, burst int) {
 	t.Helper()
-	_, offset := logs.since(0)
+	offset := len(logs.String())
 	for _, p := range probes {
 		code, body := p.send(t, client, base)
 		// An ordinary answer (metrics) is the surface's own; refusals are
@@ -127,7 +106,7 @@ func checkBounded(t *testing.T, client *http.Client, base string, logs *logBuffe
 		}
 	}
 	elapsed := time.Since(start)
-	written, _ := logs.since(offset)
+	written := logs.String()[offset:]
 	lines := strings.Split(strings.TrimSpace(written), "\n")
 	refusals := 0
 	for _, l := range lines {
@@ -158,7 +137,7 @@ func checkBounded(t *testing.T, client *http.Client, base string, logs *logBuffe
 // of 100 refusals is logged at the refusal log's rate. Nothing is created.
 func TestTaskEndpointBoundsEchoes(t *testing.T) {
 	t.Parallel()
-	logs := &logBuffer{}
+	logs := &testkit.SyncBuffer{}
 	s, err := suite.Start(context.Background(), suite.Config{
 		DataDir: t.TempDir(), MCP: &suite.MCP{}, Log: slog.New(slog.NewJSONHandler(logs, nil)),
 	})
@@ -193,7 +172,7 @@ func TestTaskEndpointBoundsEchoes(t *testing.T) {
 // started for any of them.
 func TestBridgeBoundsEchoes(t *testing.T) {
 	t.Parallel()
-	logs := &logBuffer{}
+	logs := &testkit.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, v0m3Bin, "bridge", "--listen", "127.0.0.1:0", "--", fixtureBin, "--transport", "stdio")
 	cmd.Stderr = logs
@@ -203,7 +182,7 @@ func TestBridgeBoundsEchoes(t *testing.T) {
 	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
 	var addr string
 	testkit.Eventually(t, "the bridge serving", func() bool {
-		out, _ := logs.since(0)
+		out := logs.String()
 		for _, l := range strings.Split(out, "\n") {
 			var m struct{ Msg, Addr string }
 			if json.Unmarshal([]byte(l), &m) == nil && m.Msg == "bridge serving" {
@@ -222,7 +201,7 @@ func TestBridgeBoundsEchoes(t *testing.T) {
 		{name: "8 KB Origin", path: "/mcp", header: map[string]string{"Origin": "https://" + longHost}, want: http.StatusForbidden},
 		{name: "8 KB Host", host: longHost, path: "/mcp", want: http.StatusForbidden},
 	}, 100)
-	out, _ := logs.since(0)
+	out := logs.String()
 	if strings.Contains(out, "session started") {
 		t.Fatal("a stranger's request started a child")
 	}
@@ -235,7 +214,7 @@ func TestBridgeBoundsEchoes(t *testing.T) {
 // of reading it; neither logs anything of it.
 func TestMetricsAndHealthBoundHeaders(t *testing.T) {
 	t.Parallel()
-	logs := &logBuffer{}
+	logs := &testkit.SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -265,7 +244,7 @@ func TestMetricsAndHealthBoundHeaders(t *testing.T) {
 	if r, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("an ordinary health check: %v, %v", r, err)
 	}
-	_, offset := logs.since(0)
+	offset := len(logs.String())
 	for range 40 {
 		_, err = health.Check(metadata.AppendToOutgoingContext(ctx, "x-stranger", strings.Repeat("m", 500_000)), &healthpb.HealthCheckRequest{})
 		// The server advertises its bound (SETTINGS_MAX_HEADER_LIST_SIZE),
@@ -274,7 +253,7 @@ func TestMetricsAndHealthBoundHeaders(t *testing.T) {
 			t.Fatalf("a health check with 500 KB of metadata: %v, want it refused", err)
 		}
 	}
-	if written, _ := logs.since(offset); len(written) > 40*maxLine/4 {
+	if written := logs.String()[offset:]; len(written) > 40*maxLine/4 {
 		t.Errorf("health checks with 500 KB of metadata logged %d bytes", len(written))
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/v0m3/v0m3/internal/identity/identitytest"
 	"github.com/v0m3/v0m3/internal/ids"
 	"github.com/v0m3/v0m3/internal/receipt"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -81,7 +82,7 @@ func TestExecuteWithMadeUpMappingRunsNothing(t *testing.T) {
 	call := renderCall(t, r, "map_made_up", 31)
 
 	// Callers that are not the orchestrator service.
-	if _, err := s.Adapter.Execute(as(s, mallory), call); !apierror.Is(err, codes.PermissionDenied, "PEER_NOT_ALLOWED") {
+	if _, err := s.Adapter.Execute(testkit.As(s, mallory), call); !apierror.Is(err, codes.PermissionDenied, "PEER_NOT_ALLOWED") {
 		t.Errorf("a token in every group: %v, want PEER_NOT_ALLOWED", err)
 	}
 	for _, peer := range []string{identity.Registry, identity.Policy, identity.Evidence, identity.Operator} {
@@ -130,11 +131,11 @@ func TestExecuteWithMadeUpMappingRunsNothing(t *testing.T) {
 	if a := r.artifacts(t); len(a) != 0 {
 		t.Errorf("artifacts: %v", a)
 	}
-	conn, err := s.Registry.GetConnection(as(s, audrey), &registryv1.GetConnectionRequest{Id: r.conn.GetId()})
+	conn, err := s.Registry.GetConnection(testkit.As(s, audrey), &registryv1.GetConnectionRequest{Id: r.conn.GetId()})
 	if err != nil || !proto.Equal(conn, r.conn) {
 		t.Errorf("connection after the attack = %v, %v; want unchanged %v", conn, err, r.conn)
 	}
-	tr, err := s.Evidence.GetTrace(as(s, audrey), &evidencev1.GetTraceRequest{TaskId: "task_attacker"})
+	tr, err := s.Evidence.GetTrace(testkit.As(s, audrey), &evidencev1.GetTraceRequest{TaskId: "task_attacker"})
 	if len(tr.GetEvents()) != 0 || (err != nil && apierror.Code(err) != codes.NotFound) {
 		t.Errorf("trace of the made-up task = %v, %v", tr, err)
 	}

@@ -63,8 +63,8 @@ func peers(t *testing.T, s *suite.Suite, name string) suite.Clients {
 
 // person is someone acting with a verified token.
 type person struct {
-	id     string
-	groups []string
+	ID     string
+	Groups []string
 }
 
 var (
@@ -78,7 +78,3 @@ var (
 	// alice is an author.
 	alice = person{"alice", []string{"authors"}}
 )
-
-func as(s *suite.Suite, p person) context.Context {
-	return s.As(context.Background(), p.id, p.groups...)
-}

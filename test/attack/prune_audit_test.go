@@ -33,7 +33,7 @@ func TestPruneIsAudited(t *testing.T) {
 		}}}}); err != nil {
 		t.Fatal(err)
 	}
-	auditor := as(s, audrey)
+	auditor := testkit.As(s, audrey)
 	trace := func() *evidencev1.Trace {
 		t.Helper()
 		tr, err := s.Evidence.GetTrace(auditor, &evidencev1.GetTraceRequest{TaskId: task})
@@ -46,7 +46,7 @@ func TestPruneIsAudited(t *testing.T) {
 	all := &evidencev1.PruneRequest{OlderThan: durationpb.New(0)}
 
 	// alice may not prune: refused, and the trace is as it was.
-	if _, err := s.Evidence.Prune(as(s, alice), all); !apierror.Is(err, codes.PermissionDenied, "ROLE_NOT_GRANTED") {
+	if _, err := s.Evidence.Prune(testkit.As(s, alice), all); !apierror.Is(err, codes.PermissionDenied, "ROLE_NOT_GRANTED") {
 		t.Fatalf("alice pruning: %v, want PERMISSION_DENIED ROLE_NOT_GRANTED", err)
 	}
 	if after := trace(); !proto.Equal(before, after) {
@@ -54,7 +54,7 @@ func TestPruneIsAudited(t *testing.T) {
 	}
 
 	// ivan of the platform prunes.
-	resp, err := s.Evidence.Prune(as(s, ivan), all)
+	resp, err := s.Evidence.Prune(testkit.As(s, ivan), all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,10 +68,10 @@ func TestPruneIsAudited(t *testing.T) {
 		return err == nil && len(records) == 2
 	})
 	refused, done := records[0], records[1]
-	if refused.GetPrincipal() != alice.id || refused.GetOutcome() != "ROLE_NOT_GRANTED" {
+	if refused.GetPrincipal() != alice.ID || refused.GetOutcome() != "ROLE_NOT_GRANTED" {
 		t.Errorf("refused prune recorded as %v", refused)
 	}
-	if done.GetPrincipal() != ivan.id || done.GetOutcome() != "ok" || done.GetResource() != "evidence:traces" ||
+	if done.GetPrincipal() != ivan.ID || done.GetOutcome() != "ok" || done.GetResource() != "evidence:traces" ||
 		done.GetRecordedBy() != suite.Evidence || !strings.Contains(done.GetDetail(), "protocol events summarized") {
 		t.Errorf("prune recorded as %v, want ivan's, ok, recorded by evidence, with what went", done)
 	}

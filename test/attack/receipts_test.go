@@ -2,6 +2,7 @@ package attack_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,16 +55,13 @@ func startOrchestratorProcess(t *testing.T, s *suite.Suite, dataDir, addr string
 
 func waitServing(t *testing.T, s *suite.Suite, c orchestratorv1.OrchestratorServiceClient) {
 	t.Helper()
-	for i := 0; ; i++ {
-		_, err := c.GetTask(as(s, audrey), &orchestratorv1.GetTaskRequest{Id: "task_probe"})
+	testkit.EventuallySucceeds(t, "the orchestrator serves (NOT_FOUND for a task nobody started)", func() error {
+		_, err := c.GetTask(testkit.As(s, audrey), &orchestratorv1.GetTaskRequest{Id: "task_probe"})
 		if apierror.Code(err) == codes.NotFound {
-			return
+			return nil
 		}
-		if i > 600 {
-			t.Fatalf("orchestrator not serving: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("orchestrator not serving: %v", err)
+	})
 }
 
 // TestForgedReceiptIsRefusedAndNeverTrusted replays the finding "a forged
@@ -90,13 +88,13 @@ func TestForgedReceiptIsRefusedAndNeverTrusted(t *testing.T) {
 	waitServing(t, s, c.Orchestrator)
 
 	r := newRenderer(t, s, c, true, "--delay", "60s")
-	task, err := c.Orchestrator.StartTask(as(s, alice), &orchestratorv1.StartTaskRequest{
+	task, err := c.Orchestrator.StartTask(testkit.As(s, alice), &orchestratorv1.StartTaskRequest{
 		Profile: "preview", Purpose: "preview revision 31 before review",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := c.Orchestrator.SubmitToolRequest(as(s, alice), &orchestratorv1.SubmitToolRequestRequest{
+	req, err := c.Orchestrator.SubmitToolRequest(testkit.As(s, alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task.GetTask().GetId(), ProviderCallId: "call-1", Capability: "render_preview",
 		Arguments: scenario.MustStruct(map[string]any{"document_revision": 31, "profile": 4}), DocumentDigest: documentDigest,
 	})
@@ -105,16 +103,20 @@ func TestForgedReceiptIsRefusedAndNeverTrusted(t *testing.T) {
 	}
 	approved := make(chan error, 1)
 	go func() {
-		_, err := c.Orchestrator.Approve(as(s, bob), &orchestratorv1.ApproveRequest{RequestId: req.GetId(), DocumentDigest: documentDigest})
+		_, err := c.Orchestrator.Approve(testkit.As(s, bob), &orchestratorv1.ApproveRequest{RequestId: req.GetId(), DocumentDigest: documentDigest})
 		approved <- err
 	}()
-	for _, renders := r.calls(t); renders == 0; _, renders = r.calls(t) {
+	testkit.Eventually(t, "the render starts", func() bool {
+		if _, renders := r.calls(t); renders > 0 {
+			return true
+		}
 		select {
 		case err := <-approved:
 			t.Fatalf("approval returned before the render was held open: %v", err)
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-	}
+		return false
+	})
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +129,7 @@ func TestForgedReceiptIsRefusedAndNeverTrusted(t *testing.T) {
 			IdempotencyKey: req.GetIntentId(), TaskId: task.GetTask().GetId(), AttemptId: "att_forged", ArtifactDigest: forgedDigest, Attestation: attestation,
 		}}
 	}
-	if _, err := s.Evidence.RecordReceipt(as(s, mallory), forged("")); !apierror.Is(err, codes.PermissionDenied, "PEER_NOT_ALLOWED") {
+	if _, err := s.Evidence.RecordReceipt(testkit.As(s, mallory), forged("")); !apierror.Is(err, codes.PermissionDenied, "PEER_NOT_ALLOWED") {
 		t.Errorf("RecordReceipt with a token in every group: %v, want PEER_NOT_ALLOWED", err)
 	}
 	adapterPeer, err := s.PeerClients(suite.Adapter)
@@ -170,15 +172,16 @@ func TestForgedReceiptIsRefusedAndNeverTrusted(t *testing.T) {
 	startOrchestratorProcess(t, s, dataDir, addr)
 	waitServing(t, s, c.Orchestrator)
 	var got *orchestratorv1.ToolRequest
-	for deadline := time.Now().Add(60 * time.Second); got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED; time.Sleep(100 * time.Millisecond) {
-		got, err = c.Orchestrator.GetRequest(as(s, alice), &orchestratorv1.GetRequestRequest{Id: req.GetId()})
+	testkit.Eventually(t, "the restarted orchestrator recovers the request to EXECUTED", func() bool {
+		got, err = c.Orchestrator.GetRequest(testkit.As(s, alice), &orchestratorv1.GetRequestRequest{Id: req.GetId()})
 		if err != nil && apierror.Code(err) != codes.Unavailable {
 			t.Fatal(err)
 		}
-		if got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED || time.Now().After(deadline) {
+		if got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED {
 			t.Fatalf("recovered request = %v", got)
 		}
-	}
+		return got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
+	})
 	artifacts := r.artifacts(t)
 	if len(artifacts) != 1 || got.GetArtifactDigest() != "sha256:"+strings.TrimSuffix(artifacts[0], ".html") {
 		t.Errorf("executed with artifact %s; the renderer holds %v", got.GetArtifactDigest(), artifacts)

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/testkit"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
 
@@ -95,10 +96,10 @@ func TestReconnaissanceNeedsARole(t *testing.T) {
 	}
 	for _, p := range strangers {
 		for _, rd := range reads {
-			t.Run(p.id+"/"+rd.name, func(t *testing.T) {
-				err := rd.call(as(s, p))
+			t.Run(p.ID+"/"+rd.name, func(t *testing.T) {
+				err := rd.call(testkit.As(s, p))
 				if !apierror.Is(err, codes.PermissionDenied, "ROLE_NOT_GRANTED") {
-					t.Fatalf("%s by %s: %v, want PERMISSION_DENIED ROLE_NOT_GRANTED", rd.name, p.id, err)
+					t.Fatalf("%s by %s: %v, want PERMISSION_DENIED ROLE_NOT_GRANTED", rd.name, p.ID, err)
 				}
 				// The refusal names the action, not what it protects.
 				if strings.Contains(err.Error(), v0m3Bin) || strings.Contains(err.Error(), "fixture-renderer") {
@@ -109,20 +110,20 @@ func TestReconnaissanceNeedsARole(t *testing.T) {
 	}
 	for _, p := range []person{ivan, rita, audrey} {
 		for _, rd := range reads {
-			t.Run(p.id+"/"+rd.name, func(t *testing.T) {
-				if err := rd.call(as(s, p)); err != nil {
-					t.Fatalf("%s by %s: %v", rd.name, p.id, err)
+			t.Run(p.ID+"/"+rd.name, func(t *testing.T) {
+				if err := rd.call(testkit.As(s, p)); err != nil {
+					t.Fatalf("%s by %s: %v", rd.name, p.ID, err)
 				}
 			})
 		}
 	}
 	// The declared product contracts stay readable to every caller: a
 	// product service needs the profiles it starts tasks with.
-	if l, err := s.Registry.ListTaskProfiles(as(s, person{"nobody@example", nil}), &registryv1.ListTaskProfilesRequest{}); err != nil || len(l.GetProfiles()) == 0 {
+	if l, err := s.Registry.ListTaskProfiles(testkit.As(s, person{"nobody@example", nil}), &registryv1.ListTaskProfilesRequest{}); err != nil || len(l.GetProfiles()) == 0 {
 		t.Errorf("task profiles for a caller in no group: %v, %v", l, err)
 	}
 	// The refused reads changed nothing: one connection, one mapping.
-	conns, err := s.Registry.ListConnections(as(s, audrey), &registryv1.ListConnectionsRequest{})
+	conns, err := s.Registry.ListConnections(testkit.As(s, audrey), &registryv1.ListConnectionsRequest{})
 	if err != nil || len(conns.GetConnections()) != 1 {
 		t.Fatalf("connections after the attack: %v, %v", conns, err)
 	}

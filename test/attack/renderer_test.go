@@ -96,7 +96,7 @@ func newRenderer(t *testing.T, s *suite.Suite, c suite.Clients, mapped bool, arg
 	t.Helper()
 	dir := testkit.WritableDir(t)
 	r := &rendererEnv{workDir: filepath.Join(dir, "work"), callLog: filepath.Join(dir, "calls.jsonl")}
-	conn, err := c.Registry.CreateConnection(as(s, ivan), &registryv1.CreateConnectionRequest{
+	conn, err := c.Registry.CreateConnection(testkit.As(s, ivan), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Renderer", Owner: "platform-team", CredentialScope: "local renderer; no credential",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{
 			Command: v0m3Bin,
@@ -112,11 +112,11 @@ func newRenderer(t *testing.T, s *suite.Suite, c suite.Clients, mapped bool, arg
 	if !mapped {
 		return r
 	}
-	snap, err := c.Adapter.Discover(as(s, ivan), &adapterv1.DiscoverRequest{ConnectionId: r.conn.GetId()})
+	snap, err := c.Adapter.Discover(testkit.As(s, ivan), &adapterv1.DiscoverRequest{ConnectionId: r.conn.GetId()})
 	if err != nil {
 		t.Fatalf("discover renderer: %v", err)
 	}
-	m, err := c.Registry.ProposeMapping(as(s, ivan), &registryv1.ProposeMappingRequest{
+	m, err := c.Registry.ProposeMapping(testkit.As(s, ivan), &registryv1.ProposeMappingRequest{
 		Capability: "render_preview", ConnectionId: r.conn.GetId(), SnapshotId: snap.GetId(),
 		Target: &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: renderer.ToolRender},
 		ArgumentMap: []*registryv1.ArgumentBinding{
@@ -130,10 +130,10 @@ func newRenderer(t *testing.T, s *suite.Suite, c suite.Clients, mapped bool, arg
 	if err != nil {
 		t.Fatalf("propose render mapping: %v", err)
 	}
-	if r.mapping, err = c.Registry.ReviewMapping(as(s, rita), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil {
+	if r.mapping, err = c.Registry.ReviewMapping(testkit.As(s, rita), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil {
 		t.Fatalf("review render mapping: %v", err)
 	}
-	if r.conn, err = c.Registry.GetConnection(as(s, ivan), &registryv1.GetConnectionRequest{Id: r.conn.GetId()}); err != nil {
+	if r.conn, err = c.Registry.GetConnection(testkit.As(s, ivan), &registryv1.GetConnectionRequest{Id: r.conn.GetId()}); err != nil {
 		t.Fatal(err)
 	}
 	return r

@@ -53,7 +53,7 @@ func TestResourceReadIsTheHandlesTarget(t *testing.T) {
 	t.Parallel()
 	s := startServices(t)
 	callLog := filepath.Join(testkit.WritableDir(t), "notes.jsonl")
-	conn, err := s.Registry.CreateConnection(as(s, ivan), &registryv1.CreateConnectionRequest{
+	conn, err := s.Registry.CreateConnection(testkit.As(s, ivan), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin, "--call-log", callLog),
 	})
 	if err != nil {
@@ -62,14 +62,14 @@ func TestResourceReadIsTheHandlesTarget(t *testing.T) {
 	if conn, err = s.ApproveConnection(context.Background(), conn); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := s.Adapter.Discover(as(s, ivan), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	snap, err := s.Adapter.Discover(testkit.As(s, ivan), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The mapping's reviewed resource is one note; the task may read
 	// another.
 	rateLimits, changelog, faq := fixture.URIPrefix+"rate-limits", fixture.URIPrefix+"changelog", fixture.URIPrefix+"migration-faq"
-	m, err := s.Registry.ProposeMapping(as(s, ivan), &registryv1.ProposeMappingRequest{
+	m, err := s.Registry.ProposeMapping(testkit.As(s, ivan), &registryv1.ProposeMappingRequest{
 		Capability: "retrieve_authorized_source", ConnectionId: conn.GetId(), SnapshotId: snap.GetId(),
 		Target:      &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_RESOURCE, Name: rateLimits},
 		ArgumentMap: []*registryv1.ArgumentBinding{{RemoteField: "uri", ProductField: "source", FromHandle: true}},
@@ -78,11 +78,11 @@ func TestResourceReadIsTheHandlesTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, err = s.Registry.ReviewMapping(as(s, rita), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil {
+	if m, err = s.Registry.ReviewMapping(testkit.As(s, rita), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil {
 		t.Fatal(err)
 	}
 
-	task, err := s.Orchestrator.StartTask(as(s, alice), &orchestratorv1.StartTaskRequest{
+	task, err := s.Orchestrator.StartTask(testkit.As(s, alice), &orchestratorv1.StartTaskRequest{
 		Profile: "source_review", Purpose: "review the changelog claims",
 		SourceScope: []*orchestratorv1.SourceRef{{Uri: changelog, Title: "Changelog"}},
 	})
@@ -93,7 +93,7 @@ func TestResourceReadIsTheHandlesTarget(t *testing.T) {
 	if handle == "" {
 		t.Fatalf("no Changelog handle in %v", task.GetCatalogue())
 	}
-	got, err := s.Orchestrator.SubmitToolRequest(as(s, alice), &orchestratorv1.SubmitToolRequestRequest{
+	got, err := s.Orchestrator.SubmitToolRequest(testkit.As(s, alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task.GetTask().GetId(), ProviderCallId: "call-1", Capability: "retrieve_authorized_source",
 		Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": "what changed"}),
 	})

@@ -48,8 +48,8 @@ func refusedUnreviewed(t *testing.T, s *suite.Suite, who person, conn *registryv
 		name string
 		call func() error
 	}{
-		{"Discover by " + who.id, func() error {
-			_, err := s.Adapter.Discover(as(s, who), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+		{"Discover by " + who.ID, func() error {
+			_, err := s.Adapter.Discover(testkit.As(s, who), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 			return err
 		}},
 		{"Discover by the operator", func() error {
@@ -80,7 +80,7 @@ func refusedUnreviewed(t *testing.T, s *suite.Suite, who person, conn *registryv
 			t.Fatalf("%s of unreviewed %s reached the server", c.name, conn.GetId())
 		}
 	}
-	snaps, err := s.Registry.ListSnapshots(as(s, rita), &registryv1.ListSnapshotsRequest{ConnectionId: conn.GetId()})
+	snaps, err := s.Registry.ListSnapshots(testkit.As(s, rita), &registryv1.ListSnapshotsRequest{ConnectionId: conn.GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,13 +93,13 @@ func refusedUnreviewed(t *testing.T, s *suite.Suite, who person, conn *registryv
 
 func review(t *testing.T, s *suite.Suite, who person, conn *registryv1.Connection, approve bool) (*registryv1.Connection, error) {
 	t.Helper()
-	return s.Registry.ReviewConnection(as(s, who), &registryv1.ReviewConnectionRequest{
-		ConnectionId: conn.GetId(), ConfigRevision: conn.GetConfigRevision(), Approve: approve, Note: "reviewed by " + who.id})
+	return s.Registry.ReviewConnection(testkit.As(s, who), &registryv1.ReviewConnectionRequest{
+		ConnectionId: conn.GetId(), ConfigRevision: conn.GetConfigRevision(), Approve: approve, Note: "reviewed by " + who.ID})
 }
 
 func wantState(t *testing.T, s *suite.Suite, id string, want registryv1.ReviewState, wantReviewer string) *registryv1.Connection {
 	t.Helper()
-	c, err := s.Registry.GetConnection(as(s, rita), &registryv1.GetConnectionRequest{Id: id})
+	c, err := s.Registry.GetConnection(testkit.As(s, rita), &registryv1.GetConnectionRequest{Id: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +119,13 @@ func TestUnreviewedStdioNeverStarts(t *testing.T) {
 	dir := testkit.WritableDir(t)
 	first, second := filepath.Join(dir, "first"), filepath.Join(dir, "second")
 
-	conn, err := s.Registry.CreateConnection(as(s, pat), &registryv1.CreateConnectionRequest{
+	conn, err := s.Registry.CreateConnection(testkit.As(s, pat), &registryv1.CreateConnectionRequest{
 		DisplayName: "notes over stdio", Owner: "platform", Transport: markingStdio(first)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if conn.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_PENDING || conn.GetCreatedBy() != pat.id || conn.GetProposedBy() != pat.id {
-		t.Fatalf("created %v by %q proposed by %q; want PENDING, both %s from the token", conn.GetReviewState(), conn.GetCreatedBy(), conn.GetProposedBy(), pat.id)
+	if conn.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_PENDING || conn.GetCreatedBy() != pat.ID || conn.GetProposedBy() != pat.ID {
+		t.Fatalf("created %v by %q proposed by %q; want PENDING, both %s from the token", conn.GetReviewState(), conn.GetCreatedBy(), conn.GetProposedBy(), pat.ID)
 	}
 	refusedUnreviewed(t, s, pat, conn, func() bool { return !exists(first) })
 
@@ -144,7 +144,7 @@ func TestUnreviewedStdioNeverStarts(t *testing.T) {
 	if conn, err = review(t, s, rita, conn, true); err != nil {
 		t.Fatalf("review by rita: %v", err)
 	}
-	if _, err := s.Adapter.Discover(as(s, pat), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
+	if _, err := s.Adapter.Discover(testkit.As(s, pat), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
 		t.Fatalf("discover after review: %v", err)
 	}
 	if !exists(first) {
@@ -152,13 +152,13 @@ func TestUnreviewedStdioNeverStarts(t *testing.T) {
 	}
 
 	// A change of what runs is pending again, proposed by whoever made it.
-	conn, err = s.Registry.UpdateConnection(as(s, pat), &registryv1.UpdateConnectionRequest{
+	conn, err = s.Registry.UpdateConnection(testkit.As(s, pat), &registryv1.UpdateConnectionRequest{
 		Id: conn.GetId(), ExpectedConfigRevision: conn.GetConfigRevision(), Transport: markingStdio(second), Reason: "new marker"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if conn.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_PENDING || conn.GetConfigRevision() != 2 || conn.GetProposedBy() != pat.id {
-		t.Fatalf("after a command change: %v at revision %d proposed by %q, want PENDING at 2 by %s", conn.GetReviewState(), conn.GetConfigRevision(), conn.GetProposedBy(), pat.id)
+	if conn.GetReviewState() != registryv1.ReviewState_REVIEW_STATE_PENDING || conn.GetConfigRevision() != 2 || conn.GetProposedBy() != pat.ID {
+		t.Fatalf("after a command change: %v at revision %d proposed by %q, want PENDING at 2 by %s", conn.GetReviewState(), conn.GetConfigRevision(), conn.GetProposedBy(), pat.ID)
 	}
 	refusedUnreviewed(t, s, pat, conn, func() bool { return !exists(second) })
 	if _, err = review(t, s, pat, conn, true); !apierror.Is(err, codes.PermissionDenied, "SELF_REVIEW") {
@@ -167,12 +167,12 @@ func TestUnreviewedStdioNeverStarts(t *testing.T) {
 	if conn, err = review(t, s, rita, conn, true); err != nil {
 		t.Fatalf("review of revision 2: %v", err)
 	}
-	if _, err := s.Adapter.Discover(as(s, pat), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil || !exists(second) {
+	if _, err := s.Adapter.Discover(testkit.As(s, pat), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil || !exists(second) {
 		t.Fatalf("discover after the second review: %v (marker %v)", err, exists(second))
 	}
 
 	// Rotating the credential keeps the review.
-	conn, err = s.Registry.UpdateConnection(as(s, pat), &registryv1.UpdateConnectionRequest{
+	conn, err = s.Registry.UpdateConnection(testkit.As(s, pat), &registryv1.UpdateConnectionRequest{
 		Id: conn.GetId(), ExpectedConfigRevision: conn.GetConfigRevision(), Transport: conn.GetTransport(),
 		CredentialScope: "read-only notes", CredentialVersion: "2", Reason: "credential rotation"})
 	if err != nil {
@@ -182,7 +182,7 @@ func TestUnreviewedStdioNeverStarts(t *testing.T) {
 		t.Fatalf("after a credential rotation: revision %d %v (reviewed at %d), want 3 APPROVED (reviewed at 2)",
 			conn.GetConfigRevision(), conn.GetReviewState(), conn.GetReviewedConfigRevision())
 	}
-	if _, err := s.Adapter.Discover(as(s, pat), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
+	if _, err := s.Adapter.Discover(testkit.As(s, pat), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
 		t.Fatalf("discover after a credential rotation: %v", err)
 	}
 }
@@ -217,7 +217,7 @@ func TestUnreviewedEndpointNeverContacted(t *testing.T) {
 	}
 	untouched := func(n int64) func() bool { return func() bool { return count.n.Load() == n } }
 
-	conn, err := s.Registry.CreateConnection(as(s, ivan), &registryv1.CreateConnectionRequest{
+	conn, err := s.Registry.CreateConnection(testkit.As(s, ivan), &registryv1.CreateConnectionRequest{
 		DisplayName: "notes over http", Owner: "platform", Transport: endpoint("/mcp")})
 	if err != nil {
 		t.Fatal(err)
@@ -226,14 +226,14 @@ func TestUnreviewedEndpointNeverContacted(t *testing.T) {
 	if conn, err = review(t, s, rita, conn, true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Adapter.Discover(as(s, ivan), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
+	if _, err := s.Adapter.Discover(testkit.As(s, ivan), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err != nil {
 		t.Fatalf("discover after review: %v", err)
 	}
 	if count.n.Load() == 0 {
 		t.Fatal("discovery of the approved endpoint sent nothing: the counter proves nothing")
 	}
 
-	conn, err = s.Registry.UpdateConnection(as(s, ivan), &registryv1.UpdateConnectionRequest{
+	conn, err = s.Registry.UpdateConnection(testkit.As(s, ivan), &registryv1.UpdateConnectionRequest{
 		Id: conn.GetId(), ExpectedConfigRevision: conn.GetConfigRevision(), Transport: endpoint("/elsewhere"), Reason: "moved"})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/v0m3/v0m3/demo/scenario"
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/suite"
@@ -66,13 +67,13 @@ func TestScopeIsWhatTheRequesterMayRead(t *testing.T) {
 		}
 		t.Cleanup(s.Close)
 		for _, who := range []person{{"mallory", nil}, {"auditor", []string{"auditors"}}, ivan} {
-			_, err := s.Orchestrator.StartTask(as(s, who), &orchestratorv1.StartTaskRequest{Profile: "source_review", SourceScope: []*orchestratorv1.SourceRef{faq}})
+			_, err := s.Orchestrator.StartTask(testkit.As(s, who), &orchestratorv1.StartTaskRequest{Profile: "source_review", SourceScope: []*orchestratorv1.SourceRef{faq}})
 			if !apierror.Is(err, codes.PermissionDenied, "SCOPE_NOT_AUTHORIZED") || !slices.Equal(apierror.Fields(err), []string{"source_scope[0].uri"}) {
-				t.Errorf("%s scoping a task to a source: %v (fields %v)", who.id, err, apierror.Fields(err))
+				t.Errorf("%s scoping a task to a source: %v (fields %v)", who.ID, err, apierror.Fields(err))
 			}
 		}
 		noTasks(t, s)
-		if _, err := s.Orchestrator.StartTask(as(s, alice), &orchestratorv1.StartTaskRequest{Profile: "source_review", SourceScope: []*orchestratorv1.SourceRef{faq}}); err != nil {
+		if _, err := s.Orchestrator.StartTask(testkit.As(s, alice), &orchestratorv1.StartTaskRequest{Profile: "source_review", SourceScope: []*orchestratorv1.SourceRef{faq}}); err != nil {
 			t.Fatalf("an author scoping a task to a source: %v", err)
 		}
 	})
@@ -103,7 +104,7 @@ func TestScopeIsWhatTheRequesterMayRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		aliceTok, err := s.Dev.Issuer.Mint(alice.id, alice.groups, time.Minute)
+		aliceTok, err := s.Dev.Issuer.Mint(alice.ID, alice.Groups, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,9 +122,9 @@ func TestScopeIsWhatTheRequesterMayRead(t *testing.T) {
 			field     string
 			principal string
 		}{
-			{"an author naming an HR file after a note", as(s, alice), scope([]*orchestratorv1.SourceRef{faq, salaries}), "source_scope[1].uri", alice.id},
-			{"an author naming a destination", as(s, alice), scope([]*orchestratorv1.SourceRef{faq}, docs), "destination_scope[0].uri", alice.id},
-			{"a service for a user who may not read it", identity.WithUserToken(writer, aliceTok), forUser(alice.id, scope([]*orchestratorv1.SourceRef{salaries})), "source_scope[0].uri", alice.id},
+			{"an author naming an HR file after a note", testkit.As(s, alice), scope([]*orchestratorv1.SourceRef{faq, salaries}), "source_scope[1].uri", alice.ID},
+			{"an author naming a destination", testkit.As(s, alice), scope([]*orchestratorv1.SourceRef{faq}, docs), "destination_scope[0].uri", alice.ID},
+			{"a service for a user who may not read it", identity.WithUserToken(writer, aliceTok), forUser(alice.ID, scope([]*orchestratorv1.SourceRef{salaries})), "source_scope[0].uri", alice.ID},
 			{"a service that may not reach what its user may read", identity.WithUserToken(writer, harriet), forUser("harriet", scope([]*orchestratorv1.SourceRef{salaries})), "source_scope[0].uri", "writer-service"},
 		} {
 			_, err := s.Orchestrator.StartTask(tc.ctx, tc.req)
@@ -135,13 +136,13 @@ func TestScopeIsWhatTheRequesterMayRead(t *testing.T) {
 		noTasks(t, s)
 
 		// What each may read, they get.
-		if _, err := s.Orchestrator.StartTask(as(s, alice), scope([]*orchestratorv1.SourceRef{faq})); err != nil {
+		if _, err := s.Orchestrator.StartTask(testkit.As(s, alice), scope([]*orchestratorv1.SourceRef{faq})); err != nil {
 			t.Errorf("alice scoping a task to a note: %v", err)
 		}
 		if _, err := s.Orchestrator.StartTask(s.As(ctx, "harriet", "hr"), scope([]*orchestratorv1.SourceRef{salaries})); err != nil {
 			t.Errorf("harriet scoping a task to an HR file: %v", err)
 		}
-		if _, err := s.Orchestrator.StartTask(identity.WithUserToken(writer, aliceTok), forUser(alice.id, scope([]*orchestratorv1.SourceRef{faq}))); err != nil {
+		if _, err := s.Orchestrator.StartTask(identity.WithUserToken(writer, aliceTok), forUser(alice.ID, scope([]*orchestratorv1.SourceRef{faq}))); err != nil {
 			t.Errorf("a service scoping alice's task to a note: %v", err)
 		}
 	})

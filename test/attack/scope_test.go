@@ -11,6 +11,7 @@ import (
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/testkit"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	"github.com/v0m3/v0m3/services/policy"
@@ -37,7 +38,7 @@ func TestHandlesOnlyForTheTaskScope(t *testing.T) {
 	orch := peers(t, s, identity.Orchestrator)
 
 	// Starting a task registers its requester and scope with policy.
-	started, err := s.Orchestrator.StartTask(as(s, alice), &orchestratorv1.StartTaskRequest{
+	started, err := s.Orchestrator.StartTask(testkit.As(s, alice), &orchestratorv1.StartTaskRequest{
 		Profile: "source_review", Purpose: "review the migration sources",
 		SourceScope: []*orchestratorv1.SourceRef{{Uri: inScope, Title: "API migration guide"}},
 	})
@@ -59,29 +60,29 @@ func TestHandlesOnlyForTheTaskScope(t *testing.T) {
 		wantCode   codes.Code
 		wantReason string
 	}{
-		{"orchestrator mints outside the scope", mint(context.Background(), orch.Policy, task, alice.id, outOfScope),
+		{"orchestrator mints outside the scope", mint(context.Background(), orch.Policy, task, alice.ID, outOfScope),
 			codes.PermissionDenied, "HANDLE_TARGET_OUT_OF_SCOPE"},
 		{"orchestrator mints for another requester", mint(context.Background(), orch.Policy, task, "mallory", inScope),
 			codes.PermissionDenied, "TASK_REQUESTER_MISMATCH"},
-		{"orchestrator mints for a task never started", mint(context.Background(), orch.Policy, "task_forged", alice.id, inScope),
+		{"orchestrator mints for a task never started", mint(context.Background(), orch.Policy, "task_forged", alice.ID, inScope),
 			codes.FailedPrecondition, "TASK_NOT_REGISTERED"},
 		{"the scope is widened afterwards", func() error {
 			_, err := orch.Policy.RegisterTask(context.Background(), &policyv1.RegisterTaskRequest{
-				TaskId: task, Requester: alice.id, SourceScope: []string{inScope, outOfScope}})
+				TaskId: task, Requester: alice.ID, SourceScope: []string{inScope, outOfScope}})
 			return err
 		}(), codes.AlreadyExists, "TASK_ALREADY_REGISTERED"},
-		{"a person mints directly", mint(as(s, alice), s.Policy, task, alice.id, inScope),
+		{"a person mints directly", mint(testkit.As(s, alice), s.Policy, task, alice.ID, inScope),
 			codes.PermissionDenied, "PEER_NOT_ALLOWED"},
 		{"a person registers a task", func() error {
-			_, err := s.Policy.RegisterTask(as(s, alice), &policyv1.RegisterTaskRequest{
-				TaskId: "task_mine", Requester: alice.id, SourceScope: []string{outOfScope}})
+			_, err := s.Policy.RegisterTask(testkit.As(s, alice), &policyv1.RegisterTaskRequest{
+				TaskId: "task_mine", Requester: alice.ID, SourceScope: []string{outOfScope}})
 			return err
 		}(), codes.PermissionDenied, "PEER_NOT_ALLOWED"},
-		{"the adapter mints", mint(context.Background(), peers(t, s, identity.Adapter).Policy, task, alice.id, inScope),
+		{"the adapter mints", mint(context.Background(), peers(t, s, identity.Adapter).Policy, task, alice.ID, inScope),
 			codes.PermissionDenied, "PEER_NOT_ALLOWED"},
 		{"the adapter registers a task", func() error {
 			_, err := peers(t, s, identity.Adapter).Policy.RegisterTask(context.Background(), &policyv1.RegisterTaskRequest{
-				TaskId: "task_adapter", Requester: alice.id, SourceScope: []string{outOfScope}})
+				TaskId: "task_adapter", Requester: alice.ID, SourceScope: []string{outOfScope}})
 			return err
 		}(), codes.PermissionDenied, "PEER_NOT_ALLOWED"},
 	}
@@ -91,7 +92,7 @@ func TestHandlesOnlyForTheTaskScope(t *testing.T) {
 		}
 	}
 	// In scope, for the requester, by the orchestrator: minted.
-	if err := mint(context.Background(), orch.Policy, task, alice.id, inScope); err != nil {
+	if err := mint(context.Background(), orch.Policy, task, alice.ID, inScope); err != nil {
 		t.Fatalf("in-scope mint: %v", err)
 	}
 
@@ -112,7 +113,7 @@ func TestHandlesOnlyForTheTaskScope(t *testing.T) {
 			t.Errorf("a refused registration was stored: %v", ts)
 		}
 	}
-	if ts, err := st.GetTaskScope(context.Background(), task); err != nil || len(ts.GetSourceScope()) != 1 || ts.GetSourceScope()[0] != inScope || ts.GetRequester() != alice.id {
+	if ts, err := st.GetTaskScope(context.Background(), task); err != nil || len(ts.GetSourceScope()) != 1 || ts.GetSourceScope()[0] != inScope || ts.GetRequester() != alice.ID {
 		t.Errorf("task %s scope = %v, %v; want alice with only %s", task, ts, err, inScope)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
@@ -35,7 +36,7 @@ func TestOnlyTheOperatorMovesTheServingRevision(t *testing.T) {
 	ts := httptest.NewServer(count)
 	t.Cleanup(ts.Close)
 	transport := &registryv1.Transport{Kind: &registryv1.Transport_StreamableHttp{StreamableHttp: &registryv1.StreamableHTTPTransport{Url: ts.URL + "/mcp"}}}
-	conn, err := s.Registry.CreateConnection(as(s, ivan), &registryv1.CreateConnectionRequest{
+	conn, err := s.Registry.CreateConnection(testkit.As(s, ivan), &registryv1.CreateConnectionRequest{
 		DisplayName: "notes over http", Owner: "platform", Transport: transport, CredentialScope: "read-only", CredentialVersion: "secret@1"})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func TestOnlyTheOperatorMovesTheServingRevision(t *testing.T) {
 	if _, err := review(t, s, rita, conn, true); err != nil {
 		t.Fatal(err)
 	}
-	rolling, err := s.Registry.UpdateConnection(as(s, ivan), &registryv1.UpdateConnectionRequest{
+	rolling, err := s.Registry.UpdateConnection(testkit.As(s, ivan), &registryv1.UpdateConnectionRequest{
 		Id: conn.GetId(), ExpectedConfigRevision: 1, Transport: transport, CredentialScope: "read-only", CredentialVersion: "secret@2", KeepServing: true})
 	if err != nil || rolling.GetServingConfigRevision() != 1 || rolling.GetConfigRevision() != 2 {
 		t.Fatalf("rotation keeping the serving revision: %v (serving %d of %d)", err, rolling.GetServingConfigRevision(), rolling.GetConfigRevision())
@@ -56,11 +57,11 @@ func TestOnlyTheOperatorMovesTheServingRevision(t *testing.T) {
 		report func(*registryv1.ReportRolloutRequest) error
 	}{
 		{"the integrator", func(r *registryv1.ReportRolloutRequest) error {
-			_, err := s.Registry.ReportRollout(as(s, ivan), r)
+			_, err := s.Registry.ReportRollout(testkit.As(s, ivan), r)
 			return err
 		}},
 		{"a reviewer", func(r *registryv1.ReportRolloutRequest) error {
-			_, err := s.Registry.ReportRollout(as(s, rita), r)
+			_, err := s.Registry.ReportRollout(testkit.As(s, rita), r)
 			return err
 		}},
 		{"the orchestrator", func(r *registryv1.ReportRolloutRequest) error {
@@ -78,7 +79,7 @@ func TestOnlyTheOperatorMovesTheServingRevision(t *testing.T) {
 			}
 		}
 	}
-	after, err := s.Registry.GetConnection(as(s, rita), &registryv1.GetConnectionRequest{Id: conn.GetId()})
+	after, err := s.Registry.GetConnection(testkit.As(s, rita), &registryv1.GetConnectionRequest{Id: conn.GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,17 +243,13 @@ func start(t *testing.T, addr, bin string, args ...string) {
 		t.Fatal(err)
 	}
 	stop(t, cmd)
-	for {
+	testkit.EventuallySucceeds(t, bin+" listens on "+addr, func() error {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
-			return
 		}
-		if t.Context().Err() != nil {
-			t.Fatalf("%s never listened on %s", bin, addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 func stop(t *testing.T, cmd *exec.Cmd) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/v0m3/v0m3/demo/scenario"
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/testkit"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 )
 
@@ -22,7 +23,7 @@ var approvingAuthor = scenario.Person{ID: "carol", Groups: []string{"authors", "
 
 func pendingIDs(t *testing.T, c stack, p scenario.Person, req *orchestratorv1.ListPendingApprovalsRequest) []string {
 	t.Helper()
-	r, err := c.Orchestrator.ListPendingApprovals(c.as(p), req)
+	r, err := c.Orchestrator.ListPendingApprovals(testkit.As(c, p), req)
 	if err != nil {
 		t.Fatalf("pending approvals for %s: %v", p.ID, err)
 	}
@@ -79,14 +80,14 @@ func TestPendingApprovalsCompleteAndAsync(t *testing.T) {
 	c := stackOf(s)
 	env := connectRenderer(t, c, "--delay", "2s")
 	aliceTask := startPreviewTask(t, c).GetTask().GetId()
-	carolStart, err := c.Orchestrator.StartTask(c.as(approvingAuthor), &orchestratorv1.StartTaskRequest{Profile: "preview", Purpose: "carol's preview"})
+	carolStart, err := c.Orchestrator.StartTask(testkit.As(c, approvingAuthor), &orchestratorv1.StartTaskRequest{Profile: "preview", Purpose: "carol's preview"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	carolTask := carolStart.GetTask().GetId()
 	aliceReq := submitPreview(t, c, aliceTask, "call-1")
 	args, _ := structpb.NewStruct(map[string]any{"document_revision": 31, "profile": 4})
-	carolReq, err := c.Orchestrator.SubmitToolRequest(c.as(approvingAuthor), &orchestratorv1.SubmitToolRequestRequest{
+	carolReq, err := c.Orchestrator.SubmitToolRequest(testkit.As(c, approvingAuthor), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: carolTask, ProviderCallId: "c-1", Capability: renderPreview, Arguments: args, DocumentDigest: documentDigest,
 	})
 	if err != nil || carolReq.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
@@ -116,7 +117,7 @@ func TestPendingApprovalsCompleteAndAsync(t *testing.T) {
 		})
 	}
 	// Paging on, with the approver's token: the second page.
-	first, err := c.Orchestrator.ListPendingApprovals(c.as(approver), &orchestratorv1.ListPendingApprovalsRequest{PageSize: 1})
+	first, err := c.Orchestrator.ListPendingApprovals(testkit.As(c, approver), &orchestratorv1.ListPendingApprovalsRequest{PageSize: 1})
 	if err != nil || first.GetNextPageToken() == "" {
 		t.Fatal(first, err)
 	}
@@ -125,7 +126,7 @@ func TestPendingApprovalsCompleteAndAsync(t *testing.T) {
 		t.Errorf("second page %v", second)
 	}
 	// Another caller may not use it.
-	if _, err := c.Orchestrator.ListPendingApprovals(c.as(approvingAuthor), &orchestratorv1.ListPendingApprovalsRequest{PageSize: 1, PageToken: first.GetNextPageToken()}); !apierror.Is(err, codes.InvalidArgument, "PAGE_TOKEN_FILTER_MISMATCH") {
+	if _, err := c.Orchestrator.ListPendingApprovals(testkit.As(c, approvingAuthor), &orchestratorv1.ListPendingApprovalsRequest{PageSize: 1, PageToken: first.GetNextPageToken()}); !apierror.Is(err, codes.InvalidArgument, "PAGE_TOKEN_FILTER_MISMATCH") {
 		t.Errorf("another caller's token = %v", err)
 	}
 	if _, err := c.Orchestrator.ListPendingApprovals(context.Background(), &orchestratorv1.ListPendingApprovalsRequest{}); apierror.Code(err) != codes.Unauthenticated {
@@ -133,14 +134,14 @@ func TestPendingApprovalsCompleteAndAsync(t *testing.T) {
 	}
 
 	// Approve alice's request without waiting for the render.
-	ctx, cancel := context.WithCancel(c.as(scenario.Alice))
+	ctx, cancel := context.WithCancel(testkit.As(c, scenario.Alice))
 	defer cancel()
 	stream, err := c.Orchestrator.WatchTask(ctx, &orchestratorv1.WatchTaskRequest{TaskId: aliceTask})
 	if err != nil {
 		t.Fatal(err)
 	}
 	startApprove := time.Now()
-	got, err := c.Orchestrator.Approve(c.as(approver), &orchestratorv1.ApproveRequest{RequestId: aliceReq.GetId(), DocumentDigest: documentDigest, ReturnImmediately: true})
+	got, err := c.Orchestrator.Approve(testkit.As(c, approver), &orchestratorv1.ApproveRequest{RequestId: aliceReq.GetId(), DocumentDigest: documentDigest, ReturnImmediately: true})
 	if err != nil || got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_APPROVED || got.GetApproval().GetApprover() != approver.ID {
 		t.Fatalf("approve, return immediately = %v, %v; want APPROVED", got.GetState(), err)
 	}
@@ -148,36 +149,36 @@ func TestPendingApprovalsCompleteAndAsync(t *testing.T) {
 		t.Errorf("approve with return_immediately took %v, longer than the renderer's 2 s reply delay", time.Since(startApprove))
 	}
 	// In flight: the task cannot be completed; nothing changes.
-	_, err = c.Orchestrator.CompleteTask(c.as(scenario.Alice), &orchestratorv1.CompleteTaskRequest{Id: aliceTask})
+	_, err = c.Orchestrator.CompleteTask(testkit.As(c, scenario.Alice), &orchestratorv1.CompleteTaskRequest{Id: aliceTask})
 	if !apierror.Is(err, codes.FailedPrecondition, "REQUESTS_IN_FLIGHT") || apierror.Info(err).GetMetadata()["request_ids"] != aliceReq.GetId() {
 		t.Fatalf("complete while in flight = %v, want FAILED_PRECONDITION REQUESTS_IN_FLIGHT naming %s", err, aliceReq.GetId())
 	}
-	if tk, err := c.Orchestrator.GetTask(c.as(scenario.Alice), &orchestratorv1.GetTaskRequest{Id: aliceTask}); err != nil || tk.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
+	if tk, err := c.Orchestrator.GetTask(testkit.As(c, scenario.Alice), &orchestratorv1.GetTaskRequest{Id: aliceTask}); err != nil || tk.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
 		t.Fatalf("after the refused completion the task is %v, %v", tk.GetState(), err)
 	}
 	seen := recvUntil(t, stream, aliceReq.GetId(), "request.executed")
 	if !slices.Contains(seen, "request.approved") || slices.Index(seen, "request.approved") > slices.Index(seen, "request.executed") {
 		t.Errorf("watched %v, want request.approved before request.executed", seen)
 	}
-	done, err := c.Orchestrator.GetRequest(c.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: aliceReq.GetId()})
+	done, err := c.Orchestrator.GetRequest(testkit.As(c, scenario.Alice), &orchestratorv1.GetRequestRequest{Id: aliceReq.GetId()})
 	if err != nil || done.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || done.GetArtifactDigest() == "" {
 		t.Fatalf("after the watched execution GetRequest = %v, %v", done.GetState(), err)
 	}
 
 	// Bob may not complete alice's task.
-	if _, err := c.Orchestrator.CompleteTask(c.as(scenario.Bob), &orchestratorv1.CompleteTaskRequest{Id: aliceTask}); apierror.Code(err) != codes.PermissionDenied {
+	if _, err := c.Orchestrator.CompleteTask(testkit.As(c, scenario.Bob), &orchestratorv1.CompleteTaskRequest{Id: aliceTask}); apierror.Code(err) != codes.PermissionDenied {
 		t.Errorf("bob completing alice's task = %v, want PERMISSION_DENIED", err)
 	}
 	// A second request waits for a person when alice completes: refused.
 	pending := submitPreview(t, c, aliceTask, "call-2")
-	completed, err := c.Orchestrator.CompleteTask(c.as(scenario.Alice), &orchestratorv1.CompleteTaskRequest{Id: aliceTask, Reason: "document published"})
+	completed, err := c.Orchestrator.CompleteTask(testkit.As(c, scenario.Alice), &orchestratorv1.CompleteTaskRequest{Id: aliceTask, Reason: "document published"})
 	if err != nil || completed.GetState() != orchestratorv1.TaskState_TASK_STATE_COMPLETED {
 		t.Fatalf("complete = %v, %v", completed.GetState(), err)
 	}
-	if again, err := c.Orchestrator.CompleteTask(c.as(scenario.Alice), &orchestratorv1.CompleteTaskRequest{Id: aliceTask}); err != nil || again.GetState() != orchestratorv1.TaskState_TASK_STATE_COMPLETED {
+	if again, err := c.Orchestrator.CompleteTask(testkit.As(c, scenario.Alice), &orchestratorv1.CompleteTaskRequest{Id: aliceTask}); err != nil || again.GetState() != orchestratorv1.TaskState_TASK_STATE_COMPLETED {
 		t.Errorf("completing again = %v, %v; want the completed task", again.GetState(), err)
 	}
-	if r, err := c.Orchestrator.GetRequest(c.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: pending.GetId()}); err != nil ||
+	if r, err := c.Orchestrator.GetRequest(testkit.As(c, scenario.Alice), &orchestratorv1.GetRequestRequest{Id: pending.GetId()}); err != nil ||
 		r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REFUSED || r.GetRefusalReason() != "TASK_COMPLETED" {
 		t.Errorf("the request waiting at completion = %v %q, %v; want REFUSED TASK_COMPLETED", r.GetState(), r.GetRefusalReason(), err)
 	}
@@ -185,7 +186,7 @@ func TestPendingApprovalsCompleteAndAsync(t *testing.T) {
 		t.Errorf("approving after completion = %v", err)
 	}
 	// New submissions are refused with a clear reason; nothing renders.
-	_, err = c.Orchestrator.SubmitToolRequest(c.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	_, err = c.Orchestrator.SubmitToolRequest(testkit.As(c, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: aliceTask, ProviderCallId: "call-3", Capability: renderPreview, Arguments: args, DocumentDigest: documentDigest,
 	})
 	if !apierror.Is(err, codes.FailedPrecondition, "TASK_NOT_ACTIVE") || apierror.Info(err).GetMetadata()["state"] != "completed" {
@@ -195,17 +196,17 @@ func TestPendingApprovalsCompleteAndAsync(t *testing.T) {
 		t.Errorf("%d renders, want 1 (only the approved request)", n)
 	}
 	// A completed task cannot be cancelled; a cancelled one not completed.
-	if _, err := c.Orchestrator.CancelTask(c.as(scenario.Alice), &orchestratorv1.CancelTaskRequest{Id: aliceTask}); !apierror.Is(err, codes.FailedPrecondition, "TASK_NOT_ACTIVE") {
+	if _, err := c.Orchestrator.CancelTask(testkit.As(c, scenario.Alice), &orchestratorv1.CancelTaskRequest{Id: aliceTask}); !apierror.Is(err, codes.FailedPrecondition, "TASK_NOT_ACTIVE") {
 		t.Errorf("cancel after completion = %v", err)
 	}
-	if _, err := c.Orchestrator.CancelTask(c.as(approvingAuthor), &orchestratorv1.CancelTaskRequest{Id: carolTask}); err != nil {
+	if _, err := c.Orchestrator.CancelTask(testkit.As(c, approvingAuthor), &orchestratorv1.CancelTaskRequest{Id: carolTask}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Orchestrator.CompleteTask(c.as(approvingAuthor), &orchestratorv1.CompleteTaskRequest{Id: carolTask}); !apierror.Is(err, codes.FailedPrecondition, "TASK_NOT_ACTIVE") {
+	if _, err := c.Orchestrator.CompleteTask(testkit.As(c, approvingAuthor), &orchestratorv1.CompleteTaskRequest{Id: carolTask}); !apierror.Is(err, codes.FailedPrecondition, "TASK_NOT_ACTIVE") {
 		t.Errorf("complete after cancel = %v", err)
 	}
 	// Listed by state.
-	r, err := c.Orchestrator.ListTasks(c.as(scenario.Alice), &orchestratorv1.ListTasksRequest{State: orchestratorv1.TaskState_TASK_STATE_COMPLETED})
+	r, err := c.Orchestrator.ListTasks(testkit.As(c, scenario.Alice), &orchestratorv1.ListTasksRequest{State: orchestratorv1.TaskState_TASK_STATE_COMPLETED})
 	if err != nil || len(r.GetTasks()) != 1 || r.GetTasks()[0].GetId() != aliceTask {
 		t.Errorf("completed tasks = %v, %v", r.GetTasks(), err)
 	}
@@ -225,7 +226,7 @@ func TestErrorModel(t *testing.T) {
 	id := task.GetTask().GetId()
 	handle := scenario.FindHandle(scenario.FindOffered(task.GetCatalogue(), scenario.Retrieve), "Migration FAQ")
 	foreign := scenario.FindHandle(scenario.FindOffered(other.GetCatalogue(), scenario.Retrieve), "Migration FAQ")
-	wctx, cancel := context.WithCancel(w.as(scenario.Alice))
+	wctx, cancel := context.WithCancel(testkit.As(w.s, scenario.Alice))
 	defer cancel()
 	stream, err := s.Orchestrator.WatchTask(wctx, &orchestratorv1.WatchTaskRequest{TaskId: id})
 	if err != nil {
@@ -254,7 +255,7 @@ func TestErrorModel(t *testing.T) {
 			codes.PermissionDenied, "", orchestratorv1.RequestState_REQUEST_STATE_REFUSED},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+			got, err := s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 				TaskId: id, ProviderCallId: "call/" + tc.name, Capability: tc.capability,
 				Arguments: scenario.MustStruct(tc.args), ReturnImmediately: tc.async,
 			})
@@ -270,7 +271,7 @@ func TestErrorModel(t *testing.T) {
 			} else if got.GetState() != tc.state {
 				t.Errorf("returned state %v, want %v", got.GetState(), tc.state)
 			}
-			rec, gerr := s.Orchestrator.GetRequest(w.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: requestID})
+			rec, gerr := s.Orchestrator.GetRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.GetRequestRequest{Id: requestID})
 			if gerr != nil {
 				t.Fatalf("GetRequest(%s): %v", requestID, gerr)
 			}
@@ -284,7 +285,7 @@ func TestErrorModel(t *testing.T) {
 				}
 				// Submitting the same call again: the same error, the same
 				// request.
-				_, again := s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+				_, again := s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 					TaskId: id, ProviderCallId: "call/" + tc.name, Capability: tc.capability,
 					Arguments: scenario.MustStruct(tc.args), ReturnImmediately: tc.async,
 				})
@@ -297,7 +298,7 @@ func TestErrorModel(t *testing.T) {
 			if tc.async {
 				// Followed to its end with WatchTask, then read.
 				recvUntil(t, stream, requestID, "request.executed")
-				if rec, gerr = s.Orchestrator.GetRequest(w.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: requestID}); gerr != nil {
+				if rec, gerr = s.Orchestrator.GetRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.GetRequestRequest{Id: requestID}); gerr != nil {
 					t.Fatal(gerr)
 				}
 				if rec.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || len(rec.GetExcerpts()) == 0 {
@@ -312,13 +313,13 @@ func TestErrorModel(t *testing.T) {
 	}
 	// Not recorded: a caller without authority gets no request id and
 	// leaves no request behind.
-	_, err = s.Orchestrator.SubmitToolRequest(w.as(scenario.Bob), &orchestratorv1.SubmitToolRequestRequest{
+	_, err = s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Bob), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: id, ProviderCallId: "bob", Capability: scenario.Retrieve, Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": "q"}),
 	})
 	if apierror.Code(err) != codes.PermissionDenied || apierror.Info(err).GetMetadata()["request_id"] != "" {
 		t.Errorf("bob submitting to alice's task = %v, want PERMISSION_DENIED without a request", err)
 	}
-	all, err := s.Orchestrator.ListRequests(w.as(scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: id})
+	all, err := s.Orchestrator.ListRequests(testkit.As(w.s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: id})
 	if err != nil {
 		t.Fatal(err)
 	}

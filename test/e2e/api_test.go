@@ -14,6 +14,7 @@ import (
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/paging"
 	"github.com/v0m3/v0m3/internal/redistest"
+	"github.com/v0m3/v0m3/internal/testkit"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -57,7 +58,7 @@ func taskIDs(ts []*orchestratorv1.Task) []string {
 // startAs starts a source-review task over the FAQ as p.
 func (w *world) startAs(p scenario.Person, purpose string) *orchestratorv1.StartTaskResponse {
 	w.t.Helper()
-	resp, err := w.s.Orchestrator.StartTask(w.as(p), &orchestratorv1.StartTaskRequest{
+	resp, err := w.s.Orchestrator.StartTask(testkit.As(w.s, p), &orchestratorv1.StartTaskRequest{
 		Profile: "source_review", Purpose: purpose, SourceScope: faqScope,
 	})
 	if err != nil {
@@ -80,14 +81,14 @@ func TestListTasksPagesAndFilters(t *testing.T) {
 	for i := range 2 {
 		bob = append(bob, w.startAs(scenario.Bob, fmt.Sprint("bob ", i)).GetTask().GetId())
 	}
-	if _, err := s.Orchestrator.CancelTask(w.as(scenario.Alice), &orchestratorv1.CancelTaskRequest{Id: alice[1]}); err != nil {
+	if _, err := s.Orchestrator.CancelTask(testkit.As(w.s, scenario.Alice), &orchestratorv1.CancelTaskRequest{Id: alice[1]}); err != nil {
 		t.Fatal(err)
 	}
 	list := func(p scenario.Person, req *orchestratorv1.ListTasksRequest) func(int32, string) ([]*orchestratorv1.Task, string, error) {
 		return func(size int32, tok string) ([]*orchestratorv1.Task, string, error) {
 			r := proto.Clone(req).(*orchestratorv1.ListTasksRequest)
 			r.PageSize, r.PageToken = size, tok
-			resp, err := s.Orchestrator.ListTasks(w.as(p), r)
+			resp, err := s.Orchestrator.ListTasks(testkit.As(w.s, p), r)
 			return resp.GetTasks(), resp.GetNextPageToken(), err
 		}
 	}
@@ -149,7 +150,7 @@ func TestListTasksPagesAndFilters(t *testing.T) {
 	} {
 		t.Run("refused/"+tc.name, func(t *testing.T) {
 			t.Parallel()
-			resp, err := s.Orchestrator.ListTasks(w.as(tc.as), tc.req)
+			resp, err := s.Orchestrator.ListTasks(testkit.As(w.s, tc.as), tc.req)
 			if !apierror.Is(err, tc.code, tc.reason) || len(resp.GetTasks()) != 0 {
 				t.Fatalf("got %d tasks, %v; want %v %s", len(resp.GetTasks()), err, tc.code, tc.reason)
 			}
@@ -177,14 +178,14 @@ func TestListsPageInEveryService(t *testing.T) {
 	}
 	// Two refused: a capability not offered.
 	for i := range 2 {
-		_, err := s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+		_, err := s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 			TaskId: id, ProviderCallId: fmt.Sprint("refused-", i), Capability: scenario.Deliver,
 		})
 		if !apierror.Is(err, codes.PermissionDenied, "CAPABILITY_NOT_OFFERED") {
 			t.Fatalf("deliver in a review task = %v", err)
 		}
 	}
-	integrator, alice, auditor := w.as(scenario.Integrator), w.as(scenario.Alice), w.as(scenario.Auditor)
+	integrator, alice, auditor := testkit.As(w.s, scenario.Integrator), testkit.As(w.s, scenario.Alice), testkit.As(w.s, scenario.Auditor)
 	ids := func(n int, id func(int) string) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -281,7 +282,7 @@ func TestListsPageInEveryService(t *testing.T) {
 		t.Errorf("a token of another state filter = %v, want %s", err, paging.ReasonPageTokenFilterMismatch)
 	}
 	// Bob may not list alice's requests.
-	if _, err := s.Orchestrator.ListRequests(w.as(scenario.Bob), &orchestratorv1.ListRequestsRequest{TaskId: id}); apierror.Code(err) != codes.PermissionDenied {
+	if _, err := s.Orchestrator.ListRequests(testkit.As(w.s, scenario.Bob), &orchestratorv1.ListRequestsRequest{TaskId: id}); apierror.Code(err) != codes.PermissionDenied {
 		t.Errorf("bob listing alice's requests = %v, want PERMISSION_DENIED", err)
 	}
 }
@@ -315,7 +316,7 @@ func testStartTaskIdempotent(t *testing.T, s *suite.Suite) {
 	w := &world{t: t, s: s}
 	w.connect(scenario.StdioFixture(v0m3Bin))
 	start := func(p scenario.Person, requestID, purpose string) (*orchestratorv1.StartTaskResponse, error) {
-		return s.Orchestrator.StartTask(w.as(p), &orchestratorv1.StartTaskRequest{
+		return s.Orchestrator.StartTask(testkit.As(w.s, p), &orchestratorv1.StartTaskRequest{
 			Profile: "source_review", Purpose: purpose, SourceScope: faqScope, RequestId: requestID,
 		})
 	}
@@ -362,7 +363,7 @@ func testStartTaskIdempotent(t *testing.T, s *suite.Suite) {
 		t.Fatalf("retrieve with the retried catalogue's handle = %v, %v", r.GetState(), err)
 	}
 	count := func(p scenario.Person) int {
-		r, err := s.Orchestrator.ListTasks(w.as(p), &orchestratorv1.ListTasksRequest{PageSize: paging.MaxSize})
+		r, err := s.Orchestrator.ListTasks(testkit.As(w.s, p), &orchestratorv1.ListTasksRequest{PageSize: paging.MaxSize})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -65,7 +65,7 @@ func TestTypedArgumentMapReadMultipleFiles(t *testing.T) {
 		t.Fatalf("start suite: %v", err)
 	}
 	t.Cleanup(s.Close)
-	integrator := as(s, scenario.Integrator)
+	integrator := testkit.As(s, scenario.Integrator)
 	conn, err := s.Connect(integrator, &registryv1.CreateConnectionRequest{
 		DisplayName: "server-filesystem", Owner: "platform-team",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: node, Args: []string{entry, root}}}},
@@ -117,13 +117,13 @@ func TestTypedArgumentMapReadMultipleFiles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("propose /paths/0: %v", err)
 	}
-	if m, err = s.Registry.ReviewMapping(as(s, scenario.Reviewer), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil ||
+	if m, err = s.Registry.ReviewMapping(testkit.As(s, scenario.Reviewer), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil ||
 		m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
 		t.Fatalf("review: %v, %v", m, err)
 	}
 
 	// A governed call: alice's task may read the guide, by handle.
-	task, err := s.Orchestrator.StartTask(as(s, scenario.Alice), &orchestratorv1.StartTaskRequest{
+	task, err := s.Orchestrator.StartTask(testkit.As(s, scenario.Alice), &orchestratorv1.StartTaskRequest{
 		//lint:ignore SA1019 profiles are read by StartTask once issue 13's planner lands; the kind names the same default profile.
 		Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "review the migration guide",
 		SourceScope: []*orchestratorv1.SourceRef{{Uri: path, Title: "Migration guide"}},
@@ -135,7 +135,7 @@ func TestTypedArgumentMapReadMultipleFiles(t *testing.T) {
 	if handle == "" {
 		t.Fatalf("no handle for the guide in %v", task.GetCatalogue())
 	}
-	req, err := s.Orchestrator.SubmitToolRequest(as(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	req, err := s.Orchestrator.SubmitToolRequest(testkit.As(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task.GetTask().GetId(), ProviderCallId: "call-1", Capability: scenario.Retrieve,
 		Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": "retry interval"}),
 	})
@@ -145,7 +145,7 @@ func TestTypedArgumentMapReadMultipleFiles(t *testing.T) {
 
 	// What was sent: the handle's target as a one-element array, in the
 	// protocol trace (never the handle token).
-	trace, err := s.Evidence.GetTrace(as(s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task.GetTask().GetId()})
+	trace, err := s.Evidence.GetTrace(testkit.As(s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task.GetTask().GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/v0m3/v0m3/demo/scenario"
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/testkit"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/suite"
@@ -51,7 +52,7 @@ func TestBudgetsThroughTheRealPolicy(t *testing.T) {
 			if md["budget"] != "task/"+task.GetTask().GetId() || md["dimension"] != tt.dimension {
 				t.Errorf("error names budget %q dimension %q, want task/%s %s", md["budget"], md["dimension"], task.GetTask().GetId(), tt.dimension)
 			}
-			reqs, err := s.Orchestrator.ListRequests(as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task.GetTask().GetId()})
+			reqs, err := s.Orchestrator.ListRequests(testkit.As(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task.GetTask().GetId()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,13 +32,6 @@ const checkCitation = "check_citation"
 // docsSite is the destination a citation task may name. Its URI never
 // reaches the model; its title does.
 var docsSite = &orchestratorv1.SourceRef{Uri: "site://docs.example.com/guides/api-migration", Title: "Docs site: API migration guide"}
-
-// offsetClock is real time plus an offset a test moves forward: the policy
-// service's clock, so handles expire without the test waiting.
-type offsetClock struct{ offset atomic.Int64 }
-
-func (c *offsetClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *offsetClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // toolDefinitions turns a catalogue into what a model is given: one MCP
 // tool per offered capability, its input schema parsed and resolved by a
@@ -92,7 +84,7 @@ func modelCall(t *testing.T, w *world, rs *jsonschema.Resolved, task, call, tool
 	if err := rs.Validate(args); err != nil {
 		t.Fatalf("%s: the model's arguments %v do not validate against the tool's schema: %v", call, args, err)
 	}
-	return w.s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	return w.s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task, ProviderCallId: call, Capability: tool, Arguments: scenario.MustStruct(args),
 	})
 }
@@ -117,7 +109,9 @@ func TestCatalogueAsToolDefinitions(t *testing.T) {
 	if err := os.WriteFile(policyFile, defaultPolicy, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	clock := &offsetClock{}
+	// The policy service's clock: real time plus what the test advances,
+	// so handles expire without the test waiting.
+	clock := testkit.NewOffsetClock()
 	s, err := suite.Start(context.Background(), suite.Config{DataDir: dir, PolicyFile: policyFile, PolicyClock: clock.Now})
 	if err != nil {
 		t.Fatalf("start suite: %v", err)
@@ -126,7 +120,7 @@ func TestCatalogueAsToolDefinitions(t *testing.T) {
 	logPath := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
 	w := &world{t: t, s: s}
 	w.connect(scenario.StdioFixture(v0m3Bin, "--call-log", logPath))
-	platform := w.as(scenario.Integrator)
+	platform := testkit.As(w.s, scenario.Integrator)
 
 	// A platform team declares a capability whose handle fields are of two
 	// kinds, maps it onto the fixture's search (the source's target is the
@@ -180,7 +174,7 @@ func TestCatalogueAsToolDefinitions(t *testing.T) {
 		{Uri: scenario.MigrationFAQURI, Title: "Migration FAQ"},
 		{Uri: scenario.MigrationGuideURI, Title: "API migration guide"},
 	}
-	alice := w.as(scenario.Alice)
+	alice := testkit.As(w.s, scenario.Alice)
 	started, err := s.Orchestrator.StartTask(alice, &orchestratorv1.StartTaskRequest{
 		Profile: "citation_review", Purpose: "check the migration article's citations",
 		SourceScope: sources, DestinationScope: []*orchestratorv1.SourceRef{docsSite},
@@ -299,7 +293,7 @@ func TestCatalogueAsToolDefinitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []scenario.Person{scenario.Bob, approver} {
-		if _, err := s.Orchestrator.RefreshHandles(w.as(p), &orchestratorv1.RefreshHandlesRequest{TaskId: task}); apierror.Code(err) != codes.PermissionDenied {
+		if _, err := s.Orchestrator.RefreshHandles(testkit.As(w.s, p), &orchestratorv1.RefreshHandlesRequest{TaskId: task}); apierror.Code(err) != codes.PermissionDenied {
 			t.Errorf("RefreshHandles as %s: %v, want PERMISSION_DENIED", p.ID, err)
 		}
 	}
@@ -353,7 +347,7 @@ func TestCatalogueAsToolDefinitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	policyAdmin := scenario.Person{ID: "policy-admin", Groups: []string{"policy-admins"}}
-	if _, err := s.Policy.ReloadPolicy(w.as(policyAdmin), &policyv1.ReloadPolicyRequest{}); err != nil {
+	if _, err := s.Policy.ReloadPolicy(testkit.As(w.s, policyAdmin), &policyv1.ReloadPolicyRequest{}); err != nil {
 		t.Fatalf("reload policy: %v", err)
 	}
 	refreshed, err = s.Orchestrator.RefreshHandles(alice, &orchestratorv1.RefreshHandlesRequest{TaskId: task})

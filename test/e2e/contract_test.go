@@ -116,7 +116,7 @@ func TestErrorContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := s.Connect(w.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+	old, err := s.Connect(testkit.As(w.s, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "Old server", Owner: "platform-team",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: rawFixture, Args: []string{"--raw", "huge-version"}}}},
 	})
@@ -130,14 +130,14 @@ func TestErrorContract(t *testing.T) {
 	unknownName := strings.Repeat("f", 1_000_000)
 	submit := func(call string, args map[string]any) func(context.Context) (string, error) {
 		return func(context.Context) (string, error) {
-			r, err := w.s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+			r, err := w.s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 				TaskId: taskID, ProviderCallId: call, Capability: scenario.Retrieve, Arguments: scenario.MustStruct(args),
 			})
 			return r.GetId() + " " + r.GetState().String(), err
 		}
 	}
 	connections := func() int {
-		l, err := s.Registry.ListConnections(w.as(scenario.Integrator), &registryv1.ListConnectionsRequest{PageSize: 100})
+		l, err := s.Registry.ListConnections(testkit.As(w.s, scenario.Integrator), &registryv1.ListConnectionsRequest{PageSize: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +172,7 @@ func TestErrorContract(t *testing.T) {
 		{name: "a 1 MB unknown argument field name", call: submit("call/unknown", map[string]any{"source": handle, "query": "q", unknownName: 1}),
 			code: codes.InvalidArgument, reason: "UNKNOWN_ARGUMENT_FIELD", meta: map[string]string{"request_id": ""}},
 		{name: "registry: a 1 MB connection name", call: func(ctx context.Context) (string, error) {
-			_, err := s.Registry.CreateConnection(w.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+			_, err := s.Registry.CreateConnection(testkit.As(w.s, scenario.Integrator), &registryv1.CreateConnectionRequest{
 				DisplayName: mb, Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin),
 			})
 			return "", err
@@ -183,7 +183,7 @@ func TestErrorContract(t *testing.T) {
 			return ""
 		}},
 		{name: "registry: a 1 MB connection id", call: func(ctx context.Context) (string, error) {
-			_, err := s.Registry.GetConnection(w.as(scenario.Integrator), &registryv1.GetConnectionRequest{Id: mb})
+			_, err := s.Registry.GetConnection(testkit.As(w.s, scenario.Integrator), &registryv1.GetConnectionRequest{Id: mb})
 			return "", err
 		}, code: codes.InvalidArgument, reason: "FIELD_TOO_LONG", meta: tooLong("id", "256")},
 		{name: "policy: a 1 MB charge idempotency key", call: func(ctx context.Context) (string, error) {
@@ -216,7 +216,7 @@ func TestErrorContract(t *testing.T) {
 			return "", err
 		}, code: codes.InvalidArgument, reason: "FIELD_TOO_LONG", meta: tooLong("task_id", "256")},
 		{name: "adapter: a server speaking an unsupported protocol version (1 MiB of it)", call: func(ctx context.Context) (string, error) {
-			_, err := s.Adapter.Discover(w.as(scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: old.GetId()})
+			_, err := s.Adapter.Discover(testkit.As(w.s, scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: old.GetId()})
 			return "", err
 		}, code: codes.FailedPrecondition, reason: "PROTOCOL_VERSION_UNSUPPORTED", meta: map[string]string{"server_version": ""}},
 	}
@@ -231,7 +231,7 @@ func TestErrorContract(t *testing.T) {
 	// A privileged action refused while Redis (and so evidence) is down
 	// is audited once evidence is back: its record waits, it is not lost.
 	downAt := time.Now()
-	_, err = s.Registry.CreateConnection(w.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+	_, err = s.Registry.CreateConnection(testkit.As(w.s, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "Down", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin),
 	})
 	if !apierror.Is(err, codes.Unavailable, apierror.ReasonStoreUnavailable) {
@@ -241,11 +241,11 @@ func TestErrorContract(t *testing.T) {
 	down := []contractRow{
 		{name: "orchestrator with Redis down: a submission", call: submit("call/redis", map[string]any{"source": handle, "query": "q"})},
 		{name: "orchestrator with Redis down: a task read", call: func(ctx context.Context) (string, error) {
-			_, err := s.Orchestrator.GetTask(w.as(scenario.Alice), &orchestratorv1.GetTaskRequest{Id: taskID})
+			_, err := s.Orchestrator.GetTask(testkit.As(w.s, scenario.Alice), &orchestratorv1.GetTaskRequest{Id: taskID})
 			return "", err
 		}},
 		{name: "registry with Redis down", call: func(ctx context.Context) (string, error) {
-			_, err := s.Registry.GetConnection(w.as(scenario.Integrator), &registryv1.GetConnectionRequest{Id: w.conn.GetId()})
+			_, err := s.Registry.GetConnection(testkit.As(w.s, scenario.Integrator), &registryv1.GetConnectionRequest{Id: w.conn.GetId()})
 			return "", err
 		}},
 		{name: "policy with Redis down", call: func(ctx context.Context) (string, error) {
@@ -269,7 +269,7 @@ func TestErrorContract(t *testing.T) {
 		testkit.Eventually(t, r.name+" answered once Redis is back", func() bool { _, err := r.call(context.Background()); return err == nil })
 	}
 	testkit.Eventually(t, "the audit record of the connection refused while Redis was down", func() bool {
-		l, err := s.Evidence.ListAuditRecords(w.as(scenario.Auditor), &evidencev1.ListAuditRecordsRequest{
+		l, err := s.Evidence.ListAuditRecords(testkit.As(w.s, scenario.Auditor), &evidencev1.ListAuditRecordsRequest{
 			Action: audit.ConnectionCreate, Principal: scenario.Integrator.ID, PageSize: 1000})
 		if err != nil {
 			return false
@@ -293,7 +293,7 @@ func TestErrorContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	fullRequests := func() string {
-		l, err := s.Orchestrator.ListRequests(w.as(scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: taskID, PageSize: 1000})
+		l, err := s.Orchestrator.ListRequests(testkit.As(w.s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: taskID, PageSize: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +307,7 @@ func TestErrorContract(t *testing.T) {
 	full := []contractRow{
 		{name: "orchestrator with Redis full: a submission", call: submit("call/full", map[string]any{"source": handle, "query": "q"}), left: fullRequests},
 		{name: "registry with Redis full: a new connection", call: func(ctx context.Context) (string, error) {
-			_, err := s.Registry.CreateConnection(w.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+			_, err := s.Registry.CreateConnection(testkit.As(w.s, scenario.Integrator), &registryv1.CreateConnectionRequest{
 				DisplayName: "Full", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin),
 			})
 			return "", err
@@ -337,7 +337,7 @@ func TestErrorContract(t *testing.T) {
 	// recorded.
 	fs := startSuite(t, t.TempDir())
 	fw := &world{t: t, s: fs}
-	fw.conn, err = fs.Connect(fw.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+	fw.conn, err = fs.Connect(testkit.As(fw.s, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "Hostile", Owner: "platform-team",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: rawFixture, Args: []string{"--hostile"}}}},
 	})
@@ -345,7 +345,7 @@ func TestErrorContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	fsnap := fw.discover()
-	fm, err := fs.Registry.ProposeMapping(fw.as(scenario.Integrator), &registryv1.ProposeMappingRequest{
+	fm, err := fs.Registry.ProposeMapping(testkit.As(fw.s, scenario.Integrator), &registryv1.ProposeMappingRequest{
 		Capability: scenario.Retrieve, ConnectionId: fw.conn.GetId(), SnapshotId: fsnap.GetId(),
 		Target:      &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: "notify_flood"},
 		ArgumentMap: []*registryv1.ArgumentBinding{{RemoteField: "count", Constant: structpb.NewNumberValue(5_000_000)}},
@@ -377,7 +377,7 @@ func TestErrorContract(t *testing.T) {
 	}
 	t.Cleanup(ds.Close)
 	contractRow{name: "orchestrator with policy unreachable: a task start", call: func(ctx context.Context) (string, error) {
-		_, err := ds.Orchestrator.StartTask(as(ds, scenario.Alice), &orchestratorv1.StartTaskRequest{
+		_, err := ds.Orchestrator.StartTask(testkit.As(ds, scenario.Alice), &orchestratorv1.StartTaskRequest{
 			Profile: "source_review", Purpose: "review", SourceScope: faqScope,
 		})
 		return "", err

@@ -71,17 +71,17 @@ func TestDeclaredReadProjectFileFromResources(t *testing.T) {
 			}
 			// The operator, not the test, puts them into the registry.
 			testkit.Eventually(t, "the operator registers read_project_file and project_reading", func() bool {
-				c, err := w.s.Registry.GetCapability(as(w.s, scenario.Alice), &registryv1.GetCapabilityRequest{Name: "read_project_file"})
+				c, err := w.s.Registry.GetCapability(testkit.As(w.s, scenario.Alice), &registryv1.GetCapabilityRequest{Name: "read_project_file"})
 				if err != nil {
 					return false
 				}
-				p, err := w.s.Registry.GetTaskProfile(as(w.s, scenario.Alice), &registryv1.GetTaskProfileRequest{Name: "project_reading"})
+				p, err := w.s.Registry.GetTaskProfile(testkit.As(w.s, scenario.Alice), &registryv1.GetTaskProfileRequest{Name: "project_reading"})
 				return err == nil && c.GetManagedBy() == "kubernetes/capabilities.v0m3.dev/read-project-file" &&
 					p.GetManagedBy() == "kubernetes/taskprofiles.v0m3.dev/project-reading"
 			})
 		},
 		start: func(w *npmWorld, scope *orchestratorv1.SourceRef) *orchestratorv1.StartTaskResponse {
-			resp, err := w.s.Orchestrator.StartTask(as(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{
+			resp, err := w.s.Orchestrator.StartTask(testkit.As(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{
 				Profile: "project_reading", Purpose: "check the rate limit claims", SourceScope: []*orchestratorv1.SourceRef{scope},
 			})
 			if err != nil {

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -60,13 +59,12 @@ func (w *world) restartFixture(args ...string) {
 }
 
 // as returns a context carrying p's bearer token for the world's suite.
-func (w *world) as(p scenario.Person) context.Context { return as(w.s, p) }
 
 func (w *world) connect(tr *registryv1.Transport) {
 	t := w.t
 	t.Helper()
 	var err error
-	w.conn, err = w.s.Connect(w.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+	w.conn, err = w.s.Connect(testkit.As(w.s, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: tr,
 	})
 	if err != nil {
@@ -79,7 +77,7 @@ func (w *world) connect(tr *registryv1.Transport) {
 
 func (w *world) discover() *registryv1.DiscoverySnapshot {
 	w.t.Helper()
-	snap, err := w.s.Adapter.Discover(w.as(scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: w.conn.GetId()})
+	snap, err := w.s.Adapter.Discover(testkit.As(w.s, scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: w.conn.GetId()})
 	if err != nil {
 		w.t.Fatalf("discover: %v", err)
 	}
@@ -91,7 +89,7 @@ func (w *world) discover() *registryv1.DiscoverySnapshot {
 // the source handle's target to "uri".
 func (w *world) propose(mappingID string, snap *registryv1.DiscoverySnapshot, tool, queryField string) *registryv1.Mapping {
 	w.t.Helper()
-	m, err := w.s.Registry.ProposeMapping(w.as(scenario.Integrator), &registryv1.ProposeMappingRequest{
+	m, err := w.s.Registry.ProposeMapping(testkit.As(w.s, scenario.Integrator), &registryv1.ProposeMappingRequest{
 		MappingId: mappingID, Capability: scenario.Retrieve, ConnectionId: w.conn.GetId(), SnapshotId: snap.GetId(),
 		Target: &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: tool},
 		ArgumentMap: []*registryv1.ArgumentBinding{
@@ -109,7 +107,7 @@ func (w *world) propose(mappingID string, snap *registryv1.DiscoverySnapshot, to
 // review approves m as the reviewer.
 func (w *world) review(m *registryv1.Mapping) *registryv1.Mapping {
 	w.t.Helper()
-	m, err := w.s.Registry.ReviewMapping(w.as(scenario.Reviewer), &registryv1.ReviewMappingRequest{
+	m, err := w.s.Registry.ReviewMapping(testkit.As(w.s, scenario.Reviewer), &registryv1.ReviewMappingRequest{
 		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true,
 	})
 	if err != nil {
@@ -120,7 +118,7 @@ func (w *world) review(m *registryv1.Mapping) *registryv1.Mapping {
 
 func (w *world) mappingNow() *registryv1.Mapping {
 	w.t.Helper()
-	m, err := w.s.Registry.GetMapping(w.as(scenario.Integrator), &registryv1.GetMappingRequest{Id: w.mapping.GetId()})
+	m, err := w.s.Registry.GetMapping(testkit.As(w.s, scenario.Integrator), &registryv1.GetMappingRequest{Id: w.mapping.GetId()})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -130,7 +128,7 @@ func (w *world) mappingNow() *registryv1.Mapping {
 // startTask starts a source-review task over the FAQ as alice.
 func (w *world) startTask() *orchestratorv1.StartTaskResponse {
 	w.t.Helper()
-	resp, err := w.s.Orchestrator.StartTask(w.as(scenario.Alice), &orchestratorv1.StartTaskRequest{
+	resp, err := w.s.Orchestrator.StartTask(testkit.As(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{
 		Profile: "source_review", Purpose: "review", SourceScope: faqScope,
 	})
 	if err != nil {
@@ -147,7 +145,7 @@ func (w *world) retrieve(task *orchestratorv1.StartTaskResponse, call string) (*
 	if o := scenario.FindOffered(task.GetCatalogue(), scenario.Retrieve); o != nil {
 		handle = scenario.FindHandle(o, "Migration FAQ")
 	}
-	return w.s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	return w.s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task.GetTask().GetId(), ProviderCallId: call, Capability: scenario.Retrieve,
 		Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": "migration"}),
 	})
@@ -178,7 +176,7 @@ func toolChange(d *registryv1.SnapshotDiff, name string) *registryv1.ItemChange 
 func TestSchemaDriftIsAMigration(t *testing.T) {
 	t.Parallel()
 	w := newHTTPWorld(t)
-	ctx := w.as(scenario.Integrator)
+	ctx := testkit.As(w.s, scenario.Integrator)
 	pending := w.startTask()
 	first, err := w.retrieve(pending, "call-1")
 	if err != nil || first.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
@@ -210,7 +208,7 @@ func TestSchemaDriftIsAMigration(t *testing.T) {
 	if n := toolCalls(callLog(t, w.callLog)); n != calls {
 		t.Errorf("a refused request reached the server (%d tools/call, want %d)", n, calls)
 	}
-	old, err := w.s.Orchestrator.GetRequest(w.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: first.GetId()})
+	old, err := w.s.Orchestrator.GetRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.GetRequestRequest{Id: first.GetId()})
 	if err != nil || old.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || len(old.GetAttempts()) != 1 || len(old.GetExcerpts()) == 0 {
 		t.Fatalf("the pending task lost its earlier evidence: %v %v", old, err)
 	}
@@ -242,7 +240,7 @@ func TestSchemaDriftIsAMigration(t *testing.T) {
 func TestDescriptionDriftNeedsReview(t *testing.T) {
 	t.Parallel()
 	w := newHTTPWorld(t)
-	ctx := w.as(scenario.Integrator)
+	ctx := testkit.As(w.s, scenario.Integrator)
 	w.restartFixture("--description", "private")
 	snap2 := w.discover()
 	diff, err := w.s.Registry.DiffSnapshots(ctx, &registryv1.DiffSnapshotsRequest{BaseSnapshotId: w.snap.GetId(), TargetSnapshotId: snap2.GetId()})
@@ -280,7 +278,7 @@ func TestDescriptionDriftNeedsReview(t *testing.T) {
 	// only name sources through handles of this task's scope.
 	calls := toolCalls(callLog(t, w.callLog))
 	for _, source := range []string{"v0m3-sources://notes/private-drafts", "private notes", "h_" + strings.Repeat("a", 52)} {
-		_, err := w.s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+		_, err := w.s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 			TaskId: task.GetTask().GetId(), ProviderCallId: "private-" + source, Capability: scenario.Retrieve,
 			Arguments: scenario.MustStruct(map[string]any{"source": source, "query": "private drafts"}),
 		})
@@ -297,7 +295,7 @@ func TestDescriptionDriftNeedsReview(t *testing.T) {
 func TestRenamedToolNeedsReview(t *testing.T) {
 	t.Parallel()
 	w := newHTTPWorld(t)
-	ctx := w.as(scenario.Integrator)
+	ctx := testkit.As(w.s, scenario.Integrator)
 	w.restartFixture("--tool-name", "find_notes")
 	snap2 := w.discover()
 	diff, err := w.s.Registry.DiffSnapshots(ctx, &registryv1.DiffSnapshotsRequest{BaseSnapshotId: w.snap.GetId(), TargetSnapshotId: snap2.GetId()})
@@ -325,7 +323,7 @@ func TestRenamedToolNeedsReview(t *testing.T) {
 func TestConfigMoveNeedsReview(t *testing.T) {
 	t.Parallel()
 	w := &world{t: t, s: startSuite(t, t.TempDir())}
-	ctx := w.as(scenario.Integrator)
+	ctx := testkit.As(w.s, scenario.Integrator)
 	w.connect(scenario.StdioFixture(v0m3Bin))
 	task := w.startTask()
 
@@ -359,7 +357,7 @@ func TestConfigMoveNeedsReview(t *testing.T) {
 func TestSameNameTwoServers(t *testing.T) {
 	t.Parallel()
 	w := &world{t: t, s: startSuite(t, t.TempDir())}
-	ctx := w.as(scenario.Integrator)
+	ctx := testkit.As(w.s, scenario.Integrator)
 	w.connect(scenario.StdioFixture(v0m3Bin))
 	other, err := w.s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "another-team", Transport: scenario.StdioFixture(v0m3Bin, "--library", "b"),
@@ -384,7 +382,7 @@ func TestSameNameTwoServers(t *testing.T) {
 	if err != nil || got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
 		t.Fatalf("retrieve: %v %v", got, err)
 	}
-	obs, err := w.s.Evidence.ListObservations(w.as(scenario.Auditor), &evidencev1.ListObservationsRequest{TaskId: task.GetTask().GetId()})
+	obs, err := w.s.Evidence.ListObservations(testkit.As(w.s, scenario.Auditor), &evidencev1.ListObservationsRequest{TaskId: task.GetTask().GetId()})
 	if err != nil || len(obs.GetObservations()) == 0 {
 		t.Fatalf("observations: %v %v", obs, err)
 	}
@@ -393,7 +391,7 @@ func TestSameNameTwoServers(t *testing.T) {
 			t.Errorf("observation names connection %s, want the mapped %s", o.GetConnectionId(), w.conn.GetId())
 		}
 	}
-	tr, err := w.s.Evidence.GetTrace(w.as(scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task.GetTask().GetId()})
+	tr, err := w.s.Evidence.GetTrace(testkit.As(w.s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task.GetTask().GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,24 +60,15 @@ var (
 )
 
 // stack is what a test talks to: clients of the services, and the
-// development issuer whose tokens they accept.
+// development issuer whose tokens they accept (a testkit.Minter: call
+// as a person with testkit.As).
 type stack struct {
 	suite.Clients
-	iss *identity.DevIssuer
+	*identity.DevIssuer
 }
 
 // stackOf is the suite's own clients and issuer.
-func stackOf(s *suite.Suite) stack { return stack{Clients: s.Clients, iss: s.Dev.Issuer} }
-
-// as returns a context carrying p's bearer token.
-func (k stack) as(p scenario.Person) context.Context {
-	return k.iss.As(context.Background(), p.ID, p.Groups...)
-}
-
-// as returns a context carrying p's bearer token for s's services.
-func as(s *suite.Suite, p scenario.Person) context.Context {
-	return s.As(context.Background(), p.ID, p.Groups...)
-}
+func stackOf(s *suite.Suite) stack { return stack{Clients: s.Clients, DevIssuer: s.Dev.Issuer} }
 
 func startSuite(t *testing.T, dataDir string) *suite.Suite {
 	t.Helper()
@@ -186,7 +177,7 @@ func TestFirstExperiment(t *testing.T) {
 
 func checkFirstExperiment(t *testing.T, s *suite.Suite, r *scenario.Result) {
 	t.Helper()
-	ctx := as(s, scenario.Auditor)
+	ctx := testkit.As(s, scenario.Auditor)
 
 	// Discovery: the snapshot has digests for every schema and description.
 	var search *registryv1.ToolIdentity
@@ -361,7 +352,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 	}
 	// The restarted suite keeps working on the old task: resubmitting the
 	// same provider call returns the same intent.
-	again, err := s2.Orchestrator.SubmitToolRequest(as(s2, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	again, err := s2.Orchestrator.SubmitToolRequest(testkit.As(s2, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task, ProviderCallId: "call-1", Capability: scenario.Retrieve,
 		Arguments: r.Retrieval.GetArguments(),
 	})
@@ -378,7 +369,7 @@ func snapshotState(t *testing.T, c stack, r *scenario.Result) map[string]string 
 	t.Helper()
 	// Each record read by who may read it: the platform its registry
 	// records, the requester her task, an auditor the evidence.
-	ctx := c.as(scenario.Integrator)
+	ctx := testkit.As(c, scenario.Integrator)
 	out := map[string]string{}
 	task := r.SourceTask.GetTask().GetId()
 	conn, err := c.Registry.GetConnection(ctx, &registryv1.GetConnectionRequest{Id: r.Connection.GetId()})
@@ -387,14 +378,14 @@ func snapshotState(t *testing.T, c stack, r *scenario.Result) map[string]string 
 	out["snapshot"] = mustJSON(t, snap, err)
 	m, err := c.Registry.GetMapping(ctx, &registryv1.GetMappingRequest{Id: r.Mapping.GetId()})
 	out["mapping"] = mustJSON(t, m, err)
-	ctx = c.as(scenario.Alice)
+	ctx = testkit.As(c, scenario.Alice)
 	tk, err := c.Orchestrator.GetTask(ctx, &orchestratorv1.GetTaskRequest{Id: task})
 	out["task"] = mustJSON(t, tk, err)
 	cat, err := c.Orchestrator.GetCatalogue(ctx, &orchestratorv1.GetCatalogueRequest{TaskId: task})
 	out["catalogue"] = mustJSON(t, cat, err)
 	req, err := c.Orchestrator.GetRequest(ctx, &orchestratorv1.GetRequestRequest{Id: r.Retrieval.GetId()})
 	out["request"] = mustJSON(t, req, err)
-	ctx = c.as(scenario.Auditor)
+	ctx = testkit.As(c, scenario.Auditor)
 	obs, err := c.Evidence.ListObservations(ctx, &evidencev1.ListObservationsRequest{TaskId: task})
 	out["observations"] = mustJSON(t, obs, err)
 	tr, err := c.Evidence.GetTrace(ctx, &evidencev1.GetTraceRequest{TaskId: task})

@@ -43,7 +43,7 @@ func evidenceWorld(t *testing.T, cfg suite.Config, limits *registryv1.Limits, fi
 	t.Cleanup(s.Close)
 	w := &world{t: t, s: s, callLog: filepath.Join(testkit.WritableDir(t), "calls.jsonl"), addr: testkit.FreeLoopbackAddr(t)}
 	w.restartFixture(fixtureArgs...)
-	ctx := w.as(scenario.Integrator)
+	ctx := testkit.As(w.s, scenario.Integrator)
 	w.conn, err = s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.HTTPFixture("http://" + w.addr + "/mcp"),
 	})
@@ -72,7 +72,7 @@ var markdownLimits = &registryv1.Limits{MaxResponseBytes: 64 << 10, MaxItems: 5,
 // taskWith starts a source-review task over scope as alice.
 func (w *world) taskWith(scope ...*orchestratorv1.SourceRef) *orchestratorv1.StartTaskResponse {
 	w.t.Helper()
-	resp, err := w.s.Orchestrator.StartTask(w.as(scenario.Alice), &orchestratorv1.StartTaskRequest{
+	resp, err := w.s.Orchestrator.StartTask(testkit.As(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{
 		Profile: "source_review", Purpose: "review", SourceScope: scope,
 	})
 	if err != nil {
@@ -89,7 +89,7 @@ func (w *world) retrieveLabel(task *orchestratorv1.StartTaskResponse, call, labe
 	if handle == "" {
 		w.t.Fatalf("no handle for %q", label)
 	}
-	return w.s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	return w.s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task.GetTask().GetId(), ProviderCallId: call, Capability: scenario.Retrieve,
 		Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": query}),
 	})
@@ -98,7 +98,7 @@ func (w *world) retrieveLabel(task *orchestratorv1.StartTaskResponse, call, labe
 // observationOf returns, as read by an auditor, task's observation of uri.
 func observationOf(t *testing.T, s *suite.Suite, taskID, uri string) *evidencev1.SourceObservation {
 	t.Helper()
-	obs, err := s.Evidence.ListObservations(as(s, scenario.Auditor), &evidencev1.ListObservationsRequest{TaskId: taskID})
+	obs, err := s.Evidence.ListObservations(testkit.As(s, scenario.Auditor), &evidencev1.ListObservationsRequest{TaskId: taskID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func passageText(o *evidencev1.SourceObservation, id string) string {
 func TestSourceRevisionOnContentChange(t *testing.T) {
 	t.Parallel()
 	w := evidenceWorld(t, suite.Config{}, markdownLimits)
-	ctx := w.as(scenario.Auditor)
+	ctx := testkit.As(w.s, scenario.Auditor)
 	scope := &orchestratorv1.SourceRef{Uri: rateLimitsURI, Title: "Rate limits"}
 
 	first := w.taskWith(scope)
@@ -139,7 +139,7 @@ func TestSourceRevisionOnContentChange(t *testing.T) {
 	if cited.GetRevisionNumber() != 1 || !strings.Contains(passageText(cited, "p2"), fixture.RateLimitQualification(1)) {
 		t.Fatalf("first observation revision %d, p2 %q", cited.GetRevisionNumber(), passageText(cited, "p2"))
 	}
-	link, err := w.s.Evidence.LinkClaim(w.as(scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-rate-per-key", ObservationId: cited.GetId(), PassageId: "p2"})
+	link, err := w.s.Evidence.LinkClaim(testkit.As(w.s, scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-rate-per-key", ObservationId: cited.GetId(), PassageId: "p2"})
 	if err != nil {
 		t.Fatalf("link claim: %v", err)
 	}
@@ -216,14 +216,14 @@ func TestDualTraceDistinctions(t *testing.T) {
 	if err != nil || rejected.GetState() != orchestratorv1.RequestState_REQUEST_STATE_FAILED {
 		t.Fatalf("missing note: %v %v", rejected, err)
 	}
-	_, err = w.s.Orchestrator.SubmitToolRequest(w.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	_, err = w.s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: taskID, ProviderCallId: "call-export", Capability: scenario.Deliver,
 		Arguments: scenario.MustStruct(map[string]any{"artifact": "workspace", "destination": "anywhere"}),
 	})
 	if !apierror.Is(err, codes.PermissionDenied, "CAPABILITY_NOT_OFFERED") {
 		t.Fatalf("export: %v", err)
 	}
-	reqs, err := w.s.Orchestrator.ListRequests(w.as(scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: taskID})
+	reqs, err := w.s.Orchestrator.ListRequests(testkit.As(w.s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: taskID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestDualTraceDistinctions(t *testing.T) {
 		}
 	}
 
-	ctx := w.as(scenario.Auditor)
+	ctx := testkit.As(w.s, scenario.Auditor)
 	cls, err := w.s.Evidence.ClassifyTrace(ctx, &evidencev1.ClassifyTraceRequest{TaskId: taskID})
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +315,7 @@ func TestLargeSourceStoredAsAsset(t *testing.T) {
 	if o.GetAssetDigest() == "" || o.GetAssetDigest() != o.GetContentDigest() {
 		t.Fatalf("observation not asset-backed: %v", o)
 	}
-	a, err := w.s.Evidence.GetAsset(w.as(scenario.Auditor), &evidencev1.GetAssetRequest{Digest: o.GetAssetDigest()})
+	a, err := w.s.Evidence.GetAsset(testkit.As(w.s, scenario.Auditor), &evidencev1.GetAssetRequest{Digest: o.GetAssetDigest()})
 	if err != nil || digest.Bytes(a.GetContent()) != o.GetContentDigest() || a.GetMediaType() != "text/markdown" {
 		t.Fatalf("asset = %v, %v", a, err)
 	}
@@ -337,7 +337,7 @@ func TestLargeSourceStoredAsAsset(t *testing.T) {
 			t.Errorf("passage %s at its asset position = %q, excerpt %q", p.GetPassageId(), at, e.GetQuotedText())
 		}
 	}
-	if _, err := w.s.Evidence.LinkClaim(w.as(scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-faq", ObservationId: o.GetId(), PassageId: "p2"}); err != nil {
+	if _, err := w.s.Evidence.LinkClaim(testkit.As(w.s, scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-faq", ObservationId: o.GetId(), PassageId: "p2"}); err != nil {
 		t.Errorf("link a claim to an asset-backed passage: %v", err)
 	}
 }
@@ -370,7 +370,7 @@ func recordFirstExperiment(t *testing.T) *recording {
 		t.Fatalf("record: %v", err)
 	}
 	rec.faq = observationOf(t, s, rec.result.SourceTask.GetTask().GetId(), scenario.MigrationFAQURI)
-	rec.task, err = s.Orchestrator.GetTask(as(s, scenario.Alice), &orchestratorv1.GetTaskRequest{Id: rec.result.SourceTask.GetTask().GetId()})
+	rec.task, err = s.Orchestrator.GetTask(testkit.As(s, scenario.Alice), &orchestratorv1.GetTaskRequest{Id: rec.result.SourceTask.GetTask().GetId()})
 	s.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -431,13 +431,13 @@ func TestReplayFirstExperiment(t *testing.T) {
 			t.Errorf("passage %d differs: %v vs %v", i, p, rec.faq.GetPassages()[i])
 		}
 	}
-	task, err := s.Orchestrator.GetTask(as(s, scenario.Alice), &orchestratorv1.GetTaskRequest{Id: r.SourceTask.GetTask().GetId()})
+	task, err := s.Orchestrator.GetTask(testkit.As(s, scenario.Alice), &orchestratorv1.GetTaskRequest{Id: r.SourceTask.GetTask().GetId()})
 	if err != nil || task.GetState() != rec.task.GetState() || task.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
 		t.Errorf("replayed task state %v, recorded %v (%v)", task.GetState(), rec.task.GetState(), err)
 	}
 	// No unauthorized effect: nothing but the one retrieval executed, the
 	// export never reached the adapter, and no receipt exists for it.
-	cls, err := s.Evidence.ClassifyTrace(as(s, scenario.Auditor), &evidencev1.ClassifyTraceRequest{TaskId: r.SourceTask.GetTask().GetId()})
+	cls, err := s.Evidence.ClassifyTrace(testkit.As(s, scenario.Auditor), &evidencev1.ClassifyTraceRequest{TaskId: r.SourceTask.GetTask().GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +461,7 @@ func TestReplayFirstExperiment(t *testing.T) {
 
 	// A request the recording never saw: same source, another query.
 	handle := scenario.FindHandle(scenario.FindOffered(r.SourceTask.GetCatalogue(), scenario.Retrieve), "Migration FAQ")
-	miss, err := s.Orchestrator.SubmitToolRequest(as(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	miss, err := s.Orchestrator.SubmitToolRequest(testkit.As(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: r.SourceTask.GetTask().GetId(), ProviderCallId: "call-unrecorded", Capability: scenario.Retrieve,
 		Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": "pagination"}),
 	})
@@ -493,7 +493,7 @@ func TestReplayMissingDiscoveryFixture(t *testing.T) {
 	dir := t.TempDir()
 	logPath := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
 	s := replaySuite(t, dir, filepath.Join(t.TempDir(), "empty"))
-	ctx := as(s, scenario.Integrator)
+	ctx := testkit.As(s, scenario.Integrator)
 	conn, err := s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath),
 	})
@@ -579,7 +579,7 @@ func TestSecretNeverPersistedOrLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := as(s, scenario.Integrator)
+	ctx := testkit.As(s, scenario.Integrator)
 	conn, err := s.Connect(ctx, &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.StdioFixture(v0m3Bin, "--hostile"),
 		CredentialRef: "file:token", CredentialScope: "read-only token for the synthetic library",

@@ -46,7 +46,7 @@ func TestLargeResultArrives(t *testing.T) {
 		t.Fatalf("start suite: %v", err)
 	}
 	t.Cleanup(s.Close)
-	integrator := as(s, scenario.Integrator)
+	integrator := testkit.As(s, scenario.Integrator)
 	conn, err := s.Connect(integrator, &registryv1.CreateConnectionRequest{
 		DisplayName: "server-filesystem", Owner: "platform-team",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{Command: node, Args: []string{entry, root}}}},
@@ -69,11 +69,11 @@ func TestLargeResultArrives(t *testing.T) {
 	if err != nil {
 		t.Fatalf("propose: %v", err)
 	}
-	if m, err = s.Registry.ReviewMapping(as(s, scenario.Reviewer), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil ||
+	if m, err = s.Registry.ReviewMapping(testkit.As(s, scenario.Reviewer), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil ||
 		m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
 		t.Fatalf("review: %v, %v", m, err)
 	}
-	task, err := s.Orchestrator.StartTask(as(s, scenario.Alice), &orchestratorv1.StartTaskRequest{
+	task, err := s.Orchestrator.StartTask(testkit.As(s, scenario.Alice), &orchestratorv1.StartTaskRequest{
 		Profile: "source_review", Purpose: "review the large log",
 		SourceScope: []*orchestratorv1.SourceRef{{Uri: path, Title: "Large log"}},
 	})
@@ -84,15 +84,15 @@ func TestLargeResultArrives(t *testing.T) {
 	if handle == "" {
 		t.Fatalf("no handle for the file in %v", task.GetCatalogue())
 	}
-	req, err := s.Orchestrator.SubmitToolRequest(as(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	req, err := s.Orchestrator.SubmitToolRequest(testkit.As(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task.GetTask().GetId(), ProviderCallId: "call-1", Capability: scenario.Retrieve,
 		Arguments: scenario.MustStruct(map[string]any{"source": handle, "query": "migration"}),
 	})
 	if err != nil || req.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || req.GetOutcome() != adapterv1.Outcome_OUTCOME_OK {
-		list, _ := s.Orchestrator.ListRequests(as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task.GetTask().GetId()})
+		list, _ := s.Orchestrator.ListRequests(testkit.As(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task.GetTask().GetId()})
 		t.Fatalf("governed read of 8 MiB = %v, %v (recorded: %v); want executed, ok", req, err, list.GetRequests()[0].GetAttempts())
 	}
-	obs, err := s.Evidence.ListObservations(as(s, scenario.Auditor), &evidencev1.ListObservationsRequest{TaskId: task.GetTask().GetId()})
+	obs, err := s.Evidence.ListObservations(testkit.As(s, scenario.Auditor), &evidencev1.ListObservationsRequest{TaskId: task.GetTask().GetId()})
 	if err != nil || len(obs.GetObservations()) != 1 {
 		t.Fatalf("observations = %v, %v; want one", obs, err)
 	}

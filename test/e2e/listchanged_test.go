@@ -23,7 +23,7 @@ import (
 func TestListChangedSendsMappingToReview(t *testing.T) {
 	t.Parallel()
 	w := &world{t: t, s: startSuite(t, t.TempDir()), callLog: filepath.Join(testkit.WritableDir(t), "calls.jsonl")}
-	ctx := w.as(scenario.Integrator)
+	ctx := testkit.As(w.s, scenario.Integrator)
 	w.connect(scenario.StdioFixture(v0m3Bin, "--call-log", w.callLog, "--redescribe-after-calls", "1"))
 	task := w.startTask()
 	first, err := w.retrieve(task, "call-1")

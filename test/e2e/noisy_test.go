@@ -120,7 +120,7 @@ func noisyServerGoverned(t *testing.T, start func(t *testing.T, entry string, lo
 		},
 		&registryv1.Limits{MaxResponseBytes: 4 << 10, MaxItems: 1, AllowedMediaTypes: []string{"text/plain"}}, nil)
 
-	task, err := w.s.Orchestrator.StartTask(as(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{Profile: "time_lookup", Purpose: "check the dates in the release notes"})
+	task, err := w.s.Orchestrator.StartTask(testkit.As(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{Profile: "time_lookup", Purpose: "check the dates in the release notes"})
 	if err != nil {
 		t.Fatalf("start a time_lookup task: %v", err)
 	}
@@ -128,7 +128,7 @@ func noisyServerGoverned(t *testing.T, start func(t *testing.T, entry string, lo
 		t.Fatalf("catalogue offers no read_current_time: %v", task.GetCatalogue())
 	}
 	before := time.Now().UTC().Truncate(time.Second)
-	r, err := w.s.Orchestrator.SubmitToolRequest(as(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	r, err := w.s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task.GetTask().GetId(), ProviderCallId: "call-1", Capability: "read_current_time",
 		Arguments: scenario.MustStruct(map[string]any{"timezone": "Asia/Tokyo"}),
 	})
@@ -155,7 +155,7 @@ func noisyServerGoverned(t *testing.T, start func(t *testing.T, entry string, lo
 
 	// The banner reached no record: not the result, the trace or the
 	// snapshot.
-	trace, err := w.s.Evidence.GetTrace(as(w.s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task.GetTask().GetId()})
+	trace, err := w.s.Evidence.GetTrace(testkit.As(w.s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task.GetTask().GetId()})
 	if err != nil {
 		t.Fatalf("get trace: %v", err)
 	}

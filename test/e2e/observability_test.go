@@ -77,7 +77,7 @@ func TestObservability(t *testing.T) {
 	}
 	task := r.SourceTask.GetTask().GetId()
 	faq := scenario.FindHandle(scenario.FindOffered(r.SourceTask.GetCatalogue(), scenario.Retrieve), "Migration FAQ")
-	planted, err := s.Orchestrator.SubmitToolRequest(as(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	planted, err := s.Orchestrator.SubmitToolRequest(testkit.As(s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task, ProviderCallId: "call-planted", Capability: scenario.Retrieve,
 		Arguments: scenario.MustStruct(map[string]any{"source": faq, "query": plantedSecret}),
 	})
@@ -87,23 +87,23 @@ func TestObservability(t *testing.T) {
 	mid := scrape(t, metricsURL)
 
 	// The privileged actions the scenario does not take.
-	_, denyErr := s.Orchestrator.Deny(as(s, approver), &orchestratorv1.DenyRequest{RequestId: r.Retrieval.GetId(), Reason: "token " + plantedSecret})
+	_, denyErr := s.Orchestrator.Deny(testkit.As(s, approver), &orchestratorv1.DenyRequest{RequestId: r.Retrieval.GetId(), Reason: "token " + plantedSecret})
 	if denyErr == nil {
 		t.Fatal("denying an executed request succeeded")
 	}
-	if _, err := s.Policy.ReloadPolicy(as(s, policyAdmin), &policyv1.ReloadPolicyRequest{}); err != nil {
+	if _, err := s.Policy.ReloadPolicy(testkit.As(s, policyAdmin), &policyv1.ReloadPolicyRequest{}); err != nil {
 		t.Fatalf("reload policy: %v", err)
 	}
 	conn := r.Connection
-	if c, err := s.Registry.UpdateConnection(as(s, scenario.Integrator), &registryv1.UpdateConnectionRequest{
+	if c, err := s.Registry.UpdateConnection(testkit.As(s, scenario.Integrator), &registryv1.UpdateConnectionRequest{
 		Id: conn.GetId(), ExpectedConfigRevision: conn.GetConfigRevision(), CredentialRef: "sources-token", CredentialVersion: plantedSecret,
 	}); err == nil {
 		conn = c
 	}
-	if _, err := s.Orchestrator.CancelTask(as(s, scenario.Alice), &orchestratorv1.CancelTaskRequest{Id: task}); err != nil {
+	if _, err := s.Orchestrator.CancelTask(testkit.As(s, scenario.Alice), &orchestratorv1.CancelTaskRequest{Id: task}); err != nil {
 		t.Fatalf("cancel task: %v", err)
 	}
-	if _, err := s.Registry.RetireConnection(as(s, scenario.Integrator), &registryv1.RetireConnectionRequest{Id: conn.GetId(), Reason: "done"}); err != nil {
+	if _, err := s.Registry.RetireConnection(testkit.As(s, scenario.Integrator), &registryv1.RetireConnectionRequest{Id: conn.GetId(), Reason: "done"}); err != nil {
 		t.Fatalf("retire connection: %v", err)
 	}
 	after := scrape(t, metricsURL)
@@ -219,7 +219,7 @@ func TestObservability(t *testing.T) {
 			t.Errorf("no tools/call at the server carried traceparent with trace %s", id)
 		}
 		// The evidence trace links to it.
-		tr, err := s.Evidence.GetTrace(as(s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
+		tr, err := s.Evidence.GetTrace(testkit.As(s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +243,7 @@ func TestObservability(t *testing.T) {
 	})
 
 	t.Run("audit", func(t *testing.T) {
-		auditor := as(s, scenario.Auditor)
+		auditor := testkit.As(s, scenario.Auditor)
 		all, err := s.Evidence.ListAuditRecords(auditor, &evidencev1.ListAuditRecordsRequest{PageSize: 1000})
 		if err != nil {
 			t.Fatal(err)
@@ -332,9 +332,9 @@ func TestObservability(t *testing.T) {
 			ctx  context.Context
 			code codes.Code
 		}{
-			{"author", as(s, scenario.Alice), codes.PermissionDenied},
-			{"approver", as(s, approver), codes.PermissionDenied},
-			{"platform", as(s, scenario.Integrator), codes.PermissionDenied},
+			{"author", testkit.As(s, scenario.Alice), codes.PermissionDenied},
+			{"approver", testkit.As(s, approver), codes.PermissionDenied},
+			{"platform", testkit.As(s, scenario.Integrator), codes.PermissionDenied},
 			{"anonymous", context.Background(), codes.Unauthenticated},
 		} {
 			resp, err := s.Evidence.ListAuditRecords(c.ctx, &evidencev1.ListAuditRecordsRequest{})
@@ -346,13 +346,13 @@ func TestObservability(t *testing.T) {
 			}
 		}
 		// Nobody outside the services appends records: a person may not.
-		_, err := s.Evidence.AppendAuditRecord(as(s, scenario.Auditor), &evidencev1.AppendAuditRecordRequest{Record: &evidencev1.AuditRecord{
+		_, err := s.Evidence.AppendAuditRecord(testkit.As(s, scenario.Auditor), &evidencev1.AppendAuditRecordRequest{Record: &evidencev1.AuditRecord{
 			Principal: "someone", Action: "connection.create", Resource: "connection:forged", Outcome: "ok",
 		}})
 		if status.Code(err) != codes.PermissionDenied && status.Code(err) != codes.Unauthenticated {
 			t.Errorf("a person appending an audit record: %v, want refused", err)
 		}
-		forged, err := s.Evidence.ListAuditRecords(as(s, scenario.Auditor), &evidencev1.ListAuditRecordsRequest{Resource: "connection:forged"})
+		forged, err := s.Evidence.ListAuditRecords(testkit.As(s, scenario.Auditor), &evidencev1.ListAuditRecordsRequest{Resource: "connection:forged"})
 		if err != nil || len(forged.GetRecords()) != 0 {
 			t.Errorf("the refused append left %d records (err %v)", len(forged.GetRecords()), err)
 		}

@@ -8,6 +8,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -86,7 +87,7 @@ func (r *rendererEnv) artifacts(t *testing.T) int {
 // as the integrator; the reviewer reviews the connection and the mapping.
 func connectRenderer(t *testing.T, c stack, args ...string) *rendererEnv {
 	t.Helper()
-	ctx := c.as(scenario.Integrator)
+	ctx := testkit.As(c, scenario.Integrator)
 	dir := testkit.WritableDir(t)
 	env := &rendererEnv{workDir: filepath.Join(dir, "work"), callLog: filepath.Join(dir, "calls.jsonl")}
 	var err error
@@ -101,7 +102,7 @@ func connectRenderer(t *testing.T, c stack, args ...string) *rendererEnv {
 	if err != nil {
 		t.Fatalf("create connection: %v", err)
 	}
-	env.conn, err = c.Registry.ReviewConnection(c.as(scenario.Reviewer), &registryv1.ReviewConnectionRequest{
+	env.conn, err = c.Registry.ReviewConnection(testkit.As(c, scenario.Reviewer), &registryv1.ReviewConnectionRequest{
 		ConnectionId: env.conn.GetId(), ConfigRevision: env.conn.GetConfigRevision(), Approve: true})
 	if err != nil {
 		t.Fatalf("review connection: %v", err)
@@ -114,7 +115,7 @@ func connectRenderer(t *testing.T, c stack, args ...string) *rendererEnv {
 // render tool as the integrator; the reviewer reviews the mapping.
 func mapRenderer(t *testing.T, c stack, env *rendererEnv) {
 	t.Helper()
-	ctx := c.as(scenario.Integrator)
+	ctx := testkit.As(c, scenario.Integrator)
 	snap, err := c.Adapter.Discover(ctx, &adapterv1.DiscoverRequest{ConnectionId: env.conn.GetId()})
 	if err != nil {
 		t.Fatalf("discover: %v", err)
@@ -135,7 +136,7 @@ func mapRenderer(t *testing.T, c stack, env *rendererEnv) {
 	if err != nil {
 		t.Fatalf("propose mapping: %v", err)
 	}
-	env.mapping, err = c.Registry.ReviewMapping(c.as(scenario.Reviewer), &registryv1.ReviewMappingRequest{
+	env.mapping, err = c.Registry.ReviewMapping(testkit.As(c, scenario.Reviewer), &registryv1.ReviewMappingRequest{
 		MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true,
 	})
 	if err != nil {
@@ -146,7 +147,7 @@ func mapRenderer(t *testing.T, c stack, env *rendererEnv) {
 // startPreviewTask starts a preview task as alice, an author.
 func startPreviewTask(t *testing.T, c stack) *orchestratorv1.StartTaskResponse {
 	t.Helper()
-	resp, err := c.Orchestrator.StartTask(c.as(scenario.Alice), &orchestratorv1.StartTaskRequest{
+	resp, err := c.Orchestrator.StartTask(testkit.As(c, scenario.Alice), &orchestratorv1.StartTaskRequest{
 		Profile: "preview", Purpose: "preview revision 31 before review",
 	})
 	if err != nil {
@@ -162,7 +163,7 @@ func startPreviewTask(t *testing.T, c stack) *orchestratorv1.StartTaskResponse {
 func submitPreview(t *testing.T, c stack, taskID, callID string) *orchestratorv1.ToolRequest {
 	t.Helper()
 	args, _ := structpb.NewStruct(map[string]any{"document_revision": 31, "profile": 4})
-	r, err := c.Orchestrator.SubmitToolRequest(c.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	r, err := c.Orchestrator.SubmitToolRequest(testkit.As(c, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: taskID, ProviderCallId: callID, Capability: renderPreview, Arguments: args, DocumentDigest: documentDigest,
 	})
 	if err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
@@ -174,7 +175,7 @@ func submitPreview(t *testing.T, c stack, taskID, callID string) *orchestratorv1
 // approve approves request id as the approver (not alice, whose task it
 // is: nobody approves their own request).
 func approve(c stack, id, digest string) (*orchestratorv1.ToolRequest, error) {
-	return c.Orchestrator.Approve(c.as(approver), &orchestratorv1.ApproveRequest{RequestId: id, DocumentDigest: digest})
+	return c.Orchestrator.Approve(testkit.As(c, approver), &orchestratorv1.ApproveRequest{RequestId: id, DocumentDigest: digest})
 }
 
 // TestPreviewApprovalWatched runs the second experiment through the real
@@ -186,7 +187,7 @@ func TestPreviewApprovalWatched(t *testing.T) {
 	env := connectRenderer(t, c)
 	task := startPreviewTask(t, c).GetTask().GetId()
 	// The bound only keeps a regression from hanging the package.
-	ctx, cancel := context.WithTimeout(c.as(scenario.Alice), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(testkit.As(c, scenario.Alice), 2*time.Minute)
 	defer cancel()
 	stream, err := s.Orchestrator.WatchTask(ctx, &orchestratorv1.WatchTaskRequest{TaskId: task})
 	if err != nil {
@@ -194,7 +195,7 @@ func TestPreviewApprovalWatched(t *testing.T) {
 	}
 
 	r := submitPreview(t, c, task, "call-1")
-	ap, err := s.Orchestrator.GetApproval(c.as(approver), &orchestratorv1.GetApprovalRequest{RequestId: r.GetId()})
+	ap, err := s.Orchestrator.GetApproval(testkit.As(c, approver), &orchestratorv1.GetApprovalRequest{RequestId: r.GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,11 +208,11 @@ func TestPreviewApprovalWatched(t *testing.T) {
 	}
 	// Separation of duties: alice may not approve her own request. The
 	// refusal is traced, and the request still awaits a person.
-	_, err = s.Orchestrator.Approve(c.as(scenario.Alice), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), DocumentDigest: documentDigest})
+	_, err = s.Orchestrator.Approve(testkit.As(c, scenario.Alice), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), DocumentDigest: documentDigest})
 	if !apierror.Is(err, codes.PermissionDenied, "SELF_APPROVAL") {
 		t.Fatalf("alice approving her own request = %v, want PERMISSION_DENIED SELF_APPROVAL", err)
 	}
-	if got, err := s.Orchestrator.GetRequest(c.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: r.GetId()}); err != nil ||
+	if got, err := s.Orchestrator.GetRequest(testkit.As(c, scenario.Alice), &orchestratorv1.GetRequestRequest{Id: r.GetId()}); err != nil ||
 		got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL || got.GetApproval().GetUseTime() != nil {
 		t.Fatalf("after the refused self-approval the request is %v (%v), want AWAITING_APPROVAL with its approval unused", got, err)
 	}
@@ -242,7 +243,7 @@ func TestPreviewApprovalWatched(t *testing.T) {
 		t.Errorf("the approver's retry = %v, %v; want the executed request replayed", again, err)
 	}
 	other := scenario.Person{ID: "second-approver@platform", Groups: []string{"approvers"}}
-	_, err = s.Orchestrator.Approve(c.as(other), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), DocumentDigest: documentDigest})
+	_, err = s.Orchestrator.Approve(testkit.As(c, other), &orchestratorv1.ApproveRequest{RequestId: r.GetId(), DocumentDigest: documentDigest})
 	if !apierror.Is(err, codes.FailedPrecondition, "APPROVAL_ALREADY_USED") {
 		t.Errorf("another approver's approval = %v, want APPROVAL_ALREADY_USED", err)
 	}
@@ -284,7 +285,7 @@ func receiptOf(t *testing.T, s *suite.Suite, intentID string) (*evidencev1.Recei
 // event of kind with reason.
 func traced(t *testing.T, c stack, task string, kind evidencev1.ProductEventKind, reason string) bool {
 	t.Helper()
-	tr, err := c.Evidence.GetTrace(c.as(scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
+	tr, err := c.Evidence.GetTrace(testkit.As(c, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
 	if err != nil {
 		t.Fatalf("trace of %s: %v", task, err)
 	}
@@ -312,7 +313,7 @@ func TestPreviewApprovalInvalidatedByRealChanges(t *testing.T) {
 	}
 
 	r = submitPreview(t, c, task, "call-creds")
-	if _, err := s.Registry.UpdateConnection(c.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
+	if _, err := s.Registry.UpdateConnection(testkit.As(c, scenario.Integrator), &registryv1.UpdateConnectionRequest{
 		Id: env.conn.GetId(), ExpectedConfigRevision: env.conn.GetConfigRevision(), Transport: env.conn.GetTransport(),
 		CredentialVersion: "2", Reason: "rotate",
 	}); err != nil {
@@ -488,17 +489,17 @@ func TestOrchestratorKilledMidAttempt(t *testing.T) {
 	r := submitPreview(t, c, task, "call-1")
 	approved := make(chan error, 1)
 	go func() { _, err := approve(c, r.GetId(), documentDigest); approved <- err }()
-	renderDeadline := time.Now().Add(time.Minute)
-	for env.renders(t) == 0 {
-		if time.Now().After(renderDeadline) {
-			t.Fatal("the render never started")
+	testkit.Eventually(t, "the render starts", func() bool {
+		if env.renders(t) > 0 {
+			return true
 		}
 		select {
 		case err := <-approved:
 			t.Fatalf("approval returned before the render was held open: %v", err)
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-	}
+		return false
+	})
 	// The artifact is durable; the reply is held. Kill mid-attempt.
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -513,20 +514,16 @@ func TestOrchestratorKilledMidAttempt(t *testing.T) {
 	waitServing(t, c)
 
 	var got *orchestratorv1.ToolRequest
-	recoverDeadline := time.Now().Add(2 * time.Minute)
-	for got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
-		if time.Now().After(recoverDeadline) {
-			t.Fatalf("never recovered: %v", got)
-		}
-		time.Sleep(100 * time.Millisecond)
-		got, err = c.Orchestrator.GetRequest(c.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: r.GetId()})
+	testkit.EventuallyWithin(t, 2*time.Minute, "the restarted orchestrator recovers the request to EXECUTED", func() bool {
+		got, err = c.Orchestrator.GetRequest(testkit.As(c, scenario.Alice), &orchestratorv1.GetRequestRequest{Id: r.GetId()})
 		if err != nil && apierror.Code(err) != codes.Unavailable {
 			t.Fatal(err)
 		}
 		if got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED {
 			t.Fatalf("recovered request failed: %v", got)
 		}
-	}
+		return got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
+	})
 	att := got.GetAttempts()[0]
 	if len(got.GetAttempts()) != 1 || att.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED ||
 		!strings.Contains(att.GetResolution(), "recovered") || got.GetReceiptId() == "" {
@@ -540,16 +537,13 @@ func TestOrchestratorKilledMidAttempt(t *testing.T) {
 // waitServing waits until the orchestrator answers an authenticated caller.
 func waitServing(t *testing.T, c stack) {
 	t.Helper()
-	for i := 0; ; i++ {
-		_, err := c.Orchestrator.GetTask(c.as(scenario.Alice), &orchestratorv1.GetTaskRequest{Id: "task_probe"})
+	testkit.EventuallySucceeds(t, "the orchestrator serves (NOT_FOUND for a task nobody started)", func() error {
+		_, err := c.Orchestrator.GetTask(testkit.As(c, scenario.Alice), &orchestratorv1.GetTaskRequest{Id: "task_probe"})
 		if apierror.Code(err) == codes.NotFound {
-			return
+			return nil
 		}
-		if i > 600 {
-			t.Fatalf("orchestrator not serving: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("orchestrator not serving: %v", err)
+	})
 }
 
 // TestRetiringRendererStopsTaskInFlight retires the renderer connection
@@ -562,7 +556,7 @@ func TestRetiringRendererStopsTaskInFlight(t *testing.T) {
 	env := connectRenderer(t, c)
 	task := startPreviewTask(t, c).GetTask().GetId()
 	// The bound only keeps a regression from hanging the package.
-	ctx, cancel := context.WithTimeout(c.as(scenario.Alice), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(testkit.As(c, scenario.Alice), 2*time.Minute)
 	defer cancel()
 	stream, err := s.Orchestrator.WatchTask(ctx, &orchestratorv1.WatchTaskRequest{TaskId: task})
 	if err != nil {
@@ -575,7 +569,7 @@ func TestRetiringRendererStopsTaskInFlight(t *testing.T) {
 	}
 	pending := submitPreview(t, c, task, "call-2")
 
-	if _, err := s.Registry.RetireConnection(c.as(scenario.Integrator), &registryv1.RetireConnectionRequest{Id: env.conn.GetId(), Reason: "renderer removed"}); err != nil {
+	if _, err := s.Registry.RetireConnection(testkit.As(c, scenario.Integrator), &registryv1.RetireConnectionRequest{Id: env.conn.GetId(), Reason: "renderer removed"}); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -606,7 +600,7 @@ func TestRetiringRendererStopsTaskInFlight(t *testing.T) {
 	if rc, err := receiptOf(t, s, first.GetIntentId()); err != nil || rc.GetArtifactDigest() != got.GetArtifactDigest() {
 		t.Errorf("receipt after removal = %v, %v", rc, err)
 	}
-	tr, err := s.Evidence.GetTrace(c.as(scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
+	tr, err := s.Evidence.GetTrace(testkit.As(c, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
 	if err != nil || len(tr.GetEvents()) == 0 {
 		t.Errorf("trace after removal = %v, %v", tr, err)
 	}

@@ -33,7 +33,7 @@ func TestDeclaredProfilesDecideWhatATaskIsOffered(t *testing.T) {
 	logPath := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
 	w := &world{t: t, s: startSuite(t, t.TempDir())}
 	w.connect(scenario.StdioFixture(v0m3Bin, "--call-log", logPath))
-	platform := w.as(scenario.Integrator)
+	platform := testkit.As(w.s, scenario.Integrator)
 	reg := w.s.Registry
 
 	capb, err := reg.CreateCapability(platform, &registryv1.CreateCapabilityRequest{Capability: &registryv1.Capability{
@@ -87,7 +87,7 @@ func TestDeclaredProfilesDecideWhatATaskIsOffered(t *testing.T) {
 		}
 	}
 
-	alice := w.as(scenario.Alice)
+	alice := testkit.As(w.s, scenario.Alice)
 	start := func(req *orchestratorv1.StartTaskRequest) (*orchestratorv1.StartTaskResponse, error) {
 		req.Purpose, req.SourceScope = "review the migration notes", faqScope
 		return w.s.Orchestrator.StartTask(alice, req)

@@ -70,8 +70,8 @@ func startDev(t *testing.T, store string) stack {
 		return c
 	}
 	return stack{
-		Clients: suite.NewClients(dial(suite.Registry), dial(suite.Policy), dial(suite.Evidence), dial(suite.Adapter), dial(suite.Orchestrator)),
-		iss:     iss,
+		Clients:   suite.NewClients(dial(suite.Registry), dial(suite.Policy), dial(suite.Evidence), dial(suite.Adapter), dial(suite.Orchestrator)),
+		DevIssuer: iss,
 	}
 }
 
@@ -86,7 +86,7 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 	ctx := context.Background()
 
 	logPath := filepath.Join(testkit.WritableDir(t), "calls.jsonl")
-	r, err := scenario.Run(ctx, a.Clients, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath), As: a.iss.As})
+	r, err := scenario.Run(ctx, a.Clients, scenario.Config{Transport: scenario.StdioFixture(v0m3Bin, "--call-log", logPath), As: a.As})
 	if err != nil {
 		t.Fatalf("scenario through the first process: %v", err)
 	}
@@ -94,7 +94,7 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 
 	// The second process sees the first one's task, catalogue and request.
 	task := r.SourceTask.GetTask().GetId()
-	if got, err := b.Orchestrator.GetRequest(b.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: r.Retrieval.GetId()}); err != nil || got.GetIntentId() != r.Retrieval.GetIntentId() {
+	if got, err := b.Orchestrator.GetRequest(testkit.As(b, scenario.Alice), &orchestratorv1.GetRequestRequest{Id: r.Retrieval.GetId()}); err != nil || got.GetIntentId() != r.Retrieval.GetIntentId() {
 		t.Fatalf("the second process reads request %s as %v (%v)", r.Retrieval.GetId(), got, err)
 	}
 
@@ -106,7 +106,7 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = c.Orchestrator.SubmitToolRequest(c.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+			results[i], errs[i] = c.Orchestrator.SubmitToolRequest(testkit.As(c, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 				TaskId: task, ProviderCallId: "call-replicated", Capability: scenario.Retrieve, Arguments: args,
 			})
 		}()
@@ -122,7 +122,7 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 	}
 	// One of the two executed it; the other returned the same request,
 	// so the server was asked once.
-	final, err := a.Orchestrator.GetRequest(a.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: results[0].GetId()})
+	final, err := a.Orchestrator.GetRequest(testkit.As(a, scenario.Alice), &orchestratorv1.GetRequestRequest{Id: results[0].GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}

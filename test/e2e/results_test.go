@@ -75,13 +75,13 @@ func startWorld(t *testing.T, cfg suite.Config, name string, transport *registry
 	}
 	t.Cleanup(s.Close)
 	w := &npmWorld{t: t, s: s}
-	w.conn, err = s.Connect(as(s, scenario.Integrator), &registryv1.CreateConnectionRequest{
+	w.conn, err = s.Connect(testkit.As(s, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: name, Owner: "platform-team", Transport: transport,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.snap, err = s.Adapter.Discover(as(s, scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: w.conn.GetId()}); err != nil {
+	if w.snap, err = s.Adapter.Discover(testkit.As(s, scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: w.conn.GetId()}); err != nil {
 		t.Fatalf("discover %s: %v", name, err)
 	}
 	return w
@@ -91,7 +91,7 @@ func startWorld(t *testing.T, cfg suite.Config, name string, transport *registry
 // reviewer approve it.
 func (w *npmWorld) mapTool(capability, tool string, bindings []*registryv1.ArgumentBinding, limits *registryv1.Limits, p *registryv1.Provenance) *registryv1.Mapping {
 	w.t.Helper()
-	m, err := w.s.Registry.ProposeMapping(as(w.s, scenario.Integrator), &registryv1.ProposeMappingRequest{
+	m, err := w.s.Registry.ProposeMapping(testkit.As(w.s, scenario.Integrator), &registryv1.ProposeMappingRequest{
 		Capability: capability, ConnectionId: w.conn.GetId(), SnapshotId: w.snap.GetId(),
 		Target:      &registryv1.RemoteTarget{Kind: registryv1.RemoteKind_REMOTE_KIND_TOOL, Name: tool},
 		ArgumentMap: bindings, Limits: limits, Provenance: p,
@@ -99,7 +99,7 @@ func (w *npmWorld) mapTool(capability, tool string, bindings []*registryv1.Argum
 	if err != nil {
 		w.t.Fatalf("propose %s onto %s: %v", capability, tool, err)
 	}
-	if m, err = w.s.Registry.ReviewMapping(as(w.s, scenario.Reviewer), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil {
+	if m, err = w.s.Registry.ReviewMapping(testkit.As(w.s, scenario.Reviewer), &registryv1.ReviewMappingRequest{MappingId: m.GetId(), Revision: m.GetRevision(), Approve: true}); err != nil {
 		w.t.Fatalf("review mapping: %v", err)
 	}
 	return m
@@ -109,7 +109,7 @@ func (w *npmWorld) mapTool(capability, tool string, bindings []*registryv1.Argum
 // of uri.
 func (w *npmWorld) observationsAt(taskID, uri string) []*evidencev1.SourceObservation {
 	w.t.Helper()
-	list, err := w.s.Evidence.ListObservations(as(w.s, scenario.Auditor), &evidencev1.ListObservationsRequest{TaskId: taskID})
+	list, err := w.s.Evidence.ListObservations(testkit.As(w.s, scenario.Auditor), &evidencev1.ListObservationsRequest{TaskId: taskID})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestHandleTargetProvenance(t *testing.T) {
 	readProjectFile(t, fileReading{
 		capability: scenario.Retrieve, handleField: "source",
 		start: func(w *npmWorld, scope *orchestratorv1.SourceRef) *orchestratorv1.StartTaskResponse {
-			resp, err := w.s.Orchestrator.StartTask(as(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{
+			resp, err := w.s.Orchestrator.StartTask(testkit.As(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{
 				//lint:ignore SA1019 the seed's kind, read as its default profile, works before and after profiles land
 				Kind: orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW, Purpose: "check the rate limit claims", SourceScope: []*orchestratorv1.SourceRef{scope},
 			})
@@ -192,7 +192,7 @@ func TestDeclaredReadProjectFile(t *testing.T) {
 			})
 		},
 		start: func(w *npmWorld, scope *orchestratorv1.SourceRef) *orchestratorv1.StartTaskResponse {
-			resp, err := w.s.Orchestrator.StartTask(as(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{
+			resp, err := w.s.Orchestrator.StartTask(testkit.As(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{
 				Profile: "project_reading", Purpose: "check the rate limit claims", SourceScope: []*orchestratorv1.SourceRef{scope},
 			})
 			if err != nil {
@@ -236,7 +236,7 @@ func readProjectFile(t *testing.T, fr fileReading) {
 		if handle == "" {
 			t.Fatalf("catalogue offers no handle for %q: %v", scope.GetTitle(), task.GetCatalogue())
 		}
-		r, err := w.s.Orchestrator.SubmitToolRequest(as(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+		r, err := w.s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 			TaskId: task.GetTask().GetId(), ProviderCallId: call, Capability: fr.capability, Arguments: scenario.MustStruct(fr.arguments(handle)),
 		})
 		if err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
@@ -277,7 +277,7 @@ func readProjectFile(t *testing.T, fr fileReading) {
 	if codes := requestDiagnostics(r); !slices.Equal(codes, []string{"STRUCTURED_CONTENT"}) {
 		t.Errorf("diagnostics = %v", r.GetDiagnostics())
 	}
-	link, err := w.s.Evidence.LinkClaim(as(w.s, scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-600-per-minute", ObservationId: cited.GetId(), PassageId: "p2"})
+	link, err := w.s.Evidence.LinkClaim(testkit.As(w.s, scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-600-per-minute", ObservationId: cited.GetId(), PassageId: "p2"})
 	if err != nil {
 		t.Fatalf("link claim: %v", err)
 	}
@@ -296,16 +296,16 @@ func readProjectFile(t *testing.T, fr fileReading) {
 	if live.GetRevisionNumber() != 2 || live.GetRevisionId() == cited.GetRevisionId() || live.GetContentDigest() == cited.GetContentDigest() {
 		t.Errorf("observation after the edit: revision %d (%s), digest %s", live.GetRevisionNumber(), live.GetRevisionId(), live.GetContentDigest())
 	}
-	revs, err := w.s.Evidence.ListRevisions(as(w.s, scenario.Auditor), &evidencev1.ListRevisionsRequest{ConnectionId: w.conn.GetId(), ResourceUri: path})
+	revs, err := w.s.Evidence.ListRevisions(testkit.As(w.s, scenario.Auditor), &evidencev1.ListRevisionsRequest{ConnectionId: w.conn.GetId(), ResourceUri: path})
 	if err != nil || len(revs.GetRevisions()) != 2 || revs.GetRevisions()[0].GetId() != link.GetRevisionId() || revs.GetRevisions()[1].GetId() != live.GetRevisionId() {
 		t.Fatalf("revisions = %v, %v", revs, err)
 	}
 	// The claim stays on the revision it cites.
-	again, err := w.s.Evidence.GetObservation(as(w.s, scenario.Auditor), &evidencev1.GetObservationRequest{Id: link.GetObservationId()})
+	again, err := w.s.Evidence.GetObservation(testkit.As(w.s, scenario.Auditor), &evidencev1.GetObservationRequest{Id: link.GetObservationId()})
 	if err != nil || again.GetRevisionNumber() != 1 || passageText(again, "p2") != "The API allows 600 requests per minute per key." {
 		t.Errorf("cited observation after the edit = %v, %v", again, err)
 	}
-	cmp, err := w.s.Evidence.CompareRevisions(as(w.s, scenario.Auditor), &evidencev1.CompareRevisionsRequest{BaseObservationId: cited.GetId(), OtherObservationId: live.GetId()})
+	cmp, err := w.s.Evidence.CompareRevisions(testkit.As(w.s, scenario.Auditor), &evidencev1.CompareRevisionsRequest{BaseObservationId: cited.GetId(), OtherObservationId: live.GetId()})
 	if err != nil || !cmp.GetDiffers() || !slices.Equal(cmp.GetChangedPassageIds(), []string{"p2"}) {
 		t.Errorf("comparison = %v, %v", cmp, err)
 	}
@@ -325,7 +325,7 @@ func requestDiagnostics(r *orchestratorv1.ToolRequest) []string {
 // capabilities.
 func declareCapability(w *npmWorld, c *registryv1.Capability) {
 	w.t.Helper()
-	if _, err := w.s.Registry.CreateCapability(as(w.s, scenario.Integrator), &registryv1.CreateCapabilityRequest{Capability: c}); err != nil {
+	if _, err := w.s.Registry.CreateCapability(testkit.As(w.s, scenario.Integrator), &registryv1.CreateCapabilityRequest{Capability: c}); err != nil {
 		if apierror.Code(err) == codes.Unimplemented {
 			w.t.Skip("!!! SKIPPING: the registry does not implement CreateCapability yet (declared capabilities, issue 13 item 1)")
 		}
@@ -337,7 +337,7 @@ func declareCapability(w *npmWorld, c *registryv1.Capability) {
 // the test while the registry does not implement task profiles.
 func declareProfile(w *npmWorld, p *registryv1.TaskProfile) {
 	w.t.Helper()
-	if _, err := w.s.Registry.CreateTaskProfile(as(w.s, scenario.Integrator), &registryv1.CreateTaskProfileRequest{Profile: p}); err != nil {
+	if _, err := w.s.Registry.CreateTaskProfile(testkit.As(w.s, scenario.Integrator), &registryv1.CreateTaskProfileRequest{Profile: p}); err != nil {
 		if apierror.Code(err) == codes.Unimplemented {
 			w.t.Skip("!!! SKIPPING: the registry does not implement CreateTaskProfile yet (task profiles, issue 13 item 2)")
 		}
@@ -387,13 +387,13 @@ func TestMemorySearchAsData(t *testing.T) {
 	if m.GetOutputSchemaDigest() == "" {
 		t.Errorf("mapping of search_nodes recorded no output schema")
 	}
-	task, err := w.s.Orchestrator.StartTask(as(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{Profile: "memory_lookup", Purpose: "check the rate limit claims"})
+	task, err := w.s.Orchestrator.StartTask(testkit.As(w.s, scenario.Alice), &orchestratorv1.StartTaskRequest{Profile: "memory_lookup", Purpose: "check the rate limit claims"})
 	if err != nil {
 		t.Fatalf("start a memory_lookup task: %v", err)
 	}
 	search := func(call string) *orchestratorv1.ToolRequest {
 		t.Helper()
-		r, err := w.s.Orchestrator.SubmitToolRequest(as(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+		r, err := w.s.Orchestrator.SubmitToolRequest(testkit.As(w.s, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 			TaskId: task.GetTask().GetId(), ProviderCallId: call, Capability: "search_project_memory", Arguments: scenario.MustStruct(map[string]any{"query": "rate"}),
 		})
 		if err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
@@ -426,7 +426,7 @@ func TestMemorySearchAsData(t *testing.T) {
 		t.Fatalf("observations of %s = %v", identity, obs)
 	}
 	cited := obs[0]
-	if _, err := w.s.Evidence.LinkClaim(as(w.s, scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-600", ObservationId: cited.GetId(), PassageId: "p1"}); err != nil {
+	if _, err := w.s.Evidence.LinkClaim(testkit.As(w.s, scenario.Alice), &evidencev1.LinkClaimRequest{ClaimId: "claim-600", ObservationId: cited.GetId(), PassageId: "p1"}); err != nil {
 		t.Fatalf("link claim: %v", err)
 	}
 	// The graph changes; the same query is a new revision of the same data.
@@ -438,7 +438,7 @@ func TestMemorySearchAsData(t *testing.T) {
 	if len(obs) != 2 || obs[1].GetRevisionNumber() != 2 || obs[1].GetContentDigest() == cited.GetContentDigest() {
 		t.Fatalf("observations after the graph changed = %v", obs)
 	}
-	again, err := w.s.Evidence.GetObservation(as(w.s, scenario.Auditor), &evidencev1.GetObservationRequest{Id: cited.GetId()})
+	again, err := w.s.Evidence.GetObservation(testkit.As(w.s, scenario.Auditor), &evidencev1.GetObservationRequest{Id: cited.GetId()})
 	if err != nil || again.GetRevisionNumber() != 1 || !strings.Contains(passageText(again, "p1"), "600 requests") {
 		t.Errorf("cited data after the change = %v, %v", again, err)
 	}

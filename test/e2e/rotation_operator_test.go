@@ -117,14 +117,14 @@ func TestOperatorRotationServesThroughout(t *testing.T) {
 	}
 	connection := func() *registryv1.Connection {
 		t.Helper()
-		c, err := w.s.Registry.GetConnection(w.as(scenario.Integrator), &registryv1.GetConnectionRequest{Id: server().Status.ConnectionID})
+		c, err := w.s.Registry.GetConnection(testkit.As(w.s, scenario.Integrator), &registryv1.GetConnectionRequest{Id: server().Status.ConnectionID})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
 	testkit.Eventually(t, "the operator registers the server", func() bool { return server().Status.ConnectionID != "" })
-	if _, err := w.s.Registry.ReviewConnection(w.as(scenario.Reviewer), &registryv1.ReviewConnectionRequest{
+	if _, err := w.s.Registry.ReviewConnection(testkit.As(w.s, scenario.Reviewer), &registryv1.ReviewConnectionRequest{
 		ConnectionId: connection().GetId(), ConfigRevision: 1, Approve: true}); err != nil {
 		t.Fatalf("review connection: %v", err)
 	}
@@ -255,7 +255,7 @@ func TestOperatorRotationServesThroughout(t *testing.T) {
 	r := finish()
 	// The task's trace says which revision its reads used and why not the
 	// newest.
-	tr, err := w.s.Evidence.GetTrace(w.as(scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task.GetTask().GetId()})
+	tr, err := w.s.Evidence.GetTrace(testkit.As(w.s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task.GetTask().GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,14 +572,14 @@ func TestOperatorRotationInvalidatesApprovals(t *testing.T) {
 	}
 	connection := func() *registryv1.Connection {
 		t.Helper()
-		conn, err := s.Registry.GetConnection(c.as(scenario.Integrator), &registryv1.GetConnectionRequest{Id: status().ConnectionID})
+		conn, err := s.Registry.GetConnection(testkit.As(c, scenario.Integrator), &registryv1.GetConnectionRequest{Id: status().ConnectionID})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return conn
 	}
 	testkit.Eventually(t, "the operator registers the renderer", func() bool { return status().ConnectionID != "" })
-	if _, err := s.Registry.ReviewConnection(c.as(scenario.Reviewer), &registryv1.ReviewConnectionRequest{
+	if _, err := s.Registry.ReviewConnection(testkit.As(c, scenario.Reviewer), &registryv1.ReviewConnectionRequest{
 		ConnectionId: connection().GetId(), ConfigRevision: 1, Approve: true}); err != nil {
 		t.Fatalf("review connection: %v", err)
 	}
@@ -625,7 +625,7 @@ func TestOperatorRotationInvalidatesApprovals(t *testing.T) {
 	if n := env.renders(t); n != rendered {
 		t.Fatalf("an invalidated approval rendered: renders = %d, want %d", n, rendered)
 	}
-	m, err := s.Registry.GetMapping(c.as(scenario.Integrator), &registryv1.GetMappingRequest{Id: env.mapping.GetId()})
+	m, err := s.Registry.GetMapping(testkit.As(c, scenario.Integrator), &registryv1.GetMappingRequest{Id: env.mapping.GetId()})
 	if err != nil || m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
 		t.Fatalf("mapping after the rotation: %v, %v; want ACTIVE", m.GetState(), err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,14 +39,14 @@ func TestRotationWithinScope(t *testing.T) {
 	rotate := func(rev int64, scope, token string) (*registryv1.Connection, error) {
 		t.Helper()
 		writeCredential(t, s, env.conn.GetId(), token)
-		return s.Registry.UpdateConnection(c.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
+		return s.Registry.UpdateConnection(testkit.As(c, scenario.Integrator), &registryv1.UpdateConnectionRequest{
 			Id: env.conn.GetId(), ExpectedConfigRevision: rev, Transport: env.conn.GetTransport(),
 			CredentialScope: scope, CredentialRef: "file:token", CredentialVersion: token, Reason: "credential rotation",
 		})
 	}
 	mappingState := func() registryv1.MappingState {
 		t.Helper()
-		m, err := s.Registry.GetMapping(c.as(scenario.Integrator), &registryv1.GetMappingRequest{Id: env.mapping.GetId()})
+		m, err := s.Registry.GetMapping(testkit.As(c, scenario.Integrator), &registryv1.GetMappingRequest{Id: env.mapping.GetId()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +89,7 @@ func TestRotationWithinScope(t *testing.T) {
 	if st := mappingState(); st != registryv1.MappingState_MAPPING_STATE_REVIEW_REQUIRED {
 		t.Fatalf("mapping after the declared scope changed is %v, want REVIEW_REQUIRED", st)
 	}
-	r, err := s.Orchestrator.SubmitToolRequest(c.as(scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
+	r, err := s.Orchestrator.SubmitToolRequest(testkit.As(c, scenario.Alice), &orchestratorv1.SubmitToolRequestRequest{
 		TaskId: task, ProviderCallId: "call-broadened", Capability: renderPreview, Arguments: after.GetArguments(), DocumentDigest: documentDigest,
 	})
 	if !apierror.Is(err, codes.FailedPrecondition, "MAPPING_REVIEW_REQUIRED") {
@@ -109,14 +110,14 @@ func TestGovernedReadsContinueThroughRotations(t *testing.T) {
 	// The connection gets its credential: a new reference, so reviewed
 	// (and the mapping with it) before anything reads it.
 	writeCredential(t, w.s, w.conn.GetId(), "token-start")
-	conn, err := w.s.Registry.UpdateConnection(w.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
+	conn, err := w.s.Registry.UpdateConnection(testkit.As(w.s, scenario.Integrator), &registryv1.UpdateConnectionRequest{
 		Id: w.conn.GetId(), ExpectedConfigRevision: w.conn.GetConfigRevision(), Transport: w.conn.GetTransport(),
 		CredentialScope: w.conn.GetCredentialScope(), CredentialRef: "file:token", CredentialVersion: "start", Reason: "credential added",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.conn, err = w.s.ApproveConnection(w.as(scenario.Integrator), conn); err != nil {
+	if w.conn, err = w.s.ApproveConnection(testkit.As(w.s, scenario.Integrator), conn); err != nil {
 		t.Fatal(err)
 	}
 	w.snap = w.discover()
@@ -124,6 +125,11 @@ func TestGovernedReadsContinueThroughRotations(t *testing.T) {
 	task := w.startTask()
 
 	stop := make(chan struct{})
+	// halt tells the reader to stop, once: after the rotations, or when
+	// the test fails waiting for a read.
+	var halting sync.Once
+	halt := func() { halting.Do(func() { close(stop) }) }
+	t.Cleanup(halt)
 	// succeeded counts reads as they succeed, so each rotation waits for a
 	// read after the previous one instead of guessing how long one takes.
 	var succeeded atomic.Int64
@@ -155,7 +161,7 @@ func TestGovernedReadsContinueThroughRotations(t *testing.T) {
 		before := succeeded.Load()
 		writeCredential(t, w.s, conn.GetId(), fmt.Sprintf("token-%d", i))
 		var err error
-		conn, err = w.s.Registry.UpdateConnection(w.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
+		conn, err = w.s.Registry.UpdateConnection(testkit.As(w.s, scenario.Integrator), &registryv1.UpdateConnectionRequest{
 			Id: conn.GetId(), ExpectedConfigRevision: conn.GetConfigRevision(), Transport: conn.GetTransport(),
 			CredentialScope: conn.GetCredentialScope(), CredentialRef: "file:token", CredentialVersion: fmt.Sprint(i), Reason: "credential rotation",
 		})
@@ -164,16 +170,9 @@ func TestGovernedReadsContinueThroughRotations(t *testing.T) {
 		}
 		// A read completes after each rotation before the next one, so
 		// reads keep crossing rotations whatever the machine's speed.
-		deadline := time.Now().Add(2 * time.Minute)
-		for succeeded.Load() == before {
-			if time.Now().After(deadline) {
-				close(stop)
-				t.Fatalf("no governed read succeeded within 2 minutes of rotation %d", i)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.EventuallyWithin(t, 2*time.Minute, fmt.Sprintf("a governed read succeeds after rotation %d", i), func() bool { return succeeded.Load() != before })
 	}
-	close(stop)
+	halt()
 	var r result
 	select {
 	case r = <-done:
@@ -207,7 +206,7 @@ func TestApprovalsFollowServingRevision(t *testing.T) {
 	}
 
 	before := submitPreview(t, c, task, "call-before")
-	rotated, err := s.Registry.UpdateConnection(c.as(scenario.Integrator), &registryv1.UpdateConnectionRequest{
+	rotated, err := s.Registry.UpdateConnection(testkit.As(c, scenario.Integrator), &registryv1.UpdateConnectionRequest{
 		Id: env.conn.GetId(), ExpectedConfigRevision: env.conn.GetConfigRevision(), Transport: env.conn.GetTransport(),
 		CredentialScope: env.conn.GetCredentialScope(), CredentialVersion: "secret@2", Reason: "credential rotation", KeepServing: true,
 	})
@@ -237,7 +236,7 @@ func TestApprovalsFollowServingRevision(t *testing.T) {
 	if n := env.renders(t); n != 1 {
 		t.Fatalf("an invalidated approval rendered: renders = %d, want still 1", n)
 	}
-	m, err := s.Registry.GetMapping(c.as(scenario.Integrator), &registryv1.GetMappingRequest{Id: env.mapping.GetId()})
+	m, err := s.Registry.GetMapping(testkit.As(c, scenario.Integrator), &registryv1.GetMappingRequest{Id: env.mapping.GetId()})
 	if err != nil || m.GetState() != registryv1.MappingState_MAPPING_STATE_ACTIVE {
 		t.Fatalf("mapping after the rotation: %v, %v; want ACTIVE", m.GetState(), err)
 	}
@@ -279,7 +278,7 @@ func connectRendererWithCredential(t *testing.T, s *suite.Suite, token string) *
 	dir := testkit.WritableDir(t)
 	env := &rendererEnv{workDir: filepath.Join(dir, "work"), callLog: filepath.Join(dir, "calls.jsonl")}
 	var err error
-	env.conn, err = c.Registry.CreateConnection(c.as(scenario.Integrator), &registryv1.CreateConnectionRequest{
+	env.conn, err = c.Registry.CreateConnection(testkit.As(c, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Renderer", Owner: "platform-team",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{
 			Command: v0m3Bin,
@@ -291,7 +290,7 @@ func connectRendererWithCredential(t *testing.T, s *suite.Suite, token string) *
 		t.Fatalf("create connection: %v", err)
 	}
 	writeCredential(t, s, env.conn.GetId(), token)
-	env.conn, err = c.Registry.ReviewConnection(c.as(scenario.Reviewer), &registryv1.ReviewConnectionRequest{
+	env.conn, err = c.Registry.ReviewConnection(testkit.As(c, scenario.Reviewer), &registryv1.ReviewConnectionRequest{
 		ConnectionId: env.conn.GetId(), ConfigRevision: env.conn.GetConfigRevision(), Approve: true})
 	if err != nil {
 		t.Fatalf("review connection: %v", err)

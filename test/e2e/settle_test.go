@@ -58,7 +58,7 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 	}
 	get := func(id string) *orchestratorv1.ToolRequest {
 		t.Helper()
-		r, err := c.Orchestrator.GetRequest(c.as(scenario.Alice), &orchestratorv1.GetRequestRequest{Id: id})
+		r, err := c.Orchestrator.GetRequest(testkit.As(c, scenario.Alice), &orchestratorv1.GetRequestRequest{Id: id})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 	}
 	settledIn := func(id string) []*evidencev1.ProductEvent {
 		t.Helper()
-		tr, err := c.Evidence.GetTrace(c.as(scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
+		tr, err := c.Evidence.GetTrace(testkit.As(c, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 	// settle it see nothing; the task's requester finds it in her task.
 	awaiting := func(p scenario.Person, task string) ([]string, error) {
 		t.Helper()
-		resp, err := c.Orchestrator.ListRequests(c.as(p), &orchestratorv1.ListRequestsRequest{TaskId: task, AwaitingSettlement: true})
+		resp, err := c.Orchestrator.ListRequests(testkit.As(c, p), &orchestratorv1.ListRequestsRequest{TaskId: task, AwaitingSettlement: true})
 		var ids []string
 		for _, r := range resp.GetRequests() {
 			ids = append(ids, r.GetId()+"/"+lastAttemptID(r))
@@ -105,14 +105,14 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 	if got, err := awaiting(scenario.Alice, task); err != nil || !slices.Equal(got, want) {
 		t.Errorf("the requester lists %v, %v awaiting settlement in her task; want %v", got, err, want)
 	}
-	if _, err := c.Orchestrator.ListRequests(c.as(settler), &orchestratorv1.ListRequestsRequest{TaskId: "-"}); !apierror.Is(err, codes.InvalidArgument, "TASK_WILDCARD_UNSUPPORTED") {
+	if _, err := c.Orchestrator.ListRequests(testkit.As(c, settler), &orchestratorv1.ListRequestsRequest{TaskId: "-"}); !apierror.Is(err, codes.InvalidArgument, "TASK_WILDCARD_UNSUPPORTED") {
 		t.Errorf(`listing every task's requests without awaiting_settlement: %v, want INVALID_ARGUMENT TASK_WILDCARD_UNSUPPORTED`, err)
 	}
 	artifact := "sha256:" + strings.Repeat("c", 64)
 	in := &orchestratorv1.SettleRequestRequest{RequestId: r1.GetId(), AttemptId: r1.GetAttempts()[0].GetId(),
 		Settlement: orchestratorv1.Settlement_SETTLEMENT_EXECUTED, ArtifactDigest: artifact, Note: "artifact found in the renderer's work directory"}
 	for _, p := range []scenario.Person{scenario.Alice, approver, scenario.Auditor} {
-		_, err := c.Orchestrator.SettleRequest(c.as(p), in)
+		_, err := c.Orchestrator.SettleRequest(testkit.As(c, p), in)
 		if !apierror.Is(err, codes.PermissionDenied, "ROLE_NOT_GRANTED") {
 			t.Errorf("%s settles: %v, want PERMISSION_DENIED ROLE_NOT_GRANTED", p.ID, err)
 		}
@@ -121,21 +121,16 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 		t.Fatalf("a refused settlement changed the request: %v", now)
 	}
 	var got *orchestratorv1.ToolRequest
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.EventuallySucceeds(t, "settle as settler", func() error {
 		var err error
-		got, err = c.Orchestrator.SettleRequest(c.as(settler), in)
-		if status.Code(err) == codes.Aborted && time.Now().Before(deadline) {
-			// The recovery is checking it right now: try again, as the
-			// error says.
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		if err != nil {
+		got, err = c.Orchestrator.SettleRequest(testkit.As(c, settler), in)
+		if err != nil && status.Code(err) != codes.Aborted {
+			// ABORTED: the recovery is checking it right now: try
+			// again, as the error says. Anything else fails at once.
 			t.Fatalf("settle as settler: %v", err)
 		}
-		break
-	}
+		return err
+	})
 	if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || got.GetArtifactDigest() != artifact {
 		t.Fatalf("settled by hand = %v", got)
 	}
@@ -146,7 +141,7 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 		t.Errorf("after the settlement the settler lists %v, %v; want nothing left", got, err)
 	}
 	// The audit log names who settled what, and who was refused.
-	audit, err := c.Evidence.ListAuditRecords(c.as(scenario.Auditor), &evidencev1.ListAuditRecordsRequest{Action: "outcome.settle", Resource: "request:" + r1.GetId(), PageSize: 1000})
+	audit, err := c.Evidence.ListAuditRecords(testkit.As(c, scenario.Auditor), &evidencev1.ListAuditRecordsRequest{Action: "outcome.settle", Resource: "request:" + r1.GetId(), PageSize: 1000})
 	if err != nil {
 		t.Fatalf("read the audit log: %v", err)
 	}
@@ -163,7 +158,7 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 	if got := byOutcome["ROLE_NOT_GRANTED"]; len(got) != 3 {
 		t.Errorf("audited refused settlements = %v, want the three refused people", got)
 	}
-	_, err = c.Orchestrator.SettleRequest(c.as(superuser), &orchestratorv1.SettleRequestRequest{RequestId: r1.GetId(), AttemptId: r1.GetAttempts()[0].GetId(),
+	_, err = c.Orchestrator.SettleRequest(testkit.As(c, superuser), &orchestratorv1.SettleRequestRequest{RequestId: r1.GetId(), AttemptId: r1.GetAttempts()[0].GetId(),
 		Settlement: orchestratorv1.Settlement_SETTLEMENT_NOT_EXECUTED, Note: "rewrite it"})
 	if !apierror.Is(err, codes.FailedPrecondition, "OUTCOME_NOT_UNKNOWN") {
 		t.Errorf("settling a settled request: %v, want OUTCOME_NOT_UNKNOWN", err)
@@ -174,24 +169,15 @@ func TestUnknownRendersGetSettled(t *testing.T) {
 	if err := os.Remove(down); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(90 * time.Second)
-	for got = get(r2.GetId()); got.GetOutcome() == adapterv1.Outcome_OUTCOME_UNKNOWN; got = get(r2.GetId()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("never settled once the renderer was back: %v", got)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.EventuallyWithin(t, 90*time.Second, "settled once the renderer is back", func() bool {
+		got = get(r2.GetId())
+		return got.GetOutcome() != adapterv1.Outcome_OUTCOME_UNKNOWN
+	})
 	if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || got.GetReceiptId() == "" || got.GetArtifactDigest() == "" ||
 		!strings.Contains(got.GetAttempts()[0].GetResolution(), "server's status") || len(got.GetAttempts()) != 1 {
 		t.Fatalf("settled by evidence = %v", got)
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for len(settledIn(r2.GetId())) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the settlement by evidence is not in the trace")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, "the settlement by evidence is in the trace", func() bool { return len(settledIn(r2.GetId())) > 0 })
 	if n := env.renders(t); n != 2 {
 		t.Errorf("rendered %d times for two requests, want 2", n)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/demo/scenario"
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/testkit"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
@@ -20,7 +21,7 @@ import (
 // (up to its latest one, which the test has just caused).
 func (w *world) registryEvents(until registryv1.RegistryEventType, snapshotID string) []*registryv1.RegistryEvent {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(w.as(scenario.Reviewer), time.Minute)
+	ctx, cancel := context.WithTimeout(testkit.As(w.s, scenario.Reviewer), time.Minute)
 	defer cancel()
 	stream, err := w.s.Registry.WatchEvents(ctx, &registryv1.WatchEventsRequest{})
 	if err != nil {
@@ -60,7 +61,7 @@ func itemChange(changes []*registryv1.ItemChange, name string) *registryv1.ItemC
 func TestSurfaceDriftIsReviewed(t *testing.T) {
 	t.Parallel()
 	w := newHTTPWorld(t, "--surface", "v1")
-	ctx := w.as(scenario.Integrator)
+	ctx := testkit.As(w.s, scenario.Integrator)
 	if len(w.snap.GetResourceTemplates()) != 1 || w.snap.GetResourceTemplates()[0].GetUriTemplate() != fixture.SurfaceTemplate ||
 		len(w.snap.GetPrompts()) != 1 || w.snap.GetPrompts()[0].GetName() != "summarize-note" {
 		t.Fatalf("first snapshot: templates %v, prompts %v", w.snap.GetResourceTemplates(), w.snap.GetPrompts())

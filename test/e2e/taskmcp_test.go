@@ -97,7 +97,7 @@ func connectMCP(t *testing.T, s *suite.Suite, ep *orchestratorv1.McpEndpoint, to
 // startMCPTask starts a source-review task for who with MCP access.
 func startMCPTask(t *testing.T, s *suite.Suite, who scenario.Person, scope ...*orchestratorv1.SourceRef) *orchestratorv1.StartTaskResponse {
 	t.Helper()
-	resp, err := s.Orchestrator.StartTask(as(s, who), &orchestratorv1.StartTaskRequest{
+	resp, err := s.Orchestrator.StartTask(testkit.As(s, who), &orchestratorv1.StartTaskRequest{
 		Profile: "source_review", Purpose: "review the migration sources through MCP", SourceScope: scope, McpAccess: true,
 	})
 	if err != nil {
@@ -211,7 +211,7 @@ func TestTaskMCPSourceReview(t *testing.T) {
 					links = append(links, l)
 				}
 			}
-			reqs, err := s.Orchestrator.ListRequests(as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task, PageSize: paging.MaxSize})
+			reqs, err := s.Orchestrator.ListRequests(testkit.As(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task, PageSize: paging.MaxSize})
 			if err != nil || len(reqs.GetRequests()) != 1 {
 				t.Fatalf("requests of the task = %v, %v; want the one call", reqs.GetRequests(), err)
 			}
@@ -227,7 +227,7 @@ func TestTaskMCPSourceReview(t *testing.T) {
 				if obsID != req.GetExcerpts()[i].GetObservationId() {
 					t.Errorf("link %q, want the excerpt's observation %s", l.URI, req.GetExcerpts()[i].GetObservationId())
 				}
-				obs, err := s.Evidence.GetObservation(as(s, scenario.Auditor), &evidencev1.GetObservationRequest{Id: obsID})
+				obs, err := s.Evidence.GetObservation(testkit.As(s, scenario.Auditor), &evidencev1.GetObservationRequest{Id: obsID})
 				if err != nil || obs.GetTaskId() != task {
 					t.Errorf("linked observation %s = %v, %v; want one of this task", obsID, obs, err)
 				}
@@ -238,7 +238,7 @@ func TestTaskMCPSourceReview(t *testing.T) {
 			if err != nil || again.IsError {
 				t.Fatalf("repeated call = %v, %v", again, err)
 			}
-			if reqs, _ := s.Orchestrator.ListRequests(as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task}); len(reqs.GetRequests()) != 1 {
+			if reqs, _ := s.Orchestrator.ListRequests(testkit.As(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task}); len(reqs.GetRequests()) != 1 {
 				t.Errorf("after a repeated call the task has %d requests, want 1", len(reqs.GetRequests()))
 			}
 
@@ -257,7 +257,7 @@ func TestTaskMCPSourceReview(t *testing.T) {
 			if err != nil || !long.IsError || !strings.Contains(text(long), "Refused (FIELD_TOO_LONG)") || strings.Contains(text(long), "cccc") {
 				t.Errorf("call with a 32 KB provider call id = %.300q, %v; want a tool error naming FIELD_TOO_LONG, not quoting the id", text(long), err)
 			}
-			if reqs, _ := s.Orchestrator.ListRequests(as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task}); len(reqs.GetRequests()) != 2 {
+			if reqs, _ := s.Orchestrator.ListRequests(testkit.As(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: task}); len(reqs.GetRequests()) != 2 {
 				t.Errorf("after the refused calls the task has %d requests, want 2 (the call and the one with an unknown field)", len(reqs.GetRequests()))
 			}
 		})
@@ -273,7 +273,7 @@ func TestTaskMCPApproval(t *testing.T) {
 	s := startMCPSuite(t)
 	c := stackOf(s)
 	env := connectRenderer(t, c)
-	resp, err := s.Orchestrator.StartTask(as(s, scenario.Alice), &orchestratorv1.StartTaskRequest{
+	resp, err := s.Orchestrator.StartTask(testkit.As(s, scenario.Alice), &orchestratorv1.StartTaskRequest{
 		Profile: "preview", Purpose: "preview revision 31 before review", McpAccess: true,
 	})
 	if err != nil {
@@ -304,7 +304,7 @@ func TestTaskMCPApproval(t *testing.T) {
 	if err != nil || res.IsError || !strings.Contains(text(res), "Approval pending") {
 		t.Fatalf("the same call while pending = %v, %v", res, err)
 	}
-	reqs, err := s.Orchestrator.ListRequests(as(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: resp.GetTask().GetId()})
+	reqs, err := s.Orchestrator.ListRequests(testkit.As(s, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: resp.GetTask().GetId()})
 	if err != nil || len(reqs.GetRequests()) != 1 || !strings.Contains(body, reqs.GetRequests()[0].GetId()) {
 		t.Fatalf("requests = %v, %v; want one, named in the result", reqs.GetRequests(), err)
 	}
@@ -327,7 +327,7 @@ func TestTaskMCPApproval(t *testing.T) {
 	}
 
 	// Revoking the task ends its endpoint for the session already open.
-	if _, err := s.Orchestrator.CancelTask(as(s, scenario.Alice), &orchestratorv1.CancelTaskRequest{Id: resp.GetTask().GetId(), Reason: "revoked"}); err != nil {
+	if _, err := s.Orchestrator.CancelTask(testkit.As(s, scenario.Alice), &orchestratorv1.CancelTaskRequest{Id: resp.GetTask().GetId(), Reason: "revoked"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cs.ListTools(ctx, nil); err == nil {
@@ -357,16 +357,16 @@ func TestTaskMCPTokenRefused(t *testing.T) {
 	bob := startMCPTask(t, s, scenario.Bob, migrationScope[:1]...)
 	ended := startMCPTask(t, s, scenario.Alice, migrationScope...)
 	completed := startMCPTask(t, s, scenario.Alice, migrationScope...)
-	if _, err := s.Orchestrator.CancelTask(as(s, scenario.Alice), &orchestratorv1.CancelTaskRequest{Id: ended.GetTask().GetId(), Reason: "revoked"}); err != nil {
+	if _, err := s.Orchestrator.CancelTask(testkit.As(s, scenario.Alice), &orchestratorv1.CancelTaskRequest{Id: ended.GetTask().GetId(), Reason: "revoked"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Orchestrator.CompleteTask(as(s, scenario.Alice), &orchestratorv1.CompleteTaskRequest{Id: completed.GetTask().GetId()}); err != nil {
+	if _, err := s.Orchestrator.CompleteTask(testkit.As(s, scenario.Alice), &orchestratorv1.CompleteTaskRequest{Id: completed.GetTask().GetId()}); err != nil {
 		t.Fatal(err)
 	}
 	faq := scenario.FindHandle(scenario.FindOffered(alice.GetCatalogue(), scenario.Retrieve), "Migration FAQ")
 	callsBefore := toolCalls(callLog(t, logPath))
 	traceLen := func(task string) int {
-		tr, err := s.Evidence.GetTrace(as(s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
+		tr, err := s.Evidence.GetTrace(testkit.As(s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: task})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +439,7 @@ func TestTaskMCPTokenRefused(t *testing.T) {
 		if tk == bob {
 			who = scenario.Bob
 		}
-		reqs, err := s.Orchestrator.ListRequests(as(s, who), &orchestratorv1.ListRequestsRequest{TaskId: id})
+		reqs, err := s.Orchestrator.ListRequests(testkit.As(s, who), &orchestratorv1.ListRequestsRequest{TaskId: id})
 		if err != nil || len(reqs.GetRequests()) != 0 {
 			t.Errorf("task %s has requests %v (%v) after refused tokens; want none", id, reqs.GetRequests(), err)
 		}
@@ -452,14 +452,14 @@ func TestTaskMCPTokenRefused(t *testing.T) {
 	}
 
 	// The requester mints a fresh token; nobody else may.
-	ep, err := s.Orchestrator.MintMcpToken(as(s, scenario.Alice), &orchestratorv1.MintMcpTokenRequest{TaskId: alice.GetTask().GetId()})
+	ep, err := s.Orchestrator.MintMcpToken(testkit.As(s, scenario.Alice), &orchestratorv1.MintMcpTokenRequest{TaskId: alice.GetTask().GetId()})
 	if err != nil || ep.GetToken() == alice.GetMcpEndpoint().GetToken() || ep.GetUrl() != alice.GetMcpEndpoint().GetUrl() {
 		t.Fatalf("MintMcpToken = %v, %v; want a fresh token for the same endpoint", ep.GetUrl(), err)
 	}
 	if _, err := connectMCP(t, s, ep, ep.GetToken(), ""); err != nil {
 		t.Errorf("the fresh token is refused: %v", err)
 	}
-	if _, err := s.Orchestrator.MintMcpToken(as(s, scenario.Bob), &orchestratorv1.MintMcpTokenRequest{TaskId: alice.GetTask().GetId()}); err == nil {
+	if _, err := s.Orchestrator.MintMcpToken(testkit.As(s, scenario.Bob), &orchestratorv1.MintMcpTokenRequest{TaskId: alice.GetTask().GetId()}); err == nil {
 		t.Error("bob minted a token for alice's task")
 	}
 
@@ -470,7 +470,7 @@ func TestTaskMCPTokenRefused(t *testing.T) {
 	}
 	var traceJSON []byte
 	for _, tk := range tasks {
-		tr, err := s.Evidence.GetTrace(as(s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: tk.GetTask().GetId()})
+		tr, err := s.Evidence.GetTrace(testkit.As(s, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: tk.GetTask().GetId()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -597,7 +597,7 @@ func TestTaskMCPApprovalElicited(t *testing.T) {
 	c := stackOf(s)
 	env := connectRenderer(t, c)
 	start := func() *orchestratorv1.StartTaskResponse {
-		resp, err := s.Orchestrator.StartTask(as(s, scenario.Alice), &orchestratorv1.StartTaskRequest{
+		resp, err := s.Orchestrator.StartTask(testkit.As(s, scenario.Alice), &orchestratorv1.StartTaskRequest{
 			Profile: "preview", Purpose: "preview revision 31 before review", McpAccess: true,
 		})
 		if err != nil {

@@ -261,24 +261,27 @@ func (c *cluster) hit(n string) bool {
 // waitServing waits until n answers health checks as SERVING.
 func (c *cluster) waitServing(n string) {
 	c.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
 	h := healthpb.NewHealthClient(c.conns[n])
-	for {
+	var (
+		resp *healthpb.HealthCheckResponse
+		err  error
+	)
+	serving := testkit.Within(2*time.Minute, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		resp, err := h.Check(ctx, &healthpb.HealthCheckRequest{})
+		resp, err = h.Check(ctx, &healthpb.HealthCheckRequest{})
 		cancel()
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
+			return true
 		}
 		select {
 		case <-c.exited(n):
 			c.t.Fatalf("%s exited before serving; its log:\n%s", n, c.logTail(n))
 		default:
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s not serving after 2 minutes: %v %v; its log:\n%s", n, resp.GetStatus(), err, c.logTail(n))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	})
+	if !serving {
+		c.t.Fatalf("%s not serving after 2 minutes: %v %v; its log:\n%s", n, resp.GetStatus(), err, c.logTail(n))
 	}
 }
 
@@ -300,7 +303,8 @@ func (c *cluster) logs() string {
 	return sb.String()
 }
 
-// as is a context carrying sub's development token.
-func (c *cluster) as(ctx context.Context, sub string, groups ...string) context.Context {
+// As is ctx carrying sub's development token: the cluster is a
+// testkit.Minter, for testkit.As.
+func (c *cluster) As(ctx context.Context, sub string, groups ...string) context.Context {
 	return c.dev.Issuer.As(ctx, sub, groups...)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/failpoint"
 	"github.com/v0m3/v0m3/internal/redistest"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
@@ -132,7 +133,7 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 	deadline := time.Now().Add(2 * time.Minute)
 	var ack *orchestratorv1.ToolRequest
 	err := retry(deadline, func(ctx context.Context) error {
-		got, err := c.orchestrator().SubmitToolRequest(c.as(ctx, scenario.Alice.ID, scenario.Alice.Groups...), &orchestratorv1.SubmitToolRequestRequest{
+		got, err := c.orchestrator().SubmitToolRequest(c.As(ctx, scenario.Alice.ID, scenario.Alice.Groups...), &orchestratorv1.SubmitToolRequestRequest{
 			TaskId: r.taskID, ProviderCallId: callID, Capability: r.capability, Arguments: r.args, DocumentDigest: r.digest,
 		})
 		if err == nil {
@@ -147,7 +148,7 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 		var got *orchestratorv1.ToolRequest
 		if err := retry(deadline, func(ctx context.Context) error {
 			var err error
-			got, err = c.orchestrator().GetRequest(c.as(ctx, scenario.Alice.ID, scenario.Alice.Groups...), &orchestratorv1.GetRequestRequest{Id: ack.GetId()})
+			got, err = c.orchestrator().GetRequest(c.As(ctx, scenario.Alice.ID, scenario.Alice.Groups...), &orchestratorv1.GetRequestRequest{Id: ack.GetId()})
 			return err
 		}); err != nil {
 			t.Fatalf("get request %s: %v", ack.GetId(), err)
@@ -157,7 +158,7 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 	if r.approval {
 		// A request stopped before its decision is decided again by
 		// recovery; the approver acts once it awaits approval.
-		waitUntil(t, deadline, "the request awaits approval", func() bool {
+		testkit.EventuallyWithin(t, time.Until(deadline), "the request awaits approval", func() bool {
 			return get().GetState() != orchestratorv1.RequestState_REQUEST_STATE_REQUESTED
 		})
 		if s := get().GetState(); s != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
@@ -166,7 +167,7 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 		tries := 0
 		err := retry(deadline, func(ctx context.Context) error {
 			tries++
-			_, err := c.orchestrator().Approve(c.as(ctx, approver.ID, approver.Groups...), &orchestratorv1.ApproveRequest{RequestId: ack.GetId(), DocumentDigest: r.digest})
+			_, err := c.orchestrator().Approve(c.As(ctx, approver.ID, approver.Groups...), &orchestratorv1.ApproveRequest{RequestId: ack.GetId(), DocumentDigest: r.digest})
 			return err
 		})
 		// A retried approval whose first try was used reports so.
@@ -176,12 +177,8 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 	}
 	var final *orchestratorv1.ToolRequest
 	stuck := ""
-	for final = get(); !settled(final); final = get() {
-		if time.Now().After(deadline) {
-			stuck = fmt.Sprintf("the request is stuck in %v / %v with attempts %v", final.GetState(), final.GetOutcome(), final.GetAttempts())
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testkit.Within(time.Until(deadline), func() bool { final = get(); return settled(final) }) {
+		stuck = fmt.Sprintf("the request is stuck in %v / %v with attempts %v", final.GetState(), final.GetOutcome(), final.GetAttempts())
 	}
 	if st.point != "" {
 		select {
@@ -201,7 +198,7 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 	}
 	// No lost acknowledged request: the acknowledged id is the one
 	// request of its provider call the task lists.
-	list, err := c.orchestrator().ListRequests(as(c, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: r.taskID})
+	list, err := c.orchestrator().ListRequests(testkit.As(c, scenario.Alice), &orchestratorv1.ListRequestsRequest{TaskId: r.taskID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +251,7 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 	var kinds []evidencev1.ProductEventKind
 	seqErr := ""
 	for traceBy := time.Now().Add(30 * time.Second); ; {
-		tr, err := c.clients.Evidence.GetTrace(as(c, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: r.taskID})
+		tr, err := c.clients.Evidence.GetTrace(testkit.As(c, scenario.Auditor), &evidencev1.GetTraceRequest{TaskId: r.taskID})
 		if err == nil {
 			seqErr = ""
 			for i, e := range tr.GetEvents() {
@@ -294,12 +291,8 @@ func runCase(t *testing.T, store string, f flow, st step, action string) {
 // dead (the other takes over); a frozen one continues after freezeFor.
 func (c *cluster) supervise(target, action string, replicated bool, recovered chan<- struct{}) {
 	defer close(recovered)
-	deadline := time.Now().Add(3 * time.Minute)
-	for !c.hit(target) {
-		if time.Now().After(deadline) {
-			return // the test reports the point was never reached
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testkit.Within(3*time.Minute, func() bool { return c.hit(target) }) {
+		return // the test reports the point was never reached
 	}
 	switch action {
 	case failpoint.Kill:
@@ -319,21 +312,6 @@ func (c *cluster) supervise(target, action string, replicated bool, recovered ch
 	case failpoint.Freeze:
 		time.Sleep(freezeFor)
 		c.signal(target, syscall.SIGCONT)
-	}
-}
-
-// waitUntil polls cond until it holds or the deadline passes.
-func waitUntil(t *testing.T, deadline time.Time, what string, cond func() bool, detail ...func() string) {
-	t.Helper()
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			for _, d := range detail {
-				msg += d()
-			}
-			t.Fatalf("%s: not within the deadline %s", what, msg)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -357,7 +335,7 @@ func endEvents(r *orchestratorv1.ToolRequest) []string {
 // unknown fails before it is settled as executed).
 func taskEvents(t *testing.T, c *cluster, taskID, id string, until []string) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(as(c, scenario.Alice), 30*time.Second)
+	ctx, cancel := context.WithTimeout(testkit.As(c, scenario.Alice), 30*time.Second)
 	defer cancel()
 	stream, err := c.orchestrator().WatchTask(ctx, &orchestratorv1.WatchTaskRequest{TaskId: taskID})
 	if err != nil {

@@ -69,10 +69,6 @@ type run struct {
 	events []string
 }
 
-func as(c *cluster, p scenario.Person) context.Context {
-	return c.as(context.Background(), p.ID, p.Groups...)
-}
-
 // previewFlow renders a document preview through the real renderer (a
 // stdio child of the adapter process, idempotent by request id, with a
 // status tool): submit, approval by a person, execute, receipt, commit.
@@ -80,7 +76,7 @@ var previewFlow = flow{name: "preview", setup: func(t *testing.T, c *cluster) *r
 	t.Helper()
 	dir := testkit.WritableDir(t)
 	workDir, callLog := filepath.Join(dir, "work"), filepath.Join(dir, "calls.jsonl")
-	conn, err := c.clients.Registry.CreateConnection(as(c, scenario.Integrator), &registryv1.CreateConnectionRequest{
+	conn, err := c.clients.Registry.CreateConnection(testkit.As(c, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Renderer", Owner: "platform-team",
 		Transport: &registryv1.Transport{Kind: &registryv1.Transport_Stdio{Stdio: &registryv1.StdioTransport{
 			Command: v0m3Bin, Args: []string{"fixture-renderer", "--transport", "stdio", "--work-dir", workDir, "--call-log", callLog},
@@ -90,7 +86,7 @@ var previewFlow = flow{name: "preview", setup: func(t *testing.T, c *cluster) *r
 	if err != nil {
 		t.Fatalf("create connection: %v", err)
 	}
-	if conn, err = c.clients.Registry.ReviewConnection(as(c, scenario.Reviewer), &registryv1.ReviewConnectionRequest{
+	if conn, err = c.clients.Registry.ReviewConnection(testkit.As(c, scenario.Reviewer), &registryv1.ReviewConnectionRequest{
 		ConnectionId: conn.GetId(), ConfigRevision: conn.GetConfigRevision(), Approve: true}); err != nil {
 		t.Fatalf("review connection: %v", err)
 	}
@@ -143,13 +139,13 @@ var retrieveFlow = flow{name: "retrieve", setup: func(t *testing.T, c *cluster) 
 		hs.CloseClientConnections()
 		hs.Close()
 	})
-	conn, err := c.clients.Registry.CreateConnection(as(c, scenario.Integrator), &registryv1.CreateConnectionRequest{
+	conn, err := c.clients.Registry.CreateConnection(testkit.As(c, scenario.Integrator), &registryv1.CreateConnectionRequest{
 		DisplayName: "V0M3 Sources", Owner: "platform-team", Transport: scenario.HTTPFixture(hs.URL + "/mcp"),
 	})
 	if err != nil {
 		t.Fatalf("create connection: %v", err)
 	}
-	if conn, err = c.clients.Registry.ReviewConnection(as(c, scenario.Reviewer), &registryv1.ReviewConnectionRequest{
+	if conn, err = c.clients.Registry.ReviewConnection(testkit.As(c, scenario.Reviewer), &registryv1.ReviewConnectionRequest{
 		ConnectionId: conn.GetId(), ConfigRevision: conn.GetConfigRevision(), Approve: true}); err != nil {
 		t.Fatalf("review connection: %v", err)
 	}
@@ -193,7 +189,7 @@ func startTask(c *cluster, in *orchestratorv1.StartTaskRequest) (*orchestratorv1
 	var out *orchestratorv1.StartTaskResponse
 	err := retry(time.Now().Add(time.Minute), func(ctx context.Context) error {
 		var err error
-		out, err = c.clients.Orchestrator.StartTask(c.as(ctx, scenario.Alice.ID, scenario.Alice.Groups...), in)
+		out, err = c.clients.Orchestrator.StartTask(c.As(ctx, scenario.Alice.ID, scenario.Alice.Groups...), in)
 		return err
 	})
 	return out, err
@@ -203,16 +199,16 @@ func startTask(c *cluster, in *orchestratorv1.StartTaskRequest) (*orchestratorv1
 // review, the mapping m (its snapshot filled in).
 func mapTool(t *testing.T, c *cluster, conn *registryv1.Connection, m *registryv1.ProposeMappingRequest) {
 	t.Helper()
-	snap, err := c.clients.Adapter.Discover(as(c, scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	snap, err := c.clients.Adapter.Discover(testkit.As(c, scenario.Integrator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if err != nil {
 		t.Fatalf("discover: %v", err)
 	}
 	m.SnapshotId = snap.GetId()
-	proposed, err := c.clients.Registry.ProposeMapping(as(c, scenario.Integrator), m)
+	proposed, err := c.clients.Registry.ProposeMapping(testkit.As(c, scenario.Integrator), m)
 	if err != nil {
 		t.Fatalf("propose mapping: %v", err)
 	}
-	if _, err := c.clients.Registry.ReviewMapping(as(c, scenario.Reviewer), &registryv1.ReviewMappingRequest{
+	if _, err := c.clients.Registry.ReviewMapping(testkit.As(c, scenario.Reviewer), &registryv1.ReviewMappingRequest{
 		MappingId: proposed.GetId(), Revision: proposed.GetRevision(), Approve: true,
 	}); err != nil {
 		t.Fatalf("review mapping: %v", err)
