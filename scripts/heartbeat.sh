@@ -1,20 +1,22 @@
-# Sourced by the build scripts: a cold build is silent for minutes, so say
-# it is still going once a minute.
+# Sourced by the build scripts and scripts/step.sh: a cold build (or go vet,
+# staticcheck, go test) is silent for minutes, so say it is still going once
+# a minute.
 #
-#   heartbeat_start NAME    start saying "NAME: still building (N s so far)"
-#   heartbeat_stop          stop (also safe to call when not started)
+#   heartbeat_start NAME [DOING]  start saying "NAME: still DOING (N s so far)"
+#                                 (DOING defaults to "building")
+#   heartbeat_stop                stop (also safe to call when not started)
 #
 # The ticker kills its own sleep when stopped, or the sleep would hold the
 # caller's stderr pipe open for up to a minute after the build.
 heartbeat_start() {
-	local name="$1" begin=$SECONDS
+	local name="$1" doing="${2:-building}" begin=$SECONDS
 	(
 		trap 'kill "$nap" 2>/dev/null; exit 0' TERM
 		while :; do
-			sleep 60 &
+			sleep "${V0M3_HEARTBEAT_SECONDS:-60}" &
 			nap=$!
 			wait "$nap"
-			echo "$name: still building ($((SECONDS - begin)) s so far)" >&2
+			echo "$name: still $doing ($((SECONDS - begin)) s so far)" >&2
 		done
 	) &
 	heartbeat_pid=$!

@@ -80,7 +80,7 @@ check() {
 	local missing
 	missing="$(missing_packages)"
 	if [[ -n "$missing" ]]; then
-		why+=("missing Debian packages: $missing; install them as root with: V0M3_HOST_TESTS=1 make realnode (it runs $0 install)")
+		why+=("missing Debian packages: $missing; install them as root with: V0M3_HOST_TESTS=1 make realnode (it runs scripts/realnode.sh install)")
 	fi
 	if [[ -f "$run/pids" ]] && alive; then
 		why+=("a node is already up (state in $run); run '$0 down' first")
@@ -386,7 +386,7 @@ up() {
 	local missing
 	missing="$(missing_packages)"
 	if [[ -n "$missing" ]]; then
-		loud "missing Debian packages: $missing" "install them with: V0M3_HOST_TESTS=1 make realnode (or $0 install)"
+		loud "missing Debian packages: $missing" "install them as root with: V0M3_HOST_TESTS=1 make realnode (or scripts/realnode.sh install)"
 		return 1
 	fi
 	build >/dev/null
