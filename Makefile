@@ -143,10 +143,10 @@ redis: ## Make sure redis-server is installed: apt-get install redis-server when
 	bash scripts/ensure-redis.sh
 
 third-party-mcp: ## Install (npm ci, cached) the pinned third-party MCP servers the adapter tests run against.
-	bash scripts/third-party-mcp.sh
+	@$(STEP) third-party-mcp "the pinned third-party MCP servers (npm ci from scripts/npm/third-party-mcp, cached under ~/.cache/v0m3/npm)" bash scripts/third-party-mcp.sh
 
 conformance: ## Install (once, cached) Node 22 and the pinned official MCP conformance runner that test/conformance runs.
-	bash scripts/conformance.sh
+	@$(STEP) conformance "Node 22 and the MCP conformance runner (npm ci from scripts/npm/conformance, cached under ~/.cache/v0m3/conformance)" bash scripts/conformance.sh
 
 # The fast loop: needs nothing installed (Go and the module proxy). Every
 # test that needs an installed or built part (redis-server, envtest, Hydra,

@@ -27,3 +27,15 @@ heartbeat_stop() {
 	heartbeat_pid=""
 	true
 }
+
+# lock_or_wait FD NAME takes the lock on file descriptor FD, saying so and
+# keeping a heartbeat while another process (a second make in another
+# shell) holds it: waiting for its build is silent for minutes otherwise.
+lock_or_wait() {
+	local fd="$1" name="$2"
+	flock -n "$fd" && return 0
+	echo "$name: another build is under way; waiting for it" >&2
+	heartbeat_start "$name" "waiting for the other build"
+	flock "$fd"
+	heartbeat_stop
+}

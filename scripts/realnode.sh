@@ -159,13 +159,13 @@ build() {
 	if ! fresh; then
 		mkdir -p "$cache"
 		exec 8>"$cache/.lock"
-		flock 8
+		# shellcheck source=heartbeat.sh
+		source "$root/scripts/heartbeat.sh"
+		lock_or_wait 8 realnode
 		if ! fresh; then
 			local tmp start=$SECONDS
 			tmp="$(mktemp -d "$cache/.build.XXXXXX")"
 			chmod 755 "$tmp"
-			# shellcheck source=heartbeat.sh
-			source "$root/scripts/heartbeat.sh"
 			trap 'rm -rf "$tmp"; heartbeat_stop' EXIT
 			heartbeat_start realnode
 			local minor="${K8S_VERSION#*.}"
