@@ -43,7 +43,8 @@ mkdir -p "$cache"
 # Two builds at once (make test in two shells) would waste twenty minutes of
 # CPU: the second waits for the first and then finds the stamp.
 exec 9>"$cache/.lock"
-flock 9
+source "$root/scripts/heartbeat.sh"
+lock_or_wait 9 envtest
 if fresh; then
 	echo "$dir"
 	exit 0
@@ -51,7 +52,6 @@ fi
 
 tmp="$(mktemp -d "$cache/.build.XXXXXX")"
 chmod 755 "$tmp"
-source "$root/scripts/heartbeat.sh"
 trap 'rm -rf "$tmp"; heartbeat_stop' EXIT
 heartbeat_start envtest
 start=$SECONDS

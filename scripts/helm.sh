@@ -42,7 +42,8 @@ mkdir -p "$cache"
 # Two builds at once (make test in two shells) would waste CPU: the second
 # waits for the first and then finds the stamp.
 exec 9>"$cache/.helm.lock"
-flock 9
+source "$root/scripts/heartbeat.sh"
+lock_or_wait 9 helm
 if fresh; then
 	echo "$bin"
 	exit 0
@@ -50,7 +51,6 @@ fi
 
 tmp="$(mktemp -d "$cache/.helm-build.XXXXXX")"
 chmod 755 "$tmp"
-source "$root/scripts/heartbeat.sh"
 trap 'rm -rf "$tmp"; heartbeat_stop' EXIT
 heartbeat_start helm
 start=$SECONDS

@@ -47,10 +47,8 @@ mkdir -p "$cache"
 # Two builds at once (make test in two shells) would waste CPU: the second
 # waits for the first and then finds the stamp.
 exec 9>"$cache/.hydra.lock"
-if ! flock -n 9; then
-	echo "hydra: another build is under way; waiting for it" >&2
-	flock 9
-fi
+source "$root/scripts/heartbeat.sh"
+lock_or_wait 9 hydra
 if fresh; then
 	echo "$bin"
 	exit 0
@@ -58,7 +56,6 @@ fi
 
 tmp="$(mktemp -d "$cache/.hydra-build.XXXXXX")"
 chmod 755 "$tmp"
-source "$root/scripts/heartbeat.sh"
 trap 'rm -rf "$tmp"; heartbeat_stop' EXIT
 start=$SECONDS
 

@@ -8,7 +8,11 @@
 # run MCPServers on it.
 #
 # Usage (root only):
+#   scripts/realnode.sh install      install the Debian packages the node runs (apt-get install
+#                                    containerd runc containernetworking-plugins iptables ipset
+#                                    openssl curl), saying so first; nothing when all are present
 #   scripts/realnode.sh check        exit 0 if this host can run the node, else say why
+#                                    (a missing package is a reason: install installs them)
 #   scripts/realnode.sh build        build (once, cached) binaries and images; print the cache dir
 #   scripts/realnode.sh up           bring the node up, print its environment (KEY=value lines)
 #   scripts/realnode.sh image REPO BINARY PATH [ARG...]
@@ -63,7 +67,9 @@ loud() {
 }
 
 # check reports (exit 1, one reason per line) why this host cannot run the
-# node. Missing Debian packages are not a reason when they can be installed.
+# node. A missing Debian package is a reason (install installs them; check
+# installs nothing). It creates and at once deletes a probe bridge, so it
+# too runs only where host changes are allowed.
 check() {
 	local why=()
 	[[ "$(uname -s)" == Linux ]] || why+=("not Linux")
@@ -71,8 +77,10 @@ check() {
 	grep -qw overlay /proc/filesystems || why+=("no overlay filesystem in this kernel")
 	[[ -d /sys/fs/cgroup ]] || why+=("no cgroup filesystem at /sys/fs/cgroup")
 	ip link add v0m3probe0 type bridge 2>/dev/null && ip link del v0m3probe0 || why+=("cannot create a bridge (no bridge support or CAP_NET_ADMIN)")
-	if ! have_packages && ! command -v apt-get >/dev/null; then
-		why+=("missing ${packages[*]} and no apt-get to install them")
+	local missing
+	missing="$(missing_packages)"
+	if [[ -n "$missing" ]]; then
+		why+=("missing Debian packages: $missing; install them as root with: V0M3_HOST_TESTS=1 make realnode (it runs scripts/realnode.sh install)")
 	fi
 	if [[ -f "$run/pids" ]] && alive; then
 		why+=("a node is already up (state in $run); run '$0 down' first")
@@ -92,20 +100,49 @@ alive() {
 	return 1
 }
 
-have_packages() {
-	command -v containerd >/dev/null && command -v runc >/dev/null && [[ -x $cni_bin/bridge && -x $cni_bin/host-local && -x $cni_bin/loopback ]] &&
-		command -v iptables-save >/dev/null && command -v ipset >/dev/null && command -v openssl >/dev/null && command -v curl >/dev/null
+# missing_packages prints the Debian packages (of packages) whose programs
+# are not installed, space-separated; nothing when all are.
+missing_packages() {
+	local out=()
+	command -v containerd >/dev/null || out+=(containerd)
+	command -v runc >/dev/null || out+=(runc)
+	[[ -x $cni_bin/bridge && -x $cni_bin/host-local && -x $cni_bin/loopback ]] || out+=(containernetworking-plugins)
+	command -v iptables-save >/dev/null || out+=(iptables)
+	command -v ipset >/dev/null || out+=(ipset)
+	command -v openssl >/dev/null || out+=(openssl)
+	command -v curl >/dev/null || out+=(curl)
+	echo "${out[*]}"
 }
 
-ensure_packages() {
-	have_packages && return 0
-	say "installing ${packages[*]} (Debian packages)"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${packages[@]}" >&2 || {
+# install installs the missing Debian packages with apt-get, saying which
+# first. It is the only place anything is installed: up (and so the tests)
+# only checks that they are present. A package may start a system-wide
+# containerd; the node runs its own.
+install() {
+	local missing
+	missing="$(missing_packages)"
+	if [[ -z "$missing" ]]; then
+		say "the Debian packages the node runs are installed: ${packages[*]}"
+		return 0
+	fi
+	if [[ "$(id -u)" -ne 0 ]] || ! command -v apt-get >/dev/null; then
+		say "cannot install $missing: needs root and apt-get; install them by hand"
+		return 1
+	fi
+	say "installing Debian packages with apt-get: $missing"
+	# shellcheck disable=SC2086
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing >&2 || {
+		say "apt-get install failed; running apt-get update and trying again"
 		apt-get update >&2
-		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${packages[@]}" >&2
+		# shellcheck disable=SC2086
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing >&2
 	}
-	# A package may start a system-wide containerd; this node runs its own.
-	have_packages
+	missing="$(missing_packages)"
+	if [[ -n "$missing" ]]; then
+		say "still missing after apt-get install: $missing"
+		return 1
+	fi
+	say "installed"
 }
 
 # build compiles the kubelet, kube-controller-manager, kube-scheduler, the
@@ -122,13 +159,13 @@ build() {
 	if ! fresh; then
 		mkdir -p "$cache"
 		exec 8>"$cache/.lock"
-		flock 8
+		# shellcheck source=heartbeat.sh
+		source "$root/scripts/heartbeat.sh"
+		lock_or_wait 8 realnode
 		if ! fresh; then
 			local tmp start=$SECONDS
 			tmp="$(mktemp -d "$cache/.build.XXXXXX")"
 			chmod 755 "$tmp"
-			# shellcheck source=heartbeat.sh
-			source "$root/scripts/heartbeat.sh"
 			trap 'rm -rf "$tmp"; heartbeat_stop' EXIT
 			heartbeat_start realnode
 			local minor="${K8S_VERSION#*.}"
@@ -346,7 +383,12 @@ env_lines() {
 }
 
 up() {
-	ensure_packages
+	local missing
+	missing="$(missing_packages)"
+	if [[ -n "$missing" ]]; then
+		loud "missing Debian packages: $missing" "install them as root with: V0M3_HOST_TESTS=1 make realnode (or scripts/realnode.sh install)"
+		return 1
+	fi
 	build >/dev/null
 	local apiserver start=$SECONDS
 	apiserver="$(bash "$root/scripts/envtest.sh" --path)"
@@ -544,6 +586,7 @@ wait_gone() {
 }
 
 case "${1:-}" in
+install) install ;;
 check) check ;;
 build) build ;;
 up)

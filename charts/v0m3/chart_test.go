@@ -24,6 +24,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/v0m3/v0m3/internal/testkit"
 )
 
 const (
@@ -47,6 +49,7 @@ var serviceNames = []string{"orchestrator", "registry", "policy", "evidence", "a
 // since `make test` builds it first (`make chart`).
 func helmBinary(t *testing.T) string {
 	t.Helper()
+	testkit.NeedsExternal(t, "the Helm CLI (make chart)")
 	bin := os.Getenv("V0M3_HELM")
 	if bin == "" {
 		out, err := exec.Command("bash", "../../scripts/helm.sh", "--path").Output()

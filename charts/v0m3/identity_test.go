@@ -705,6 +705,7 @@ func freePort(t *testing.T) int {
 // its data in dir, listening on a loopback port.
 func renderedRedisCommand(t *testing.T, c corev1.Container, env map[string]string, dir string, port int) *exec.Cmd {
 	t.Helper()
+	testkit.NeedsExternal(t, "redis-server (make redis)")
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		msg := "redis-server not found; run `make redis`"
 		if os.Getenv("CI") == "" {

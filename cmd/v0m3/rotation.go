@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/v0m3/v0m3/internal/identity"
@@ -29,7 +28,14 @@ func runRotation(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	wait := fs.Bool("wait", false, "wait until every listed server's credentials are current (its latest rotation rolled out and serves); exit non-zero at once when a rotation failed, or if they are not current within --timeout")
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --wait, how long to wait")
 	orch := addOrchestratorFlags(fs)
+	kube := addKubeFlags(fs)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	// The cluster first: without one there is nothing to show, and the
+	// person learns that before anything else is dialled.
+	target, err := kube.config()
+	if err != nil {
 		return err
 	}
 	count, closeOrch, err := orch.counter(ctx)
@@ -52,18 +58,14 @@ func runRotation(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	cfg, err := ctrl.GetConfig()
+	c, err := client.New(target.cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return fmt.Errorf("kubernetes config: %w", err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return err
+		return explainListError(target, err)
 	}
 	list := func(ctx context.Context) ([]v1alpha1.MCPServer, error) {
 		var l v1alpha1.MCPServerList
 		if err := c.List(ctx, &l, client.InNamespace(*namespace)); err != nil {
-			return nil, fmt.Errorf("list MCPServers: %w", err)
+			return nil, explainListError(target, err)
 		}
 		return l.Items, nil
 	}

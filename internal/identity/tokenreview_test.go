@@ -56,6 +56,7 @@ func TestTokenReviewAgainstAPIServer(t *testing.T) {
 // that has the API server issue the account a token for an audience.
 func serviceAccount(t *testing.T, name string) (*kubernetes.Clientset, string, func(audience string) string) {
 	t.Helper()
+	testkit.NeedsExternal(t, "kube-apiserver and etcd (make envtest)")
 	assets, err := testkit.EnvtestAssets()
 	if err != nil {
 		t.Fatal(err)

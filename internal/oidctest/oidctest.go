@@ -96,6 +96,7 @@ func WithTopLevelClaims(names ...string) Option {
 // environment variable is set (CI builds it first: `make hydra`).
 func Binary(t testing.TB) string {
 	t.Helper()
+	testkit.NeedsExternal(t, "the Ory Hydra authorization server (make hydra)")
 	bin := os.Getenv(BinaryEnv)
 	if bin == "" {
 		script, err := findScript()

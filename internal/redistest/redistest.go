@@ -54,6 +54,7 @@ func Start(t testing.TB) (addr string, stop func()) {
 // StartServer is Start returning the Server, for tests that restart Redis.
 func StartServer(t testing.TB) *Server {
 	t.Helper()
+	testkit.NeedsExternal(t, "redis-server (make redis)")
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		msg := "redis-server is not installed; install it with: sudo " + InstallCommand

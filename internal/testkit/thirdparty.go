@@ -40,6 +40,7 @@ func TimeMCP(t testing.TB) string {
 // server, reachable by the uids local servers run under.
 func thirdPartyInstall(t testing.TB) string {
 	t.Helper()
+	NeedsExternal(t, "Node and the pinned third-party MCP servers (make third-party-mcp)")
 	cache := os.Getenv("V0M3_NPM_CACHE")
 	if cache == "" {
 		home, err := os.UserHomeDir()

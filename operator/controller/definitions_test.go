@@ -42,6 +42,7 @@ type defFixture struct {
 
 func newDefFixture(t *testing.T) *defFixture {
 	t.Helper()
+	needCluster(t)
 	ev := &recorder{}
 	return &defFixture{
 		t:      t,

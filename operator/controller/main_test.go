@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/suite"
@@ -42,12 +44,21 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// envtestPart names what the cluster tests need, for -short's skip line.
+const envtestPart = "kube-apiserver and etcd (make envtest)"
+
 func run(m *testing.M) int {
+	flag.Parse()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		panic(err)
+	}
+	// Under -short (make unit) nothing external starts: the tests that
+	// need the API server skip (needCluster), the others run.
+	if testing.Short() {
+		return m.Run()
 	}
 	assets, err := envtestAssets()
 	if err != nil {
@@ -111,9 +122,17 @@ func envtestAssets() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// needCluster skips t under -short, where TestMain started no API server
+// and no registry.
+func needCluster(t *testing.T) {
+	t.Helper()
+	testkit.NeedsExternal(t, envtestPart)
+}
+
 // namespace creates a namespace of the test's own.
 func namespace(t *testing.T) string {
 	t.Helper()
+	needCluster(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
 		t.Fatalf("create namespace: %v", err)

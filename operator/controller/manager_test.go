@@ -102,6 +102,7 @@ func TestManagerRotatesOnSecretChange(t *testing.T) {
 // waiting for its resync. Deleting both deprecates both.
 func TestManagerDeclaresDefinitions(t *testing.T) {
 	t.Parallel()
+	needCluster(t)
 	// This manager sees only this test's resources: the other tests
 	// reconcile theirs directly and must not race a second reconciler.
 	sel := labels.SelectorFromSet(labels.Set{"v0m3.dev/test": "manager-definitions"})

@@ -451,6 +451,7 @@ require('readline').createInterface({input: process.stdin}).on('line', (l) => {
 // records that home.
 func TestNodeServerHasAHome(t *testing.T) {
 	t.Parallel()
+	testkit.NeedsExternal(t, "Node.js (make third-party-mcp or make conformance install it)")
 	if _, err := exec.LookPath("node"); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal("CI must run the Node server tests: install Node.js (>= 20)")

@@ -49,6 +49,7 @@ const (
 // is reported so the baseline can be raised. The bridge must pass every
 // scenario its child passes directly.
 func TestConformance(t *testing.T) {
+	testkit.NeedsExternal(t, "Node 22 and the MCP conformance runner (make conformance)")
 	runner, err := conformance.Installed()
 	if err != nil {
 		if os.Getenv("CI") != "" {

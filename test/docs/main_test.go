@@ -205,10 +205,11 @@ func baseEnv() []string {
 }
 
 // requireTool returns the path of an executable the docs need that the
-// project does not build: missing, it fails the test under CI and skips it
-// loudly elsewhere.
+// project does not build: under -short (make unit) the test skips, saying
+// so; missing, it fails the test under CI and skips it loudly elsewhere.
 func requireTool(t *testing.T, name, why string) string {
 	t.Helper()
+	testkit.NeedsExternal(t, name+" ("+why+")")
 	p, err := exec.LookPath(name)
 	if err != nil {
 		needed(t, fmt.Sprintf("%s not found on PATH (%s)", name, why))

@@ -145,6 +145,7 @@ func startOperator(t *testing.T, w *npmWorld) client.Client {
 // CRDs installed, until the test ends.
 func startKube(t *testing.T) (*rest.Config, *runtime.Scheme) {
 	t.Helper()
+	testkit.NeedsExternal(t, "kube-apiserver and etcd (make envtest)")
 	assets, err := testkit.EnvtestAssets()
 	if err != nil {
 		t.Fatal(err)

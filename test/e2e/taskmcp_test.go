@@ -504,6 +504,7 @@ func mustToken(t *testing.T, s *suite.Suite, p scenario.Person) string {
 // quoted evidence linked to observations.
 func TestTaskMCPTypeScriptClient(t *testing.T) {
 	t.Parallel()
+	testkit.NeedsExternal(t, "Node 22 and the TypeScript MCP SDK (make conformance)")
 	runner, err := conformance.Installed()
 	if err != nil {
 		if os.Getenv("CI") != "" {

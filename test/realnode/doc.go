@@ -5,6 +5,11 @@
 // operator reconciling against it and the V0M3 services running in the test
 // process.
 //
-// The node needs root and a Linux host; where it cannot run, the tests say
-// so loudly and skip, except under CI (CI set), where they fail.
+// Bringing the node up changes the host (iptables, a bridge, sysctls, a
+// block of /etc/hosts; scripts/realnode.sh down undoes it), so outside CI
+// these tests run only with V0M3_HOST_TESTS=1, and never under -short. The
+// node needs root, a Linux host and Debian packages that `make realnode`
+// installs (scripts/realnode.sh install); the tests install nothing. Where
+// the node cannot run, they say so loudly and skip, except under CI (CI
+// set), where they fail.
 package realnode

@@ -29,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	v1alpha1 "github.com/v0m3/v0m3/operator/api/v1alpha1"
 	"github.com/v0m3/v0m3/operator/controller"
 	"github.com/v0m3/v0m3/suite"
@@ -79,17 +80,26 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needNode brings the node up on first use. Where it cannot run, the test
+// hostChanges names what bringing the node up changes on this host, for
+// the opt-in message (scripts/realnode.sh down undoes all of it).
+const hostChanges = "iptables rules and ipsets, a bridge and veths, sysctls, cgroups, a block of /etc/hosts, daemons run as root"
+
+// needNode brings the node up on first use. Under -short it skips (the
+// node is an external part); outside CI it runs only when the person opted
+// in to tests that change the host (V0M3_HOST_TESTS=1). Where it cannot
+// run (not root, packages missing: make realnode installs them), the test
 // is skipped with a loud message, except under CI, where it fails: a CI
 // that cannot run the real-node tests must not look green.
 func needNode(t *testing.T) {
 	t.Helper()
+	testkit.NeedsExternal(t, "a real single-node cluster (root; make realnode)")
+	testkit.ChangesHost(t, hostChanges)
 	nodeOnce.Do(func() {
 		nodeErr = startNode()
 		if nodeErr != nil {
 			loud("the real-node tests cannot run here: "+nodeErr.Error(),
 				"they prove MCPServers become running, sandboxed pods; run them as root on Linux",
-				"(make test does) or see scripts/realnode.sh check")
+				"after V0M3_HOST_TESTS=1 make realnode (it installs what they need) or see scripts/realnode.sh check")
 		}
 	})
 	if nodeErr != nil {
