@@ -18,6 +18,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
 )
 
 // maxUntrustedDetail bounds untrusted error text kept in a record.
@@ -39,7 +40,7 @@ const (
 	codeOrchestratorRestarted  = "ORCHESTRATOR_RESTARTED"
 	// codeMalformedResult is the adapter's code for a result it could not
 	// accept as the tool's answer (see adapter.CodeMalformedResult).
-	codeMalformedResult = "MALFORMED_RESULT"
+	codeMalformedResult = lifecycle.CodeMalformedResult
 )
 
 // reasonConfigRevisionChanged is the adapter's refusal of a call granted
@@ -90,7 +91,7 @@ func servingNote(c *registryv1.Connection) string {
 
 // maxAutomaticRetries is how many further attempts one execution may make
 // on its own, when the capability's retry rule allows any.
-const maxAutomaticRetries = 1
+const maxAutomaticRetries = lifecycle.MaxAutomaticRetries
 
 // execute runs a prepared, authorized request to a committed or failed
 // end: one attempt, and when it fails, what the capability's retry rule
@@ -143,6 +144,9 @@ func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req
 		if follows < maxRevisionFollows {
 			if conn, why := s.followRotation(ctx, req, att, p); conn != nil {
 				follows++
+				if err := lifecycle.MoveAttempt(req.GetState(), att, lifecycle.EndAttempt, lifecycle.Keep, lifecycle.NoOutcome); err != nil {
+					return nil, s.internal(ctx, "end the attempt refused at the old config revision", err)
+				}
 				att.Resolution = joinResolution(att.GetResolution(), why)
 				att.EndTime = s.timestamp()
 				if req, err = s.saveAttempt(ctx, req.GetId(), att, func(ctx context.Context) {
@@ -161,6 +165,9 @@ func (s *Server) executeFrom(ctx context.Context, task *orchestratorv1.Task, req
 		case actionRetry:
 			retries++
 			att = next.att
+			if err := lifecycle.MoveAttempt(req.GetState(), att, lifecycle.EndAttempt, lifecycle.Keep, lifecycle.NoOutcome); err != nil {
+				return nil, s.internal(ctx, "end the failed attempt", err)
+			}
 			att.EndTime = s.timestamp()
 			if req, err = s.saveAttempt(ctx, req.GetId(), att, func(ctx context.Context) {
 				s.emit(ctx, task.GetId(), req.GetId(), "request.retrying", att.GetResolution())
@@ -183,13 +190,15 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 		Id:        ids.New("att"),
 		IntentId:  req.GetIntentId(),
 		Number:    int32(len(req.GetAttempts()) + 1),
-		Stage:     adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED,
 		StartTime: s.timestamp(),
 	}
 	// The events held until now are written with the prepared attempt, in
 	// one transaction, and the call's trace is delivered before the
 	// adapter is called.
 	req, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		if err := lifecycle.MoveAttempt(r.GetState(), att, lifecycle.Prepare, lifecycle.Prepared, lifecycle.NoOutcome); err != nil {
+			return err
+		}
 		mergeAttempt(r, att)
 		p.record(r)
 		r.UpdateTime = s.timestamp()
@@ -252,22 +261,20 @@ func (s *Server) attempt(ctx context.Context, task *orchestratorv1.Task, req *or
 				ResponseBytes: resp.GetResponseBytes(), Error: &adapterv1.ErrorEvidence{SafeCode: reason}}
 		}
 	}
-	outcome := resp.GetOutcome()
-	if outcome == adapterv1.Outcome_OUTCOME_INVALID_REQUEST && resp.GetError().GetSafeCode() == codeMalformedResult &&
-		p.capability.GetEffectClass() != registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
-		// The server answered an effect with a result that breaks its own
-		// output schema: whether the effect happened is not known.
+	// The strongest evidence the answer reached (see lifecycle.Classify):
+	// an effect's malformed result is unknown, a read's unknown is
+	// interrupted.
+	outcome := lifecycle.Classify(p.capability.GetEffectClass(), resp.GetOutcome(), resp.GetError().GetSafeCode())
+	if err := lifecycle.MoveAttempt(req.GetState(), att, lifecycle.Report, resp.GetStage(), outcome); err != nil {
+		// Receipt and commit are the orchestrator's own evidence: an
+		// adapter that claims them is not believed, and what happened
+		// is not known.
+		s.log.ErrorContext(ctx, "adapter reported a stage it cannot reach", "request", req.GetId(), "attempt", att.GetId(), "err", err)
 		outcome = adapterv1.Outcome_OUTCOME_UNKNOWN
+		if err := lifecycle.MoveAttempt(req.GetState(), att, lifecycle.Report, lifecycle.Keep, outcome); err != nil {
+			return nil, nil, nil, s.internal(ctx, "record the adapter's answer", err)
+		}
 	}
-	if outcome == adapterv1.Outcome_OUTCOME_UNKNOWN && p.capability.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL {
-		// A bounded read has no effect to duplicate: another attempt is
-		// safe, which is what INTERRUPTED means.
-		outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED
-	}
-	if resp.GetStage() > att.GetStage() {
-		att.Stage = resp.GetStage()
-	}
-	att.Outcome = outcome
 	att.Error = resp.GetError()
 	executed := func(ctx context.Context) {
 		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
@@ -317,13 +324,17 @@ func (s *Server) complete(ctx context.Context, task *orchestratorv1.Task, req *o
 	if artifact == "" && delivery == "" {
 		// The server says it succeeded but shows no evidence of the effect:
 		// whether it happened is not known.
-		att.Outcome = adapterv1.Outcome_OUTCOME_UNKNOWN
+		if err := lifecycle.MoveAttempt(req.GetState(), att, lifecycle.Doubt, lifecycle.Keep, lifecycle.Unknown); err != nil {
+			return nil, s.internal(ctx, "record the missing receipt", err)
+		}
 		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeReceiptMissing}
 		return s.fail(ctx, req, att)
 	}
 	rc, err := s.recordReceipt(ctx, req, att.GetId(), artifact, delivery, resp.GetReceiptAttestation(), "reply of attempt "+att.GetId())
 	if err != nil {
-		att.Outcome = adapterv1.Outcome_OUTCOME_UNKNOWN
+		if err := lifecycle.MoveAttempt(req.GetState(), att, lifecycle.Doubt, lifecycle.Keep, lifecycle.Unknown); err != nil {
+			return nil, s.internal(ctx, "record the unrecorded receipt", err)
+		}
 		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeReceiptNotRecorded}
 		s.log.ErrorContext(ctx, "record receipt", "request", req.GetId(), "attempt", att.GetId(), "err", err)
 		return s.fail(ctx, req, att)
@@ -366,13 +377,16 @@ func (s *Server) recordReceipt(ctx context.Context, req *orchestratorv1.ToolRequ
 func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
 	obs *observed, rc *evidencev1.Receipt) (*orchestratorv1.ToolRequest, error) {
 	if rc != nil {
-		att.Stage = max(att.GetStage(), adapterv1.DeliveryStage_DELIVERY_STAGE_RECEIPT_VERIFIED)
-		att.Outcome = adapterv1.Outcome_OUTCOME_OK
+		if err := lifecycle.MoveAttempt(req.GetState(), att, lifecycle.VerifyReceipt, lifecycle.ReceiptVerified, lifecycle.OK); err != nil {
+			return nil, s.internal(ctx, "persist the verified receipt", err)
+		}
 		if _, err := s.saveAttempt(ctx, req.GetId(), att, nil); err != nil {
 			return nil, s.internal(ctx, "persist the verified receipt", err)
 		}
 	}
-	att.Stage = adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED
+	if err := lifecycle.MoveAttempt(req.GetState(), att, lifecycle.Commit, lifecycle.Committed, lifecycle.OK); err != nil {
+		return nil, s.internal(ctx, "commit the executed request", err)
+	}
 	att.EndTime = s.timestamp()
 	committed := func(ctx context.Context) {
 		what := fmt.Sprintf("%d quoted excerpts", len(obs.GetExcerpts()))
@@ -403,9 +417,10 @@ func (s *Server) commit(ctx context.Context, task *orchestratorv1.Task, req *orc
 		})
 	}
 	out, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		if err := lifecycle.Move(r, lifecycle.Commit, lifecycle.OK); err != nil {
+			return err
+		}
 		mergeAttempt(r, att)
-		r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
-		r.Outcome = adapterv1.Outcome_OUTCOME_OK
 		if obs != nil {
 			r.Excerpts, r.Diagnostics = obs.excerpts, obs.diagnostics
 		}
@@ -444,9 +459,10 @@ func (s *Server) fail(ctx context.Context, req *orchestratorv1.ToolRequest, att 
 		detail += "; not retried: a person must establish whether the effect happened before any new attempt"
 	}
 	out, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
+		if err := lifecycle.Move(r, lifecycle.Fail, att.GetOutcome()); err != nil {
+			return err
+		}
 		mergeAttempt(r, att)
-		r.State = orchestratorv1.RequestState_REQUEST_STATE_FAILED
-		r.Outcome = att.GetOutcome()
 		r.UpdateTime = s.timestamp()
 		return nil
 	}, func(ctx context.Context) {

@@ -33,6 +33,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
 )
 
 // Deps are the services the orchestrator calls, through their gRPC clients.
@@ -574,7 +575,9 @@ func (s *Server) refusePending(ctx context.Context, taskID, reason, detail strin
 			if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
 				return errStateChanged
 			}
-			r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
+			if err := lifecycle.Move(r, lifecycle.Refuse, lifecycle.NoOutcome); err != nil {
+				return err
+			}
 			r.RefusalReason, r.RefusalDetail = reason, detail
 			r.RefusalCode = codeName(codes.FailedPrecondition)
 			r.UpdateTime = s.timestamp()

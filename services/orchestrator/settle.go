@@ -18,6 +18,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
 )
 
 // Unknown outcomes are settled by evidence only: the receipt recorded under
@@ -225,19 +226,25 @@ func (s *Server) recordSettlement(ctx context.Context, task *orchestratorv1.Task
 		if !awaitingSettlement(r) || att.GetId() != attemptID {
 			return errAlreadySettled
 		}
+		// The attempt is checked against the request as it stands
+		// before the request moves.
+		event, stage := lifecycle.SettleNotExecuted, lifecycle.Keep
+		if executed {
+			event = lifecycle.SettleExecuted
+			if rc != nil {
+				stage = lifecycle.ReceiptVerified
+			}
+		}
+		if err := lifecycle.MoveAttempt(r.GetState(), att, event, stage, outcome); err != nil {
+			return err
+		}
+		if err := lifecycle.Move(r, event, outcome); err != nil {
+			return err
+		}
 		att.Resolution = joinResolution(att.GetResolution(), why)
 		if executed {
-			att.Outcome = adapterv1.Outcome_OUTCOME_OK
-			if rc != nil {
-				att.Stage = max(att.GetStage(), adapterv1.DeliveryStage_DELIVERY_STAGE_RECEIPT_VERIFIED)
-			}
 			att.Error = nil
-			r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
-			r.Outcome = adapterv1.Outcome_OUTCOME_OK
 			r.ReceiptId, r.ArtifactDigest = rc.GetId(), artifact
-		} else {
-			att.Outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED
-			r.Outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED
 		}
 		r.UpdateTime = s.timestamp()
 		return nil

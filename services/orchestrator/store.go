@@ -10,6 +10,7 @@ import (
 
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
 )
 
 // Store is the orchestrator's persistence contract: tasks, their offered
@@ -270,8 +271,10 @@ func useApproval(approver string, at *timestamppb.Timestamp) func(*orchestratorv
 		case a == nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL:
 			return ErrNotAwaiting
 		}
+		if err := lifecycle.Move(r, lifecycle.Approve, lifecycle.NoOutcome); err != nil {
+			return err
+		}
 		a.Approver, a.UseTime = approver, at
-		r.State = orchestratorv1.RequestState_REQUEST_STATE_APPROVED
 		r.UpdateTime = at
 		return nil
 	}

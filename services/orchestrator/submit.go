@@ -21,6 +21,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
 )
 
 // prepared is everything decided about a candidate request before anything
@@ -102,9 +103,11 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		Arguments:      in.GetArguments(),
 		DocumentDigest: in.GetDocumentDigest(),
 		IntentId:       ids.New("int"),
-		State:          orchestratorv1.RequestState_REQUEST_STATE_REQUESTED,
 		CreateTime:     now,
 		UpdateTime:     now,
+	}
+	if err := lifecycle.Move(cand, lifecycle.Receive, lifecycle.NoOutcome); err != nil {
+		return nil, s.internal(ctx, "record the candidate request", err)
 	}
 	c, err := s.createRequest(ctx, cand, func(ctx context.Context) {
 		s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
@@ -537,7 +540,9 @@ func (s *Server) refuse(ctx context.Context, req *orchestratorv1.ToolRequest, p 
 	}
 	detail := errorMessage(cause)
 	_, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
-		r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
+		if err := lifecycle.Move(r, lifecycle.Refuse, lifecycle.NoOutcome); err != nil {
+			return err
+		}
 		r.RefusalReason, r.RefusalDetail = reason, detail
 		r.RefusalCode = codeName(status.Code(cause))
 		p.record(r)
