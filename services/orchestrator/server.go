@@ -3,6 +3,16 @@
 // and it is the only caller of the adapter's Execute: calling a remote
 // server is the last step after every product decision, never the
 // definition of one.
+//
+// One request's life is the table in package lifecycle, and each stage
+// of it has a file of its own: submit.go receives the candidate,
+// prepare.go decides it (checks, authorization, charge, or refusal),
+// approve.go parks it for a person and uses the approval, attempt.go
+// makes the attempts (retry.go: what may follow a failed one),
+// observe.go turns a read's result into observations, commit.go commits
+// an effect on its receipt or fails the request, settle.go settles an
+// unknown outcome by evidence, and resume.go recovers what a stopped
+// replica left.
 package orchestrator
 
 import (
