@@ -21,6 +21,7 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 )
 
 // DefaultApprovalTTL is how long an approval may be given after it was
@@ -154,7 +155,7 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	// UseApproval's rule, with what tells of the approval's use written
 	// in the same transaction.
 	awaiting := req
-	req, err = s.updateRequest(ctx, req.GetId(), useApproval(approver, s.timestamp()), func(ctx context.Context) {
+	req, err = s.updateRequest(ctx, req.GetId(), ostore.UseApproval(approver, s.timestamp()), func(ctx context.Context) {
 		s.trace(ctx, awaiting.GetTaskId(), &evidencev1.ProductEvent{
 			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: awaiting.GetCapability(),
 			RequestId: awaiting.GetId(), IntentId: awaiting.GetIntentId(),

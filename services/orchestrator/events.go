@@ -17,6 +17,7 @@ import (
 	"github.com/v0m3/v0m3/internal/telemetry"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 )
 
 // notifier wakes WatchTask streams when a task gets a new event. It only
@@ -56,17 +57,6 @@ func (n *notifier) notify(taskID string) {
 		default: // a wake-up is already pending
 		}
 	}
-}
-
-// EventFollower is implemented by a Store shared between processes: it
-// tells of the events every replica stores, which the in-process notifier
-// cannot see. The server follows it for as long as it runs and wakes its
-// WatchTask streams.
-type EventFollower interface {
-	// FollowEvents sends the task id of each event any replica appends,
-	// until ctx ends (then the channel closes). It returns once following
-	// has begun.
-	FollowEvents(ctx context.Context) (<-chan string, error)
 }
 
 // followEvents wakes this server's watchers of tasks whose events any
@@ -253,7 +243,7 @@ func (s *Server) deleteDelivered(ctx context.Context, entries []OutboxEntry, n i
 	if n == 0 {
 		return nil
 	}
-	if err := s.st.DeleteTraceOutbox(ctx, outboxKeys(entries[:n])); err != nil {
+	if err := s.st.DeleteTraceOutbox(ctx, ostore.OutboxKeys(entries[:n])); err != nil {
 		s.log.WarnContext(ctx, "delete delivered trace outbox entries", "err", err)
 		return err
 	}

@@ -48,27 +48,6 @@ const (
 
 var artifactDigestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
-// awaitingSettlement reports whether r ended with an unknown outcome that
-// evidence may still settle.
-func awaitingSettlement(r *orchestratorv1.ToolRequest) bool {
-	return r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED &&
-		r.GetOutcome() == adapterv1.Outcome_OUTCOME_UNKNOWN && lastAttempt(r) != nil
-}
-
-// recoverable reports whether recovery has anything to do for r: it is
-// unsettled, or its unknown outcome awaits evidence. The stores index
-// requests by it.
-func recoverable(r *orchestratorv1.ToolRequest) bool {
-	return unsettled(r) || awaitingSettlement(r)
-}
-
-func lastAttempt(r *orchestratorv1.ToolRequest) *orchestratorv1.Attempt {
-	if n := len(r.GetAttempts()); n > 0 {
-		return r.GetAttempts()[n-1]
-	}
-	return nil
-}
-
 // settleSchedule spaces the automatic checks of each unknown outcome: the
 // first after one recovery interval, then twice as long each time, up to
 // MaxSettleInterval, so a dependency that stays down is not hammered and
