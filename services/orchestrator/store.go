@@ -4,8 +4,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/v0m3/v0m3/internal/store"
-	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 )
 
 // The orchestrator's store contract and its two implementations live in
@@ -50,7 +50,9 @@ var (
 func NewBoltStore(db *store.DB) Store { return ostore.NewBoltStore(db) }
 
 // NewRedisStore is ostore.NewRedisStore: the Redis store under prefix.
-func NewRedisStore(c redis.UniversalClient, prefix string) Store { return ostore.NewRedisStore(c, prefix) }
+func NewRedisStore(c redis.UniversalClient, prefix string) Store {
+	return ostore.NewRedisStore(c, prefix)
+}
 
 // The lifecycle's predicates and its attempt merge, under the names the
 // server and its tests use.
