@@ -133,7 +133,7 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	if err != nil {
 		return nil, err
 	}
-	defer l.release()
+	defer l.Release()
 	ctx, cancel := s.detach(ctx, l)
 	defer cancel()
 	ctx = withCheckpoint(ctx)

@@ -147,7 +147,7 @@ func (s *Server) flush(ctx context.Context) {
 	dead, holds := c.dead, len(c.events)+len(c.traces) > 0
 	changes := c.task != nil
 	c.mu.Unlock()
-	f := leaseOf(ctx).fence()
+	f := leaseOf(ctx).Fence()
 	if !dead && (changes || (holds && f.Generation != 0)) {
 		held, giveBack := s.held(ctx, nil)
 		held.Fence = f
@@ -377,8 +377,8 @@ func (s *Server) updateRequest(ctx context.Context, id string, fn func(*orchestr
 		return nil, err
 	}
 	s.written(ctx, w)
-	if l := leaseOf(ctx); l != nil && l.requestID == id {
-		l.settled.Store(out.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED && !recoverable(out))
+	if l := leaseOf(ctx); l != nil && l.RequestID() == id {
+		l.Settled(out.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED && !recoverable(out))
 	}
 	return out, nil
 }

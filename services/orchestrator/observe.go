@@ -562,7 +562,7 @@ func (s *Server) awaitObservation(ctx context.Context, task *orchestratorv1.Task
 		// hold the lease leave it held.
 		r.requestID, r.attemptID, r.lease = req.GetId(), att.GetId(), leaseOf(ctx)
 		if r.lease != nil && s.unrecorded.hold(r) {
-			r.lease.keep()
+			r.lease.Keep()
 		} else {
 			s.log.WarnContext(ctx, "result not held until evidence is back; recovery reads again", "request", req.GetId(), "attempt", att.GetId())
 		}

@@ -68,7 +68,7 @@ func (s *Server) deliverOutbox(ctx context.Context) {
 	if err != nil || !ok {
 		return // another replica delivers, or the store is down
 	}
-	defer l.release()
+	defer l.Release()
 	for ctx.Err() == nil {
 		entries, err := s.st.ListTraceOutbox(ctx, outboxPage)
 		if err != nil {

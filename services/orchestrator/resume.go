@@ -87,7 +87,7 @@ func (s *Server) recoverOwned(ctx context.Context, id string) {
 	wctx, cancel := context.WithTimeout(withLease(ctx, l), s.workTimeout)
 	err = s.recoverRequest(wctx, id)
 	cancel()
-	l.release()
+	l.Release()
 	switch {
 	case err == nil || ctx.Err() != nil:
 	case transient(err):

@@ -43,6 +43,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	leases "github.com/v0m3/v0m3/services/orchestrator/lease"
 	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
 )
 
@@ -129,14 +130,13 @@ type Server struct {
 	// workTimeout bounds the detached work on one request (see detach).
 	workTimeout time.Duration
 
-	// replica owns the leases this server takes (see own); working holds
-	// the requests a call of this server works on, so its own recovery
-	// never joins in.
+	// replica owns the leases this server takes (see own), which leases
+	// manages; it also knows the requests a call of this server works
+	// on, so its own recovery never joins in.
 	replica          string
 	leaseTTL         time.Duration
 	recoveryInterval time.Duration
-	workMu           sync.Mutex
-	working          map[string]bool
+	leases           *leases.Manager
 	// settles spaces the automatic checks of unknown outcomes.
 	settles settleSchedule
 	// unrecorded holds read results whose observation evidence could not
@@ -184,7 +184,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{st: st, deps: deps, log: log, now: now, notes: newNotifier(), ctx: ctx, cancel: cancel,
 		approvalTTL: deps.ApprovalTTL, attemptTimeout: deps.AttemptTimeout,
-		replica: deps.ReplicaID, leaseTTL: deps.LeaseTTL, recoveryInterval: deps.RecoveryInterval, working: map[string]bool{},
+		replica: deps.ReplicaID, leaseTTL: deps.LeaseTTL, recoveryInterval: deps.RecoveryInterval,
 		watchPoll: watchPoll}
 	if s.replica == "" {
 		s.replica = ids.New("orch")
@@ -196,6 +196,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if s.leaseTTL <= 0 {
 		s.leaseTTL = DefaultLeaseTTL
 	}
+	s.leases = leases.NewManager(ctx, st, s.replica, s.leaseTTL, log)
 	s.sweep = newSweeper(s, s.claimTTL())
 	if s.recoveryInterval <= 0 {
 		s.recoveryInterval = DefaultRecoveryInterval

@@ -269,7 +269,7 @@ func (s *Server) SettleRequest(ctx context.Context, in *orchestratorv1.SettleReq
 		return nil, apierror.New(codes.Aborted, "REQUEST_IN_PROGRESS",
 			fmt.Sprintf("request %s is being worked on; try again", req.GetId()), map[string]string{"request_id": req.GetId()})
 	}
-	defer l.release()
+	defer l.Release()
 	s.queueBehindOutbox(ctx)
 	// Once claimed, the settlement is recorded whether or not the caller
 	// waits for it.

@@ -43,13 +43,13 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 	// while this call decides; until then the id is reserved, so this
 	// replica's does not either.
 	id := ids.New("req")
-	s.reserve(id)
+	s.leases.Reserve(id)
 	var l *lease
 	defer func() {
 		if l != nil {
-			l.release()
+			l.Release()
 		} else {
-			s.unreserve(id)
+			s.leases.Unreserve(id)
 		}
 	}()
 	// The call's trace and task events are written with the state change
@@ -101,7 +101,7 @@ func (s *Server) SubmitToolRequest(ctx context.Context, in *orchestratorv1.Submi
 		// the request once it ends.
 		return nil, claimFailed("the new request")
 	}
-	l = s.leased(id, c.LeaseGeneration, asked)
+	l = s.leases.Leased(id, c.LeaseGeneration, asked)
 	// Every later write of the request is fenced by the lease (see
 	// updateRequest).
 	ctx = withLease(ctx, l)
@@ -190,7 +190,7 @@ func (s *Server) executeInBackground(ctx context.Context, task *orchestratorv1.T
 		// Closing: run it here rather than start work nobody waits for.
 		return s.execute(ctx, task, out, p)
 	}
-	release := leaseOf(ctx).handOff()
+	release := leaseOf(ctx).HandOff()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

@@ -90,7 +90,7 @@ func (u *unrecordedResults) drop(requestID string) {
 	}
 	u.mu.Unlock()
 	if ok && r.lease != nil {
-		r.lease.end()
+		r.lease.End()
 	}
 }
 
