@@ -152,7 +152,7 @@ func (s *Server) flush(ctx context.Context) {
 		held, giveBack := s.held(ctx, nil)
 		held.Fence = f
 		w, err := s.st.EmitHeld(ctx, held)
-		s.sweep.settle(held.Delivered, err == nil)
+		s.sweep.Settle(held.Delivered, err == nil)
 		switch {
 		case errors.Is(err, ErrFenced):
 			_ = s.fenced(ctx, f.RequestID, err)
@@ -218,7 +218,7 @@ func (s *Server) flushTrace(ctx context.Context) {
 	n, err := s.deliverTraces(ctx, evs, true)
 	delivered := min(n, len(written))
 	s.undirect(written[delivered:])
-	s.sweep.add(written[:delivered])
+	s.sweep.Add(written[:delivered])
 	if n < len(written) {
 		s.outboxPending.Store(true)
 	}
@@ -280,9 +280,9 @@ func (s *Server) undirect(written []OutboxEntry) {
 func (s *Server) held(ctx context.Context, tell func(context.Context)) (Held, func()) {
 	// The call delivers what it writes (see written), so other replicas
 	// leave it while the claim lasts.
-	// The deletes of what calls delivered ride the write (see sweeper);
-	// its caller settles them (sweeper.settle).
-	h := Held{Claim: OutboxClaim{Owner: s.replica, TTL: s.claimTTL()}, Delivered: s.sweep.take()}
+	// The deletes of what calls delivered ride the write (see outbox.Sweeper);
+	// its caller settles them (outbox.Sweeper.Settle).
+	h := Held{Claim: OutboxClaim{Owner: s.replica, TTL: s.claimTTL()}, Delivered: s.sweep.Take()}
 	giveBack := func() {}
 	if c := checkpointOf(ctx); c != nil {
 		c.mu.Lock()
@@ -368,7 +368,7 @@ func (s *Server) updateRequest(ctx context.Context, id string, fn func(*orchestr
 	held, giveBack := s.held(ctx, tell)
 	held.Fence = fenceOn(ctx, id)
 	out, w, err := s.st.UpdateRequestEmit(ctx, id, fn, held)
-	s.sweep.settle(held.Delivered, err == nil)
+	s.sweep.Settle(held.Delivered, err == nil)
 	if errors.Is(err, ErrFenced) {
 		return nil, s.fenced(ctx, id, err)
 	}
@@ -399,7 +399,7 @@ func (s *Server) saveAttempt(ctx context.Context, id string, att *orchestratorv1
 func (s *Server) createRequest(ctx context.Context, r *orchestratorv1.ToolRequest, tell func(context.Context)) (Creation, error) {
 	held, giveBack := s.held(ctx, tell)
 	c, err := s.st.CreateRequestEmit(ctx, r, held, LeaseTake{Owner: s.replica, TTL: s.leaseTTL})
-	s.sweep.settle(held.Delivered, err == nil && c.Created)
+	s.sweep.Settle(held.Delivered, err == nil && c.Created)
 	if err != nil || !c.Created {
 		giveBack()
 		return c, err

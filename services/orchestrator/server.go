@@ -45,6 +45,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	leases "github.com/v0m3/v0m3/services/orchestrator/lease"
 	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
+	"github.com/v0m3/v0m3/services/orchestrator/outbox"
 )
 
 // Deps are the services the orchestrator calls, through their gRPC clients.
@@ -150,7 +151,7 @@ type Server struct {
 	// loop stops before them so they are not sent twice.
 	direct sync.Map
 	// sweep deletes the entries calls delivered, off their path.
-	sweep *sweeper
+	sweep *outbox.Sweeper
 	// traces carries concurrent deliveries of trace events to evidence
 	// in shared round trips (see deliverTraces).
 	traces *tracesend.Sender
@@ -197,7 +198,9 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 		s.leaseTTL = DefaultLeaseTTL
 	}
 	s.leases = leases.NewManager(ctx, st, s.replica, s.leaseTTL, log)
-	s.sweep = newSweeper(s, s.claimTTL())
+	s.sweep = outbox.NewSweeper(s.claimTTL(), func(ctx context.Context, entries []OutboxEntry) error {
+		return s.deleteDelivered(ctx, entries, len(entries))
+	}, s.undirect)
 	if s.recoveryInterval <= 0 {
 		s.recoveryInterval = DefaultRecoveryInterval
 	}
@@ -243,7 +246,7 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		s.wg.Wait()
-		s.sweep.close()
+		s.sweep.Close()
 		for _, r := range s.unrecorded.held() {
 			s.unrecorded.drop(r.requestID)
 		}
