@@ -17,6 +17,7 @@ import (
 	"github.com/v0m3/v0m3/internal/telemetry"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 )
 
 // notifier wakes WatchTask streams when a task gets a new event. It only
@@ -56,17 +57,6 @@ func (n *notifier) notify(taskID string) {
 		default: // a wake-up is already pending
 		}
 	}
-}
-
-// EventFollower is implemented by a Store shared between processes: it
-// tells of the events every replica stores, which the in-process notifier
-// cannot see. The server follows it for as long as it runs and wakes its
-// WatchTask streams.
-type EventFollower interface {
-	// FollowEvents sends the task id of each event any replica appends,
-	// until ctx ends (then the channel closes). It returns once following
-	// has begun.
-	FollowEvents(ctx context.Context) (<-chan string, error)
 }
 
 // followEvents wakes this server's watchers of tasks whose events any
@@ -157,12 +147,12 @@ func (s *Server) flush(ctx context.Context) {
 	dead, holds := c.dead, len(c.events)+len(c.traces) > 0
 	changes := c.task != nil
 	c.mu.Unlock()
-	f := leaseOf(ctx).fence()
+	f := leaseOf(ctx).Fence()
 	if !dead && (changes || (holds && f.Generation != 0)) {
 		held, giveBack := s.held(ctx, nil)
 		held.Fence = f
 		w, err := s.st.EmitHeld(ctx, held)
-		s.sweep.settle(held.Delivered, err == nil)
+		s.sweep.Settle(held.Delivered, err == nil)
 		switch {
 		case errors.Is(err, ErrFenced):
 			_ = s.fenced(ctx, f.RequestID, err)
@@ -228,7 +218,7 @@ func (s *Server) flushTrace(ctx context.Context) {
 	n, err := s.deliverTraces(ctx, evs, true)
 	delivered := min(n, len(written))
 	s.undirect(written[delivered:])
-	s.sweep.add(written[:delivered])
+	s.sweep.Add(written[:delivered])
 	if n < len(written) {
 		s.outboxPending.Store(true)
 	}
@@ -253,7 +243,7 @@ func (s *Server) deleteDelivered(ctx context.Context, entries []OutboxEntry, n i
 	if n == 0 {
 		return nil
 	}
-	if err := s.st.DeleteTraceOutbox(ctx, outboxKeys(entries[:n])); err != nil {
+	if err := s.st.DeleteTraceOutbox(ctx, ostore.OutboxKeys(entries[:n])); err != nil {
 		s.log.WarnContext(ctx, "delete delivered trace outbox entries", "err", err)
 		return err
 	}
@@ -290,9 +280,9 @@ func (s *Server) undirect(written []OutboxEntry) {
 func (s *Server) held(ctx context.Context, tell func(context.Context)) (Held, func()) {
 	// The call delivers what it writes (see written), so other replicas
 	// leave it while the claim lasts.
-	// The deletes of what calls delivered ride the write (see sweeper);
-	// its caller settles them (sweeper.settle).
-	h := Held{Claim: OutboxClaim{Owner: s.replica, TTL: s.claimTTL()}, Delivered: s.sweep.take()}
+	// The deletes of what calls delivered ride the write (see outbox.Sweeper);
+	// its caller settles them (outbox.Sweeper.Settle).
+	h := Held{Claim: OutboxClaim{Owner: s.replica, TTL: s.claimTTL()}, Delivered: s.sweep.Take()}
 	giveBack := func() {}
 	if c := checkpointOf(ctx); c != nil {
 		c.mu.Lock()
@@ -378,7 +368,7 @@ func (s *Server) updateRequest(ctx context.Context, id string, fn func(*orchestr
 	held, giveBack := s.held(ctx, tell)
 	held.Fence = fenceOn(ctx, id)
 	out, w, err := s.st.UpdateRequestEmit(ctx, id, fn, held)
-	s.sweep.settle(held.Delivered, err == nil)
+	s.sweep.Settle(held.Delivered, err == nil)
 	if errors.Is(err, ErrFenced) {
 		return nil, s.fenced(ctx, id, err)
 	}
@@ -387,8 +377,8 @@ func (s *Server) updateRequest(ctx context.Context, id string, fn func(*orchestr
 		return nil, err
 	}
 	s.written(ctx, w)
-	if l := leaseOf(ctx); l != nil && l.requestID == id {
-		l.settled.Store(out.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED && !recoverable(out))
+	if l := leaseOf(ctx); l != nil && l.RequestID() == id {
+		l.Settled(out.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED && !recoverable(out))
 	}
 	return out, nil
 }
@@ -409,7 +399,7 @@ func (s *Server) saveAttempt(ctx context.Context, id string, att *orchestratorv1
 func (s *Server) createRequest(ctx context.Context, r *orchestratorv1.ToolRequest, tell func(context.Context)) (Creation, error) {
 	held, giveBack := s.held(ctx, tell)
 	c, err := s.st.CreateRequestEmit(ctx, r, held, LeaseTake{Owner: s.replica, TTL: s.leaseTTL})
-	s.sweep.settle(held.Delivered, err == nil && c.Created)
+	s.sweep.Settle(held.Delivered, err == nil && c.Created)
 	if err != nil || !c.Created {
 		giveBack()
 		return c, err

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -72,46 +71,5 @@ func TestLeaseRidesTheCallsWrites(t *testing.T) {
 	}
 	if gen, err := st.AcquireLease(t.Context(), awaiting.GetId(), "replica_other", 0, time.Hour); err != nil || gen == 0 {
 		t.Errorf("another replica taking the lease of a request awaiting approval = %d, %v; want it free", gen, err)
-	}
-}
-
-// The embedded store forgets leases that expired (an executed request's
-// is left to expire) and, after boltGenerationKeep (shortened here), their
-// generations, so memory does not grow with every call; a write under a
-// forgotten generation is fenced, and a new lease still gets a newer one.
-func TestBoltStoreForgetsEndedLeases(t *testing.T) {
-	t.Parallel()
-	b := newBoltStore(t).(*boltStore)
-	b.genKeep = 20 * time.Millisecond
-	ctx := t.Context()
-	old, err := b.AcquireLease(ctx, "req_done", "replica_a", 0, time.Millisecond)
-	if err != nil || old == 0 {
-		t.Fatalf("AcquireLease = %d, %v", old, err)
-	}
-	if err := b.fence(Fence{RequestID: "req_done", Generation: old}); err != nil {
-		t.Fatalf("a write under a kept generation: %v", err)
-	}
-	time.Sleep(50 * time.Millisecond) // past its ttl and the keep
-	gen, err := b.AcquireLease(ctx, "req_next", "replica_a", 0, time.Hour)
-	if err != nil || gen <= old {
-		t.Fatalf("AcquireLease = %d, %v; want a generation newer than %d", gen, err, old)
-	}
-	b.leaseMu.Lock()
-	_, leased := b.leases["req_done"]
-	_, live := b.leases["req_next"]
-	_, kept := b.gens["req_done"]
-	gens := len(b.gens)
-	b.leaseMu.Unlock()
-	if leased {
-		t.Error("an expired lease is still held in memory after a sweep")
-	}
-	if !live {
-		t.Error("a live lease was forgotten")
-	}
-	if kept || gens != 1 {
-		t.Errorf("generations kept: %d (req_done kept: %t); want only req_next's", gens, kept)
-	}
-	if err := b.fence(Fence{RequestID: "req_done", Generation: old}); !errors.Is(err, ErrFenced) {
-		t.Errorf("a write under a forgotten generation: %v, want ErrFenced", err)
 	}
 }

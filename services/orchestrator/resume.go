@@ -14,6 +14,7 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
 )
 
 // recoverLoop recovers, until Close, every unsettled request no replica
@@ -86,7 +87,7 @@ func (s *Server) recoverOwned(ctx context.Context, id string) {
 	wctx, cancel := context.WithTimeout(withLease(ctx, l), s.workTimeout)
 	err = s.recoverRequest(wctx, id)
 	cancel()
-	l.release()
+	l.Release()
 	switch {
 	case err == nil || ctx.Err() != nil:
 	case transient(err):
@@ -239,11 +240,12 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 	// End the interrupted attempt by the strongest evidence persisted. A
 	// reply that was observed but not committed is not evidence any more
 	// (its content died with the process), so it counts as unknown.
-	retrieval := capb.GetEffectClass() == registryv1.EffectClass_EFFECT_CLASS_RETRIEVAL
+	// A read's unknown is interrupted, as for a call's answer (see
+	// lifecycle.Classify).
 	if att.GetOutcome() == adapterv1.Outcome_OUTCOME_UNSPECIFIED || att.GetOutcome() == adapterv1.Outcome_OUTCOME_OK {
-		att.Outcome = adapterv1.Outcome_OUTCOME_UNKNOWN
-		if retrieval {
-			att.Outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED
+		if err := lifecycle.MoveAttempt(req.GetState(), att, lifecycle.Interrupt, lifecycle.Keep,
+			lifecycle.Classify(capb.GetEffectClass(), lifecycle.Unknown, "")); err != nil {
+			return fmt.Errorf("end the interrupted attempt: %w", err)
 		}
 		if att.GetError() == nil {
 			att.Error = &adapterv1.ErrorEvidence{SafeCode: codeOrchestratorRestarted}
@@ -272,6 +274,9 @@ func (s *Server) recoverAttempt(ctx context.Context, req *orchestratorv1.ToolReq
 		return err
 	case actionRetry:
 		att = n.att
+		if err := lifecycle.MoveAttempt(req.GetState(), att, lifecycle.EndAttempt, lifecycle.Keep, lifecycle.NoOutcome); err != nil {
+			return fmt.Errorf("end recovered attempt: %w", err)
+		}
 		att.EndTime = s.timestamp()
 		if req, err = s.saveAttempt(ctx, req.GetId(), att, nil); err != nil {
 			return fmt.Errorf("end recovered attempt: %w", err)

@@ -15,6 +15,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
 )
 
 // action is what follows a failed attempt.
@@ -64,27 +65,20 @@ func (s *Server) afterFailure(ctx context.Context, task *orchestratorv1.Task, re
 		return next{action: actionStop, att: att}
 	}
 	retry := func(resolution string) next {
-		if retries >= maxAutomaticRetries {
+		if retries >= lifecycle.MaxAutomaticRetries {
 			return stop(resolution + "; no automatic attempt left")
 		}
 		att.Resolution = joinResolution(att.GetResolution(), resolution+"; attempting again")
 		return next{action: actionRetry, att: att}
 	}
 	o := att.GetOutcome()
-	switch capb.GetRetryRule() {
-	case registryv1.RetryRule_RETRY_RULE_RETRY:
-		if o == adapterv1.Outcome_OUTCOME_INTERRUPTED || o == adapterv1.Outcome_OUTCOME_UNAVAILABLE {
-			return retry(fmt.Sprintf("%s bounded read", outcomeName(o)))
-		}
-		return stop("")
-	case registryv1.RetryRule_RETRY_RULE_CHECK_RECEIPT:
-		switch o {
-		case adapterv1.Outcome_OUTCOME_UNAVAILABLE:
+	switch lifecycle.AfterFailure(capb.GetRetryRule(), o) {
+	case lifecycle.Retry:
+		if capb.GetRetryRule() == registryv1.RetryRule_RETRY_RULE_CHECK_RECEIPT {
 			return retry("the request never reached the server")
-		case adapterv1.Outcome_OUTCOME_UNKNOWN, adapterv1.Outcome_OUTCOME_INTERRUPTED:
-		default:
-			return stop("")
 		}
+		return retry(fmt.Sprintf("%s bounded read", outcomeName(o)))
+	case lifecycle.CheckEvidence:
 		rc, err := s.deps.Evidence.GetReceipt(ctx, &evidencev1.GetReceiptRequest{IdempotencyKey: req.GetIntentId()})
 		switch {
 		case err == nil && s.trusted(ctx, req, rc):

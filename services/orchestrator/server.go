@@ -3,6 +3,16 @@
 // and it is the only caller of the adapter's Execute: calling a remote
 // server is the last step after every product decision, never the
 // definition of one.
+//
+// One request's life is the table in package lifecycle, and each stage
+// of it has a file of its own: submit.go receives the candidate,
+// prepare.go decides it (checks, authorization, charge, or refusal),
+// approve.go parks it for a person and uses the approval, attempt.go
+// makes the attempts (retry.go: what may follow a failed one),
+// observe.go turns a read's result into observations, commit.go commits
+// an effect on its receipt or fails the request, settle.go settles an
+// unknown outcome by evidence, and resume.go recovers what a stopped
+// replica left.
 package orchestrator
 
 import (
@@ -33,6 +43,9 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	leases "github.com/v0m3/v0m3/services/orchestrator/lease"
+	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
+	"github.com/v0m3/v0m3/services/orchestrator/outbox"
 )
 
 // Deps are the services the orchestrator calls, through their gRPC clients.
@@ -118,14 +131,13 @@ type Server struct {
 	// workTimeout bounds the detached work on one request (see detach).
 	workTimeout time.Duration
 
-	// replica owns the leases this server takes (see own); working holds
-	// the requests a call of this server works on, so its own recovery
-	// never joins in.
+	// replica owns the leases this server takes (see own), which leases
+	// manages; it also knows the requests a call of this server works
+	// on, so its own recovery never joins in.
 	replica          string
 	leaseTTL         time.Duration
 	recoveryInterval time.Duration
-	workMu           sync.Mutex
-	working          map[string]bool
+	leases           *leases.Manager
 	// settles spaces the automatic checks of unknown outcomes.
 	settles settleSchedule
 	// unrecorded holds read results whose observation evidence could not
@@ -139,7 +151,7 @@ type Server struct {
 	// loop stops before them so they are not sent twice.
 	direct sync.Map
 	// sweep deletes the entries calls delivered, off their path.
-	sweep *sweeper
+	sweep *outbox.Sweeper
 	// traces carries concurrent deliveries of trace events to evidence
 	// in shared round trips (see deliverTraces).
 	traces *tracesend.Sender
@@ -173,7 +185,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{st: st, deps: deps, log: log, now: now, notes: newNotifier(), ctx: ctx, cancel: cancel,
 		approvalTTL: deps.ApprovalTTL, attemptTimeout: deps.AttemptTimeout,
-		replica: deps.ReplicaID, leaseTTL: deps.LeaseTTL, recoveryInterval: deps.RecoveryInterval, working: map[string]bool{},
+		replica: deps.ReplicaID, leaseTTL: deps.LeaseTTL, recoveryInterval: deps.RecoveryInterval,
 		watchPoll: watchPoll}
 	if s.replica == "" {
 		s.replica = ids.New("orch")
@@ -185,7 +197,10 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if s.leaseTTL <= 0 {
 		s.leaseTTL = DefaultLeaseTTL
 	}
-	s.sweep = newSweeper(s, s.claimTTL())
+	s.leases = leases.NewManager(ctx, st, s.replica, s.leaseTTL, log)
+	s.sweep = outbox.NewSweeper(s.claimTTL(), func(ctx context.Context, entries []OutboxEntry) error {
+		return s.deleteDelivered(ctx, entries, len(entries))
+	}, s.undirect)
 	if s.recoveryInterval <= 0 {
 		s.recoveryInterval = DefaultRecoveryInterval
 	}
@@ -231,7 +246,7 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		s.wg.Wait()
-		s.sweep.close()
+		s.sweep.Close()
 		for _, r := range s.unrecorded.held() {
 			s.unrecorded.drop(r.requestID)
 		}
@@ -574,7 +589,9 @@ func (s *Server) refusePending(ctx context.Context, taskID, reason, detail strin
 			if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
 				return errStateChanged
 			}
-			r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
+			if err := lifecycle.Move(r, lifecycle.Refuse, lifecycle.NoOutcome); err != nil {
+				return err
+			}
 			r.RefusalReason, r.RefusalDetail = reason, detail
 			r.RefusalCode = codeName(codes.FailedPrecondition)
 			r.UpdateTime = s.timestamp()

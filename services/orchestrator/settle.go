@@ -18,6 +18,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
 )
 
 // Unknown outcomes are settled by evidence only: the receipt recorded under
@@ -46,27 +47,6 @@ const (
 )
 
 var artifactDigestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-
-// awaitingSettlement reports whether r ended with an unknown outcome that
-// evidence may still settle.
-func awaitingSettlement(r *orchestratorv1.ToolRequest) bool {
-	return r.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED &&
-		r.GetOutcome() == adapterv1.Outcome_OUTCOME_UNKNOWN && lastAttempt(r) != nil
-}
-
-// recoverable reports whether recovery has anything to do for r: it is
-// unsettled, or its unknown outcome awaits evidence. The stores index
-// requests by it.
-func recoverable(r *orchestratorv1.ToolRequest) bool {
-	return unsettled(r) || awaitingSettlement(r)
-}
-
-func lastAttempt(r *orchestratorv1.ToolRequest) *orchestratorv1.Attempt {
-	if n := len(r.GetAttempts()); n > 0 {
-		return r.GetAttempts()[n-1]
-	}
-	return nil
-}
 
 // settleSchedule spaces the automatic checks of each unknown outcome: the
 // first after one recovery interval, then twice as long each time, up to
@@ -225,19 +205,25 @@ func (s *Server) recordSettlement(ctx context.Context, task *orchestratorv1.Task
 		if !awaitingSettlement(r) || att.GetId() != attemptID {
 			return errAlreadySettled
 		}
+		// The attempt is checked against the request as it stands
+		// before the request moves.
+		event, stage := lifecycle.SettleNotExecuted, lifecycle.Keep
+		if executed {
+			event = lifecycle.SettleExecuted
+			if rc != nil {
+				stage = lifecycle.ReceiptVerified
+			}
+		}
+		if err := lifecycle.MoveAttempt(r.GetState(), att, event, stage, outcome); err != nil {
+			return err
+		}
+		if err := lifecycle.Move(r, event, outcome); err != nil {
+			return err
+		}
 		att.Resolution = joinResolution(att.GetResolution(), why)
 		if executed {
-			att.Outcome = adapterv1.Outcome_OUTCOME_OK
-			if rc != nil {
-				att.Stage = max(att.GetStage(), adapterv1.DeliveryStage_DELIVERY_STAGE_RECEIPT_VERIFIED)
-			}
 			att.Error = nil
-			r.State = orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
-			r.Outcome = adapterv1.Outcome_OUTCOME_OK
 			r.ReceiptId, r.ArtifactDigest = rc.GetId(), artifact
-		} else {
-			att.Outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED
-			r.Outcome = adapterv1.Outcome_OUTCOME_INTERRUPTED
 		}
 		r.UpdateTime = s.timestamp()
 		return nil
@@ -283,7 +269,7 @@ func (s *Server) SettleRequest(ctx context.Context, in *orchestratorv1.SettleReq
 		return nil, apierror.New(codes.Aborted, "REQUEST_IN_PROGRESS",
 			fmt.Sprintf("request %s is being worked on; try again", req.GetId()), map[string]string{"request_id": req.GetId()})
 	}
-	defer l.release()
+	defer l.Release()
 	s.queueBehindOutbox(ctx)
 	// Once claimed, the settlement is recorded whether or not the caller
 	// waits for it.

@@ -43,7 +43,7 @@ func TestDeliveredEntriesAreSweptOffTheCallsPath(t *testing.T) {
 	t.Parallel()
 	st := &heldDeletes{Store: newBoltStore(t), release: make(chan struct{}), held: make(chan struct{})}
 	h := newHarnessOn(t, st, func(d *Deps) { d.RecoveryInterval = time.Hour })
-	h.server.sweep.pause = 0 // what no write takes at once is swept
+	h.server.sweep.Pause = 0 // what no write takes at once is swept
 	cat := h.start(t, "source_review", false).GetCatalogue()
 	task := cat.GetTaskId()
 	handle := handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
@@ -140,7 +140,7 @@ func TestDeliveredEntriesRideTheNextWrite(t *testing.T) {
 	st := &heldDeletes{Store: newBoltStore(t), release: make(chan struct{}), held: make(chan struct{})}
 	close(st.release) // nothing is held up here
 	h := newHarnessOn(t, st, func(d *Deps) { d.RecoveryInterval = time.Hour })
-	h.server.sweep.pause = time.Hour // only a batch or closing sweeps
+	h.server.sweep.Pause = time.Hour // only a batch or closing sweeps
 	cat := h.start(t, "source_review", false).GetCatalogue()
 	task := cat.GetTaskId()
 	handle := handleFor(t, cat, capRetrieveAuthorizedSource, migrationGuide.GetTitle())
@@ -162,8 +162,8 @@ func TestDeliveredEntriesRideTheNextWrite(t *testing.T) {
 	}
 	for _, e := range left {
 		id := e.Event.GetProduct().GetRequestId() + e.Event.GetProtocol().GetRequestId()
-		if id != last || !h.server.sweep.holds(e.Key) {
-			t.Errorf("outbox entry of request %q (held for deletion: %t) left after the calls; want only the last call's, held", id, h.server.sweep.holds(e.Key))
+		if id != last || !h.server.sweep.Holds(e.Key) {
+			t.Errorf("outbox entry of request %q (held for deletion: %t) left after the calls; want only the last call's, held", id, h.server.sweep.Holds(e.Key))
 		}
 	}
 
@@ -181,7 +181,7 @@ func TestDeliveredEntriesRideTheNextWrite(t *testing.T) {
 	early := len(st.deletes)
 	st.mu.Unlock()
 
-	h.server.sweep.close()
+	h.server.sweep.Close()
 	rest, err := h.server.st.ListTraceOutbox(t.Context(), 100)
 	if err != nil || len(rest) != 0 {
 		t.Fatalf("outbox after the sweep = %d entries, %v; want empty", len(rest), err)

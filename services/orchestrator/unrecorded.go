@@ -2,18 +2,12 @@ package orchestrator
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/v0m3/v0m3/internal/apierror"
-	"github.com/v0m3/v0m3/internal/provenance"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
-	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
 
 // A read whose result arrived but whose response policy could not charge
@@ -96,106 +90,8 @@ func (u *unrecordedResults) drop(requestID string) {
 	}
 	u.mu.Unlock()
 	if ok && r.lease != nil {
-		r.lease.end()
+		r.lease.End()
 	}
-}
-
-// awaitsObservation reports whether att is a successful read waiting for
-// its observation to be recorded.
-func awaitsObservation(att *orchestratorv1.Attempt) bool {
-	return att.GetEndTime() == nil && att.GetOutcome() == adapterv1.Outcome_OUTCOME_OK &&
-		att.GetError().GetSafeCode() == codeObservationNotRecorded
-}
-
-// recordResult turns a successful observed attempt's result into
-// observations and commits the request (see observe). When evidence cannot
-// record it now, the request waits with its attempt open (see
-// awaitObservation) and the caller gets UNAVAILABLE; any other refusal
-// fails the request, saying the result did not become evidence.
-func (s *Server) recordResult(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
-	r *unrecordedResult) (*orchestratorv1.ToolRequest, error) {
-	// The response's charge is keyed by the attempt, so a wait repeats
-	// it safely. Policy unavailable is no more a verdict than evidence
-	// unavailable: the read waits for both.
-	if err := s.chargeResponse(ctx, task, att, r.resp); err != nil {
-		if transient(err) {
-			s.log.WarnContext(ctx, "charge response bytes", "request", req.GetId(), "attempt", att.GetId(), "err", err)
-			return s.awaitObservation(ctx, task, req, att, r, err)
-		}
-		defer s.unrecorded.drop(req.GetId())
-		return s.withholdOverBudget(ctx, req, att, err)
-	}
-	observe := s.observe
-	if provenance.ResultKind(r.p.capability) == registryv1.ResultKind_RESULT_KIND_DATA {
-		observe = s.observeData
-	}
-	// What recording traces is kept only if it all succeeds: a retry
-	// traces it again.
-	octx, keep := provisional(ctx)
-	obs, err := observe(octx, task, req, att, r.p, r.remote, r.resp)
-	if err != nil {
-		s.log.WarnContext(ctx, "record observation", "request", req.GetId(), "attempt", att.GetId(), "err", err)
-		if transient(err) {
-			return s.awaitObservation(ctx, task, req, att, r, err)
-		}
-		// The remote call completed but its result will not become
-		// evidence: not committed, and said so.
-		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeObservationNotRecorded}
-		defer s.unrecorded.drop(req.GetId())
-		return s.fail(ctx, req, att)
-	}
-	keep()
-	if awaitsObservation(att) {
-		att.Error = nil
-		att.Resolution = joinResolution(att.GetResolution(), "observation recorded once evidence was back")
-	}
-	if err := s.failAt(ctx, FailPointAttemptObserved); err != nil {
-		return nil, err
-	}
-	out, err := s.commit(ctx, task, req, att, obs, nil)
-	if err == nil {
-		s.unrecorded.drop(req.GetId())
-	}
-	return out, err
-}
-
-// awaitObservation leaves a read whose observation evidence could not
-// record waiting, its attempt open, with the result held for recovery
-// when it fits, and tells the caller: UNAVAILABLE, the request id, and
-// that the request completes once evidence is back.
-func (s *Server) awaitObservation(ctx context.Context, task *orchestratorv1.Task, req *orchestratorv1.ToolRequest, att *orchestratorv1.Attempt,
-	r *unrecordedResult, cause error) (*orchestratorv1.ToolRequest, error) {
-	if !awaitsObservation(att) {
-		att.Error = &adapterv1.ErrorEvidence{SafeCode: codeObservationNotRecorded}
-		att.Resolution = joinResolution(att.GetResolution(),
-			"the read happened; its response could not be charged or its observation recorded (a dependency is unavailable); waiting to record it once it is back")
-		detail := fmt.Sprintf("attempt %d read %s; waiting for evidence to record its observation", att.GetNumber(), req.GetCapability())
-		if _, err := s.updateRequest(ctx, req.GetId(), func(q *orchestratorv1.ToolRequest) error {
-			mergeAttempt(q, att)
-			q.UpdateTime = s.timestamp()
-			return nil
-		}, func(ctx context.Context) {
-			s.emit(ctx, task.GetId(), req.GetId(), "request.awaiting_evidence", detail)
-		}); err != nil {
-			// The attempt stays open at its last persisted stage:
-			// recovery finds it either way.
-			s.log.ErrorContext(ctx, "persist the read awaiting its observation", "request", req.GetId(), "attempt", att.GetId(), "err", err)
-		}
-	}
-	if r.lease == nil {
-		// Held from now on, with the request's lease: the calls that
-		// hold the lease leave it held.
-		r.requestID, r.attemptID, r.lease = req.GetId(), att.GetId(), leaseOf(ctx)
-		if r.lease != nil && s.unrecorded.hold(r) {
-			r.lease.keep()
-		} else {
-			s.log.WarnContext(ctx, "result not held until evidence is back; recovery reads again", "request", req.GetId(), "attempt", att.GetId())
-		}
-	}
-	return nil, apierror.Unavailable(codeObservationNotRecorded,
-		fmt.Sprintf("request %s: the read happened but its result could not be recorded yet (%s); the request waits and completes once the dependency is back (follow it with GetRequest or WatchTask)",
-			req.GetId(), codeName(status.Code(cause))),
-		map[string]string{"request_id": req.GetId(), "attempt_id": att.GetId()})
 }
 
 // recordHeldResults tries once more to record each result this replica

@@ -20,15 +20,15 @@ import (
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	"github.com/v0m3/v0m3/services/orchestrator"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 )
 
 // Run runs every conformance test; newStore returns an empty store that
 // lives until the (sub)test ends.
-func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) ostore.Store) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, st orchestrator.Store)
+		fn   func(t *testing.T, st ostore.Store)
 	}{
 		{"Tasks", testTasks},
 		{"ConcurrentTaskUpdatesLoseNothing", testConcurrentTaskUpdates},
@@ -43,9 +43,9 @@ func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
 		{"UpdatesEmitEventsInOneStep", testEmit},
 		{"UnsettledRequests", testUnsettled},
 		{"TraceOutbox", testTraceOutbox},
-		{"LeaseHasOneOwner", func(t *testing.T, st orchestrator.Store) { CheckLease(t, []orchestrator.Store{st, st}) }},
-		{"StaleLeaseWritesFenced", func(t *testing.T, st orchestrator.Store) { CheckFence(t, []orchestrator.Store{st, st}) }},
-		{"LeaseTakenWithCreation", func(t *testing.T, st orchestrator.Store) { CheckLeaseWithCreation(t, []orchestrator.Store{st, st}) }},
+		{"LeaseHasOneOwner", func(t *testing.T, st ostore.Store) { CheckLease(t, []ostore.Store{st, st}) }},
+		{"StaleLeaseWritesFenced", func(t *testing.T, st ostore.Store) { CheckFence(t, []ostore.Store{st, st}) }},
+		{"LeaseTakenWithCreation", func(t *testing.T, st ostore.Store) { CheckLeaseWithCreation(t, []ostore.Store{st, st}) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -58,21 +58,21 @@ func Run(t *testing.T, newStore func(t *testing.T) orchestrator.Store) {
 // RunShared checks what must hold across replicas: stores a and b are two
 // clients (two processes) on the same backing state. Only a store shared
 // between processes (Redis) can pass it.
-func RunShared(t *testing.T, a, b orchestrator.Store) {
+func RunShared(t *testing.T, a, b ostore.Store) {
 	t.Run("DuplicateSubmissionAcrossReplicas", func(t *testing.T) {
-		CheckDuplicateSubmission(t, []orchestrator.Store{a, b}, "task_shared")
+		CheckDuplicateSubmission(t, []ostore.Store{a, b}, "task_shared")
 	})
 	t.Run("ApprovalUsedOnceAcrossReplicas", func(t *testing.T) {
-		CheckApprovalUsedOnce(t, []orchestrator.Store{a, b}, "req_shared_approval")
+		CheckApprovalUsedOnce(t, []ostore.Store{a, b}, "req_shared_approval")
 	})
 	t.Run("LeaseHasOneOwnerAcrossReplicas", func(t *testing.T) {
-		CheckLease(t, []orchestrator.Store{a, b})
+		CheckLease(t, []ostore.Store{a, b})
 	})
 	t.Run("StaleLeaseWritesFencedAcrossReplicas", func(t *testing.T) {
-		CheckFence(t, []orchestrator.Store{a, b})
+		CheckFence(t, []ostore.Store{a, b})
 	})
 	t.Run("LeaseTakenWithCreationAcrossReplicas", func(t *testing.T) {
-		CheckLeaseWithCreation(t, []orchestrator.Store{a, b})
+		CheckLeaseWithCreation(t, []ostore.Store{a, b})
 	})
 	t.Run("EventsWakeWatchersOnOtherReplicas", func(t *testing.T) {
 		CheckEventWake(t, a, b)
@@ -87,7 +87,7 @@ func RunShared(t *testing.T, a, b orchestrator.Store) {
 // the claim lapses or they are delivered, and those put in the outbox
 // without one with none: what keeps two replicas from sending one event
 // twice.
-func CheckOutboxClaims(t *testing.T, a, b orchestrator.Store) {
+func CheckOutboxClaims(t *testing.T, a, b ostore.Store) {
 	ctx := context.Background()
 	// Start from an empty outbox (the stores are shared with other checks).
 	if old, err := b.ListTraceOutbox(ctx, 1000); err != nil {
@@ -98,14 +98,14 @@ func CheckOutboxClaims(t *testing.T, a, b orchestrator.Store) {
 	ev := func(detail string) []*evidencev1.TraceEvent {
 		return []*evidencev1.TraceEvent{{TaskId: "task_claims", Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{Detail: detail}}}}
 	}
-	w, err := a.EmitHeld(ctx, orchestrator.Held{Traces: ev("claimed"), Claim: orchestrator.OutboxClaim{Owner: "replica_a", TTL: time.Hour}})
+	w, err := a.EmitHeld(ctx, ostore.Held{Traces: ev("claimed"), Claim: ostore.OutboxClaim{Owner: "replica_a", TTL: time.Hour}})
 	if err != nil || len(w.Outbox) != 1 || w.Outbox[0].Claimant != "replica_a" {
 		t.Fatalf("claimed write = %+v, %v", w, err)
 	}
 	if err := a.PutTraceOutbox(ctx, ev("unclaimed")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.EmitHeld(ctx, orchestrator.Held{Traces: ev("lapsing"), Claim: orchestrator.OutboxClaim{Owner: "replica_a", TTL: 200 * time.Millisecond}}); err != nil {
+	if _, err := a.EmitHeld(ctx, ostore.Held{Traces: ev("lapsing"), Claim: ostore.OutboxClaim{Owner: "replica_a", TTL: 200 * time.Millisecond}}); err != nil {
 		t.Fatal(err)
 	}
 	claimants := func() map[string]string {
@@ -142,7 +142,7 @@ func CheckOutboxClaims(t *testing.T, a, b orchestrator.Store) {
 	}
 }
 
-func keysOf(es []orchestrator.OutboxEntry) []string {
+func keysOf(es []ostore.OutboxEntry) []string {
 	out := make([]string, len(es))
 	for i, e := range es {
 		out[i] = e.Key
@@ -158,7 +158,7 @@ func request(id, taskID, callID string) *orchestratorv1.ToolRequest {
 	return &orchestratorv1.ToolRequest{Id: id, TaskId: taskID, ProviderCallId: callID, Capability: "notes.get", State: orchestratorv1.RequestState_REQUEST_STATE_REQUESTED}
 }
 
-func testTasks(t *testing.T, st orchestrator.Store) {
+func testTasks(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
 	if _, err := st.GetTask(ctx, "task_missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("missing task: err = %v", err)
@@ -199,7 +199,7 @@ func testTasks(t *testing.T, st orchestrator.Store) {
 
 // testConcurrentTaskUpdates appends to a task's checkpoint from 50
 // goroutines at once: no update is lost.
-func testConcurrentTaskUpdates(t *testing.T, st orchestrator.Store) {
+func testConcurrentTaskUpdates(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
 	if err := st.CreateTask(ctx, task("task_1", orchestratorv1.TaskState_TASK_STATE_ACTIVE)); err != nil {
 		t.Fatal(err)
@@ -224,7 +224,7 @@ func testConcurrentTaskUpdates(t *testing.T, st orchestrator.Store) {
 
 // testAccessTokens checks the MCP token records of a task: kept per task,
 // oldest first, expired ones dropped when a new one is added, and bounded.
-func testAccessTokens(t *testing.T, st orchestrator.Store) {
+func testAccessTokens(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
 	if got, err := st.ListAccessTokens(ctx, "task_1"); err != nil || len(got) != 0 {
 		t.Fatalf("no tokens yet: %v, %v; want an empty list", got, err)
@@ -275,7 +275,7 @@ func testAccessTokens(t *testing.T, st orchestrator.Store) {
 	}
 }
 
-func testCatalogue(t *testing.T, st orchestrator.Store) {
+func testCatalogue(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
 	if _, err := st.GetCatalogue(ctx, "task_1"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("missing catalogue: err = %v", err)
@@ -295,11 +295,11 @@ func testCatalogue(t *testing.T, st orchestrator.Store) {
 // in its transaction, as they are when it commits: none for a missing
 // task, the task without a catalogue, then both after they changed. A
 // resubmission creates nothing and reads neither.
-func testCreationReadsTaskOffer(t *testing.T, st orchestrator.Store) {
+func testCreationReadsTaskOffer(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
-	create := func(id, call string) orchestrator.Creation {
+	create := func(id, call string) ostore.Creation {
 		t.Helper()
-		c, err := st.CreateRequestEmit(ctx, request(id, "task_1", call), orchestrator.Held{}, orchestrator.LeaseTake{})
+		c, err := st.CreateRequestEmit(ctx, request(id, "task_1", call), ostore.Held{}, ostore.LeaseTake{})
 		if err != nil {
 			t.Fatalf("create %s: %v", id, err)
 		}
@@ -333,7 +333,7 @@ func testCreationReadsTaskOffer(t *testing.T, st orchestrator.Store) {
 	}
 }
 
-func testRequestCreatedOnce(t *testing.T, st orchestrator.Store) {
+func testRequestCreatedOnce(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
 	first := request("req_1", "task_1", "call_1")
 	got, created, err := st.CreateRequest(ctx, first)
@@ -370,14 +370,14 @@ func testRequestCreatedOnce(t *testing.T, st orchestrator.Store) {
 	}
 }
 
-func testConcurrentDuplicateSubmission(t *testing.T, st orchestrator.Store) {
-	CheckDuplicateSubmission(t, []orchestrator.Store{st}, "task_1")
+func testConcurrentDuplicateSubmission(t *testing.T, st ostore.Store) {
+	CheckDuplicateSubmission(t, []ostore.Store{st}, "task_1")
 }
 
 // CheckDuplicateSubmission submits one provider call 50 times at once,
 // spread over stores (replicas): exactly one request is created and every
 // submission gets it back.
-func CheckDuplicateSubmission(t *testing.T, stores []orchestrator.Store, taskID string) {
+func CheckDuplicateSubmission(t *testing.T, stores []ostore.Store, taskID string) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -419,7 +419,7 @@ func attempt(id string, stage adapterv1.DeliveryStage, ended bool) *orchestrator
 	return a
 }
 
-func testAttemptStages(t *testing.T, st orchestrator.Store) {
+func testAttemptStages(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
 	if _, _, err := st.CreateRequest(ctx, request("req_1", "task_1", "call_1")); err != nil {
 		t.Fatal(err)
@@ -481,21 +481,21 @@ func testAttemptStages(t *testing.T, st orchestrator.Store) {
 	}
 }
 
-func testApprovalUsedOnce(t *testing.T, st orchestrator.Store) {
+func testApprovalUsedOnce(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
 	if _, _, err := st.CreateRequest(ctx, request("req_plain", "task_1", "call_plain")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.UseApproval(ctx, "req_plain", "bob", timestamppb.Now()); !errors.Is(err, orchestrator.ErrNotAwaiting) {
+	if _, err := st.UseApproval(ctx, "req_plain", "bob", timestamppb.Now()); !errors.Is(err, ostore.ErrNotAwaiting) {
 		t.Errorf("request without approval: err = %v, want ErrNotAwaiting", err)
 	}
-	CheckApprovalUsedOnce(t, []orchestrator.Store{st}, "req_approval")
+	CheckApprovalUsedOnce(t, []ostore.Store{st}, "req_approval")
 }
 
 // CheckApprovalUsedOnce creates a request awaiting approval and uses its
 // approval 50 times at once, spread over stores (replicas): exactly one
 // use succeeds and the rest fail with ErrApprovalUsed.
-func CheckApprovalUsedOnce(t *testing.T, stores []orchestrator.Store, requestID string) {
+func CheckApprovalUsedOnce(t *testing.T, stores []ostore.Store, requestID string) {
 	ctx := context.Background()
 	r := request(requestID, "task_approval", "call_"+requestID)
 	r.State = orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL
@@ -521,7 +521,7 @@ func CheckApprovalUsedOnce(t *testing.T, stores []orchestrator.Store, requestID 
 				if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_APPROVED {
 					t.Errorf("used approval left state %v", got.GetState())
 				}
-			case errors.Is(err, orchestrator.ErrApprovalUsed):
+			case errors.Is(err, ostore.ErrApprovalUsed):
 				refused++
 			default:
 				t.Errorf("use approval: %v", err)
@@ -538,7 +538,7 @@ func CheckApprovalUsedOnce(t *testing.T, stores []orchestrator.Store, requestID 
 	}
 }
 
-func testEvents(t *testing.T, st orchestrator.Store) {
+func testEvents(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for i := range 50 {
@@ -584,7 +584,7 @@ func testEvents(t *testing.T, st orchestrator.Store) {
 // testEmit: a request or task update that emits events stores both or
 // neither; the events take their tasks' next sequences, in order, among
 // events appended alone at the same time.
-func testEmit(t *testing.T, st orchestrator.Store) {
+func testEmit(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
 	if err := st.CreateTask(ctx, &orchestratorv1.Task{Id: "task_1"}); err != nil {
 		t.Fatal(err)
@@ -607,8 +607,8 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 			r, got, err := st.UpdateRequestEmit(ctx, "req_1", func(r *orchestratorv1.ToolRequest) error {
 				r.Summary += "r"
 				return nil
-			}, orchestrator.Held{Events: in, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1", Time: timestamppb.New(time.Unix(int64(i), 0))}},
-				Task: &orchestrator.TaskChange{ID: "task_1", Fn: func(tk *orchestratorv1.Task) error {
+			}, ostore.Held{Events: in, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1", Time: timestamppb.New(time.Unix(int64(i), 0))}},
+				Task: &ostore.TaskChange{ID: "task_1", Fn: func(tk *orchestratorv1.Task) error {
 					tk.Checkpoint += "h"
 					return nil
 				}}})
@@ -624,7 +624,7 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 			tk, got, err := st.UpdateTaskEmit(ctx, "task_1", func(tk *orchestratorv1.Task) error {
 				tk.Checkpoint += "t"
 				return nil
-			}, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev(fmt.Sprint("task-", i))}})
+			}, ostore.Held{Events: []*orchestratorv1.TaskEvent{ev(fmt.Sprint("task-", i))}})
 			if err != nil || len(got.Events) != 1 || got.Events[0].GetSequence() < 1 || tk.GetId() != "task_1" {
 				t.Errorf("update task emit = %v, %v, %v", tk, got, err)
 			}
@@ -656,17 +656,17 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 
 	// A refused update emits nothing.
 	refused := errors.New("refused")
-	if _, _, err := st.UpdateRequestEmit(ctx, "req_1", func(*orchestratorv1.ToolRequest) error { return refused }, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev("never")}, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1"}}}); !errors.Is(err, refused) {
+	if _, _, err := st.UpdateRequestEmit(ctx, "req_1", func(*orchestratorv1.ToolRequest) error { return refused }, ostore.Held{Events: []*orchestratorv1.TaskEvent{ev("never")}, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1"}}}); !errors.Is(err, refused) {
 		t.Errorf("refused request update = %v", err)
 	}
-	if _, _, err := st.UpdateTaskEmit(ctx, "task_1", func(*orchestratorv1.Task) error { return refused }, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev("never")}, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1"}}}); !errors.Is(err, refused) {
+	if _, _, err := st.UpdateTaskEmit(ctx, "task_1", func(*orchestratorv1.Task) error { return refused }, ostore.Held{Events: []*orchestratorv1.TaskEvent{ev("never")}, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1"}}}); !errors.Is(err, refused) {
 		t.Errorf("refused task update = %v", err)
 	}
-	if _, _, err := st.UpdateTaskEmit(ctx, "task_missing", func(*orchestratorv1.Task) error { return nil }, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev("never")}, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1"}}}); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := st.UpdateTaskEmit(ctx, "task_missing", func(*orchestratorv1.Task) error { return nil }, ostore.Held{Events: []*orchestratorv1.TaskEvent{ev("never")}, Traces: []*evidencev1.TraceEvent{{TaskId: "task_1"}}}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("update of a missing task = %v, want not found", err)
 	}
-	if _, _, err := st.UpdateTaskEmit(ctx, "task_1", func(*orchestratorv1.Task) error { return nil }, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev("never")},
-		Task: &orchestrator.TaskChange{ID: "task_1", Fn: func(*orchestratorv1.Task) error { return nil }}}); err == nil {
+	if _, _, err := st.UpdateTaskEmit(ctx, "task_1", func(*orchestratorv1.Task) error { return nil }, ostore.Held{Events: []*orchestratorv1.TaskEvent{ev("never")},
+		Task: &ostore.TaskChange{ID: "task_1", Fn: func(*orchestratorv1.Task) error { return nil }}}); err == nil {
 		t.Errorf("UpdateTaskEmit with a held task change succeeded; want it refused")
 	}
 	if after, err := st.ListEvents(ctx, "task_1", 40); err != nil || len(after) != 0 {
@@ -684,14 +684,14 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 	// write and the rest of held happen.
 	for _, tc := range []struct {
 		name   string
-		change *orchestrator.TaskChange
+		change *ostore.TaskChange
 		want   error
 	}{
-		{"missing task", &orchestrator.TaskChange{ID: "task_missing", Fn: func(tk *orchestratorv1.Task) error {
+		{"missing task", &ostore.TaskChange{ID: "task_missing", Fn: func(tk *orchestratorv1.Task) error {
 			tk.Checkpoint = "never"
 			return nil
 		}}, store.ErrNotFound},
-		{"refused change", &orchestrator.TaskChange{ID: "task_1", Fn: func(tk *orchestratorv1.Task) error {
+		{"refused change", &ostore.TaskChange{ID: "task_1", Fn: func(tk *orchestratorv1.Task) error {
 			tk.Checkpoint = "never"
 			return refused
 		}}, refused},
@@ -699,7 +699,7 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 		r, got, err := st.UpdateRequestEmit(ctx, "req_1", func(r *orchestratorv1.ToolRequest) error {
 			r.Summary += "s"
 			return nil
-		}, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev(tc.name)}, Task: tc.change})
+		}, ostore.Held{Events: []*orchestratorv1.TaskEvent{ev(tc.name)}, Task: tc.change})
 		if err != nil || r.GetSummary() != strings.Repeat("r", 10)+"s" || len(got.Events) != 1 || !errors.Is(got.TaskErr, tc.want) {
 			t.Errorf("%s: update request emit = %q, %d events, task error %v, %v; want the update written and task error %v",
 				tc.name, r.GetSummary(), len(got.Events), got.TaskErr, err, tc.want)
@@ -718,7 +718,7 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 		t.Errorf("a held change of a missing task created it: %v", err)
 	}
 	// EmitHeld applies a held task change with the events.
-	got, err := st.EmitHeld(ctx, orchestrator.Held{Events: []*orchestratorv1.TaskEvent{ev("emit")}, Task: &orchestrator.TaskChange{ID: "task_1", Fn: func(tk *orchestratorv1.Task) error {
+	got, err := st.EmitHeld(ctx, ostore.Held{Events: []*orchestratorv1.TaskEvent{ev("emit")}, Task: &ostore.TaskChange{ID: "task_1", Fn: func(tk *orchestratorv1.Task) error {
 		tk.Checkpoint = "emitted"
 		return nil
 	}}})
@@ -729,12 +729,12 @@ func testEmit(t *testing.T, st orchestrator.Store) {
 
 // testTraceOutbox: trace events put in the outbox come back oldest first,
 // a page at a time, and leave it once deleted.
-func testTraceOutbox(t *testing.T, st orchestrator.Store) {
+func testTraceOutbox(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
 	ev := func(i int) *evidencev1.TraceEvent {
 		return &evidencev1.TraceEvent{TaskId: "task_o", Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{Detail: fmt.Sprint(i)}}}
 	}
-	details := func(es []orchestrator.OutboxEntry) []string {
+	details := func(es []ostore.OutboxEntry) []string {
 		var out []string
 		for _, e := range es {
 			out = append(out, e.Event.GetProduct().GetDetail())
@@ -773,13 +773,13 @@ func testTraceOutbox(t *testing.T, st orchestrator.Store) {
 	}
 	refused := errors.New("refused")
 	if _, _, err := st.UpdateRequestEmit(ctx, "req_o", func(*orchestratorv1.ToolRequest) error { return refused },
-		orchestrator.Held{Delivered: rest[:1]}); !errors.Is(err, refused) {
+		ostore.Held{Delivered: rest[:1]}); !errors.Is(err, refused) {
 		t.Fatalf("a refused write = %v", err)
 	}
 	if got, err := st.ListTraceOutbox(ctx, 10); err != nil || !slices.Equal(details(got), []string{"2", "3", "4"}) {
 		t.Fatalf("after a refused write carrying a delete = %v, %v; want 2..4 left", details(got), err)
 	}
-	if _, _, err := st.UpdateRequestEmit(ctx, "req_o", stage, orchestrator.Held{Delivered: rest[:2],
+	if _, _, err := st.UpdateRequestEmit(ctx, "req_o", stage, ostore.Held{Delivered: rest[:2],
 		Traces: []*evidencev1.TraceEvent{ev(5)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -788,7 +788,7 @@ func testTraceOutbox(t *testing.T, st orchestrator.Store) {
 	}
 }
 
-func testUnsettled(t *testing.T, st orchestrator.Store) {
+func testUnsettled(t *testing.T, st ostore.Store) {
 	ctx := context.Background()
 	ids := func() []string {
 		t.Helper()
@@ -844,15 +844,15 @@ func testUnsettled(t *testing.T, st orchestrator.Store) {
 }
 
 // CheckLeaseWithCreation checks the lease a request's creation takes
-// (orchestrator.LeaseTake): it is the creator's, as one AcquireLease
+// (ostore.LeaseTake): it is the creator's, as one AcquireLease
 // would have made it (another replica is refused it, the creator renews
 // it, writes fenced by it are made and a newer lease fences them), and a
 // resubmission, which creates nothing, takes none.
-func CheckLeaseWithCreation(t *testing.T, stores []orchestrator.Store) {
+func CheckLeaseWithCreation(t *testing.T, stores []ostore.Store) {
 	ctx := context.Background()
 	a, b := stores[0], stores[1%len(stores)]
-	take := orchestrator.LeaseTake{Owner: "replica_a", TTL: time.Hour}
-	c, err := a.CreateRequestEmit(ctx, request("req_c", "task_c", "call_c"), orchestrator.Held{}, take)
+	take := ostore.LeaseTake{Owner: "replica_a", TTL: time.Hour}
+	c, err := a.CreateRequestEmit(ctx, request("req_c", "task_c", "call_c"), ostore.Held{}, take)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -870,12 +870,12 @@ func CheckLeaseWithCreation(t *testing.T, stores []orchestrator.Store) {
 		r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
 		return nil
 	}
-	fence := orchestrator.Held{Fence: orchestrator.Fence{RequestID: "req_c", Generation: gen}}
+	fence := ostore.Held{Fence: ostore.Fence{RequestID: "req_c", Generation: gen}}
 	if _, _, err := a.UpdateRequestEmit(ctx, "req_c", refuse, fence); err != nil {
 		t.Errorf("a write fenced by the creation's lease: %v", err)
 	}
 
-	again, err := b.CreateRequestEmit(ctx, request("req_c2", "task_c", "call_c"), orchestrator.Held{}, orchestrator.LeaseTake{Owner: "replica_b", TTL: time.Hour})
+	again, err := b.CreateRequestEmit(ctx, request("req_c2", "task_c", "call_c"), ostore.Held{}, ostore.LeaseTake{Owner: "replica_b", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -893,7 +893,7 @@ func CheckLeaseWithCreation(t *testing.T, stores []orchestrator.Store) {
 	if err != nil || newer <= gen {
 		t.Fatalf("lease after the creator released it = %d, %v; want newer than %d", newer, err, gen)
 	}
-	if _, _, err := a.UpdateRequestEmit(ctx, "req_c", refuse, fence); !errors.Is(err, orchestrator.ErrFenced) {
+	if _, _, err := a.UpdateRequestEmit(ctx, "req_c", refuse, fence); !errors.Is(err, ostore.ErrFenced) {
 		t.Errorf("a write under the creation's lease after a takeover = %v; want ErrFenced", err)
 	}
 }
@@ -902,10 +902,10 @@ func CheckLeaseWithCreation(t *testing.T, stores []orchestrator.Store) {
 // the stores (replicas) given: renewals by the owner, refusal of another
 // owner while it is live, release only by its owner, takeover after
 // expiry, and one winner among replicas racing for a free lease.
-func CheckLease(t *testing.T, stores []orchestrator.Store) {
+func CheckLease(t *testing.T, stores []ostore.Store) {
 	ctx := context.Background()
 	a, b := stores[0], stores[1%len(stores)]
-	acquire := func(st orchestrator.Store, id, owner string, gen int64, ttl time.Duration) int64 {
+	acquire := func(st ostore.Store, id, owner string, gen int64, ttl time.Duration) int64 {
 		t.Helper()
 		got, err := st.AcquireLease(ctx, id, owner, gen, ttl)
 		if err != nil {
@@ -1007,7 +1007,7 @@ func CheckLease(t *testing.T, stores []orchestrator.Store) {
 // store of stores) took over since is refused with ErrFenced and writes
 // nothing (no state change, task event or outbox entry), whichever write
 // it is, while the new owner's writes and unfenced ones go through.
-func CheckFence(t *testing.T, stores []orchestrator.Store) {
+func CheckFence(t *testing.T, stores []ostore.Store) {
 	ctx := context.Background()
 	a, b := stores[0], stores[1%len(stores)]
 	if err := a.CreateTask(ctx, task("task_f", orchestratorv1.TaskState_TASK_STATE_ACTIVE)); err != nil {
@@ -1028,38 +1028,38 @@ func CheckFence(t *testing.T, stores []orchestrator.Store) {
 	if err != nil || cur == 0 {
 		t.Fatalf("takeover = %d, %v", cur, err)
 	}
-	held := func(f orchestrator.Fence, detail string) orchestrator.Held {
-		return orchestrator.Held{
+	held := func(f ostore.Fence, detail string) ostore.Held {
+		return ostore.Held{
 			Events: []*orchestratorv1.TaskEvent{{TaskId: "task_f", RequestId: "req_f", Type: "test", Detail: detail}},
 			Traces: []*evidencev1.TraceEvent{{TaskId: "task_f", Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{Detail: detail}}}},
 			Fence:  f,
-			Task: &orchestrator.TaskChange{ID: "task_f", Fn: func(tk *orchestratorv1.Task) error {
+			Task: &ostore.TaskChange{ID: "task_f", Fn: func(tk *orchestratorv1.Task) error {
 				tk.Checkpoint = "stale"
 				return nil
 			}},
 		}
 	}
-	stale := orchestrator.Fence{RequestID: "req_f", Generation: old}
+	stale := ostore.Fence{RequestID: "req_f", Generation: old}
 	before, err := b.ListTraceOutbox(ctx, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	writes := []struct {
 		name  string
-		write func(orchestrator.Held) error
+		write func(ostore.Held) error
 	}{
-		{"UpdateRequestEmit", func(h orchestrator.Held) error {
+		{"UpdateRequestEmit", func(h ostore.Held) error {
 			_, _, err := a.UpdateRequestEmit(ctx, "req_f", func(r *orchestratorv1.ToolRequest) error {
 				r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
 				return nil
 			}, h)
 			return err
 		}},
-		{"CreateRequestEmit", func(h orchestrator.Held) error {
-			_, err := a.CreateRequestEmit(ctx, request("req_f", "task_f", "call_f2"), h, orchestrator.LeaseTake{})
+		{"CreateRequestEmit", func(h ostore.Held) error {
+			_, err := a.CreateRequestEmit(ctx, request("req_f", "task_f", "call_f2"), h, ostore.LeaseTake{})
 			return err
 		}},
-		{"UpdateTaskEmit", func(h orchestrator.Held) error {
+		{"UpdateTaskEmit", func(h ostore.Held) error {
 			h.Task = nil // it changes the task itself
 			_, _, err := a.UpdateTaskEmit(ctx, "task_f", func(tk *orchestratorv1.Task) error {
 				tk.Checkpoint = "stale"
@@ -1067,19 +1067,19 @@ func CheckFence(t *testing.T, stores []orchestrator.Store) {
 			}, h)
 			return err
 		}},
-		{"EmitHeld", func(h orchestrator.Held) error {
+		{"EmitHeld", func(h ostore.Held) error {
 			_, err := a.EmitHeld(ctx, h)
 			return err
 		}},
 	}
 	for _, w := range writes {
-		if err := w.write(held(stale, w.name)); !errors.Is(err, orchestrator.ErrFenced) {
+		if err := w.write(held(stale, w.name)); !errors.Is(err, ostore.ErrFenced) {
 			t.Errorf("%s under a lease taken over since = %v; want ErrFenced", w.name, err)
 		}
 	}
 	// A generation the store does not know (one it forgot long after
 	// the request's last lease) is stale too.
-	if _, err := a.CreateRequestEmit(ctx, request("req_unleased", "task_f", "call_u"), held(orchestrator.Fence{RequestID: "req_unleased", Generation: old}, "unleased"), orchestrator.LeaseTake{}); !errors.Is(err, orchestrator.ErrFenced) {
+	if _, err := a.CreateRequestEmit(ctx, request("req_unleased", "task_f", "call_u"), held(ostore.Fence{RequestID: "req_unleased", Generation: old}, "unleased"), ostore.LeaseTake{}); !errors.Is(err, ostore.ErrFenced) {
 		t.Errorf("a write under a generation the store does not know = %v; want ErrFenced", err)
 	}
 	if r, err := b.GetRequest(ctx, "req_f"); err != nil || r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REQUESTED {
@@ -1095,7 +1095,7 @@ func CheckFence(t *testing.T, stores []orchestrator.Store) {
 		t.Errorf("fenced writes left %d outbox entries, %v; want the %d of before", len(box)-len(before), err, len(before))
 	}
 	// The new owner writes, and so does a write under no lease.
-	for _, f := range []orchestrator.Fence{{RequestID: "req_f", Generation: cur}, {}} {
+	for _, f := range []ostore.Fence{{RequestID: "req_f", Generation: cur}, {}} {
 		if _, _, err := b.UpdateRequestEmit(ctx, "req_f", func(r *orchestratorv1.ToolRequest) error {
 			r.Summary += "w"
 			return nil
@@ -1111,8 +1111,8 @@ func CheckFence(t *testing.T, stores []orchestrator.Store) {
 // CheckEventWake checks that a follower through store b learns of the
 // events appended through store a, alone or with a state change, each
 // with its task.
-func CheckEventWake(t *testing.T, a, b orchestrator.Store) {
-	f, ok := b.(orchestrator.EventFollower)
+func CheckEventWake(t *testing.T, a, b ostore.Store) {
+	f, ok := b.(ostore.EventFollower)
 	if !ok {
 		t.Fatalf("%T does not tell of other replicas' events", b)
 	}
@@ -1148,7 +1148,7 @@ func CheckEventWake(t *testing.T, a, b orchestrator.Store) {
 		t.Errorf("told of task %q, want task_wake", id)
 	}
 	if _, _, err := a.UpdateRequestEmit(ctx, "req_wake", func(*orchestratorv1.ToolRequest) error { return nil },
-		orchestrator.Held{Events: []*orchestratorv1.TaskEvent{{TaskId: "task_wake", Type: "y"}}}); err != nil {
+		ostore.Held{Events: []*orchestratorv1.TaskEvent{{TaskId: "task_wake", Type: "y"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if id := next("an event emitted with a state change"); id != "task_wake" {

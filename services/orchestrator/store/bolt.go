@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/v0m3/v0m3/internal/store"
+	kv "github.com/v0m3/v0m3/internal/store"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 )
 
@@ -30,7 +30,7 @@ const (
 )
 
 type boltStore struct {
-	db *store.DB
+	db *kv.DB
 
 	leaseMu sync.Mutex
 	leases  map[string]boltLease // see AcquireLease
@@ -41,7 +41,7 @@ type boltStore struct {
 }
 
 // NewBoltStore returns the Store backed by the embedded bbolt file.
-func NewBoltStore(db *store.DB) Store {
+func NewBoltStore(db *kv.DB) Store {
 	return &boltStore{db: db, leases: map[string]boltLease{}, gens: map[string]boltGen{}, genKeep: boltGenerationKeep}
 }
 
@@ -58,7 +58,7 @@ const boltGenerationKeep = 10 * time.Minute
 func requestKey(taskID, providerCallID string) string { return taskID + "\x00" + providerCallID }
 
 func (b *boltStore) CreateTask(_ context.Context, t *orchestratorv1.Task) error {
-	return b.db.Update(func(tx *store.Tx) error {
+	return b.db.Update(func(tx *kv.Tx) error {
 		if err := tx.Create(bucketTasks, t.GetId(), t); err != nil {
 			return fmt.Errorf("create task %s: %w", t.GetId(), err)
 		}
@@ -68,7 +68,7 @@ func (b *boltStore) CreateTask(_ context.Context, t *orchestratorv1.Task) error 
 
 func (b *boltStore) GetTask(_ context.Context, id string) (*orchestratorv1.Task, error) {
 	t := &orchestratorv1.Task{}
-	if err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketTasks, id, t) }); err != nil {
+	if err := b.db.View(func(tx *kv.Tx) error { return tx.Get(bucketTasks, id, t) }); err != nil {
 		return nil, fmt.Errorf("get task %s: %w", id, err)
 	}
 	return t, nil
@@ -84,13 +84,13 @@ func (b *boltStore) UpdateTaskEmit(_ context.Context, id string, fn func(*orches
 		out     *orchestratorv1.Task
 		emitted Written
 	)
-	// Concurrent updates share a commit (store.DB.Batch): fn may run again,
+	// Concurrent updates share a commit (kv.DB.Batch): fn may run again,
 	// as the Store contract allows; what the closure returns is set anew on
 	// every run.
 	if held.Task != nil {
 		return nil, Written{}, errTaskChangeHeld
 	}
-	err := b.db.Batch(func(tx *store.Tx) error {
+	err := b.db.Batch(func(tx *kv.Tx) error {
 		if err := b.fence(held.Fence); err != nil {
 			return err
 		}
@@ -117,8 +117,8 @@ func (b *boltStore) UpdateTaskEmit(_ context.Context, id string, fn func(*orches
 
 func (b *boltStore) ListTasks(_ context.Context, state orchestratorv1.TaskState) ([]*orchestratorv1.Task, error) {
 	var out []*orchestratorv1.Task
-	err := b.db.View(func(tx *store.Tx) error {
-		return store.List(tx, bucketTasks, "", func() *orchestratorv1.Task { return &orchestratorv1.Task{} },
+	err := b.db.View(func(tx *kv.Tx) error {
+		return kv.List(tx, bucketTasks, "", func() *orchestratorv1.Task { return &orchestratorv1.Task{} },
 			func(_ string, t *orchestratorv1.Task) error {
 				if state == orchestratorv1.TaskState_TASK_STATE_UNSPECIFIED || t.GetState() == state {
 					out = append(out, t)
@@ -133,7 +133,7 @@ func (b *boltStore) ListTasks(_ context.Context, state orchestratorv1.TaskState)
 }
 
 func (b *boltStore) PutCatalogue(_ context.Context, c *orchestratorv1.OfferedCatalogue) error {
-	if err := b.db.Update(func(tx *store.Tx) error { return tx.Put(bucketCatalogues, c.GetTaskId(), c) }); err != nil {
+	if err := b.db.Update(func(tx *kv.Tx) error { return tx.Put(bucketCatalogues, c.GetTaskId(), c) }); err != nil {
 		return fmt.Errorf("put catalogue %s: %w", c.GetTaskId(), err)
 	}
 	return nil
@@ -141,7 +141,7 @@ func (b *boltStore) PutCatalogue(_ context.Context, c *orchestratorv1.OfferedCat
 
 func (b *boltStore) GetCatalogue(_ context.Context, taskID string) (*orchestratorv1.OfferedCatalogue, error) {
 	c := &orchestratorv1.OfferedCatalogue{}
-	if err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketCatalogues, taskID, c) }); err != nil {
+	if err := b.db.View(func(tx *kv.Tx) error { return tx.Get(bucketCatalogues, taskID, c) }); err != nil {
 		return nil, fmt.Errorf("get catalogue %s: %w", taskID, err)
 	}
 	return c, nil
@@ -154,8 +154,8 @@ func (b *boltStore) CreateRequest(ctx context.Context, r *orchestratorv1.ToolReq
 
 func (b *boltStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held, lease LeaseTake) (Creation, error) {
 	var out Creation
-	err := b.db.Batch(func(tx *store.Tx) error {
-		out = Creation{} // set anew on every run (see store.DB.Batch)
+	err := b.db.Batch(func(tx *kv.Tx) error {
+		out = Creation{} // set anew on every run (see kv.DB.Batch)
 		if err := b.fence(held.Fence); err != nil {
 			return err
 		}
@@ -169,7 +169,7 @@ func (b *boltStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.Too
 			}
 			out.Request = got
 			return nil
-		case !errors.Is(err, store.ErrNotFound):
+		case !errors.Is(err, kv.ErrNotFound):
 			return err
 		}
 		if err := tx.Create(bucketRequests, r.GetId(), r); err != nil {
@@ -185,13 +185,13 @@ func (b *boltStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.Too
 		if err != nil {
 			return err
 		}
-		if err := tx.Put(bucketTaskRequests, r.GetTaskId()+"/"+store.SeqKey(n), wrapperspb.String(r.GetId())); err != nil {
+		if err := tx.Put(bucketTaskRequests, r.GetTaskId()+"/"+kv.SeqKey(n), wrapperspb.String(r.GetId())); err != nil {
 			return err
 		}
-		if out.Task, err = store.GetOptional(tx, bucketTasks, r.GetTaskId(), &orchestratorv1.Task{}); err != nil {
+		if out.Task, err = kv.GetOptional(tx, bucketTasks, r.GetTaskId(), &orchestratorv1.Task{}); err != nil {
 			return fmt.Errorf("get task %s: %w", r.GetTaskId(), err)
 		}
-		if out.Catalogue, err = store.GetOptional(tx, bucketCatalogues, r.GetTaskId(), &orchestratorv1.OfferedCatalogue{}); err != nil {
+		if out.Catalogue, err = kv.GetOptional(tx, bucketCatalogues, r.GetTaskId(), &orchestratorv1.OfferedCatalogue{}); err != nil {
 			return fmt.Errorf("get catalogue %s: %w", r.GetTaskId(), err)
 		}
 		if out.Written, err = writeHeld(tx, held); err != nil {
@@ -215,7 +215,7 @@ func (b *boltStore) CreateRequestEmit(ctx context.Context, r *orchestratorv1.Too
 
 func (b *boltStore) GetRequest(_ context.Context, id string) (*orchestratorv1.ToolRequest, error) {
 	r := &orchestratorv1.ToolRequest{}
-	if err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketRequests, id, r) }); err != nil {
+	if err := b.db.View(func(tx *kv.Tx) error { return tx.Get(bucketRequests, id, r) }); err != nil {
 		return nil, fmt.Errorf("get request %s: %w", id, err)
 	}
 	return r, nil
@@ -231,7 +231,7 @@ func (b *boltStore) UpdateRequestEmit(_ context.Context, id string, fn func(*orc
 		out     *orchestratorv1.ToolRequest
 		emitted Written
 	)
-	err := b.db.Batch(func(tx *store.Tx) error {
+	err := b.db.Batch(func(tx *kv.Tx) error {
 		if err := b.fence(held.Fence); err != nil {
 			return err
 		}
@@ -266,26 +266,10 @@ func (b *boltStore) SaveAttempt(ctx context.Context, requestID string, a *orches
 	})
 }
 
-// mergeAttempt inserts a into r or replaces the attempt with the same id,
-// keeping the furthest stage ever persisted.
-func mergeAttempt(r *orchestratorv1.ToolRequest, a *orchestratorv1.Attempt) {
-	a = proto.CloneOf(a)
-	for i, old := range r.Attempts {
-		if old.GetId() == a.GetId() {
-			if old.GetStage() > a.GetStage() {
-				a.Stage = old.GetStage()
-			}
-			r.Attempts[i] = a
-			return
-		}
-	}
-	r.Attempts = append(r.Attempts, a)
-}
-
 func (b *boltStore) ListRequests(_ context.Context, taskID string) ([]*orchestratorv1.ToolRequest, error) {
 	var out []*orchestratorv1.ToolRequest
-	err := b.db.View(func(tx *store.Tx) error {
-		return store.List(tx, bucketTaskRequests, taskID+"/", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
+	err := b.db.View(func(tx *kv.Tx) error {
+		return kv.List(tx, bucketTaskRequests, taskID+"/", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
 			func(_ string, id *wrapperspb.StringValue) error {
 				r := &orchestratorv1.ToolRequest{}
 				if err := tx.Get(bucketRequests, id.GetValue(), r); err != nil {
@@ -303,7 +287,7 @@ func (b *boltStore) ListRequests(_ context.Context, taskID string) ([]*orchestra
 
 func (b *boltStore) AppendEvent(_ context.Context, e *orchestratorv1.TaskEvent) (*orchestratorv1.TaskEvent, error) {
 	var out []*orchestratorv1.TaskEvent
-	err := b.db.Batch(func(tx *store.Tx) error {
+	err := b.db.Batch(func(tx *kv.Tx) error {
 		var err error
 		out, err = appendEvents(tx, []*orchestratorv1.TaskEvent{e})
 		return err
@@ -316,7 +300,7 @@ func (b *boltStore) AppendEvent(_ context.Context, e *orchestratorv1.TaskEvent) 
 
 func (b *boltStore) EmitHeld(_ context.Context, held Held) (Written, error) {
 	var emitted Written
-	err := b.db.Batch(func(tx *store.Tx) error {
+	err := b.db.Batch(func(tx *kv.Tx) error {
 		if err := b.fence(held.Fence); err != nil {
 			return err
 		}
@@ -332,7 +316,7 @@ func (b *boltStore) EmitHeld(_ context.Context, held Held) (Written, error) {
 
 // writeHeld appends held's task events, puts its trace events in the
 // outbox and applies its task change, inside tx.
-func writeHeld(tx *store.Tx, held Held) (Written, error) {
+func writeHeld(tx *kv.Tx, held Held) (Written, error) {
 	events, err := appendEvents(tx, held.Events)
 	if err != nil {
 		return Written{}, err
@@ -341,7 +325,7 @@ func writeHeld(tx *store.Tx, held Held) (Written, error) {
 	if err != nil {
 		return Written{}, err
 	}
-	if err := deleteOutbox(tx, outboxKeys(held.Delivered)); err != nil {
+	if err := deleteOutbox(tx, OutboxKeys(held.Delivered)); err != nil {
 		return Written{}, err
 	}
 	w := Written{Events: events, Outbox: outbox}
@@ -358,19 +342,19 @@ func writeHeld(tx *store.Tx, held Held) (Written, error) {
 
 // appendEvents stores copies of events, each with its task's next
 // sequence, and returns them.
-func appendEvents(tx *store.Tx, events []*orchestratorv1.TaskEvent) ([]*orchestratorv1.TaskEvent, error) {
+func appendEvents(tx *kv.Tx, events []*orchestratorv1.TaskEvent) ([]*orchestratorv1.TaskEvent, error) {
 	out := make([]*orchestratorv1.TaskEvent, 0, len(events))
 	for _, e := range events {
 		e = proto.CloneOf(e)
 		last := &wrapperspb.Int64Value{}
-		if err := tx.Get(bucketEventSeq, e.GetTaskId(), last); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := tx.Get(bucketEventSeq, e.GetTaskId(), last); err != nil && !errors.Is(err, kv.ErrNotFound) {
 			return nil, err
 		}
 		e.Sequence = last.GetValue() + 1
 		if err := tx.Put(bucketEventSeq, e.GetTaskId(), wrapperspb.Int64(e.Sequence)); err != nil {
 			return nil, err
 		}
-		if err := tx.Put(bucketEvents, e.GetTaskId()+"/"+store.SeqKey(e.Sequence), e); err != nil {
+		if err := tx.Put(bucketEvents, e.GetTaskId()+"/"+kv.SeqKey(e.Sequence), e); err != nil {
 			return nil, err
 		}
 		out = append(out, e)
@@ -380,8 +364,8 @@ func appendEvents(tx *store.Tx, events []*orchestratorv1.TaskEvent) ([]*orchestr
 
 func (b *boltStore) ListEvents(_ context.Context, taskID string, after int64) ([]*orchestratorv1.TaskEvent, error) {
 	var out []*orchestratorv1.TaskEvent
-	err := b.db.View(func(tx *store.Tx) error {
-		return store.List(tx, bucketEvents, taskID+"/", func() *orchestratorv1.TaskEvent { return &orchestratorv1.TaskEvent{} },
+	err := b.db.View(func(tx *kv.Tx) error {
+		return kv.List(tx, bucketEvents, taskID+"/", func() *orchestratorv1.TaskEvent { return &orchestratorv1.TaskEvent{} },
 			func(_ string, e *orchestratorv1.TaskEvent) error {
 				if e.GetSequence() > after {
 					out = append(out, e)
@@ -397,7 +381,7 @@ func (b *boltStore) ListEvents(_ context.Context, taskID string, after int64) ([
 
 // indexOpen keeps the open-requests index in step with r, inside the
 // transaction that writes r.
-func indexOpen(tx *store.Tx, r *orchestratorv1.ToolRequest) error {
+func indexOpen(tx *kv.Tx, r *orchestratorv1.ToolRequest) error {
 	var err error
 	if recoverable(r) {
 		err = tx.Put(bucketUnsettled, r.GetId(), wrapperspb.String(r.GetId()))
@@ -447,8 +431,8 @@ func (b *boltStore) ListUnsettledRequests(_ context.Context) ([]*orchestratorv1.
 // listIndexed returns the requests an index bucket names.
 func (b *boltStore) listIndexed(bucket string) ([]*orchestratorv1.ToolRequest, error) {
 	var out []*orchestratorv1.ToolRequest
-	err := b.db.View(func(tx *store.Tx) error {
-		return store.List(tx, bucket, "", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
+	err := b.db.View(func(tx *kv.Tx) error {
+		return kv.List(tx, bucket, "", func() *wrapperspb.StringValue { return &wrapperspb.StringValue{} },
 			func(_ string, id *wrapperspb.StringValue) error {
 				r := &orchestratorv1.ToolRequest{}
 				if err := tx.Get(bucketRequests, id.GetValue(), r); err != nil {
@@ -559,13 +543,13 @@ func (b *boltStore) ReleaseLease(_ context.Context, requestID, owner string) err
 }
 
 func (b *boltStore) UseApproval(ctx context.Context, requestID, approver string, at *timestamppb.Timestamp) (*orchestratorv1.ToolRequest, error) {
-	return b.UpdateRequest(ctx, requestID, useApproval(approver, at))
+	return b.UpdateRequest(ctx, requestID, UseApproval(approver, at))
 }
 
 func (b *boltStore) AddAccessToken(_ context.Context, t *orchestratorv1.TaskAccessToken) error {
-	err := b.db.Update(func(tx *store.Tx) error {
+	err := b.db.Update(func(tx *kv.Tx) error {
 		list := &orchestratorv1.TaskAccessTokens{}
-		if err := tx.Get(bucketAccessTokens, t.GetTaskId(), list); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := tx.Get(bucketAccessTokens, t.GetTaskId(), list); err != nil && !errors.Is(err, kv.ErrNotFound) {
 			return err
 		}
 		addAccessToken(list, t)
@@ -579,8 +563,8 @@ func (b *boltStore) AddAccessToken(_ context.Context, t *orchestratorv1.TaskAcce
 
 func (b *boltStore) ListAccessTokens(_ context.Context, taskID string) ([]*orchestratorv1.TaskAccessToken, error) {
 	list := &orchestratorv1.TaskAccessTokens{}
-	err := b.db.View(func(tx *store.Tx) error { return tx.Get(bucketAccessTokens, taskID, list) })
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
+	err := b.db.View(func(tx *kv.Tx) error { return tx.Get(bucketAccessTokens, taskID, list) })
+	if err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return nil, fmt.Errorf("list access tokens of task %s: %w", taskID, err)
 	}
 	return list.GetTokens(), nil

@@ -20,6 +20,8 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 )
 
 // DefaultApprovalTTL is how long an approval may be given after it was
@@ -61,7 +63,9 @@ func (s *Server) awaitApproval(ctx context.Context, req *orchestratorv1.ToolRequ
 		ExpireTime:      timestamppb.New(now.Add(s.approvalTTL)),
 	}
 	out, err := s.updateRequest(ctx, req.GetId(), func(r *orchestratorv1.ToolRequest) error {
-		r.State = orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL
+		if err := lifecycle.Move(r, lifecycle.AskApproval, lifecycle.NoOutcome); err != nil {
+			return err
+		}
 		r.Approval = ap
 		p.record(r)
 		r.UpdateTime = s.timestamp()
@@ -129,7 +133,7 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	if err != nil {
 		return nil, err
 	}
-	defer l.release()
+	defer l.Release()
 	ctx, cancel := s.detach(ctx, l)
 	defer cancel()
 	ctx = withCheckpoint(ctx)
@@ -151,7 +155,7 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 	// UseApproval's rule, with what tells of the approval's use written
 	// in the same transaction.
 	awaiting := req
-	req, err = s.updateRequest(ctx, req.GetId(), useApproval(approver, s.timestamp()), func(ctx context.Context) {
+	req, err = s.updateRequest(ctx, req.GetId(), ostore.UseApproval(approver, s.timestamp()), func(ctx context.Context) {
 		s.trace(ctx, awaiting.GetTaskId(), &evidencev1.ProductEvent{
 			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: awaiting.GetCapability(),
 			RequestId: awaiting.GetId(), IntentId: awaiting.GetIntentId(),
@@ -365,7 +369,9 @@ func (s *Server) invalidate(ctx context.Context, req *orchestratorv1.ToolRequest
 		if err := approvable(r); err != nil {
 			return err
 		}
-		r.State = orchestratorv1.RequestState_REQUEST_STATE_REFUSED
+		if err := lifecycle.Move(r, lifecycle.Refuse, lifecycle.NoOutcome); err != nil {
+			return err
+		}
 		r.RefusalReason, r.RefusalDetail = reasonApprovalInvalidated, msg
 		r.RefusalCode = codeName(codes.FailedPrecondition)
 		r.Approval.Invalidated, r.Approval.InvalidatedDetail = binding, detail
@@ -406,7 +412,7 @@ func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (_ *o
 		detail += ": " + in.GetReason()
 	}
 	s.queueBehindOutbox(ctx)
-	return s.decide(ctx, in.GetRequestId(), orchestratorv1.RequestState_REQUEST_STATE_DENIED, approver, "APPROVAL_DENIED", detail, func(ctx context.Context) {
+	return s.decide(ctx, in.GetRequestId(), lifecycle.Deny, approver, "APPROVAL_DENIED", detail, func(ctx context.Context) {
 		s.trace(ctx, req.GetTaskId(), &evidencev1.ProductEvent{
 			Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_APPROVAL, Capability: req.GetCapability(),
 			RequestId: req.GetId(), IntentId: req.GetIntentId(), Reason: "APPROVAL_DENIED", Detail: detail,
@@ -416,9 +422,9 @@ func (s *Server) Deny(ctx context.Context, in *orchestratorv1.DenyRequest) (_ *o
 }
 
 // decide moves a request out of AWAITING_APPROVAL exactly once, by
-// decider, with what tell traces and emits of it. A concurrent retry by
+// decider, by event (Deny), with what tell traces and emits of it. A concurrent retry by
 // the same decider that lost the race replays the decision.
-func (s *Server) decide(ctx context.Context, id string, to orchestratorv1.RequestState, decider, reason, detail string, tell func(context.Context)) (*orchestratorv1.ToolRequest, error) {
+func (s *Server) decide(ctx context.Context, id string, event lifecycle.Event, decider, reason, detail string, tell func(context.Context)) (*orchestratorv1.ToolRequest, error) {
 	var (
 		notAwaiting error
 		replay      *orchestratorv1.ToolRequest
@@ -432,7 +438,9 @@ func (s *Server) decide(ctx context.Context, id string, to orchestratorv1.Reques
 			notAwaiting = err
 			return err
 		}
-		r.State = to
+		if err := lifecycle.Move(r, event, lifecycle.NoOutcome); err != nil {
+			return err
+		}
 		r.Approval.Denier = decider
 		if reason != "" {
 			r.RefusalReason, r.RefusalDetail = reason, detail

@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/v0m3/v0m3/internal/digest"
 	"github.com/v0m3/v0m3/internal/redisstore"
-	"github.com/v0m3/v0m3/internal/store"
+	kv "github.com/v0m3/v0m3/internal/store"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 )
 
@@ -76,7 +76,7 @@ func (s *redisOrchestratorStore) CreateTask(ctx context.Context, t *orchestrator
 			return err
 		}
 		if n > 0 {
-			return redisstore.Abort(ctx, tx, fmt.Errorf("create task %s: %w", t.GetId(), store.ErrExists))
+			return redisstore.Abort(ctx, tx, fmt.Errorf("create task %s: %w", t.GetId(), kv.ErrExists))
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, s.task(t.GetId()), v, 0)
@@ -243,7 +243,7 @@ func (s *redisOrchestratorStore) queueHeld(ctx context.Context, p redis.Pipeline
 	if err != nil {
 		return nil, err
 	}
-	s.queueDeleteOutbox(ctx, p, outboxKeys(held.Delivered))
+	s.queueDeleteOutbox(ctx, p, OutboxKeys(held.Delivered))
 	return func() Written { return Written{Events: events(), Outbox: outbox()} }, nil
 }
 
@@ -372,7 +372,7 @@ func (s *redisOrchestratorStore) CreateRequestEmit(ctx context.Context, r *orche
 			return nil, nil
 		}
 		if vals[1] != nil {
-			return nil, fmt.Errorf("create request %s: %w", r.GetId(), store.ErrExists)
+			return nil, fmt.Errorf("create request %s: %w", r.GetId(), kv.ErrExists)
 		}
 		var err error
 		if out.Task, err = redisstore.DecodeOptional(vals[2], &orchestratorv1.Task{}); err != nil {
@@ -574,7 +574,7 @@ func (s *redisOrchestratorStore) UseApproval(ctx context.Context, requestID, app
 	// The request is watched by UpdateRequest: of two replicas using one
 	// approval at once, the second is recomputed on the used approval and
 	// refused.
-	return s.UpdateRequest(ctx, requestID, useApproval(approver, at))
+	return s.UpdateRequest(ctx, requestID, UseApproval(approver, at))
 }
 
 func (s *redisOrchestratorStore) AppendEvent(ctx context.Context, e *orchestratorv1.TaskEvent) (*orchestratorv1.TaskEvent, error) {
@@ -665,7 +665,7 @@ func (s *redisOrchestratorStore) AddAccessToken(ctx context.Context, t *orchestr
 	key := s.k.Key("tokens", t.GetTaskId())
 	err := redisstore.Update(ctx, s.c, func(tx *redis.Tx) error {
 		list := &orchestratorv1.TaskAccessTokens{}
-		if err := redisstore.Get(ctx, tx, key, list); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := redisstore.Get(ctx, tx, key, list); err != nil && !errors.Is(err, kv.ErrNotFound) {
 			return err
 		}
 		addAccessToken(list, t)
@@ -687,7 +687,7 @@ func (s *redisOrchestratorStore) AddAccessToken(ctx context.Context, t *orchestr
 
 func (s *redisOrchestratorStore) ListAccessTokens(ctx context.Context, taskID string) ([]*orchestratorv1.TaskAccessToken, error) {
 	list := &orchestratorv1.TaskAccessTokens{}
-	if err := redisstore.Get(ctx, s.c, s.k.Key("tokens", taskID), list); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := redisstore.Get(ctx, s.c, s.k.Key("tokens", taskID), list); err != nil && !errors.Is(err, kv.ErrNotFound) {
 		return nil, fmt.Errorf("list access tokens of task %s: %w", taskID, err)
 	}
 	return list.GetTokens(), nil

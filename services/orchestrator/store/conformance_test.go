@@ -1,4 +1,4 @@
-package orchestrator_test
+package store_test
 
 import (
 	"path/filepath"
@@ -6,28 +6,28 @@ import (
 	"time"
 
 	"github.com/v0m3/v0m3/internal/redistest"
-	"github.com/v0m3/v0m3/internal/store"
-	"github.com/v0m3/v0m3/services/orchestrator"
+	kv "github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/services/orchestrator/store"
 	"github.com/v0m3/v0m3/services/orchestrator/storetest"
 )
 
 func TestBoltStoreConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(t *testing.T) orchestrator.Store {
-		db, err := store.Open(filepath.Join(t.TempDir(), "orchestrator.db"))
+	storetest.Run(t, func(t *testing.T) store.Store {
+		db, err := kv.Open(filepath.Join(t.TempDir(), "orchestrator.db"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = db.Close() })
-		return orchestrator.NewBoltStore(db)
+		return store.NewBoltStore(db)
 	})
 }
 
 func TestRedisStoreConformance(t *testing.T) {
 	t.Parallel()
 	addr, _ := redistest.Start(t)
-	storetest.Run(t, func(t *testing.T) orchestrator.Store {
-		return orchestrator.NewRedisStore(redistest.Client(t, addr), redistest.Prefix(t))
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return store.NewRedisStore(redistest.Client(t, addr), redistest.Prefix(t))
 	})
 }
 
@@ -39,20 +39,20 @@ func TestRedisReplicas(t *testing.T) {
 	t.Parallel()
 	addr, _ := redistest.Start(t)
 	prefix := redistest.Prefix(t)
-	a := orchestrator.NewRedisStore(redistest.Client(t, addr), prefix)
-	b := orchestrator.NewRedisStore(redistest.Client(t, addr), prefix)
+	a := store.NewRedisStore(redistest.Client(t, addr), prefix)
+	b := store.NewRedisStore(redistest.Client(t, addr), prefix)
 	storetest.RunShared(t, a, b)
 }
 
 // TestRedisLeaseGenerationsExpire checks that Redis does not keep a lease
 // generation for every request ever leased: each expires (see
-// orchestrator.Fence), while a renewal keeps it.
+// store.Fence), while a renewal keeps it.
 func TestRedisLeaseGenerationsExpire(t *testing.T) {
 	t.Parallel()
 	addr, _ := redistest.Start(t)
 	c := redistest.Client(t, addr)
 	prefix := redistest.Prefix(t)
-	st := orchestrator.NewRedisStore(c, prefix)
+	st := store.NewRedisStore(c, prefix)
 	ctx := t.Context()
 	for _, id := range []string{"req_1", "req_2"} {
 		gen, err := st.AcquireLease(ctx, id, "replica_a", 0, time.Minute)

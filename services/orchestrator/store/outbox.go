@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/v0m3/v0m3/internal/store"
+	kv "github.com/v0m3/v0m3/internal/store"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 )
 
@@ -54,21 +54,21 @@ type TraceOutbox interface {
 const bucketTraceOutbox = "trace_outbox" // seq key -> TraceEvent, waiting for delivery
 
 func (b *boltStore) PutTraceOutbox(_ context.Context, evs []*evidencev1.TraceEvent) error {
-	return b.db.Batch(func(tx *store.Tx) error {
+	return b.db.Batch(func(tx *kv.Tx) error {
 		_, err := putOutbox(tx, evs)
 		return err
 	})
 }
 
 // putOutbox appends evs to the outbox inside tx and returns their entries.
-func putOutbox(tx *store.Tx, evs []*evidencev1.TraceEvent) ([]OutboxEntry, error) {
+func putOutbox(tx *kv.Tx, evs []*evidencev1.TraceEvent) ([]OutboxEntry, error) {
 	out := make([]OutboxEntry, 0, len(evs))
 	for _, ev := range evs {
 		n, err := tx.NextSequence(bucketTraceOutbox)
 		if err != nil {
 			return nil, fmt.Errorf("trace outbox sequence: %w", err)
 		}
-		key := store.SeqKey(n)
+		key := kv.SeqKey(n)
 		if err := tx.Put(bucketTraceOutbox, key, ev); err != nil {
 			return nil, fmt.Errorf("put trace outbox entry: %w", err)
 		}
@@ -81,8 +81,8 @@ var errOutboxFull = errors.New("limit reached")
 
 func (b *boltStore) ListTraceOutbox(_ context.Context, limit int) ([]OutboxEntry, error) {
 	var out []OutboxEntry
-	err := b.db.View(func(tx *store.Tx) error {
-		return store.List(tx, bucketTraceOutbox, "", func() *evidencev1.TraceEvent { return &evidencev1.TraceEvent{} },
+	err := b.db.View(func(tx *kv.Tx) error {
+		return kv.List(tx, bucketTraceOutbox, "", func() *evidencev1.TraceEvent { return &evidencev1.TraceEvent{} },
 			func(key string, ev *evidencev1.TraceEvent) error {
 				if len(out) >= limit {
 					return errOutboxFull
@@ -100,11 +100,11 @@ func (b *boltStore) ListTraceOutbox(_ context.Context, limit int) ([]OutboxEntry
 // DeleteTraceOutbox shares its commit with concurrent writes: every
 // governed call deletes what it delivered, twice.
 func (b *boltStore) DeleteTraceOutbox(_ context.Context, keys []string) error {
-	return b.db.Batch(func(tx *store.Tx) error { return deleteOutbox(tx, keys) })
+	return b.db.Batch(func(tx *kv.Tx) error { return deleteOutbox(tx, keys) })
 }
 
-// outboxKeys returns the keys of entries.
-func outboxKeys(entries []OutboxEntry) []string {
+// OutboxKeys returns the keys of entries.
+func OutboxKeys(entries []OutboxEntry) []string {
 	keys := make([]string, len(entries))
 	for i, e := range entries {
 		keys[i] = e.Key
@@ -114,9 +114,9 @@ func outboxKeys(entries []OutboxEntry) []string {
 
 // deleteOutbox deletes the outbox entries of keys in tx; one gone already
 // is no error.
-func deleteOutbox(tx *store.Tx, keys []string) error {
+func deleteOutbox(tx *kv.Tx, keys []string) error {
 	for _, k := range keys {
-		if err := tx.Delete(bucketTraceOutbox, k); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := tx.Delete(bucketTraceOutbox, k); err != nil && !errors.Is(err, kv.ErrNotFound) {
 			return fmt.Errorf("delete trace outbox entry: %w", err)
 		}
 	}
