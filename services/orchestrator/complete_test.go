@@ -50,7 +50,7 @@ func TestCompleteTaskWaitsOnlyForLiveRequests(t *testing.T) {
 			if !tc.blocking {
 				return
 			}
-			h.clock.Add(int64(2*DefaultAttemptTimeout + time.Minute))
+			h.clock.Advance(2*DefaultAttemptTimeout + time.Minute)
 			got, err := h.client.CompleteTask(t.Context(), &orchestratorv1.CompleteTaskRequest{Id: task})
 			if tc.laterOK != (err == nil) {
 				t.Fatalf("complete later = %v, %v; want it to succeed: %v", got.GetState(), err, tc.laterOK)

@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"context"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -13,9 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -29,6 +26,7 @@ import (
 	"github.com/v0m3/v0m3/internal/identity/identitytest"
 	"github.com/v0m3/v0m3/internal/ids"
 	"github.com/v0m3/v0m3/internal/store"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
@@ -702,8 +700,8 @@ type harness struct {
 	policy   *fakePolicy
 	adapter  *fakeAdapter
 	evidence *fakeEvidence
-	// clock is added to the wall clock the server sees, in nanoseconds.
-	clock atomic.Int64
+	// clock is the server's: the wall clock plus what the test advanced.
+	clock *testkit.Clock
 }
 
 // newHarness returns a harness; configure, when given, changes the
@@ -731,49 +729,42 @@ func newHarnessOn(t *testing.T, st Store, configure ...func(*Deps)) *harness {
 	if st == nil {
 		st = newBoltStore(t)
 	}
-	h := &harness{registry: newFakeRegistry(t), adapter: &fakeAdapter{}, evidence: newFakeEvidence()}
+	h := &harness{registry: newFakeRegistry(t), adapter: &fakeAdapter{}, evidence: newFakeEvidence(), clock: testkit.NewOffsetClock()}
 	h.policy = newFakePolicy(h.registry)
 
-	lis := bufconn.Listen(1 << 20)
 	var deps Deps
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// Internal calls are bounded as the suite bounds them, at the
-		// bound the test configures (read once the server runs).
-		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			return deadline.UnaryClientInterceptor(deps.InternalCallTimeout, deadline.Exempt...)(ctx, method, req, reply, cc, invoker, opts...)
-		}))
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
+	// Internal calls are bounded as the suite bounds them, at the bound
+	// the test configures (read once the server runs).
+	bounded := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return deadline.UnaryClientInterceptor(deps.InternalCallTimeout, deadline.Exempt...)(ctx, method, req, reply, cc, invoker, opts...)
+	})
 	// Without a named caller, alice of authors calls: she starts the tasks.
 	// Requests are bounded by the declared limits, as serve.New bounds them.
-	gs := grpc.NewServer(append(identitytest.ServerOptions(identity.Caller{ID: "alice", Groups: []string{"authors"}, Kind: identity.KindUser}),
-		grpc.ChainUnaryInterceptor(bounds.UnaryServer()), grpc.ChainStreamInterceptor(bounds.StreamServer()))...)
-	registryv1.RegisterRegistryServiceServer(gs, h.registry)
-	policyv1.RegisterPolicyServiceServer(gs, h.policy)
-	adapterv1.RegisterAdapterServiceServer(gs, h.adapter)
-	evidencev1.RegisterEvidenceServiceServer(gs, h.evidence)
+	opts := append(identitytest.ServerOptions(identity.Caller{ID: "alice", Groups: []string{"authors"}, Kind: identity.KindUser}),
+		grpc.ChainUnaryInterceptor(bounds.UnaryServer()), grpc.ChainStreamInterceptor(bounds.StreamServer()))
+	fakes := testkit.Serve(t, func(gs *grpc.Server) {
+		registryv1.RegisterRegistryServiceServer(gs, h.registry)
+		policyv1.RegisterPolicyServiceServer(gs, h.policy)
+		adapterv1.RegisterAdapterServiceServer(gs, h.adapter)
+		evidencev1.RegisterEvidenceServiceServer(gs, h.evidence)
+	}, opts...)
+	conn := fakes.Dial(t, bounded)
 	deps = Deps{
 		Registry: registryv1.NewRegistryServiceClient(conn),
 		Policy:   policyv1.NewPolicyServiceClient(conn),
 		Adapter:  adapterv1.NewAdapterServiceClient(conn),
 		Evidence: evidencev1.NewEvidenceServiceClient(conn),
-		Now:      func() time.Time { return time.Now().Add(time.Duration(h.clock.Load())) },
+		Now:      h.clock.Now,
 	}
 	for _, c := range configure {
 		c(&deps)
 	}
 	h.server = NewServer(st, deps, slog.New(slog.DiscardHandler))
-	orchestratorv1.RegisterOrchestratorServiceServer(gs, h.server)
-	go func() { _ = gs.Serve(lis) }()
-	h.client = orchestratorv1.NewOrchestratorServiceClient(conn)
-	t.Cleanup(func() {
-		h.server.Close()
-		gs.Stop()
-		_ = conn.Close()
-	})
+	orch := testkit.Serve(t, func(gs *grpc.Server) { orchestratorv1.RegisterOrchestratorServiceServer(gs, h.server) }, opts...)
+	h.client = orchestratorv1.NewOrchestratorServiceClient(orch.Dial(t, bounded))
+	// The orchestrator closes before the servers stop (cleanups run last
+	// registered first), as it did when it shared their server.
+	t.Cleanup(h.server.Close)
 	return h
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/v0m3/v0m3/internal/identity/identitytest"
 	"github.com/v0m3/v0m3/internal/ids"
 	"github.com/v0m3/v0m3/internal/receipt"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
@@ -197,18 +198,14 @@ func TestForgedReceiptIsNeverTrusted(t *testing.T) {
 			restarted := NewServer(h.server.st, h.server.deps, nil)
 			defer restarted.Close()
 			var got *orchestratorv1.ToolRequest
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if !testkit.Within(10*time.Second, func() bool {
 				var err error
-				got, err = restarted.st.GetRequest(t.Context(), r.GetId())
-				if err != nil {
+				if got, err = restarted.st.GetRequest(t.Context(), r.GetId()); err != nil {
 					t.Fatal(err)
 				}
-				if got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("not recovered: %v", got)
-				}
+				return got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED || got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED
+			}) {
+				t.Fatalf("not recovered: %v", got)
 			}
 			if got.GetArtifactDigest() == forgedDigest || got.GetReceiptId() == "rcpt_forged" || got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
 				t.Errorf("request after restart = %v: a forged receipt settled it", got)

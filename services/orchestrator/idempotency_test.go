@@ -109,7 +109,7 @@ func TestInterruptedStartEndsOnRetry(t *testing.T) {
 		t.Fatalf("the interrupted start left %v, %v; want an active task without a catalogue", task, err)
 	}
 
-	h.clock.Add(int64(startAbandoned))
+	h.clock.Advance(startAbandoned)
 	for range 2 {
 		_, err = start("start-1")
 		wantErr(t, err, codes.FailedPrecondition, "TASK_START_FAILED")

@@ -52,7 +52,7 @@ func TestMCPTokenLifetime(t *testing.T) {
 	if code, _ := mcpPost(t, handler, task, ep.GetToken()); code != http.StatusOK {
 		t.Fatalf("valid token: status %d", code)
 	}
-	h.clock.Add(int64(10 * time.Minute))
+	h.clock.Advance(10 * time.Minute)
 	code, challenge := mcpPost(t, handler, task, ep.GetToken())
 	if code != http.StatusUnauthorized || !strings.Contains(challenge, `error="invalid_token"`) {
 		t.Errorf("expired token: status %d, challenge %q; want 401 invalid_token", code, challenge)

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/v0m3/v0m3/internal/apierror"
-	"github.com/v0m3/v0m3/internal/identity"
+	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
@@ -241,7 +241,7 @@ func TestEachApprovalBindingInvalidatesInTurn(t *testing.T) {
 		}, testDocumentDigest},
 		{"credentials", func(_ *testing.T, h *previewHarness, _ *orchestratorv1.ToolRequest) { h.registry.rotate() }, testDocumentDigest},
 		{"expired", func(_ *testing.T, h *previewHarness, _ *orchestratorv1.ToolRequest) {
-			h.clock.Add(int64(DefaultApprovalTTL))
+			h.clock.Advance(DefaultApprovalTTL)
 		}, testDocumentDigest},
 	}
 	for _, tc := range tests {
@@ -356,20 +356,16 @@ func TestResumeSettlesAnOpenAttemptWithoutRenderingAgain(t *testing.T) {
 	restarted := NewServer(h.server.st, h.server.deps, nil)
 	defer restarted.Close()
 	var got *orchestratorv1.ToolRequest
-	deadline := time.Now().Add(30 * time.Second)
-	for got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
-		if time.Now().After(deadline) {
-			t.Fatalf("never recovered: %v", got)
-		}
-		got, err = restarted.GetRequest(identity.WithCaller(t.Context(), identity.Caller{ID: "alice", Kind: identity.KindUser}), &orchestratorv1.GetRequestRequest{Id: r.GetId()})
+	testkit.Eventually(t, "the restarted replica recovers the request", func() bool {
+		got, err = restarted.GetRequest(testkit.AsUser(t.Context(), "alice"), &orchestratorv1.GetRequestRequest{Id: r.GetId()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_FAILED {
 			t.Fatalf("recovered request failed: %v", got)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return got.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED
+	})
 	a := got.GetAttempts()[0]
 	if len(got.GetAttempts()) != 1 || a.GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_COMMITTED || !strings.Contains(a.GetResolution(), "server's status") ||
 		got.GetArtifactDigest() != "sha256:artifact-"+r.GetIntentId() {

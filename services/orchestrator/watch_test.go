@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/redistest"
+	"github.com/v0m3/v0m3/internal/testkit"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 )
@@ -44,7 +44,7 @@ func TestWatchTaskWokenByAnotherReplicasEvents(t *testing.T) {
 	b.watchPoll = time.Hour
 	t.Cleanup(b.Close)
 
-	ctx, cancel := context.WithTimeout(identity.WithCaller(t.Context(), identity.Caller{ID: "alice", Kind: identity.KindUser}), time.Minute)
+	ctx, cancel := context.WithTimeout(testkit.AsUser(t.Context(), "alice"), time.Minute)
 	defer cancel()
 	task := &orchestratorv1.Task{Id: "task_1", Requester: &policyv1.Principal{Id: "alice"}, State: orchestratorv1.TaskState_TASK_STATE_ACTIVE}
 	if err := a.CreateTask(ctx, task); err != nil {
