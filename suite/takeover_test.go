@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,8 @@ const (
 type failPoints struct {
 	mu sync.Mutex
 	at map[string]func() error
+	// passes counts the replica's completed recovery passes.
+	passes atomic.Int64
 }
 
 func (f *failPoints) arm(point string, action func() error) {
@@ -48,6 +51,10 @@ func (f *failPoints) arm(point string, action func() error) {
 }
 
 func (f *failPoints) hit(point string) error {
+	if point == orchestrator.FailPointRecoveryPassed {
+		f.passes.Add(1)
+		return nil
+	}
 	f.mu.Lock()
 	action := f.at[point]
 	delete(f.at, point)
@@ -230,15 +237,18 @@ func TestReplicaStartingLeavesInFlightRequestAlone(t *testing.T) {
 	}
 
 	// B starts with the request in flight on A and runs its recovery
-	// passes for three lease lifetimes.
-	b := e.start(nil)
+	// passes for three lease lifetimes: passes are a recovery interval
+	// apart, so the last of these began that long after B's first.
+	bfp := &failPoints{}
+	b := e.start(bfp)
 	watchCtx, cancel := context.WithTimeout(testkit.As(b, scenario.Alice), 60*time.Second)
 	defer cancel()
 	stream, err := b.Orchestrator.WatchTask(watchCtx, &orchestratorv1.WatchTaskRequest{TaskId: e.taskID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * testLeaseTTL)
+	passes := int64(3*testLeaseTTL/testRecoveryInterval) + 1
+	testkit.Eventually(t, "B's recovery passes over three lease lifetimes", func() bool { return bfp.passes.Load() >= passes })
 	r := e.requestOf(b, "call-inflight")
 	if n := len(r.GetAttempts()); n != 1 || r.GetAttempts()[0].GetEndTime() != nil || r.GetAttempts()[0].GetStage() != adapterv1.DeliveryStage_DELIVERY_STAGE_PREPARED {
 		t.Errorf("while A works, the request has attempts %v; want A's one open PREPARED attempt untouched", r.GetAttempts())

@@ -51,6 +51,12 @@ const (
 	// FailPointRequestCommitted is after the request was persisted as
 	// EXECUTED, before its trace and events are written.
 	FailPointRequestCommitted = "request.committed"
+	// FailPointRecoveryPassed is after each completed recovery pass
+	// (outbox, held results, unsettled requests). It stops nothing (a
+	// pass has nothing left to stop; an error is ignored): a test counts
+	// it to wait until a replica could have acted, then asserts it did
+	// not.
+	FailPointRecoveryPassed = "recovery.passed"
 )
 
 // reasonReplicaStopped is the reason of a call cut off by a fail point.
@@ -107,6 +113,14 @@ func (s *Server) fenced(ctx context.Context, id string, err error) error {
 		l.Lose()
 	}
 	return leaseLost(id)
+}
+
+// passed tells the fail points that a recovery pass completed.
+func (s *Server) passed() {
+	failpoint.Hit(FailPointRecoveryPassed)
+	if s.deps.FailPoint != nil {
+		_ = s.deps.FailPoint(FailPointRecoveryPassed)
+	}
 }
 
 // failAt is a fail point: when Deps.FailPoint stops this replica at point,

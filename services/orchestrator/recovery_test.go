@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,8 @@ type killAt struct {
 	mu    sync.Mutex
 	point string
 	hits  int
+	// passes counts the recovery passes the server completed.
+	passes atomic.Int64
 }
 
 func (k *killAt) arm(point string) {
@@ -28,6 +31,10 @@ func (k *killAt) arm(point string) {
 }
 
 func (k *killAt) hit(point string) error {
+	if point == FailPointRecoveryPassed {
+		k.passes.Add(1)
+		return nil
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if point != k.point {
@@ -54,20 +61,17 @@ func recoveringHarness(t *testing.T) (*previewHarness, *killAt) {
 
 func waitRequest(t *testing.T, h *previewHarness, id string, done func(*orchestratorv1.ToolRequest) bool) *orchestratorv1.ToolRequest {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r, err := h.server.st.GetRequest(t.Context(), id)
-		if err != nil {
+	var r *orchestratorv1.ToolRequest
+	if !testkit.Within(30*time.Second, func() bool {
+		var err error
+		if r, err = h.server.st.GetRequest(t.Context(), id); err != nil {
 			t.Fatal(err)
 		}
-		if done(r) {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("request never reached the expected state; it is %v with attempts %v", r.GetState(), r.GetAttempts())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return done(r)
+	}) {
+		t.Fatalf("request never reached the expected state; it is %v with attempts %v", r.GetState(), r.GetAttempts())
 	}
+	return r
 }
 
 func settled(r *orchestratorv1.ToolRequest) bool { return !unsettled(r) }
@@ -120,12 +124,12 @@ func TestRecoveryOfAnApprovedRenderRendersOnce(t *testing.T) {
 			}
 			// The events are written at the recovery's last checkpoint,
 			// just after the state.
-			deadline := time.Now().Add(30 * time.Second)
-			for evs := eventTypesOf(t, h, task.GetId(), r.GetId()); !slices.Contains(evs, "request.recovering") || !slices.Contains(evs, "request.executed"); evs = eventTypesOf(t, h, task.GetId(), r.GetId()) {
-				if time.Now().After(deadline) {
-					t.Fatalf("events %v; want the recovery and the execution told", evs)
-				}
-				time.Sleep(10 * time.Millisecond)
+			var evs []string
+			if !testkit.Within(30*time.Second, func() bool {
+				evs = eventTypesOf(t, h, task.GetId(), r.GetId())
+				return slices.Contains(evs, "request.recovering") && slices.Contains(evs, "request.executed")
+			}) {
+				t.Fatalf("events %v; want the recovery and the execution told", evs)
 			}
 			// The approver's retry (the stopped call's reply was lost)
 			// replays the recovered request and renders nothing; anyone
@@ -232,15 +236,17 @@ func TestRecoveryRefusesARequestOverBudget(t *testing.T) {
 // recording the expiry, and nothing is rendered.
 func TestRecoveryRefusesAnExpiredApproval(t *testing.T) {
 	t.Parallel()
-	h, _ := recoveringHarness(t)
+	h, k := recoveringHarness(t)
 	task := h.start(t, "preview", false).GetTask()
 	r := h.submitPreview(t, task.GetId(), "call_1")
-	// A pass while the approval is live changes nothing.
-	time.Sleep(100 * time.Millisecond)
+	// A pass while the approval is live changes nothing: two passes
+	// completed after the request was stored, so one began after it.
+	from := k.passes.Load()
+	testkit.Eventually(t, "two recovery passes after the request", func() bool { return k.passes.Load() >= from+2 })
 	if cur, _ := h.server.st.GetRequest(t.Context(), r.GetId()); cur.GetState() != orchestratorv1.RequestState_REQUEST_STATE_AWAITING_APPROVAL {
 		t.Fatalf("a live approval's request became %v", cur.GetState())
 	}
-	h.clock.Add(int64(DefaultApprovalTTL))
+	h.clock.Advance(DefaultApprovalTTL)
 	got := waitRequest(t, h, r.GetId(), settled)
 	if got.GetState() != orchestratorv1.RequestState_REQUEST_STATE_REFUSED || got.GetRefusalReason() != reasonApprovalInvalidated ||
 		got.GetApproval().GetInvalidated() != orchestratorv1.ApprovalBinding_APPROVAL_BINDING_EXPIRY {

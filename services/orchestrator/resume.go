@@ -27,6 +27,7 @@ func (s *Server) recoverLoop(ctx context.Context) {
 		s.deliverOutbox(ctx)
 		s.recordHeldResults(ctx)
 		s.recoverUnsettled(ctx)
+		s.passed()
 		if !sleep(ctx, s.recoveryInterval) {
 			return
 		}
