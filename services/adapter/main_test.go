@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/fieldbehavior/fieldbehaviortest"
 	"github.com/v0m3/v0m3/internal/grant"
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/ids"
@@ -298,7 +299,7 @@ func newEnvWith(t testing.TB, log *slog.Logger, configure func(*Deps)) *env {
 	t.Helper()
 	e := &env{registry: &fakeRegistry{conns: map[string]*registryv1.Connection{}, credRoot: t.TempDir(), planted: map[string]string{}}, evidence: &fakeEvidence{}, policy: &fakePolicy{}}
 	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
+	g := grpc.NewServer(grpc.UnaryInterceptor(fieldbehaviortest.UnaryServer()))
 	registryv1.RegisterRegistryServiceServer(g, e.registry)
 	evidencev1.RegisterEvidenceServiceServer(g, e.evidence)
 	policyv1.RegisterPolicyServiceServer(g, e.policy)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/v0m3/v0m3/internal/fieldbehavior/fieldbehaviortest"
 	"github.com/v0m3/v0m3/internal/redistest"
 	"github.com/v0m3/v0m3/internal/store"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
@@ -114,7 +115,7 @@ func newEnv(t *testing.T, opts options) *env {
 	standardFixture(e.reg)
 
 	regLis := bufconn.Listen(1 << 20)
-	regSrv := grpc.NewServer()
+	regSrv := grpc.NewServer(grpc.UnaryInterceptor(fieldbehaviortest.UnaryServer()))
 	registryv1.RegisterRegistryServiceServer(regSrv, e.reg)
 	go func() { _ = regSrv.Serve(regLis) }()
 	regConn := dialBufconn(t, regLis)
@@ -167,7 +168,7 @@ func (e *env) start() error {
 		return err
 	}
 	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
+	g := grpc.NewServer(grpc.UnaryInterceptor(fieldbehaviortest.UnaryServer()))
 	policyv1.RegisterPolicyServiceServer(g, srv)
 	go func() { _ = g.Serve(lis) }()
 	e.db, e.srv, e.gsrv = db, srv, g
