@@ -5,7 +5,8 @@
 // FIELD_REQUIRED, with a google.rpc.BadRequest naming each missing field's
 // path, before its handler runs. Requirements that depend on other fields
 // or on the caller stay in the handlers; a field is annotated REQUIRED only
-// when every valid request sets it.
+// when every valid request sets it. OUTPUT_ONLY fields of a request are
+// cleared before its handler runs, as AIP-203 has a server ignore them.
 package fieldbehavior
 
 import (
@@ -28,11 +29,12 @@ import (
 // first missing field's path; the BadRequest lists every one.
 const ReasonFieldRequired = "FIELD_REQUIRED"
 
-// UnaryServer refuses a unary request missing a REQUIRED field before the
-// handler runs.
+// UnaryServer clears a unary request's OUTPUT_ONLY fields and refuses it
+// if it misses a REQUIRED field, before the handler runs.
 func UnaryServer() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if m, ok := req.(proto.Message); ok {
+			ClearOutputOnly(m)
 			if err := Check(m); err != nil {
 				return nil, err
 			}
@@ -41,8 +43,8 @@ func UnaryServer() grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamServer refuses each message a stream receives that misses a
-// REQUIRED field, as UnaryServer does a unary request: a server-streaming
+// StreamServer clears and checks each message a stream receives, as
+// UnaryServer does a unary request: a server-streaming
 // RPC's implementation is never called, its generated handler gets the
 // error instead of the request.
 func StreamServer() grpc.StreamServerInterceptor {
@@ -61,6 +63,7 @@ func (s *checkedStream) RecvMsg(m any) error {
 		return err
 	}
 	if pm, ok := m.(proto.Message); ok {
+		ClearOutputOnly(pm)
 		return Check(pm)
 	}
 	return nil
@@ -218,4 +221,93 @@ func Behaviors(fd protoreflect.FieldDescriptor) []annotations.FieldBehavior {
 // IsRequired reports whether fd is annotated REQUIRED.
 func IsRequired(fd protoreflect.FieldDescriptor) bool {
 	return slices.Contains(Behaviors(fd), annotations.FieldBehavior_REQUIRED)
+}
+
+// IsOutputOnly reports whether fd is annotated OUTPUT_ONLY.
+func IsOutputOnly(fd protoreflect.FieldDescriptor) bool {
+	return slices.Contains(Behaviors(fd), annotations.FieldBehavior_OUTPUT_ONLY)
+}
+
+// ClearOutputOnly clears every OUTPUT_ONLY field of m and of the
+// sub-messages it sets: AIP-203 has a server ignore them in a request
+// (never refuse one for them), and cleared they cannot reach a handler
+// that forgot to.
+func ClearOutputOnly(m proto.Message) {
+	clearOut(m.ProtoReflect())
+}
+
+func clearOut(m protoreflect.Message) {
+	p := outPlanFor(m.Descriptor())
+	for _, fd := range p.output {
+		m.Clear(fd)
+	}
+	for _, fd := range p.nested {
+		if !m.Has(fd) {
+			continue
+		}
+		switch {
+		case fd.IsList():
+			l := m.Get(fd).List()
+			for i := range l.Len() {
+				clearOut(l.Get(i).Message())
+			}
+		case fd.IsMap():
+			m.Get(fd).Map().Range(func(_ protoreflect.MapKey, v protoreflect.Value) bool {
+				clearOut(v.Message())
+				return true
+			})
+		default:
+			clearOut(m.Get(fd).Message())
+		}
+	}
+}
+
+// outPlans caches, per message type, its OUTPUT_ONLY fields and the
+// message-typed fields through which one is reached, as plans does for
+// REQUIRED ones.
+var outPlans sync.Map // protoreflect.FullName → *outPlan
+
+type outPlan struct {
+	output []protoreflect.FieldDescriptor
+	nested []protoreflect.FieldDescriptor
+}
+
+func outPlanFor(md protoreflect.MessageDescriptor) *outPlan {
+	if p, ok := outPlans.Load(md.FullName()); ok {
+		return p.(*outPlan)
+	}
+	p := &outPlan{}
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if IsOutputOnly(fd) {
+			p.output = append(p.output, fd)
+			continue
+		}
+		if sub := messageOf(fd); sub != nil && reaches(sub, IsOutputOnly, map[protoreflect.FullName]bool{}) {
+			p.nested = append(p.nested, fd)
+		}
+	}
+	outPlans.Store(md.FullName(), p)
+	return p
+}
+
+// reaches reports whether md, or a message type reachable from it through
+// its fields, has a field for which has is true.
+func reaches(md protoreflect.MessageDescriptor, has func(protoreflect.FieldDescriptor) bool, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] {
+		return false
+	}
+	seen[md.FullName()] = true
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if has(fd) {
+			return true
+		}
+		if sub := messageOf(fd); sub != nil && reaches(sub, has, seen) {
+			return true
+		}
+	}
+	return false
 }
