@@ -1,5 +1,5 @@
 // Package fieldbehaviortest checks the REQUIRED annotations against the
-// handlers, in the services' own tests: a servers' tests run without
+// handlers, in the services' own tests: a server's tests run without
 // fieldbehavior's refusal (they see the handlers' own), and every request
 // a handler accepts must be one the annotations accept too, or the
 // annotation is wrong (a field marked REQUIRED that a valid request
