@@ -2816,7 +2816,7 @@ type UpdateConnectionRequest struct {
 	// The config revision the caller read; the update fails with
 	// ABORTED if it is no longer current.
 	ExpectedConfigRevision int64 `protobuf:"varint,2,opt,name=expected_config_revision,json=expectedConfigRevision,proto3" json:"expected_config_revision,omitempty"`
-	// Required. New transport.
+	// New transport; unset keeps the current one.
 	Transport *Transport `protobuf:"bytes,3,opt,name=transport,proto3" json:"transport,omitempty"`
 	// New image digest.
 	ImageDigest string `protobuf:"bytes,4,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
@@ -6598,7 +6598,8 @@ type ProposeMappingRequest struct {
 	ArgumentMap []*ArgumentBinding `protobuf:"bytes,6,rep,name=argument_map,json=argumentMap,proto3" json:"argument_map,omitempty"`
 	// Remote defaults.
 	Defaults *structpb.Struct `protobuf:"bytes,7,opt,name=defaults,proto3" json:"defaults,omitempty"`
-	// Required. Limits.
+	// Limits; unset, the capability's default_limits (INVALID_MAPPING when
+	// it declares none).
 	Limits *Limits `protobuf:"bytes,8,opt,name=limits,proto3" json:"limits,omitempty"`
 	// Remote argument that receives the intent id as idempotency key; must
 	// exist in the remote input schema.
@@ -6991,7 +6992,9 @@ func (x *ListMappingsResponse) GetNextPageToken() string {
 // ResolveMappingRequest asks for the current mapping.
 type ResolveMappingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Capability name.
+	// Capability name. Required unless mapping_id is set (checked by the
+	// handler: a requirement that depends on another field is not an
+	// annotation).
 	Capability string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
 	// Check this mapping instead of looking one up.
 	MappingId string `protobuf:"bytes,2,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
@@ -7484,11 +7487,11 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tB\x03\xe0A\x01R\tpageToken\"\x81\x01\n" +
 	"\x17ListConnectionsResponse\x12>\n" +
 	"\vconnections\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.ConnectionR\vconnections\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa9\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xae\x04\n" +
 	"\x17UpdateConnectionRequest\x12\x13\n" +
 	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\x12=\n" +
-	"\x18expected_config_revision\x18\x02 \x01(\x03B\x03\xe0A\x02R\x16expectedConfigRevision\x129\n" +
-	"\ttransport\x18\x03 \x01(\v2\x1b.v0m3.registry.v1.TransportR\ttransport\x12!\n" +
+	"\x18expected_config_revision\x18\x02 \x01(\x03B\x03\xe0A\x02R\x16expectedConfigRevision\x12>\n" +
+	"\ttransport\x18\x03 \x01(\v2\x1b.v0m3.registry.v1.TransportB\x03\xe0A\x01R\ttransport\x12!\n" +
 	"\fimage_digest\x18\x04 \x01(\tR\vimageDigest\x12)\n" +
 	"\x10credential_scope\x18\x05 \x01(\tR\x0fcredentialScope\x12%\n" +
 	"\x0ecredential_ref\x18\x06 \x01(\tR\rcredentialRef\x12-\n" +
@@ -7801,7 +7804,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x10execution_digest\x18\x03 \x01(\tR\x0fexecutionDigest\x12!\n" +
 	"\ficons_digest\x18\x04 \x01(\tR\viconsDigest\x12\x1b\n" +
 	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x12:\n" +
-	"\x19resource_templates_digest\x18\x06 \x01(\tR\x17resourceTemplatesDigest\"\xc0\x04\n" +
+	"\x19resource_templates_digest\x18\x06 \x01(\tR\x17resourceTemplatesDigest\"\xc5\x04\n" +
 	"\x15ProposeMappingRequest\x12\"\n" +
 	"\n" +
 	"mapping_id\x18\x01 \x01(\tB\x03\xe0A\x01R\tmappingId\x12#\n" +
@@ -7813,8 +7816,8 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"snapshotId\x12;\n" +
 	"\x06target\x18\x05 \x01(\v2\x1e.v0m3.registry.v1.RemoteTargetB\x03\xe0A\x02R\x06target\x12D\n" +
 	"\fargument_map\x18\x06 \x03(\v2!.v0m3.registry.v1.ArgumentBindingR\vargumentMap\x123\n" +
-	"\bdefaults\x18\a \x01(\v2\x17.google.protobuf.StructR\bdefaults\x120\n" +
-	"\x06limits\x18\b \x01(\v2\x18.v0m3.registry.v1.LimitsR\x06limits\x122\n" +
+	"\bdefaults\x18\a \x01(\v2\x17.google.protobuf.StructR\bdefaults\x125\n" +
+	"\x06limits\x18\b \x01(\v2\x18.v0m3.registry.v1.LimitsB\x03\xe0A\x01R\x06limits\x122\n" +
 	"\x15idempotency_key_field\x18\n" +
 	" \x01(\tR\x13idempotencyKeyField\x12\x1f\n" +
 	"\vstatus_tool\x18\v \x01(\tR\n" +
