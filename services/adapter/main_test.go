@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/fieldbehavior/fieldbehaviortest"
 	"github.com/v0m3/v0m3/internal/grant"
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/ids"
@@ -299,7 +300,7 @@ func newEnvWith(t testing.TB, log *slog.Logger, configure func(*Deps)) *env {
 		registryv1.RegisterRegistryServiceServer(g, e.registry)
 		evidencev1.RegisterEvidenceServiceServer(g, e.evidence)
 		policyv1.RegisterPolicyServiceServer(g, e.policy)
-	})
+	}, grpc.UnaryInterceptor(fieldbehaviortest.UnaryServer()))
 	cc := deps.Dial(t)
 	d := Deps{
 		// The adapter's own certificate: grants verify against its CA.
