@@ -96,8 +96,10 @@ type Config struct {
 	// in flight per connection, idle timeout); the zero value is the
 	// default (adapter.SessionConfig).
 	AdapterSessions adapter.SessionConfig
-	// Direct replaces the adapter's direct (non-MCP) adapters; nil means
-	// adapter.DefaultDirectSources.
+	// Direct registers the adapter's direct (non-MCP) adapters by name
+	// (adapter.Deps.Direct); nil means none. The suite imports no fixture:
+	// `v0m3 dev`, the demo and the tests register the demo's
+	// (demo/fixture/fixturedirect) here.
 	Direct map[string]adapter.DirectSource
 	// AssetDir holds evidence assets (content stored by digest); "" means
 	// DataDir/assets.

@@ -64,8 +64,8 @@ func run(m *testing.M) int {
 	}
 	fixtureBin = filepath.Join(dir, "fixture")
 	escapeBin = filepath.Join(dir, "escape")
-	for bin, pkg := range map[string]string{fixtureBin: "fixturecmd", escapeBin: "escapecmd"} {
-		build := exec.Command("go", "build", "-o", bin, "github.com/v0m3/v0m3/services/adapter/internal/"+pkg)
+	for bin, pkg := range map[string]string{fixtureBin: "github.com/v0m3/v0m3/demo/fixture/fixturecmd", escapeBin: "github.com/v0m3/v0m3/services/adapter/internal/escapecmd"} {
+		build := exec.Command("go", "build", "-o", bin, pkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "build "+pkg+":", err)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -57,8 +58,10 @@ type Deps struct {
 	// Sandbox says how local servers are isolated; the zero value is the
 	// default (see SandboxConfig).
 	Sandbox SandboxConfig
-	// Direct maps a direct (non-MCP) adapter name to its implementation;
-	// nil means DefaultDirectSources.
+	// Direct maps a direct (non-MCP) adapter name to its implementation,
+	// registered by the composition root (e.g. the demo's fixture library
+	// in `v0m3 dev`); nil means none, and a connection naming one is
+	// refused with DIRECT_ADAPTER_UNKNOWN.
 	Direct map[string]DirectSource
 	// Fixtures, when set, records or replays discovery and calls (see
 	// Fixtures); nil means live only.
@@ -196,10 +199,7 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 	ht.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: policy.Control}).DialContext
 	ht.ResponseHeaderTimeout = 0
 	ht.MaxResponseHeaderBytes = 64 << 10
-	direct := deps.Direct
-	if direct == nil {
-		direct = DefaultDirectSources()
-	}
+	direct := maps.Clone(deps.Direct)
 	fx := deps.Fixtures
 	if fx != nil && fx.Mode == FixturesOff {
 		fx = nil

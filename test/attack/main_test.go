@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	bins, cleanup, err := testkit.BuildBinaries("github.com/v0m3/v0m3/services/adapter/internal/fixturecmd", "github.com/v0m3/v0m3/cmd/v0m3")
+	bins, cleanup, err := testkit.BuildBinaries("github.com/v0m3/v0m3/demo/fixture/fixturecmd", "github.com/v0m3/v0m3/cmd/v0m3")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
