@@ -46,6 +46,10 @@ var (
 
 // TestMain builds the fixture into a binary and starts one HTTP instance.
 func TestMain(m *testing.M) {
+	// The test binary is the sandbox launcher of the servers it starts.
+	if IsSandboxLaunch() {
+		RunSandboxLaunch()
+	}
 	os.Exit(run(m))
 }
 
