@@ -162,20 +162,18 @@ func (f *fakeRegistry) RecordSnapshot(_ context.Context, req *registryv1.RecordS
 	return s, nil
 }
 
-// UpdateConnection accepts only what the adapter sends: sandbox
-// constraints, compare-and-set on the config revision.
-func (f *fakeRegistry) UpdateConnection(_ context.Context, req *registryv1.UpdateConnectionRequest) (*registryv1.Connection, error) {
+// ReportSandbox records the sandbox constraints the adapter reports,
+// compare-and-set on the config revision. The fake has no
+// UpdateConnection: the adapter changes no connection configuration.
+func (f *fakeRegistry) ReportSandbox(_ context.Context, req *registryv1.ReportSandboxRequest) (*registryv1.Connection, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, ok := f.conns[req.GetId()]
+	c, ok := f.conns[req.GetConnectionId()]
 	if !ok {
 		return nil, apierror.New(codes.NotFound, "CONNECTION_NOT_FOUND", "no such connection", nil)
 	}
-	if req.GetExpectedConfigRevision() != c.GetConfigRevision() {
+	if req.GetConfigRevision() != c.GetConfigRevision() {
 		return nil, apierror.New(codes.Aborted, "CONFIG_REVISION_CONFLICT", "stale revision", nil)
-	}
-	if req.GetTransport() != nil || req.GetCredentialRef() != "" {
-		return nil, apierror.New(codes.InvalidArgument, "UNEXPECTED_CONFIG", "the adapter must only record sandbox constraints", nil)
 	}
 	c = proto.CloneOf(c)
 	c.Sandbox = req.GetSandbox()

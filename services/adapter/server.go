@@ -489,9 +489,10 @@ func (ss *session) close() {
 }
 
 // recordSandbox records on the connection the sandbox constraints applied
-// to its local server, when they differ from what is recorded. Sandbox-only
-// updates create no config revision; the update is a compare-and-set on
-// the revision just read, so a concurrent reconfiguration wins and the next
+// to its local server, when they differ from what is recorded, through the
+// registry's ReportSandbox (the adapter's own RPC, which writes nothing
+// else and creates no config revision). It is a compare-and-set on the
+// revision just read, so a concurrent reconfiguration wins and the next
 // start records again. A failure is logged, not returned: the constraints
 // were applied either way.
 func (s *Server) recordSandbox(ctx context.Context, conn *registryv1.Connection, sb *registryv1.SandboxConstraints) {
@@ -508,10 +509,10 @@ func (s *Server) recordSandbox(ctx context.Context, conn *registryv1.Connection,
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := s.deps.Registry.UpdateConnection(ctx, &registryv1.UpdateConnectionRequest{
-		Id:                     conn.GetId(),
-		ExpectedConfigRevision: conn.GetConfigRevision(),
-		Sandbox:                sb,
+	if _, err := s.deps.Registry.ReportSandbox(ctx, &registryv1.ReportSandboxRequest{
+		ConnectionId:   conn.GetId(),
+		ConfigRevision: conn.GetConfigRevision(),
+		Sandbox:        sb,
 	}); err != nil {
 		s.log.Warn("record sandbox constraints", "connection_id", conn.GetId(), "error", logText(err))
 		return
