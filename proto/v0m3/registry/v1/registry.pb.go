@@ -7341,6 +7341,72 @@ func (x *RegistryEvent) GetDefinition() string {
 	return ""
 }
 
+// ReportSandboxRequest is the sandbox the adapter applied to one start of a
+// connection's local server.
+type ReportSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Connection id.
+	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
+	// Required. The config revision the adapter read and started the server
+	// from; a connection since revised is left as it is (ABORTED).
+	ConfigRevision int64 `protobuf:"varint,2,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
+	// Required. The constraints actually applied.
+	Sandbox       *SandboxConstraints `protobuf:"bytes,3,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportSandboxRequest) Reset() {
+	*x = ReportSandboxRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportSandboxRequest) ProtoMessage() {}
+
+func (x *ReportSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ReportSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *ReportSandboxRequest) GetConnectionId() string {
+	if x != nil {
+		return x.ConnectionId
+	}
+	return ""
+}
+
+func (x *ReportSandboxRequest) GetConfigRevision() int64 {
+	if x != nil {
+		return x.ConfigRevision
+	}
+	return 0
+}
+
+func (x *ReportSandboxRequest) GetSandbox() *SandboxConstraints {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
 var File_v0m3_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
@@ -7881,7 +7947,11 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1e\n" +
 	"\n" +
 	"definition\x18\b \x01(\tR\n" +
-	"definition*\x91\x01\n" +
+	"definition\"\xa4\x01\n" +
+	"\x14ReportSandboxRequest\x12#\n" +
+	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12'\n" +
+	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12>\n" +
+	"\asandbox\x18\x03 \x01(\v2$.v0m3.registry.v1.SandboxConstraintsR\asandbox*\x91\x01\n" +
 	"\n" +
 	"OauthGrant\x12\x1b\n" +
 	"\x17OAUTH_GRANT_UNSPECIFIED\x10\x00\x12\"\n" +
@@ -7991,7 +8061,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"#REGISTRY_EVENT_TYPE_PROFILE_REVISED\x10\r\x12'\n" +
 	"#REGISTRY_EVENT_TYPE_SURFACE_CHANGED\x10\x0e\x120\n" +
 	",REGISTRY_EVENT_TYPE_SERVING_REVISION_CHANGED\x10\x0f\x12&\n" +
-	"\"REGISTRY_EVENT_TYPE_ROLLOUT_FAILED\x10\x102\xb7\x15\n" +
+	"\"REGISTRY_EVENT_TYPE_ROLLOUT_FAILED\x10\x102\x8e\x16\n" +
 	"\x0fRegistryService\x12[\n" +
 	"\x10CreateConnection\x12).v0m3.registry.v1.CreateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
 	"\rGetConnection\x12&.v0m3.registry.v1.GetConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12f\n" +
@@ -8022,7 +8092,8 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\fListMappings\x12%.v0m3.registry.v1.ListMappingsRequest\x1a&.v0m3.registry.v1.ListMappingsResponse\x12T\n" +
 	"\x0eResolveMapping\x12'.v0m3.registry.v1.ResolveMappingRequest\x1a\x19.v0m3.registry.v1.Mapping\x12b\n" +
 	"\x10ResolveExecution\x12).v0m3.registry.v1.ResolveExecutionRequest\x1a#.v0m3.registry.v1.ResolvedExecution\x12V\n" +
-	"\vWatchEvents\x12$.v0m3.registry.v1.WatchEventsRequest\x1a\x1f.v0m3.registry.v1.RegistryEvent0\x01B8Z6github.com/v0m3/v0m3/proto/v0m3/registry/v1;registryv1b\x06proto3"
+	"\vWatchEvents\x12$.v0m3.registry.v1.WatchEventsRequest\x1a\x1f.v0m3.registry.v1.RegistryEvent0\x01\x12U\n" +
+	"\rReportSandbox\x12&.v0m3.registry.v1.ReportSandboxRequest\x1a\x1c.v0m3.registry.v1.ConnectionB8Z6github.com/v0m3/v0m3/proto/v0m3/registry/v1;registryv1b\x06proto3"
 
 var (
 	file_v0m3_registry_v1_registry_proto_rawDescOnce sync.Once
@@ -8037,7 +8108,7 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 19)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(OauthGrant)(0),                     // 0: v0m3.registry.v1.OauthGrant
 	(IdentityKind)(0),                   // 1: v0m3.registry.v1.IdentityKind
@@ -8126,10 +8197,11 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(*ResolvedExecution)(nil),           // 84: v0m3.registry.v1.ResolvedExecution
 	(*WatchEventsRequest)(nil),          // 85: v0m3.registry.v1.WatchEventsRequest
 	(*RegistryEvent)(nil),               // 86: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 87: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 88: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 89: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 90: google.protobuf.Value
+	(*ReportSandboxRequest)(nil),        // 87: v0m3.registry.v1.ReportSandboxRequest
+	nil,                                 // 88: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 89: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 90: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 91: google.protobuf.Value
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	21,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
@@ -8137,16 +8209,16 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	5,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
 	26,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
 	27,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	88,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	88,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	88,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	89,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	89,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	89,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	89,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
 	20,  // 9: v0m3.registry.v1.Connection.rollout_failure:type_name -> v0m3.registry.v1.RolloutFailure
-	88,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
+	89,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
 	22,  // 11: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
 	23,  // 12: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
 	25,  // 13: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	87,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	88,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
 	24,  // 15: v0m3.registry.v1.StreamableHTTPTransport.oauth:type_name -> v0m3.registry.v1.OAuthClient
 	0,   // 16: v0m3.registry.v1.OAuthClient.grant:type_name -> v0m3.registry.v1.OauthGrant
 	3,   // 17: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
@@ -8160,7 +8232,7 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	2,   // 25: v0m3.registry.v1.SandboxConstraints.own_home:type_name -> v0m3.registry.v1.Enforcement
 	1,   // 26: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
 	21,  // 27: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	88,  // 28: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	89,  // 28: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
 	21,  // 29: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
 	19,  // 30: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
 	21,  // 31: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
@@ -8169,17 +8241,17 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	26,  // 34: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
 	41,  // 35: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
 	42,  // 36: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	88,  // 37: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	89,  // 37: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
 	43,  // 38: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
 	44,  // 39: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
-	89,  // 40: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	89,  // 41: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	89,  // 42: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	89,  // 43: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
+	90,  // 40: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	90,  // 41: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	90,  // 42: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	90,  // 43: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
 	46,  // 44: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	89,  // 45: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
+	90,  // 45: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
 	46,  // 46: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	89,  // 47: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
+	90,  // 47: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
 	46,  // 48: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
 	45,  // 49: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
 	46,  // 50: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
@@ -8192,14 +8264,14 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	6,   // 57: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
 	12,  // 58: v0m3.registry.v1.HandleField.kind:type_name -> v0m3.registry.v1.HandleKind
 	7,   // 59: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	89,  // 60: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	90,  // 60: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
 	8,   // 61: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
 	54,  // 62: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
 	9,   // 63: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
 	73,  // 64: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
 	10,  // 65: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
 	11,  // 66: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	88,  // 67: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	89,  // 67: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
 	55,  // 68: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
 	55,  // 69: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
 	55,  // 70: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
@@ -8207,27 +8279,27 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	62,  // 72: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
 	63,  // 73: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
 	11,  // 74: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	88,  // 75: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	89,  // 75: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
 	64,  // 76: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
 	64,  // 77: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
 	64,  // 78: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
 	15,  // 79: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	90,  // 80: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	91,  // 80: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
 	16,  // 81: v0m3.registry.v1.Limits.elicitation:type_name -> v0m3.registry.v1.ElicitationPolicy
 	17,  // 82: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
 	71,  // 83: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
 	72,  // 84: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	89,  // 85: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	90,  // 85: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
 	73,  // 86: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
 	14,  // 87: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	88,  // 88: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 89: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	89,  // 88: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	89,  // 89: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
 	74,  // 90: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
-	89,  // 91: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
+	90,  // 91: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
 	76,  // 92: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
 	71,  // 93: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
 	72,  // 94: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	89,  // 95: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	90,  // 95: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
 	73,  // 96: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
 	74,  // 97: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
 	14,  // 98: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
@@ -8235,70 +8307,73 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	75,  // 100: v0m3.registry.v1.ResolvedExecution.mapping:type_name -> v0m3.registry.v1.Mapping
 	19,  // 101: v0m3.registry.v1.ResolvedExecution.connection:type_name -> v0m3.registry.v1.Connection
 	18,  // 102: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	88,  // 103: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	30,  // 104: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	31,  // 105: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	32,  // 106: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	34,  // 107: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	36,  // 108: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	35,  // 109: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
-	37,  // 110: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	38,  // 111: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	47,  // 112: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	48,  // 113: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	49,  // 114: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	51,  // 115: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	56,  // 116: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	57,  // 117: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	58,  // 118: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	59,  // 119: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	60,  // 120: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	65,  // 121: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	66,  // 122: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	67,  // 123: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	68,  // 124: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	69,  // 125: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	77,  // 126: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	78,  // 127: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	79,  // 128: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	80,  // 129: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	82,  // 130: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	83,  // 131: v0m3.registry.v1.RegistryService.ResolveExecution:input_type -> v0m3.registry.v1.ResolveExecutionRequest
-	85,  // 132: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	19,  // 133: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 134: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	33,  // 135: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	19,  // 136: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 137: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 138: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
-	39,  // 139: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	19,  // 140: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	40,  // 141: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	40,  // 142: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	50,  // 143: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	52,  // 144: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	55,  // 145: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 146: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 147: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 148: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	61,  // 149: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	64,  // 150: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 151: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 152: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 153: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	70,  // 154: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	75,  // 155: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	75,  // 156: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	75,  // 157: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	81,  // 158: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	75,  // 159: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	84,  // 160: v0m3.registry.v1.RegistryService.ResolveExecution:output_type -> v0m3.registry.v1.ResolvedExecution
-	86,  // 161: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	133, // [133:162] is the sub-list for method output_type
-	104, // [104:133] is the sub-list for method input_type
-	104, // [104:104] is the sub-list for extension type_name
-	104, // [104:104] is the sub-list for extension extendee
-	0,   // [0:104] is the sub-list for field type_name
+	89,  // 103: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	27,  // 104: v0m3.registry.v1.ReportSandboxRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	30,  // 105: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	31,  // 106: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	32,  // 107: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	34,  // 108: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	36,  // 109: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	35,  // 110: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
+	37,  // 111: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	38,  // 112: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	47,  // 113: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	48,  // 114: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	49,  // 115: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	51,  // 116: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	56,  // 117: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	57,  // 118: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	58,  // 119: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	59,  // 120: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	60,  // 121: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	65,  // 122: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	66,  // 123: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	67,  // 124: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	68,  // 125: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	69,  // 126: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	77,  // 127: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	78,  // 128: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	79,  // 129: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	80,  // 130: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	82,  // 131: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	83,  // 132: v0m3.registry.v1.RegistryService.ResolveExecution:input_type -> v0m3.registry.v1.ResolveExecutionRequest
+	85,  // 133: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	87,  // 134: v0m3.registry.v1.RegistryService.ReportSandbox:input_type -> v0m3.registry.v1.ReportSandboxRequest
+	19,  // 135: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 136: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	33,  // 137: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	19,  // 138: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 139: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 140: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
+	39,  // 141: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	19,  // 142: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	40,  // 143: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	40,  // 144: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	50,  // 145: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	52,  // 146: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	55,  // 147: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 148: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 149: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 150: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	61,  // 151: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	64,  // 152: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 153: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 154: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 155: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	70,  // 156: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	75,  // 157: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	75,  // 158: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	75,  // 159: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	81,  // 160: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	75,  // 161: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	84,  // 162: v0m3.registry.v1.RegistryService.ResolveExecution:output_type -> v0m3.registry.v1.ResolvedExecution
+	86,  // 163: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	19,  // 164: v0m3.registry.v1.RegistryService.ReportSandbox:output_type -> v0m3.registry.v1.Connection
+	135, // [135:165] is the sub-list for method output_type
+	105, // [105:135] is the sub-list for method input_type
+	105, // [105:105] is the sub-list for extension type_name
+	105, // [105:105] is the sub-list for extension extendee
+	0,   // [0:105] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -8317,7 +8392,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      19,
-			NumMessages:   69,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
