@@ -144,7 +144,7 @@ func (f *fakeRegistry) GetConnection(_ context.Context, req *registryv1.GetConne
 	defer f.mu.Unlock()
 	c, ok := f.conns[req.GetId()]
 	if !ok {
-		return nil, apierror.New(codes.NotFound, "CONNECTION_NOT_FOUND", "no such connection", nil)
+		return nil, apierror.New(codes.NotFound, "CONNECTION_UNKNOWN", "no such connection", nil)
 	}
 	return proto.CloneOf(c), nil
 }
@@ -165,13 +165,13 @@ func (f *fakeRegistry) UpdateConnection(_ context.Context, req *registryv1.Updat
 	defer f.mu.Unlock()
 	c, ok := f.conns[req.GetId()]
 	if !ok {
-		return nil, apierror.New(codes.NotFound, "CONNECTION_NOT_FOUND", "no such connection", nil)
+		return nil, apierror.New(codes.NotFound, "CONNECTION_UNKNOWN", "no such connection", nil)
 	}
 	if req.GetExpectedConfigRevision() != c.GetConfigRevision() {
 		return nil, apierror.New(codes.Aborted, "CONFIG_REVISION_CONFLICT", "stale revision", nil)
 	}
 	if req.GetTransport() != nil || req.GetCredentialRef() != "" {
-		return nil, apierror.New(codes.InvalidArgument, "UNEXPECTED_CONFIG", "the adapter must only record sandbox constraints", nil)
+		return nil, apierror.New(codes.InvalidArgument, "FIELD_INVALID", "the adapter must only record sandbox constraints", nil)
 	}
 	c = proto.CloneOf(c)
 	c.Sandbox = req.GetSandbox()
