@@ -29,8 +29,9 @@ bench: build redis ## Measure a governed call beside a direct one (issue 14): bo
 	@echo "bench: running $(BIN) bench $(BENCH_ARGS): the five services as one 'v0m3 dev' child on each store, the fixture MCP server over HTTP and stdio; about 3 minutes on 2 cores"
 	$(BIN) bench $(BENCH_ARGS)
 
-generate: ## Regenerate protobuf code, deepcopy functions, CRDs and the operator's RBAC.
+generate: ## Regenerate protobuf code, deepcopy functions, CRDs, the operator's RBAC and the error reason reference (docs/reference/errors.md).
 	$(GO) tool buf generate
+	$(GO) run ./internal/apierror/gen
 	$(GO) tool controller-gen paths=./operator/... object \
 	  crd:crdVersions=v1 output:crd:artifacts:config=charts/v0m3/crds \
 	  rbac:roleName=v0m3-operator output:rbac:artifacts:config=charts/v0m3/templates/operator
@@ -68,9 +69,9 @@ breaking: ## buf breaking against the API baseline commit.
 	$(GO) tool buf breaking --against '.git#ref=$(API_BASELINE)'
 
 check-generate: lint breaking generate ## Fail if generated code differs from what is committed.
-	@if [ -n "$$(git status --porcelain -- proto operator/api charts/v0m3)" ]; then \
+	@if [ -n "$$(git status --porcelain -- proto operator/api charts/v0m3 docs/reference)" ]; then \
 	  echo "generated code drifted from the committed files; run 'make generate' and commit:"; \
-	  git status --porcelain -- proto operator/api charts/v0m3; git diff --stat -- proto operator/api charts/v0m3; exit 1; \
+	  git status --porcelain -- proto operator/api charts/v0m3 docs/reference; git diff --stat -- proto operator/api charts/v0m3 docs/reference; exit 1; \
 	fi
 	@echo "generated code matches the committed files"
 
