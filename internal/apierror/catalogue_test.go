@@ -69,8 +69,15 @@ func TestEveryReasonInTheCodeIsCatalogued(t *testing.T) {
 	if len(res.Uses) < 300 {
 		t.Fatalf("the scan found only %d reason uses; it no longer reads the code it should", len(res.Uses))
 	}
+	codesOf := map[string][]string{}
+	for _, e := range apierror.Catalogue() {
+		codesOf[e.Reason] = e.Codes
+	}
 	for _, u := range res.Uses {
 		if apierror.Known(u.Reason) {
+			if u.Code != "" && !slices.Contains(codesOf[u.Reason], u.Code) {
+				t.Errorf("%s: reason %s is returned with %s, which its catalogue entry does not list (codes %v); add the code to errors.proto or use the reason of that rule", u.Pos, u.Reason, u.Code, codesOf[u.Reason])
+			}
 			continue
 		}
 		if to, ok := apierror.PendingRename(u.Reason); ok && strings.HasPrefix(u.Pos, "services/orchestrator/") {
@@ -102,16 +109,19 @@ func TestEveryReasonInTheCodeIsCatalogued(t *testing.T) {
 
 // TestTheScanFindsAnInventedReason proves the scan test can fail: a
 // package that invents a reason inline, through a wrapper and in a
-// constant is reported at each place.
+// constant is reported at each place, with the code a call gives.
 func TestTheScanFindsAnInventedReason(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir+"/go.mod", "module example.com/m\n")
-	write(t, dir+"/internal/apierror/a.go", "package apierror\nfunc New(code int, reason, msg string, md map[string]string) error { return nil }\n")
+	write(t, dir+"/internal/apierror/a.go", "package apierror\nfunc New(code any, reason, msg string, md map[string]string) error { return nil }\n")
 	write(t, dir+"/svc/s.go", `package svc
-import "example.com/m/internal/apierror"
+import (
+	"example.com/m/internal/apierror"
+	"google.golang.org/grpc/codes"
+)
 const reasonMadeUp = "MADE_UP_CONST"
 func refuse(reason string) error { return apierror.New(9, reason, "no", nil) }
-func A() error { return apierror.New(9, "MADE_UP_INLINE", "no", nil) }
+func A() error { return apierror.New(codes.NotFound, "MADE_UP_INLINE", "no", nil) }
 func B() error { return refuse("MADE_UP_WRAPPED") }
 `)
 	res, err := reasonscan.Scan(reasonscan.Options{Root: dir, Module: "example.com/m"})
@@ -121,6 +131,9 @@ func B() error { return refuse("MADE_UP_WRAPPED") }
 	var got []string
 	for _, u := range res.Uses {
 		got = append(got, u.Reason)
+		if u.Reason == "MADE_UP_INLINE" && u.Code != "NOT_FOUND" {
+			t.Errorf("code %q, want NOT_FOUND", u.Code)
+		}
 	}
 	slices.Sort(got)
 	if want := []string{"MADE_UP_CONST", "MADE_UP_INLINE", "MADE_UP_WRAPPED"}; !slices.Equal(got, want) {

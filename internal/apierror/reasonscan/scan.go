@@ -30,6 +30,10 @@ type Use struct {
 	// How says what kind of use it is: "call F" (the argument of F),
 	// "const NAME" (a declaration) or "compare".
 	How string
+	// Code is the gRPC code it is returned with when the call says so
+	// (apierror.New(codes.X, …), InvalidArgument, Unavailable, Store),
+	// in google.rpc.Code form (INVALID_ARGUMENT); "" otherwise.
+	Code string
 }
 
 // Dynamic is a reason argument whose value the scan cannot know (a
@@ -335,6 +339,47 @@ func (s *scanner) value(e ast.Expr, pkgPath string, imps map[string]string, dept
 	return "", false
 }
 
+// fixedCodes are the codes of the apierror constructors that choose it.
+var fixedCodes = map[string]string{"InvalidArgument": "INVALID_ARGUMENT", "Unavailable": "UNAVAILABLE", "Store": "INTERNAL"}
+
+// upperSnake turns a codes constant's name (FailedPrecondition) into
+// its google.rpc.Code name (FAILED_PRECONDITION).
+func upperSnake(name string) string {
+	if name == "Canceled" {
+		return "CANCELLED"
+	}
+	var b strings.Builder
+	for i, r := range name {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
+}
+
+// code returns the gRPC code an apierror constructor call returns its
+// reason with, when the call says: "" for other callees or a code not
+// written as codes.X.
+func (s *scanner) code(callee string, call *ast.CallExpr, imps map[string]string) string {
+	fn, ok := strings.CutPrefix(callee, s.module+apierrorPath+".")
+	if !ok {
+		return ""
+	}
+	if c, ok := fixedCodes[fn]; ok {
+		return c
+	}
+	if fn != "New" || len(call.Args) == 0 {
+		return ""
+	}
+	if sel, ok := call.Args[0].(*ast.SelectorExpr); ok {
+		if id, ok := sel.X.(*ast.Ident); ok && imps[id.Name] == "google.golang.org/grpc/codes" {
+			return upperSnake(sel.Sel.Name)
+		}
+	}
+	return ""
+}
+
 // readsReason reports whether e reads a reason: apierror.Reason(err) or
 // x.GetReason().
 func (s *scanner) readsReason(e ast.Expr, imps map[string]string) bool {
@@ -407,7 +452,7 @@ func (s *scanner) collect() *Result {
 						a := x.Args[i]
 						if v, ok := s.value(a, ip, imps, 0); ok {
 							if v != "" { // "": no reason (WithMetadata's, a wrapper's default)
-								r.Uses = append(r.Uses, Use{Reason: v, Pos: pos(a.Pos()), How: "call " + strings.TrimPrefix(name, s.module+"/")})
+								r.Uses = append(r.Uses, Use{Reason: v, Pos: pos(a.Pos()), How: "call " + strings.TrimPrefix(name, s.module+"/"), Code: s.code(name, x, imps)})
 							}
 							continue
 						}
