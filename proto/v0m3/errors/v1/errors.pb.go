@@ -1404,7 +1404,9 @@ func (EvidenceErrorReason) EnumDescriptor() ([]byte, []int) {
 // AdapterErrorReason are the reasons of the adapter domain: transports,
 // discovery and execution on MCP servers and direct adapters. A reason
 // without codes is only an attempt's safe code (ExecuteResponse.error,
-// a tool request's attempts), never a gRPC error.
+// a tool request's attempts), never a gRPC error. Besides these, an
+// attempt's safe code may be JSONRPC_ and the JSON-RPC error code a
+// remote server answered with (e.g. JSONRPC_-32602).
 type AdapterErrorReason int32
 
 const (
