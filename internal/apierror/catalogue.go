@@ -58,6 +58,9 @@ var pendingRenames = map[string]string{
 	// preview_test.go), for the registry's and a remote server's refusal.
 	"PROFILE_NOT_FOUND": "PROFILE_UNKNOWN",
 	"TOOL_UNKNOWN":      "REMOTE_TARGET_UNKNOWN",
+	// The orchestrator's test fakes give a dependency's UNAVAILABLE an
+	// empty reason; no service does.
+	"": ReasonDependencyUnavailable,
 }
 
 var (
