@@ -147,7 +147,7 @@ func (f *fakeRegistry) GetConnection(_ context.Context, req *registryv1.GetConne
 	defer f.mu.Unlock()
 	c, ok := f.conns[req.GetId()]
 	if !ok {
-		return nil, apierror.New(codes.NotFound, "CONNECTION_NOT_FOUND", "no such connection", nil)
+		return nil, apierror.New(codes.NotFound, "CONNECTION_UNKNOWN", "no such connection", nil)
 	}
 	return proto.CloneOf(c), nil
 }
@@ -169,7 +169,7 @@ func (f *fakeRegistry) ReportSandbox(_ context.Context, req *registryv1.ReportSa
 	defer f.mu.Unlock()
 	c, ok := f.conns[req.GetConnectionId()]
 	if !ok {
-		return nil, apierror.New(codes.NotFound, "CONNECTION_NOT_FOUND", "no such connection", nil)
+		return nil, apierror.New(codes.NotFound, "CONNECTION_UNKNOWN", "no such connection", nil)
 	}
 	if req.GetConfigRevision() != c.GetConfigRevision() {
 		return nil, apierror.New(codes.Aborted, "CONFIG_REVISION_CONFLICT", "stale revision", nil)

@@ -40,7 +40,7 @@ func (s *Server) ReportSandbox(ctx context.Context, req *registryv1.ReportSandbo
 		v = append(v, apierror.FieldViolation{Field: "sandbox", Description: "the sandbox constraints applied are required"})
 	}
 	if len(v) > 0 {
-		return nil, apierror.InvalidArgument("INVALID_SANDBOX_REPORT", "invalid sandbox report: "+violationText(v), v...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldRequired, "invalid sandbox report: "+violationText(v), v...)
 	}
 	var out *registryv1.Connection
 	err := s.updateConnection(ctx, req.GetConnectionId(), func(u *ConnectionUpdate) error {

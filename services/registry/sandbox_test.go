@@ -100,8 +100,8 @@ func TestReportSandboxAdapterOnly(t *testing.T) {
 	if _, err := adapter.Registry.ReportSandbox(ctx, stale); !apierror.Is(err, codes.Aborted, "CONFIG_REVISION_CONFLICT") {
 		t.Errorf("stale report: %v, want ABORTED CONFIG_REVISION_CONFLICT", err)
 	}
-	if _, err := adapter.Registry.ReportSandbox(ctx, &registryv1.ReportSandboxRequest{ConnectionId: before.GetId(), ConfigRevision: before.GetConfigRevision()}); !apierror.Is(err, codes.InvalidArgument, "INVALID_SANDBOX_REPORT") {
-		t.Errorf("report without a sandbox: %v, want INVALID_ARGUMENT INVALID_SANDBOX_REPORT", err)
+	if _, err := adapter.Registry.ReportSandbox(ctx, &registryv1.ReportSandboxRequest{ConnectionId: before.GetId(), ConfigRevision: before.GetConfigRevision()}); !apierror.Is(err, codes.InvalidArgument, "FIELD_REQUIRED") {
+		t.Errorf("report without a sandbox: %v, want INVALID_ARGUMENT FIELD_REQUIRED", err)
 	}
 	if after := read(); !proto.Equal(after, before) {
 		t.Errorf("refused adapter calls changed the connection:\nbefore %v\nafter  %v", before, after)
