@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -33,7 +34,7 @@ func TestLauncherNotWiredRefuses(t *testing.T) {
 	}})
 	launcherWired.Store(false)
 	defer launcherWired.Store(true)
-	_, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
+	_, err := e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()})
 	if apierror.Reason(err) != CodeSandboxUnavailable || status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "IsSandboxLaunch") {
 		t.Errorf("discover: %v, want FAILED_PRECONDITION %s naming IsSandboxLaunch", err, CodeSandboxUnavailable)
 	}
@@ -42,7 +43,7 @@ func TestLauncherNotWiredRefuses(t *testing.T) {
 	}
 	// Wired again, the same connection starts.
 	launcherWired.Store(true)
-	if _, err := e.srv.Discover(asOperator(context.Background()), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err == nil {
+	if _, err := e.srv.Discover(testkit.AsService(context.Background(), identity.Operator), &adapterv1.DiscoverRequest{ConnectionId: conn.GetId()}); err == nil {
 		t.Log("touch answered discovery") // it is no MCP server; what matters is that it ran
 	}
 	testkit.Eventually(t, "the server runs once the launcher is wired", func() bool { _, err := os.Stat(marker); return err == nil })
