@@ -55,8 +55,9 @@ tools: ## Build (once, cached by Go) buf, protoc-gen-go, protoc-gen-go-grpc, con
 	  $(STEP) "tools: $$t" "go tool $$t --version (builds it from source the first time: minutes cold, instant once cached)" $(GO) tool $$t --version || exit 1; \
 	done
 
-generate: tools ## Regenerate protobuf code, deepcopy functions, CRDs and the operator's RBAC.
+generate: tools ## Regenerate protobuf code, deepcopy functions, CRDs, the operator's RBAC and the error reason reference (docs/reference/errors.md).
 	@$(STEP) generate "buf generate (protobuf code)" $(GO) tool buf generate
+	@$(STEP) generate "the error reason reference (docs/reference/errors.md)" $(GO) run ./internal/apierror/gen
 	@$(STEP) generate "controller-gen (deepcopy functions, CRDs, the operator's RBAC)" \
 	  $(GO) tool controller-gen paths=./operator/... object \
 	  crd:crdVersions=v1 output:crd:artifacts:config=charts/v0m3/crds \
@@ -112,9 +113,9 @@ breaking: tools ## buf breaking against the API baseline commit.
 	@$(STEP) breaking "buf breaking against the API baseline $(API_BASELINE)" $(GO) tool buf breaking --against '.git#ref=$(API_BASELINE)'
 
 check-generate: lint breaking generate ## Fail if generated code differs from what is committed.
-	@if [ -n "$$(git status --porcelain -- proto operator/api charts/v0m3)" ]; then \
+	@if [ -n "$$(git status --porcelain -- proto operator/api charts/v0m3 docs/reference)" ]; then \
 	  echo "generated code drifted from the committed files; run 'make generate' and commit:"; \
-	  git status --porcelain -- proto operator/api charts/v0m3; git diff --stat -- proto operator/api charts/v0m3; exit 1; \
+	  git status --porcelain -- proto operator/api charts/v0m3 docs/reference; git diff --stat -- proto operator/api charts/v0m3 docs/reference; exit 1; \
 	fi
 	@echo "generated code matches the committed files"
 

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +23,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/v0m3/v0m3/internal/apierror"
-	"github.com/v0m3/v0m3/internal/audit"
-	"github.com/v0m3/v0m3/internal/authz"
 	"github.com/v0m3/v0m3/internal/deadline"
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/serve"
@@ -38,9 +35,7 @@ import (
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/adapter"
 	"github.com/v0m3/v0m3/services/evidence"
-	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
-	"github.com/v0m3/v0m3/services/registry"
 )
 
 // Service names, in start order (dependencies first).
@@ -52,17 +47,26 @@ const (
 	Orchestrator = "orchestrator"
 )
 
-// Names lists every service in start order.
-var Names = []string{Registry, Policy, Evidence, Adapter, Orchestrator}
-
-// dependencies lists the services each service calls.
-var dependencies = map[string][]string{
-	Registry:     {Policy},
-	Evidence:     {Policy},
-	Policy:       {Registry},
-	Adapter:      {Registry, Policy, Evidence},
-	Orchestrator: {Registry, Policy, Adapter, Evidence},
+// services is the suite: one row per service, in start order. Each names
+// the services it calls (its peers, reached over gRPC as itself) and the
+// constructor that opens its store, builds its server and registers it
+// (service.go); Start runs the rows this process serves.
+var services = []service{
+	{name: Registry, calls: []string{Policy}, start: startRegistry, watchStore: true},
+	{name: Policy, calls: []string{Registry}, start: startPolicy, watchStore: true},
+	{name: Evidence, calls: []string{Policy}, start: startEvidence, watchStore: true, auditsItself: true},
+	{name: Adapter, calls: []string{Registry, Policy, Evidence}, start: startAdapter},
+	{name: Orchestrator, calls: []string{Registry, Policy, Adapter, Evidence}, start: startOrchestrator, watchStore: true},
 }
+
+// Names lists every service in start order.
+var Names = func() []string {
+	out := make([]string, 0, len(services))
+	for _, svc := range services {
+		out = append(out, svc.name)
+	}
+	return out
+}()
 
 // Config configures a suite.
 type Config struct {
@@ -96,8 +100,10 @@ type Config struct {
 	// in flight per connection, idle timeout); the zero value is the
 	// default (adapter.SessionConfig).
 	AdapterSessions adapter.SessionConfig
-	// Direct replaces the adapter's direct (non-MCP) adapters; nil means
-	// adapter.DefaultDirectSources.
+	// Direct registers the adapter's direct (non-MCP) adapters by name
+	// (adapter.Deps.Direct); nil means none. The suite imports no fixture:
+	// `v0m3 dev`, the demo and the tests register the demo's
+	// (demo/fixture/fixturedirect) here.
 	Direct map[string]adapter.DirectSource
 	// AssetDir holds evidence assets (content stored by digest); "" means
 	// DataDir/assets.
@@ -280,9 +286,15 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("suite: data dir is required")
 	}
-	log := cfg.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Reach == nil {
+		cfg.Reach = &Reach{AllowLoopback: true}
+	}
+	run, err := toRun(cfg.Services)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s = &Suite{Addr: map[string]string{}, cancel: cancel, tp: cfg.TracerProvider, internalCallTimeout: cfg.InternalCallTimeout, callerRate: cfg.CallerRateLimits}
@@ -294,17 +306,53 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			started.Close()
 		}
 	}()
-
-	run := cfg.Services
-	if len(run) == 0 {
-		run = Names
+	// Listen first so every client can be created before any server runs.
+	lis, err := s.listen(cfg, run)
+	if err != nil {
+		return nil, err
 	}
-	for _, name := range run {
+	s.credentialRoot = credentialRoot(cfg)
+	if s.ident, err = s.setupIdentity(cfg, cfg.Log); err != nil {
+		return nil, err
+	}
+	if s.Clients, err = s.callerClients(); err != nil {
+		return nil, err
+	}
+	if s.stores, err = openStores(cfg); err != nil {
+		return nil, err
+	}
+	for _, svc := range services {
+		if !slices.Contains(run, svc.name) {
+			continue
+		}
+		w, err := s.wire(ctx, &cfg, svc)
+		if err != nil {
+			return nil, err
+		}
+		if err := svc.start(w); err != nil {
+			return nil, err
+		}
+		s.serve(ctx, w.srv, lis[svc.name], svc.watchStore)
+	}
+	return s, nil
+}
+
+// toRun returns the services to run here: those named, or all.
+func toRun(names []string) ([]string, error) {
+	if len(names) == 0 {
+		return Names, nil
+	}
+	for _, name := range names {
 		if !slices.Contains(Names, name) {
 			return nil, fmt.Errorf("suite: unknown service %q (want one of %v)", name, Names)
 		}
 	}
-	// Listen first so every client can be created before any server runs.
+	return names, nil
+}
+
+// listen opens the listener of each service in run and records every
+// service's address (the peers' as configured).
+func (s *Suite) listen(cfg Config, run []string) (map[string]net.Listener, error) {
 	lis := map[string]net.Listener{}
 	for _, name := range run {
 		addr := cfg.Listen[name]
@@ -324,195 +372,60 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			s.Addr[name] = addr
 		}
 	}
-	reach := cfg.Reach
-	if reach == nil {
-		reach = &Reach{AllowLoopback: true}
-	}
+	return lis, nil
+}
+
+// credentialRoot is the adapter's first credential root ("" if none).
+func credentialRoot(cfg Config) string {
 	switch {
-	case reach.CredentialRoots == nil:
-		s.credentialRoot = adapter.DefaultCredentialRoot(filepath.Join(cfg.DataDir, "work"))
-	case len(reach.CredentialRoots) > 0:
-		s.credentialRoot = reach.CredentialRoots[0]
+	case cfg.Reach.CredentialRoots == nil:
+		return adapter.DefaultCredentialRoot(filepath.Join(cfg.DataDir, "work"))
+	case len(cfg.Reach.CredentialRoots) > 0:
+		return cfg.Reach.CredentialRoots[0]
 	}
-	if s.ident, err = s.setupIdentity(cfg, log); err != nil {
-		return nil, err
-	}
-	dial := func(name string) (*grpc.ClientConn, error) {
-		c, err := serve.Dial(s.Addr[name], s.CallerDialOptions()...)
-		if err != nil {
-			return nil, err
-		}
-		s.conns = append(s.conns, c)
-		return c, nil
-	}
+	return ""
+}
+
+// callerClients dials every service with an address as a product or
+// admin caller (Suite.Clients).
+func (s *Suite) callerClients() (Clients, error) {
 	conns := map[string]*grpc.ClientConn{}
 	for _, name := range Names {
 		if s.Addr[name] == "" {
-			continue // not needed unless a service here depends on it; checked below
+			continue // not needed unless a service here calls it; checked in wire
 		}
-		c, err := dial(name)
+		c, err := serve.Dial(s.Addr[name], s.CallerDialOptions()...)
 		if err != nil {
-			return nil, err
+			return Clients{}, err
 		}
+		s.conns = append(s.conns, c)
 		conns[name] = c
 	}
-	s.Clients = clientsOf(conns)
-	if cfg.Store == "" {
-		s.stores = FileStores(cfg.DataDir)
-	} else if s.stores, err = OpenStores(cfg.Store); err != nil {
-		return nil, err
-	}
+	return clientsOf(conns), nil
+}
 
-	for _, name := range Names {
-		if !slices.Contains(run, name) {
-			continue
-		}
-		for _, dep := range dependencies[name] {
-			if s.Addr[dep] == "" {
-				return nil, fmt.Errorf("suite: %s needs the %s service: give its address (flag --%s-addr or env V0M3_%s_ADDR)", name, dep, dep, strings.ToUpper(dep))
-			}
-		}
-		guard, err := s.Guard(name, log.With("service", name))
-		if err != nil {
-			return nil, err
-		}
-		// creds are the service's own credentials (nil in plaintext
-		// development): what it signs grants and attestations with.
-		creds := guard.Creds
-		peers, err := s.PeerClients(name)
-		if err != nil {
-			return nil, err
-		}
-		// Privileged actions taken here are recorded in the evidence
-		// service's audit log (no recorder without an evidence service).
-		var auditTo audit.Appender
-		// The evidence service records its own (Prune, LinkClaim) in
-		// process, once its server exists.
-		var selfAudit *lateAudit
-		switch {
-		case name == Evidence:
-			selfAudit = &lateAudit{}
-			auditTo = selfAudit
-		case peers.Evidence != nil:
-			auditTo = peers.Evidence
-		}
-		// What waits for evidence is kept in the service's own store too,
-		// so a crash or a stop during an evidence outage loses none of it.
-		auditSpool, err := s.stores.Spool(name, "audit")
-		if err != nil {
-			return nil, err
-		}
-		recorder := audit.New(auditTo, name, auditSpool, log.With("service", name))
-		if recorder != nil {
-			s.flushers = append(s.flushers, recorder.Close)
-			s.recoverSpooled(ctx, log.With("service", name), cfg.SpoolRescan, recorder.Recover)
-		}
-		srv := serve.New(name, log.With("service", name), guard, telemetry.ServerOption(s.tp),
-			grpc.ChainUnaryInterceptor(audit.UnaryServer(recorder)))
-		switch name {
-		case Registry:
-			st, err := s.stores.Registry()
-			if err != nil {
-				return nil, err
-			}
-			reg := registry.NewServer(st, log.With("service", name)).WithAuthorizer(authz.Remote(peers.Policy))
-			if err := reg.EnsureDefaults(ctx); err != nil {
-				return nil, fmt.Errorf("suite: registry default definitions: %w", err)
-			}
-			registryv1.RegisterRegistryServiceServer(srv.GRPC, reg)
-		case Policy:
-			st, err := s.stores.Policy()
-			if err != nil {
-				return nil, err
-			}
-			p, err := policy.NewServer(st, policy.Deps{Registry: peers.Registry, PolicyFile: cfg.PolicyFile, TaskBudget: cfg.TaskBudget, RequesterBudget: cfg.RequesterBudget, Now: cfg.PolicyClock}, log.With("service", name))
-			if err != nil {
-				return nil, err
-			}
-			s.stoppers = append(s.stoppers, p.Close)
-			policyv1.RegisterPolicyServiceServer(srv.GRPC, p)
-		case Evidence:
-			st, err := s.stores.Evidence()
-			if err != nil {
-				return nil, err
-			}
-			assetDir := cfg.AssetDir
-			if assetDir == "" {
-				assetDir = filepath.Join(cfg.DataDir, "assets")
-			}
-			assets, err := evidence.NewDirAssetStore(assetDir)
-			if err != nil {
-				return nil, err
-			}
-			e := evidence.NewServer(st, log.With("service", name)).WithAuthorizer(authz.Remote(peers.Policy)).WithAssets(assets).WithMaxInlineBytes(cfg.EvidenceMaxInlineBytes).
-				WithCredentials(creds)
-			if cfg.RetentionAge > 0 {
-				every := cfg.RetentionInterval
-				if every <= 0 {
-					every = time.Hour
-				}
-				s.wg.Go(func() { e.RunRetention(ctx, cfg.RetentionAge, every) })
-			}
-			selfAudit.bind(e.SelfAudit())
-			evidencev1.RegisterEvidenceServiceServer(srv.GRPC, e)
-		case Adapter:
-			traceSpool, err := s.stores.Spool(name, "protocol-trace")
-			if err != nil {
-				return nil, err
-			}
-			a := adapter.NewServer(adapter.Deps{
-				Registry: peers.Registry, Policy: peers.Policy, Evidence: peers.Evidence, TraceSpool: traceSpool,
-				WorkDir: filepath.Join(cfg.DataDir, "work"), Direct: cfg.Direct, Fixtures: cfg.Fixtures, Sessions: cfg.AdapterSessions,
-				StdioRoots: reach.StdioRoots, CredentialRoots: reach.CredentialRoots, AllowLoopback: reach.AllowLoopback, AllowPrivateNetworks: reach.AllowPrivateNetworks,
-				// Plaintext is the explicit development flag; only there
-				// does the adapter run calls it cannot verify a grant for.
-				Credentials: creds, InsecureUngranted: s.ident.Insecure,
-			}, log.With("service", name))
-			s.stoppers = append(s.stoppers, func() { _ = a.Close() })
-			s.flushers = append(s.flushers, a.FlushTraces)
-			s.recoverSpooled(ctx, log.With("service", name), cfg.SpoolRescan, a.RecoverTraces)
-			adapterv1.RegisterAdapterServiceServer(srv.GRPC, a)
-		case Orchestrator:
-			st, err := s.stores.Orchestrator()
-			if err != nil {
-				return nil, err
-			}
-			var mcpLis net.Listener
-			var mcpBase string
-			if cfg.MCP != nil {
-				if mcpLis, mcpBase, err = s.listenMCP(cfg.MCP, creds != nil); err != nil {
-					return nil, err
-				}
-			}
-			o := orchestrator.NewServer(st, orchestrator.Deps{
-				MCPBaseURL: mcpBase, MCPTokenTTL: mcpTTL(cfg.MCP), ApprovalURL: approvalURL(cfg.MCP),
-				Registry: peers.Registry, Policy: peers.Policy, Adapter: peers.Adapter, Evidence: peers.Evidence,
-				AssetThreshold: cfg.AssetThreshold, Credentials: creds,
-				ReplicaID: cfg.Replica.ID, LeaseTTL: cfg.Replica.LeaseTTL, RecoveryInterval: cfg.Replica.RecoveryInterval,
-				FailPoint: cfg.Replica.FailPoint, InternalCallTimeout: cfg.InternalCallTimeout,
-			}, log.With("service", name))
-			s.stoppers = append(s.stoppers, o.Close)
-			telemetry.ObserveWaiting(orchestrator.WaitingRequests(st))
-			orchestratorv1.RegisterOrchestratorServiceServer(srv.GRPC, o)
-			if mcpLis != nil {
-				s.serveMCP(ctx, mcpLis, o.MCPHandler(orchestrator.MCPOptions{AllowedHosts: cfg.MCP.AllowedHosts, Limit: guard.Limit}), creds, log.With("service", name))
-				s.MCPURL = mcpBase
-			}
-		}
-		l := lis[name]
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := srv.Serve(ctx, l); err != nil {
-				s.setErr(err)
-			}
-		}()
-		if s.stores.Shared() && name != Adapter {
-			// NOT_SERVING while the shared store is unreachable.
-			s.wg.Go(func() { srv.WatchDependency(ctx, time.Second, s.stores.Ping) })
-		}
+// openStores opens the configured stores: one embedded file per service
+// under DataDir unless Config.Store says otherwise.
+func openStores(cfg Config) (*Stores, error) {
+	if cfg.Store == "" {
+		return FileStores(cfg.DataDir), nil
 	}
-	return s, nil
+	return OpenStores(cfg.Store)
+}
+
+// serve serves srv on l until the suite stops; watchStore makes it
+// NOT_SERVING while a shared store is unreachable.
+func (s *Suite) serve(ctx context.Context, srv *serve.Server, l net.Listener, watchStore bool) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := srv.Serve(ctx, l); err != nil {
+			s.setErr(err)
+		}
+	}()
+	if watchStore && s.stores.Shared() {
+		s.wg.Go(func() { srv.WatchDependency(ctx, time.Second, s.stores.Ping) })
+	}
 }
 
 // DefaultSpoolRescan is Config.SpoolRescan's default.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/v0m3/v0m3/demo/fixture/fixturedirect"
 	"github.com/v0m3/v0m3/demo/scenario"
 	"github.com/v0m3/v0m3/suite"
 )
@@ -50,7 +51,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("demo: locate own binary for the fixture server: %w", err)
 	}
-	s, err := suite.Start(ctx, suite.Config{DataDir: dir, Log: log})
+	s, err := suite.Start(ctx, suite.Config{DataDir: dir, Log: log, Direct: fixturedirect.Sources()})
 	if err != nil {
 		return fmt.Errorf("demo: start the services (their log: %s): %w", logPath, err)
 	}

@@ -27,6 +27,8 @@ import (
 	"syscall"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+
+	"github.com/v0m3/v0m3/services/adapter"
 )
 
 const usage = `v0m3 — a governed boundary between AI tasks and MCP servers
@@ -73,6 +75,11 @@ Run 'v0m3 <command> -h' for a command's flags.
 var governedPath = map[string]bool{"registry": true, "policy": true, "evidence": true, "adapter": true, "orchestrator": true, "dev": true}
 
 func main() {
+	// First thing: this binary is also the adapter's sandbox launcher,
+	// re-executed to start each local server under its limits.
+	if adapter.IsSandboxLaunch() {
+		adapter.RunSandboxLaunch() // never returns
+	}
 	if len(os.Args) > 1 && governedPath[os.Args[1]] {
 		if err := tuneRuntime(memlimit.FromCgroup); err != nil {
 			// Only the defaults are lost: the process runs as Go would run it.

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+
+	"github.com/v0m3/v0m3/services/adapter"
 )
 
 // childEnv makes the test binary a child process that reports the
@@ -26,6 +28,11 @@ var childLimits = map[string]memlimit.Provider{
 }
 
 func TestMain(m *testing.M) {
+	// The in-process adapter re-executes this test binary as the sandbox
+	// launcher of each local server it starts.
+	if adapter.IsSandboxLaunch() {
+		adapter.RunSandboxLaunch()
+	}
 	child, ok := os.LookupEnv(childEnv)
 	if !ok {
 		os.Exit(m.Run())

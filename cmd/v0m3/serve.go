@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/v0m3/v0m3/demo/fixture/fixturedirect"
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/serve"
 	"github.com/v0m3/v0m3/internal/telemetry"
@@ -214,7 +215,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer shutdown()
 	s, err := suite.Start(ctx, suite.Config{DataDir: *dataDir, Store: *storeURL, Listen: listen, PolicyFile: *policyFile, Log: log, Identity: id, Reach: rf.reach(),
-		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions(), InternalCallTimeout: *callTimeout, MCP: mcpf.config(), CallerRateLimits: rate})
+		TaskBudget: bf.task, RequesterBudget: bf.requester, AdapterSessions: rf.sessions(), InternalCallTimeout: *callTimeout, MCP: mcpf.config(), CallerRateLimits: rate,
+		// The development suite has the demo's direct adapter; a deployed
+		// adapter (runService) has none.
+		Direct: fixturedirect.Sources()})
 	if err != nil {
 		return err
 	}

@@ -21,8 +21,10 @@ import (
 const Domain = "v0m3.dev"
 
 // New returns a status error with an ErrorInfo carrying reason and
-// metadata. Metadata values must be safe to show: never secrets.
+// metadata. Metadata values must be safe to show: never secrets. reason
+// must be in the catalogue (Known); a test binary panics otherwise.
 func New(code codes.Code, reason, msg string, metadata map[string]string) error {
+	checkReason(reason)
 	st := status.New(code, msg)
 	info := &errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: metadata}
 	if d, err := st.WithDetails(info); err == nil {
@@ -40,6 +42,7 @@ type FieldViolation struct {
 // InvalidArgument returns INVALID_ARGUMENT with an ErrorInfo and a
 // BadRequest listing the offending fields.
 func InvalidArgument(reason, msg string, violations ...FieldViolation) error {
+	checkReason(reason)
 	st := status.New(codes.InvalidArgument, msg)
 	br := &errdetails.BadRequest{}
 	for _, v := range violations {
@@ -186,6 +189,7 @@ func WithMetadata(err error, fallbackReason string, kv ...string) error {
 		if fallbackReason == "" {
 			return err
 		}
+		checkReason(fallbackReason)
 		info = &errdetails.ErrorInfo{Reason: fallbackReason, Domain: Domain}
 	}
 	if info.Metadata == nil {

@@ -24,8 +24,8 @@ func TestWithMetadata(t *testing.T) {
 			codes.PermissionDenied, "POLICY_DENIED", map[string]string{"policy_revision": "r1", "request_id": "req_1"}, nil},
 		{"keeps a key already set", apierror.New(codes.FailedPrecondition, "APPROVAL_INVALIDATED", "no", map[string]string{"request_id": "req_0"}), "X",
 			codes.FailedPrecondition, "APPROVAL_INVALIDATED", map[string]string{"request_id": "req_0"}, nil},
-		{"keeps bad request fields", apierror.InvalidArgument("ARGUMENT_INVALID", "bad", apierror.FieldViolation{Field: "x", Description: "d"}), "X",
-			codes.InvalidArgument, "ARGUMENT_INVALID", map[string]string{"request_id": "req_1"}, []string{"x"}},
+		{"keeps bad request fields", apierror.InvalidArgument("FIELD_INVALID", "bad", apierror.FieldViolation{Field: "x", Description: "d"}), "X",
+			codes.InvalidArgument, "FIELD_INVALID", map[string]string{"request_id": "req_1"}, []string{"x"}},
 		{"adds info with the fallback", status.Error(codes.Unavailable, "down"), "DEPENDENCY_UNAVAILABLE",
 			codes.Unavailable, "DEPENDENCY_UNAVAILABLE", map[string]string{"request_id": "req_1"}, nil},
 	} {

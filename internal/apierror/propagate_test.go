@@ -34,7 +34,7 @@ func TestPropagate(t *testing.T) {
 		{"a store failure downstream keeps its reason", apierror.Store("STORE_FAILURE", "x", fmt.Errorf("dial: %w", errors.New("boom"))), codes.Internal, "STORE_FAILURE", false, true, 64},
 		{"an unreachable store downstream keeps its reason and retry", apierror.Unavailable(apierror.ReasonStoreUnavailable, "down", nil), codes.Unavailable, apierror.ReasonStoreUnavailable, true, true, 64},
 		{"a refusal passes unchanged", apierror.New(codes.PermissionDenied, "POLICY_DENIED", "no", nil), codes.PermissionDenied, "POLICY_DENIED", false, true, 64},
-		{"a long message from downstream is cut", apierror.New(codes.FailedPrecondition, "X", long, nil), codes.FailedPrecondition, "X", false, false, 1100},
+		{"a long message from downstream is cut", apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE", long, nil), codes.FailedPrecondition, "TASK_NOT_ACTIVE", false, false, 1100},
 		{"a bare UNAVAILABLE with a long message", status.Error(codes.Unavailable, long), codes.Unavailable, apierror.ReasonDependencyUnavailable, true, false, 1100},
 		{"not a status", errors.New(long), codes.Internal, "", false, false, 1100},
 	} {

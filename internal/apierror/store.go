@@ -45,6 +45,7 @@ const retryDelay = time.Second
 // otherwise INTERNAL with reason and msg. The store's own error is never
 // in the message: the caller logs it.
 func Store(reason, msg string, err error) error {
+	checkReason(reason)
 	switch {
 	case full(err):
 		return New(codes.ResourceExhausted, ReasonStoreFull, msg+
@@ -115,6 +116,7 @@ func redisReply(err error, prefixes ...string) bool {
 // Unavailable returns UNAVAILABLE with an ErrorInfo (reason, metadata) and
 // a RetryInfo: what failed may succeed when retried a little later.
 func Unavailable(reason, msg string, metadata map[string]string) error {
+	checkReason(reason)
 	st := status.New(codes.Unavailable, msg)
 	if d, derr := st.WithDetails(
 		&errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: metadata},

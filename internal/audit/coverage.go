@@ -47,6 +47,8 @@ var notAudited = map[string]Unaudited{
 	"/v0m3.registry.v1.RegistryService/WatchEvents":         {Read, "streams stored events; policy decides who (connection.read)"},
 	"/v0m3.registry.v1.RegistryService/RecordSnapshot": {Internal, "the adapter records what an audited Discover (or a list_changed " +
 		"notification) observed; an immutable observation, and a drift it finds moves mappings to review, which is audited"},
+	"/v0m3.registry.v1.RegistryService/ReportSandbox": {Internal, "the adapter records the sandbox it applied to a local " +
+		"server an audited Discover or a traced Execute started; an observation that changes no configuration and no revision"},
 	"/v0m3.registry.v1.RegistryService/ReportRollout": {Internal, "the operator reports which config revision Kubernetes now " +
 		"serves, after an audited update; a fact about the cluster, not a decision"},
 

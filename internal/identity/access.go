@@ -23,7 +23,7 @@ var table = map[string]map[string]Access{
 	},
 	"v0m3.registry.v1.RegistryService": {
 		"CreateConnection":     {Peers: []string{Operator}, Callers: true},
-		"UpdateConnection":     {Peers: []string{Operator, Adapter}, Callers: true},
+		"UpdateConnection":     {Peers: []string{Operator}, Callers: true},
 		"RetireConnection":     {Peers: []string{Operator}, Callers: true},
 		"ReportRollout":        {Peers: []string{Operator}},
 		"ReviewConnection":     {Callers: true},
@@ -51,6 +51,8 @@ var table = map[string]map[string]Access{
 		"ResolveMapping":       {Peers: []string{Orchestrator, Policy, Adapter}},
 		"ResolveExecution":     {Peers: []string{Orchestrator}},
 		"WatchEvents":          {Peers: []string{Orchestrator, Operator, Policy, Adapter}, Callers: true},
+		// The sandbox the adapter applied: its observation, nobody else's.
+		"ReportSandbox": {Peers: []string{Adapter}},
 	},
 	"v0m3.policy.v1.PolicyService": {
 		"Eligible":               {Peers: []string{Orchestrator}},

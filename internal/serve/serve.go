@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/v0m3/v0m3/internal/bounds"
+	"github.com/v0m3/v0m3/internal/fieldbehavior"
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/stranger"
 	"github.com/v0m3/v0m3/internal/telemetry"
@@ -60,14 +61,15 @@ type Server struct {
 // New returns a server for the named service, guarded by guard: with its
 // credentials it serves TLS, and every RPC is admitted by the access table,
 // then bounded by the service's declared limits (bounds.UnaryServer,
-// bounds.StreamServer), before its handler runs. Every RPC is counted in
+// bounds.StreamServer), then refused if it misses a field its contract
+// marks REQUIRED (fieldbehavior), before its handler runs. Every RPC is counted in
 // the process's metrics (telemetry.UnaryServer), refusals included. extra adds server options,
 // e.g. telemetry.ServerOption for traces, which the suite always passes.
 // Register the service's API on s.GRPC before calling Serve.
 func New(name string, log *slog.Logger, guard *identity.Guard, extra ...grpc.ServerOption) *Server {
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(telemetry.UnaryServer(name), logUnary(name, log), guard.Unary(), bounds.UnaryServer()),
-		grpc.ChainStreamInterceptor(guard.Stream(), bounds.StreamServer()),
+		grpc.ChainUnaryInterceptor(telemetry.UnaryServer(name), logUnary(name, log), guard.Unary(), bounds.UnaryServer(), fieldbehavior.UnaryServer()),
+		grpc.ChainStreamInterceptor(guard.Stream(), bounds.StreamServer(), fieldbehavior.StreamServer()),
 		grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
 		// Metadata is read before anyone is authenticated (health answers
 		// anyone): a stranger's megabyte header is refused, not read.

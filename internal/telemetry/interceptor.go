@@ -36,8 +36,17 @@ const (
 var LimitCodes = map[string]bool{"RESPONSE_LIMIT_EXCEEDED": true, "ITEM_LIMIT_EXCEEDED": true, "MEDIA_TYPE_NOT_ALLOWED": true}
 
 // storeReasons are the ErrorInfo reasons services give when their store
-// failed.
-var storeReasons = map[string]bool{"STORE_FAILURE": true, "STORAGE_FAILED": true, apierror.ReasonStoreUnavailable: true, apierror.ReasonStoreFull: true}
+// failed (a reason the orchestrator still uses until its rename counts as
+// the reason that replaces it: isStoreReason).
+var storeReasons = map[string]bool{apierror.ReasonStoreFailure: true, apierror.ReasonStoreUnavailable: true, apierror.ReasonStoreFull: true}
+
+// isStoreReason reports whether reason says a service's store failed.
+func isStoreReason(reason string) bool {
+	if to, ok := apierror.PendingRename(reason); ok {
+		reason = to
+	}
+	return storeReasons[reason]
+}
 
 // UnaryServer is the interceptor every V0M3 server runs (outside the
 // access guard, so refusals are counted too): it counts the RPC, puts the
@@ -51,7 +60,7 @@ func UnaryServer(service string) grpc.UnaryServerInterceptor {
 		reason := ""
 		if err != nil {
 			reason = apierror.Reason(err)
-			if storeReasons[reason] {
+			if isStoreReason(reason) {
 				StoreErrors.WithLabelValues(service).Inc()
 			}
 			switch method {

@@ -87,9 +87,9 @@ func TestUnaryServer(t *testing.T) {
 		Arguments: args, MappingId: "map_1", MappingRevision: 3, Outcome: adapterv1.Outcome_OUTCOME_OK,
 		State: orchestratorv1.RequestState_REQUEST_STATE_EXECUTED, Attempts: []*orchestratorv1.Attempt{{Id: "att_1"}}}
 	call("SubmitToolRequest", &orchestratorv1.SubmitToolRequestRequest{TaskId: "tsk_1", Capability: "retrieve_authorized_source", Arguments: args}, done, nil)
-	refused := apierror.InvalidArgument("ARGUMENT_UNKNOWN", "no")
+	refused := apierror.InvalidArgument("UNKNOWN_ARGUMENT_FIELD", "no")
 	call("SubmitToolRequest", &orchestratorv1.SubmitToolRequestRequest{TaskId: "tsk_1", Capability: secret, Arguments: args}, nil, refused)
-	call("GetRequest", &orchestratorv1.GetRequestRequest{}, nil, apierror.New(codes.Internal, "STORAGE_FAILED", "x", nil))
+	call("GetRequest", &orchestratorv1.GetRequestRequest{}, nil, apierror.New(codes.Internal, apierror.ReasonStoreFailure, "x", nil))
 	call("GetRequest", &orchestratorv1.GetRequestRequest{}, nil, errors.New("plain"))
 
 	spans := rec.Ended()
@@ -114,13 +114,13 @@ func TestUnaryServer(t *testing.T) {
 			}
 		}
 	}
-	if v := testutil.ToFloat64(RPCs.WithLabelValues(svc, "SubmitToolRequest", "InvalidArgument", "ARGUMENT_UNKNOWN")); v != 1 {
+	if v := testutil.ToFloat64(RPCs.WithLabelValues(svc, "SubmitToolRequest", "InvalidArgument", "UNKNOWN_ARGUMENT_FIELD")); v != 1 {
 		t.Errorf("refusal counted %v times", v)
 	}
 	if v := testutil.ToFloat64(StoreErrors.WithLabelValues(svc)); v != 1 {
 		t.Errorf("store errors %v, want 1 (a plain error is not one)", v)
 	}
-	if v := testutil.ToFloat64(GovernedCalls.WithLabelValues("unresolved", "refused", "ARGUMENT_UNKNOWN")); v < 1 {
+	if v := testutil.ToFloat64(GovernedCalls.WithLabelValues("unresolved", "refused", "UNKNOWN_ARGUMENT_FIELD")); v < 1 {
 		t.Errorf("refused governed call counted %v times", v)
 	}
 	if labels := governedLabels(&orchestratorv1.ToolRequest{Capability: secret, State: orchestratorv1.RequestState_REQUEST_STATE_REFUSED}); labels[0] != "unresolved" || labels[1] != "refused" {

@@ -1,9 +1,7 @@
 package adapter
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -14,22 +12,17 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/v0m3/v0m3/demo/fixture"
 	"github.com/v0m3/v0m3/internal/apierror"
-	"github.com/v0m3/v0m3/internal/digest"
 	"github.com/v0m3/v0m3/internal/resultschema"
 )
-
-// FixtureSourcesAdapter names the direct adapter for the fixture source
-// library (registryv1.DirectTransport{adapter: "fixture-sources"}).
-const FixtureSourcesAdapter = "fixture-sources"
 
 // CodeInvalidArguments is the safe code of a direct call whose arguments do
 // not match the target's input schema.
 const CodeInvalidArguments = "INVALID_ARGUMENTS"
 
-// DirectSource is a built-in adapter that is not MCP: it describes itself
-// and answers calls in process. Its answers go through the same limits,
+// DirectSource is an adapter that is not MCP: it describes itself and
+// answers calls in process. The adapter has none of its own: the
+// composition root registers them by name (Deps.Direct). Its answers go through the same limits,
 // media-type checks, digests and traces as an MCP server's, so a direct
 // adapter and an MCP adapter for the same source produce the same source
 // observation.
@@ -51,85 +44,6 @@ type DirectCallError struct {
 }
 
 func (e *DirectCallError) Error() string { return e.Code + ": " + e.Detail }
-
-// DefaultDirectSources returns the built-in direct adapters: the fixture
-// source library at notes revision 1.
-func DefaultDirectSources() map[string]DirectSource {
-	return map[string]DirectSource{FixtureSourcesAdapter: NewFixtureSources(fixture.NewLibrary(1))}
-}
-
-// fixtureSources reads the fixture library in process.
-type fixtureSources struct{ lib *fixture.Library }
-
-// NewFixtureSources returns the direct adapter over lib: the same notes,
-// search and resources the "V0M3 Sources" MCP server exposes.
-func NewFixtureSources(lib *fixture.Library) DirectSource { return &fixtureSources{lib: lib} }
-
-func (f *fixtureSources) Describe(context.Context) (*registryv1.DiscoverySnapshot, error) {
-	schema, err := structpb.NewStruct(fixture.SearchInputSchema())
-	if err != nil {
-		return nil, err
-	}
-	ann, _ := structpb.NewStruct(map[string]any{"readOnlyHint": true, "idempotentHint": true, "title": "Search notes"})
-	snap := &registryv1.DiscoverySnapshot{
-		ServerInfo:      &registryv1.ServerInfo{Name: fixture.ServerName, Version: fixture.ServerVersion},
-		ProtocolVersion: "direct/" + FixtureSourcesAdapter,
-		Tools: []*registryv1.ToolIdentity{{
-			Name: "search", Title: "Search notes", Description: fixture.DescriptionDefault, InputSchema: schema, Annotations: ann,
-		}},
-	}
-	for _, n := range f.lib.Notes() {
-		snap.Resources = append(snap.Resources, &registryv1.ResourceIdentity{
-			Uri: n.URI, Name: n.Slug, Title: n.Title, Description: "Technical note: " + n.Title,
-			MimeType: fixture.MediaType, Size: int64(len(n.Text)),
-		})
-	}
-	return snap, nil
-}
-
-func (f *fixtureSources) Call(_ context.Context, target *registryv1.RemoteTarget, args *structpb.Struct) ([]*adapterv1.ContentItem, error) {
-	var notes []fixture.Note
-	switch target.GetKind() {
-	case registryv1.RemoteKind_REMOTE_KIND_TOOL:
-		if target.GetName() != "search" {
-			return nil, &DirectCallError{Code: CodeToolError, Detail: "unknown tool " + truncate(target.GetName(), 64)}
-		}
-		var in struct {
-			Query string `json:"query"`
-			URI   string `json:"uri"`
-		}
-		raw, err := json.Marshal(args.AsMap())
-		if err != nil {
-			return nil, err
-		}
-		dec := json.NewDecoder(bytesReader(raw))
-		dec.DisallowUnknownFields() // the schema says additionalProperties: false
-		if err := dec.Decode(&in); err != nil || in.Query == "" || len(in.Query) > 256 {
-			return nil, &DirectCallError{Code: CodeInvalidArguments, Detail: "arguments do not match the search input schema"}
-		}
-		notes, err = f.lib.Search(in.Query, in.URI)
-		if err != nil {
-			return nil, &DirectCallError{Code: CodeToolError, Detail: err.Error()}
-		}
-	case registryv1.RemoteKind_REMOTE_KIND_RESOURCE:
-		for _, n := range f.lib.Notes() {
-			if n.URI == target.GetName() {
-				notes = []fixture.Note{n}
-			}
-		}
-		if notes == nil {
-			return nil, &DirectCallError{Code: "RESOURCE_NOT_FOUND", Detail: "no such note"}
-		}
-	}
-	items := make([]*adapterv1.ContentItem, 0, len(notes))
-	for i, n := range notes {
-		items = append(items, &adapterv1.ContentItem{
-			Uri: n.URI, MediaType: fixture.MediaType, Text: n.Text, ContentDigest: digest.Bytes([]byte(n.Text)),
-			Metadata: map[string]string{"revision": fmt.Sprint(n.Revision)}, Index: int32(i),
-		})
-	}
-	return items, nil
-}
 
 // directSource returns the direct adapter a connection names.
 func (s *Server) directSource(conn *registryv1.Connection) (DirectSource, error) {
@@ -190,5 +104,3 @@ func (s *Server) executeDirect(ctx context.Context, conn *registryv1.Connection,
 	resp.Items, resp.ResponseDigest, resp.Diagnostics, resp.Outcome = r.items, r.digest, r.diagnostics, adapterv1.Outcome_OUTCOME_OK
 	return resp
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

@@ -43,7 +43,7 @@ func (s *Server) Discover(ctx context.Context, req *adapterv1.DiscoverRequest) (
 		return nil, err
 	}
 	if req.GetConnectionId() == "" {
-		return nil, apierror.InvalidArgument("CONNECTION_ID_REQUIRED", "connection_id is required",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldRequired, "connection_id is required",
 			apierror.FieldViolation{Field: "connection_id", Description: "required"})
 	}
 	conn, err := s.connection(ctx, req.GetConnectionId())

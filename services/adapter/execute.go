@@ -208,7 +208,7 @@ func validateExecute(req *adapterv1.ExecuteRequest) error {
 		add("output_schema", "a resource read has no output schema")
 	}
 	if len(v) > 0 {
-		return apierror.InvalidArgument("INVALID_EXECUTE_REQUEST", "the execute request is incomplete or out of range", v...)
+		return apierror.InvalidArgument(apierror.ReasonFieldInvalid, "the execute request is incomplete or out of range", v...)
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ const (
 // the result to policy. An unreachable server is a result, not an error.
 func (s *Server) Health(ctx context.Context, req *adapterv1.HealthRequest) (*adapterv1.HealthResponse, error) {
 	if req.GetConnectionId() == "" {
-		return nil, apierror.InvalidArgument("CONNECTION_ID_REQUIRED", "connection_id is required",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldRequired, "connection_id is required",
 			apierror.FieldViolation{Field: "connection_id", Description: "required"})
 	}
 	conn, err := s.connection(ctx, req.GetConnectionId())

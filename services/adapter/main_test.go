@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/v0m3/v0m3/internal/apierror"
+	"github.com/v0m3/v0m3/internal/fieldbehavior/fieldbehaviortest"
 	"github.com/v0m3/v0m3/internal/grant"
 	"github.com/v0m3/v0m3/internal/identity"
 	"github.com/v0m3/v0m3/internal/ids"
@@ -44,6 +45,10 @@ var (
 
 // TestMain builds the fixture into a binary and starts one HTTP instance.
 func TestMain(m *testing.M) {
+	// The test binary is the sandbox launcher of the servers it starts.
+	if IsSandboxLaunch() {
+		RunSandboxLaunch()
+	}
 	os.Exit(run(m))
 }
 
@@ -62,8 +67,8 @@ func run(m *testing.M) int {
 	}
 	fixtureBin = filepath.Join(dir, "fixture")
 	escapeBin = filepath.Join(dir, "escape")
-	for bin, pkg := range map[string]string{fixtureBin: "fixturecmd", escapeBin: "escapecmd"} {
-		build := exec.Command("go", "build", "-o", bin, "github.com/v0m3/v0m3/services/adapter/internal/"+pkg)
+	for bin, pkg := range map[string]string{fixtureBin: "github.com/v0m3/v0m3/demo/fixture/fixturecmd", escapeBin: "github.com/v0m3/v0m3/services/adapter/internal/escapecmd"} {
+		build := exec.Command("go", "build", "-o", bin, pkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "build "+pkg+":", err)
@@ -142,7 +147,7 @@ func (f *fakeRegistry) GetConnection(_ context.Context, req *registryv1.GetConne
 	defer f.mu.Unlock()
 	c, ok := f.conns[req.GetId()]
 	if !ok {
-		return nil, apierror.New(codes.NotFound, "CONNECTION_NOT_FOUND", "no such connection", nil)
+		return nil, apierror.New(codes.NotFound, "CONNECTION_UNKNOWN", "no such connection", nil)
 	}
 	return proto.CloneOf(c), nil
 }
@@ -156,20 +161,18 @@ func (f *fakeRegistry) RecordSnapshot(_ context.Context, req *registryv1.RecordS
 	return s, nil
 }
 
-// UpdateConnection accepts only what the adapter sends: sandbox
-// constraints, compare-and-set on the config revision.
-func (f *fakeRegistry) UpdateConnection(_ context.Context, req *registryv1.UpdateConnectionRequest) (*registryv1.Connection, error) {
+// ReportSandbox records the sandbox constraints the adapter reports,
+// compare-and-set on the config revision. The fake has no
+// UpdateConnection: the adapter changes no connection configuration.
+func (f *fakeRegistry) ReportSandbox(_ context.Context, req *registryv1.ReportSandboxRequest) (*registryv1.Connection, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, ok := f.conns[req.GetId()]
+	c, ok := f.conns[req.GetConnectionId()]
 	if !ok {
-		return nil, apierror.New(codes.NotFound, "CONNECTION_NOT_FOUND", "no such connection", nil)
+		return nil, apierror.New(codes.NotFound, "CONNECTION_UNKNOWN", "no such connection", nil)
 	}
-	if req.GetExpectedConfigRevision() != c.GetConfigRevision() {
+	if req.GetConfigRevision() != c.GetConfigRevision() {
 		return nil, apierror.New(codes.Aborted, "CONFIG_REVISION_CONFLICT", "stale revision", nil)
-	}
-	if req.GetTransport() != nil || req.GetCredentialRef() != "" {
-		return nil, apierror.New(codes.InvalidArgument, "UNEXPECTED_CONFIG", "the adapter must only record sandbox constraints", nil)
 	}
 	c = proto.CloneOf(c)
 	c.Sandbox = req.GetSandbox()
@@ -299,7 +302,7 @@ func newEnvWith(t testing.TB, log *slog.Logger, configure func(*Deps)) *env {
 		registryv1.RegisterRegistryServiceServer(g, e.registry)
 		evidencev1.RegisterEvidenceServiceServer(g, e.evidence)
 		policyv1.RegisterPolicyServiceServer(g, e.policy)
-	})
+	}, grpc.UnaryInterceptor(fieldbehaviortest.UnaryServer()))
 	cc := deps.Dial(t)
 	d := Deps{
 		// The adapter's own certificate: grants verify against its CA.

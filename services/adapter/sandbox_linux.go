@@ -79,6 +79,9 @@ func newSandboxer(cfg SandboxConfig, dataDir string, log *slog.Logger) *sandboxe
 // adapter never runs a server as root, so without a dedicated uid or a
 // user namespace it refuses to start one.
 func (sx *sandboxer) start(sp launchSpec) (*sandboxed, *registryv1.SandboxConstraints, error) {
+	if !launcherWired.Load() {
+		return nil, nil, setupFailed("this binary does not run the sandbox launcher: its main (or TestMain) must call adapter.IsSandboxLaunch first")
+	}
 	if err := prepareDataDir(sx.dataDir); err != nil {
 		return nil, nil, err
 	}
@@ -324,7 +327,8 @@ func killGroup(cmd *exec.Cmd) {
 
 // The launcher. The adapter starts its own executable (/proc/self/exe)
 // with argv[0] launcherArg0, the spec on fd 3 and a status pipe on fd 4;
-// init below recognises it before main runs. Fed a spec, it:
+// main recognises it first thing (IsSandboxLaunch) and runs it
+// (RunSandboxLaunch). Fed a spec, it:
 //
 //  1. enters the run's working directory (possible for root even where the
 //     server's uid may not traverse the data directory),
@@ -351,10 +355,13 @@ const (
 // maxLauncherSpec bounds the spec the launcher reads.
 const maxLauncherSpec = 1 << 20
 
-func init() {
-	if len(os.Args) > 0 && os.Args[0] == launcherArg0 {
-		os.Exit(runLauncher(os.NewFile(launcherSpecFD, "spec")))
-	}
+// isLauncher reports whether this process was started as the launcher.
+func isLauncher() bool { return len(os.Args) > 0 && os.Args[0] == launcherArg0 }
+
+// runLauncherAndExit runs the launcher on its spec descriptor and exits
+// with its status.
+func runLauncherAndExit() {
+	os.Exit(runLauncher(os.NewFile(launcherSpecFD, "spec")))
 }
 
 // launcherSpec is what the launcher runs, and how.

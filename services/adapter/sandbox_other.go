@@ -64,3 +64,13 @@ func killGroup(cmd *exec.Cmd) {
 		_ = cmd.Process.Kill()
 	}
 }
+
+// isLauncher is false: outside Linux the adapter starts servers directly,
+// never through a launcher.
+func isLauncher() bool { return false }
+
+// runLauncherAndExit is never reached outside Linux (isLauncher is false).
+func runLauncherAndExit() {
+	fmt.Fprintln(os.Stderr, "v0m3: the sandbox launcher runs only on Linux")
+	os.Exit(2)
+}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -57,8 +58,10 @@ type Deps struct {
 	// Sandbox says how local servers are isolated; the zero value is the
 	// default (see SandboxConfig).
 	Sandbox SandboxConfig
-	// Direct maps a direct (non-MCP) adapter name to its implementation;
-	// nil means DefaultDirectSources.
+	// Direct maps a direct (non-MCP) adapter name to its implementation,
+	// registered by the composition root (e.g. the demo's fixture library
+	// in `v0m3 dev`); nil means none, and a connection naming one is
+	// refused with DIRECT_ADAPTER_UNKNOWN.
 	Direct map[string]DirectSource
 	// Fixtures, when set, records or replays discovery and calls (see
 	// Fixtures); nil means live only.
@@ -196,10 +199,7 @@ func NewServer(deps Deps, log *slog.Logger) *Server {
 	ht.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: policy.Control}).DialContext
 	ht.ResponseHeaderTimeout = 0
 	ht.MaxResponseHeaderBytes = 64 << 10
-	direct := deps.Direct
-	if direct == nil {
-		direct = DefaultDirectSources()
-	}
+	direct := maps.Clone(deps.Direct)
 	fx := deps.Fixtures
 	if fx != nil && fx.Mode == FixturesOff {
 		fx = nil
@@ -489,9 +489,10 @@ func (ss *session) close() {
 }
 
 // recordSandbox records on the connection the sandbox constraints applied
-// to its local server, when they differ from what is recorded. Sandbox-only
-// updates create no config revision; the update is a compare-and-set on
-// the revision just read, so a concurrent reconfiguration wins and the next
+// to its local server, when they differ from what is recorded, through the
+// registry's ReportSandbox (the adapter's own RPC, which writes nothing
+// else and creates no config revision). It is a compare-and-set on the
+// revision just read, so a concurrent reconfiguration wins and the next
 // start records again. A failure is logged, not returned: the constraints
 // were applied either way.
 func (s *Server) recordSandbox(ctx context.Context, conn *registryv1.Connection, sb *registryv1.SandboxConstraints) {
@@ -508,10 +509,10 @@ func (s *Server) recordSandbox(ctx context.Context, conn *registryv1.Connection,
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := s.deps.Registry.UpdateConnection(ctx, &registryv1.UpdateConnectionRequest{
-		Id:                     conn.GetId(),
-		ExpectedConfigRevision: conn.GetConfigRevision(),
-		Sandbox:                sb,
+	if _, err := s.deps.Registry.ReportSandbox(ctx, &registryv1.ReportSandboxRequest{
+		ConnectionId:   conn.GetId(),
+		ConfigRevision: conn.GetConfigRevision(),
+		Sandbox:        sb,
 	}); err != nil {
 		s.log.Warn("record sandbox constraints", "connection_id", conn.GetId(), "error", logText(err))
 		return

@@ -168,7 +168,7 @@ func (s *Server) GetAsset(ctx context.Context, req *evidencev1.GetAssetRequest) 
 		return nil, err
 	}
 	if req.GetDigest() == "" {
-		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a digest is required", apierror.FieldViolation{Field: "digest", Description: "required"})
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "a digest is required", apierror.FieldViolation{Field: "digest", Description: "required"})
 	}
 	if s.assets == nil {
 		return nil, apierror.New(codes.FailedPrecondition, "ASSETS_NOT_CONFIGURED", "this evidence service stores no assets", nil)

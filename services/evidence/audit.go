@@ -111,7 +111,7 @@ func (s *Server) ListAuditRecords(ctx context.Context, req *evidencev1.ListAudit
 	size := int(req.GetPageSize())
 	switch {
 	case size < 0:
-		return nil, apierror.InvalidArgument("REQUEST_INVALID", "page_size must not be negative",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "page_size must not be negative",
 			apierror.FieldViolation{Field: "page_size", Description: "not negative"})
 	case size == 0:
 		size = defaultAuditPage

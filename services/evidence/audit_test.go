@@ -104,7 +104,7 @@ func TestAuditRecords(t *testing.T) {
 		{"token with other filters", &evidencev1.ListAuditRecordsRequest{PageToken: first.GetNextPageToken(), Principal: "alice"}, "PAGE_TOKEN_INVALID"},
 		{"made-up token", &evidencev1.ListAuditRecordsRequest{PageToken: "bm90LWEtdG9rZW4"}, "PAGE_TOKEN_INVALID"},
 		{"not base64", &evidencev1.ListAuditRecordsRequest{PageToken: "!!"}, "PAGE_TOKEN_INVALID"},
-		{"negative page size", &evidencev1.ListAuditRecordsRequest{PageSize: -1}, "REQUEST_INVALID"},
+		{"negative page size", &evidencev1.ListAuditRecordsRequest{PageSize: -1}, "FIELD_INVALID"},
 	} {
 		_, err := e.client.ListAuditRecords(ctx, c.req)
 		wantError(t, err, codes.InvalidArgument, c.reason)

@@ -25,7 +25,7 @@ func (s *Server) ClassifyTrace(ctx context.Context, req *evidencev1.ClassifyTrac
 		return nil, err
 	}
 	if req.GetTaskId() == "" {
-		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a task id is required", apierror.FieldViolation{Field: "task_id", Description: "required"})
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "a task id is required", apierror.FieldViolation{Field: "task_id", Description: "required"})
 	}
 	events, err := s.st.ListTrace(ctx, req.GetTaskId())
 	if err != nil {

@@ -19,7 +19,7 @@ func (s *Server) CompareRevisions(ctx context.Context, req *evidencev1.CompareRe
 		if err := s.requireTask(ctx, authz.TraceRead, ""); err != nil {
 			return nil, err
 		}
-		return nil, apierror.InvalidArgument("REQUEST_INVALID", "name the two observations to compare", vs...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "name the two observations to compare", vs...)
 	}
 	// Each observation is read as its own task's evidence.
 	load := func(id string) (*evidencev1.SourceObservation, error) {

@@ -12,7 +12,7 @@ import (
 // without storing anything.
 func (s *Server) ValidateObservation(_ context.Context, req *evidencev1.ValidateObservationRequest) (*evidencev1.ObservationValidation, error) {
 	if req.GetObservation() == nil {
-		return nil, apierror.InvalidArgument("REQUEST_INVALID", "an observation is required", apierror.FieldViolation{Field: "observation", Description: "required"})
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "an observation is required", apierror.FieldViolation{Field: "observation", Description: "required"})
 	}
 	f := fitness.Assess(req.GetObservation())
 	return &evidencev1.ObservationValidation{Fit: len(f) == 0, Findings: f}, nil

@@ -136,7 +136,7 @@ func (s *Server) GetObservation(ctx context.Context, req *evidencev1.GetObservat
 		if err := s.requireTask(ctx, authz.TraceRead, ""); err != nil {
 			return nil, err
 		}
-		return nil, apierror.InvalidArgument("REQUEST_INVALID", "an observation id is required", apierror.FieldViolation{Field: "id", Description: "required"})
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "an observation id is required", apierror.FieldViolation{Field: "id", Description: "required"})
 	}
 	// The task's requester and actor read their own task's evidence, as
 	// they read its trace.
@@ -150,7 +150,7 @@ func (s *Server) ListObservations(ctx context.Context, req *evidencev1.ListObser
 		return nil, err
 	}
 	if req.GetTaskId() == "" {
-		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a task id is required", apierror.FieldViolation{Field: "task_id", Description: "required"})
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "a task id is required", apierror.FieldViolation{Field: "task_id", Description: "required"})
 	}
 	list, err := s.st.ListObservations(ctx, req.GetTaskId())
 	if err != nil {
@@ -172,7 +172,7 @@ func (s *Server) ListRevisions(ctx context.Context, req *evidencev1.ListRevision
 		return nil, err
 	}
 	if vs := required(nil, [2]string{"connection_id", req.GetConnectionId()}, [2]string{"resource_uri", req.GetResourceUri()}); len(vs) > 0 {
-		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a source is named by its connection id and resource URI", vs...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "a source is named by its connection id and resource URI", vs...)
 	}
 	list, err := s.st.ListRevisions(ctx, req.GetConnectionId(), req.GetResourceUri())
 	if err != nil {

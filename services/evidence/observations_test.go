@@ -199,7 +199,7 @@ func TestObservationReadErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			wantError(t, tc.call(t.Context()), codes.InvalidArgument, "REQUEST_INVALID", tc.fields...)
+			wantError(t, tc.call(t.Context()), codes.InvalidArgument, "FIELD_INVALID", tc.fields...)
 		})
 	}
 }

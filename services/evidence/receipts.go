@@ -76,7 +76,7 @@ func validateReceipt(r *evidencev1.Receipt) []apierror.FieldViolation {
 // GetReceipt looks a receipt up by its idempotency key.
 func (s *Server) GetReceipt(ctx context.Context, req *evidencev1.GetReceiptRequest) (*evidencev1.Receipt, error) {
 	if req.GetIdempotencyKey() == "" {
-		return nil, apierror.InvalidArgument("REQUEST_INVALID", "an idempotency key is required", apierror.FieldViolation{Field: "idempotency_key", Description: "required"})
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "an idempotency key is required", apierror.FieldViolation{Field: "idempotency_key", Description: "required"})
 	}
 	r, err := s.st.GetReceipt(ctx, req.GetIdempotencyKey())
 	if err != nil {

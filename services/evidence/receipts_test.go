@@ -106,5 +106,5 @@ func TestReceiptErrors(t *testing.T) {
 	_, err := e.client.GetReceipt(t.Context(), &evidencev1.GetReceiptRequest{IdempotencyKey: "intent_never"})
 	wantError(t, err, codes.NotFound, "RECEIPT_UNKNOWN")
 	_, err = e.client.GetReceipt(t.Context(), &evidencev1.GetReceiptRequest{})
-	wantError(t, err, codes.InvalidArgument, "REQUEST_INVALID", "idempotency_key")
+	wantError(t, err, codes.InvalidArgument, "FIELD_INVALID", "idempotency_key")
 }

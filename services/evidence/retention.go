@@ -18,7 +18,7 @@ func (s *Server) Prune(ctx context.Context, req *evidencev1.PruneRequest) (*evid
 	}
 	d := req.GetOlderThan()
 	if d == nil || d.CheckValid() != nil || d.AsDuration() < 0 {
-		return nil, apierror.InvalidArgument("REQUEST_INVALID", "older_than is required and must not be negative",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "older_than is required and must not be negative",
 			apierror.FieldViolation{Field: "older_than", Description: "required, >= 0"})
 	}
 	n, err := s.PruneOlderThan(ctx, d.AsDuration())

@@ -96,7 +96,7 @@ func (s *Server) storeError(ctx context.Context, err error, op, notFoundReason, 
 		return apierror.New(codes.DeadlineExceeded, "DEADLINE_EXCEEDED", "the call ran out of time", nil)
 	}
 	s.log.ErrorContext(ctx, "store failure", "op", op, "err", err)
-	return apierror.Store("STORE_FAILURE", "the evidence store failed", err)
+	return apierror.Store(apierror.ReasonStoreFailure, "the evidence store failed", err)
 }
 
 // required appends a violation for each empty field.

@@ -173,7 +173,7 @@ func (s *Server) GetTrace(ctx context.Context, req *evidencev1.GetTraceRequest) 
 		return nil, err
 	}
 	if req.GetTaskId() == "" {
-		return nil, apierror.InvalidArgument("REQUEST_INVALID", "a task id is required", apierror.FieldViolation{Field: "task_id", Description: "required"})
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "a task id is required", apierror.FieldViolation{Field: "task_id", Description: "required"})
 	}
 	events, err := s.st.ListTrace(ctx, req.GetTaskId())
 	if err != nil {

@@ -162,7 +162,7 @@ func TestAppendTraceValidation(t *testing.T) {
 		})
 	}
 	_, err := e.client.GetTrace(t.Context(), &evidencev1.GetTraceRequest{})
-	wantError(t, err, codes.InvalidArgument, "REQUEST_INVALID", "task_id")
+	wantError(t, err, codes.InvalidArgument, "FIELD_INVALID", "task_id")
 }
 
 func TestTraceRedactsSecretLookingArguments(t *testing.T) {

@@ -40,7 +40,7 @@ func (s *Server) AuthorizeAction(ctx context.Context, req *policyv1.AuthorizeAct
 		bad = append(bad, apierror.FieldViolation{Field: "resource_type", Description: "required"})
 	}
 	if len(bad) > 0 {
-		return nil, apierror.InvalidArgument("INVALID_AUTHORIZE_REQUEST", "the authorization request is incomplete", bad...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "the authorization request is incomplete", bad...)
 	}
 	pol := s.policy.Load()
 	entities := cedar.EntityMap{}

@@ -84,7 +84,7 @@ func TestCapabilityIsNotAnAction(t *testing.T) {
 	e := newEnv(t, options{})
 	_, err := e.client.AuthorizeAction(context.Background(), &policyv1.AuthorizeActionRequest{
 		Principal: &policyv1.Principal{Id: "alice", Groups: []string{"authors"}}, Action: "render_preview", ResourceType: "connection"})
-	if !apierror.Is(err, codes.InvalidArgument, "INVALID_AUTHORIZE_REQUEST") {
+	if !apierror.Is(err, codes.InvalidArgument, "FIELD_INVALID") {
 		t.Fatalf("capability as action: %v", err)
 	}
 }

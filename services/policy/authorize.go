@@ -179,7 +179,7 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 		bad = append(bad, apierror.FieldViolation{Field: "mapping_revision", Description: "must not be negative"})
 	}
 	if len(bad) > 0 {
-		return nil, apierror.InvalidArgument("INVALID_AUTHORIZE_REQUEST", "the authorization request is incomplete", bad...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "the authorization request is incomplete", bad...)
 	}
 
 	c, err := s.capability(ctx, req.GetCapability(), req.GetEffectClass())

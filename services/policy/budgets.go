@@ -122,7 +122,7 @@ func (s *Server) chargeOp(ctx context.Context, req *policyv1.ChargeRequest) (op 
 		}
 	}
 	if len(bad) > 0 {
-		return ChargeOp{}, time.Time{}, apierror.InvalidArgument("INVALID_CHARGE_REQUEST", "the charge request is invalid", bad...)
+		return ChargeOp{}, time.Time{}, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "the charge request is invalid", bad...)
 	}
 
 	tl, rl := s.deps.TaskBudget, s.deps.RequesterBudget

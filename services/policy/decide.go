@@ -29,7 +29,7 @@ func (s *Server) Decide(ctx context.Context, in *policyv1.DecideRequest) (*polic
 // RPC would, so the rules stay in one place.
 func DecideWith(ctx context.Context, d Decider, in *policyv1.DecideRequest) (*policyv1.DecideResponse, error) {
 	if c := in.GetCharge(); c != nil && (c.GetTaskId() != in.GetTaskId() || c.GetRequester() != in.GetRequester().GetId()) {
-		return nil, apierror.InvalidArgument("INVALID_DECIDE_REQUEST", "the charge must be for the request's task and requester",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "the charge must be for the request's task and requester",
 			apierror.FieldViolation{Field: "charge", Description: "task_id and requester must equal the request's"})
 	}
 	out := &policyv1.DecideResponse{}

@@ -77,7 +77,7 @@ func TestDecide(t *testing.T) {
 				r := decide("source_review", "", "int_4")
 				r.Charge.Requester = "mallory"
 				return r
-			}(), codes.InvalidArgument, "INVALID_DECIDE_REQUEST"},
+			}(), codes.InvalidArgument, "FIELD_INVALID"},
 		} {
 			res, err := e.client.Decide(ctx, tc.in)
 			if tc.reason == "" {

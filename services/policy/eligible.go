@@ -35,7 +35,7 @@ func (s *Server) Eligible(ctx context.Context, req *policyv1.EligibleRequest) (*
 		bad = append(bad, apierror.FieldViolation{Field: "purpose", Description: "required"})
 	}
 	if len(bad) > 0 {
-		return nil, apierror.InvalidArgument("INVALID_ELIGIBLE_REQUEST", "the eligibility request is incomplete", bad...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "the eligibility request is incomplete", bad...)
 	}
 
 	caps, err := paging.Collect(ctx, func(ctx context.Context, tok string) ([]*registryv1.Capability, string, error) {

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/v0m3/v0m3/internal/fieldbehavior/fieldbehaviortest"
 	"github.com/v0m3/v0m3/internal/redistest"
 	"github.com/v0m3/v0m3/internal/store"
 	"github.com/v0m3/v0m3/internal/testkit"
@@ -60,7 +61,7 @@ func newEnv(t *testing.T, opts options) *env {
 	}
 	standardFixture(e.reg)
 
-	reg := testkit.Serve(t, func(g *grpc.Server) { registryv1.RegisterRegistryServiceServer(g, e.reg) })
+	reg := testkit.Serve(t, func(g *grpc.Server) { registryv1.RegisterRegistryServiceServer(g, e.reg) }, grpc.UnaryInterceptor(fieldbehaviortest.UnaryServer()))
 	e.regCli = registryv1.NewRegistryServiceClient(reg.Dial(t))
 
 	if err := e.start(); err != nil {
@@ -105,7 +106,7 @@ func (e *env) start() error {
 		}
 		return err
 	}
-	e.served = testkit.Serve(e.t, func(g *grpc.Server) { policyv1.RegisterPolicyServiceServer(g, srv) })
+	e.served = testkit.Serve(e.t, func(g *grpc.Server) { policyv1.RegisterPolicyServiceServer(g, srv) }, grpc.UnaryInterceptor(fieldbehaviortest.UnaryServer()))
 	e.db, e.srv = db, srv
 	e.client = policyv1.NewPolicyServiceClient(e.served.Dial(e.t))
 	return nil

@@ -64,7 +64,7 @@ func (f *fakeRegistry) GetCapability(_ context.Context, req *registryv1.GetCapab
 	defer f.mu.Unlock()
 	c, ok := f.caps[req.GetName()]
 	if !ok {
-		return nil, apierror.New(codes.NotFound, "CAPABILITY_NOT_FOUND", "no such capability", nil)
+		return nil, apierror.New(codes.NotFound, "CAPABILITY_UNKNOWN", "no such capability", nil)
 	}
 	return proto.Clone(c).(*registryv1.Capability), nil
 }
@@ -87,7 +87,7 @@ func (f *fakeRegistry) GetMapping(_ context.Context, req *registryv1.GetMappingR
 	f.mappingReads++
 	m, ok := f.mappings[req.GetId()]
 	if !ok {
-		return nil, apierror.New(codes.NotFound, "MAPPING_NOT_FOUND", "no such mapping", nil)
+		return nil, apierror.New(codes.NotFound, "MAPPING_UNKNOWN", "no such mapping", nil)
 	}
 	return proto.Clone(m).(*registryv1.Mapping), nil
 }
@@ -112,7 +112,7 @@ func (f *fakeRegistry) GetConnection(_ context.Context, req *registryv1.GetConne
 	defer f.mu.Unlock()
 	c, ok := f.conns[req.GetId()]
 	if !ok {
-		return nil, apierror.New(codes.NotFound, "CONNECTION_NOT_FOUND", "no such connection", nil)
+		return nil, apierror.New(codes.NotFound, "CONNECTION_UNKNOWN", "no such connection", nil)
 	}
 	return proto.Clone(c).(*registryv1.Connection), nil
 }

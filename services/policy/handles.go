@@ -83,7 +83,7 @@ func (s *Server) MintHandle(ctx context.Context, req *policyv1.MintHandleRequest
 		}
 	}
 	if len(bad) > 0 {
-		return nil, apierror.InvalidArgument("INVALID_HANDLE_REQUEST", "the handle request is invalid", bad...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "the handle request is invalid", bad...)
 	}
 	kind := handlekind.Of(req.GetKind())
 	if err := s.inScope(ctx, req.GetTaskId(), req.GetRequester(), kind, req.GetTarget()); err != nil {
@@ -132,7 +132,7 @@ func (s *Server) ResolveHandle(ctx context.Context, req *policyv1.ResolveHandleR
 		bad = append(bad, apierror.FieldViolation{Field: "mapping_revision", Description: "required, at least 1"})
 	}
 	if len(bad) > 0 {
-		return nil, apierror.InvalidArgument("INVALID_RESOLVE_REQUEST", "the handle resolution request is incomplete", bad...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "the handle resolution request is incomplete", bad...)
 	}
 
 	tok := tokenPrefix(req.GetToken())

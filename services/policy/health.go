@@ -29,7 +29,7 @@ func (s *Server) ReportConnectionHealth(ctx context.Context, req *policyv1.Repor
 		bad = append(bad, apierror.FieldViolation{Field: "detail", Description: fmt.Sprintf("at most %d bytes", maxHealthDetail)})
 	}
 	if len(bad) > 0 {
-		return nil, apierror.InvalidArgument("INVALID_HEALTH_REPORT", "the health report is invalid", bad...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "the health report is invalid", bad...)
 	}
 	h := &policyv1.ConnectionHealth{
 		ConnectionId: req.GetConnectionId(),

@@ -262,7 +262,7 @@ func (s *Server) storeError(ctx context.Context, err error, op string) error {
 		return apierror.New(codes.DeadlineExceeded, "DEADLINE_EXCEEDED", "the call ran out of time", nil)
 	}
 	s.log.ErrorContext(ctx, "policy store failure", "op", op, "err", err)
-	return apierror.Store("STORE_FAILURE", "policy could not "+op, err)
+	return apierror.Store(apierror.ReasonStoreFailure, "policy could not "+op, err)
 }
 
 // readThrough returns the record under key from c, or reads it with read

@@ -187,7 +187,7 @@ func TestRegisterTaskBudget(t *testing.T) {
 			{"above the ceiling in calls", &registryv1.TaskBudget{MaxCalls: 11}, "BUDGET_ABOVE_CEILING", []string{"budget.max_calls"}},
 			{"above the ceiling in two dimensions", &registryv1.TaskBudget{MaxCalls: 10, MaxResponseBytes: 1001, MaxCostMicros: 501},
 				"BUDGET_ABOVE_CEILING", []string{"budget.max_cost_micros", "budget.max_response_bytes"}},
-			{"negative", &registryv1.TaskBudget{MaxCalls: -1}, "INVALID_TASK_SCOPE", []string{"budget.max_calls"}},
+			{"negative", &registryv1.TaskBudget{MaxCalls: -1}, "FIELD_INVALID", []string{"budget.max_calls"}},
 		}
 		for _, tc := range refusals {
 			_, err := e.client.RegisterTask(ctx, &policyv1.RegisterTaskRequest{TaskId: "task_big", Requester: "alice", Budget: tc.budget})

@@ -54,7 +54,7 @@ func (s *Server) RegisterTask(ctx context.Context, req *policyv1.RegisterTaskReq
 		}
 	}
 	if len(bad) > 0 {
-		return nil, apierror.InvalidArgument("INVALID_TASK_SCOPE", "the task registration is invalid", bad...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "the task registration is invalid", bad...)
 	}
 	var above []apierror.FieldViolation
 	var words []string

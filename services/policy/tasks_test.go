@@ -77,7 +77,7 @@ func TestRegisterTask(t *testing.T) {
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.client.RegisterTask(ctx, tc.req)
-			if !apierror.Is(err, codes.InvalidArgument, "INVALID_TASK_SCOPE") || !slices.Equal(apierror.Fields(err), []string{tc.field}) {
+			if !apierror.Is(err, codes.InvalidArgument, "FIELD_INVALID") || !slices.Equal(apierror.Fields(err), []string{tc.field}) {
 				t.Errorf("err = %v (fields %v), want INVALID_ARGUMENT on %s", err, apierror.Fields(err), tc.field)
 			}
 		})
@@ -213,7 +213,7 @@ func TestMintHandleByKind(t *testing.T) {
 	}
 	_, err = e.client.MintHandle(context.Background(), &policyv1.MintHandleRequest{TaskId: "task_1", Requester: "alice",
 		Capability: capDeliver, Target: destination, MappingId: "map_deliver", MappingRevision: 1, Kind: registryv1.HandleKind(42)})
-	if !apierror.Is(err, codes.InvalidArgument, "INVALID_HANDLE_REQUEST") || !slices.Equal(apierror.Fields(err), []string{"kind"}) {
+	if !apierror.Is(err, codes.InvalidArgument, "FIELD_INVALID") || !slices.Equal(apierror.Fields(err), []string{"kind"}) {
 		t.Errorf("unknown kind: %v (fields %v)", err, apierror.Fields(err))
 	}
 }

@@ -276,7 +276,7 @@ func (s *Server) UpdateCapability(ctx context.Context, req *registryv1.UpdateCap
 		return nil, err
 	}
 	if req.GetExpectedRevision() < 0 {
-		return nil, apierror.InvalidArgument("INVALID_REVISION", "expected_revision must be >= 0 (0: whatever is current)",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "expected_revision must be >= 0 (0: whatever is current)",
 			apierror.FieldViolation{Field: "expected_revision", Description: "must be >= 0"})
 	}
 	next, err := validateCapability(req.GetCapability())
@@ -395,11 +395,11 @@ func (s *Server) GetCapability(ctx context.Context, req *registryv1.GetCapabilit
 		return nil, err
 	}
 	if req.GetName() == "" {
-		return nil, apierror.InvalidArgument("NAME_REQUIRED", "name is required",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldRequired, "name is required",
 			apierror.FieldViolation{Field: "name", Description: "the capability name, e.g. retrieve_authorized_source"})
 	}
 	if req.GetRevision() < 0 {
-		return nil, apierror.InvalidArgument("INVALID_REVISION", "revision must be >= 0 (0 means current)",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "revision must be >= 0 (0 means current)",
 			apierror.FieldViolation{Field: "revision", Description: "must be >= 0"})
 	}
 	return s.capability(ctx, req.GetName(), req.GetRevision())

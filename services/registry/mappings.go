@@ -336,7 +336,7 @@ func (s *Server) GetMapping(ctx context.Context, req *registryv1.GetMappingReque
 		return nil, required("id", "the mapping id, e.g. map_...")
 	}
 	if req.GetRevision() < 0 {
-		return nil, apierror.InvalidArgument("INVALID_REVISION", "revision must be >= 0 (0 means current)",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "revision must be >= 0 (0 means current)",
 			apierror.FieldViolation{Field: "revision", Description: "must be >= 0"})
 	}
 	return s.getMapping(ctx, req.GetId(), req.GetRevision())
@@ -405,7 +405,7 @@ func (s *Server) ResolveMapping(ctx context.Context, req *registryv1.ResolveMapp
 // validRevision refuses a negative mapping revision (0 means current).
 func validRevision(r int64) error {
 	if r < 0 {
-		return apierror.InvalidArgument("INVALID_REVISION", "revision must be >= 0",
+		return apierror.InvalidArgument(apierror.ReasonFieldInvalid, "revision must be >= 0",
 			apierror.FieldViolation{Field: "revision", Description: "must be >= 0"})
 	}
 	return nil

@@ -138,7 +138,7 @@ func (s *Server) UpdateTaskProfile(ctx context.Context, req *registryv1.UpdateTa
 		return nil, err
 	}
 	if req.GetExpectedRevision() < 0 {
-		return nil, apierror.InvalidArgument("INVALID_REVISION", "expected_revision must be >= 0 (0: whatever is current)",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "expected_revision must be >= 0 (0: whatever is current)",
 			apierror.FieldViolation{Field: "expected_revision", Description: "must be >= 0"})
 	}
 	next, err := validateProfile(req.GetProfile())
@@ -227,11 +227,11 @@ func (s *Server) GetTaskProfile(ctx context.Context, req *registryv1.GetTaskProf
 		return nil, err
 	}
 	if req.GetName() == "" {
-		return nil, apierror.InvalidArgument("NAME_REQUIRED", "name is required",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldRequired, "name is required",
 			apierror.FieldViolation{Field: "name", Description: "the task profile name, e.g. source_review"})
 	}
 	if req.GetRevision() < 0 {
-		return nil, apierror.InvalidArgument("INVALID_REVISION", "revision must be >= 0 (0 means current)",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "revision must be >= 0 (0 means current)",
 			apierror.FieldViolation{Field: "revision", Description: "must be >= 0"})
 	}
 	p, err := s.st.GetTaskProfile(ctx, req.GetName(), req.GetRevision())

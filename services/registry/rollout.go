@@ -48,7 +48,7 @@ func (s *Server) ReportRollout(ctx context.Context, req *registryv1.ReportRollou
 		v = append(v, apierror.FieldViolation{Field: "detail", Description: "say why the rollout failed"})
 	}
 	if len(v) > 0 {
-		return nil, apierror.InvalidArgument("INVALID_ROLLOUT_REPORT", "invalid rollout report: "+violationText(v), v...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldInvalid, "invalid rollout report: "+violationText(v), v...)
 	}
 	// The operator never reads a Secret's data, so its detail holds none.
 	detail := req.GetDetail()

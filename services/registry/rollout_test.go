@@ -66,8 +66,8 @@ func TestReportRollout(t *testing.T) {
 	}{
 		{"stale revision", &registryv1.ReportRolloutRequest{Id: conn.GetId(), ConfigRevision: first, Ready: true}, codes.FailedPrecondition, "CONFIG_REVISION_NOT_LATEST"},
 		{"future revision", &registryv1.ReportRolloutRequest{Id: conn.GetId(), ConfigRevision: first + 5, Ready: true}, codes.FailedPrecondition, "CONFIG_REVISION_NOT_LATEST"},
-		{"no revision", &registryv1.ReportRolloutRequest{Id: conn.GetId(), Ready: true}, codes.InvalidArgument, "INVALID_ROLLOUT_REPORT"},
-		{"failure without a reason", &registryv1.ReportRolloutRequest{Id: conn.GetId(), ConfigRevision: first + 1}, codes.InvalidArgument, "INVALID_ROLLOUT_REPORT"},
+		{"no revision", &registryv1.ReportRolloutRequest{Id: conn.GetId(), Ready: true}, codes.InvalidArgument, "FIELD_INVALID"},
+		{"failure without a reason", &registryv1.ReportRolloutRequest{Id: conn.GetId(), ConfigRevision: first + 1}, codes.InvalidArgument, "FIELD_INVALID"},
 		{"unknown connection", &registryv1.ReportRolloutRequest{Id: "conn_missing", ConfigRevision: 1, Ready: true}, codes.NotFound, "CONNECTION_UNKNOWN"},
 	} {
 		_, err := r.client.ReportRollout(t.Context(), tc.req)

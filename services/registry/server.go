@@ -173,7 +173,7 @@ func (s *Server) storeError(ctx context.Context, err error, op string, notFound 
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	}
 	s.log.ErrorContext(ctx, "registry store failure", "op", op, "error", err)
-	return apierror.Store("STORE_FAILURE", fmt.Sprintf("%s failed in the registry store", op), err)
+	return apierror.Store(apierror.ReasonStoreFailure, fmt.Sprintf("%s failed in the registry store", op), err)
 }
 
 func connectionUnknown(id string) error {
@@ -189,6 +189,6 @@ func connectionRetired(c *registryv1.Connection) error {
 }
 
 func required(field, description string) error {
-	return apierror.InvalidArgument("FIELD_REQUIRED", field+" is required",
+	return apierror.InvalidArgument(apierror.ReasonFieldRequired, field+" is required",
 		apierror.FieldViolation{Field: field, Description: description})
 }

@@ -609,7 +609,7 @@ func (s *Server) DiffSnapshots(ctx context.Context, req *registryv1.DiffSnapshot
 		v = append(v, apierror.FieldViolation{Field: "target_snapshot_id", Description: "the newer snapshot is required"})
 	}
 	if len(v) > 0 {
-		return nil, apierror.InvalidArgument("FIELD_REQUIRED", "both snapshots are required", v...)
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldRequired, "both snapshots are required", v...)
 	}
 	base, err := s.getSnapshot(ctx, req.GetBaseSnapshotId())
 	if err != nil {

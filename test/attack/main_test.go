@@ -9,6 +9,8 @@ import (
 
 	"github.com/v0m3/v0m3/internal/testkit"
 	"github.com/v0m3/v0m3/suite"
+
+	"github.com/v0m3/v0m3/services/adapter"
 )
 
 // fixtureBin is the fixture MCP server and v0m3Bin the real binary (the
@@ -18,11 +20,16 @@ import (
 var fixtureBin, v0m3Bin string
 
 func TestMain(m *testing.M) {
+	// The in-process adapter re-executes this test binary as the sandbox
+	// launcher of each local server it starts.
+	if adapter.IsSandboxLaunch() {
+		adapter.RunSandboxLaunch()
+	}
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
-	bins, cleanup, err := testkit.BuildBinaries("github.com/v0m3/v0m3/services/adapter/internal/fixturecmd", "github.com/v0m3/v0m3/cmd/v0m3")
+	bins, cleanup, err := testkit.BuildBinaries("github.com/v0m3/v0m3/demo/fixture/fixturecmd", "github.com/v0m3/v0m3/cmd/v0m3")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

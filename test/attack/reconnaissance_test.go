@@ -74,7 +74,7 @@ func registryReads(c registryv1.RegistryServiceClient, r *rendererEnv) []registr
 	}
 }
 
-var errEmpty = apierror.New(codes.NotFound, "EMPTY", "the list was empty", nil)
+var errEmpty = apierror.New(codes.NotFound, "DEPENDENCY_NOT_FOUND", "the list was empty", nil)
 
 // TestReconnaissanceNeedsARole: a caller with a valid token in no group
 // (or only in groups that do not manage, review or audit servers) used to

@@ -14,12 +14,19 @@ import (
 
 	"github.com/v0m3/v0m3/internal/testkit"
 	"github.com/v0m3/v0m3/test/conformance"
+
+	"github.com/v0m3/v0m3/services/adapter"
 )
 
 // TestMain doubles as the adapter's conformance client when the runner
 // starts this binary with V0M3_CONFORMANCE_CLIENT=adapter (see
 // runAdapterClient).
 func TestMain(m *testing.M) {
+	// The in-process adapter re-executes this test binary as the sandbox
+	// launcher of each local server it starts.
+	if adapter.IsSandboxLaunch() {
+		adapter.RunSandboxLaunch()
+	}
 	if os.Getenv("V0M3_CONFORMANCE_CLIENT") == "adapter" && len(os.Args) > 1 {
 		os.Exit(runAdapterClient(os.Args[len(os.Args)-1], os.Getenv("MCP_CONFORMANCE_SCENARIO"), os.Getenv("MCP_CONFORMANCE_CONTEXT")))
 	}

@@ -90,7 +90,7 @@ func (r contractRow) check(t *testing.T) {
 // and that a refused call left nothing behind.
 func TestErrorContract(t *testing.T) {
 	t.Parallel()
-	bins, cleanup, err := testkit.BuildBinaries("github.com/v0m3/v0m3/services/adapter/internal/fixturecmd")
+	bins, cleanup, err := testkit.BuildBinaries("github.com/v0m3/v0m3/demo/fixture/fixturecmd")
 	if err != nil {
 		t.Fatal(err)
 	}

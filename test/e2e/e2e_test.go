@@ -34,6 +34,8 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/suite"
+
+	"github.com/v0m3/v0m3/services/adapter"
 )
 
 // v0m3Bin is the real binary built once for every test here: it is the
@@ -41,6 +43,11 @@ import (
 var v0m3Bin string
 
 func TestMain(m *testing.M) {
+	// The in-process adapter re-executes this test binary as the sandbox
+	// launcher of each local server it starts.
+	if adapter.IsSandboxLaunch() {
+		adapter.RunSandboxLaunch()
+	}
 	bins, cleanup, err := testkit.BuildBinaries("github.com/v0m3/v0m3/cmd/v0m3")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

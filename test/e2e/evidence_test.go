@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/v0m3/v0m3/demo/fixture"
+	"github.com/v0m3/v0m3/demo/fixture/fixturedirect"
 	"github.com/v0m3/v0m3/demo/scenario"
 	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/digest"
@@ -518,7 +519,12 @@ func TestReplayMissingDiscoveryFixture(t *testing.T) {
 func TestDirectMatchesMCP(t *testing.T) {
 	t.Parallel()
 	run := func(tr *registryv1.Transport) (*suite.Suite, *scenario.Result, *evidencev1.SourceObservation) {
-		s := startSuite(t, t.TempDir())
+		// The direct adapter is the demo's, registered as `v0m3 dev` does.
+		s, err := suite.Start(context.Background(), suite.Config{DataDir: t.TempDir(), Direct: fixturedirect.Sources()})
+		if err != nil {
+			t.Fatalf("start suite: %v", err)
+		}
+		t.Cleanup(s.Close)
 		r, err := scenario.Run(context.Background(), s.Clients, scenario.Config{Transport: tr, As: s.As})
 		if err != nil {
 			t.Fatalf("scenario over %v: %v", tr, err)
@@ -527,7 +533,7 @@ func TestDirectMatchesMCP(t *testing.T) {
 		return s, r, observationOf(t, s, r.SourceTask.GetTask().GetId(), scenario.MigrationFAQURI)
 	}
 	_, mr, mcpObs := run(scenario.StdioFixture(v0m3Bin))
-	_, dr, directObs := run(&registryv1.Transport{Kind: &registryv1.Transport_Direct{Direct: &registryv1.DirectTransport{Adapter: adapter.FixtureSourcesAdapter}}})
+	_, dr, directObs := run(&registryv1.Transport{Kind: &registryv1.Transport_Direct{Direct: &registryv1.DirectTransport{Adapter: fixturedirect.Name}}})
 
 	if mcpObs.GetResourceUri() != directObs.GetResourceUri() || mcpObs.GetContentDigest() != directObs.GetContentDigest() ||
 		mcpObs.GetMediaType() != directObs.GetMediaType() || mcpObs.GetSizeBytes() != directObs.GetSizeBytes() ||

@@ -10,11 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/v0m3/v0m3/demo/scenario"
-	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/provenance"
 	"github.com/v0m3/v0m3/internal/testkit"
 	adapterv1 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
@@ -166,9 +164,8 @@ func TestHandleTargetProvenance(t *testing.T) {
 // TestDeclaredReadProjectFile: a capability read_project_file declared
 // through the API (its handle field refers to a file), offered by a
 // declared task profile, mapped onto read_text_file with handle target
-// provenance. It needs declared capabilities and profiles
-// (CreateCapability, CreateTaskProfile, StartTask by profile) and skips,
-// saying so, until the registry implements them.
+// provenance, through declared capabilities and profiles
+// (CreateCapability, CreateTaskProfile, StartTask by profile).
 func TestDeclaredReadProjectFile(t *testing.T) {
 	t.Parallel()
 	readProjectFile(t, fileReading{
@@ -320,27 +317,18 @@ func requestDiagnostics(r *orchestratorv1.ToolRequest) []string {
 	return out
 }
 
-// declareCapability declares c through the API as the integrator, or
-// skips the test while the registry does not implement declared
-// capabilities.
+// declareCapability declares c through the API as the integrator.
 func declareCapability(w *npmWorld, c *registryv1.Capability) {
 	w.t.Helper()
 	if _, err := w.s.Registry.CreateCapability(testkit.As(w.s, scenario.Integrator), &registryv1.CreateCapabilityRequest{Capability: c}); err != nil {
-		if apierror.Code(err) == codes.Unimplemented {
-			w.t.Skip("!!! SKIPPING: the registry does not implement CreateCapability yet (declared capabilities, issue 13 item 1)")
-		}
 		w.t.Fatalf("declare capability %s: %v", c.GetName(), err)
 	}
 }
 
-// declareProfile declares p through the API as the integrator, or skips
-// the test while the registry does not implement task profiles.
+// declareProfile declares p through the API as the integrator.
 func declareProfile(w *npmWorld, p *registryv1.TaskProfile) {
 	w.t.Helper()
 	if _, err := w.s.Registry.CreateTaskProfile(testkit.As(w.s, scenario.Integrator), &registryv1.CreateTaskProfileRequest{Profile: p}); err != nil {
-		if apierror.Code(err) == codes.Unimplemented {
-			w.t.Skip("!!! SKIPPING: the registry does not implement CreateTaskProfile yet (task profiles, issue 13 item 2)")
-		}
 		w.t.Fatalf("declare profile %s: %v", p.GetName(), err)
 	}
 }
@@ -351,9 +339,7 @@ func declareProfile(w *npmWorld, p *registryv1.TaskProfile) {
 // URI the server chose), validated against the tool's output schema and
 // quoted back as data; the planted instruction in an entity's
 // observations is only quoted. After the graph changes, the same query is
-// a second revision of the same data while a claim stays on the first. It
-// skips, saying so, until the registry implements declared capabilities
-// and profiles.
+// a second revision of the same data while a claim stays on the first.
 func TestMemorySearchAsData(t *testing.T) {
 	t.Parallel()
 	memDir := testkit.WritableDir(t)

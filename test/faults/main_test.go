@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/v0m3/v0m3/services/adapter"
 )
 
 // v0m3Bin is the v0m3 binary built with the failpoints tag, once for
@@ -13,6 +15,11 @@ import (
 var v0m3Bin string
 
 func TestMain(m *testing.M) {
+	// The in-process adapter re-executes this test binary as the sandbox
+	// launcher of each local server it starts.
+	if adapter.IsSandboxLaunch() {
+		adapter.RunSandboxLaunch()
+	}
 	dir, err := os.MkdirTemp("", "v0m3-faults-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

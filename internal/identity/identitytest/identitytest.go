@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/v0m3/v0m3/internal/fieldbehavior/fieldbehaviortest"
 	"github.com/v0m3/v0m3/internal/identity"
 )
 
@@ -42,7 +43,7 @@ func ServerOptions(def identity.Caller) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return h(with(ctx), req)
-		}),
+		}, fieldbehaviortest.UnaryServer()),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			return h(srv, &stream{ServerStream: ss, ctx: with(ss.Context())})
 		}),

@@ -8,6 +8,7 @@ package adapterv1
 
 import (
 	v1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -170,7 +171,7 @@ func (DeliveryStage) EnumDescriptor() ([]byte, []int) {
 // DiscoverRequest names a connection.
 type DiscoverRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	ConnectionId  string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -216,24 +217,24 @@ func (x *DiscoverRequest) GetConnectionId() string {
 // ExecuteRequest is one remote call.
 type ExecuteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
-	// Required. Config revision the call was authorized against; a different
+	// Config revision the call was authorized against; a different
 	// current revision fails with FAILED_PRECONDITION.
 	ConfigRevision int64 `protobuf:"varint,2,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
-	// Required. Mapping id.
+	// Mapping id.
 	MappingId string `protobuf:"bytes,3,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
-	// Required. Mapping revision.
+	// Mapping revision.
 	MappingRevision int64 `protobuf:"varint,4,opt,name=mapping_revision,json=mappingRevision,proto3" json:"mapping_revision,omitempty"`
-	// Required. Remote tool or resource.
+	// Remote tool or resource.
 	Target *v1.RemoteTarget `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
 	// Remote arguments, already built from the product request.
 	Arguments *structpb.Struct `protobuf:"bytes,6,opt,name=arguments,proto3" json:"arguments,omitempty"`
-	// Required. Limits enforced while reading.
+	// Limits enforced while reading.
 	Limits *v1.Limits `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`
 	// Task id, for the protocol trace.
 	TaskId string `protobuf:"bytes,8,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Required. Attempt id; the MCP request carries it as evidence.
+	// Attempt id; the MCP request carries it as evidence.
 	AttemptId string `protobuf:"bytes,9,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
 	// Snapshot id, for the protocol trace.
 	SnapshotId string `protobuf:"bytes,10,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
@@ -257,14 +258,14 @@ type ExecuteRequest struct {
 	// outcome is INVALID_REQUEST with safe code MALFORMED_RESULT and no item
 	// is returned. The grant binds its digest.
 	OutputSchema *structpb.Struct `protobuf:"bytes,12,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
-	// Optional. The digest (digest.Message) of the connection as the caller
+	// The digest (digest.Message) of the connection as the caller
 	// read it from the registry when it authorized the call. When it is the
 	// digest of a connection the adapter read itself and found usable, the
 	// adapter uses that reading instead of asking the registry again: the
 	// caller's read is the current one. Any other value, or none, and the
 	// adapter reads the connection from the registry.
 	ConnectionDigest string `protobuf:"bytes,13,opt,name=connection_digest,json=connectionDigest,proto3" json:"connection_digest,omitempty"`
-	// Optional. Set when the caller has no use for a receipt attestation of
+	// Set when the caller has no use for a receipt attestation of
 	// this call's result (a read, whose result becomes an observation, not
 	// a receipt): the adapter signs none, and ExecuteResponse.receipt_attestation
 	// stays empty. Unset, every OK result is attested. An effect's caller
@@ -819,7 +820,7 @@ func (x *ItemDiagnostic) GetContentDigest() string {
 // HealthRequest names a connection.
 type HealthRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	ConnectionId  string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -939,28 +940,28 @@ var File_v0m3_adapter_v1_adapter_proto protoreflect.FileDescriptor
 
 const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"\n" +
-	"\x1dv0m3/adapter/v1/adapter.proto\x12\x0fv0m3.adapter.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fv0m3/registry/v1/registry.proto\"6\n" +
-	"\x0fDiscoverRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\xdd\x04\n" +
-	"\x0eExecuteRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12'\n" +
-	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12\x1d\n" +
+	"\x1dv0m3/adapter/v1/adapter.proto\x12\x0fv0m3.adapter.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fv0m3/registry/v1/registry.proto\";\n" +
+	"\x0fDiscoverRequest\x12(\n" +
+	"\rconnection_id\x18\x01 \x01(\tB\x03\xe0A\x02R\fconnectionId\"\x8a\x05\n" +
+	"\x0eExecuteRequest\x12(\n" +
+	"\rconnection_id\x18\x01 \x01(\tB\x03\xe0A\x02R\fconnectionId\x12,\n" +
+	"\x0fconfig_revision\x18\x02 \x01(\x03B\x03\xe0A\x02R\x0econfigRevision\x12\"\n" +
 	"\n" +
-	"mapping_id\x18\x03 \x01(\tR\tmappingId\x12)\n" +
-	"\x10mapping_revision\x18\x04 \x01(\x03R\x0fmappingRevision\x126\n" +
-	"\x06target\x18\x05 \x01(\v2\x1e.v0m3.registry.v1.RemoteTargetR\x06target\x125\n" +
-	"\targuments\x18\x06 \x01(\v2\x17.google.protobuf.StructR\targuments\x120\n" +
-	"\x06limits\x18\a \x01(\v2\x18.v0m3.registry.v1.LimitsR\x06limits\x12\x17\n" +
-	"\atask_id\x18\b \x01(\tR\x06taskId\x12\x1d\n" +
+	"mapping_id\x18\x03 \x01(\tB\x03\xe0A\x02R\tmappingId\x12.\n" +
+	"\x10mapping_revision\x18\x04 \x01(\x03B\x03\xe0A\x02R\x0fmappingRevision\x12;\n" +
+	"\x06target\x18\x05 \x01(\v2\x1e.v0m3.registry.v1.RemoteTargetB\x03\xe0A\x02R\x06target\x125\n" +
+	"\targuments\x18\x06 \x01(\v2\x17.google.protobuf.StructR\targuments\x125\n" +
+	"\x06limits\x18\a \x01(\v2\x18.v0m3.registry.v1.LimitsB\x03\xe0A\x02R\x06limits\x12\x17\n" +
+	"\atask_id\x18\b \x01(\tR\x06taskId\x12\"\n" +
 	"\n" +
-	"attempt_id\x18\t \x01(\tR\tattemptId\x12\x1f\n" +
+	"attempt_id\x18\t \x01(\tB\x03\xe0A\x02R\tattemptId\x12\x1f\n" +
 	"\vsnapshot_id\x18\n" +
 	" \x01(\tR\n" +
 	"snapshotId\x12\x14\n" +
 	"\x05grant\x18\v \x01(\tR\x05grant\x12<\n" +
-	"\routput_schema\x18\f \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x12+\n" +
-	"\x11connection_digest\x18\r \x01(\tR\x10connectionDigest\x128\n" +
-	"\x18omit_receipt_attestation\x18\x0e \x01(\bR\x16omitReceiptAttestation\"\xb1\x02\n" +
+	"\routput_schema\x18\f \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x120\n" +
+	"\x11connection_digest\x18\r \x01(\tB\x03\xe0A\x01R\x10connectionDigest\x12=\n" +
+	"\x18omit_receipt_attestation\x18\x0e \x01(\bB\x03\xe0A\x01R\x16omitReceiptAttestation\"\xb1\x02\n" +
 	"\vContentItem\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1d\n" +
 	"\n" +
@@ -999,9 +1000,9 @@ const file_v0m3_adapter_v1_adapter_proto_rawDesc = "" +
 	"media_type\x18\x02 \x01(\tR\tmediaType\x12\x1b\n" +
 	"\tsafe_code\x18\x03 \x01(\tR\bsafeCode\x12%\n" +
 	"\x0eadapter_detail\x18\x04 \x01(\tR\radapterDetail\x12%\n" +
-	"\x0econtent_digest\x18\x05 \x01(\tR\rcontentDigest\"4\n" +
-	"\rHealthRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\"\x86\x01\n" +
+	"\x0econtent_digest\x18\x05 \x01(\tR\rcontentDigest\"9\n" +
+	"\rHealthRequest\x12(\n" +
+	"\rconnection_id\x18\x01 \x01(\tB\x03\xe0A\x02R\fconnectionId\"\x86\x01\n" +
 	"\x0eHealthResponse\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x18\n" +
 	"\ahealthy\x18\x02 \x01(\bR\ahealthy\x12\x16\n" +

@@ -7,6 +7,7 @@
 package evidencev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -251,28 +252,28 @@ func (RequestClass) EnumDescriptor() ([]byte, []int) {
 // secret.
 type AuditRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Record id.
+	// Record id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Output only. Order among all records, starting at 1.
+	// Order among all records, starting at 1.
 	Sequence int64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	// Output only. When the evidence service recorded it.
+	// When the evidence service recorded it.
 	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
-	// Required. Who: the authenticated principal (a verified token's
+	// Who: the authenticated principal (a verified token's
 	// subject, or a V0M3 service name for an action a service took itself,
 	// e.g. "operator").
 	Principal string `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
-	// Required. What, e.g. "connection.create", "request.approve",
+	// What, e.g. "connection.create", "request.approve",
 	// "policy.reload" (the policy action names where one exists).
 	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
-	// Required. The resource acted on, "<type>:<id>", e.g.
+	// The resource acted on, "<type>:<id>", e.g.
 	// "connection:con_123", "request:req_9".
 	Resource string `protobuf:"bytes,6,opt,name=resource,proto3" json:"resource,omitempty"`
 	// The revision the action bound, e.g. "config_revision=3",
 	// "mapping_revision=2", "policy_revision=sha256:…"; empty when none.
 	Revision string `protobuf:"bytes,7,opt,name=revision,proto3" json:"revision,omitempty"`
-	// Required. How it ended: "ok" or the ErrorInfo reason of a refusal.
+	// How it ended: "ok" or the ErrorInfo reason of a refusal.
 	Outcome string `protobuf:"bytes,8,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	// Output only. The V0M3 service that recorded it, as its certificate
+	// The V0M3 service that recorded it, as its certificate
 	// names it.
 	RecordedBy string `protobuf:"bytes,9,opt,name=recorded_by,json=recordedBy,proto3" json:"recorded_by,omitempty"`
 	// Safe human detail (ids and declared names only).
@@ -396,10 +397,10 @@ func (x *AuditRecord) GetActionTime() *timestamppb.Timestamp {
 // AppendAuditRecordRequest appends a record.
 type AppendAuditRecordRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The record; id, sequence, time and recorded_by are
+	// The record; id, sequence, time and recorded_by are
 	// assigned.
 	Record *AuditRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
-	// Optional. Makes the append idempotent (AIP-155): an append naming a
+	// Makes the append idempotent (AIP-155): an append naming a
 	// request_id the log already holds appends nothing and returns the
 	// record appended then. The recording service sets one per record, so
 	// a record whose append timed out and is sent again appears once. At
@@ -688,7 +689,7 @@ func (x *Passage) GetAssetLength() int64 {
 // SourceObservation is one retrieval of one source.
 type SourceObservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Observation id.
+	// Observation id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Source revision id this observation belongs to.
 	RevisionId string `protobuf:"bytes,2,opt,name=revision_id,json=revisionId,proto3" json:"revision_id,omitempty"`
@@ -916,9 +917,9 @@ func (x *SourceObservation) GetKind() ObservationKind {
 // RecordObservationRequest records an observation.
 type RecordObservationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The observation; id and revision are assigned.
+	// The observation; id and revision are assigned.
 	Observation *SourceObservation `protobuf:"bytes,1,opt,name=observation,proto3" json:"observation,omitempty"`
-	// Optional. Makes a retry safe: the observation recorded under this key
+	// Makes a retry safe: the observation recorded under this key
 	// (the same task, request, source and content digest) is returned
 	// unchanged instead of a second one being stored; another observation
 	// under the same key fails ALREADY_EXISTS (IDEMPOTENCY_KEY_REUSED). At
@@ -977,7 +978,7 @@ func (x *RecordObservationRequest) GetIdempotencyKey() string {
 // GetObservationRequest names an observation.
 type GetObservationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Observation id.
+	// Observation id.
 	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1023,12 +1024,12 @@ func (x *GetObservationRequest) GetId() string {
 // ListObservationsRequest names a task.
 type ListObservationsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// Most items to return: 50 when unset or 0, at most 1000
 	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Optional. The next_page_token of a previous call with the same
+	// The next_page_token of a previous call with the same
 	// filters; empty for the first page. Opaque.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1244,14 +1245,14 @@ func (x *SourceRevision) GetFirstSeenTime() *timestamppb.Timestamp {
 // ListRevisionsRequest names a source.
 type ListRevisionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
-	// Required. Resource URI.
+	// Resource URI.
 	ResourceUri string `protobuf:"bytes,2,opt,name=resource_uri,json=resourceUri,proto3" json:"resource_uri,omitempty"`
-	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// Most items to return: 50 when unset or 0, at most 1000
 	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Optional. The next_page_token of a previous call with the same
+	// The next_page_token of a previous call with the same
 	// filters; empty for the first page. Opaque.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1374,7 +1375,7 @@ func (x *ListRevisionsResponse) GetNextPageToken() string {
 // ClaimLink ties a claim to the evidence that supports it.
 type ClaimLink struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Link id.
+	// Link id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Claim id in the product.
 	ClaimId string `protobuf:"bytes,2,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
@@ -1465,11 +1466,11 @@ func (x *ClaimLink) GetLinkTime() *timestamppb.Timestamp {
 // LinkClaimRequest links a claim.
 type LinkClaimRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Claim id.
+	// Claim id.
 	ClaimId string `protobuf:"bytes,1,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
-	// Required. Observation id.
+	// Observation id.
 	ObservationId string `protobuf:"bytes,2,opt,name=observation_id,json=observationId,proto3" json:"observation_id,omitempty"`
-	// Optional. Passage id within the observation.
+	// Passage id within the observation.
 	PassageId     string `protobuf:"bytes,3,opt,name=passage_id,json=passageId,proto3" json:"passage_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2106,11 +2107,11 @@ func (x *ProductEvent) GetActor() string {
 // TraceEvent is one event in a task's trace.
 type TraceEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Event id.
+	// Event id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Task.
 	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Output only. Order within the task, starting at 1.
+	// Order within the task, starting at 1.
 	Sequence int64 `protobuf:"varint,3,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// When it happened.
 	Time *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
@@ -2121,13 +2122,13 @@ type TraceEvent struct {
 	//	*TraceEvent_Protocol
 	//	*TraceEvent_Product
 	Layer isTraceEvent_Layer `protobuf_oneof:"layer"`
-	// Optional. The OpenTelemetry trace id (32 lowercase hex digits) of the
+	// The OpenTelemetry trace id (32 lowercase hex digits) of the
 	// call the event tells of, as its writer names it: one append may carry
 	// the events of several calls. When empty, that of the call that
 	// appended the event, when tracing was on. The link from this trace to
 	// the distributed one.
 	OtelTraceId string `protobuf:"bytes,7,opt,name=otel_trace_id,json=otelTraceId,proto3" json:"otel_trace_id,omitempty"`
-	// Optional. The writer's id for this event, unique among the events it
+	// The writer's id for this event, unique among the events it
 	// writes, kept for its retries: an event appended again under an id
 	// already in the task's trace is not appended a second time, and the
 	// append returns the event stored first. A writer that delivers at
@@ -2255,7 +2256,7 @@ func (*TraceEvent_Product) isTraceEvent_Layer() {}
 // AppendTraceRequest appends an event.
 type AppendTraceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The event; id and sequence are assigned.
+	// The event; id and sequence are assigned.
 	Event         *TraceEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2393,7 +2394,7 @@ func (x *AppendTracesResponse) GetEvents() []*TraceEvent {
 // GetTraceRequest names a task.
 type GetTraceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2494,7 +2495,7 @@ func (x *Trace) GetEvents() []*TraceEvent {
 // Receipt is evidence that an effect happened.
 type Receipt struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Receipt id.
+	// Receipt id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Idempotency key of the intent.
 	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
@@ -2621,7 +2622,7 @@ func (x *Receipt) GetAttestation() string {
 // returns the first receipt.
 type RecordReceiptRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The receipt.
+	// The receipt.
 	Receipt       *Receipt `protobuf:"bytes,1,opt,name=receipt,proto3" json:"receipt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2667,7 +2668,7 @@ func (x *RecordReceiptRequest) GetReceipt() *Receipt {
 // GetReceiptRequest looks up a receipt.
 type GetReceiptRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Idempotency key.
+	// Idempotency key.
 	IdempotencyKey string `protobuf:"bytes,1,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -2778,7 +2779,7 @@ func (x *ValidationFinding) GetDetail() string {
 // ValidateObservationRequest carries an observation to validate.
 type ValidateObservationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The observation as it would be recorded.
+	// The observation as it would be recorded.
 	Observation   *SourceObservation `protobuf:"bytes,1,opt,name=observation,proto3" json:"observation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2879,9 +2880,9 @@ func (x *ObservationValidation) GetFindings() []*ValidationFinding {
 // CompareRevisionsRequest names two observations of one source.
 type CompareRevisionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The earlier (e.g. cited) observation.
+	// The earlier (e.g. cited) observation.
 	BaseObservationId string `protobuf:"bytes,1,opt,name=base_observation_id,json=baseObservationId,proto3" json:"base_observation_id,omitempty"`
-	// Required. The later (e.g. live) observation.
+	// The later (e.g. live) observation.
 	OtherObservationId string `protobuf:"bytes,2,opt,name=other_observation_id,json=otherObservationId,proto3" json:"other_observation_id,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
@@ -3207,7 +3208,7 @@ func (x *RequestClassification) GetSequences() []int64 {
 // ClassifyTraceRequest names a task.
 type ClassifyTraceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3381,11 +3382,11 @@ func (x *Asset) GetContent() []byte {
 // PutAssetRequest stores content.
 type PutAssetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The content.
+	// The content.
 	Content []byte `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
-	// Required. Media type.
+	// Media type.
 	MediaType string `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
-	// Optional. Expected digest; a mismatch fails with INVALID_ARGUMENT.
+	// Expected digest; a mismatch fails with INVALID_ARGUMENT.
 	ExpectedDigest string `protobuf:"bytes,3,opt,name=expected_digest,json=expectedDigest,proto3" json:"expected_digest,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -3445,7 +3446,7 @@ func (x *PutAssetRequest) GetExpectedDigest() string {
 // GetAssetRequest names an asset.
 type GetAssetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Digest.
+	// Digest.
 	Digest        string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3491,7 +3492,7 @@ func (x *GetAssetRequest) GetDigest() string {
 // PruneRequest applies retention.
 type PruneRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Protocol events older than this are summarized.
+	// Protocol events older than this are summarized.
 	OlderThan     *durationpb.Duration `protobuf:"bytes,1,opt,name=older_than,json=olderThan,proto3" json:"older_than,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3584,26 +3585,26 @@ var File_v0m3_evidence_v1_evidence_proto protoreflect.FileDescriptor
 
 const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\n" +
-	"\x1fv0m3/evidence/v1/evidence.proto\x12\x10v0m3.evidence.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe7\x02\n" +
-	"\vAuditRecord\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
-	"\bsequence\x18\x02 \x01(\x03R\bsequence\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1c\n" +
-	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x16\n" +
-	"\x06action\x18\x05 \x01(\tR\x06action\x12\x1a\n" +
-	"\bresource\x18\x06 \x01(\tR\bresource\x12\x1a\n" +
-	"\brevision\x18\a \x01(\tR\brevision\x12\x18\n" +
-	"\aoutcome\x18\b \x01(\tR\aoutcome\x12\x1f\n" +
-	"\vrecorded_by\x18\t \x01(\tR\n" +
+	"\x1fv0m3/evidence/v1/evidence.proto\x12\x10v0m3.evidence.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x03\n" +
+	"\vAuditRecord\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1f\n" +
+	"\bsequence\x18\x02 \x01(\x03B\x03\xe0A\x03R\bsequence\x123\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\x04time\x12!\n" +
+	"\tprincipal\x18\x04 \x01(\tB\x03\xe0A\x02R\tprincipal\x12\x1b\n" +
+	"\x06action\x18\x05 \x01(\tB\x03\xe0A\x02R\x06action\x12\x1f\n" +
+	"\bresource\x18\x06 \x01(\tB\x03\xe0A\x02R\bresource\x12\x1a\n" +
+	"\brevision\x18\a \x01(\tR\brevision\x12\x1d\n" +
+	"\aoutcome\x18\b \x01(\tB\x03\xe0A\x02R\aoutcome\x12$\n" +
+	"\vrecorded_by\x18\t \x01(\tB\x03\xe0A\x03R\n" +
 	"recordedBy\x12\x16\n" +
 	"\x06detail\x18\n" +
 	" \x01(\tR\x06detail\x12;\n" +
 	"\vaction_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"actionTime\"p\n" +
-	"\x18AppendAuditRecordRequest\x125\n" +
-	"\x06record\x18\x01 \x01(\v2\x1d.v0m3.evidence.v1.AuditRecordR\x06record\x12\x1d\n" +
+	"actionTime\"z\n" +
+	"\x18AppendAuditRecordRequest\x12:\n" +
+	"\x06record\x18\x01 \x01(\v2\x1d.v0m3.evidence.v1.AuditRecordB\x03\xe0A\x02R\x06record\x12\"\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xa7\x01\n" +
+	"request_id\x18\x02 \x01(\tB\x03\xe0A\x01R\trequestId\"\xa7\x01\n" +
 	"\x17ListAuditRecordsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -3622,9 +3623,9 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\vtext_digest\x18\x04 \x01(\tR\n" +
 	"textDigest\x12!\n" +
 	"\fasset_offset\x18\x05 \x01(\x03R\vassetOffset\x12!\n" +
-	"\fasset_length\x18\x06 \x01(\x03R\vassetLength\"\xab\a\n" +
-	"\x11SourceObservation\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\fasset_length\x18\x06 \x01(\x03R\vassetLength\"\xb0\a\n" +
+	"\x11SourceObservation\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1f\n" +
 	"\vrevision_id\x18\x02 \x01(\tR\n" +
 	"revisionId\x12'\n" +
 	"\x0frevision_number\x18\x03 \x01(\x05R\x0erevisionNumber\x12#\n" +
@@ -3655,17 +3656,17 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x04kind\x18\x15 \x01(\x0e2!.v0m3.evidence.v1.ObservationKindR\x04kind\x1aC\n" +
 	"\x15RevisionMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x01\n" +
-	"\x18RecordObservationRequest\x12E\n" +
-	"\vobservation\x18\x01 \x01(\v2#.v0m3.evidence.v1.SourceObservationR\vobservation\x12'\n" +
-	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"'\n" +
-	"\x15GetObservationRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"n\n" +
-	"\x17ListObservationsRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x01\n" +
+	"\x18RecordObservationRequest\x12J\n" +
+	"\vobservation\x18\x01 \x01(\v2#.v0m3.evidence.v1.SourceObservationB\x03\xe0A\x02R\vobservation\x12,\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tB\x03\xe0A\x01R\x0eidempotencyKey\",\n" +
+	"\x15GetObservationRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\"}\n" +
+	"\x17ListObservationsRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\x12 \n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\x8b\x01\n" +
+	"page_token\x18\x03 \x01(\tB\x03\xe0A\x01R\tpageToken\"\x8b\x01\n" +
 	"\x18ListObservationsResponse\x12G\n" +
 	"\fobservations\x18\x01 \x03(\v2#.v0m3.evidence.v1.SourceObservationR\fobservations\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9d\x02\n" +
@@ -3676,30 +3677,30 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x06number\x18\x04 \x01(\x05R\x06number\x12%\n" +
 	"\x0econtent_digest\x18\x05 \x01(\tR\rcontentDigest\x120\n" +
 	"\x14first_observation_id\x18\x06 \x01(\tR\x12firstObservationId\x12B\n" +
-	"\x0ffirst_seen_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rfirstSeenTime\"\x9a\x01\n" +
-	"\x14ListRevisionsRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12!\n" +
-	"\fresource_uri\x18\x02 \x01(\tR\vresourceUri\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x0ffirst_seen_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rfirstSeenTime\"\xae\x01\n" +
+	"\x14ListRevisionsRequest\x12(\n" +
+	"\rconnection_id\x18\x01 \x01(\tB\x03\xe0A\x02R\fconnectionId\x12&\n" +
+	"\fresource_uri\x18\x02 \x01(\tB\x03\xe0A\x02R\vresourceUri\x12 \n" +
+	"\tpage_size\x18\x03 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\x7f\n" +
+	"page_token\x18\x04 \x01(\tB\x03\xe0A\x01R\tpageToken\"\x7f\n" +
 	"\x15ListRevisionsResponse\x12>\n" +
 	"\trevisions\x18\x01 \x03(\v2 .v0m3.evidence.v1.SourceRevisionR\trevisions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd6\x01\n" +
-	"\tClaimLink\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdb\x01\n" +
+	"\tClaimLink\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12\x19\n" +
 	"\bclaim_id\x18\x02 \x01(\tR\aclaimId\x12%\n" +
 	"\x0eobservation_id\x18\x03 \x01(\tR\robservationId\x12\x1f\n" +
 	"\vrevision_id\x18\x04 \x01(\tR\n" +
 	"revisionId\x12\x1d\n" +
 	"\n" +
 	"passage_id\x18\x05 \x01(\tR\tpassageId\x127\n" +
-	"\tlink_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\blinkTime\"s\n" +
-	"\x10LinkClaimRequest\x12\x19\n" +
-	"\bclaim_id\x18\x01 \x01(\tR\aclaimId\x12%\n" +
-	"\x0eobservation_id\x18\x02 \x01(\tR\robservationId\x12\x1d\n" +
+	"\tlink_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\blinkTime\"\x82\x01\n" +
+	"\x10LinkClaimRequest\x12\x1e\n" +
+	"\bclaim_id\x18\x01 \x01(\tB\x03\xe0A\x02R\aclaimId\x12*\n" +
+	"\x0eobservation_id\x18\x02 \x01(\tB\x03\xe0A\x02R\robservationId\x12\"\n" +
 	"\n" +
-	"passage_id\x18\x03 \x01(\tR\tpassageId\"~\n" +
+	"passage_id\x18\x03 \x01(\tB\x03\xe0A\x01R\tpassageId\"~\n" +
 	"\rErrorEvidence\x12\x1b\n" +
 	"\tsafe_code\x18\x01 \x01(\tR\bsafeCode\x12)\n" +
 	"\x10untrusted_detail\x18\x02 \x01(\tR\x0funtrustedDetail\x12%\n" +
@@ -3752,32 +3753,32 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	" \x01(\tR\x06detail\x12\x16\n" +
 	"\x06reason\x18\v \x01(\tR\x06reason\x12\x1c\n" +
 	"\trequester\x18\f \x01(\tR\trequester\x12\x14\n" +
-	"\x05actor\x18\r \x01(\tR\x05actor\"\xca\x02\n" +
+	"\x05actor\x18\r \x01(\tR\x05actor\"\xde\x02\n" +
 	"\n" +
-	"TraceEvent\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x1a\n" +
-	"\bsequence\x18\x03 \x01(\x03R\bsequence\x12.\n" +
+	"TraceEvent\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x1f\n" +
+	"\bsequence\x18\x03 \x01(\x03B\x03\xe0A\x03R\bsequence\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12=\n" +
 	"\bprotocol\x18\x05 \x01(\v2\x1f.v0m3.evidence.v1.ProtocolEventH\x00R\bprotocol\x12:\n" +
-	"\aproduct\x18\x06 \x01(\v2\x1e.v0m3.evidence.v1.ProductEventH\x00R\aproduct\x12\"\n" +
-	"\rotel_trace_id\x18\a \x01(\tR\votelTraceId\x12\x1f\n" +
-	"\vdelivery_id\x18\b \x01(\tR\n" +
+	"\aproduct\x18\x06 \x01(\v2\x1e.v0m3.evidence.v1.ProductEventH\x00R\aproduct\x12'\n" +
+	"\rotel_trace_id\x18\a \x01(\tB\x03\xe0A\x01R\votelTraceId\x12$\n" +
+	"\vdelivery_id\x18\b \x01(\tB\x03\xe0A\x01R\n" +
 	"deliveryIdB\a\n" +
-	"\x05layer\"H\n" +
-	"\x12AppendTraceRequest\x122\n" +
-	"\x05event\x18\x01 \x01(\v2\x1c.v0m3.evidence.v1.TraceEventR\x05event\"K\n" +
-	"\x13AppendTracesRequest\x124\n" +
-	"\x06events\x18\x01 \x03(\v2\x1c.v0m3.evidence.v1.TraceEventR\x06events\"L\n" +
+	"\x05layer\"M\n" +
+	"\x12AppendTraceRequest\x127\n" +
+	"\x05event\x18\x01 \x01(\v2\x1c.v0m3.evidence.v1.TraceEventB\x03\xe0A\x02R\x05event\"P\n" +
+	"\x13AppendTracesRequest\x129\n" +
+	"\x06events\x18\x01 \x03(\v2\x1c.v0m3.evidence.v1.TraceEventB\x03\xe0A\x02R\x06events\"L\n" +
 	"\x14AppendTracesResponse\x124\n" +
-	"\x06events\x18\x01 \x03(\v2\x1c.v0m3.evidence.v1.TraceEventR\x06events\"*\n" +
-	"\x0fGetTraceRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\"V\n" +
+	"\x06events\x18\x01 \x03(\v2\x1c.v0m3.evidence.v1.TraceEventR\x06events\"/\n" +
+	"\x0fGetTraceRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\"V\n" +
 	"\x05Trace\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x124\n" +
-	"\x06events\x18\x02 \x03(\v2\x1c.v0m3.evidence.v1.TraceEventR\x06events\"\xd4\x02\n" +
-	"\aReceipt\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
+	"\x06events\x18\x02 \x03(\v2\x1c.v0m3.evidence.v1.TraceEventR\x06events\"\xd9\x02\n" +
+	"\aReceipt\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x1d\n" +
 	"\n" +
@@ -3788,23 +3789,23 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x06detail\x18\a \x01(\v2\x17.google.protobuf.StructR\x06detail\x12;\n" +
 	"\vrecord_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"recordTime\x12 \n" +
-	"\vattestation\x18\t \x01(\tR\vattestation\"K\n" +
-	"\x14RecordReceiptRequest\x123\n" +
-	"\areceipt\x18\x01 \x01(\v2\x19.v0m3.evidence.v1.ReceiptR\areceipt\"<\n" +
-	"\x11GetReceiptRequest\x12'\n" +
-	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\"U\n" +
+	"\vattestation\x18\t \x01(\tR\vattestation\"P\n" +
+	"\x14RecordReceiptRequest\x128\n" +
+	"\areceipt\x18\x01 \x01(\v2\x19.v0m3.evidence.v1.ReceiptB\x03\xe0A\x02R\areceipt\"A\n" +
+	"\x11GetReceiptRequest\x12,\n" +
+	"\x0fidempotency_key\x18\x01 \x01(\tB\x03\xe0A\x02R\x0eidempotencyKey\"U\n" +
 	"\x11ValidationFinding\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"c\n" +
-	"\x1aValidateObservationRequest\x12E\n" +
-	"\vobservation\x18\x01 \x01(\v2#.v0m3.evidence.v1.SourceObservationR\vobservation\"j\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"h\n" +
+	"\x1aValidateObservationRequest\x12J\n" +
+	"\vobservation\x18\x01 \x01(\v2#.v0m3.evidence.v1.SourceObservationB\x03\xe0A\x02R\vobservation\"j\n" +
 	"\x15ObservationValidation\x12\x10\n" +
 	"\x03fit\x18\x01 \x01(\bR\x03fit\x12?\n" +
-	"\bfindings\x18\x02 \x03(\v2#.v0m3.evidence.v1.ValidationFindingR\bfindings\"{\n" +
-	"\x17CompareRevisionsRequest\x12.\n" +
-	"\x13base_observation_id\x18\x01 \x01(\tR\x11baseObservationId\x120\n" +
-	"\x14other_observation_id\x18\x02 \x01(\tR\x12otherObservationId\"\xa0\x04\n" +
+	"\bfindings\x18\x02 \x03(\v2#.v0m3.evidence.v1.ValidationFindingR\bfindings\"\x85\x01\n" +
+	"\x17CompareRevisionsRequest\x123\n" +
+	"\x13base_observation_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x11baseObservationId\x125\n" +
+	"\x14other_observation_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x12otherObservationId\"\xa0\x04\n" +
 	"\x12RevisionComparison\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12!\n" +
 	"\fresource_uri\x18\x02 \x01(\tR\vresourceUri\x12(\n" +
@@ -3834,9 +3835,9 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"\x12protocol_safe_code\x18\b \x01(\tR\x10protocolSafeCode\x12/\n" +
 	"\x13consequence_outcome\x18\t \x01(\tR\x12consequenceOutcome\x12\x1c\n" +
 	"\tsequences\x18\n" +
-	" \x03(\x03R\tsequences\"/\n" +
-	"\x14ClassifyTraceRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\"s\n" +
+	" \x03(\x03R\tsequences\"4\n" +
+	"\x14ClassifyTraceRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\"s\n" +
 	"\x13TraceClassification\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12C\n" +
 	"\brequests\x18\x02 \x03(\v2'.v0m3.evidence.v1.RequestClassificationR\brequests\"w\n" +
@@ -3846,17 +3847,17 @@ const file_v0m3_evidence_v1_evidence_proto_rawDesc = "" +
 	"media_type\x18\x02 \x01(\tR\tmediaType\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x18\n" +
-	"\acontent\x18\x04 \x01(\fR\acontent\"s\n" +
-	"\x0fPutAssetRequest\x12\x18\n" +
-	"\acontent\x18\x01 \x01(\fR\acontent\x12\x1d\n" +
+	"\acontent\x18\x04 \x01(\fR\acontent\"\x82\x01\n" +
+	"\x0fPutAssetRequest\x12\x1d\n" +
+	"\acontent\x18\x01 \x01(\fB\x03\xe0A\x02R\acontent\x12\"\n" +
 	"\n" +
-	"media_type\x18\x02 \x01(\tR\tmediaType\x12'\n" +
-	"\x0fexpected_digest\x18\x03 \x01(\tR\x0eexpectedDigest\")\n" +
-	"\x0fGetAssetRequest\x12\x16\n" +
-	"\x06digest\x18\x01 \x01(\tR\x06digest\"H\n" +
-	"\fPruneRequest\x128\n" +
+	"media_type\x18\x02 \x01(\tB\x03\xe0A\x02R\tmediaType\x12,\n" +
+	"\x0fexpected_digest\x18\x03 \x01(\tB\x03\xe0A\x01R\x0eexpectedDigest\".\n" +
+	"\x0fGetAssetRequest\x12\x1b\n" +
+	"\x06digest\x18\x01 \x01(\tB\x03\xe0A\x02R\x06digest\"M\n" +
+	"\fPruneRequest\x12=\n" +
 	"\n" +
-	"older_than\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\tolderThan\"<\n" +
+	"older_than\x18\x01 \x01(\v2\x19.google.protobuf.DurationB\x03\xe0A\x02R\tolderThan\"<\n" +
 	"\rPruneResponse\x12+\n" +
 	"\x11summarized_events\x18\x01 \x01(\x05R\x10summarizedEvents*p\n" +
 	"\x0fObservationKind\x12 \n" +

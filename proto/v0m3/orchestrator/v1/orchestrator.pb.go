@@ -10,6 +10,7 @@ import (
 	v12 "github.com/v0m3/v0m3/proto/v0m3/adapter/v1"
 	v1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	v11 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -354,7 +355,7 @@ func (Settlement) EnumDescriptor() ([]byte, []int) {
 // handle labelled with the title.
 type SourceRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Resource URI in the server's namespace.
+	// Resource URI in the server's namespace.
 	Uri string `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
 	// Title the model may see.
 	Title         string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
@@ -409,7 +410,7 @@ func (x *SourceRef) GetTitle() string {
 // Task is a unit of product work.
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Task id.
+	// Task id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Requester.
 	Requester *v1.Principal `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"`
@@ -421,24 +422,24 @@ type Task struct {
 	SourceScope []*SourceRef `protobuf:"bytes,5,rep,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
 	// For rewrites: evidence is already present.
 	EvidencePresent bool `protobuf:"varint,6,opt,name=evidence_present,json=evidencePresent,proto3" json:"evidence_present,omitempty"`
-	// Output only. Capabilities the plan needs.
+	// Capabilities the plan needs.
 	NeededCapabilities []string `protobuf:"bytes,7,rep,name=needed_capabilities,json=neededCapabilities,proto3" json:"needed_capabilities,omitempty"`
-	// Output only. State.
+	// State.
 	State TaskState `protobuf:"varint,8,opt,name=state,proto3,enum=v0m3.orchestrator.v1.TaskState" json:"state,omitempty"`
-	// Output only. Last safe checkpoint, in words.
+	// Last safe checkpoint, in words.
 	Checkpoint string `protobuf:"bytes,9,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
-	// Output only. Created.
+	// Created.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	// Output only. Last changed.
+	// Last changed.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	// Output only. The authenticated caller who started the task for the
+	// The authenticated caller who started the task for the
 	// requester (delegation); empty when the requester started it.
 	Actor string `protobuf:"bytes,12,opt,name=actor,proto3" json:"actor,omitempty"`
-	// Output only. The task profile it was started with.
+	// The task profile it was started with.
 	Profile string `protobuf:"bytes,13,opt,name=profile,proto3" json:"profile,omitempty"`
-	// Output only. The profile revision the plan was derived from.
+	// The profile revision the plan was derived from.
 	ProfileRevision int64 `protobuf:"varint,14,opt,name=profile_revision,json=profileRevision,proto3" json:"profile_revision,omitempty"`
-	// Output only. The purpose policy evaluates for this task: the profile's
+	// The purpose policy evaluates for this task: the profile's
 	// purpose (its name when it declares none) at profile_revision, fixed
 	// when the task starts. Empty for tasks started before profiles, whose
 	// purpose is the kind's name in lower snake case.
@@ -447,7 +448,7 @@ type Task struct {
 	ArtifactScope []*SourceRef `protobuf:"bytes,20,rep,name=artifact_scope,json=artifactScope,proto3" json:"artifact_scope,omitempty"`
 	// Destinations the task may deliver to (destination handles).
 	DestinationScope []*SourceRef `protobuf:"bytes,21,rep,name=destination_scope,json=destinationScope,proto3" json:"destination_scope,omitempty"`
-	// Output only. The request_id the task was started with, if any.
+	// The request_id the task was started with, if any.
 	RequestId     string `protobuf:"bytes,16,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -969,7 +970,7 @@ type StartTaskRequest struct {
 	SourceScope []*SourceRef `protobuf:"bytes,4,rep,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
 	// For rewrites: evidence is already present.
 	EvidencePresent bool `protobuf:"varint,5,opt,name=evidence_present,json=evidencePresent,proto3" json:"evidence_present,omitempty"`
-	// Optional. The end user a product service starts the task for. Allowed
+	// The end user a product service starts the task for. Allowed
 	// only where policy grants the caller delegation (action
 	// "task.act_for"); the task then records both: the user as requester and
 	// the caller as actor. The user's groups are those of the user's own
@@ -990,13 +991,13 @@ type StartTaskRequest struct {
 	// Destinations the task may deliver to; the model gets destination
 	// handles for them.
 	DestinationScope []*SourceRef `protobuf:"bytes,21,rep,name=destination_scope,json=destinationScope,proto3" json:"destination_scope,omitempty"`
-	// Optional. Idempotency key chosen by the caller (a UUID is a good
+	// Idempotency key chosen by the caller (a UUID is a good
 	// choice; at most 128 characters), scoped per requester: a retried call
 	// with the same request_id and the same payload returns the task and
 	// catalogue the first call created; the same request_id with another
 	// payload fails ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED.
 	RequestId string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// Optional. Also return a task-scoped MCP endpoint and a short-lived
+	// Also return a task-scoped MCP endpoint and a short-lived
 	// bearer token for it (StartTaskResponse.mcp_endpoint): an agent's MCP
 	// client connects there and sees exactly this task's offered catalogue.
 	// Fails FAILED_PRECONDITION MCP_ENDPOINT_DISABLED when the orchestrator
@@ -1240,7 +1241,7 @@ func (x *McpEndpoint) GetExpireTime() *timestamppb.Timestamp {
 // MintMcpTokenRequest names the task to mint an MCP token for.
 type MintMcpTokenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1416,7 +1417,7 @@ func (x *TaskAccessTokens) GetTokens() []*TaskAccessToken {
 // GetTaskRequest names a task.
 type GetTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1462,7 +1463,7 @@ func (x *GetTaskRequest) GetId() string {
 // GetCatalogueRequest names a task.
 type GetCatalogueRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1742,7 +1743,7 @@ func (x *Attempt) GetResolution() string {
 // an approval is used at most once.
 type Approval struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Approval id.
+	// Approval id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Request it approves.
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -1781,7 +1782,7 @@ type Approval struct {
 	Invalidated ApprovalBinding `protobuf:"varint,17,opt,name=invalidated,proto3,enum=v0m3.orchestrator.v1.ApprovalBinding" json:"invalidated,omitempty"`
 	// Human detail of the invalidation.
 	InvalidatedDetail string `protobuf:"bytes,18,opt,name=invalidated_detail,json=invalidatedDetail,proto3" json:"invalidated_detail,omitempty"`
-	// Output only. Who denied it; empty unless denied. A Deny repeated by
+	// Who denied it; empty unless denied. A Deny repeated by
 	// the same person replays the recorded outcome.
 	Denier        string `protobuf:"bytes,19,opt,name=denier,proto3" json:"denier,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1954,7 +1955,7 @@ func (x *Approval) GetDenier() string {
 // GetApprovalRequest names a request.
 type GetApprovalRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Request id.
+	// Request id.
 	RequestId     string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2000,7 +2001,7 @@ func (x *GetApprovalRequest) GetRequestId() string {
 // ToolRequest is a candidate request and what became of it.
 type ToolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Request id.
+	// Request id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Task.
 	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -2010,51 +2011,51 @@ type ToolRequest struct {
 	Capability string `protobuf:"bytes,4,opt,name=capability,proto3" json:"capability,omitempty"`
 	// Arguments as the model sent them.
 	Arguments *structpb.Struct `protobuf:"bytes,5,opt,name=arguments,proto3" json:"arguments,omitempty"`
-	// Output only. Stable intent id.
+	// Stable intent id.
 	IntentId string `protobuf:"bytes,6,opt,name=intent_id,json=intentId,proto3" json:"intent_id,omitempty"`
-	// Output only. State.
+	// State.
 	State RequestState `protobuf:"varint,7,opt,name=state,proto3,enum=v0m3.orchestrator.v1.RequestState" json:"state,omitempty"`
-	// Output only. Outcome of the last attempt.
+	// Outcome of the last attempt.
 	Outcome v12.Outcome `protobuf:"varint,8,opt,name=outcome,proto3,enum=v0m3.adapter.v1.Outcome" json:"outcome,omitempty"`
-	// Output only. Attempts.
+	// Attempts.
 	Attempts []*Attempt `protobuf:"bytes,9,rep,name=attempts,proto3" json:"attempts,omitempty"`
-	// Output only. Quoted excerpts, for retrievals.
+	// Quoted excerpts, for retrievals.
 	Excerpts []*QuotedExcerpt `protobuf:"bytes,10,rep,name=excerpts,proto3" json:"excerpts,omitempty"`
-	// Output only. Stable reason code when refused, e.g.
+	// Stable reason code when refused, e.g.
 	// "CAPABILITY_NOT_OFFERED".
 	RefusalReason string `protobuf:"bytes,11,opt,name=refusal_reason,json=refusalReason,proto3" json:"refusal_reason,omitempty"`
-	// Output only. Human detail of the refusal.
+	// Human detail of the refusal.
 	RefusalDetail string `protobuf:"bytes,12,opt,name=refusal_detail,json=refusalDetail,proto3" json:"refusal_detail,omitempty"`
-	// Output only. Mapping id used.
+	// Mapping id used.
 	MappingId string `protobuf:"bytes,13,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
-	// Output only. Mapping revision used.
+	// Mapping revision used.
 	MappingRevision int64 `protobuf:"varint,14,opt,name=mapping_revision,json=mappingRevision,proto3" json:"mapping_revision,omitempty"`
-	// Output only. Policy revision used.
+	// Policy revision used.
 	PolicyRevision string `protobuf:"bytes,15,opt,name=policy_revision,json=policyRevision,proto3" json:"policy_revision,omitempty"`
-	// Output only. "sha256:" + hex of the normalized product arguments.
+	// "sha256:" + hex of the normalized product arguments.
 	ArgumentsDigest string `protobuf:"bytes,16,opt,name=arguments_digest,json=argumentsDigest,proto3" json:"arguments_digest,omitempty"`
-	// Output only. Received.
+	// Received.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	// Output only. Last changed.
+	// Last changed.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Digest of the document the request acts on, as the product service
 	// supplied it at submission.
 	DocumentDigest string `protobuf:"bytes,19,opt,name=document_digest,json=documentDigest,proto3" json:"document_digest,omitempty"`
-	// Output only. The approval, when policy required one.
+	// The approval, when policy required one.
 	Approval *Approval `protobuf:"bytes,20,opt,name=approval,proto3" json:"approval,omitempty"`
-	// Output only. The consequence in product terms, e.g. "Render preview of
+	// The consequence in product terms, e.g. "Render preview of
 	// document revision 31 using profile 4".
 	Summary string `protobuf:"bytes,21,opt,name=summary,proto3" json:"summary,omitempty"`
-	// Output only. Receipt id recorded in evidence for an effect.
+	// Receipt id recorded in evidence for an effect.
 	ReceiptId string `protobuf:"bytes,22,opt,name=receipt_id,json=receiptId,proto3" json:"receipt_id,omitempty"`
-	// Output only. Artifact digest of a committed transformation.
+	// Artifact digest of a committed transformation.
 	ArtifactDigest string `protobuf:"bytes,23,opt,name=artifact_digest,json=artifactDigest,proto3" json:"artifact_digest,omitempty"`
-	// Output only. Result items that were not evidence (no resource URI,
+	// Result items that were not evidence (no resource URI,
 	// media type that is not evidence, only a title and a link, structured
 	// content): recorded here and in the trace, never quoted or recorded as
 	// source observations.
 	Diagnostics []*Diagnostic `protobuf:"bytes,24,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
-	// Output only. The gRPC status code of the refusal, in upper snake case
+	// The gRPC status code of the refusal, in upper snake case
 	// (e.g. "PERMISSION_DENIED"): submitting the same provider call id again
 	// returns the same error.
 	RefusalCode   string `protobuf:"bytes,25,opt,name=refusal_code,json=refusalCode,proto3" json:"refusal_code,omitempty"`
@@ -2334,11 +2335,11 @@ func (x *Diagnostic) GetDetail() string {
 // SubmitToolRequestRequest submits what the model emitted.
 type SubmitToolRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task.
+	// Task.
 	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Required. The provider's call id.
+	// The provider's call id.
 	ProviderCallId string `protobuf:"bytes,2,opt,name=provider_call_id,json=providerCallId,proto3" json:"provider_call_id,omitempty"`
-	// Required. Capability (the tool name the model used).
+	// Capability (the tool name the model used).
 	Capability string `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
 	// Arguments as emitted.
 	Arguments *structpb.Struct `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
@@ -2346,7 +2347,7 @@ type SubmitToolRequestRequest struct {
 	// revision to render), supplied by the product service; an approval binds
 	// it.
 	DocumentDigest string `protobuf:"bytes,5,opt,name=document_digest,json=documentDigest,proto3" json:"document_digest,omitempty"`
-	// Optional. Return as soon as the request is recorded and decided,
+	// Return as soon as the request is recorded and decided,
 	// without waiting for its execution: the response is the request
 	// resource (REFUSED and AWAITING_APPROVAL are final for this call;
 	// REQUESTED means it was allowed and is executing), and its end is
@@ -2432,7 +2433,7 @@ func (x *SubmitToolRequestRequest) GetReturnImmediately() bool {
 // GetRequestRequest names a request.
 type GetRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Request id.
+	// Request id.
 	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2478,20 +2479,20 @@ func (x *GetRequestRequest) GetId() string {
 // ListRequestsRequest names a task.
 type ListRequestsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id, or "-" for every task (AIP-159), which is read only
+	// Task id, or "-" for every task (AIP-159), which is read only
 	// together with awaiting_settlement (any other use fails
 	// INVALID_ARGUMENT TASK_WILDCARD_UNSUPPORTED) and lists only the
 	// requests the caller may settle.
 	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Optional. Only requests in this state.
+	// Only requests in this state.
 	State RequestState `protobuf:"varint,4,opt,name=state,proto3,enum=v0m3.orchestrator.v1.RequestState" json:"state,omitempty"`
-	// Optional. Only requests whose outcome is unknown and awaits
+	// Only requests whose outcome is unknown and awaits
 	// settlement (FAILED with outcome UNKNOWN): what SettleRequest settles.
 	AwaitingSettlement bool `protobuf:"varint,5,opt,name=awaiting_settlement,json=awaitingSettlement,proto3" json:"awaiting_settlement,omitempty"`
-	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// Most items to return: 50 when unset or 0, at most 1000
 	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Optional. The next_page_token of a previous call with the same
+	// The next_page_token of a previous call with the same
 	// filters; empty for the first page. Opaque.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2621,12 +2622,12 @@ func (x *ListRequestsResponse) GetNextPageToken() string {
 // ApproveRequest approves a request.
 type ApproveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Request id.
+	// Request id.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// The document digest the approver saw. When it differs from the digest
 	// bound at submission the approval is invalidated (binding DOCUMENT).
 	DocumentDigest string `protobuf:"bytes,3,opt,name=document_digest,json=documentDigest,proto3" json:"document_digest,omitempty"`
-	// Optional. Return as soon as the approval is used, without waiting for
+	// Return as soon as the approval is used, without waiting for
 	// the execution (state APPROVED); follow it with GetRequest or
 	// WatchTask. Default false: the call returns the executed request.
 	ReturnImmediately bool `protobuf:"varint,4,opt,name=return_immediately,json=returnImmediately,proto3" json:"return_immediately,omitempty"`
@@ -2688,7 +2689,7 @@ func (x *ApproveRequest) GetReturnImmediately() bool {
 // DenyRequest denies a request.
 type DenyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Request id.
+	// Request id.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Why.
 	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -2743,7 +2744,7 @@ func (x *DenyRequest) GetReason() string {
 // WatchTaskRequest starts a task event stream.
 type WatchTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// Deliver events with a sequence greater than this.
 	AfterSequence int64 `protobuf:"varint,2,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
@@ -2889,7 +2890,7 @@ func (x *TaskEvent) GetTime() *timestamppb.Timestamp {
 // CancelTaskRequest cancels a task.
 type CancelTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Why.
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -2944,7 +2945,7 @@ func (x *CancelTaskRequest) GetReason() string {
 // RefreshHandlesRequest names a task whose handles to refresh.
 type RefreshHandlesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2990,17 +2991,17 @@ func (x *RefreshHandlesRequest) GetTaskId() string {
 // ListTasksRequest filters tasks. Every filter is optional.
 type ListTasksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Optional. Only tasks in this state.
+	// Only tasks in this state.
 	State TaskState `protobuf:"varint,1,opt,name=state,proto3,enum=v0m3.orchestrator.v1.TaskState" json:"state,omitempty"`
-	// Optional. Only tasks started with this profile.
+	// Only tasks started with this profile.
 	Profile string `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
-	// Optional. Only tasks of this requester. A caller who may not read
+	// Only tasks of this requester. A caller who may not read
 	// every task may name only itself (PERMISSION_DENIED otherwise).
 	Requester string `protobuf:"bytes,3,opt,name=requester,proto3" json:"requester,omitempty"`
-	// Optional. Most tasks to return: 50 when unset or 0, at most 1000 (a
+	// Most tasks to return: 50 when unset or 0, at most 1000 (a
 	// larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Optional. The next_page_token of a previous call with the same
+	// The next_page_token of a previous call with the same
 	// filters; empty for the first page. Opaque.
 	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3130,9 +3131,9 @@ func (x *ListTasksResponse) GetNextPageToken() string {
 // CompleteTaskRequest completes a task.
 type CompleteTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Optional. Why, in words.
+	// Why, in words.
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3186,14 +3187,14 @@ func (x *CompleteTaskRequest) GetReason() string {
 // caller.
 type ListPendingApprovalsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Optional. Only requests of this task.
+	// Only requests of this task.
 	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Optional. Only requests for this capability.
+	// Only requests for this capability.
 	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
-	// Optional. Most requests to return: 50 when unset or 0, at most 1000 (a
+	// Most requests to return: 50 when unset or 0, at most 1000 (a
 	// larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Optional. The next_page_token of a previous call with the same
+	// The next_page_token of a previous call with the same
 	// filters; empty for the first page. Opaque.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3317,13 +3318,13 @@ func (x *ListPendingApprovalsResponse) GetNextPageToken() string {
 // SettleRequestRequest settles one request whose outcome is unknown.
 type SettleRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Request id.
+	// Request id.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// Required. The attempt whose unknown outcome is settled: the one the
+	// The attempt whose unknown outcome is settled: the one the
 	// operator examined. The settlement is refused when the request's last
 	// attempt is another one (it changed since).
 	AttemptId string `protobuf:"bytes,2,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
-	// Required. What the operator established.
+	// What the operator established.
 	Settlement Settlement `protobuf:"varint,3,opt,name=settlement,proto3,enum=v0m3.orchestrator.v1.Settlement" json:"settlement,omitempty"`
 	// Evidence of an executed effect: a receipt id recorded for this
 	// request's intent.
@@ -3333,7 +3334,7 @@ type SettleRequestRequest struct {
 	ArtifactDigest string `protobuf:"bytes,5,opt,name=artifact_digest,json=artifactDigest,proto3" json:"artifact_digest,omitempty"`
 	// Evidence of an executed effect: the delivery id.
 	DeliveryId string `protobuf:"bytes,6,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
-	// Required. How it was established (at most 1024 bytes), kept in the
+	// How it was established (at most 1024 bytes), kept in the
 	// trace.
 	Note          string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3423,35 +3424,35 @@ var File_v0m3_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
-	"'v0m3/orchestrator/v1/orchestrator.proto\x12\x14v0m3.orchestrator.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dv0m3/adapter/v1/adapter.proto\x1a\x1bv0m3/policy/v1/policy.proto\x1a\x1fv0m3/registry/v1/registry.proto\"3\n" +
-	"\tSourceRef\x12\x10\n" +
-	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x14\n" +
-	"\x05title\x18\x02 \x01(\tR\x05title\"\xc5\x06\n" +
-	"\x04Task\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
+	"'v0m3/orchestrator/v1/orchestrator.proto\x12\x14v0m3.orchestrator.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dv0m3/adapter/v1/adapter.proto\x1a\x1bv0m3/policy/v1/policy.proto\x1a\x1fv0m3/registry/v1/registry.proto\"8\n" +
+	"\tSourceRef\x12\x15\n" +
+	"\x03uri\x18\x01 \x01(\tB\x03\xe0A\x02R\x03uri\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\"\xfc\x06\n" +
+	"\x04Task\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x127\n" +
 	"\trequester\x18\x02 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\trequester\x12\x18\n" +
 	"\apurpose\x18\x03 \x01(\tR\apurpose\x122\n" +
 	"\x04kind\x18\x04 \x01(\x0e2\x1e.v0m3.orchestrator.v1.TaskKindR\x04kind\x12B\n" +
 	"\fsource_scope\x18\x05 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\vsourceScope\x12)\n" +
-	"\x10evidence_present\x18\x06 \x01(\bR\x0fevidencePresent\x12/\n" +
-	"\x13needed_capabilities\x18\a \x03(\tR\x12neededCapabilities\x125\n" +
-	"\x05state\x18\b \x01(\x0e2\x1f.v0m3.orchestrator.v1.TaskStateR\x05state\x12\x1e\n" +
+	"\x10evidence_present\x18\x06 \x01(\bR\x0fevidencePresent\x124\n" +
+	"\x13needed_capabilities\x18\a \x03(\tB\x03\xe0A\x03R\x12neededCapabilities\x12:\n" +
+	"\x05state\x18\b \x01(\x0e2\x1f.v0m3.orchestrator.v1.TaskStateB\x03\xe0A\x03R\x05state\x12#\n" +
 	"\n" +
-	"checkpoint\x18\t \x01(\tR\n" +
-	"checkpoint\x12;\n" +
+	"checkpoint\x18\t \x01(\tB\x03\xe0A\x03R\n" +
+	"checkpoint\x12@\n" +
 	"\vcreate_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12\x14\n" +
-	"\x05actor\x18\f \x01(\tR\x05actor\x12\x18\n" +
-	"\aprofile\x18\r \x01(\tR\aprofile\x12)\n" +
-	"\x10profile_revision\x18\x0e \x01(\x03R\x0fprofileRevision\x12%\n" +
-	"\x0epolicy_purpose\x18\x0f \x01(\tR\rpolicyPurpose\x12F\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12@\n" +
+	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"updateTime\x12\x19\n" +
+	"\x05actor\x18\f \x01(\tB\x03\xe0A\x03R\x05actor\x12\x1d\n" +
+	"\aprofile\x18\r \x01(\tB\x03\xe0A\x03R\aprofile\x12.\n" +
+	"\x10profile_revision\x18\x0e \x01(\x03B\x03\xe0A\x03R\x0fprofileRevision\x12*\n" +
+	"\x0epolicy_purpose\x18\x0f \x01(\tB\x03\xe0A\x03R\rpolicyPurpose\x12F\n" +
 	"\x0eartifact_scope\x18\x14 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\rartifactScope\x12L\n" +
-	"\x11destination_scope\x18\x15 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\x10destinationScope\x12\x1d\n" +
+	"\x11destination_scope\x18\x15 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\x10destinationScope\x12\"\n" +
 	"\n" +
-	"request_id\x18\x10 \x01(\tR\trequestId\"\xaa\x01\n" +
+	"request_id\x18\x10 \x01(\tB\x03\xe0A\x03R\trequestId\"\xaa\x01\n" +
 	"\vHandleOffer\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12;\n" +
@@ -3480,21 +3481,21 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"considered\x12'\n" +
 	"\x0fpolicy_revision\x18\x04 \x01(\tR\x0epolicyRevision\x12=\n" +
 	"\fcompile_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompileTime\x12=\n" +
-	"\frefresh_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vrefreshTime\"\x8b\x04\n" +
+	"\frefresh_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vrefreshTime\"\x9a\x04\n" +
 	"\x10StartTaskRequest\x122\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.v0m3.orchestrator.v1.TaskKindR\x04kind\x12\x18\n" +
 	"\apurpose\x18\x03 \x01(\tR\apurpose\x12B\n" +
 	"\fsource_scope\x18\x04 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\vsourceScope\x12)\n" +
-	"\x10evidence_present\x18\x05 \x01(\bR\x0fevidencePresent\x12;\n" +
-	"\fon_behalf_of\x18\x06 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\n" +
+	"\x10evidence_present\x18\x05 \x01(\bR\x0fevidencePresent\x12@\n" +
+	"\fon_behalf_of\x18\x06 \x01(\v2\x19.v0m3.policy.v1.PrincipalB\x03\xe0A\x01R\n" +
 	"onBehalfOf\x12\x18\n" +
 	"\aprofile\x18\a \x01(\tR\aprofile\x12F\n" +
 	"\x0eartifact_scope\x18\x14 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\rartifactScope\x12L\n" +
-	"\x11destination_scope\x18\x15 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\x10destinationScope\x12\x1d\n" +
+	"\x11destination_scope\x18\x15 \x03(\v2\x1f.v0m3.orchestrator.v1.SourceRefR\x10destinationScope\x12\"\n" +
 	"\n" +
-	"request_id\x18\b \x01(\tR\trequestId\x12\x1d\n" +
+	"request_id\x18\b \x01(\tB\x03\xe0A\x01R\trequestId\x12\"\n" +
 	"\n" +
-	"mcp_access\x18\x16 \x01(\bR\tmcpAccessJ\x04\b\x01\x10\x02R\trequester\"\xcf\x01\n" +
+	"mcp_access\x18\x16 \x01(\bB\x03\xe0A\x01R\tmcpAccessJ\x04\b\x01\x10\x02R\trequester\"\xcf\x01\n" +
 	"\x11StartTaskResponse\x12.\n" +
 	"\x04task\x18\x01 \x01(\v2\x1a.v0m3.orchestrator.v1.TaskR\x04task\x12D\n" +
 	"\tcatalogue\x18\x02 \x01(\v2&.v0m3.orchestrator.v1.OfferedCatalogueR\tcatalogue\x12D\n" +
@@ -3503,9 +3504,9 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12;\n" +
 	"\vexpire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\".\n" +
-	"\x13MintMcpTokenRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\xe5\x01\n" +
+	"expireTime\"3\n" +
+	"\x13MintMcpTokenRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\"\xe5\x01\n" +
 	"\x0fTaskAccessToken\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12!\n" +
 	"\ftoken_digest\x18\x02 \x01(\tR\vtokenDigest\x12\x1c\n" +
@@ -3515,11 +3516,11 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\vexpire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\"Q\n" +
 	"\x10TaskAccessTokens\x12=\n" +
-	"\x06tokens\x18\x01 \x03(\v2%.v0m3.orchestrator.v1.TaskAccessTokenR\x06tokens\" \n" +
-	"\x0eGetTaskRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\".\n" +
-	"\x13GetCatalogueRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\x9d\x02\n" +
+	"\x06tokens\x18\x01 \x03(\v2%.v0m3.orchestrator.v1.TaskAccessTokenR\x06tokens\"%\n" +
+	"\x0eGetTaskRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\"3\n" +
+	"\x13GetCatalogueRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\"\x9d\x02\n" +
 	"\rQuotedExcerpt\x12%\n" +
 	"\x0eobservation_id\x18\x01 \x01(\tR\robservationId\x12\x1f\n" +
 	"\vrevision_id\x18\x02 \x01(\tR\n" +
@@ -3545,9 +3546,9 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1e\n" +
 	"\n" +
 	"resolution\x18\t \x01(\tR\n" +
-	"resolution\"\x82\x06\n" +
-	"\bApproval\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"resolution\"\x8c\x06\n" +
+	"\bApproval\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x1b\n" +
 	"\tintent_id\x18\x03 \x01(\tR\bintentId\x12\x1e\n" +
@@ -3571,81 +3572,81 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\bapprover\x18\x0f \x01(\tR\bapprover\x125\n" +
 	"\buse_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\auseTime\x12G\n" +
 	"\vinvalidated\x18\x11 \x01(\x0e2%.v0m3.orchestrator.v1.ApprovalBindingR\vinvalidated\x12-\n" +
-	"\x12invalidated_detail\x18\x12 \x01(\tR\x11invalidatedDetail\x12\x16\n" +
-	"\x06denier\x18\x13 \x01(\tR\x06denier\"3\n" +
-	"\x12GetApprovalRequest\x12\x1d\n" +
+	"\x12invalidated_detail\x18\x12 \x01(\tR\x11invalidatedDetail\x12\x1b\n" +
+	"\x06denier\x18\x13 \x01(\tB\x03\xe0A\x03R\x06denier\"8\n" +
+	"\x12GetApprovalRequest\x12\"\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\"\xd2\b\n" +
-	"\vToolRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"request_id\x18\x01 \x01(\tB\x03\xe0A\x02R\trequestId\"\xb6\t\n" +
+	"\vToolRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12(\n" +
 	"\x10provider_call_id\x18\x03 \x01(\tR\x0eproviderCallId\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x04 \x01(\tR\n" +
 	"capability\x125\n" +
-	"\targuments\x18\x05 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x1b\n" +
-	"\tintent_id\x18\x06 \x01(\tR\bintentId\x128\n" +
-	"\x05state\x18\a \x01(\x0e2\".v0m3.orchestrator.v1.RequestStateR\x05state\x122\n" +
-	"\aoutcome\x18\b \x01(\x0e2\x18.v0m3.adapter.v1.OutcomeR\aoutcome\x129\n" +
-	"\battempts\x18\t \x03(\v2\x1d.v0m3.orchestrator.v1.AttemptR\battempts\x12?\n" +
+	"\targuments\x18\x05 \x01(\v2\x17.google.protobuf.StructR\targuments\x12 \n" +
+	"\tintent_id\x18\x06 \x01(\tB\x03\xe0A\x03R\bintentId\x12=\n" +
+	"\x05state\x18\a \x01(\x0e2\".v0m3.orchestrator.v1.RequestStateB\x03\xe0A\x03R\x05state\x127\n" +
+	"\aoutcome\x18\b \x01(\x0e2\x18.v0m3.adapter.v1.OutcomeB\x03\xe0A\x03R\aoutcome\x12>\n" +
+	"\battempts\x18\t \x03(\v2\x1d.v0m3.orchestrator.v1.AttemptB\x03\xe0A\x03R\battempts\x12D\n" +
 	"\bexcerpts\x18\n" +
-	" \x03(\v2#.v0m3.orchestrator.v1.QuotedExcerptR\bexcerpts\x12%\n" +
-	"\x0erefusal_reason\x18\v \x01(\tR\rrefusalReason\x12%\n" +
-	"\x0erefusal_detail\x18\f \x01(\tR\rrefusalDetail\x12\x1d\n" +
+	" \x03(\v2#.v0m3.orchestrator.v1.QuotedExcerptB\x03\xe0A\x03R\bexcerpts\x12*\n" +
+	"\x0erefusal_reason\x18\v \x01(\tB\x03\xe0A\x03R\rrefusalReason\x12*\n" +
+	"\x0erefusal_detail\x18\f \x01(\tB\x03\xe0A\x03R\rrefusalDetail\x12\"\n" +
 	"\n" +
-	"mapping_id\x18\r \x01(\tR\tmappingId\x12)\n" +
-	"\x10mapping_revision\x18\x0e \x01(\x03R\x0fmappingRevision\x12'\n" +
-	"\x0fpolicy_revision\x18\x0f \x01(\tR\x0epolicyRevision\x12)\n" +
-	"\x10arguments_digest\x18\x10 \x01(\tR\x0fargumentsDigest\x12;\n" +
-	"\vcreate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"mapping_id\x18\r \x01(\tB\x03\xe0A\x03R\tmappingId\x12.\n" +
+	"\x10mapping_revision\x18\x0e \x01(\x03B\x03\xe0A\x03R\x0fmappingRevision\x12,\n" +
+	"\x0fpolicy_revision\x18\x0f \x01(\tB\x03\xe0A\x03R\x0epolicyRevision\x12.\n" +
+	"\x10arguments_digest\x18\x10 \x01(\tB\x03\xe0A\x03R\x0fargumentsDigest\x12@\n" +
+	"\vcreate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12@\n" +
+	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"updateTime\x12'\n" +
-	"\x0fdocument_digest\x18\x13 \x01(\tR\x0edocumentDigest\x12:\n" +
-	"\bapproval\x18\x14 \x01(\v2\x1e.v0m3.orchestrator.v1.ApprovalR\bapproval\x12\x18\n" +
-	"\asummary\x18\x15 \x01(\tR\asummary\x12\x1d\n" +
+	"\x0fdocument_digest\x18\x13 \x01(\tR\x0edocumentDigest\x12?\n" +
+	"\bapproval\x18\x14 \x01(\v2\x1e.v0m3.orchestrator.v1.ApprovalB\x03\xe0A\x03R\bapproval\x12\x1d\n" +
+	"\asummary\x18\x15 \x01(\tB\x03\xe0A\x03R\asummary\x12\"\n" +
 	"\n" +
-	"receipt_id\x18\x16 \x01(\tR\treceiptId\x12'\n" +
-	"\x0fartifact_digest\x18\x17 \x01(\tR\x0eartifactDigest\x12B\n" +
-	"\vdiagnostics\x18\x18 \x03(\v2 .v0m3.orchestrator.v1.DiagnosticR\vdiagnostics\x12!\n" +
-	"\frefusal_code\x18\x19 \x01(\tR\vrefusalCode\"L\n" +
+	"receipt_id\x18\x16 \x01(\tB\x03\xe0A\x03R\treceiptId\x12,\n" +
+	"\x0fartifact_digest\x18\x17 \x01(\tB\x03\xe0A\x03R\x0eartifactDigest\x12G\n" +
+	"\vdiagnostics\x18\x18 \x03(\v2 .v0m3.orchestrator.v1.DiagnosticB\x03\xe0A\x03R\vdiagnostics\x12&\n" +
+	"\frefusal_code\x18\x19 \x01(\tB\x03\xe0A\x03R\vrefusalCode\"L\n" +
 	"\n" +
 	"Diagnostic\x12\x12\n" +
 	"\x04item\x18\x01 \x01(\tR\x04item\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x8c\x02\n" +
-	"\x18SubmitToolRequestRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12(\n" +
-	"\x10provider_call_id\x18\x02 \x01(\tR\x0eproviderCallId\x12\x1e\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xa0\x02\n" +
+	"\x18SubmitToolRequestRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\x12-\n" +
+	"\x10provider_call_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x0eproviderCallId\x12#\n" +
 	"\n" +
-	"capability\x18\x03 \x01(\tR\n" +
+	"capability\x18\x03 \x01(\tB\x03\xe0A\x02R\n" +
 	"capability\x125\n" +
 	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\x12'\n" +
-	"\x0fdocument_digest\x18\x05 \x01(\tR\x0edocumentDigest\x12-\n" +
-	"\x12return_immediately\x18\x06 \x01(\bR\x11returnImmediately\"#\n" +
-	"\x11GetRequestRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xd5\x01\n" +
-	"\x13ListRequestsRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\x128\n" +
-	"\x05state\x18\x04 \x01(\x0e2\".v0m3.orchestrator.v1.RequestStateR\x05state\x12/\n" +
-	"\x13awaiting_settlement\x18\x05 \x01(\bR\x12awaitingSettlement\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x0fdocument_digest\x18\x05 \x01(\tR\x0edocumentDigest\x122\n" +
+	"\x12return_immediately\x18\x06 \x01(\bB\x03\xe0A\x01R\x11returnImmediately\"(\n" +
+	"\x11GetRequestRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\"\xee\x01\n" +
+	"\x13ListRequestsRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\x12=\n" +
+	"\x05state\x18\x04 \x01(\x0e2\".v0m3.orchestrator.v1.RequestStateB\x03\xe0A\x01R\x05state\x124\n" +
+	"\x13awaiting_settlement\x18\x05 \x01(\bB\x03\xe0A\x01R\x12awaitingSettlement\x12 \n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"}\n" +
+	"page_token\x18\x03 \x01(\tB\x03\xe0A\x01R\tpageToken\"}\n" +
 	"\x14ListRequestsResponse\x12=\n" +
 	"\brequests\x18\x01 \x03(\v2!.v0m3.orchestrator.v1.ToolRequestR\brequests\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n" +
-	"\x0eApproveRequest\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa1\x01\n" +
+	"\x0eApproveRequest\x12\"\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\x12'\n" +
-	"\x0fdocument_digest\x18\x03 \x01(\tR\x0edocumentDigest\x12-\n" +
-	"\x12return_immediately\x18\x04 \x01(\bR\x11returnImmediatelyJ\x04\b\x02\x10\x03R\bapprover\"T\n" +
-	"\vDenyRequest\x12\x1d\n" +
+	"request_id\x18\x01 \x01(\tB\x03\xe0A\x02R\trequestId\x12'\n" +
+	"\x0fdocument_digest\x18\x03 \x01(\tR\x0edocumentDigest\x122\n" +
+	"\x12return_immediately\x18\x04 \x01(\bB\x03\xe0A\x01R\x11returnImmediatelyJ\x04\b\x02\x10\x03R\bapprover\"Y\n" +
+	"\vDenyRequest\x12\"\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reasonJ\x04\b\x02\x10\x03R\bapprover\"R\n" +
-	"\x10WatchTaskRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
+	"request_id\x18\x01 \x01(\tB\x03\xe0A\x02R\trequestId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reasonJ\x04\b\x02\x10\x03R\bapprover\"W\n" +
+	"\x10WatchTaskRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\x03R\rafterSequence\"\xbb\x01\n" +
 	"\tTaskEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12\x17\n" +
@@ -3654,50 +3655,50 @@ const file_v0m3_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\x12\x12\n" +
 	"\x04type\x18\x04 \x01(\tR\x04type\x12\x16\n" +
 	"\x06detail\x18\x05 \x01(\tR\x06detail\x12.\n" +
-	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\";\n" +
-	"\x11CancelTaskRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"0\n" +
-	"\x15RefreshHandlesRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\xbd\x01\n" +
-	"\x10ListTasksRequest\x125\n" +
-	"\x05state\x18\x01 \x01(\x0e2\x1f.v0m3.orchestrator.v1.TaskStateR\x05state\x12\x18\n" +
-	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x1c\n" +
-	"\trequester\x18\x03 \x01(\tR\trequester\x12\x1b\n" +
-	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"@\n" +
+	"\x11CancelTaskRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"5\n" +
+	"\x15RefreshHandlesRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\"\xd6\x01\n" +
+	"\x10ListTasksRequest\x12:\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x1f.v0m3.orchestrator.v1.TaskStateB\x03\xe0A\x01R\x05state\x12\x1d\n" +
+	"\aprofile\x18\x02 \x01(\tB\x03\xe0A\x01R\aprofile\x12!\n" +
+	"\trequester\x18\x03 \x01(\tB\x03\xe0A\x01R\trequester\x12 \n" +
+	"\tpage_size\x18\x04 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"m\n" +
+	"page_token\x18\x05 \x01(\tB\x03\xe0A\x01R\tpageToken\"m\n" +
 	"\x11ListTasksResponse\x120\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x1a.v0m3.orchestrator.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"=\n" +
-	"\x13CompleteTaskRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x92\x01\n" +
-	"\x1bListPendingApprovalsRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1e\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
+	"\x13CompleteTaskRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\x12\x1b\n" +
+	"\x06reason\x18\x02 \x01(\tB\x03\xe0A\x01R\x06reason\"\xa6\x01\n" +
+	"\x1bListPendingApprovalsRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x01R\x06taskId\x12#\n" +
 	"\n" +
-	"capability\x18\x02 \x01(\tR\n" +
-	"capability\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"capability\x18\x02 \x01(\tB\x03\xe0A\x01R\n" +
+	"capability\x12 \n" +
+	"\tpage_size\x18\x03 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\x85\x01\n" +
+	"page_token\x18\x04 \x01(\tB\x03\xe0A\x01R\tpageToken\"\x85\x01\n" +
 	"\x1cListPendingApprovalsResponse\x12=\n" +
 	"\brequests\x18\x01 \x03(\v2!.v0m3.orchestrator.v1.ToolRequestR\brequests\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x93\x02\n" +
-	"\x14SettleRequestRequest\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa7\x02\n" +
+	"\x14SettleRequestRequest\x12\"\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
+	"request_id\x18\x01 \x01(\tB\x03\xe0A\x02R\trequestId\x12\"\n" +
 	"\n" +
-	"attempt_id\x18\x02 \x01(\tR\tattemptId\x12@\n" +
+	"attempt_id\x18\x02 \x01(\tB\x03\xe0A\x02R\tattemptId\x12E\n" +
 	"\n" +
-	"settlement\x18\x03 \x01(\x0e2 .v0m3.orchestrator.v1.SettlementR\n" +
+	"settlement\x18\x03 \x01(\x0e2 .v0m3.orchestrator.v1.SettlementB\x03\xe0A\x02R\n" +
 	"settlement\x12\x1d\n" +
 	"\n" +
 	"receipt_id\x18\x04 \x01(\tR\treceiptId\x12'\n" +
 	"\x0fartifact_digest\x18\x05 \x01(\tR\x0eartifactDigest\x12\x1f\n" +
 	"\vdelivery_id\x18\x06 \x01(\tR\n" +
-	"deliveryId\x12\x12\n" +
-	"\x04note\x18\a \x01(\tR\x04note*\x86\x01\n" +
+	"deliveryId\x12\x17\n" +
+	"\x04note\x18\a \x01(\tB\x03\xe0A\x02R\x04note*\x86\x01\n" +
 	"\bTaskKind\x12\x19\n" +
 	"\x15TASK_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TASK_KIND_SOURCE_REVIEW\x10\x01\x12\x15\n" +

@@ -8,6 +8,7 @@ package policyv1
 
 import (
 	v1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -432,11 +433,11 @@ func (x *CapabilityEligibility) GetPolicyReasons() []string {
 // EligibleRequest asks which capabilities a task may be offered.
 type EligibleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Required. Requester.
+	// Requester.
 	Requester *Principal `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"`
-	// Required. Task purpose, e.g. "source_review".
+	// Task purpose, e.g. "source_review".
 	Purpose string `protobuf:"bytes,3,opt,name=purpose,proto3" json:"purpose,omitempty"`
 	// Capabilities the task's plan needs.
 	NeededCapabilities []string `protobuf:"bytes,4,rep,name=needed_capabilities,json=neededCapabilities,proto3" json:"needed_capabilities,omitempty"`
@@ -560,11 +561,11 @@ func (x *EligibleResponse) GetPolicyRevision() string {
 // AuthorizeRequest describes one request to authorize.
 type AuthorizeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Requester.
+	// Requester.
 	Principal *Principal `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
-	// Required. Capability name (the Cedar action).
+	// Capability name (the Cedar action).
 	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
-	// Required. Resource: a connection id or a source-scope target.
+	// Resource: a connection id or a source-scope target.
 	Resource string `protobuf:"bytes,3,opt,name=resource,proto3" json:"resource,omitempty"`
 	// Task id.
 	TaskId string `protobuf:"bytes,4,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -753,9 +754,9 @@ func (x *AuthorizeResponse) GetRefusalReason() string {
 // RegisterTaskRequest records a task's scope.
 type RegisterTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Required. The task's authenticated requester id.
+	// The task's authenticated requester id.
 	Requester string `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"`
 	// The targets (e.g. resource URIs) the task may read; handles are minted
 	// only for these. Duplicates fail; empty means no handle can be minted.
@@ -949,20 +950,20 @@ func (x *TaskScope) GetDestinationScope() []string {
 // MintHandleRequest asks for a handle.
 type MintHandleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Required. Requester id.
+	// Requester id.
 	Requester string `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"`
-	// Required. Capability the handle may be used with.
+	// Capability the handle may be used with.
 	Capability string `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
-	// Required. Server-side target, e.g. a resource URI, in the task's
+	// Server-side target, e.g. a resource URI, in the task's
 	// registered scope of the handle's kind. Never shown to the model.
 	Target string `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
 	// Label the model may see, e.g. "note: API migration guide".
 	Label string `protobuf:"bytes,5,opt,name=label,proto3" json:"label,omitempty"`
-	// Required. Mapping the handle is bound to.
+	// Mapping the handle is bound to.
 	MappingId string `protobuf:"bytes,6,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
-	// Required. Mapping revision the handle is bound to.
+	// Mapping revision the handle is bound to.
 	MappingRevision int64 `protobuf:"varint,7,opt,name=mapping_revision,json=mappingRevision,proto3" json:"mapping_revision,omitempty"`
 	// Lifetime; defaults to 15 minutes, at most 24 hours.
 	Ttl *durationpb.Duration `protobuf:"bytes,8,opt,name=ttl,proto3" json:"ttl,omitempty"`
@@ -1251,17 +1252,17 @@ func (x *HandleBinding) GetKind() v1.HandleKind {
 // ResolveHandleRequest resolves a handle for one use.
 type ResolveHandleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The token.
+	// The token.
 	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
-	// Required. Task using it.
+	// Task using it.
 	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Required. Requester using it.
+	// Requester using it.
 	Requester *Principal `protobuf:"bytes,3,opt,name=requester,proto3" json:"requester,omitempty"`
-	// Required. Capability it is used with.
+	// Capability it is used with.
 	Capability string `protobuf:"bytes,4,opt,name=capability,proto3" json:"capability,omitempty"`
-	// Required. Current mapping id.
+	// Current mapping id.
 	MappingId string `protobuf:"bytes,5,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
-	// Required. Current mapping revision.
+	// Current mapping revision.
 	MappingRevision int64 `protobuf:"varint,6,opt,name=mapping_revision,json=mappingRevision,proto3" json:"mapping_revision,omitempty"`
 	// Task purpose, for re-authorization.
 	Purpose string `protobuf:"bytes,7,opt,name=purpose,proto3" json:"purpose,omitempty"`
@@ -1528,9 +1529,9 @@ func (x *Budget) GetUsedCostMicros() int64 {
 // ChargeRequest charges budgets.
 type ChargeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Task id.
+	// Task id.
 	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Required. Requester id.
+	// Requester id.
 	Requester string `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"`
 	// Calls to charge.
 	Calls int64 `protobuf:"varint,3,opt,name=calls,proto3" json:"calls,omitempty"`
@@ -1538,7 +1539,7 @@ type ChargeRequest struct {
 	ResponseBytes int64 `protobuf:"varint,4,opt,name=response_bytes,json=responseBytes,proto3" json:"response_bytes,omitempty"`
 	// Cost to charge, micro-units.
 	CostMicros int64 `protobuf:"varint,5,opt,name=cost_micros,json=costMicros,proto3" json:"cost_micros,omitempty"`
-	// Required. Charging the same key twice charges once.
+	// Charging the same key twice charges once.
 	IdempotencyKey string `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -1674,9 +1675,9 @@ func (x *ChargeResponse) GetRequester() *Budget {
 // ReportConnectionHealthRequest reports health.
 type ReportConnectionHealthRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
-	// Required. State.
+	// State.
 	State HealthState `protobuf:"varint,2,opt,name=state,proto3,enum=v0m3.policy.v1.HealthState" json:"state,omitempty"`
 	// Safe detail.
 	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
@@ -1850,12 +1851,12 @@ func (*GetPolicyRevisionRequest) Descriptor() ([]byte, []int) {
 // own caller, never from a request body.
 type AuthorizeActionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Who acts, as authenticated.
+	// Who acts, as authenticated.
 	Principal *Principal `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
-	// Required. The action, e.g. "mapping.review", "request.approve",
+	// The action, e.g. "mapping.review", "request.approve",
 	// "task.act_for", "trace.read" (the Cedar action id).
 	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
-	// Required. Resource type, e.g. "connection", "mapping", "request",
+	// Resource type, e.g. "connection", "mapping", "request",
 	// "task", "user", "policy".
 	ResourceType string `protobuf:"bytes,3,opt,name=resource_type,json=resourceType,proto3" json:"resource_type,omitempty"`
 	// Resource id; "" for a collection.
@@ -2038,7 +2039,7 @@ type HandleUse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. The field the handle fills.
 	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
-	// Required. The token.
+	// The token.
 	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
 	// The kind of the field (see ResolveHandleRequest.kind).
 	Kind          v1.HandleKind `protobuf:"varint,3,opt,name=kind,proto3,enum=v0m3.registry.v1.HandleKind" json:"kind,omitempty"`
@@ -2350,7 +2351,7 @@ var File_v0m3_policy_v1_policy_proto protoreflect.FileDescriptor
 
 const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1bv0m3/policy/v1/policy.proto\x12\x0ev0m3.policy.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fv0m3/registry/v1/registry.proto\"3\n" +
+	"\x1bv0m3/policy/v1/policy.proto\x12\x0ev0m3.policy.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fv0m3/registry/v1/registry.proto\"3\n" +
 	"\tPrincipal\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06groups\x18\x02 \x03(\tR\x06groups\"\x99\x03\n" +
@@ -2366,21 +2367,21 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\x10mapping_revision\x18\x06 \x01(\x03R\x0fmappingRevision\x12#\n" +
 	"\rconnection_id\x18\a \x01(\tR\fconnectionId\x12@\n" +
 	"\feffect_class\x18\b \x01(\x0e2\x1d.v0m3.registry.v1.EffectClassR\veffectClass\x12%\n" +
-	"\x0epolicy_reasons\x18\t \x03(\tR\rpolicyReasons\"\xae\x01\n" +
-	"\x0fEligibleRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\x127\n" +
-	"\trequester\x18\x02 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\trequester\x12\x18\n" +
-	"\apurpose\x18\x03 \x01(\tR\apurpose\x12/\n" +
+	"\x0epolicy_reasons\x18\t \x03(\tR\rpolicyReasons\"\xbd\x01\n" +
+	"\x0fEligibleRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\x12<\n" +
+	"\trequester\x18\x02 \x01(\v2\x19.v0m3.policy.v1.PrincipalB\x03\xe0A\x02R\trequester\x12\x1d\n" +
+	"\apurpose\x18\x03 \x01(\tB\x03\xe0A\x02R\apurpose\x12/\n" +
 	"\x13needed_capabilities\x18\x04 \x03(\tR\x12neededCapabilities\"\x86\x01\n" +
 	"\x10EligibleResponse\x12I\n" +
 	"\fcapabilities\x18\x01 \x03(\v2%.v0m3.policy.v1.CapabilityEligibilityR\fcapabilities\x12'\n" +
-	"\x0fpolicy_revision\x18\x02 \x01(\tR\x0epolicyRevision\"\xc6\x02\n" +
-	"\x10AuthorizeRequest\x127\n" +
-	"\tprincipal\x18\x01 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\tprincipal\x12\x1e\n" +
+	"\x0fpolicy_revision\x18\x02 \x01(\tR\x0epolicyRevision\"\xd5\x02\n" +
+	"\x10AuthorizeRequest\x12<\n" +
+	"\tprincipal\x18\x01 \x01(\v2\x19.v0m3.policy.v1.PrincipalB\x03\xe0A\x02R\tprincipal\x12#\n" +
 	"\n" +
-	"capability\x18\x02 \x01(\tR\n" +
-	"capability\x12\x1a\n" +
-	"\bresource\x18\x03 \x01(\tR\bresource\x12\x17\n" +
+	"capability\x18\x02 \x01(\tB\x03\xe0A\x02R\n" +
+	"capability\x12\x1f\n" +
+	"\bresource\x18\x03 \x01(\tB\x03\xe0A\x02R\bresource\x12\x17\n" +
 	"\atask_id\x18\x04 \x01(\tR\x06taskId\x12\x18\n" +
 	"\apurpose\x18\x05 \x01(\tR\apurpose\x12@\n" +
 	"\feffect_class\x18\x06 \x01(\x0e2\x1d.v0m3.registry.v1.EffectClassR\veffectClass\x12\x1d\n" +
@@ -2392,10 +2393,10 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\areasons\x18\x02 \x03(\tR\areasons\x12'\n" +
 	"\x0fpolicy_revision\x18\x03 \x01(\tR\x0epolicyRevision\x12+\n" +
 	"\x11approval_required\x18\x04 \x01(\bR\x10approvalRequired\x12%\n" +
-	"\x0erefusal_reason\x18\x05 \x01(\tR\rrefusalReason\"\xf9\x01\n" +
-	"\x13RegisterTaskRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
-	"\trequester\x18\x02 \x01(\tR\trequester\x12!\n" +
+	"\x0erefusal_reason\x18\x05 \x01(\tR\rrefusalReason\"\x83\x02\n" +
+	"\x13RegisterTaskRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\x12!\n" +
+	"\trequester\x18\x02 \x01(\tB\x03\xe0A\x02R\trequester\x12!\n" +
 	"\fsource_scope\x18\x03 \x03(\tR\vsourceScope\x124\n" +
 	"\x06budget\x18\x04 \x01(\v2\x1c.v0m3.registry.v1.TaskBudgetR\x06budget\x12%\n" +
 	"\x0eartifact_scope\x18\x05 \x03(\tR\rartifactScope\x12+\n" +
@@ -2407,18 +2408,18 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\rregister_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisterTime\x124\n" +
 	"\x06budget\x18\x05 \x01(\v2\x1c.v0m3.registry.v1.TaskBudgetR\x06budget\x12%\n" +
 	"\x0eartifact_scope\x18\x06 \x03(\tR\rartifactScope\x12+\n" +
-	"\x11destination_scope\x18\a \x03(\tR\x10destinationScope\"\xc1\x02\n" +
-	"\x11MintHandleRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
-	"\trequester\x18\x02 \x01(\tR\trequester\x12\x1e\n" +
+	"\x11destination_scope\x18\a \x03(\tR\x10destinationScope\"\xdf\x02\n" +
+	"\x11MintHandleRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\x12!\n" +
+	"\trequester\x18\x02 \x01(\tB\x03\xe0A\x02R\trequester\x12#\n" +
 	"\n" +
-	"capability\x18\x03 \x01(\tR\n" +
-	"capability\x12\x16\n" +
-	"\x06target\x18\x04 \x01(\tR\x06target\x12\x14\n" +
-	"\x05label\x18\x05 \x01(\tR\x05label\x12\x1d\n" +
+	"capability\x18\x03 \x01(\tB\x03\xe0A\x02R\n" +
+	"capability\x12\x1b\n" +
+	"\x06target\x18\x04 \x01(\tB\x03\xe0A\x02R\x06target\x12\x14\n" +
+	"\x05label\x18\x05 \x01(\tR\x05label\x12\"\n" +
 	"\n" +
-	"mapping_id\x18\x06 \x01(\tR\tmappingId\x12)\n" +
-	"\x10mapping_revision\x18\a \x01(\x03R\x0fmappingRevision\x12+\n" +
+	"mapping_id\x18\x06 \x01(\tB\x03\xe0A\x02R\tmappingId\x12.\n" +
+	"\x10mapping_revision\x18\a \x01(\x03B\x03\xe0A\x02R\x0fmappingRevision\x12+\n" +
 	"\x03ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x120\n" +
 	"\x04kind\x18\t \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"q\n" +
 	"\x06Handle\x12\x14\n" +
@@ -2439,17 +2440,17 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\x10mapping_revision\x18\a \x01(\x03R\x0fmappingRevision\x12;\n" +
 	"\vexpire_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x120\n" +
-	"\x04kind\x18\t \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"\xf6\x02\n" +
-	"\x14ResolveHandleRequest\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\x127\n" +
-	"\trequester\x18\x03 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\trequester\x12\x1e\n" +
+	"\x04kind\x18\t \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"\x94\x03\n" +
+	"\x14ResolveHandleRequest\x12\x19\n" +
+	"\x05token\x18\x01 \x01(\tB\x03\xe0A\x02R\x05token\x12\x1c\n" +
+	"\atask_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x06taskId\x12<\n" +
+	"\trequester\x18\x03 \x01(\v2\x19.v0m3.policy.v1.PrincipalB\x03\xe0A\x02R\trequester\x12#\n" +
 	"\n" +
-	"capability\x18\x04 \x01(\tR\n" +
-	"capability\x12\x1d\n" +
+	"capability\x18\x04 \x01(\tB\x03\xe0A\x02R\n" +
+	"capability\x12\"\n" +
 	"\n" +
-	"mapping_id\x18\x05 \x01(\tR\tmappingId\x12)\n" +
-	"\x10mapping_revision\x18\x06 \x01(\x03R\x0fmappingRevision\x12\x18\n" +
+	"mapping_id\x18\x05 \x01(\tB\x03\xe0A\x02R\tmappingId\x12.\n" +
+	"\x10mapping_revision\x18\x06 \x01(\x03B\x03\xe0A\x02R\x0fmappingRevision\x12\x18\n" +
 	"\apurpose\x18\a \x01(\tR\apurpose\x12@\n" +
 	"\feffect_class\x18\b \x01(\x0e2\x1d.v0m3.registry.v1.EffectClassR\veffectClass\x120\n" +
 	"\x04kind\x18\t \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"\x99\x01\n" +
@@ -2464,21 +2465,21 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\n" +
 	"used_calls\x18\x05 \x01(\x03R\tusedCalls\x12.\n" +
 	"\x13used_response_bytes\x18\x06 \x01(\x03R\x11usedResponseBytes\x12(\n" +
-	"\x10used_cost_micros\x18\a \x01(\x03R\x0eusedCostMicros\"\xcd\x01\n" +
-	"\rChargeRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
-	"\trequester\x18\x02 \x01(\tR\trequester\x12\x14\n" +
+	"\x10used_cost_micros\x18\a \x01(\x03R\x0eusedCostMicros\"\xdc\x01\n" +
+	"\rChargeRequest\x12\x1c\n" +
+	"\atask_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x06taskId\x12!\n" +
+	"\trequester\x18\x02 \x01(\tB\x03\xe0A\x02R\trequester\x12\x14\n" +
 	"\x05calls\x18\x03 \x01(\x03R\x05calls\x12%\n" +
 	"\x0eresponse_bytes\x18\x04 \x01(\x03R\rresponseBytes\x12\x1f\n" +
 	"\vcost_micros\x18\x05 \x01(\x03R\n" +
-	"costMicros\x12'\n" +
-	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\"r\n" +
+	"costMicros\x12,\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tB\x03\xe0A\x02R\x0eidempotencyKey\"r\n" +
 	"\x0eChargeResponse\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.v0m3.policy.v1.BudgetR\x04task\x124\n" +
-	"\trequester\x18\x02 \x01(\v2\x16.v0m3.policy.v1.BudgetR\trequester\"\x8f\x01\n" +
-	"\x1dReportConnectionHealthRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x121\n" +
-	"\x05state\x18\x02 \x01(\x0e2\x1b.v0m3.policy.v1.HealthStateR\x05state\x12\x16\n" +
+	"\trequester\x18\x02 \x01(\v2\x16.v0m3.policy.v1.BudgetR\trequester\"\x99\x01\n" +
+	"\x1dReportConnectionHealthRequest\x12(\n" +
+	"\rconnection_id\x18\x01 \x01(\tB\x03\xe0A\x02R\fconnectionId\x126\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1b.v0m3.policy.v1.HealthStateB\x03\xe0A\x02R\x05state\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xbf\x01\n" +
 	"\x10ConnectionHealth\x12#\n" +
 	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x121\n" +
@@ -2486,11 +2487,11 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12;\n" +
 	"\vreport_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reportTime\"\x1a\n" +
-	"\x18GetPolicyRevisionRequest\"\xc6\x02\n" +
-	"\x16AuthorizeActionRequest\x127\n" +
-	"\tprincipal\x18\x01 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\tprincipal\x12\x16\n" +
-	"\x06action\x18\x02 \x01(\tR\x06action\x12#\n" +
-	"\rresource_type\x18\x03 \x01(\tR\fresourceType\x12\x1f\n" +
+	"\x18GetPolicyRevisionRequest\"\xd5\x02\n" +
+	"\x16AuthorizeActionRequest\x12<\n" +
+	"\tprincipal\x18\x01 \x01(\v2\x19.v0m3.policy.v1.PrincipalB\x03\xe0A\x02R\tprincipal\x12\x1b\n" +
+	"\x06action\x18\x02 \x01(\tB\x03\xe0A\x02R\x06action\x12(\n" +
+	"\rresource_type\x18\x03 \x01(\tB\x03\xe0A\x02R\fresourceType\x12\x1f\n" +
 	"\vresource_id\x18\x04 \x01(\tR\n" +
 	"resourceId\x12V\n" +
 	"\n" +
@@ -2504,10 +2505,10 @@ const file_v0m3_policy_v1_policy_proto_rawDesc = "" +
 	"\brevision\x18\x01 \x01(\tR\brevision\x127\n" +
 	"\tload_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bloadTime\x12\x1d\n" +
 	"\n" +
-	"policy_ids\x18\x03 \x03(\tR\tpolicyIds\"i\n" +
+	"policy_ids\x18\x03 \x03(\tR\tpolicyIds\"n\n" +
 	"\tHandleUse\x12\x14\n" +
-	"\x05field\x18\x01 \x01(\tR\x05field\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\x120\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x12\x19\n" +
+	"\x05token\x18\x02 \x01(\tB\x03\xe0A\x02R\x05token\x120\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"\xb8\x03\n" +
 	"\rDecideRequest\x127\n" +
 	"\trequester\x18\x01 \x01(\v2\x19.v0m3.policy.v1.PrincipalR\trequester\x12\x17\n" +

@@ -7,6 +7,7 @@
 package registryv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -1190,7 +1191,7 @@ func (RegistryEventType) EnumDescriptor() ([]byte, []int) {
 // Server-reported name and version are only observations inside it.
 type Connection struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Local identity, e.g. "conn_8c1f...". Never derived from what
+	// Local identity, e.g. "conn_8c1f...". Never derived from what
 	// the server says about itself.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Friendly name for people. Two connections may share it; it is never used
@@ -1211,56 +1212,56 @@ type Connection struct {
 	// Opaque version of the credential (e.g. a Secret's resourceVersion),
 	// never derived from its contents.
 	CredentialVersion string `protobuf:"bytes,8,opt,name=credential_version,json=credentialVersion,proto3" json:"credential_version,omitempty"`
-	// Output only. Review state of the connection itself.
+	// Review state of the connection itself.
 	ReviewState ReviewState `protobuf:"varint,9,opt,name=review_state,json=reviewState,proto3,enum=v0m3.registry.v1.ReviewState" json:"review_state,omitempty"`
-	// Output only. Lifecycle state.
+	// Lifecycle state.
 	State ConnectionState `protobuf:"varint,10,opt,name=state,proto3,enum=v0m3.registry.v1.ConnectionState" json:"state,omitempty"`
-	// Output only. Current configuration revision, starting at 1.
+	// Current configuration revision, starting at 1.
 	ConfigRevision int64 `protobuf:"varint,11,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
-	// Output only. SHA-256 digest of the canonical configuration at this
+	// SHA-256 digest of the canonical configuration at this
 	// revision.
 	ConfigDigest string `protobuf:"bytes,12,opt,name=config_digest,json=configDigest,proto3" json:"config_digest,omitempty"`
-	// Output only. What the server last said about itself: an observation.
+	// What the server last said about itself: an observation.
 	ObservedServer *ServerInfo `protobuf:"bytes,13,opt,name=observed_server,json=observedServer,proto3" json:"observed_server,omitempty"`
-	// Output only. Protocol version negotiated at the last discovery.
+	// Protocol version negotiated at the last discovery.
 	ObservedProtocolVersion string `protobuf:"bytes,14,opt,name=observed_protocol_version,json=observedProtocolVersion,proto3" json:"observed_protocol_version,omitempty"`
-	// Output only. Latest discovery snapshot id.
+	// Latest discovery snapshot id.
 	LatestSnapshotId string `protobuf:"bytes,15,opt,name=latest_snapshot_id,json=latestSnapshotId,proto3" json:"latest_snapshot_id,omitempty"`
-	// Output only. Sandbox constraints the adapter actually applied the last
+	// Sandbox constraints the adapter actually applied the last
 	// time it started this server.
 	Sandbox *SandboxConstraints `protobuf:"bytes,16,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	// Output only. When the connection was created.
+	// When the connection was created.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	// Output only. When the connection last changed.
+	// When the connection last changed.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	// Output only. When the connection was retired, if it was.
+	// When the connection was retired, if it was.
 	RetireTime *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=retire_time,json=retireTime,proto3" json:"retire_time,omitempty"`
 	// Digest of the workload that runs the server beyond its image (command,
 	// arguments, environment, sandbox), as the installer computed it, e.g.
 	// the operator for an MCPServer. Part of the configuration: a change is a
 	// new config revision.
 	WorkloadDigest string `protobuf:"bytes,20,opt,name=workload_digest,json=workloadDigest,proto3" json:"workload_digest,omitempty"`
-	// Output only. Who created the connection: the authenticated caller, or
+	// Who created the connection: the authenticated caller, or
 	// "spiffe://v0m3/service/<name>" for a V0M3 service (the operator).
 	CreatedBy string `protobuf:"bytes,21,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
-	// Output only. Who proposed the configuration awaiting or given review:
+	// Who proposed the configuration awaiting or given review:
 	// the creator, or whoever last changed what runs or is reached (transport,
 	// image or workload digest). Nobody reviews what they proposed.
 	ProposedBy string `protobuf:"bytes,22,opt,name=proposed_by,json=proposedBy,proto3" json:"proposed_by,omitempty"`
-	// Output only. Who last reviewed the connection.
+	// Who last reviewed the connection.
 	ReviewedBy string `protobuf:"bytes,23,opt,name=reviewed_by,json=reviewedBy,proto3" json:"reviewed_by,omitempty"`
-	// Output only. The reviewer's note.
+	// The reviewer's note.
 	ReviewNote string `protobuf:"bytes,24,opt,name=review_note,json=reviewNote,proto3" json:"review_note,omitempty"`
-	// Output only. When the connection was last reviewed.
+	// When the connection was last reviewed.
 	ReviewTime *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=review_time,json=reviewTime,proto3" json:"review_time,omitempty"`
-	// Output only. The config revision the last review decided on. A later
+	// The config revision the last review decided on. A later
 	// revision that changed only the credential keeps the decision.
 	ReviewedConfigRevision int64 `protobuf:"varint,26,opt,name=reviewed_config_revision,json=reviewedConfigRevision,proto3" json:"reviewed_config_revision,omitempty"`
-	// Output only. The config revision calls execute at and approvals bind
+	// The config revision calls execute at and approvals bind
 	// to: config_revision, except while the workload of a newer revision
 	// created with keep_serving rolls out (see ReportRollout).
 	ServingConfigRevision int64 `protobuf:"varint,27,opt,name=serving_config_revision,json=servingConfigRevision,proto3" json:"serving_config_revision,omitempty"`
-	// Output only. Why the latest revision is not serving, when its rollout
+	// Why the latest revision is not serving, when its rollout
 	// failed; cleared by a newer revision or a successful rollout.
 	RolloutFailure *RolloutFailure `protobuf:"bytes,28,opt,name=rollout_failure,json=rolloutFailure,proto3" json:"rollout_failure,omitempty"`
 	unknownFields  protoimpl.UnknownFields
@@ -1670,7 +1671,7 @@ type StdioTransport struct {
 	Args []string `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty"`
 	// Non-secret environment. The adapter's own environment is never inherited.
 	Env map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Output only. SHA-256 of the executable file when it could be read:
+	// SHA-256 of the executable file when it could be read:
 	// executable evidence.
 	ExecutableDigest string `protobuf:"bytes,4,opt,name=executable_digest,json=executableDigest,proto3" json:"executable_digest,omitempty"`
 	unknownFields    protoimpl.UnknownFields
@@ -1740,7 +1741,7 @@ type StreamableHTTPTransport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Endpoint URL, e.g. "http://sources.mcp.svc:8080/mcp".
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
-	// Optional. OAuth 2.1 authorization as the MCP specification describes it
+	// OAuth 2.1 authorization as the MCP specification describes it
 	// for clients: the adapter discovers the server's protected resource
 	// metadata and its authorization server, checks the issuer, obtains a
 	// token and refreshes it. Set, it replaces the static bearer token: the
@@ -1802,7 +1803,7 @@ func (x *StreamableHTTPTransport) GetOauth() *OAuthClient {
 // token, after policy passed.
 type OAuthClient struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The grant that obtains tokens.
+	// The grant that obtains tokens.
 	Grant OauthGrant `protobuf:"varint,1,opt,name=grant,proto3,enum=v0m3.registry.v1.OauthGrant" json:"grant,omitempty"`
 	// The client identifier registered with the authorization server.
 	// Required for client_credentials. For authorization_code at least one
@@ -1828,7 +1829,7 @@ type OAuthClient struct {
 	// issuer: a server cannot send the client's credentials elsewhere.
 	// Required whenever client_secret_ref is set.
 	Issuer string `protobuf:"bytes,6,opt,name=issuer,proto3" json:"issuer,omitempty"`
-	// Optional. The resource indicator (RFC 8707) tokens are requested for;
+	// The resource indicator (RFC 8707) tokens are requested for;
 	// by default the resource the server's protected resource metadata names.
 	Resource string `protobuf:"bytes,7,opt,name=resource,proto3" json:"resource,omitempty"`
 	// The redirect URI registered for the client. Required for
@@ -2534,21 +2535,21 @@ func (x *ConfigRevision) GetReviewRequired() bool {
 // CreateConnectionRequest creates a connection.
 type CreateConnectionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Friendly name.
+	// Friendly name.
 	DisplayName string `protobuf:"bytes,1,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	// Required. Owner.
+	// Owner.
 	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	// Required. Transport.
+	// Transport.
 	Transport *Transport `protobuf:"bytes,3,opt,name=transport,proto3" json:"transport,omitempty"`
-	// Optional. Image digest.
+	// Image digest.
 	ImageDigest string `protobuf:"bytes,4,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
-	// Optional. Credential scope description.
+	// Credential scope description.
 	CredentialScope string `protobuf:"bytes,5,opt,name=credential_scope,json=credentialScope,proto3" json:"credential_scope,omitempty"`
-	// Optional. Credential reference.
+	// Credential reference.
 	CredentialRef string `protobuf:"bytes,6,opt,name=credential_ref,json=credentialRef,proto3" json:"credential_ref,omitempty"`
-	// Optional. Credential version.
+	// Credential version.
 	CredentialVersion string `protobuf:"bytes,7,opt,name=credential_version,json=credentialVersion,proto3" json:"credential_version,omitempty"`
-	// Optional. Workload digest (see Connection.workload_digest).
+	// Workload digest (see Connection.workload_digest).
 	WorkloadDigest string `protobuf:"bytes,8,opt,name=workload_digest,json=workloadDigest,proto3" json:"workload_digest,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -2643,7 +2644,7 @@ func (x *CreateConnectionRequest) GetWorkloadDigest() string {
 // GetConnectionRequest names a connection.
 type GetConnectionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2691,10 +2692,10 @@ type ListConnectionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Include retired connections.
 	IncludeRetired bool `protobuf:"varint,1,opt,name=include_retired,json=includeRetired,proto3" json:"include_retired,omitempty"`
-	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// Most items to return: 50 when unset or 0, at most 1000
 	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Optional. The next_page_token of a previous call with the same
+	// The next_page_token of a previous call with the same
 	// filters; empty for the first page. Opaque.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2810,12 +2811,12 @@ func (x *ListConnectionsResponse) GetNextPageToken() string {
 // UpdateConnectionRequest replaces a connection's configuration.
 type UpdateConnectionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Required. The config revision the caller read; the update fails with
+	// The config revision the caller read; the update fails with
 	// ABORTED if it is no longer current.
 	ExpectedConfigRevision int64 `protobuf:"varint,2,opt,name=expected_config_revision,json=expectedConfigRevision,proto3" json:"expected_config_revision,omitempty"`
-	// Required. New transport.
+	// New transport; unset keeps the current one.
 	Transport *Transport `protobuf:"bytes,3,opt,name=transport,proto3" json:"transport,omitempty"`
 	// New image digest.
 	ImageDigest string `protobuf:"bytes,4,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
@@ -2969,9 +2970,9 @@ func (x *UpdateConnectionRequest) GetKeepServing() bool {
 // ReportRolloutRequest reports the rollout of one config revision.
 type ReportRolloutRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Required. The config revision whose workload was rolled out.
+	// The config revision whose workload was rolled out.
 	ConfigRevision int64 `protobuf:"varint,2,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
 	// Whether that workload is in place and ready to serve.
 	Ready bool `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
@@ -3042,7 +3043,7 @@ func (x *ReportRolloutRequest) GetDetail() string {
 // RetireConnectionRequest retires a connection.
 type RetireConnectionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Why.
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -3097,12 +3098,12 @@ func (x *RetireConnectionRequest) GetReason() string {
 // ListConfigRevisionsRequest names a connection.
 type ListConfigRevisionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
-	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// Most items to return: 50 when unset or 0, at most 1000
 	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Optional. The next_page_token of a previous call with the same
+	// The next_page_token of a previous call with the same
 	// filters; empty for the first page. Opaque.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3163,9 +3164,9 @@ func (x *ListConfigRevisionsRequest) GetPageToken() string {
 // ReviewConnectionRequest approves or rejects a pending connection.
 type ReviewConnectionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
-	// Required. The config revision reviewed; ABORTED if it is no longer the
+	// The config revision reviewed; ABORTED if it is no longer the
 	// connection's current revision.
 	ConfigRevision int64 `protobuf:"varint,2,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
 	// Approve (true) or reject (false).
@@ -3292,7 +3293,7 @@ func (x *ListConfigRevisionsResponse) GetNextPageToken() string {
 // DiscoverySnapshot is what one server described at one time. Immutable.
 type DiscoverySnapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Snapshot id.
+	// Snapshot id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Connection the snapshot was taken from.
 	ConnectionId string `protobuf:"bytes,2,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
@@ -3308,7 +3309,7 @@ type DiscoverySnapshot struct {
 	Resources []*ResourceIdentity `protobuf:"bytes,7,rep,name=resources,proto3" json:"resources,omitempty"`
 	// When the server was asked.
 	RetrieveTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=retrieve_time,json=retrieveTime,proto3" json:"retrieve_time,omitempty"`
-	// Output only. SHA-256 over the canonical JSON of the snapshot's identities
+	// SHA-256 over the canonical JSON of the snapshot's identities
 	// and digests: tools, resources, resource templates and prompts.
 	Digest string `protobuf:"bytes,9,opt,name=digest,proto3" json:"digest,omitempty"`
 	// Every resource template the server listed, sorted by URI template.
@@ -3442,26 +3443,26 @@ type ToolIdentity struct {
 	OutputSchema *structpb.Struct `protobuf:"bytes,5,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
 	// Annotations as observed, if any.
 	Annotations *structpb.Struct `protobuf:"bytes,6,opt,name=annotations,proto3" json:"annotations,omitempty"`
-	// Output only. "sha256:" + hex of the RFC 8785 canonical JSON of the
+	// "sha256:" + hex of the RFC 8785 canonical JSON of the
 	// input schema.
 	InputSchemaDigest string `protobuf:"bytes,7,opt,name=input_schema_digest,json=inputSchemaDigest,proto3" json:"input_schema_digest,omitempty"`
-	// Output only. Digest of the canonical output schema ("" if none).
+	// Digest of the canonical output schema ("" if none).
 	OutputSchemaDigest string `protobuf:"bytes,8,opt,name=output_schema_digest,json=outputSchemaDigest,proto3" json:"output_schema_digest,omitempty"`
-	// Output only. Digest of the canonical annotations ("" if none).
+	// Digest of the canonical annotations ("" if none).
 	AnnotationsDigest string `protobuf:"bytes,9,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
-	// Output only. Digest of the description as a JSON string.
+	// Digest of the description as a JSON string.
 	DescriptionDigest string `protobuf:"bytes,10,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
-	// Output only. Digest of the title as a JSON string.
+	// Digest of the title as a JSON string.
 	TitleDigest string `protobuf:"bytes,11,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
 	// Execution properties as observed (MCP 2025-11-25 and later), if any,
 	// e.g. {"taskSupport": "required"}: a tool that requires task-augmented
 	// calls cannot be called as a plain tools/call.
 	Execution *structpb.Struct `protobuf:"bytes,12,opt,name=execution,proto3" json:"execution,omitempty"`
-	// Output only. Digest of the canonical execution properties ("" if none).
+	// Digest of the canonical execution properties ("" if none).
 	ExecutionDigest string `protobuf:"bytes,13,opt,name=execution_digest,json=executionDigest,proto3" json:"execution_digest,omitempty"`
 	// Icons as observed, in the server's order.
 	Icons []*Icon `protobuf:"bytes,14,rep,name=icons,proto3" json:"icons,omitempty"`
-	// Output only. Digest of the canonical icon list ("" if none).
+	// Digest of the canonical icon list ("" if none).
 	IconsDigest   string `protobuf:"bytes,15,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3617,19 +3618,19 @@ type ResourceIdentity struct {
 	MimeType string `protobuf:"bytes,5,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
 	// Declared size in bytes, 0 when unknown.
 	Size int64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
-	// Output only. Digest of the description as a JSON string.
+	// Digest of the description as a JSON string.
 	DescriptionDigest string `protobuf:"bytes,7,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
 	// Annotations as observed (audience, priority, lastModified), if any.
 	Annotations *structpb.Struct `protobuf:"bytes,8,opt,name=annotations,proto3" json:"annotations,omitempty"`
-	// Output only. Digest of the canonical annotations without lastModified,
+	// Digest of the canonical annotations without lastModified,
 	// which dates the content rather than describing the resource ("" if
 	// none).
 	AnnotationsDigest string `protobuf:"bytes,9,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
 	// Icons as observed, in the server's order.
 	Icons []*Icon `protobuf:"bytes,10,rep,name=icons,proto3" json:"icons,omitempty"`
-	// Output only. Digest of the canonical icon list ("" if none).
+	// Digest of the canonical icon list ("" if none).
 	IconsDigest string `protobuf:"bytes,11,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
-	// Output only. Digest of the title as a JSON string.
+	// Digest of the title as a JSON string.
 	TitleDigest   string `protobuf:"bytes,12,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3767,14 +3768,14 @@ type ResourceTemplateIdentity struct {
 	Annotations *structpb.Struct `protobuf:"bytes,6,opt,name=annotations,proto3" json:"annotations,omitempty"`
 	// Icons as observed, in the server's order.
 	Icons []*Icon `protobuf:"bytes,7,rep,name=icons,proto3" json:"icons,omitempty"`
-	// Output only. Digest of the description as a JSON string.
+	// Digest of the description as a JSON string.
 	DescriptionDigest string `protobuf:"bytes,8,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
-	// Output only. Digest of the canonical annotations without lastModified
+	// Digest of the canonical annotations without lastModified
 	// ("" if none).
 	AnnotationsDigest string `protobuf:"bytes,9,opt,name=annotations_digest,json=annotationsDigest,proto3" json:"annotations_digest,omitempty"`
-	// Output only. Digest of the canonical icon list ("" if none).
+	// Digest of the canonical icon list ("" if none).
 	IconsDigest string `protobuf:"bytes,10,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
-	// Output only. Digest of the title as a JSON string.
+	// Digest of the title as a JSON string.
 	TitleDigest   string `protobuf:"bytes,11,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3901,14 +3902,14 @@ type PromptIdentity struct {
 	Arguments []*PromptArgument `protobuf:"bytes,4,rep,name=arguments,proto3" json:"arguments,omitempty"`
 	// Icons as observed, in the server's order.
 	Icons []*Icon `protobuf:"bytes,5,rep,name=icons,proto3" json:"icons,omitempty"`
-	// Output only. Digest of the description as a JSON string.
+	// Digest of the description as a JSON string.
 	DescriptionDigest string `protobuf:"bytes,6,opt,name=description_digest,json=descriptionDigest,proto3" json:"description_digest,omitempty"`
-	// Output only. Digest of the canonical argument list (names, titles,
+	// Digest of the canonical argument list (names, titles,
 	// descriptions, required).
 	ArgumentsDigest string `protobuf:"bytes,7,opt,name=arguments_digest,json=argumentsDigest,proto3" json:"arguments_digest,omitempty"`
-	// Output only. Digest of the canonical icon list ("" if none).
+	// Digest of the canonical icon list ("" if none).
 	IconsDigest string `protobuf:"bytes,8,opt,name=icons_digest,json=iconsDigest,proto3" json:"icons_digest,omitempty"`
-	// Output only. Digest of the title as a JSON string.
+	// Digest of the title as a JSON string.
 	TitleDigest   string `protobuf:"bytes,9,opt,name=title_digest,json=titleDigest,proto3" json:"title_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4157,7 +4158,7 @@ func (x *Icon) GetTheme() string {
 // RecordSnapshotRequest stores a snapshot.
 type RecordSnapshotRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The snapshot; id and digests are assigned by the registry.
+	// The snapshot; id and digests are assigned by the registry.
 	Snapshot      *DiscoverySnapshot `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4203,7 +4204,7 @@ func (x *RecordSnapshotRequest) GetSnapshot() *DiscoverySnapshot {
 // GetSnapshotRequest names a snapshot.
 type GetSnapshotRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Snapshot id.
+	// Snapshot id.
 	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4249,12 +4250,12 @@ func (x *GetSnapshotRequest) GetId() string {
 // ListSnapshotsRequest names a connection.
 type ListSnapshotsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Connection id.
+	// Connection id.
 	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
-	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// Most items to return: 50 when unset or 0, at most 1000
 	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Optional. The next_page_token of a previous call with the same
+	// The next_page_token of a previous call with the same
 	// filters; empty for the first page. Opaque.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4370,9 +4371,9 @@ func (x *ListSnapshotsResponse) GetNextPageToken() string {
 // DiffSnapshotsRequest names two snapshots.
 type DiffSnapshotsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The older snapshot.
+	// The older snapshot.
 	BaseSnapshotId string `protobuf:"bytes,1,opt,name=base_snapshot_id,json=baseSnapshotId,proto3" json:"base_snapshot_id,omitempty"`
-	// Required. The newer snapshot.
+	// The newer snapshot.
 	TargetSnapshotId string `protobuf:"bytes,2,opt,name=target_snapshot_id,json=targetSnapshotId,proto3" json:"target_snapshot_id,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
@@ -4590,10 +4591,10 @@ func (x *ItemChange) GetChangedDigests() []string {
 // HandleField is one product field that carries a handle, not a value.
 type HandleField struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Top-level product field name; must be a string property of
+	// Top-level product field name; must be a string property of
 	// the input schema.
 	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
-	// Required. What the handle names, in product words the model and the
+	// What the handle names, in product words the model and the
 	// reviewer see, e.g. "source", "link", "artifact", "destination".
 	RefersTo string `protobuf:"bytes,2,opt,name=refers_to,json=refersTo,proto3" json:"refers_to,omitempty"`
 	// Which of a task's scopes the field's handles are minted from, and so
@@ -4660,18 +4661,18 @@ func (x *HandleField) GetKind() HandleKind {
 // tool's.
 type Capability struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Stable name: lower snake case, 3 to 64 characters, e.g.
+	// Stable name: lower snake case, 3 to 64 characters, e.g.
 	// "retrieve_authorized_source".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Output only. Revision of the contract, starting at 1.
+	// Revision of the contract, starting at 1.
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	// Required. Effect class.
+	// Effect class.
 	EffectClass EffectClass `protobuf:"varint,3,opt,name=effect_class,json=effectClass,proto3,enum=v0m3.registry.v1.EffectClass" json:"effect_class,omitempty"`
-	// Required. JSON Schema (2020-12) of the product request, a type
+	// JSON Schema (2020-12) of the product request, a type
 	// "object". Local "$defs"/"$ref" are resolved before it is digested and
 	// stored; unknown fields always fail whatever the schema says.
 	InputSchema *structpb.Struct `protobuf:"bytes,4,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
-	// Required. Local description authored around the product consequence;
+	// Local description authored around the product consequence;
 	// the only description the model receives.
 	Description string `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
 	// Preconditions, in words.
@@ -4682,7 +4683,7 @@ type Capability struct {
 	Authority string `protobuf:"bytes,9,opt,name=authority,proto3" json:"authority,omitempty"`
 	// What evidence it leaves.
 	Evidence string `protobuf:"bytes,10,opt,name=evidence,proto3" json:"evidence,omitempty"`
-	// Required. Retry rule.
+	// Retry rule.
 	RetryRule RetryRule `protobuf:"varint,11,opt,name=retry_rule,json=retryRule,proto3,enum=v0m3.registry.v1.RetryRule" json:"retry_rule,omitempty"`
 	// Known recovery limits, in words.
 	RecoveryLimits string `protobuf:"bytes,12,opt,name=recovery_limits,json=recoveryLimits,proto3" json:"recovery_limits,omitempty"`
@@ -4704,19 +4705,19 @@ type Capability struct {
 	// handle field shows the handle's label, never its target. Empty: the
 	// capability name in words and its fields.
 	SummaryTemplate string `protobuf:"bytes,18,opt,name=summary_template,json=summaryTemplate,proto3" json:"summary_template,omitempty"`
-	// Output only. Lifecycle state.
+	// Lifecycle state.
 	State DefinitionState `protobuf:"varint,19,opt,name=state,proto3,enum=v0m3.registry.v1.DefinitionState" json:"state,omitempty"`
-	// Output only. "sha256:" + hex of the canonical JSON of the resolved
+	// "sha256:" + hex of the canonical JSON of the resolved
 	// input schema.
 	InputSchemaDigest string `protobuf:"bytes,20,opt,name=input_schema_digest,json=inputSchemaDigest,proto3" json:"input_schema_digest,omitempty"`
-	// Output only. When this revision was declared.
+	// When this revision was declared.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	// Output only. Who declared this revision (the authenticated caller).
+	// Who declared this revision (the authenticated caller).
 	CreatedBy string `protobuf:"bytes,22,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	// Who manages the definition, e.g. "v0m3/defaults" or
 	// "kubernetes/<namespace>/<name>"; informational.
 	ManagedBy string `protobuf:"bytes,23,opt,name=managed_by,json=managedBy,proto3" json:"managed_by,omitempty"`
-	// Output only. Why it was deprecated.
+	// Why it was deprecated.
 	DeprecationReason string `protobuf:"bytes,24,opt,name=deprecation_reason,json=deprecationReason,proto3" json:"deprecation_reason,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
@@ -4916,7 +4917,7 @@ func (x *Capability) GetDeprecationReason() string {
 // CreateCapabilityRequest declares a capability.
 type CreateCapabilityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The contract; output-only fields are ignored.
+	// The contract; output-only fields are ignored.
 	Capability    *Capability `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4962,10 +4963,10 @@ func (x *CreateCapabilityRequest) GetCapability() *Capability {
 // UpdateCapabilityRequest declares a new revision.
 type UpdateCapabilityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The new contract for capability.name; output-only fields are
+	// The new contract for capability.name; output-only fields are
 	// ignored.
 	Capability *Capability `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
-	// Optional. The revision the caller read; ABORTED (REVISION_CONFLICT)
+	// The revision the caller read; ABORTED (REVISION_CONFLICT)
 	// when it is no longer current.
 	ExpectedRevision int64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
 	unknownFields    protoimpl.UnknownFields
@@ -5019,11 +5020,11 @@ func (x *UpdateCapabilityRequest) GetExpectedRevision() int64 {
 // DeprecateCapabilityRequest deprecates a capability.
 type DeprecateCapabilityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Capability name.
+	// Capability name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Required. Why, for reviewers and task owners.
+	// Why, for reviewers and task owners.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	// Optional. The revision the caller read; ABORTED (REVISION_CONFLICT)
+	// The revision the caller read; ABORTED (REVISION_CONFLICT)
 	// when it is no longer current, so a deprecation never lands on a
 	// revision its author did not see. 0 deprecates whatever is current.
 	ExpectedRevision int64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
@@ -5085,9 +5086,9 @@ func (x *DeprecateCapabilityRequest) GetExpectedRevision() int64 {
 // GetCapabilityRequest names a capability.
 type GetCapabilityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Capability name.
+	// Capability name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Optional. A past revision; 0 means current.
+	// A past revision; 0 means current.
 	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -5142,10 +5143,10 @@ type ListCapabilitiesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Include deprecated capabilities.
 	ShowDeprecated bool `protobuf:"varint,1,opt,name=show_deprecated,json=showDeprecated,proto3" json:"show_deprecated,omitempty"`
-	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// Most items to return: 50 when unset or 0, at most 1000
 	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Optional. The next_page_token of a previous call with the same
+	// The next_page_token of a previous call with the same
 	// filters; empty for the first page. Opaque.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -5261,7 +5262,7 @@ func (x *ListCapabilitiesResponse) GetNextPageToken() string {
 // ProfileNeed is one capability a profile may need.
 type ProfileNeed struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Capability name.
+	// Capability name.
 	Capability string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
 	// When it is needed.
 	When          NeedCondition `protobuf:"varint,2,opt,name=when,proto3,enum=v0m3.registry.v1.NeedCondition" json:"when,omitempty"`
@@ -5382,9 +5383,9 @@ func (x *TaskBudget) GetMaxCostMicros() int64 {
 // derives a task's needed capabilities from its profile and nothing else.
 type TaskProfile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Stable name: lower snake case, e.g. "source_review".
+	// Stable name: lower snake case, e.g. "source_review".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Output only. Revision, starting at 1.
+	// Revision, starting at 1.
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// What the kind of task is for, in words.
 	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
@@ -5395,15 +5396,15 @@ type TaskProfile struct {
 	Needs []*ProfileNeed `protobuf:"bytes,5,rep,name=needs,proto3" json:"needs,omitempty"`
 	// Default budget of its tasks.
 	DefaultBudget *TaskBudget `protobuf:"bytes,6,opt,name=default_budget,json=defaultBudget,proto3" json:"default_budget,omitempty"`
-	// Output only. Lifecycle state.
+	// Lifecycle state.
 	State DefinitionState `protobuf:"varint,7,opt,name=state,proto3,enum=v0m3.registry.v1.DefinitionState" json:"state,omitempty"`
-	// Output only. When this revision was declared.
+	// When this revision was declared.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	// Output only. Who declared this revision.
+	// Who declared this revision.
 	CreatedBy string `protobuf:"bytes,9,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	// Who manages it, e.g. "v0m3/defaults"; informational.
 	ManagedBy string `protobuf:"bytes,10,opt,name=managed_by,json=managedBy,proto3" json:"managed_by,omitempty"`
-	// Output only. Why it was deprecated.
+	// Why it was deprecated.
 	DeprecationReason string `protobuf:"bytes,11,opt,name=deprecation_reason,json=deprecationReason,proto3" json:"deprecation_reason,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
@@ -5519,7 +5520,7 @@ func (x *TaskProfile) GetDeprecationReason() string {
 // CreateTaskProfileRequest declares a profile.
 type CreateTaskProfileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The profile; output-only fields are ignored.
+	// The profile; output-only fields are ignored.
 	Profile       *TaskProfile `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -5565,9 +5566,9 @@ func (x *CreateTaskProfileRequest) GetProfile() *TaskProfile {
 // UpdateTaskProfileRequest declares a new revision.
 type UpdateTaskProfileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The new profile for profile.name.
+	// The new profile for profile.name.
 	Profile *TaskProfile `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
-	// Optional. The revision the caller read; ABORTED when not current.
+	// The revision the caller read; ABORTED when not current.
 	ExpectedRevision int64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
@@ -5620,11 +5621,11 @@ func (x *UpdateTaskProfileRequest) GetExpectedRevision() int64 {
 // DeprecateTaskProfileRequest deprecates a profile.
 type DeprecateTaskProfileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Profile name.
+	// Profile name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Required. Why.
+	// Why.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	// Optional. The revision the caller read; ABORTED (REVISION_CONFLICT)
+	// The revision the caller read; ABORTED (REVISION_CONFLICT)
 	// when it is no longer current, so a deprecation never lands on a
 	// revision its author did not see. 0 deprecates whatever is current.
 	ExpectedRevision int64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
@@ -5686,9 +5687,9 @@ func (x *DeprecateTaskProfileRequest) GetExpectedRevision() int64 {
 // GetTaskProfileRequest names a profile.
 type GetTaskProfileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Profile name.
+	// Profile name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Optional. A past revision; 0 means current.
+	// A past revision; 0 means current.
 	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -5743,10 +5744,10 @@ type ListTaskProfilesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Include deprecated profiles.
 	ShowDeprecated bool `protobuf:"varint,1,opt,name=show_deprecated,json=showDeprecated,proto3" json:"show_deprecated,omitempty"`
-	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// Most items to return: 50 when unset or 0, at most 1000
 	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Optional. The next_page_token of a previous call with the same
+	// The next_page_token of a previous call with the same
 	// filters; empty for the first page. Opaque.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -5932,7 +5933,7 @@ func (x *RemoteTarget) GetName() string {
 // index, e.g. "/items/0/name". "~1" escapes "/" and "~0" escapes "~".
 type ArgumentBinding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Where the value goes in the remote arguments: a top-level
+	// Where the value goes in the remote arguments: a top-level
 	// name or a JSON Pointer (see above). It must be declared by the remote
 	// input schema (properties, patternProperties or an additionalProperties
 	// schema; array elements by items or prefixItems).
@@ -6190,9 +6191,9 @@ func (x *Provenance) GetUriPointer() string {
 // or resource at one schema digest and one description digest.
 type Mapping struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Mapping id.
+	// Mapping id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Output only. Revision, starting at 1; every proposal is a new revision.
+	// Revision, starting at 1; every proposal is a new revision.
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Capability name.
 	Capability string `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
@@ -6217,22 +6218,22 @@ type Mapping struct {
 	Defaults *structpb.Struct `protobuf:"bytes,12,opt,name=defaults,proto3" json:"defaults,omitempty"`
 	// Limits.
 	Limits *Limits `protobuf:"bytes,13,opt,name=limits,proto3" json:"limits,omitempty"`
-	// Output only. Review state.
+	// Review state.
 	State MappingState `protobuf:"varint,14,opt,name=state,proto3,enum=v0m3.registry.v1.MappingState" json:"state,omitempty"`
-	// Output only. Why the state last changed, e.g. "input_schema_digest
+	// Why the state last changed, e.g. "input_schema_digest
 	// changed in snapshot snap_...".
 	StateReason string `protobuf:"bytes,15,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
-	// Output only. Who proposed it (the authenticated caller).
+	// Who proposed it (the authenticated caller).
 	ProposedBy string `protobuf:"bytes,16,opt,name=proposed_by,json=proposedBy,proto3" json:"proposed_by,omitempty"`
-	// Output only. Who reviewed it.
+	// Who reviewed it.
 	ReviewedBy string `protobuf:"bytes,17,opt,name=reviewed_by,json=reviewedBy,proto3" json:"reviewed_by,omitempty"`
-	// Output only. Reviewer note.
+	// Reviewer note.
 	ReviewNote string `protobuf:"bytes,18,opt,name=review_note,json=reviewNote,proto3" json:"review_note,omitempty"`
-	// Output only. When the revision was proposed.
+	// When the revision was proposed.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	// Output only. When it was reviewed.
+	// When it was reviewed.
 	ReviewTime *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=review_time,json=reviewTime,proto3" json:"review_time,omitempty"`
-	// Output only. Remote description text at review, shown to reviewers as
+	// Remote description text at review, shown to reviewers as
 	// remote metadata.
 	RemoteDescription string `protobuf:"bytes,21,opt,name=remote_description,json=remoteDescription,proto3" json:"remote_description,omitempty"`
 	// Remote argument that receives the intent id as an idempotency key, so
@@ -6245,18 +6246,18 @@ type Mapping struct {
 	StatusTool string `protobuf:"bytes,23,opt,name=status_tool,json=statusTool,proto3" json:"status_tool,omitempty"`
 	// How the tool's results are attributed as source observations.
 	Provenance *Provenance `protobuf:"bytes,24,opt,name=provenance,proto3" json:"provenance,omitempty"`
-	// Output only. The tool's output schema as observed in the snapshot the
+	// The tool's output schema as observed in the snapshot the
 	// mapping was reviewed against, copied here at proposal so every call
 	// validates structured content against the reviewed schema without
 	// another registry round trip (the orchestrator already resolves the
 	// mapping for each call and hands the schema to the adapter under the
 	// execution grant). Empty when the tool declares none.
 	OutputSchema *structpb.Struct `protobuf:"bytes,25,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
-	// Output only. Digest of output_schema at review ("" if none). A new
+	// Digest of output_schema at review ("" if none). A new
 	// snapshot with another output schema for the tool sends the mapping to
 	// review.
 	OutputSchemaDigest string `protobuf:"bytes,26,opt,name=output_schema_digest,json=outputSchemaDigest,proto3" json:"output_schema_digest,omitempty"`
-	// Output only. Digests of the rest of the target's remote identity at
+	// Digests of the rest of the target's remote identity at
 	// review (title, annotations, execution, icons; for a resource its media
 	// type and the templates that match its URI); a change in any of them
 	// sends an active mapping to review. Absent on mappings proposed before
@@ -6582,22 +6583,23 @@ func (x *TargetDigests) GetResourceTemplatesDigest() string {
 // ProposeMappingRequest proposes a mapping or a new revision of one.
 type ProposeMappingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Optional. Existing mapping to revise; empty proposes a new mapping.
+	// Existing mapping to revise; empty proposes a new mapping.
 	MappingId string `protobuf:"bytes,1,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
-	// Required. Capability name.
+	// Capability name.
 	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
-	// Required. Connection id.
+	// Connection id.
 	ConnectionId string `protobuf:"bytes,3,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
-	// Required. Snapshot the target was observed in; must belong to the
+	// Snapshot the target was observed in; must belong to the
 	// connection at its current config revision.
 	SnapshotId string `protobuf:"bytes,4,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
-	// Required. Remote target.
+	// Remote target.
 	Target *RemoteTarget `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
 	// Required. Argument map.
 	ArgumentMap []*ArgumentBinding `protobuf:"bytes,6,rep,name=argument_map,json=argumentMap,proto3" json:"argument_map,omitempty"`
 	// Remote defaults.
 	Defaults *structpb.Struct `protobuf:"bytes,7,opt,name=defaults,proto3" json:"defaults,omitempty"`
-	// Required. Limits.
+	// Limits; unset, the capability's default_limits (INVALID_MAPPING when
+	// it declares none).
 	Limits *Limits `protobuf:"bytes,8,opt,name=limits,proto3" json:"limits,omitempty"`
 	// Remote argument that receives the intent id as idempotency key; must
 	// exist in the remote input schema.
@@ -6723,9 +6725,9 @@ func (x *ProposeMappingRequest) GetProvenance() *Provenance {
 // ReviewMappingRequest approves or rejects a mapping revision.
 type ReviewMappingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Mapping id.
+	// Mapping id.
 	MappingId string `protobuf:"bytes,1,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
-	// Required. The revision reviewed; ABORTED if it is no longer current.
+	// The revision reviewed; ABORTED if it is no longer current.
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Approve (true) or reject (false).
 	Approve bool `protobuf:"varint,3,opt,name=approve,proto3" json:"approve,omitempty"`
@@ -6796,9 +6798,9 @@ func (x *ReviewMappingRequest) GetNote() string {
 // GetMappingRequest names a mapping.
 type GetMappingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Mapping id.
+	// Mapping id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Optional. A past revision; 0 means current.
+	// A past revision; 0 means current.
 	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6857,10 +6859,10 @@ type ListMappingsRequest struct {
 	ConnectionId string `protobuf:"bytes,2,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
 	// Only this state.
 	State MappingState `protobuf:"varint,3,opt,name=state,proto3,enum=v0m3.registry.v1.MappingState" json:"state,omitempty"`
-	// Optional. Most items to return: 50 when unset or 0, at most 1000
+	// Most items to return: 50 when unset or 0, at most 1000
 	// (a larger value is read as 1000). Negative fails INVALID_ARGUMENT.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Optional. The next_page_token of a previous call with the same
+	// The next_page_token of a previous call with the same
 	// filters; empty for the first page. Opaque.
 	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -6990,14 +6992,16 @@ func (x *ListMappingsResponse) GetNextPageToken() string {
 // ResolveMappingRequest asks for the current mapping.
 type ResolveMappingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. Capability name.
+	// Capability name. Required unless mapping_id is set (checked by the
+	// handler: a requirement that depends on another field is not an
+	// annotation).
 	Capability string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
-	// Optional. Check this mapping instead of looking one up.
+	// Check this mapping instead of looking one up.
 	MappingId string `protobuf:"bytes,2,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
 	// Optional, with mapping_id. The revision the caller holds; fails with
 	// FAILED_PRECONDITION (MAPPING_SUPERSEDED) when it is not current.
 	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
-	// Optional. Restrict the lookup to one connection.
+	// Restrict the lookup to one connection.
 	ConnectionId  string `protobuf:"bytes,4,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -7066,9 +7070,9 @@ type ResolveExecutionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Capability name.
 	Capability string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
-	// Required. The mapping the call was offered.
+	// The mapping the call was offered.
 	MappingId string `protobuf:"bytes,2,opt,name=mapping_id,json=mappingId,proto3" json:"mapping_id,omitempty"`
-	// Optional. The revision the caller holds; fails with FAILED_PRECONDITION
+	// The revision the caller holds; fails with FAILED_PRECONDITION
 	// (MAPPING_SUPERSEDED) when it is not current. 0 accepts the current one.
 	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -7337,51 +7341,116 @@ func (x *RegistryEvent) GetDefinition() string {
 	return ""
 }
 
+// ReportSandboxRequest is the sandbox the adapter applied to one start of a
+// connection's local server.
+type ReportSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Connection id.
+	ConnectionId string `protobuf:"bytes,1,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
+	// Required. The config revision the adapter read and started the server
+	// from; a connection since revised is left as it is (ABORTED).
+	ConfigRevision int64 `protobuf:"varint,2,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
+	// Required. The constraints actually applied.
+	Sandbox       *SandboxConstraints `protobuf:"bytes,3,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportSandboxRequest) Reset() {
+	*x = ReportSandboxRequest{}
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportSandboxRequest) ProtoMessage() {}
+
+func (x *ReportSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v0m3_registry_v1_registry_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ReportSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_v0m3_registry_v1_registry_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *ReportSandboxRequest) GetConnectionId() string {
+	if x != nil {
+		return x.ConnectionId
+	}
+	return ""
+}
+
+func (x *ReportSandboxRequest) GetConfigRevision() int64 {
+	if x != nil {
+		return x.ConfigRevision
+	}
+	return 0
+}
+
+func (x *ReportSandboxRequest) GetSandbox() *SandboxConstraints {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
 var File_v0m3_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"\x1fv0m3/registry/v1/registry.proto\x12\x10v0m3.registry.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\n" +
+	"\x1fv0m3/registry/v1/registry.proto\x12\x10v0m3.registry.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xae\v\n" +
 	"\n" +
-	"\n" +
-	"Connection\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"Connection\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x129\n" +
 	"\ttransport\x18\x04 \x01(\v2\x1b.v0m3.registry.v1.TransportR\ttransport\x12!\n" +
 	"\fimage_digest\x18\x05 \x01(\tR\vimageDigest\x12)\n" +
 	"\x10credential_scope\x18\x06 \x01(\tR\x0fcredentialScope\x12%\n" +
 	"\x0ecredential_ref\x18\a \x01(\tR\rcredentialRef\x12-\n" +
-	"\x12credential_version\x18\b \x01(\tR\x11credentialVersion\x12@\n" +
-	"\freview_state\x18\t \x01(\x0e2\x1d.v0m3.registry.v1.ReviewStateR\vreviewState\x127\n" +
+	"\x12credential_version\x18\b \x01(\tR\x11credentialVersion\x12E\n" +
+	"\freview_state\x18\t \x01(\x0e2\x1d.v0m3.registry.v1.ReviewStateB\x03\xe0A\x03R\vreviewState\x12<\n" +
 	"\x05state\x18\n" +
-	" \x01(\x0e2!.v0m3.registry.v1.ConnectionStateR\x05state\x12'\n" +
-	"\x0fconfig_revision\x18\v \x01(\x03R\x0econfigRevision\x12#\n" +
-	"\rconfig_digest\x18\f \x01(\tR\fconfigDigest\x12E\n" +
-	"\x0fobserved_server\x18\r \x01(\v2\x1c.v0m3.registry.v1.ServerInfoR\x0eobservedServer\x12:\n" +
-	"\x19observed_protocol_version\x18\x0e \x01(\tR\x17observedProtocolVersion\x12,\n" +
-	"\x12latest_snapshot_id\x18\x0f \x01(\tR\x10latestSnapshotId\x12>\n" +
-	"\asandbox\x18\x10 \x01(\v2$.v0m3.registry.v1.SandboxConstraintsR\asandbox\x12;\n" +
-	"\vcreate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12;\n" +
-	"\vretire_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	" \x01(\x0e2!.v0m3.registry.v1.ConnectionStateB\x03\xe0A\x03R\x05state\x12,\n" +
+	"\x0fconfig_revision\x18\v \x01(\x03B\x03\xe0A\x03R\x0econfigRevision\x12(\n" +
+	"\rconfig_digest\x18\f \x01(\tB\x03\xe0A\x03R\fconfigDigest\x12J\n" +
+	"\x0fobserved_server\x18\r \x01(\v2\x1c.v0m3.registry.v1.ServerInfoB\x03\xe0A\x03R\x0eobservedServer\x12?\n" +
+	"\x19observed_protocol_version\x18\x0e \x01(\tB\x03\xe0A\x03R\x17observedProtocolVersion\x121\n" +
+	"\x12latest_snapshot_id\x18\x0f \x01(\tB\x03\xe0A\x03R\x10latestSnapshotId\x12C\n" +
+	"\asandbox\x18\x10 \x01(\v2$.v0m3.registry.v1.SandboxConstraintsB\x03\xe0A\x03R\asandbox\x12@\n" +
+	"\vcreate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12@\n" +
+	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"updateTime\x12@\n" +
+	"\vretire_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"retireTime\x12'\n" +
-	"\x0fworkload_digest\x18\x14 \x01(\tR\x0eworkloadDigest\x12\x1d\n" +
+	"\x0fworkload_digest\x18\x14 \x01(\tR\x0eworkloadDigest\x12\"\n" +
 	"\n" +
-	"created_by\x18\x15 \x01(\tR\tcreatedBy\x12\x1f\n" +
-	"\vproposed_by\x18\x16 \x01(\tR\n" +
-	"proposedBy\x12\x1f\n" +
-	"\vreviewed_by\x18\x17 \x01(\tR\n" +
-	"reviewedBy\x12\x1f\n" +
-	"\vreview_note\x18\x18 \x01(\tR\n" +
-	"reviewNote\x12;\n" +
-	"\vreview_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reviewTime\x128\n" +
-	"\x18reviewed_config_revision\x18\x1a \x01(\x03R\x16reviewedConfigRevision\x126\n" +
-	"\x17serving_config_revision\x18\x1b \x01(\x03R\x15servingConfigRevision\x12I\n" +
-	"\x0frollout_failure\x18\x1c \x01(\v2 .v0m3.registry.v1.RolloutFailureR\x0erolloutFailure\"\x8e\x01\n" +
+	"created_by\x18\x15 \x01(\tB\x03\xe0A\x03R\tcreatedBy\x12$\n" +
+	"\vproposed_by\x18\x16 \x01(\tB\x03\xe0A\x03R\n" +
+	"proposedBy\x12$\n" +
+	"\vreviewed_by\x18\x17 \x01(\tB\x03\xe0A\x03R\n" +
+	"reviewedBy\x12$\n" +
+	"\vreview_note\x18\x18 \x01(\tB\x03\xe0A\x03R\n" +
+	"reviewNote\x12@\n" +
+	"\vreview_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"reviewTime\x12=\n" +
+	"\x18reviewed_config_revision\x18\x1a \x01(\x03B\x03\xe0A\x03R\x16reviewedConfigRevision\x12;\n" +
+	"\x17serving_config_revision\x18\x1b \x01(\x03B\x03\xe0A\x03R\x15servingConfigRevision\x12N\n" +
+	"\x0frollout_failure\x18\x1c \x01(\v2 .v0m3.registry.v1.RolloutFailureB\x03\xe0A\x03R\x0erolloutFailure\"\x8e\x01\n" +
 	"\x0eRolloutFailure\x12'\n" +
 	"\x0fconfig_revision\x18\x01 \x01(\x03R\x0econfigRevision\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12;\n" +
@@ -7391,26 +7460,26 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x05stdio\x18\x01 \x01(\v2 .v0m3.registry.v1.StdioTransportH\x00R\x05stdio\x12T\n" +
 	"\x0fstreamable_http\x18\x02 \x01(\v2).v0m3.registry.v1.StreamableHTTPTransportH\x00R\x0estreamableHttp\x12;\n" +
 	"\x06direct\x18\x03 \x01(\v2!.v0m3.registry.v1.DirectTransportH\x00R\x06directB\x06\n" +
-	"\x04kind\"\xe0\x01\n" +
+	"\x04kind\"\xe5\x01\n" +
 	"\x0eStdioTransport\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x12;\n" +
-	"\x03env\x18\x03 \x03(\v2).v0m3.registry.v1.StdioTransport.EnvEntryR\x03env\x12+\n" +
-	"\x11executable_digest\x18\x04 \x01(\tR\x10executableDigest\x1a6\n" +
+	"\x03env\x18\x03 \x03(\v2).v0m3.registry.v1.StdioTransport.EnvEntryR\x03env\x120\n" +
+	"\x11executable_digest\x18\x04 \x01(\tB\x03\xe0A\x03R\x10executableDigest\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"`\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
 	"\x17StreamableHTTPTransport\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url\x123\n" +
-	"\x05oauth\x18\x02 \x01(\v2\x1d.v0m3.registry.v1.OAuthClientR\x05oauth\"\xaf\x03\n" +
-	"\vOAuthClient\x122\n" +
-	"\x05grant\x18\x01 \x01(\x0e2\x1c.v0m3.registry.v1.OauthGrantR\x05grant\x12\x1b\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x128\n" +
+	"\x05oauth\x18\x02 \x01(\v2\x1d.v0m3.registry.v1.OAuthClientB\x03\xe0A\x01R\x05oauth\"\xb9\x03\n" +
+	"\vOAuthClient\x127\n" +
+	"\x05grant\x18\x01 \x01(\x0e2\x1c.v0m3.registry.v1.OauthGrantB\x03\xe0A\x02R\x05grant\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x123\n" +
 	"\x16client_id_metadata_url\x18\x03 \x01(\tR\x13clientIdMetadataUrl\x12*\n" +
 	"\x11client_secret_ref\x18\x04 \x01(\tR\x0fclientSecretRef\x12\x16\n" +
 	"\x06scopes\x18\x05 \x03(\tR\x06scopes\x12\x16\n" +
-	"\x06issuer\x18\x06 \x01(\tR\x06issuer\x12\x1a\n" +
-	"\bresource\x18\a \x01(\tR\bresource\x12!\n" +
+	"\x06issuer\x18\x06 \x01(\tR\x06issuer\x12\x1f\n" +
+	"\bresource\x18\a \x01(\tB\x03\xe0A\x01R\bresource\x12!\n" +
 	"\fredirect_url\x18\b \x01(\tR\vredirectUrl\x121\n" +
 	"\x14dynamic_registration\x18\t \x01(\bR\x13dynamicRegistration\x12\x1a\n" +
 	"\baudience\x18\n" +
@@ -7465,30 +7534,30 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x0fworkload_digest\x18\v \x01(\tR\x0eworkloadDigest\x12\x1d\n" +
 	"\n" +
 	"created_by\x18\f \x01(\tR\tcreatedBy\x12'\n" +
-	"\x0freview_required\x18\r \x01(\bR\x0ereviewRequired\"\xda\x02\n" +
-	"\x17CreateConnectionRequest\x12!\n" +
-	"\fdisplay_name\x18\x01 \x01(\tR\vdisplayName\x12\x14\n" +
-	"\x05owner\x18\x02 \x01(\tR\x05owner\x129\n" +
-	"\ttransport\x18\x03 \x01(\v2\x1b.v0m3.registry.v1.TransportR\ttransport\x12!\n" +
-	"\fimage_digest\x18\x04 \x01(\tR\vimageDigest\x12)\n" +
-	"\x10credential_scope\x18\x05 \x01(\tR\x0fcredentialScope\x12%\n" +
-	"\x0ecredential_ref\x18\x06 \x01(\tR\rcredentialRef\x12-\n" +
-	"\x12credential_version\x18\a \x01(\tR\x11credentialVersion\x12'\n" +
-	"\x0fworkload_digest\x18\b \x01(\tR\x0eworkloadDigest\"&\n" +
-	"\x14GetConnectionRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"}\n" +
+	"\x0freview_required\x18\r \x01(\bR\x0ereviewRequired\"\x82\x03\n" +
+	"\x17CreateConnectionRequest\x12&\n" +
+	"\fdisplay_name\x18\x01 \x01(\tB\x03\xe0A\x02R\vdisplayName\x12\x19\n" +
+	"\x05owner\x18\x02 \x01(\tB\x03\xe0A\x02R\x05owner\x12>\n" +
+	"\ttransport\x18\x03 \x01(\v2\x1b.v0m3.registry.v1.TransportB\x03\xe0A\x02R\ttransport\x12&\n" +
+	"\fimage_digest\x18\x04 \x01(\tB\x03\xe0A\x01R\vimageDigest\x12.\n" +
+	"\x10credential_scope\x18\x05 \x01(\tB\x03\xe0A\x01R\x0fcredentialScope\x12*\n" +
+	"\x0ecredential_ref\x18\x06 \x01(\tB\x03\xe0A\x01R\rcredentialRef\x122\n" +
+	"\x12credential_version\x18\a \x01(\tB\x03\xe0A\x01R\x11credentialVersion\x12,\n" +
+	"\x0fworkload_digest\x18\b \x01(\tB\x03\xe0A\x01R\x0eworkloadDigest\"+\n" +
+	"\x14GetConnectionRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\"\x87\x01\n" +
 	"\x16ListConnectionsRequest\x12'\n" +
-	"\x0finclude_retired\x18\x01 \x01(\bR\x0eincludeRetired\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x0finclude_retired\x18\x01 \x01(\bR\x0eincludeRetired\x12 \n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\x81\x01\n" +
+	"page_token\x18\x03 \x01(\tB\x03\xe0A\x01R\tpageToken\"\x81\x01\n" +
 	"\x17ListConnectionsResponse\x12>\n" +
 	"\vconnections\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.ConnectionR\vconnections\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9f\x04\n" +
-	"\x17UpdateConnectionRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
-	"\x18expected_config_revision\x18\x02 \x01(\x03R\x16expectedConfigRevision\x129\n" +
-	"\ttransport\x18\x03 \x01(\v2\x1b.v0m3.registry.v1.TransportR\ttransport\x12!\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xae\x04\n" +
+	"\x17UpdateConnectionRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\x12=\n" +
+	"\x18expected_config_revision\x18\x02 \x01(\x03B\x03\xe0A\x02R\x16expectedConfigRevision\x12>\n" +
+	"\ttransport\x18\x03 \x01(\v2\x1b.v0m3.registry.v1.TransportB\x03\xe0A\x01R\ttransport\x12!\n" +
 	"\fimage_digest\x18\x04 \x01(\tR\vimageDigest\x12)\n" +
 	"\x10credential_scope\x18\x05 \x01(\tR\x0fcredentialScope\x12%\n" +
 	"\x0ecredential_ref\x18\x06 \x01(\tR\rcredentialRef\x12-\n" +
@@ -7499,30 +7568,30 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	" \x01(\tR\x05owner\x12>\n" +
 	"\asandbox\x18\v \x01(\v2$.v0m3.registry.v1.SandboxConstraintsR\asandbox\x12'\n" +
 	"\x0fworkload_digest\x18\f \x01(\tR\x0eworkloadDigest\x12!\n" +
-	"\fkeep_serving\x18\r \x01(\bR\vkeepServing\"}\n" +
-	"\x14ReportRolloutRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
-	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12\x14\n" +
+	"\fkeep_serving\x18\r \x01(\bR\vkeepServing\"\x87\x01\n" +
+	"\x14ReportRolloutRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\x12,\n" +
+	"\x0fconfig_revision\x18\x02 \x01(\x03B\x03\xe0A\x02R\x0econfigRevision\x12\x14\n" +
 	"\x05ready\x18\x03 \x01(\bR\x05ready\x12\x16\n" +
-	"\x06detail\x18\x04 \x01(\tR\x06detail\"A\n" +
-	"\x17RetireConnectionRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"}\n" +
-	"\x1aListConfigRevisionsRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\"F\n" +
+	"\x17RetireConnectionRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x8c\x01\n" +
+	"\x1aListConfigRevisionsRequest\x12(\n" +
+	"\rconnection_id\x18\x01 \x01(\tB\x03\xe0A\x02R\fconnectionId\x12 \n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\x95\x01\n" +
-	"\x17ReviewConnectionRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12'\n" +
-	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12\x18\n" +
+	"page_token\x18\x03 \x01(\tB\x03\xe0A\x01R\tpageToken\"\x9f\x01\n" +
+	"\x17ReviewConnectionRequest\x12(\n" +
+	"\rconnection_id\x18\x01 \x01(\tB\x03\xe0A\x02R\fconnectionId\x12,\n" +
+	"\x0fconfig_revision\x18\x02 \x01(\x03B\x03\xe0A\x02R\x0econfigRevision\x12\x18\n" +
 	"\aapprove\x18\x03 \x01(\bR\aapprove\x12\x12\n" +
 	"\x04note\x18\x04 \x01(\tR\x04note\"\x85\x01\n" +
 	"\x1bListConfigRevisionsResponse\x12>\n" +
 	"\trevisions\x18\x01 \x03(\v2 .v0m3.registry.v1.ConfigRevisionR\trevisions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc3\x04\n" +
-	"\x11DiscoverySnapshot\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xcd\x04\n" +
+	"\x11DiscoverySnapshot\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12#\n" +
 	"\rconnection_id\x18\x02 \x01(\tR\fconnectionId\x12'\n" +
 	"\x0fconfig_revision\x18\x03 \x01(\x03R\x0econfigRevision\x12=\n" +
 	"\vserver_info\x18\x04 \x01(\v2\x1c.v0m3.registry.v1.ServerInfoR\n" +
@@ -7530,42 +7599,42 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x10protocol_version\x18\x05 \x01(\tR\x0fprotocolVersion\x124\n" +
 	"\x05tools\x18\x06 \x03(\v2\x1e.v0m3.registry.v1.ToolIdentityR\x05tools\x12@\n" +
 	"\tresources\x18\a \x03(\v2\".v0m3.registry.v1.ResourceIdentityR\tresources\x12?\n" +
-	"\rretrieve_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fretrieveTime\x12\x16\n" +
-	"\x06digest\x18\t \x01(\tR\x06digest\x12Y\n" +
+	"\rretrieve_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fretrieveTime\x12\x1b\n" +
+	"\x06digest\x18\t \x01(\tB\x03\xe0A\x03R\x06digest\x12Y\n" +
 	"\x12resource_templates\x18\n" +
 	" \x03(\v2*.v0m3.registry.v1.ResourceTemplateIdentityR\x11resourceTemplates\x12:\n" +
-	"\aprompts\x18\v \x03(\v2 .v0m3.registry.v1.PromptIdentityR\aprompts\"\xa5\x05\n" +
+	"\aprompts\x18\v \x03(\v2 .v0m3.registry.v1.PromptIdentityR\aprompts\"\xc8\x05\n" +
 	"\fToolIdentity\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12:\n" +
 	"\finput_schema\x18\x04 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12<\n" +
 	"\routput_schema\x18\x05 \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x129\n" +
-	"\vannotations\x18\x06 \x01(\v2\x17.google.protobuf.StructR\vannotations\x12.\n" +
-	"\x13input_schema_digest\x18\a \x01(\tR\x11inputSchemaDigest\x120\n" +
-	"\x14output_schema_digest\x18\b \x01(\tR\x12outputSchemaDigest\x12-\n" +
-	"\x12annotations_digest\x18\t \x01(\tR\x11annotationsDigest\x12-\n" +
+	"\vannotations\x18\x06 \x01(\v2\x17.google.protobuf.StructR\vannotations\x123\n" +
+	"\x13input_schema_digest\x18\a \x01(\tB\x03\xe0A\x03R\x11inputSchemaDigest\x125\n" +
+	"\x14output_schema_digest\x18\b \x01(\tB\x03\xe0A\x03R\x12outputSchemaDigest\x122\n" +
+	"\x12annotations_digest\x18\t \x01(\tB\x03\xe0A\x03R\x11annotationsDigest\x122\n" +
 	"\x12description_digest\x18\n" +
-	" \x01(\tR\x11descriptionDigest\x12!\n" +
-	"\ftitle_digest\x18\v \x01(\tR\vtitleDigest\x125\n" +
-	"\texecution\x18\f \x01(\v2\x17.google.protobuf.StructR\texecution\x12)\n" +
-	"\x10execution_digest\x18\r \x01(\tR\x0fexecutionDigest\x12,\n" +
-	"\x05icons\x18\x0e \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12!\n" +
-	"\ficons_digest\x18\x0f \x01(\tR\viconsDigest\"\xae\x03\n" +
+	" \x01(\tB\x03\xe0A\x03R\x11descriptionDigest\x12&\n" +
+	"\ftitle_digest\x18\v \x01(\tB\x03\xe0A\x03R\vtitleDigest\x125\n" +
+	"\texecution\x18\f \x01(\v2\x17.google.protobuf.StructR\texecution\x12.\n" +
+	"\x10execution_digest\x18\r \x01(\tB\x03\xe0A\x03R\x0fexecutionDigest\x12,\n" +
+	"\x05icons\x18\x0e \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12&\n" +
+	"\ficons_digest\x18\x0f \x01(\tB\x03\xe0A\x03R\viconsDigest\"\xc2\x03\n" +
 	"\x10ResourceIdentity\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
 	"\x05title\x18\x03 \x01(\tR\x05title\x12 \n" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x1b\n" +
 	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x12\x12\n" +
-	"\x04size\x18\x06 \x01(\x03R\x04size\x12-\n" +
-	"\x12description_digest\x18\a \x01(\tR\x11descriptionDigest\x129\n" +
-	"\vannotations\x18\b \x01(\v2\x17.google.protobuf.StructR\vannotations\x12-\n" +
-	"\x12annotations_digest\x18\t \x01(\tR\x11annotationsDigest\x12,\n" +
+	"\x04size\x18\x06 \x01(\x03R\x04size\x122\n" +
+	"\x12description_digest\x18\a \x01(\tB\x03\xe0A\x03R\x11descriptionDigest\x129\n" +
+	"\vannotations\x18\b \x01(\v2\x17.google.protobuf.StructR\vannotations\x122\n" +
+	"\x12annotations_digest\x18\t \x01(\tB\x03\xe0A\x03R\x11annotationsDigest\x12,\n" +
 	"\x05icons\x18\n" +
-	" \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12!\n" +
-	"\ficons_digest\x18\v \x01(\tR\viconsDigest\x12!\n" +
-	"\ftitle_digest\x18\f \x01(\tR\vtitleDigest\"\xb3\x03\n" +
+	" \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12&\n" +
+	"\ficons_digest\x18\v \x01(\tB\x03\xe0A\x03R\viconsDigest\x12&\n" +
+	"\ftitle_digest\x18\f \x01(\tB\x03\xe0A\x03R\vtitleDigest\"\xc7\x03\n" +
 	"\x18ResourceTemplateIdentity\x12!\n" +
 	"\furi_template\x18\x01 \x01(\tR\vuriTemplate\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -7573,22 +7642,22 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x1b\n" +
 	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x129\n" +
 	"\vannotations\x18\x06 \x01(\v2\x17.google.protobuf.StructR\vannotations\x12,\n" +
-	"\x05icons\x18\a \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12-\n" +
-	"\x12description_digest\x18\b \x01(\tR\x11descriptionDigest\x12-\n" +
-	"\x12annotations_digest\x18\t \x01(\tR\x11annotationsDigest\x12!\n" +
+	"\x05icons\x18\a \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x122\n" +
+	"\x12description_digest\x18\b \x01(\tB\x03\xe0A\x03R\x11descriptionDigest\x122\n" +
+	"\x12annotations_digest\x18\t \x01(\tB\x03\xe0A\x03R\x11annotationsDigest\x12&\n" +
 	"\ficons_digest\x18\n" +
-	" \x01(\tR\viconsDigest\x12!\n" +
-	"\ftitle_digest\x18\v \x01(\tR\vtitleDigest\"\xea\x02\n" +
+	" \x01(\tB\x03\xe0A\x03R\viconsDigest\x12&\n" +
+	"\ftitle_digest\x18\v \x01(\tB\x03\xe0A\x03R\vtitleDigest\"\xfe\x02\n" +
 	"\x0ePromptIdentity\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12>\n" +
 	"\targuments\x18\x04 \x03(\v2 .v0m3.registry.v1.PromptArgumentR\targuments\x12,\n" +
-	"\x05icons\x18\x05 \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x12-\n" +
-	"\x12description_digest\x18\x06 \x01(\tR\x11descriptionDigest\x12)\n" +
-	"\x10arguments_digest\x18\a \x01(\tR\x0fargumentsDigest\x12!\n" +
-	"\ficons_digest\x18\b \x01(\tR\viconsDigest\x12!\n" +
-	"\ftitle_digest\x18\t \x01(\tR\vtitleDigest\"x\n" +
+	"\x05icons\x18\x05 \x03(\v2\x16.v0m3.registry.v1.IconR\x05icons\x122\n" +
+	"\x12description_digest\x18\x06 \x01(\tB\x03\xe0A\x03R\x11descriptionDigest\x12.\n" +
+	"\x10arguments_digest\x18\a \x01(\tB\x03\xe0A\x03R\x0fargumentsDigest\x12&\n" +
+	"\ficons_digest\x18\b \x01(\tB\x03\xe0A\x03R\viconsDigest\x12&\n" +
+	"\ftitle_digest\x18\t \x01(\tB\x03\xe0A\x03R\vtitleDigest\"x\n" +
 	"\x0ePromptArgument\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12 \n" +
@@ -7598,22 +7667,22 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x03src\x18\x01 \x01(\tR\x03src\x12\x1b\n" +
 	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x14\n" +
 	"\x05sizes\x18\x03 \x03(\tR\x05sizes\x12\x14\n" +
-	"\x05theme\x18\x04 \x01(\tR\x05theme\"X\n" +
-	"\x15RecordSnapshotRequest\x12?\n" +
-	"\bsnapshot\x18\x01 \x01(\v2#.v0m3.registry.v1.DiscoverySnapshotR\bsnapshot\"$\n" +
-	"\x12GetSnapshotRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"w\n" +
-	"\x14ListSnapshotsRequest\x12#\n" +
-	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x05theme\x18\x04 \x01(\tR\x05theme\"]\n" +
+	"\x15RecordSnapshotRequest\x12D\n" +
+	"\bsnapshot\x18\x01 \x01(\v2#.v0m3.registry.v1.DiscoverySnapshotB\x03\xe0A\x02R\bsnapshot\")\n" +
+	"\x12GetSnapshotRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\"\x86\x01\n" +
+	"\x14ListSnapshotsRequest\x12(\n" +
+	"\rconnection_id\x18\x01 \x01(\tB\x03\xe0A\x02R\fconnectionId\x12 \n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\x82\x01\n" +
+	"page_token\x18\x03 \x01(\tB\x03\xe0A\x01R\tpageToken\"\x82\x01\n" +
 	"\x15ListSnapshotsResponse\x12A\n" +
 	"\tsnapshots\x18\x01 \x03(\v2#.v0m3.registry.v1.DiscoverySnapshotR\tsnapshots\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"n\n" +
-	"\x14DiffSnapshotsRequest\x12(\n" +
-	"\x10base_snapshot_id\x18\x01 \x01(\tR\x0ebaseSnapshotId\x12,\n" +
-	"\x12target_snapshot_id\x18\x02 \x01(\tR\x10targetSnapshotId\"\x82\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"x\n" +
+	"\x14DiffSnapshotsRequest\x12-\n" +
+	"\x10base_snapshot_id\x18\x01 \x01(\tB\x03\xe0A\x02R\x0ebaseSnapshotId\x121\n" +
+	"\x12target_snapshot_id\x18\x02 \x01(\tB\x03\xe0A\x02R\x10targetSnapshotId\"\x82\x03\n" +
 	"\fSnapshotDiff\x12(\n" +
 	"\x10base_snapshot_id\x18\x01 \x01(\tR\x0ebaseSnapshotId\x12,\n" +
 	"\x12target_snapshot_id\x18\x02 \x01(\tR\x10targetSnapshotId\x122\n" +
@@ -7626,25 +7695,25 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"ItemChange\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.v0m3.registry.v1.ChangeKindR\x04kind\x12'\n" +
-	"\x0fchanged_digests\x18\x03 \x03(\tR\x0echangedDigests\"r\n" +
-	"\vHandleField\x12\x14\n" +
-	"\x05field\x18\x01 \x01(\tR\x05field\x12\x1b\n" +
-	"\trefers_to\x18\x02 \x01(\tR\brefersTo\x120\n" +
-	"\x04kind\x18\x03 \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"\xc6\b\n" +
+	"\x0fchanged_digests\x18\x03 \x03(\tR\x0echangedDigests\"|\n" +
+	"\vHandleField\x12\x19\n" +
+	"\x05field\x18\x01 \x01(\tB\x03\xe0A\x02R\x05field\x12 \n" +
+	"\trefers_to\x18\x02 \x01(\tB\x03\xe0A\x02R\brefersTo\x120\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x1c.v0m3.registry.v1.HandleKindR\x04kind\"\xfd\b\n" +
 	"\n" +
-	"Capability\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\x12@\n" +
-	"\feffect_class\x18\x03 \x01(\x0e2\x1d.v0m3.registry.v1.EffectClassR\veffectClass\x12:\n" +
-	"\finput_schema\x18\x04 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12 \n" +
-	"\vdescription\x18\x06 \x01(\tR\vdescription\x12$\n" +
+	"Capability\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1f\n" +
+	"\brevision\x18\x02 \x01(\x03B\x03\xe0A\x03R\brevision\x12E\n" +
+	"\feffect_class\x18\x03 \x01(\x0e2\x1d.v0m3.registry.v1.EffectClassB\x03\xe0A\x02R\veffectClass\x12?\n" +
+	"\finput_schema\x18\x04 \x01(\v2\x17.google.protobuf.StructB\x03\xe0A\x02R\vinputSchema\x12%\n" +
+	"\vdescription\x18\x06 \x01(\tB\x03\xe0A\x02R\vdescription\x12$\n" +
 	"\rpreconditions\x18\a \x03(\tR\rpreconditions\x12!\n" +
 	"\fresult_state\x18\b \x01(\tR\vresultState\x12\x1c\n" +
 	"\tauthority\x18\t \x01(\tR\tauthority\x12\x1a\n" +
 	"\bevidence\x18\n" +
-	" \x01(\tR\bevidence\x12:\n" +
+	" \x01(\tR\bevidence\x12?\n" +
 	"\n" +
-	"retry_rule\x18\v \x01(\x0e2\x1b.v0m3.registry.v1.RetryRuleR\tretryRule\x12'\n" +
+	"retry_rule\x18\v \x01(\x0e2\x1b.v0m3.registry.v1.RetryRuleB\x03\xe0A\x02R\tretryRule\x12'\n" +
 	"\x0frecovery_limits\x18\f \x01(\tR\x0erecoveryLimits\x127\n" +
 	"\ahandles\x18\r \x03(\v2\x1d.v0m3.registry.v1.HandleFieldR\ahandles\x12=\n" +
 	"\vresult_kind\x18\x0e \x01(\x0e2\x1c.v0m3.registry.v1.ResultKindR\n" +
@@ -7652,98 +7721,98 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x14idempotency_required\x18\x0f \x01(\bR\x13idempotencyRequired\x12?\n" +
 	"\x0edefault_limits\x18\x10 \x01(\v2\x18.v0m3.registry.v1.LimitsR\rdefaultLimits\x12A\n" +
 	"\bapproval\x18\x11 \x01(\x0e2%.v0m3.registry.v1.ApprovalRequirementR\bapproval\x12)\n" +
-	"\x10summary_template\x18\x12 \x01(\tR\x0fsummaryTemplate\x127\n" +
-	"\x05state\x18\x13 \x01(\x0e2!.v0m3.registry.v1.DefinitionStateR\x05state\x12.\n" +
-	"\x13input_schema_digest\x18\x14 \x01(\tR\x11inputSchemaDigest\x12;\n" +
-	"\vcreate_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12\x1d\n" +
+	"\x10summary_template\x18\x12 \x01(\tR\x0fsummaryTemplate\x12<\n" +
+	"\x05state\x18\x13 \x01(\x0e2!.v0m3.registry.v1.DefinitionStateB\x03\xe0A\x03R\x05state\x123\n" +
+	"\x13input_schema_digest\x18\x14 \x01(\tB\x03\xe0A\x03R\x11inputSchemaDigest\x12@\n" +
+	"\vcreate_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12\"\n" +
 	"\n" +
-	"created_by\x18\x16 \x01(\tR\tcreatedBy\x12\x1d\n" +
+	"created_by\x18\x16 \x01(\tB\x03\xe0A\x03R\tcreatedBy\x12\x1d\n" +
 	"\n" +
-	"managed_by\x18\x17 \x01(\tR\tmanagedBy\x12-\n" +
-	"\x12deprecation_reason\x18\x18 \x01(\tR\x11deprecationReasonJ\x04\b\x05\x10\x06R\rhandle_fields\"W\n" +
-	"\x17CreateCapabilityRequest\x12<\n" +
+	"managed_by\x18\x17 \x01(\tR\tmanagedBy\x122\n" +
+	"\x12deprecation_reason\x18\x18 \x01(\tB\x03\xe0A\x03R\x11deprecationReasonJ\x04\b\x05\x10\x06R\rhandle_fields\"\\\n" +
+	"\x17CreateCapabilityRequest\x12A\n" +
 	"\n" +
-	"capability\x18\x01 \x01(\v2\x1c.v0m3.registry.v1.CapabilityR\n" +
-	"capability\"\x84\x01\n" +
-	"\x17UpdateCapabilityRequest\x12<\n" +
+	"capability\x18\x01 \x01(\v2\x1c.v0m3.registry.v1.CapabilityB\x03\xe0A\x02R\n" +
+	"capability\"\x8e\x01\n" +
+	"\x17UpdateCapabilityRequest\x12A\n" +
 	"\n" +
-	"capability\x18\x01 \x01(\v2\x1c.v0m3.registry.v1.CapabilityR\n" +
-	"capability\x12+\n" +
-	"\x11expected_revision\x18\x02 \x01(\x03R\x10expectedRevision\"u\n" +
-	"\x1aDeprecateCapabilityRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\x12+\n" +
-	"\x11expected_revision\x18\x03 \x01(\x03R\x10expectedRevision\"F\n" +
-	"\x14GetCapabilityRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"~\n" +
+	"capability\x18\x01 \x01(\v2\x1c.v0m3.registry.v1.CapabilityB\x03\xe0A\x02R\n" +
+	"capability\x120\n" +
+	"\x11expected_revision\x18\x02 \x01(\x03B\x03\xe0A\x01R\x10expectedRevision\"\x84\x01\n" +
+	"\x1aDeprecateCapabilityRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1b\n" +
+	"\x06reason\x18\x02 \x01(\tB\x03\xe0A\x02R\x06reason\x120\n" +
+	"\x11expected_revision\x18\x03 \x01(\x03B\x03\xe0A\x01R\x10expectedRevision\"P\n" +
+	"\x14GetCapabilityRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1f\n" +
+	"\brevision\x18\x02 \x01(\x03B\x03\xe0A\x01R\brevision\"\x88\x01\n" +
 	"\x17ListCapabilitiesRequest\x12'\n" +
-	"\x0fshow_deprecated\x18\x01 \x01(\bR\x0eshowDeprecated\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x0fshow_deprecated\x18\x01 \x01(\bR\x0eshowDeprecated\x12 \n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\x84\x01\n" +
+	"page_token\x18\x03 \x01(\tB\x03\xe0A\x01R\tpageToken\"\x84\x01\n" +
 	"\x18ListCapabilitiesResponse\x12@\n" +
 	"\fcapabilities\x18\x01 \x03(\v2\x1c.v0m3.registry.v1.CapabilityR\fcapabilities\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"b\n" +
-	"\vProfileNeed\x12\x1e\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"g\n" +
+	"\vProfileNeed\x12#\n" +
 	"\n" +
-	"capability\x18\x01 \x01(\tR\n" +
+	"capability\x18\x01 \x01(\tB\x03\xe0A\x02R\n" +
 	"capability\x123\n" +
 	"\x04when\x18\x02 \x01(\x0e2\x1f.v0m3.registry.v1.NeedConditionR\x04when\"\x7f\n" +
 	"\n" +
 	"TaskBudget\x12\x1b\n" +
 	"\tmax_calls\x18\x01 \x01(\x03R\bmaxCalls\x12,\n" +
 	"\x12max_response_bytes\x18\x02 \x01(\x03R\x10maxResponseBytes\x12&\n" +
-	"\x0fmax_cost_micros\x18\x03 \x01(\x03R\rmaxCostMicros\"\xd6\x03\n" +
-	"\vTaskProfile\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\x12 \n" +
+	"\x0fmax_cost_micros\x18\x03 \x01(\x03R\rmaxCostMicros\"\xf4\x03\n" +
+	"\vTaskProfile\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1f\n" +
+	"\brevision\x18\x02 \x01(\x03B\x03\xe0A\x03R\brevision\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x18\n" +
 	"\apurpose\x18\x04 \x01(\tR\apurpose\x123\n" +
 	"\x05needs\x18\x05 \x03(\v2\x1d.v0m3.registry.v1.ProfileNeedR\x05needs\x12C\n" +
-	"\x0edefault_budget\x18\x06 \x01(\v2\x1c.v0m3.registry.v1.TaskBudgetR\rdefaultBudget\x127\n" +
-	"\x05state\x18\a \x01(\x0e2!.v0m3.registry.v1.DefinitionStateR\x05state\x12;\n" +
-	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12\x1d\n" +
+	"\x0edefault_budget\x18\x06 \x01(\v2\x1c.v0m3.registry.v1.TaskBudgetR\rdefaultBudget\x12<\n" +
+	"\x05state\x18\a \x01(\x0e2!.v0m3.registry.v1.DefinitionStateB\x03\xe0A\x03R\x05state\x12@\n" +
+	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12\"\n" +
 	"\n" +
-	"created_by\x18\t \x01(\tR\tcreatedBy\x12\x1d\n" +
+	"created_by\x18\t \x01(\tB\x03\xe0A\x03R\tcreatedBy\x12\x1d\n" +
 	"\n" +
 	"managed_by\x18\n" +
-	" \x01(\tR\tmanagedBy\x12-\n" +
-	"\x12deprecation_reason\x18\v \x01(\tR\x11deprecationReason\"S\n" +
-	"\x18CreateTaskProfileRequest\x127\n" +
-	"\aprofile\x18\x01 \x01(\v2\x1d.v0m3.registry.v1.TaskProfileR\aprofile\"\x80\x01\n" +
-	"\x18UpdateTaskProfileRequest\x127\n" +
-	"\aprofile\x18\x01 \x01(\v2\x1d.v0m3.registry.v1.TaskProfileR\aprofile\x12+\n" +
-	"\x11expected_revision\x18\x02 \x01(\x03R\x10expectedRevision\"v\n" +
-	"\x1bDeprecateTaskProfileRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\x12+\n" +
-	"\x11expected_revision\x18\x03 \x01(\x03R\x10expectedRevision\"G\n" +
-	"\x15GetTaskProfileRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"~\n" +
+	" \x01(\tR\tmanagedBy\x122\n" +
+	"\x12deprecation_reason\x18\v \x01(\tB\x03\xe0A\x03R\x11deprecationReason\"X\n" +
+	"\x18CreateTaskProfileRequest\x12<\n" +
+	"\aprofile\x18\x01 \x01(\v2\x1d.v0m3.registry.v1.TaskProfileB\x03\xe0A\x02R\aprofile\"\x8a\x01\n" +
+	"\x18UpdateTaskProfileRequest\x12<\n" +
+	"\aprofile\x18\x01 \x01(\v2\x1d.v0m3.registry.v1.TaskProfileB\x03\xe0A\x02R\aprofile\x120\n" +
+	"\x11expected_revision\x18\x02 \x01(\x03B\x03\xe0A\x01R\x10expectedRevision\"\x85\x01\n" +
+	"\x1bDeprecateTaskProfileRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1b\n" +
+	"\x06reason\x18\x02 \x01(\tB\x03\xe0A\x02R\x06reason\x120\n" +
+	"\x11expected_revision\x18\x03 \x01(\x03B\x03\xe0A\x01R\x10expectedRevision\"Q\n" +
+	"\x15GetTaskProfileRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1f\n" +
+	"\brevision\x18\x02 \x01(\x03B\x03\xe0A\x01R\brevision\"\x88\x01\n" +
 	"\x17ListTaskProfilesRequest\x12'\n" +
-	"\x0fshow_deprecated\x18\x01 \x01(\bR\x0eshowDeprecated\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x0fshow_deprecated\x18\x01 \x01(\bR\x0eshowDeprecated\x12 \n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"}\n" +
+	"page_token\x18\x03 \x01(\tB\x03\xe0A\x01R\tpageToken\"}\n" +
 	"\x18ListTaskProfilesResponse\x129\n" +
 	"\bprofiles\x18\x01 \x03(\v2\x1d.v0m3.registry.v1.TaskProfileR\bprofiles\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"T\n" +
 	"\fRemoteTarget\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.v0m3.registry.v1.RemoteKindR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\xae\x01\n" +
-	"\x0fArgumentBinding\x12!\n" +
-	"\fremote_field\x18\x01 \x01(\tR\vremoteField\x12#\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xb3\x01\n" +
+	"\x0fArgumentBinding\x12&\n" +
+	"\fremote_field\x18\x01 \x01(\tB\x03\xe0A\x02R\vremoteField\x12#\n" +
 	"\rproduct_field\x18\x02 \x01(\tR\fproductField\x12\x1f\n" +
 	"\vfrom_handle\x18\x03 \x01(\bR\n" +
 	"fromHandle\x122\n" +
-	"\bconstant\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\bconstant\"\xb6\x02\n" +
-	"\x06Limits\x12,\n" +
-	"\x12max_response_bytes\x18\x01 \x01(\x03R\x10maxResponseBytes\x12\x1b\n" +
-	"\tmax_items\x18\x02 \x01(\x05R\bmaxItems\x12.\n" +
+	"\bconstant\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\bconstant\"\xc0\x02\n" +
+	"\x06Limits\x121\n" +
+	"\x12max_response_bytes\x18\x01 \x01(\x03B\x03\xe0A\x02R\x10maxResponseBytes\x12 \n" +
+	"\tmax_items\x18\x02 \x01(\x05B\x03\xe0A\x02R\bmaxItems\x12.\n" +
 	"\x13allowed_media_types\x18\x03 \x03(\tR\x11allowedMediaTypes\x126\n" +
 	"\x17asset_reference_allowed\x18\x04 \x01(\bR\x15assetReferenceAllowed\x122\n" +
 	"\x15drop_disallowed_items\x18\x05 \x01(\bR\x13dropDisallowedItems\x12E\n" +
@@ -7753,10 +7822,11 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x04mode\x18\x01 \x01(\x0e2 .v0m3.registry.v1.ProvenanceModeR\x04mode\x12!\n" +
 	"\fhandle_field\x18\x02 \x01(\tR\vhandleField\x12\x1f\n" +
 	"\vuri_pointer\x18\x03 \x01(\tR\n" +
-	"uriPointer\"\xe9\t\n" +
-	"\aMapping\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x1e\n" +
+	"uriPointer\"\xaa\n" +
+	"\n" +
+	"\aMapping\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12\x1f\n" +
+	"\brevision\x18\x02 \x01(\x03B\x03\xe0A\x03R\brevision\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x03 \x01(\tR\n" +
 	"capability\x12/\n" +
@@ -7771,49 +7841,49 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	" \x01(\tR\x11descriptionDigest\x12D\n" +
 	"\fargument_map\x18\v \x03(\v2!.v0m3.registry.v1.ArgumentBindingR\vargumentMap\x123\n" +
 	"\bdefaults\x18\f \x01(\v2\x17.google.protobuf.StructR\bdefaults\x120\n" +
-	"\x06limits\x18\r \x01(\v2\x18.v0m3.registry.v1.LimitsR\x06limits\x124\n" +
-	"\x05state\x18\x0e \x01(\x0e2\x1e.v0m3.registry.v1.MappingStateR\x05state\x12!\n" +
-	"\fstate_reason\x18\x0f \x01(\tR\vstateReason\x12\x1f\n" +
-	"\vproposed_by\x18\x10 \x01(\tR\n" +
-	"proposedBy\x12\x1f\n" +
-	"\vreviewed_by\x18\x11 \x01(\tR\n" +
-	"reviewedBy\x12\x1f\n" +
-	"\vreview_note\x18\x12 \x01(\tR\n" +
-	"reviewNote\x12;\n" +
-	"\vcreate_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vreview_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reviewTime\x12-\n" +
-	"\x12remote_description\x18\x15 \x01(\tR\x11remoteDescription\x122\n" +
+	"\x06limits\x18\r \x01(\v2\x18.v0m3.registry.v1.LimitsR\x06limits\x129\n" +
+	"\x05state\x18\x0e \x01(\x0e2\x1e.v0m3.registry.v1.MappingStateB\x03\xe0A\x03R\x05state\x12&\n" +
+	"\fstate_reason\x18\x0f \x01(\tB\x03\xe0A\x03R\vstateReason\x12$\n" +
+	"\vproposed_by\x18\x10 \x01(\tB\x03\xe0A\x03R\n" +
+	"proposedBy\x12$\n" +
+	"\vreviewed_by\x18\x11 \x01(\tB\x03\xe0A\x03R\n" +
+	"reviewedBy\x12$\n" +
+	"\vreview_note\x18\x12 \x01(\tB\x03\xe0A\x03R\n" +
+	"reviewNote\x12@\n" +
+	"\vcreate_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12@\n" +
+	"\vreview_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"reviewTime\x122\n" +
+	"\x12remote_description\x18\x15 \x01(\tB\x03\xe0A\x03R\x11remoteDescription\x122\n" +
 	"\x15idempotency_key_field\x18\x16 \x01(\tR\x13idempotencyKeyField\x12\x1f\n" +
 	"\vstatus_tool\x18\x17 \x01(\tR\n" +
 	"statusTool\x12<\n" +
 	"\n" +
 	"provenance\x18\x18 \x01(\v2\x1c.v0m3.registry.v1.ProvenanceR\n" +
-	"provenance\x12<\n" +
-	"\routput_schema\x18\x19 \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x120\n" +
-	"\x14output_schema_digest\x18\x1a \x01(\tR\x12outputSchemaDigest\x12F\n" +
-	"\x0etarget_digests\x18\x1e \x01(\v2\x1f.v0m3.registry.v1.TargetDigestsR\rtargetDigests\"\x88\x02\n" +
+	"provenance\x12A\n" +
+	"\routput_schema\x18\x19 \x01(\v2\x17.google.protobuf.StructB\x03\xe0A\x03R\foutputSchema\x125\n" +
+	"\x14output_schema_digest\x18\x1a \x01(\tB\x03\xe0A\x03R\x12outputSchemaDigest\x12K\n" +
+	"\x0etarget_digests\x18\x1e \x01(\v2\x1f.v0m3.registry.v1.TargetDigestsB\x03\xe0A\x03R\rtargetDigests\"\x88\x02\n" +
 	"\rTargetDigests\x12!\n" +
 	"\ftitle_digest\x18\x01 \x01(\tR\vtitleDigest\x12-\n" +
 	"\x12annotations_digest\x18\x02 \x01(\tR\x11annotationsDigest\x12)\n" +
 	"\x10execution_digest\x18\x03 \x01(\tR\x0fexecutionDigest\x12!\n" +
 	"\ficons_digest\x18\x04 \x01(\tR\viconsDigest\x12\x1b\n" +
 	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x12:\n" +
-	"\x19resource_templates_digest\x18\x06 \x01(\tR\x17resourceTemplatesDigest\"\xa7\x04\n" +
-	"\x15ProposeMappingRequest\x12\x1d\n" +
+	"\x19resource_templates_digest\x18\x06 \x01(\tR\x17resourceTemplatesDigest\"\xc5\x04\n" +
+	"\x15ProposeMappingRequest\x12\"\n" +
 	"\n" +
-	"mapping_id\x18\x01 \x01(\tR\tmappingId\x12\x1e\n" +
+	"mapping_id\x18\x01 \x01(\tB\x03\xe0A\x01R\tmappingId\x12#\n" +
 	"\n" +
-	"capability\x18\x02 \x01(\tR\n" +
-	"capability\x12#\n" +
-	"\rconnection_id\x18\x03 \x01(\tR\fconnectionId\x12\x1f\n" +
-	"\vsnapshot_id\x18\x04 \x01(\tR\n" +
-	"snapshotId\x126\n" +
-	"\x06target\x18\x05 \x01(\v2\x1e.v0m3.registry.v1.RemoteTargetR\x06target\x12D\n" +
+	"capability\x18\x02 \x01(\tB\x03\xe0A\x02R\n" +
+	"capability\x12(\n" +
+	"\rconnection_id\x18\x03 \x01(\tB\x03\xe0A\x02R\fconnectionId\x12$\n" +
+	"\vsnapshot_id\x18\x04 \x01(\tB\x03\xe0A\x02R\n" +
+	"snapshotId\x12;\n" +
+	"\x06target\x18\x05 \x01(\v2\x1e.v0m3.registry.v1.RemoteTargetB\x03\xe0A\x02R\x06target\x12D\n" +
 	"\fargument_map\x18\x06 \x03(\v2!.v0m3.registry.v1.ArgumentBindingR\vargumentMap\x123\n" +
-	"\bdefaults\x18\a \x01(\v2\x17.google.protobuf.StructR\bdefaults\x120\n" +
-	"\x06limits\x18\b \x01(\v2\x18.v0m3.registry.v1.LimitsR\x06limits\x122\n" +
+	"\bdefaults\x18\a \x01(\v2\x17.google.protobuf.StructR\bdefaults\x125\n" +
+	"\x06limits\x18\b \x01(\v2\x18.v0m3.registry.v1.LimitsB\x03\xe0A\x01R\x06limits\x122\n" +
 	"\x15idempotency_key_field\x18\n" +
 	" \x01(\tR\x13idempotencyKeyField\x12\x1f\n" +
 	"\vstatus_tool\x18\v \x01(\tR\n" +
@@ -7821,43 +7891,43 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
 	"provenance\x18\f \x01(\v2\x1c.v0m3.registry.v1.ProvenanceR\n" +
 	"provenanceJ\x04\b\t\x10\n" +
-	"R\vproposed_by\"\x8f\x01\n" +
-	"\x14ReviewMappingRequest\x12\x1d\n" +
+	"R\vproposed_by\"\x99\x01\n" +
+	"\x14ReviewMappingRequest\x12\"\n" +
 	"\n" +
-	"mapping_id\x18\x01 \x01(\tR\tmappingId\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x18\n" +
+	"mapping_id\x18\x01 \x01(\tB\x03\xe0A\x02R\tmappingId\x12\x1f\n" +
+	"\brevision\x18\x02 \x01(\x03B\x03\xe0A\x02R\brevision\x12\x18\n" +
 	"\aapprove\x18\x03 \x01(\bR\aapprove\x12\x12\n" +
-	"\x04note\x18\x05 \x01(\tR\x04noteJ\x04\b\x04\x10\x05R\breviewer\"?\n" +
-	"\x11GetMappingRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\xcc\x01\n" +
+	"\x04note\x18\x05 \x01(\tR\x04noteJ\x04\b\x04\x10\x05R\breviewer\"I\n" +
+	"\x11GetMappingRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\x12\x1f\n" +
+	"\brevision\x18\x02 \x01(\x03B\x03\xe0A\x01R\brevision\"\xd6\x01\n" +
 	"\x13ListMappingsRequest\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
 	"capability\x12#\n" +
 	"\rconnection_id\x18\x02 \x01(\tR\fconnectionId\x124\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x1e.v0m3.registry.v1.MappingStateR\x05state\x12\x1b\n" +
-	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x1e.v0m3.registry.v1.MappingStateR\x05state\x12 \n" +
+	"\tpage_size\x18\x04 \x01(\x05B\x03\xe0A\x01R\bpageSize\x12\"\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"u\n" +
+	"page_token\x18\x05 \x01(\tB\x03\xe0A\x01R\tpageToken\"u\n" +
 	"\x14ListMappingsResponse\x125\n" +
 	"\bmappings\x18\x01 \x03(\v2\x19.v0m3.registry.v1.MappingR\bmappings\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa1\x01\n" +
 	"\x15ResolveMappingRequest\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
-	"capability\x12\x1d\n" +
+	"capability\x12\"\n" +
 	"\n" +
-	"mapping_id\x18\x02 \x01(\tR\tmappingId\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\x12#\n" +
-	"\rconnection_id\x18\x04 \x01(\tR\fconnectionId\"t\n" +
+	"mapping_id\x18\x02 \x01(\tB\x03\xe0A\x01R\tmappingId\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12(\n" +
+	"\rconnection_id\x18\x04 \x01(\tB\x03\xe0A\x01R\fconnectionId\"~\n" +
 	"\x17ResolveExecutionRequest\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
-	"capability\x12\x1d\n" +
+	"capability\x12\"\n" +
 	"\n" +
-	"mapping_id\x18\x02 \x01(\tR\tmappingId\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"\x86\x01\n" +
+	"mapping_id\x18\x02 \x01(\tB\x03\xe0A\x02R\tmappingId\x12\x1f\n" +
+	"\brevision\x18\x03 \x01(\x03B\x03\xe0A\x01R\brevision\"\x86\x01\n" +
 	"\x11ResolvedExecution\x123\n" +
 	"\amapping\x18\x01 \x01(\v2\x19.v0m3.registry.v1.MappingR\amapping\x12<\n" +
 	"\n" +
@@ -7877,7 +7947,11 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1e\n" +
 	"\n" +
 	"definition\x18\b \x01(\tR\n" +
-	"definition*\x91\x01\n" +
+	"definition\"\xa4\x01\n" +
+	"\x14ReportSandboxRequest\x12#\n" +
+	"\rconnection_id\x18\x01 \x01(\tR\fconnectionId\x12'\n" +
+	"\x0fconfig_revision\x18\x02 \x01(\x03R\x0econfigRevision\x12>\n" +
+	"\asandbox\x18\x03 \x01(\v2$.v0m3.registry.v1.SandboxConstraintsR\asandbox*\x91\x01\n" +
 	"\n" +
 	"OauthGrant\x12\x1b\n" +
 	"\x17OAUTH_GRANT_UNSPECIFIED\x10\x00\x12\"\n" +
@@ -7987,7 +8061,7 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"#REGISTRY_EVENT_TYPE_PROFILE_REVISED\x10\r\x12'\n" +
 	"#REGISTRY_EVENT_TYPE_SURFACE_CHANGED\x10\x0e\x120\n" +
 	",REGISTRY_EVENT_TYPE_SERVING_REVISION_CHANGED\x10\x0f\x12&\n" +
-	"\"REGISTRY_EVENT_TYPE_ROLLOUT_FAILED\x10\x102\xb7\x15\n" +
+	"\"REGISTRY_EVENT_TYPE_ROLLOUT_FAILED\x10\x102\x8e\x16\n" +
 	"\x0fRegistryService\x12[\n" +
 	"\x10CreateConnection\x12).v0m3.registry.v1.CreateConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12U\n" +
 	"\rGetConnection\x12&.v0m3.registry.v1.GetConnectionRequest\x1a\x1c.v0m3.registry.v1.Connection\x12f\n" +
@@ -8018,7 +8092,8 @@ const file_v0m3_registry_v1_registry_proto_rawDesc = "" +
 	"\fListMappings\x12%.v0m3.registry.v1.ListMappingsRequest\x1a&.v0m3.registry.v1.ListMappingsResponse\x12T\n" +
 	"\x0eResolveMapping\x12'.v0m3.registry.v1.ResolveMappingRequest\x1a\x19.v0m3.registry.v1.Mapping\x12b\n" +
 	"\x10ResolveExecution\x12).v0m3.registry.v1.ResolveExecutionRequest\x1a#.v0m3.registry.v1.ResolvedExecution\x12V\n" +
-	"\vWatchEvents\x12$.v0m3.registry.v1.WatchEventsRequest\x1a\x1f.v0m3.registry.v1.RegistryEvent0\x01B8Z6github.com/v0m3/v0m3/proto/v0m3/registry/v1;registryv1b\x06proto3"
+	"\vWatchEvents\x12$.v0m3.registry.v1.WatchEventsRequest\x1a\x1f.v0m3.registry.v1.RegistryEvent0\x01\x12U\n" +
+	"\rReportSandbox\x12&.v0m3.registry.v1.ReportSandboxRequest\x1a\x1c.v0m3.registry.v1.ConnectionB8Z6github.com/v0m3/v0m3/proto/v0m3/registry/v1;registryv1b\x06proto3"
 
 var (
 	file_v0m3_registry_v1_registry_proto_rawDescOnce sync.Once
@@ -8033,7 +8108,7 @@ func file_v0m3_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_v0m3_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 19)
-var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_v0m3_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(OauthGrant)(0),                     // 0: v0m3.registry.v1.OauthGrant
 	(IdentityKind)(0),                   // 1: v0m3.registry.v1.IdentityKind
@@ -8122,10 +8197,11 @@ var file_v0m3_registry_v1_registry_proto_goTypes = []any{
 	(*ResolvedExecution)(nil),           // 84: v0m3.registry.v1.ResolvedExecution
 	(*WatchEventsRequest)(nil),          // 85: v0m3.registry.v1.WatchEventsRequest
 	(*RegistryEvent)(nil),               // 86: v0m3.registry.v1.RegistryEvent
-	nil,                                 // 87: v0m3.registry.v1.StdioTransport.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 88: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 89: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 90: google.protobuf.Value
+	(*ReportSandboxRequest)(nil),        // 87: v0m3.registry.v1.ReportSandboxRequest
+	nil,                                 // 88: v0m3.registry.v1.StdioTransport.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 89: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 90: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 91: google.protobuf.Value
 }
 var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	21,  // 0: v0m3.registry.v1.Connection.transport:type_name -> v0m3.registry.v1.Transport
@@ -8133,16 +8209,16 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	5,   // 2: v0m3.registry.v1.Connection.state:type_name -> v0m3.registry.v1.ConnectionState
 	26,  // 3: v0m3.registry.v1.Connection.observed_server:type_name -> v0m3.registry.v1.ServerInfo
 	27,  // 4: v0m3.registry.v1.Connection.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
-	88,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
-	88,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
-	88,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
+	89,  // 5: v0m3.registry.v1.Connection.create_time:type_name -> google.protobuf.Timestamp
+	89,  // 6: v0m3.registry.v1.Connection.update_time:type_name -> google.protobuf.Timestamp
+	89,  // 7: v0m3.registry.v1.Connection.retire_time:type_name -> google.protobuf.Timestamp
+	89,  // 8: v0m3.registry.v1.Connection.review_time:type_name -> google.protobuf.Timestamp
 	20,  // 9: v0m3.registry.v1.Connection.rollout_failure:type_name -> v0m3.registry.v1.RolloutFailure
-	88,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
+	89,  // 10: v0m3.registry.v1.RolloutFailure.report_time:type_name -> google.protobuf.Timestamp
 	22,  // 11: v0m3.registry.v1.Transport.stdio:type_name -> v0m3.registry.v1.StdioTransport
 	23,  // 12: v0m3.registry.v1.Transport.streamable_http:type_name -> v0m3.registry.v1.StreamableHTTPTransport
 	25,  // 13: v0m3.registry.v1.Transport.direct:type_name -> v0m3.registry.v1.DirectTransport
-	87,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
+	88,  // 14: v0m3.registry.v1.StdioTransport.env:type_name -> v0m3.registry.v1.StdioTransport.EnvEntry
 	24,  // 15: v0m3.registry.v1.StreamableHTTPTransport.oauth:type_name -> v0m3.registry.v1.OAuthClient
 	0,   // 16: v0m3.registry.v1.OAuthClient.grant:type_name -> v0m3.registry.v1.OauthGrant
 	3,   // 17: v0m3.registry.v1.SandboxConstraints.network:type_name -> v0m3.registry.v1.NetworkIsolation
@@ -8156,7 +8232,7 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	2,   // 25: v0m3.registry.v1.SandboxConstraints.own_home:type_name -> v0m3.registry.v1.Enforcement
 	1,   // 26: v0m3.registry.v1.SandboxIdentity.kind:type_name -> v0m3.registry.v1.IdentityKind
 	21,  // 27: v0m3.registry.v1.ConfigRevision.transport:type_name -> v0m3.registry.v1.Transport
-	88,  // 28: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
+	89,  // 28: v0m3.registry.v1.ConfigRevision.create_time:type_name -> google.protobuf.Timestamp
 	21,  // 29: v0m3.registry.v1.CreateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
 	19,  // 30: v0m3.registry.v1.ListConnectionsResponse.connections:type_name -> v0m3.registry.v1.Connection
 	21,  // 31: v0m3.registry.v1.UpdateConnectionRequest.transport:type_name -> v0m3.registry.v1.Transport
@@ -8165,17 +8241,17 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	26,  // 34: v0m3.registry.v1.DiscoverySnapshot.server_info:type_name -> v0m3.registry.v1.ServerInfo
 	41,  // 35: v0m3.registry.v1.DiscoverySnapshot.tools:type_name -> v0m3.registry.v1.ToolIdentity
 	42,  // 36: v0m3.registry.v1.DiscoverySnapshot.resources:type_name -> v0m3.registry.v1.ResourceIdentity
-	88,  // 37: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
+	89,  // 37: v0m3.registry.v1.DiscoverySnapshot.retrieve_time:type_name -> google.protobuf.Timestamp
 	43,  // 38: v0m3.registry.v1.DiscoverySnapshot.resource_templates:type_name -> v0m3.registry.v1.ResourceTemplateIdentity
 	44,  // 39: v0m3.registry.v1.DiscoverySnapshot.prompts:type_name -> v0m3.registry.v1.PromptIdentity
-	89,  // 40: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
-	89,  // 41: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
-	89,  // 42: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
-	89,  // 43: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
+	90,  // 40: v0m3.registry.v1.ToolIdentity.input_schema:type_name -> google.protobuf.Struct
+	90,  // 41: v0m3.registry.v1.ToolIdentity.output_schema:type_name -> google.protobuf.Struct
+	90,  // 42: v0m3.registry.v1.ToolIdentity.annotations:type_name -> google.protobuf.Struct
+	90,  // 43: v0m3.registry.v1.ToolIdentity.execution:type_name -> google.protobuf.Struct
 	46,  // 44: v0m3.registry.v1.ToolIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	89,  // 45: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
+	90,  // 45: v0m3.registry.v1.ResourceIdentity.annotations:type_name -> google.protobuf.Struct
 	46,  // 46: v0m3.registry.v1.ResourceIdentity.icons:type_name -> v0m3.registry.v1.Icon
-	89,  // 47: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
+	90,  // 47: v0m3.registry.v1.ResourceTemplateIdentity.annotations:type_name -> google.protobuf.Struct
 	46,  // 48: v0m3.registry.v1.ResourceTemplateIdentity.icons:type_name -> v0m3.registry.v1.Icon
 	45,  // 49: v0m3.registry.v1.PromptIdentity.arguments:type_name -> v0m3.registry.v1.PromptArgument
 	46,  // 50: v0m3.registry.v1.PromptIdentity.icons:type_name -> v0m3.registry.v1.Icon
@@ -8188,14 +8264,14 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	6,   // 57: v0m3.registry.v1.ItemChange.kind:type_name -> v0m3.registry.v1.ChangeKind
 	12,  // 58: v0m3.registry.v1.HandleField.kind:type_name -> v0m3.registry.v1.HandleKind
 	7,   // 59: v0m3.registry.v1.Capability.effect_class:type_name -> v0m3.registry.v1.EffectClass
-	89,  // 60: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
+	90,  // 60: v0m3.registry.v1.Capability.input_schema:type_name -> google.protobuf.Struct
 	8,   // 61: v0m3.registry.v1.Capability.retry_rule:type_name -> v0m3.registry.v1.RetryRule
 	54,  // 62: v0m3.registry.v1.Capability.handles:type_name -> v0m3.registry.v1.HandleField
 	9,   // 63: v0m3.registry.v1.Capability.result_kind:type_name -> v0m3.registry.v1.ResultKind
 	73,  // 64: v0m3.registry.v1.Capability.default_limits:type_name -> v0m3.registry.v1.Limits
 	10,  // 65: v0m3.registry.v1.Capability.approval:type_name -> v0m3.registry.v1.ApprovalRequirement
 	11,  // 66: v0m3.registry.v1.Capability.state:type_name -> v0m3.registry.v1.DefinitionState
-	88,  // 67: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
+	89,  // 67: v0m3.registry.v1.Capability.create_time:type_name -> google.protobuf.Timestamp
 	55,  // 68: v0m3.registry.v1.CreateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
 	55,  // 69: v0m3.registry.v1.UpdateCapabilityRequest.capability:type_name -> v0m3.registry.v1.Capability
 	55,  // 70: v0m3.registry.v1.ListCapabilitiesResponse.capabilities:type_name -> v0m3.registry.v1.Capability
@@ -8203,27 +8279,27 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	62,  // 72: v0m3.registry.v1.TaskProfile.needs:type_name -> v0m3.registry.v1.ProfileNeed
 	63,  // 73: v0m3.registry.v1.TaskProfile.default_budget:type_name -> v0m3.registry.v1.TaskBudget
 	11,  // 74: v0m3.registry.v1.TaskProfile.state:type_name -> v0m3.registry.v1.DefinitionState
-	88,  // 75: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
+	89,  // 75: v0m3.registry.v1.TaskProfile.create_time:type_name -> google.protobuf.Timestamp
 	64,  // 76: v0m3.registry.v1.CreateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
 	64,  // 77: v0m3.registry.v1.UpdateTaskProfileRequest.profile:type_name -> v0m3.registry.v1.TaskProfile
 	64,  // 78: v0m3.registry.v1.ListTaskProfilesResponse.profiles:type_name -> v0m3.registry.v1.TaskProfile
 	15,  // 79: v0m3.registry.v1.RemoteTarget.kind:type_name -> v0m3.registry.v1.RemoteKind
-	90,  // 80: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
+	91,  // 80: v0m3.registry.v1.ArgumentBinding.constant:type_name -> google.protobuf.Value
 	16,  // 81: v0m3.registry.v1.Limits.elicitation:type_name -> v0m3.registry.v1.ElicitationPolicy
 	17,  // 82: v0m3.registry.v1.Provenance.mode:type_name -> v0m3.registry.v1.ProvenanceMode
 	71,  // 83: v0m3.registry.v1.Mapping.target:type_name -> v0m3.registry.v1.RemoteTarget
 	72,  // 84: v0m3.registry.v1.Mapping.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	89,  // 85: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
+	90,  // 85: v0m3.registry.v1.Mapping.defaults:type_name -> google.protobuf.Struct
 	73,  // 86: v0m3.registry.v1.Mapping.limits:type_name -> v0m3.registry.v1.Limits
 	14,  // 87: v0m3.registry.v1.Mapping.state:type_name -> v0m3.registry.v1.MappingState
-	88,  // 88: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 89: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
+	89,  // 88: v0m3.registry.v1.Mapping.create_time:type_name -> google.protobuf.Timestamp
+	89,  // 89: v0m3.registry.v1.Mapping.review_time:type_name -> google.protobuf.Timestamp
 	74,  // 90: v0m3.registry.v1.Mapping.provenance:type_name -> v0m3.registry.v1.Provenance
-	89,  // 91: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
+	90,  // 91: v0m3.registry.v1.Mapping.output_schema:type_name -> google.protobuf.Struct
 	76,  // 92: v0m3.registry.v1.Mapping.target_digests:type_name -> v0m3.registry.v1.TargetDigests
 	71,  // 93: v0m3.registry.v1.ProposeMappingRequest.target:type_name -> v0m3.registry.v1.RemoteTarget
 	72,  // 94: v0m3.registry.v1.ProposeMappingRequest.argument_map:type_name -> v0m3.registry.v1.ArgumentBinding
-	89,  // 95: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
+	90,  // 95: v0m3.registry.v1.ProposeMappingRequest.defaults:type_name -> google.protobuf.Struct
 	73,  // 96: v0m3.registry.v1.ProposeMappingRequest.limits:type_name -> v0m3.registry.v1.Limits
 	74,  // 97: v0m3.registry.v1.ProposeMappingRequest.provenance:type_name -> v0m3.registry.v1.Provenance
 	14,  // 98: v0m3.registry.v1.ListMappingsRequest.state:type_name -> v0m3.registry.v1.MappingState
@@ -8231,70 +8307,73 @@ var file_v0m3_registry_v1_registry_proto_depIdxs = []int32{
 	75,  // 100: v0m3.registry.v1.ResolvedExecution.mapping:type_name -> v0m3.registry.v1.Mapping
 	19,  // 101: v0m3.registry.v1.ResolvedExecution.connection:type_name -> v0m3.registry.v1.Connection
 	18,  // 102: v0m3.registry.v1.RegistryEvent.type:type_name -> v0m3.registry.v1.RegistryEventType
-	88,  // 103: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
-	30,  // 104: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
-	31,  // 105: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
-	32,  // 106: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
-	34,  // 107: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
-	36,  // 108: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
-	35,  // 109: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
-	37,  // 110: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
-	38,  // 111: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
-	47,  // 112: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
-	48,  // 113: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
-	49,  // 114: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
-	51,  // 115: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
-	56,  // 116: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
-	57,  // 117: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
-	58,  // 118: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
-	59,  // 119: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
-	60,  // 120: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
-	65,  // 121: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
-	66,  // 122: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
-	67,  // 123: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
-	68,  // 124: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
-	69,  // 125: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
-	77,  // 126: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
-	78,  // 127: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
-	79,  // 128: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
-	80,  // 129: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
-	82,  // 130: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
-	83,  // 131: v0m3.registry.v1.RegistryService.ResolveExecution:input_type -> v0m3.registry.v1.ResolveExecutionRequest
-	85,  // 132: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
-	19,  // 133: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 134: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
-	33,  // 135: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
-	19,  // 136: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 137: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
-	19,  // 138: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
-	39,  // 139: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
-	19,  // 140: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
-	40,  // 141: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	40,  // 142: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
-	50,  // 143: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
-	52,  // 144: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
-	55,  // 145: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 146: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 147: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
-	55,  // 148: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
-	61,  // 149: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
-	64,  // 150: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 151: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 152: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	64,  // 153: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
-	70,  // 154: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
-	75,  // 155: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
-	75,  // 156: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
-	75,  // 157: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
-	81,  // 158: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
-	75,  // 159: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
-	84,  // 160: v0m3.registry.v1.RegistryService.ResolveExecution:output_type -> v0m3.registry.v1.ResolvedExecution
-	86,  // 161: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
-	133, // [133:162] is the sub-list for method output_type
-	104, // [104:133] is the sub-list for method input_type
-	104, // [104:104] is the sub-list for extension type_name
-	104, // [104:104] is the sub-list for extension extendee
-	0,   // [0:104] is the sub-list for field type_name
+	89,  // 103: v0m3.registry.v1.RegistryEvent.time:type_name -> google.protobuf.Timestamp
+	27,  // 104: v0m3.registry.v1.ReportSandboxRequest.sandbox:type_name -> v0m3.registry.v1.SandboxConstraints
+	30,  // 105: v0m3.registry.v1.RegistryService.CreateConnection:input_type -> v0m3.registry.v1.CreateConnectionRequest
+	31,  // 106: v0m3.registry.v1.RegistryService.GetConnection:input_type -> v0m3.registry.v1.GetConnectionRequest
+	32,  // 107: v0m3.registry.v1.RegistryService.ListConnections:input_type -> v0m3.registry.v1.ListConnectionsRequest
+	34,  // 108: v0m3.registry.v1.RegistryService.UpdateConnection:input_type -> v0m3.registry.v1.UpdateConnectionRequest
+	36,  // 109: v0m3.registry.v1.RegistryService.RetireConnection:input_type -> v0m3.registry.v1.RetireConnectionRequest
+	35,  // 110: v0m3.registry.v1.RegistryService.ReportRollout:input_type -> v0m3.registry.v1.ReportRolloutRequest
+	37,  // 111: v0m3.registry.v1.RegistryService.ListConfigRevisions:input_type -> v0m3.registry.v1.ListConfigRevisionsRequest
+	38,  // 112: v0m3.registry.v1.RegistryService.ReviewConnection:input_type -> v0m3.registry.v1.ReviewConnectionRequest
+	47,  // 113: v0m3.registry.v1.RegistryService.RecordSnapshot:input_type -> v0m3.registry.v1.RecordSnapshotRequest
+	48,  // 114: v0m3.registry.v1.RegistryService.GetSnapshot:input_type -> v0m3.registry.v1.GetSnapshotRequest
+	49,  // 115: v0m3.registry.v1.RegistryService.ListSnapshots:input_type -> v0m3.registry.v1.ListSnapshotsRequest
+	51,  // 116: v0m3.registry.v1.RegistryService.DiffSnapshots:input_type -> v0m3.registry.v1.DiffSnapshotsRequest
+	56,  // 117: v0m3.registry.v1.RegistryService.CreateCapability:input_type -> v0m3.registry.v1.CreateCapabilityRequest
+	57,  // 118: v0m3.registry.v1.RegistryService.UpdateCapability:input_type -> v0m3.registry.v1.UpdateCapabilityRequest
+	58,  // 119: v0m3.registry.v1.RegistryService.DeprecateCapability:input_type -> v0m3.registry.v1.DeprecateCapabilityRequest
+	59,  // 120: v0m3.registry.v1.RegistryService.GetCapability:input_type -> v0m3.registry.v1.GetCapabilityRequest
+	60,  // 121: v0m3.registry.v1.RegistryService.ListCapabilities:input_type -> v0m3.registry.v1.ListCapabilitiesRequest
+	65,  // 122: v0m3.registry.v1.RegistryService.CreateTaskProfile:input_type -> v0m3.registry.v1.CreateTaskProfileRequest
+	66,  // 123: v0m3.registry.v1.RegistryService.UpdateTaskProfile:input_type -> v0m3.registry.v1.UpdateTaskProfileRequest
+	67,  // 124: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:input_type -> v0m3.registry.v1.DeprecateTaskProfileRequest
+	68,  // 125: v0m3.registry.v1.RegistryService.GetTaskProfile:input_type -> v0m3.registry.v1.GetTaskProfileRequest
+	69,  // 126: v0m3.registry.v1.RegistryService.ListTaskProfiles:input_type -> v0m3.registry.v1.ListTaskProfilesRequest
+	77,  // 127: v0m3.registry.v1.RegistryService.ProposeMapping:input_type -> v0m3.registry.v1.ProposeMappingRequest
+	78,  // 128: v0m3.registry.v1.RegistryService.ReviewMapping:input_type -> v0m3.registry.v1.ReviewMappingRequest
+	79,  // 129: v0m3.registry.v1.RegistryService.GetMapping:input_type -> v0m3.registry.v1.GetMappingRequest
+	80,  // 130: v0m3.registry.v1.RegistryService.ListMappings:input_type -> v0m3.registry.v1.ListMappingsRequest
+	82,  // 131: v0m3.registry.v1.RegistryService.ResolveMapping:input_type -> v0m3.registry.v1.ResolveMappingRequest
+	83,  // 132: v0m3.registry.v1.RegistryService.ResolveExecution:input_type -> v0m3.registry.v1.ResolveExecutionRequest
+	85,  // 133: v0m3.registry.v1.RegistryService.WatchEvents:input_type -> v0m3.registry.v1.WatchEventsRequest
+	87,  // 134: v0m3.registry.v1.RegistryService.ReportSandbox:input_type -> v0m3.registry.v1.ReportSandboxRequest
+	19,  // 135: v0m3.registry.v1.RegistryService.CreateConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 136: v0m3.registry.v1.RegistryService.GetConnection:output_type -> v0m3.registry.v1.Connection
+	33,  // 137: v0m3.registry.v1.RegistryService.ListConnections:output_type -> v0m3.registry.v1.ListConnectionsResponse
+	19,  // 138: v0m3.registry.v1.RegistryService.UpdateConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 139: v0m3.registry.v1.RegistryService.RetireConnection:output_type -> v0m3.registry.v1.Connection
+	19,  // 140: v0m3.registry.v1.RegistryService.ReportRollout:output_type -> v0m3.registry.v1.Connection
+	39,  // 141: v0m3.registry.v1.RegistryService.ListConfigRevisions:output_type -> v0m3.registry.v1.ListConfigRevisionsResponse
+	19,  // 142: v0m3.registry.v1.RegistryService.ReviewConnection:output_type -> v0m3.registry.v1.Connection
+	40,  // 143: v0m3.registry.v1.RegistryService.RecordSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	40,  // 144: v0m3.registry.v1.RegistryService.GetSnapshot:output_type -> v0m3.registry.v1.DiscoverySnapshot
+	50,  // 145: v0m3.registry.v1.RegistryService.ListSnapshots:output_type -> v0m3.registry.v1.ListSnapshotsResponse
+	52,  // 146: v0m3.registry.v1.RegistryService.DiffSnapshots:output_type -> v0m3.registry.v1.SnapshotDiff
+	55,  // 147: v0m3.registry.v1.RegistryService.CreateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 148: v0m3.registry.v1.RegistryService.UpdateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 149: v0m3.registry.v1.RegistryService.DeprecateCapability:output_type -> v0m3.registry.v1.Capability
+	55,  // 150: v0m3.registry.v1.RegistryService.GetCapability:output_type -> v0m3.registry.v1.Capability
+	61,  // 151: v0m3.registry.v1.RegistryService.ListCapabilities:output_type -> v0m3.registry.v1.ListCapabilitiesResponse
+	64,  // 152: v0m3.registry.v1.RegistryService.CreateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 153: v0m3.registry.v1.RegistryService.UpdateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 154: v0m3.registry.v1.RegistryService.DeprecateTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	64,  // 155: v0m3.registry.v1.RegistryService.GetTaskProfile:output_type -> v0m3.registry.v1.TaskProfile
+	70,  // 156: v0m3.registry.v1.RegistryService.ListTaskProfiles:output_type -> v0m3.registry.v1.ListTaskProfilesResponse
+	75,  // 157: v0m3.registry.v1.RegistryService.ProposeMapping:output_type -> v0m3.registry.v1.Mapping
+	75,  // 158: v0m3.registry.v1.RegistryService.ReviewMapping:output_type -> v0m3.registry.v1.Mapping
+	75,  // 159: v0m3.registry.v1.RegistryService.GetMapping:output_type -> v0m3.registry.v1.Mapping
+	81,  // 160: v0m3.registry.v1.RegistryService.ListMappings:output_type -> v0m3.registry.v1.ListMappingsResponse
+	75,  // 161: v0m3.registry.v1.RegistryService.ResolveMapping:output_type -> v0m3.registry.v1.Mapping
+	84,  // 162: v0m3.registry.v1.RegistryService.ResolveExecution:output_type -> v0m3.registry.v1.ResolvedExecution
+	86,  // 163: v0m3.registry.v1.RegistryService.WatchEvents:output_type -> v0m3.registry.v1.RegistryEvent
+	19,  // 164: v0m3.registry.v1.RegistryService.ReportSandbox:output_type -> v0m3.registry.v1.Connection
+	135, // [135:165] is the sub-list for method output_type
+	105, // [105:135] is the sub-list for method input_type
+	105, // [105:105] is the sub-list for extension type_name
+	105, // [105:105] is the sub-list for extension extendee
+	0,   // [0:105] is the sub-list for field type_name
 }
 
 func init() { file_v0m3_registry_v1_registry_proto_init() }
@@ -8313,7 +8392,7 @@ func file_v0m3_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v0m3_registry_v1_registry_proto_rawDesc), len(file_v0m3_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      19,
-			NumMessages:   69,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,7 @@ const (
 	RegistryService_ResolveMapping_FullMethodName       = "/v0m3.registry.v1.RegistryService/ResolveMapping"
 	RegistryService_ResolveExecution_FullMethodName     = "/v0m3.registry.v1.RegistryService/ResolveExecution"
 	RegistryService_WatchEvents_FullMethodName          = "/v0m3.registry.v1.RegistryService/WatchEvents"
+	RegistryService_ReportSandbox_FullMethodName        = "/v0m3.registry.v1.RegistryService/ReportSandbox"
 )
 
 // RegistryServiceClient is the client API for RegistryService service.
@@ -172,6 +173,12 @@ type RegistryServiceClient interface {
 	ResolveExecution(ctx context.Context, in *ResolveExecutionRequest, opts ...grpc.CallOption) (*ResolvedExecution, error)
 	// WatchEvents streams registry change events after a sequence number.
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RegistryEvent], error)
+	// ReportSandbox records the sandbox the adapter observed it applied to a
+	// connection's local server: only the connection's sandbox field, at the
+	// config revision the adapter started it from (a compare-and-set), and
+	// never a new config revision. Only the adapter service calls it; it
+	// changes nothing else of the connection.
+	ReportSandbox(ctx context.Context, in *ReportSandboxRequest, opts ...grpc.CallOption) (*Connection, error)
 }
 
 type registryServiceClient struct {
@@ -481,6 +488,16 @@ func (c *registryServiceClient) WatchEvents(ctx context.Context, in *WatchEvents
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RegistryService_WatchEventsClient = grpc.ServerStreamingClient[RegistryEvent]
 
+func (c *registryServiceClient) ReportSandbox(ctx context.Context, in *ReportSandboxRequest, opts ...grpc.CallOption) (*Connection, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Connection)
+	err := c.cc.Invoke(ctx, RegistryService_ReportSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RegistryServiceServer is the server API for RegistryService service.
 // All implementations must embed UnimplementedRegistryServiceServer
 // for forward compatibility.
@@ -603,6 +620,12 @@ type RegistryServiceServer interface {
 	ResolveExecution(context.Context, *ResolveExecutionRequest) (*ResolvedExecution, error)
 	// WatchEvents streams registry change events after a sequence number.
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[RegistryEvent]) error
+	// ReportSandbox records the sandbox the adapter observed it applied to a
+	// connection's local server: only the connection's sandbox field, at the
+	// config revision the adapter started it from (a compare-and-set), and
+	// never a new config revision. Only the adapter service calls it; it
+	// changes nothing else of the connection.
+	ReportSandbox(context.Context, *ReportSandboxRequest) (*Connection, error)
 	mustEmbedUnimplementedRegistryServiceServer()
 }
 
@@ -699,6 +722,9 @@ func (UnimplementedRegistryServiceServer) ResolveExecution(context.Context, *Res
 }
 func (UnimplementedRegistryServiceServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[RegistryEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedRegistryServiceServer) ReportSandbox(context.Context, *ReportSandboxRequest) (*Connection, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportSandbox not implemented")
 }
 func (UnimplementedRegistryServiceServer) mustEmbedUnimplementedRegistryServiceServer() {}
 func (UnimplementedRegistryServiceServer) testEmbeddedByValue()                         {}
@@ -1236,6 +1262,24 @@ func _RegistryService_WatchEvents_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RegistryService_WatchEventsServer = grpc.ServerStreamingServer[RegistryEvent]
 
+func _RegistryService_ReportSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).ReportSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_ReportSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).ReportSandbox(ctx, req.(*ReportSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RegistryService_ServiceDesc is the grpc.ServiceDesc for RegistryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1354,6 +1398,10 @@ var RegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveExecution",
 			Handler:    _RegistryService_ResolveExecution_Handler,
+		},
+		{
+			MethodName: "ReportSandbox",
+			Handler:    _RegistryService_ReportSandbox_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
