@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
+
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -22,7 +24,6 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/evidence"
-	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/suite"
 )
@@ -165,7 +166,7 @@ func (c *committed) count() int {
 
 // workload runs one governed-call cycle per iteration against the stores
 // and records each step only once the store acknowledged it.
-func workload(ctx context.Context, o orchestrator.Store, e evidence.Store, p policy.Store, worker int, c *committed, failures *atomic.Int64) {
+func workload(ctx context.Context, o ostore.Store, e evidence.Store, p policy.Store, worker int, c *committed, failures *atomic.Int64) {
 	for i := 0; ctx.Err() == nil; i++ {
 		task := fmt.Sprintf("task_w%d", worker)
 		id := fmt.Sprintf("req_w%d_%d", worker, i)

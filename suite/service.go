@@ -24,6 +24,7 @@ import (
 	"github.com/v0m3/v0m3/services/adapter"
 	"github.com/v0m3/v0m3/services/evidence"
 	"github.com/v0m3/v0m3/services/orchestrator"
+	"github.com/v0m3/v0m3/services/orchestrator/taskmcp"
 	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/registry"
 )
@@ -211,7 +212,10 @@ func startOrchestrator(w *wiring) error {
 	telemetry.ObserveWaiting(orchestrator.WaitingRequests(st))
 	orchestratorv1.RegisterOrchestratorServiceServer(w.srv.GRPC, o)
 	if mcpLis != nil {
-		w.s.serveMCP(w.ctx, mcpLis, o.MCPHandler(orchestrator.MCPOptions{AllowedHosts: cfg.MCP.AllowedHosts, Limit: w.guard.Limit}), w.creds, w.log)
+		w.s.serveMCP(w.ctx, mcpLis, taskmcp.Handler(o.MCPBackend(), taskmcp.Options{
+			AllowedHosts: cfg.MCP.AllowedHosts, Limit: w.guard.Limit,
+			Credentials: w.creds, ApprovalURL: approvalURL(cfg.MCP), Log: w.log,
+		}), w.creds, w.log)
 		w.s.MCPURL = mcpBase
 	}
 	return nil

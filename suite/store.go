@@ -10,13 +10,14 @@ import (
 	"sync"
 	"time"
 
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/v0m3/v0m3/internal/redisstore"
 	"github.com/v0m3/v0m3/internal/retryqueue"
 	"github.com/v0m3/v0m3/internal/store"
 	"github.com/v0m3/v0m3/services/evidence"
-	"github.com/v0m3/v0m3/services/orchestrator"
 	"github.com/v0m3/v0m3/services/policy"
 	"github.com/v0m3/v0m3/services/registry"
 )
@@ -160,15 +161,15 @@ func (s *Stores) Evidence() (evidence.Store, error) {
 }
 
 // Orchestrator returns the orchestrator service's Store.
-func (s *Stores) Orchestrator() (orchestrator.Store, error) {
+func (s *Stores) Orchestrator() (ostore.Store, error) {
 	if s.kind == "redis" {
-		return orchestrator.NewRedisStore(s.redis, s.prefix), nil
+		return ostore.NewRedisStore(s.redis, s.prefix), nil
 	}
 	db, err := s.open(Orchestrator)
 	if err != nil {
 		return nil, err
 	}
-	return orchestrator.NewBoltStore(db), nil
+	return ostore.NewBoltStore(db), nil
 }
 
 // Spool returns where service keeps records waiting for another

@@ -164,12 +164,12 @@ func (s *Server) Approve(ctx context.Context, in *orchestratorv1.ApproveRequest)
 		s.emit(ctx, awaiting.GetTaskId(), awaiting.GetId(), "request.approved", "approved by "+approver+": "+awaiting.GetApproval().GetSummary())
 	})
 	switch {
-	case errors.Is(err, ErrApprovalUsed):
+	case errors.Is(err, ostore.ErrApprovalUsed):
 		if cur, lerr := s.loadRequest(ctx, in.GetRequestId()); lerr == nil && approvedBy(cur, approver) {
 			return cur, nil
 		}
 		return nil, approvalUsed(in.GetRequestId())
-	case errors.Is(err, ErrNotAwaiting):
+	case errors.Is(err, ostore.ErrNotAwaiting):
 		cur, lerr := s.loadRequest(ctx, in.GetRequestId())
 		if lerr != nil {
 			return nil, lerr

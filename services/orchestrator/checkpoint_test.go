@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"slices"
 	"strings"
 	"sync"
@@ -117,7 +118,7 @@ func TestCallEventsWrittenAtCheckpoints(t *testing.T) {
 // writeCounter counts a store's write transactions of requests and tasks,
 // and notes whether the request's commit carried the task's change.
 type writeCounter struct {
-	Store
+	ostore.Store
 	mu                  sync.Mutex
 	writes              []string
 	commitCarriedChange bool
@@ -129,12 +130,12 @@ func (w *writeCounter) note(what string) {
 	w.mu.Unlock()
 }
 
-func (w *writeCounter) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held, lease LeaseTake) (Creation, error) {
+func (w *writeCounter) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held ostore.Held, lease ostore.LeaseTake) (ostore.Creation, error) {
 	w.note("create request")
 	return w.Store.CreateRequestEmit(ctx, r, held, lease)
 }
 
-func (w *writeCounter) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error) {
+func (w *writeCounter) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held ostore.Held) (*orchestratorv1.ToolRequest, ostore.Written, error) {
 	w.note("update request")
 	out, written, err := w.Store.UpdateRequestEmit(ctx, id, fn, held)
 	if err == nil && out.GetState() == orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
@@ -145,7 +146,7 @@ func (w *writeCounter) UpdateRequestEmit(ctx context.Context, id string, fn func
 	return out, written, err
 }
 
-func (w *writeCounter) UpdateTaskEmit(ctx context.Context, id string, fn func(*orchestratorv1.Task) error, held Held) (*orchestratorv1.Task, Written, error) {
+func (w *writeCounter) UpdateTaskEmit(ctx context.Context, id string, fn func(*orchestratorv1.Task) error, held ostore.Held) (*orchestratorv1.Task, ostore.Written, error) {
 	w.note("update task")
 	return w.Store.UpdateTaskEmit(ctx, id, fn, held)
 }
@@ -155,7 +156,7 @@ func (w *writeCounter) UpdateTask(ctx context.Context, id string, fn func(*orche
 	return w.Store.UpdateTask(ctx, id, fn)
 }
 
-func (w *writeCounter) EmitHeld(ctx context.Context, held Held) (Written, error) {
+func (w *writeCounter) EmitHeld(ctx context.Context, held ostore.Held) (ostore.Written, error) {
 	w.note("emit held")
 	return w.Store.EmitHeld(ctx, held)
 }
@@ -192,7 +193,7 @@ func TestTaskCheckpointRidesTheCommit(t *testing.T) {
 
 // taskReads counts a store's reads of tasks and catalogues.
 type taskReads struct {
-	Store
+	ostore.Store
 	tasks, catalogues atomic.Int64
 }
 

@@ -61,7 +61,7 @@ func (n *notifier) notify(taskID string) {
 
 // followEvents wakes this server's watchers of tasks whose events any
 // replica stored, until Close; a broken subscription is made again.
-func (s *Server) followEvents(ctx context.Context, f EventFollower) {
+func (s *Server) followEvents(ctx context.Context, f ostore.EventFollower) {
 	backoff := watchBackoffMin
 	for {
 		ch, err := f.FollowEvents(ctx)
@@ -99,10 +99,10 @@ type checkpoint struct {
 	events []*orchestratorv1.TaskEvent
 	// task, when set, is a change of the task's checkpoint text, written
 	// with the held events (see commit).
-	task *TaskChange
+	task *ostore.TaskChange
 	// written are the outbox entries of trace events this call's state
 	// changes wrote, which it delivers at its next checkpoint.
-	written []OutboxEntry
+	written []ostore.OutboxEntry
 	// claimed is when the first of written was written: the call's claim
 	// on delivering them lapses claimTTL later (see OutboxClaim).
 	claimed time.Time
@@ -154,7 +154,7 @@ func (s *Server) flush(ctx context.Context) {
 		w, err := s.st.EmitHeld(ctx, held)
 		s.sweep.Settle(held.Delivered, err == nil)
 		switch {
-		case errors.Is(err, ErrFenced):
+		case errors.Is(err, ostore.ErrFenced):
 			_ = s.fenced(ctx, f.RequestID, err)
 		case err != nil:
 			giveBack()
@@ -238,7 +238,7 @@ func (s *Server) claimTTL() time.Duration { return s.leaseTTL / 3 }
 // deleteDelivered removes the first n of entries, delivered, from the
 // outbox. A failure is logged and returned: the entries are sent again
 // (delivery is at least once).
-func (s *Server) deleteDelivered(ctx context.Context, entries []OutboxEntry, n int) error {
+func (s *Server) deleteDelivered(ctx context.Context, entries []ostore.OutboxEntry, n int) error {
 	n = min(n, len(entries))
 	if n == 0 {
 		return nil
@@ -266,7 +266,7 @@ func (s *Server) keepRest(ctx context.Context, evs []*evidencev1.TraceEvent, n, 
 }
 
 // undirect hands written entries back to the outbox loop.
-func (s *Server) undirect(written []OutboxEntry) {
+func (s *Server) undirect(written []ostore.OutboxEntry) {
 	for _, e := range written {
 		s.direct.Delete(e.Key)
 	}
@@ -277,12 +277,12 @@ func (s *Server) undirect(written []OutboxEntry) {
 // once, now), for the transaction of one state change; giveBack returns
 // what the checkpoint held when that transaction failed (what tell held
 // tells of a change that did not happen and is dropped).
-func (s *Server) held(ctx context.Context, tell func(context.Context)) (Held, func()) {
+func (s *Server) held(ctx context.Context, tell func(context.Context)) (ostore.Held, func()) {
 	// The call delivers what it writes (see written), so other replicas
 	// leave it while the claim lasts.
 	// The deletes of what calls delivered ride the write (see outbox.Sweeper);
 	// its caller settles them (outbox.Sweeper.Settle).
-	h := Held{Claim: OutboxClaim{Owner: s.replica, TTL: s.claimTTL()}, Delivered: s.sweep.Take()}
+	h := ostore.Held{Claim: ostore.OutboxClaim{Owner: s.replica, TTL: s.claimTTL()}, Delivered: s.sweep.Take()}
 	giveBack := func() {}
 	if c := checkpointOf(ctx); c != nil {
 		c.mu.Lock()
@@ -310,14 +310,14 @@ func (s *Server) held(ctx context.Context, tell func(context.Context)) (Held, fu
 
 // thenChange is a then b, either of which may be nil. A call acts on one
 // task (see updateTaskAtCheckpoint), so both change the same one.
-func thenChange(a, b *TaskChange) *TaskChange {
+func thenChange(a, b *ostore.TaskChange) *ostore.TaskChange {
 	switch {
 	case a == nil:
 		return b
 	case b == nil:
 		return a
 	}
-	return &TaskChange{ID: a.ID, Fn: func(t *orchestratorv1.Task) error {
+	return &ostore.TaskChange{ID: a.ID, Fn: func(t *orchestratorv1.Task) error {
 		if err := a.Fn(t); err != nil {
 			return err
 		}
@@ -327,7 +327,7 @@ func thenChange(a, b *TaskChange) *TaskChange {
 
 // written wakes the watchers of w's task events and has w's trace
 // entries delivered: at ctx's next checkpoint when it holds one, else now.
-func (s *Server) written(ctx context.Context, w Written) {
+func (s *Server) written(ctx context.Context, w ostore.Written) {
 	if w.TaskErr != nil {
 		// What the task's checkpoint text sums up is durable in the
 		// request that was written.
@@ -369,7 +369,7 @@ func (s *Server) updateRequest(ctx context.Context, id string, fn func(*orchestr
 	held.Fence = fenceOn(ctx, id)
 	out, w, err := s.st.UpdateRequestEmit(ctx, id, fn, held)
 	s.sweep.Settle(held.Delivered, err == nil)
-	if errors.Is(err, ErrFenced) {
+	if errors.Is(err, ostore.ErrFenced) {
 		return nil, s.fenced(ctx, id, err)
 	}
 	if err != nil {
@@ -396,9 +396,9 @@ func (s *Server) saveAttempt(ctx context.Context, id string, att *orchestratorv1
 // written in its transaction (as updateRequest does), taking this
 // replica's lease on the new request with it; nothing is written and no
 // lease is taken when the request existed.
-func (s *Server) createRequest(ctx context.Context, r *orchestratorv1.ToolRequest, tell func(context.Context)) (Creation, error) {
+func (s *Server) createRequest(ctx context.Context, r *orchestratorv1.ToolRequest, tell func(context.Context)) (ostore.Creation, error) {
 	held, giveBack := s.held(ctx, tell)
-	c, err := s.st.CreateRequestEmit(ctx, r, held, LeaseTake{Owner: s.replica, TTL: s.leaseTTL})
+	c, err := s.st.CreateRequestEmit(ctx, r, held, ostore.LeaseTake{Owner: s.replica, TTL: s.leaseTTL})
 	s.sweep.Settle(held.Delivered, err == nil && c.Created)
 	if err != nil || !c.Created {
 		giveBack()
@@ -426,7 +426,7 @@ func (s *Server) updateTaskAtCheckpoint(ctx context.Context, taskID string, fn f
 	if c := checkpointOf(ctx); c != nil {
 		c.mu.Lock()
 		if c.task == nil || c.task.ID == taskID {
-			c.task = thenChange(c.task, &TaskChange{ID: taskID, Fn: fn})
+			c.task = thenChange(c.task, &ostore.TaskChange{ID: taskID, Fn: fn})
 			c.mu.Unlock()
 			return
 		}

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -713,18 +714,18 @@ func newHarness(t *testing.T, configure ...func(*Deps)) *harness {
 
 // newBoltStore returns a Store on a new bbolt file, closed when the test
 // ends (after the cleanups registered later, a harness's included).
-func newBoltStore(t *testing.T) Store {
+func newBoltStore(t *testing.T) ostore.Store {
 	t.Helper()
 	db, err := store.Open(filepath.Join(t.TempDir(), "orchestrator.db"))
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	return NewBoltStore(db)
+	return ostore.NewBoltStore(db)
 }
 
 // newHarnessOn is newHarness on st (nil: a bbolt file).
-func newHarnessOn(t *testing.T, st Store, configure ...func(*Deps)) *harness {
+func newHarnessOn(t *testing.T, st ostore.Store, configure ...func(*Deps)) *harness {
 	t.Helper()
 	if st == nil {
 		st = newBoltStore(t)

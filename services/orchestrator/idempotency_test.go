@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"strings"
 	"syscall"
 	"testing"
@@ -125,7 +126,7 @@ func TestInterruptedStartEndsOnRetry(t *testing.T) {
 
 // catalogueRefused is a store whose disk fills up just when a catalogue
 // is to be written.
-type catalogueRefused struct{ Store }
+type catalogueRefused struct{ ostore.Store }
 
 func (catalogueRefused) PutCatalogue(context.Context, *orchestratorv1.OfferedCatalogue) error {
 	return fmt.Errorf("put catalogue: %w", syscall.ENOSPC)

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 
 // leaseCalls counts a store's lease round trips of their own.
 type leaseCalls struct {
-	Store
+	ostore.Store
 	mu       sync.Mutex
 	acquired []string // request ids
 	released []string

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"slices"
 
 	"github.com/v0m3/v0m3/internal/apierror"
@@ -241,7 +242,7 @@ func (s *Server) ListPendingApprovals(ctx context.Context, req *orchestratorv1.L
 // their last change) and those whose unknown outcome awaits settlement
 // (since their attempt ended). Both are in the store's index of unsettled
 // requests.
-func WaitingRequests(st Store) telemetry.WaitingRequests {
+func WaitingRequests(st ostore.Store) telemetry.WaitingRequests {
 	return func(ctx context.Context) (telemetry.Waiting, error) {
 		rs, err := st.ListUnsettledRequests(ctx)
 		if err != nil {

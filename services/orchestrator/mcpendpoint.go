@@ -2,12 +2,10 @@ package orchestrator
 
 import (
 	"context"
-	"net/http"
 
 	"google.golang.org/grpc/status"
 
 	"github.com/v0m3/v0m3/internal/apierror"
-	"github.com/v0m3/v0m3/internal/identity"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/orchestrator/taskmcp"
 )
@@ -17,36 +15,11 @@ import (
 // a tool call is a SubmitToolRequest by the task's requester, decided by
 // the same code.
 
-// Names of the task MCP endpoint, as taskmcp defines them.
-const (
-	// MetaProviderCallID is taskmcp.MetaProviderCallID.
-	MetaProviderCallID = taskmcp.MetaProviderCallID
-	// MetaDocumentDigest is taskmcp.MetaDocumentDigest.
-	MetaDocumentDigest = taskmcp.MetaDocumentDigest
-	// JWKSPath is taskmcp.JWKSPath.
-	JWKSPath = taskmcp.JWKSPath
-)
-
-// MCPOptions configure the task MCP endpoint.
-type MCPOptions struct {
-	// AllowedHosts are the host names clients may use in Host and Origin
-	// besides loopback (see hostguard); others get 403 (DNS rebinding).
-	AllowedHosts []string
-	// Limit admits the requests of each task's requester at its rate,
-	// sharing the requester's bucket with the orchestrator's gRPC API (the
-	// guard's limiter); nil admits them without limit.
-	Limit *identity.CallerLimiter
-}
-
-// MCPHandler returns the HTTP handler of every task's MCP endpoint, at
-// MCPPath(task id), and, with credentials, of the orchestrator's JWKS at
-// JWKSPath.
-func (s *Server) MCPHandler(opts MCPOptions) http.Handler {
-	return taskmcp.Handler(mcpBackend{s}, taskmcp.Options{
-		AllowedHosts: opts.AllowedHosts, Limit: opts.Limit,
-		Credentials: s.deps.Credentials, ApprovalURL: s.deps.ApprovalURL, Log: s.log,
-	})
-}
+// MCPBackend returns the orchestrator as the task MCP endpoint's backend,
+// for taskmcp.Handler: every task's MCP endpoint at MCPPath(task
+// id), and, with the orchestrator's credentials, its JWKS at
+// taskmcp.JWKSPath.
+func (s *Server) MCPBackend() taskmcp.Backend { return mcpBackend{s} }
 
 // mcpBackend is the orchestrator as the task MCP endpoint's Backend.
 type mcpBackend struct{ s *Server }

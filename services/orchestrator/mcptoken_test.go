@@ -11,6 +11,7 @@ import (
 
 	"github.com/v0m3/v0m3/internal/apierror"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/taskmcp"
 )
 
 // mcpPost sends a tools/list to the task endpoint with token and returns
@@ -48,7 +49,7 @@ func TestMCPTokenLifetime(t *testing.T) {
 	if err != nil || len(recs) != 1 || recs[0].GetTokenDigest() != tokenDigest(ep.GetToken()) || strings.Contains(recs[0].String(), ep.GetToken()) {
 		t.Fatalf("stored tokens = %v, %v; want the digest only", recs, err)
 	}
-	handler := h.server.MCPHandler(MCPOptions{})
+	handler := taskmcp.Handler(h.server.MCPBackend(), taskmcp.Options{Credentials: h.server.deps.Credentials, ApprovalURL: h.server.deps.ApprovalURL, Log: h.server.log})
 	if code, _ := mcpPost(t, handler, task, ep.GetToken()); code != http.StatusOK {
 		t.Fatalf("valid token: status %d", code)
 	}

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -25,7 +26,7 @@ import (
 func TestStoreOutageIsUnavailable(t *testing.T) {
 	t.Parallel()
 	redis := redistest.StartServer(t)
-	h := newHarnessOn(t, NewRedisStore(redistest.Client(t, redis.Addr), redistest.Prefix(t)))
+	h := newHarnessOn(t, ostore.NewRedisStore(redistest.Client(t, redis.Addr), redistest.Prefix(t)))
 	started := h.start(t, "source_review", false)
 	task, cat := started.GetTask(), started.GetCatalogue()
 	// A first submission, so the orchestrator keeps the task for its
@@ -82,11 +83,11 @@ func TestStoreOutageIsUnavailable(t *testing.T) {
 // created as an unreachable store would: a store blink between recording
 // a request and recording what was decided about it.
 type blinkAfterCreate struct {
-	Store
+	ostore.Store
 	blink atomic.Bool
 }
 
-func (s *blinkAfterCreate) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held Held, lease LeaseTake) (Creation, error) {
+func (s *blinkAfterCreate) CreateRequestEmit(ctx context.Context, r *orchestratorv1.ToolRequest, held ostore.Held, lease ostore.LeaseTake) (ostore.Creation, error) {
 	c, err := s.Store.CreateRequestEmit(ctx, r, held, lease)
 	if c.Created {
 		s.blink.Store(true)
@@ -94,9 +95,9 @@ func (s *blinkAfterCreate) CreateRequestEmit(ctx context.Context, r *orchestrato
 	return c, err
 }
 
-func (s *blinkAfterCreate) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held Held) (*orchestratorv1.ToolRequest, Written, error) {
+func (s *blinkAfterCreate) UpdateRequestEmit(ctx context.Context, id string, fn func(*orchestratorv1.ToolRequest) error, held ostore.Held) (*orchestratorv1.ToolRequest, ostore.Written, error) {
 	if s.blink.CompareAndSwap(true, false) {
-		return nil, Written{}, fmt.Errorf("update request %s: %w", id, syscall.ECONNREFUSED)
+		return nil, ostore.Written{}, fmt.Errorf("update request %s: %w", id, syscall.ECONNREFUSED)
 	}
 	return s.Store.UpdateRequestEmit(ctx, id, fn, held)
 }

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,7 @@ func newPreviewHarness(t *testing.T, configure ...func(*Deps)) *previewHarness {
 }
 
 // newPreviewHarnessOn is newPreviewHarness on st (nil: a bbolt file).
-func newPreviewHarnessOn(t *testing.T, st Store, configure ...func(*Deps)) *previewHarness {
+func newPreviewHarnessOn(t *testing.T, st ostore.Store, configure ...func(*Deps)) *previewHarness {
 	h := &previewHarness{harness: newHarnessOn(t, st, configure...), artifacts: map[string]string{}}
 	h.registry.mu.Lock()
 	c := h.registry.capabilities[capRenderPreview]
@@ -405,7 +406,7 @@ func TestOpenRequestIndex(t *testing.T) {
 		t.Fatalf("open = %v", open)
 	}
 	_, err = st.UseApproval(t.Context(), r.GetId(), "bob", timestamppb.Now())
-	if err != ErrNotAwaiting {
+	if err != ostore.ErrNotAwaiting {
 		t.Errorf("UseApproval without approval = %v", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"log/slog"
 	"slices"
 	"strings"
@@ -93,7 +94,7 @@ type Deps struct {
 	// looked for and recovered; zero means DefaultRecoveryInterval.
 	RecoveryInterval time.Duration
 	// MCPBaseURL is the base URL under which this orchestrator's task MCP
-	// endpoints are reached (see MCPHandler), e.g. "https://v0m3.example";
+	// endpoints are reached (see MCPBackend), e.g. "https://v0m3.example";
 	// "" means no endpoint is served and MCP access is refused.
 	MCPBaseURL string
 	// MCPTokenTTL is how long a task MCP token lasts; zero means
@@ -116,7 +117,7 @@ type Deps struct {
 type Server struct {
 	orchestratorv1.UnimplementedOrchestratorServiceServer
 
-	st    Store
+	st    ostore.Store
 	deps  Deps
 	log   *slog.Logger
 	now   func() time.Time
@@ -174,7 +175,7 @@ type Server struct {
 // CONNECTION_UNAVAILABLE when their connection is retired, and a
 // continuous recovery of unsettled requests no replica owns (see
 // recoverLoop); Close stops both.
-func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
+func NewServer(st ostore.Store, deps Deps, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -198,7 +199,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 		s.leaseTTL = DefaultLeaseTTL
 	}
 	s.leases = leases.NewManager(ctx, st, s.replica, s.leaseTTL, log)
-	s.sweep = outbox.NewSweeper(s.claimTTL(), func(ctx context.Context, entries []OutboxEntry) error {
+	s.sweep = outbox.NewSweeper(s.claimTTL(), func(ctx context.Context, entries []ostore.OutboxEntry) error {
 		return s.deleteDelivered(ctx, entries, len(entries))
 	}, s.undirect)
 	if s.recoveryInterval <= 0 {
@@ -225,7 +226,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 			s.recoverLoop(ctx)
 		}()
 	}
-	if f, ok := st.(EventFollower); ok {
+	if f, ok := st.(ostore.EventFollower); ok {
 		s.wg.Go(func() { s.followEvents(ctx, f) })
 	}
 	if deps.Registry != nil {

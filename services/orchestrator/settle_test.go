@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"slices"
 	"strings"
 	"testing"
@@ -69,9 +70,9 @@ func TestUnknownOutcomeSettledByTheServersStatusOnceItIsBack(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			var st Store
+			var st ostore.Store
 			if tc.redis {
-				st = NewRedisStore(redistest.Client(t, redisAddr), redistest.Prefix(t))
+				st = ostore.NewRedisStore(redistest.Client(t, redisAddr), redistest.Prefix(t))
 			}
 			h := newPreviewHarnessOn(t, st, func(d *Deps) { d.RecoveryInterval = 20 * time.Millisecond })
 			h.renderFault = func(int64) string { return tc.fault }
@@ -291,9 +292,11 @@ func TestSettlementTraceWaitsBehindTheOutbox(t *testing.T) {
 func TestWaitingRequestsAsTheStoreHoldsThem(t *testing.T) {
 	t.Parallel()
 	redisAddr, _ := redistest.Start(t)
-	for name, open := range map[string]func(*testing.T) Store{
-		"file":  newBoltStore,
-		"redis": func(t *testing.T) Store { return NewRedisStore(redistest.Client(t, redisAddr), redistest.Prefix(t)) },
+	for name, open := range map[string]func(*testing.T) ostore.Store{
+		"file": newBoltStore,
+		"redis": func(t *testing.T) ostore.Store {
+			return ostore.NewRedisStore(redistest.Client(t, redisAddr), redistest.Prefix(t))
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -16,13 +17,13 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 )
 
-func openStore(t *testing.T, path string) (Store, *store.DB) {
+func openStore(t *testing.T, path string) (ostore.Store, *store.DB) {
 	t.Helper()
 	db, err := store.Open(path)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
-	return NewBoltStore(db), db
+	return ostore.NewBoltStore(db), db
 }
 
 func newRequest(taskID, callID string) *orchestratorv1.ToolRequest {

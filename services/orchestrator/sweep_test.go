@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 // heldDeletes is a Store whose first DeleteTraceOutbox waits for release,
 // and which records the keys of every DeleteTraceOutbox.
 type heldDeletes struct {
-	Store
+	ostore.Store
 	release chan struct{}
 	first   sync.Once
 	held    chan struct{}
@@ -103,7 +104,7 @@ func TestDecisionWaitsOnlyBehindOthersEntries(t *testing.T) {
 	// Evidence is down: no recovery pass delivers (and deletes) the
 	// entries under the test.
 	h.evidence.tracesDown.Store(true)
-	put := func(detail string) OutboxEntry {
+	put := func(detail string) ostore.OutboxEntry {
 		t.Helper()
 		if err := h.server.st.PutTraceOutbox(t.Context(), []*evidencev1.TraceEvent{{TaskId: "task_q",
 			Layer: &evidencev1.TraceEvent_Product{Product: &evidencev1.ProductEvent{Detail: detail}}}}); err != nil {

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
 	"testing"
 	"time"
 
@@ -39,8 +40,8 @@ func TestWatchTaskWokenByAnotherReplicasEvents(t *testing.T) {
 	t.Parallel()
 	addr, _ := redistest.Start(t)
 	prefix := redistest.Prefix(t)
-	a := NewRedisStore(redistest.Client(t, addr), prefix)
-	b := NewServer(NewRedisStore(redistest.Client(t, addr), prefix), Deps{}, nil)
+	a := ostore.NewRedisStore(redistest.Client(t, addr), prefix)
+	b := NewServer(ostore.NewRedisStore(redistest.Client(t, addr), prefix), Deps{}, nil)
 	b.watchPoll = time.Hour
 	t.Cleanup(b.Close)
 

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	ostore "github.com/v0m3/v0m3/services/orchestrator/store"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -353,7 +355,7 @@ func startWithOrchestrator(t *testing.T, deps orchestrator.Deps) stack {
 	deps.Registry, deps.Policy, deps.Adapter, deps.Evidence = peers.Registry, peers.Policy, peers.Adapter, peers.Evidence
 	// Its own certificate signs the execution grants the adapter requires.
 	deps.Credentials = guard.Creds
-	o := orchestrator.NewServer(orchestrator.NewBoltStore(db), deps, slog.New(slog.DiscardHandler))
+	o := orchestrator.NewServer(ostore.NewBoltStore(db), deps, slog.New(slog.DiscardHandler))
 	// Privileged calls are audited in evidence, as the suite's own
 	// orchestrator does.
 	srv := serve.New(suite.Orchestrator, slog.New(slog.DiscardHandler), guard,

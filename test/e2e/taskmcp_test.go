@@ -30,6 +30,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	"github.com/v0m3/v0m3/services/orchestrator"
+	"github.com/v0m3/v0m3/services/orchestrator/taskmcp"
 	"github.com/v0m3/v0m3/suite"
 	"github.com/v0m3/v0m3/test/conformance"
 )
@@ -244,7 +245,7 @@ func TestTaskMCPSourceReview(t *testing.T) {
 
 			// A refusal is a tool error naming the reason a model can act on.
 			bad, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: scenario.Retrieve, Arguments: map[string]any{"source": faq, "query": "x", "path": "/etc/passwd"},
-				Meta: mcp.Meta{orchestrator.MetaProviderCallID: "bad-1"}})
+				Meta: mcp.Meta{taskmcp.MetaProviderCallID: "bad-1"}})
 			if err != nil || !bad.IsError || !strings.Contains(text(bad), "Refused (UNKNOWN_ARGUMENT_FIELD)") || !strings.Contains(text(bad), "What to do: remove the fields") {
 				t.Errorf("call with an unknown field = %q, %v; want a tool error naming UNKNOWN_ARGUMENT_FIELD and what to do", text(bad), err)
 			}
@@ -253,7 +254,7 @@ func TestTaskMCPSourceReview(t *testing.T) {
 			// interceptor: the API's limits hold all the same, and the call
 			// is refused before anything is recorded.
 			long, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: scenario.Retrieve, Arguments: map[string]any{"source": faq, "query": "x"},
-				Meta: mcp.Meta{orchestrator.MetaProviderCallID: strings.Repeat("c", 32<<10)}})
+				Meta: mcp.Meta{taskmcp.MetaProviderCallID: strings.Repeat("c", 32<<10)}})
 			if err != nil || !long.IsError || !strings.Contains(text(long), "Refused (FIELD_TOO_LONG)") || strings.Contains(text(long), "cccc") {
 				t.Errorf("call with a 32 KB provider call id = %.300q, %v; want a tool error naming FIELD_TOO_LONG, not quoting the id", text(long), err)
 			}
@@ -286,7 +287,7 @@ func TestTaskMCPApproval(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	call := &mcp.CallToolParams{Name: renderPreview, Arguments: map[string]any{"document_revision": 31, "profile": 4},
-		Meta: mcp.Meta{orchestrator.MetaDocumentDigest: documentDigest}}
+		Meta: mcp.Meta{taskmcp.MetaDocumentDigest: documentDigest}}
 	res, err := cs.CallTool(ctx, call)
 	if err != nil {
 		t.Fatalf("tools/call: %v", err)
@@ -611,7 +612,7 @@ func TestTaskMCPApprovalElicited(t *testing.T) {
 	// A client fills a call's _meta in place: each call gets its own.
 	newCall := func() *mcp.CallToolParams {
 		return &mcp.CallToolParams{Name: renderPreview, Arguments: map[string]any{"document_revision": 31, "profile": 4},
-			Meta: mcp.Meta{orchestrator.MetaDocumentDigest: documentDigest}}
+			Meta: mcp.Meta{taskmcp.MetaDocumentDigest: documentDigest}}
 	}
 
 	resp := start()

@@ -24,7 +24,7 @@ import (
 	"github.com/v0m3/v0m3/internal/grant"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
-	"github.com/v0m3/v0m3/services/orchestrator"
+	"github.com/v0m3/v0m3/services/orchestrator/taskmcp"
 	"github.com/v0m3/v0m3/suite"
 )
 
@@ -108,7 +108,7 @@ func TestTokenExchangeGoverned(t *testing.T) {
 	}
 	const clientID, secret = "v0m3-boundary", "governed-exchange-secret-0123456789"
 	as := exchangetest.Start(t, exchangetest.Config{SubjectIssuer: grant.SubjectIssuer,
-		SubjectJWKSURL: s.MCPURL + orchestrator.JWKSPath, SubjectJWKSRoots: orch.Roots(),
+		SubjectJWKSURL: s.MCPURL + taskmcp.JWKSPath, SubjectJWKSRoots: orch.Roots(),
 		Clients: []exchangetest.Client{{ID: clientID, Secret: secret}}})
 	seen := &callers{by: map[string][]string{}}
 	gate := gateFixture(t, startHTTPFixture(t), as, seen)
