@@ -212,6 +212,10 @@ func TestReplicaStartingLeavesInFlightRequestAlone(t *testing.T) {
 	fp := &failPoints{}
 	a := e.start(fp)
 	reached, resume := make(chan struct{}), make(chan struct{})
+	var resumeOnce sync.Once
+	// A test that fails before it resumes A lets A go before the replicas
+	// close, instead of holding their close for the fail point's bound.
+	t.Cleanup(func() { resumeOnce.Do(func() { close(resume) }) })
 	fp.arm(orchestrator.FailPointAttemptPrepared, func() error {
 		close(reached)
 		select {
@@ -257,7 +261,7 @@ func TestReplicaStartingLeavesInFlightRequestAlone(t *testing.T) {
 		t.Errorf("the remote server received %d tool calls before A made its call, want 0", n)
 	}
 
-	close(resume)
+	resumeOnce.Do(func() { close(resume) })
 	var res result
 	select {
 	case res = <-done:
