@@ -15,6 +15,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/tasks"
 )
 
 // Registry watch backoff bounds.
@@ -63,7 +64,9 @@ func (s *Server) markTaskUnavailable(ctx context.Context, taskID, connectionID s
 		if t.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
 			return nil
 		}
-		t.State = orchestratorv1.TaskState_TASK_STATE_CONNECTION_UNAVAILABLE
+		if err := tasks.Move(t, tasks.LoseConnection); err != nil {
+			return err
+		}
 		t.Checkpoint = checkpoint
 		t.UpdateTime = s.timestamp()
 		changed = true

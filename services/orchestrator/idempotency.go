@@ -18,6 +18,7 @@ import (
 	"github.com/v0m3/v0m3/internal/store"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/tasks"
 )
 
 // StartTask is idempotent through its request_id (AIP-155). The key is
@@ -163,9 +164,9 @@ func (s *Server) endAbandonedStart(ctx context.Context, id string) (*orchestrato
 	}
 	ended := false
 	task, err := s.st.UpdateTask(ctx, id, func(t *orchestratorv1.Task) error {
-		ended = t.GetState() == orchestratorv1.TaskState_TASK_STATE_ACTIVE
+		ended = tasks.Move(t, tasks.Cancel) == nil
 		if ended {
-			t.State, t.Checkpoint, t.UpdateTime = orchestratorv1.TaskState_TASK_STATE_CANCELLED, detail, s.timestamp()
+			t.Checkpoint, t.UpdateTime = detail, s.timestamp()
 		}
 		return nil
 	})

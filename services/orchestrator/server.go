@@ -46,6 +46,7 @@ import (
 	leases "github.com/v0m3/v0m3/services/orchestrator/lease"
 	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
 	"github.com/v0m3/v0m3/services/orchestrator/outbox"
+	"github.com/v0m3/v0m3/services/orchestrator/tasks"
 )
 
 // Deps are the services the orchestrator calls, through their gRPC clients.
@@ -313,13 +314,15 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		Profile:            profile.GetName(),
 		ProfileRevision:    profile.GetRevision(),
 		PolicyPurpose:      profilePurpose(profile),
-		State:              orchestratorv1.TaskState_TASK_STATE_ACTIVE,
 		Checkpoint:         "task started; nothing executed",
 		CreateTime:         now,
 		UpdateTime:         now,
 	}
 	//lint:ignore SA1019 a task records the deprecated kind as it was given.
 	task.Kind = req.GetKind()
+	if err := tasks.Move(task, tasks.Start); err != nil {
+		return nil, s.internal(ctx, "start task", err)
+	}
 	if err := s.st.CreateTask(ctx, task); err != nil {
 		if req.GetRequestId() != "" && errors.Is(err, store.ErrExists) {
 			// Another call with the same request id created it first.
@@ -382,7 +385,7 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 // nothing offered. When even that write fails, a retry of its request id
 // ends it later (see replayStart).
 func (s *Server) stopStart(ctx context.Context, task *orchestratorv1.Task, detail string) {
-	if _, err := s.setTaskState(ctx, task.GetId(), orchestratorv1.TaskState_TASK_STATE_CANCELLED, detail); err != nil {
+	if _, err := s.setTaskState(ctx, task.GetId(), tasks.Cancel, detail); err != nil {
 		s.log.WarnContext(ctx, "stop a task whose start failed", "task", task.GetId(), "err", err)
 		return
 	}
@@ -442,7 +445,7 @@ func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskR
 	if _, err := s.openTask(ctx, req.GetId(), taskWrite); err != nil {
 		return nil, err
 	}
-	task, detail, already, err := s.endTask(ctx, req.GetId(), orchestratorv1.TaskState_TASK_STATE_CANCELLED, "cancelled", req.GetReason())
+	task, detail, already, err := s.endTask(ctx, req.GetId(), tasks.Cancel, "cancelled", req.GetReason())
 	if err != nil || already {
 		return task, err
 	}
@@ -450,11 +453,12 @@ func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskR
 	return task, nil
 }
 
-// endTask moves an active task to the terminal state to, recording
-// "<verb>[: reason]" (detail) in its checkpoint. already reports that the
-// task was in that state (nothing changed); any other state is
-// TASK_NOT_ACTIVE.
-func (s *Server) endTask(ctx context.Context, id string, to orchestratorv1.TaskState, verb, reason string) (task *orchestratorv1.Task, detail string, already bool, err error) {
+// endTask moves an active task by event ev to the terminal state it
+// leads to, recording "<verb>[: reason]" (detail) in its checkpoint.
+// already reports that the task was in that state (nothing changed); any
+// other state is TASK_NOT_ACTIVE.
+func (s *Server) endTask(ctx context.Context, id string, ev tasks.Event, verb, reason string) (task *orchestratorv1.Task, detail string, already bool, err error) {
+	to, _ := tasks.Next(tasks.Active, ev)
 	detail = verb
 	if reason != "" {
 		detail = verb + ": " + reason
@@ -470,7 +474,9 @@ func (s *Server) endTask(ctx context.Context, id string, to orchestratorv1.TaskS
 				fmt.Sprintf("task %s is %s and cannot be %s", t.GetId(), stateName(t.GetState()), verb),
 				map[string]string{"task_id": t.GetId(), "state": stateName(t.GetState())})
 		}
-		t.State = to
+		if err := tasks.Move(t, ev); err != nil {
+			return err
+		}
 		t.Checkpoint = detail + "; " + t.GetCheckpoint()
 		t.UpdateTime = s.timestamp()
 		return nil
@@ -513,7 +519,7 @@ func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteT
 	if err := s.noRequestInFlight(ctx, req.GetId()); err != nil {
 		return nil, err
 	}
-	task, detail, already, err := s.endTask(ctx, req.GetId(), orchestratorv1.TaskState_TASK_STATE_COMPLETED, "completed", req.GetReason())
+	task, detail, already, err := s.endTask(ctx, req.GetId(), tasks.Complete, "completed", req.GetReason())
 	if err != nil || already {
 		return task, err
 	}
@@ -528,7 +534,9 @@ func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteT
 			if t.GetState() != orchestratorv1.TaskState_TASK_STATE_COMPLETED {
 				return errStateChanged
 			}
-			t.State = orchestratorv1.TaskState_TASK_STATE_ACTIVE
+			if err := tasks.Move(t, tasks.Reopen); err != nil {
+				return err
+			}
 			t.Checkpoint = strings.TrimPrefix(t.GetCheckpoint(), detail+"; ")
 			t.UpdateTime = s.timestamp()
 			return nil
@@ -612,9 +620,13 @@ func (s *Server) refusePending(ctx context.Context, taskID, reason, detail strin
 // errStateChanged aborts an update whose precondition no longer holds.
 var errStateChanged = errors.New("state changed concurrently")
 
-func (s *Server) setTaskState(ctx context.Context, id string, state orchestratorv1.TaskState, checkpoint string) (*orchestratorv1.Task, error) {
+// setTaskState moves task id by event ev (see package tasks) and
+// replaces its checkpoint.
+func (s *Server) setTaskState(ctx context.Context, id string, ev tasks.Event, checkpoint string) (*orchestratorv1.Task, error) {
 	return s.st.UpdateTask(ctx, id, func(t *orchestratorv1.Task) error {
-		t.State = state
+		if err := tasks.Move(t, ev); err != nil {
+			return err
+		}
 		t.Checkpoint = checkpoint
 		t.UpdateTime = s.timestamp()
 		return nil
