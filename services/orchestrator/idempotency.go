@@ -175,7 +175,7 @@ func (s *Server) endAbandonedStart(ctx context.Context, id string) (*orchestrato
 	}
 	if ended {
 		s.log.InfoContext(ctx, "abandoned task start ended", "task", id)
-		s.tellStartStopped(ctx, id, detail)
+		s.tasks.TellStartStopped(ctx, id, detail)
 	}
 	return task, nil
 }

@@ -158,6 +158,8 @@ type Server struct {
 	traces *tracesend.Sender
 	// watchPoll is how often a WatchTask stream reads the store unwoken.
 	watchPoll time.Duration
+	// tasks keeps the tasks' life: loading, ending, stopping a start.
+	tasks *tasks.Service
 	// actors keeps tasks as read to decide who may act on them (see
 	// openTaskToAct).
 	actors *lru.Cache[string, *orchestratorv1.Task]
@@ -194,6 +196,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if deps.Evidence != nil {
 		s.traces = tracesend.New(deps.Evidence)
 	}
+	s.tasks = tasks.New(tasks.Deps{Store: st, Requests: taskSide{s}, Reporter: taskSide{s}, Internal: s.internal, Now: now, Log: log})
 	s.actors, _ = lru.New[string, *orchestratorv1.Task](maxActorTasks) // fails only for a size below 1
 	if s.leaseTTL <= 0 {
 		s.leaseTTL = DefaultLeaseTTL
@@ -359,11 +362,11 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		cat, err = s.compileCatalogue(ctx, task)
 	}
 	if err != nil {
-		s.stopStart(ctx, task, "catalogue could not be compiled: "+errorMessage(err))
+		s.tasks.StopStart(ctx, task, "catalogue could not be compiled: "+errorMessage(err))
 		return nil, apierror.Propagate(err, "compile catalogue")
 	}
 	if err := s.st.PutCatalogue(ctx, cat); err != nil {
-		s.stopStart(ctx, task, "catalogue could not be stored")
+		s.tasks.StopStart(ctx, task, "catalogue could not be stored")
 		return nil, s.internal(ctx, "store the catalogue of task "+task.GetId()+" (the task was recorded and is stopped; a retry with the same request_id answers TASK_START_FAILED)", err)
 	}
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
@@ -378,27 +381,6 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		}
 	}
 	return out, nil
-}
-
-// stopStart stops a task that could not be given a catalogue: it cannot
-// do anything, so it is ended visibly rather than left active with
-// nothing offered. When even that write fails, a retry of its request id
-// ends it later (see replayStart).
-func (s *Server) stopStart(ctx context.Context, task *orchestratorv1.Task, detail string) {
-	if _, err := s.setTaskState(ctx, task.GetId(), tasks.Cancel, detail); err != nil {
-		s.log.WarnContext(ctx, "stop a task whose start failed", "task", task.GetId(), "err", err)
-		return
-	}
-	s.tellStartStopped(ctx, task.GetId(), detail)
-}
-
-// tellStartStopped traces and emits that task id, whose start failed, was
-// stopped.
-func (s *Server) tellStartStopped(ctx context.Context, id, detail string) {
-	s.trace(ctx, id, &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task stopped: " + detail,
-	})
-	s.emit(ctx, id, "", "task.cancelled", detail)
 }
 
 // GetTask returns one task.
@@ -445,56 +427,7 @@ func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskR
 	if _, err := s.openTask(ctx, req.GetId(), taskWrite); err != nil {
 		return nil, err
 	}
-	task, detail, already, err := s.endTask(ctx, req.GetId(), tasks.Cancel, "cancelled", req.GetReason())
-	if err != nil || already {
-		return task, err
-	}
-	s.announceEnd(ctx, task, "TASK_CANCELLED", "task.cancelled", detail)
-	return task, nil
-}
-
-// endTask moves an active task by event ev to the terminal state it
-// leads to, recording "<verb>[: reason]" (detail) in its checkpoint.
-// already reports that the task was in that state (nothing changed); any
-// other state is TASK_NOT_ACTIVE.
-func (s *Server) endTask(ctx context.Context, id string, ev tasks.Event, verb, reason string) (task *orchestratorv1.Task, detail string, already bool, err error) {
-	to, _ := tasks.Next(tasks.Active, ev)
-	detail = verb
-	if reason != "" {
-		detail = verb + ": " + reason
-	}
-	task, err = s.st.UpdateTask(ctx, id, func(t *orchestratorv1.Task) error {
-		switch t.GetState() {
-		case to:
-			already = true
-			return nil
-		case orchestratorv1.TaskState_TASK_STATE_ACTIVE:
-		default:
-			return apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
-				fmt.Sprintf("task %s is %s and cannot be %s", t.GetId(), stateName(t.GetState()), verb),
-				map[string]string{"task_id": t.GetId(), "state": stateName(t.GetState())})
-		}
-		if err := tasks.Move(t, ev); err != nil {
-			return err
-		}
-		t.Checkpoint = detail + "; " + t.GetCheckpoint()
-		t.UpdateTime = s.timestamp()
-		return nil
-	})
-	if err != nil {
-		return nil, "", false, s.taskErr(ctx, id, err)
-	}
-	return task, detail, already, nil
-}
-
-// announceEnd refuses the ended task's requests still waiting (reason)
-// and records the end in its trace and task events.
-func (s *Server) announceEnd(ctx context.Context, task *orchestratorv1.Task, reason, event, detail string) {
-	s.refusePending(ctx, task.GetId(), reason, "task "+task.GetId()+" was "+detail)
-	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task " + detail,
-	})
-	s.emit(ctx, task.GetId(), "", event, detail)
+	return s.tasks.Cancel(ctx, req.GetId(), req.GetReason())
 }
 
 // CompleteTask marks an active task completed; a completed task accepts
@@ -513,41 +446,7 @@ func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteT
 	if err != nil {
 		return nil, err
 	}
-	if cur.GetState() == orchestratorv1.TaskState_TASK_STATE_COMPLETED {
-		return cur, nil
-	}
-	if err := s.noRequestInFlight(ctx, req.GetId()); err != nil {
-		return nil, err
-	}
-	task, detail, already, err := s.endTask(ctx, req.GetId(), tasks.Complete, "completed", req.GetReason())
-	if err != nil || already {
-		return task, err
-	}
-	// A submission that read the task as active before this update and
-	// recorded its request after the check above would act on a completed
-	// task. A submission reads the task again after recording its request
-	// (SubmitToolRequest), so it either sees the task completed or its
-	// request is seen here; then the task is active again and the caller
-	// told to wait.
-	if err := s.noRequestInFlight(ctx, req.GetId()); err != nil {
-		if _, rerr := s.st.UpdateTask(ctx, req.GetId(), func(t *orchestratorv1.Task) error {
-			if t.GetState() != orchestratorv1.TaskState_TASK_STATE_COMPLETED {
-				return errStateChanged
-			}
-			if err := tasks.Move(t, tasks.Reopen); err != nil {
-				return err
-			}
-			t.Checkpoint = strings.TrimPrefix(t.GetCheckpoint(), detail+"; ")
-			t.UpdateTime = s.timestamp()
-			return nil
-		}); rerr != nil {
-			s.log.WarnContext(ctx, "reopen a task completed under a new request", "task", req.GetId(), "err", rerr)
-		}
-		return nil, err
-	}
-	s.log.InfoContext(ctx, "task completed", "task", task.GetId())
-	s.announceEnd(ctx, task, "TASK_COMPLETED", "task.completed", detail)
-	return task, nil
+	return s.tasks.Complete(ctx, cur, req.GetReason())
 }
 
 // noRequestInFlight fails REQUESTS_IN_FLIGHT when a request of the task
@@ -620,35 +519,14 @@ func (s *Server) refusePending(ctx context.Context, taskID, reason, detail strin
 // errStateChanged aborts an update whose precondition no longer holds.
 var errStateChanged = errors.New("state changed concurrently")
 
-// setTaskState moves task id by event ev (see package tasks) and
-// replaces its checkpoint.
-func (s *Server) setTaskState(ctx context.Context, id string, ev tasks.Event, checkpoint string) (*orchestratorv1.Task, error) {
-	return s.st.UpdateTask(ctx, id, func(t *orchestratorv1.Task) error {
-		if err := tasks.Move(t, ev); err != nil {
-			return err
-		}
-		t.Checkpoint = checkpoint
-		t.UpdateTime = s.timestamp()
-		return nil
-	})
-}
-
+// loadTask returns task id, or TASK_UNKNOWN (see tasks.Service.Load).
 func (s *Server) loadTask(ctx context.Context, id string) (*orchestratorv1.Task, error) {
-	t, err := s.st.GetTask(ctx, id)
-	if err != nil {
-		return nil, s.taskErr(ctx, id, err)
-	}
-	return t, nil
+	return s.tasks.Load(ctx, id)
 }
 
+// taskErr is the error answered for err on task id (see tasks.Service.Err).
 func (s *Server) taskErr(ctx context.Context, id string, err error) error {
-	if errors.Is(err, store.ErrNotFound) {
-		return apierror.New(codes.NotFound, "TASK_UNKNOWN", "task "+id+" does not exist", nil)
-	}
-	if apierror.Reason(err) != "" {
-		return err
-	}
-	return s.internal(ctx, "load task", err)
+	return s.tasks.Err(ctx, id, err)
 }
 
 func (s *Server) loadRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error) {
