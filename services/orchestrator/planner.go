@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -13,6 +12,7 @@ import (
 	"github.com/v0m3/v0m3/internal/paging"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/tasks"
 )
 
 // profileOf reads the task profile a StartTask request names, at its
@@ -26,7 +26,7 @@ func (s *Server) profileOf(ctx context.Context, req *orchestratorv1.StartTaskReq
 			return nil, apierror.InvalidArgument("UNKNOWN_TASK_KIND", fmt.Sprintf("kind %d is not a known task kind; set profile instead", kind),
 				apierror.FieldViolation{Field: "kind", Description: "unknown task kind; kind is deprecated, set profile"})
 		}
-		byKind := kindProfile(kind)
+		byKind := tasks.KindProfile(kind)
 		switch {
 		case name == "":
 			name = byKind
@@ -121,11 +121,5 @@ func purposeOf(task *orchestratorv1.Task) string {
 	if task.GetProfile() != "" {
 		return task.GetProfile()
 	}
-	return kindProfile(task.GetKind())
-}
-
-// kindProfile is the profile a deprecated task kind names: the kind's name
-// in lower snake case, e.g. "source_review" for TASK_KIND_SOURCE_REVIEW.
-func kindProfile(kind orchestratorv1.TaskKind) string {
-	return strings.ToLower(strings.TrimPrefix(kind.String(), "TASK_KIND_"))
+	return tasks.KindProfile(task.GetKind())
 }

@@ -279,13 +279,13 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	}
 	id := ids.New("task")
 	if rid := req.GetRequestId(); rid != "" {
-		if err := checkRequestID(rid); err != nil {
+		if err := tasks.CheckRequestID(rid); err != nil {
 			return nil, err
 		}
-		id = idempotentTaskID(requester.GetId(), actor, rid)
-		if _, err := s.st.GetTask(ctx, id); err == nil {
+		id = tasks.IdempotentID(requester.GetId(), actor, rid)
+		if exists, err := s.tasks.Exists(ctx, id); exists {
 			return s.replayStart(ctx, req, id, requester, actor)
-		} else if !errors.Is(err, store.ErrNotFound) {
+		} else if err != nil {
 			return nil, s.internal(ctx, "load task", err)
 		}
 	}
@@ -323,10 +323,7 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	}
 	//lint:ignore SA1019 a task records the deprecated kind as it was given.
 	task.Kind = req.GetKind()
-	if err := tasks.Move(task, tasks.Start); err != nil {
-		return nil, s.internal(ctx, "start task", err)
-	}
-	if err := s.st.CreateTask(ctx, task); err != nil {
+	if err := s.tasks.Create(ctx, task); err != nil {
 		if req.GetRequestId() != "" && errors.Is(err, store.ErrExists) {
 			// Another call with the same request id created it first.
 			return s.replayStart(ctx, req, id, requester, actor)
@@ -336,9 +333,9 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	if err := s.failAt(ctx, FailPointTaskCreated); err != nil {
 		return nil, err
 	}
-	// The catalogue is stored within startRetryWait of the task, or not
-	// at all: past startAbandoned a retry ends a task still without one.
-	ctx, cancel := context.WithTimeout(ctx, startRetryWait)
+	// The catalogue is stored within StartRetryWait of the task, or not
+	// at all: past StartAbandoned a retry ends a task still without one.
+	ctx, cancel := context.WithTimeout(ctx, tasks.StartRetryWait)
 	defer cancel()
 	s.log.InfoContext(ctx, "task started", "task", task.GetId(), "profile", task.GetProfile(), "profile_revision", task.GetProfileRevision(), "requester", task.GetRequester().GetId(), "actor", actor, "needed", needed)
 	startedBy := task.GetRequester().GetId()
