@@ -111,15 +111,5 @@ func profilePurpose(p *registryv1.TaskProfile) string {
 	return p.GetName()
 }
 
-// purposeOf is the purpose policy evaluates for a task: the one fixed when
-// it started from its profile. A task started before profiles existed has
-// none recorded; its purpose is its kind's profile name, as it always was.
-func purposeOf(task *orchestratorv1.Task) string {
-	if p := task.GetPolicyPurpose(); p != "" {
-		return p
-	}
-	if task.GetProfile() != "" {
-		return task.GetProfile()
-	}
-	return tasks.KindProfile(task.GetKind())
-}
+// purposeOf is the purpose policy evaluates for a task (see tasks.Purpose).
+func purposeOf(task *orchestratorv1.Task) string { return tasks.Purpose(task) }

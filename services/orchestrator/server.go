@@ -196,7 +196,7 @@ func NewServer(st Store, deps Deps, log *slog.Logger) *Server {
 	if deps.Evidence != nil {
 		s.traces = tracesend.New(deps.Evidence)
 	}
-	s.tasks = tasks.New(tasks.Deps{Store: st, Requests: taskSide{s}, Reporter: taskSide{s}, Internal: s.internal, Now: now, Log: log})
+	s.tasks = tasks.New(tasks.Deps{Store: st, Requests: taskSide{s}, Reporter: taskSide{s}, Internal: s.internal, Policy: deps.Policy, Registry: deps.Registry, Now: now, Log: log})
 	s.actors, _ = lru.New[string, *orchestratorv1.Task](maxActorTasks) // fails only for a size below 1
 	if s.leaseTTL <= 0 {
 		s.leaseTTL = DefaultLeaseTTL
@@ -354,9 +354,9 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	// Policy learns the task's requester and scopes before it is asked
 	// for any handle: it mints handles only within them.
 	var cat *orchestratorv1.OfferedCatalogue
-	err = s.registerTask(ctx, task, profile.GetDefaultBudget())
+	err = s.tasks.RegisterWithPolicy(ctx, task, profile.GetDefaultBudget())
 	if err == nil {
-		cat, err = s.compileCatalogue(ctx, task)
+		cat, err = s.tasks.CompileCatalogue(ctx, task)
 	}
 	if err != nil {
 		s.tasks.StopStart(ctx, task, "catalogue could not be compiled: "+errorMessage(err))
@@ -368,9 +368,9 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	}
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
 		Kind:   evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CATALOGUE_OFFERED,
-		Detail: catalogueDetail(cat),
+		Detail: tasks.CatalogueDetail(cat),
 	})
-	s.emit(ctx, task.GetId(), "", "catalogue.offered", catalogueDetail(cat))
+	s.emit(ctx, task.GetId(), "", "catalogue.offered", tasks.CatalogueDetail(cat))
 	out := &orchestratorv1.StartTaskResponse{Task: task, Catalogue: cat}
 	if req.GetMcpAccess() {
 		if out.McpEndpoint, err = s.mintMCPToken(ctx, task); err != nil {

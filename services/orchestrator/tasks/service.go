@@ -13,6 +13,8 @@ import (
 	"github.com/v0m3/v0m3/internal/store"
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
 
 // Store is what a task's life needs of the orchestrator's store
@@ -56,7 +58,8 @@ type Reporter interface {
 	Emit(ctx context.Context, taskID, requestID, typ, detail string)
 }
 
-// Deps are what a Service works with, all required except Log and Now.
+// Deps are what a Service works with, all required except Log and Now
+// (Policy and Registry only to compile catalogues).
 type Deps struct {
 	Store    Store
 	Requests Requests
@@ -64,6 +67,11 @@ type Deps struct {
 	// Internal logs a storage failure and turns it into the INTERNAL
 	// error its caller answers, without the underlying detail.
 	Internal func(ctx context.Context, what string, err error) error
+	// Policy decides eligibility, registers a task's scope and mints its
+	// handles.
+	Policy policyv1.PolicyServiceClient
+	// Registry answers the capability contracts a catalogue offers.
+	Registry registryv1.RegistryServiceClient
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log is where a Service logs; nil discards.
@@ -77,13 +85,15 @@ type Service struct {
 	requests Requests
 	report   Reporter
 	internal func(ctx context.Context, what string, err error) error
+	policy   policyv1.PolicyServiceClient
+	registry registryv1.RegistryServiceClient
 	now      func() time.Time
 	log      *slog.Logger
 }
 
 // New returns a Service over d.
 func New(d Deps) *Service {
-	s := &Service{st: d.Store, requests: d.Requests, report: d.Reporter, internal: d.Internal, now: d.Now, log: d.Log}
+	s := &Service{st: d.Store, requests: d.Requests, report: d.Reporter, internal: d.Internal, policy: d.Policy, registry: d.Registry, now: d.Now, log: d.Log}
 	if s.now == nil {
 		s.now = time.Now
 	}
