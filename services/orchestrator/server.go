@@ -4,6 +4,11 @@
 // server is the last step after every product decision, never the
 // definition of one.
 //
+// A task's life is package tasks: its state table, starting it (the
+// idempotent start, its catalogue), ending it and loading it; the
+// server's task methods delegate to a tasks.Service and give it back
+// what only the request side can do (see taskSide).
+//
 // One request's life is the table in package lifecycle, and each stage
 // of it has a file of its own: submit.go receives the candidate,
 // prepare.go decides it (checks, authorization, charge, or refusal),
@@ -351,26 +356,10 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	})
 	s.emit(ctx, task.GetId(), "", "task.started", "plan needs "+listOrNone(needed))
 
-	// Policy learns the task's requester and scopes before it is asked
-	// for any handle: it mints handles only within them.
-	var cat *orchestratorv1.OfferedCatalogue
-	err = s.tasks.RegisterWithPolicy(ctx, task, profile.GetDefaultBudget())
-	if err == nil {
-		cat, err = s.tasks.CompileCatalogue(ctx, task)
-	}
+	cat, err := s.tasks.Offer(ctx, task, profile.GetDefaultBudget())
 	if err != nil {
-		s.tasks.StopStart(ctx, task, "catalogue could not be compiled: "+errorMessage(err))
-		return nil, apierror.Propagate(err, "compile catalogue")
+		return nil, err
 	}
-	if err := s.st.PutCatalogue(ctx, cat); err != nil {
-		s.tasks.StopStart(ctx, task, "catalogue could not be stored")
-		return nil, s.internal(ctx, "store the catalogue of task "+task.GetId()+" (the task was recorded and is stopped; a retry with the same request_id answers TASK_START_FAILED)", err)
-	}
-	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-		Kind:   evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CATALOGUE_OFFERED,
-		Detail: tasks.CatalogueDetail(cat),
-	})
-	s.emit(ctx, task.GetId(), "", "catalogue.offered", tasks.CatalogueDetail(cat))
 	out := &orchestratorv1.StartTaskResponse{Task: task, Catalogue: cat}
 	if req.GetMcpAccess() {
 		if out.McpEndpoint, err = s.mintMCPToken(ctx, task); err != nil {

@@ -7,11 +7,14 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/v0m3/v0m3/internal/apierror"
 	"github.com/v0m3/v0m3/internal/digest"
 	"github.com/v0m3/v0m3/internal/handlekind"
+	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
@@ -283,4 +286,32 @@ func listOrNone(xs []string) string {
 		return "nothing"
 	}
 	return strings.Join(xs, ", ")
+}
+
+// Offer gives task, just recorded, its catalogue: it registers the task
+// with policy (with budget), compiles the catalogue, stores it and tells
+// the task's trace and events. A task that cannot be given one is
+// stopped (see StopStart) and the error says why.
+func (s *Service) Offer(ctx context.Context, task *orchestratorv1.Task, budget *registryv1.TaskBudget) (*orchestratorv1.OfferedCatalogue, error) {
+	// Policy learns the task's requester and scopes before it is asked
+	// for any handle: it mints handles only within them.
+	var cat *orchestratorv1.OfferedCatalogue
+	err := s.RegisterWithPolicy(ctx, task, budget)
+	if err == nil {
+		cat, err = s.CompileCatalogue(ctx, task)
+	}
+	if err != nil {
+		s.StopStart(ctx, task, "catalogue could not be compiled: "+status.Convert(err).Message())
+		return nil, apierror.Propagate(err, "compile catalogue")
+	}
+	if err := s.st.PutCatalogue(ctx, cat); err != nil {
+		s.StopStart(ctx, task, "catalogue could not be stored")
+		return nil, s.internal(ctx, "store the catalogue of task "+task.GetId()+" (the task was recorded and is stopped; a retry with the same request_id answers TASK_START_FAILED)", err)
+	}
+	s.report.Trace(ctx, task.GetId(), &evidencev1.ProductEvent{
+		Kind:   evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CATALOGUE_OFFERED,
+		Detail: CatalogueDetail(cat),
+	})
+	s.report.Emit(ctx, task.GetId(), "", "catalogue.offered", CatalogueDetail(cat))
+	return cat, nil
 }

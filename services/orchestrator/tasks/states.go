@@ -1,11 +1,16 @@
-// Package tasks is the life of a task: its states, the events that move
-// it, and one transition table that says, for each state and event, the
-// next state. Every path that changes a task's state (starting it,
-// completing or cancelling it, stopping a start that failed or was
-// abandoned, losing its connection) does so through Move, so an illegal
-// transition is refused here, in one place.
+// Package tasks is the life of a task in the orchestrator: its states,
+// the events that move it, and one transition table that says, for each
+// state and event, the next state (this file). Every path that changes a
+// task's state (starting it, completing or cancelling it, stopping a
+// start that failed or was abandoned, losing its connection) does so
+// through Move, so an illegal transition is refused here, in one place.
+// The table holds no I/O and no clock.
 //
-// The table holds no I/O and no clock: callers persist what Move sets.
+// Service does the rest of a task's life over the store: the idempotent
+// start and its replay (start.go), compiling and offering the catalogue
+// (catalogue.go), ending a task (end.go, connection.go) and loading it.
+// What only the request side can do (refusing waiting requests, telling
+// whether one is in flight) comes in through the Requests interface.
 package tasks
 
 import (
