@@ -385,14 +385,7 @@ func (s *Server) GetCatalogue(ctx context.Context, req *orchestratorv1.GetCatalo
 	if _, err := s.openTask(ctx, req.GetTaskId(), authz.TaskRead); err != nil {
 		return nil, err
 	}
-	cat, err := s.st.GetCatalogue(ctx, req.GetTaskId())
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, apierror.New(codes.NotFound, "CATALOGUE_UNKNOWN", "task "+req.GetTaskId()+" has no offered catalogue", nil)
-	}
-	if err != nil {
-		return nil, s.internal(ctx, "get catalogue", err)
-	}
-	return cat, nil
+	return s.tasks.Catalogue(ctx, req.GetTaskId())
 }
 
 // GetRequest returns one candidate request with its attempts.

@@ -126,3 +126,16 @@ func (s *Service) Err(ctx context.Context, id string, err error) error {
 	}
 	return s.internal(ctx, "load task", err)
 }
+
+// Catalogue returns the catalogue offered to task id, or
+// CATALOGUE_UNKNOWN when it has none.
+func (s *Service) Catalogue(ctx context.Context, id string) (*orchestratorv1.OfferedCatalogue, error) {
+	cat, err := s.st.GetCatalogue(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierror.New(codes.NotFound, "CATALOGUE_UNKNOWN", "task "+id+" has no offered catalogue", nil)
+	}
+	if err != nil {
+		return nil, s.internal(ctx, "get catalogue", err)
+	}
+	return cat, nil
+}
