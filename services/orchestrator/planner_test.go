@@ -185,10 +185,10 @@ func TestTaskStartedBeforeProfilesKeepsWorking(t *testing.T) {
 	if err := h.server.st.CreateTask(ctx, task); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.server.registerTask(ctx, task, nil); err != nil {
+	if err := h.server.tasks.RegisterWithPolicy(ctx, task, nil); err != nil {
 		t.Fatal(err)
 	}
-	cat, err := h.server.compileCatalogue(ctx, task)
+	cat, err := h.server.tasks.CompileCatalogue(ctx, task)
 	if err != nil {
 		t.Fatal(err)
 	}
