@@ -33,7 +33,7 @@ func TestRefreshHandles(t *testing.T) {
 	_, err := h.client.RefreshHandles(as(t.Context(), "carol", "authors"), &orchestratorv1.RefreshHandlesRequest{TaskId: task})
 	wantErr(t, err, codes.PermissionDenied, "ROLE_NOT_GRANTED")
 	_, err = h.client.RefreshHandles(t.Context(), &orchestratorv1.RefreshHandlesRequest{})
-	wantErr(t, err, codes.InvalidArgument, "MISSING_FIELD")
+	wantErr(t, err, codes.InvalidArgument, "FIELD_REQUIRED")
 	if cat, err := h.client.GetCatalogue(t.Context(), &orchestratorv1.GetCatalogueRequest{TaskId: task}); err != nil || !proto.Equal(cat, started.GetCatalogue()) {
 		t.Fatalf("a refused refresh changed the catalogue: %v, %v", cat, err)
 	}

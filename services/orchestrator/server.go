@@ -526,11 +526,11 @@ func (s *Server) internal(ctx context.Context, what string, err error) error {
 		return err // a fenced write, logged (see fenced)
 	}
 	s.log.ErrorContext(ctx, what, "err", err)
-	return apierror.Store("STORAGE_FAILED", "the orchestrator could not "+what, err)
+	return apierror.Store("STORE_FAILURE", "the orchestrator could not "+what, err)
 }
 
 func missing(field string) error {
-	return apierror.InvalidArgument("MISSING_FIELD", field+" is required",
+	return apierror.InvalidArgument("FIELD_REQUIRED", field+" is required",
 		apierror.FieldViolation{Field: field, Description: "required"})
 }
 
@@ -541,11 +541,11 @@ func checkScope(field, what string, refs []*orchestratorv1.SourceRef) error {
 	for i, ref := range refs {
 		at := fmt.Sprintf("%s[%d].uri", field, i)
 		if ref.GetUri() == "" {
-			return apierror.InvalidArgument("MISSING_FIELD", at+" is required",
+			return apierror.InvalidArgument("FIELD_REQUIRED", at+" is required",
 				apierror.FieldViolation{Field: at, Description: "required"})
 		}
 		if seen[ref.GetUri()] {
-			return apierror.InvalidArgument("DUPLICATE_"+strings.ToUpper(what), fmt.Sprintf("%s lists the same %s twice", field, what),
+			return apierror.InvalidArgument("FIELD_INVALID", fmt.Sprintf("%s lists the same %s twice", field, what),
 				apierror.FieldViolation{Field: at, Description: "duplicate " + what})
 		}
 		seen[ref.GetUri()] = true

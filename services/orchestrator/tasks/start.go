@@ -60,10 +60,10 @@ func IdempotentID(requester, actor, requestID string) string {
 }
 
 // CheckRequestID refuses a request_id too long or with spaces or control
-// characters (REQUEST_ID_INVALID).
+// characters (FIELD_INVALID).
 func CheckRequestID(id string) error {
 	if len(id) > maxRequestIDLen || strings.ContainsFunc(id, func(r rune) bool { return r < 0x21 || r == 0x7f }) {
-		return apierror.InvalidArgument("REQUEST_ID_INVALID",
+		return apierror.InvalidArgument("FIELD_INVALID",
 			fmt.Sprintf("request_id must be at most %d printable characters without spaces, e.g. a UUID", maxRequestIDLen),
 			apierror.FieldViolation{Field: "request_id", Description: "at most 128 printable characters without spaces"})
 	}
