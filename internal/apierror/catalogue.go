@@ -40,29 +40,6 @@ type Entry struct {
 	Value protoreflect.EnumValueDescriptor
 }
 
-// pendingRenames maps reasons the orchestrator still returns to the
-// catalogue reason that replaces them (issue 44): services/orchestrator
-// was being split by another engineer when the catalogue was made, so the
-// rename there is applied after the merge (sed list in the branch's
-// report). They are accepted, here and by the catalogue test's scan, only
-// until then: empty this map once the orchestrator uses the new reasons.
-var pendingRenames = map[string]string{
-	"MISSING_FIELD":         ReasonFieldRequired,
-	"REQUEST_ID_INVALID":    ReasonFieldInvalid,
-	"DUPLICATE_SOURCE":      ReasonFieldInvalid,
-	"DUPLICATE_ARTIFACT":    ReasonFieldInvalid,
-	"DUPLICATE_DESTINATION": ReasonFieldInvalid,
-	"STORAGE_FAILED":        ReasonStoreFailure,
-	"UNSUPPORTED_SCHEMA":    "UNSUPPORTED_SCHEMA_KEYWORD",
-	// Invented by the orchestrator's test fakes (fakes_test.go,
-	// preview_test.go), for the registry's and a remote server's refusal.
-	"PROFILE_NOT_FOUND": "PROFILE_UNKNOWN",
-	"TOOL_UNKNOWN":      "REMOTE_TARGET_UNKNOWN",
-	// The orchestrator's test fakes give a dependency's UNAVAILABLE an
-	// empty reason; no service does.
-	"": ReasonDependencyUnavailable,
-}
-
 var (
 	catalogueOnce sync.Once
 	catalogue     []Entry
@@ -120,23 +97,12 @@ func ReasonOf(v protoreflect.Enum) string {
 	return strings.TrimPrefix(string(d.Values().ByNumber(v.Number()).Name()), prefix)
 }
 
-// PendingRename returns the catalogue reason that replaces reason when
-// reason is one the orchestrator still returns until its rename is
-// applied (see pendingRenames).
-func PendingRename(reason string) (string, bool) {
-	r, ok := pendingRenames[reason]
-	return r, ok
-}
-
 // checkReason refuses, in a test binary, a reason the catalogue does not
 // declare, so an invented or misspelt reason fails the tests that reach
 // it instead of reaching users. Outside tests it lets the error through:
 // a refusal with an uncatalogued reason is still better than none.
 func checkReason(reason string) {
 	if !testing.Testing() || Known(reason) {
-		return
-	}
-	if _, ok := pendingRenames[reason]; ok {
 		return
 	}
 	panic(fmt.Sprintf("apierror: reason %q is not in the catalogue; declare it in proto/v0m3/errors/v1/errors.proto (or use the reason that names the same rule) and run make generate", reason))

@@ -46,7 +46,6 @@ var dynamicReasons = map[string]string{
 	"services/adapter/oauth.go internal/apierror.New e.reason":                     "authError: CodeAuthenticationRequired, CodeInsufficientScope, CodeAuthorizationServerMismatch",
 	"services/adapter/oauth.go services/adapter.failFact e.reason":                 "authError: as above",
 	"services/evidence/receipts.go internal/apierror.New re.Reason":                "receipt.Error: receipt.Reason* constants",
-	"services/orchestrator/… internal/apierror.InvalidArgument *ast.BinaryExpr":    "DUPLICATE_SOURCE, DUPLICATE_ARTIFACT, DUPLICATE_DESTINATION (pending rename to FIELD_INVALID)",
 	"services/orchestrator/… internal/apierror.New r.GetRefusalReason(…)":          "a recorded request's refusal reason, itself an ErrorInfo reason when it was recorded",
 	"services/orchestrator/… internal/apierror.WithMetadata reason":                "DEPENDENCY_<code> (CommonErrorReason DEPENDENCY_*)",
 	"services/registry/capabilities.go internal/apierror.InvalidArgument v.reason": "violations.add's reason: registry reason constants",
@@ -58,9 +57,7 @@ var dynamicReasons = map[string]string{
 // that errors.proto does not declare: the argument of an apierror
 // constructor or of a function passing it on, a value compared with a
 // read reason, a reason field of an error type, and every constant named
-// reason*/code*. A reason the orchestrator still uses until its rename is
-// applied is accepted only while it is in pendingRenames; the rename's
-// target must be catalogued.
+// reason*/code*.
 func TestEveryReasonInTheCodeIsCatalogued(t *testing.T) {
 	res, err := reasonscan.Scan(reasonscan.Options{Root: "../..", Module: module, SkipConstPkgs: notErrorReasons})
 	if err != nil {
@@ -77,12 +74,6 @@ func TestEveryReasonInTheCodeIsCatalogued(t *testing.T) {
 		if apierror.Known(u.Reason) {
 			if u.Code != "" && !slices.Contains(codesOf[u.Reason], u.Code) {
 				t.Errorf("%s: reason %s is returned with %s, which its catalogue entry does not list (codes %v); add the code to errors.proto or use the reason of that rule", u.Pos, u.Reason, u.Code, codesOf[u.Reason])
-			}
-			continue
-		}
-		if to, ok := apierror.PendingRename(u.Reason); ok && strings.HasPrefix(u.Pos, "services/orchestrator/") {
-			if !apierror.Known(to) {
-				t.Errorf("%s: pending rename %s -> %s: the new reason is not in the catalogue", u.Pos, u.Reason, to)
 			}
 			continue
 		}

@@ -36,15 +36,11 @@ const (
 var LimitCodes = map[string]bool{"RESPONSE_LIMIT_EXCEEDED": true, "ITEM_LIMIT_EXCEEDED": true, "MEDIA_TYPE_NOT_ALLOWED": true}
 
 // storeReasons are the ErrorInfo reasons services give when their store
-// failed (a reason the orchestrator still uses until its rename counts as
-// the reason that replaces it: isStoreReason).
+// failed.
 var storeReasons = map[string]bool{apierror.ReasonStoreFailure: true, apierror.ReasonStoreUnavailable: true, apierror.ReasonStoreFull: true}
 
 // isStoreReason reports whether reason says a service's store failed.
 func isStoreReason(reason string) bool {
-	if to, ok := apierror.PendingRename(reason); ok {
-		reason = to
-	}
 	return storeReasons[reason]
 }
 

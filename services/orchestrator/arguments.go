@@ -25,7 +25,7 @@ const (
 	reasonMissingArgument   = "MISSING_ARGUMENT"
 	reasonArgumentType      = "INVALID_ARGUMENT_TYPE"
 	reasonArgumentRange     = "ARGUMENT_OUT_OF_RANGE"
-	reasonUnsupportedSchema = "UNSUPPORTED_SCHEMA"
+	reasonUnsupportedSchema = "UNSUPPORTED_SCHEMA_KEYWORD"
 )
 
 // maxSafeInteger is the largest integer a JSON number carries exactly.

@@ -3,17 +3,12 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/v0m3/v0m3/internal/store"
-	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
-	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
-	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 )
 
@@ -28,89 +23,7 @@ const (
 // checkpoint naming its last committed request, and requests waiting for
 // approval are refused. Every record stays readable.
 func (s *Server) MarkConnectionUnavailable(ctx context.Context, connectionID string) error {
-	tasks, err := s.st.ListTasks(ctx, orchestratorv1.TaskState_TASK_STATE_ACTIVE)
-	if err != nil {
-		return fmt.Errorf("list active tasks: %w", err)
-	}
-	var errs []error
-	for _, t := range tasks {
-		cat, err := s.st.GetCatalogue(ctx, t.GetId())
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !usesConnection(cat, connectionID) {
-			continue
-		}
-		if err := s.markTaskUnavailable(ctx, t.GetId(), connectionID); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (s *Server) markTaskUnavailable(ctx context.Context, taskID, connectionID string) error {
-	checkpoint, err := s.lastCommitted(ctx, taskID)
-	if err != nil {
-		return err
-	}
-	checkpoint = fmt.Sprintf("connection %s became unavailable; %s", connectionID, checkpoint)
-	changed := false
-	_, err = s.st.UpdateTask(ctx, taskID, func(t *orchestratorv1.Task) error {
-		if t.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
-			return nil
-		}
-		t.State = orchestratorv1.TaskState_TASK_STATE_CONNECTION_UNAVAILABLE
-		t.Checkpoint = checkpoint
-		t.UpdateTime = s.timestamp()
-		changed = true
-		return nil
-	})
-	if err != nil || !changed {
-		return err
-	}
-	s.log.InfoContext(ctx, "task stopped: connection unavailable", "task", taskID, "connection", connectionID)
-	s.refusePending(ctx, taskID, "CONNECTION_UNAVAILABLE", checkpoint)
-	s.trace(ctx, taskID, &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: checkpoint,
-	})
-	s.emit(ctx, taskID, "", "task.connection_unavailable", checkpoint)
-	return nil
-}
-
-// lastCommitted describes the task's last committed request, its last
-// safe checkpoint.
-func (s *Server) lastCommitted(ctx context.Context, taskID string) (string, error) {
-	rs, err := s.st.ListRequests(ctx, taskID)
-	if err != nil {
-		return "", fmt.Errorf("list requests of %s: %w", taskID, err)
-	}
-	var last *orchestratorv1.ToolRequest
-	for _, r := range rs {
-		if r.GetState() != orchestratorv1.RequestState_REQUEST_STATE_EXECUTED {
-			continue
-		}
-		if last == nil || !r.GetUpdateTime().AsTime().Before(last.GetUpdateTime().AsTime()) {
-			last = r
-		}
-	}
-	if last == nil {
-		return "no request had committed", nil
-	}
-	return fmt.Sprintf("last committed request %s (%s) at %s", last.GetId(), last.GetCapability(),
-		last.GetUpdateTime().AsTime().UTC().Format(time.RFC3339)), nil
-}
-
-func usesConnection(cat *orchestratorv1.OfferedCatalogue, connectionID string) bool {
-	for _, ce := range cat.GetConsidered() {
-		if ce.GetStage() == policyv1.EligibilityStage_ELIGIBILITY_STAGE_OFFERED && ce.GetConnectionId() == connectionID {
-			return true
-		}
-	}
-	return false
+	return s.tasks.MarkConnectionUnavailable(ctx, connectionID)
 }
 
 // watchRegistry follows registry events and stops tasks whose connection

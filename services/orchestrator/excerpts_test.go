@@ -38,23 +38,6 @@ func TestSplitPassages(t *testing.T) {
 	}
 }
 
-func TestLastSegmentNeverReturnsTheURI(t *testing.T) {
-	t.Parallel()
-	tests := map[string]string{
-		"note://library/api-migration.md":  "api-migration.md",
-		"note://library/dir/":              "dir",
-		"file:///srv/notes/a.txt?rev=2#p3": "a.txt",
-		"https://example.com/docs/guide":   "guide",
-		"note://":                          "source",
-		"plain-name":                       "plain-name",
-	}
-	for uri, want := range tests {
-		if got := lastSegment(uri); got != want {
-			t.Errorf("lastSegment(%q) = %q, want %q", uri, got, want)
-		}
-	}
-}
-
 func TestTruncateKeepsUTF8(t *testing.T) {
 	t.Parallel()
 	if got := truncate("héllo", 2); got != "h" {

@@ -212,7 +212,7 @@ func (r *fakeRegistry) GetTaskProfile(_ context.Context, in *registryv1.GetTaskP
 	defer r.mu.Unlock()
 	p, ok := r.profiles[in.GetName()]
 	if !ok || (in.GetRevision() != 0 && in.GetRevision() != p.GetRevision()) {
-		return nil, apierror.New(codes.NotFound, "PROFILE_NOT_FOUND", "no task profile "+in.GetName(), nil)
+		return nil, apierror.New(codes.NotFound, "PROFILE_UNKNOWN", "no task profile "+in.GetName(), nil)
 	}
 	return proto.CloneOf(p), nil
 }
@@ -578,7 +578,7 @@ func (e *fakeEvidence) AppendTrace(ctx context.Context, in *evidencev1.AppendTra
 		return nil, err
 	}
 	if e.tracesDown.Load() {
-		return nil, apierror.New(codes.Unavailable, "", "evidence store unavailable", nil)
+		return nil, apierror.New(codes.Unavailable, apierror.ReasonDependencyUnavailable, "evidence store unavailable", nil)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -626,7 +626,7 @@ func (e *fakeEvidence) AppendTraces(ctx context.Context, in *evidencev1.AppendTr
 		out.Events = append(out.Events, got)
 	}
 	if e.loseAnswer.CompareAndSwap(true, false) {
-		return nil, apierror.New(codes.Unavailable, "", "connection reset", nil)
+		return nil, apierror.New(codes.Unavailable, apierror.ReasonDependencyUnavailable, "connection reset", nil)
 	}
 	return out, nil
 }
@@ -639,7 +639,7 @@ func (e *fakeEvidence) RecordObservation(ctx context.Context, in *evidencev1.Rec
 	defer e.mu.Unlock()
 	e.recorded++
 	if e.down {
-		return nil, apierror.New(codes.Unavailable, "", "evidence store unavailable", nil)
+		return nil, apierror.New(codes.Unavailable, apierror.ReasonDependencyUnavailable, "evidence store unavailable", nil)
 	}
 	// The service's own rule, refused as the service refuses it.
 	findings := fitness.Assess(in.GetObservation())
@@ -663,7 +663,7 @@ func (e *fakeEvidence) RecordObservation(ctx context.Context, in *evidencev1.Rec
 	}
 	if e.loseAnswers > 0 {
 		e.loseAnswers--
-		return nil, apierror.New(codes.Unavailable, "", "evidence stopped before it answered", nil)
+		return nil, apierror.New(codes.Unavailable, apierror.ReasonDependencyUnavailable, "evidence stopped before it answered", nil)
 	}
 	return o, nil
 }

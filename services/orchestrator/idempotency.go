@@ -2,179 +2,34 @@ package orchestrator
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base32"
-	"errors"
-	"fmt"
-	"slices"
-	"strings"
-	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-
-	"github.com/v0m3/v0m3/internal/apierror"
-	"github.com/v0m3/v0m3/internal/store"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/tasks"
 )
 
-// StartTask is idempotent through its request_id (AIP-155). The key is
-// scoped to the requester and the caller that acts for it: the task id is
-// derived from (requester, actor, request id), so the store's
-// create-if-absent on the task is the one atomic step that decides which
-// call starts the task, on any replica. A retry compares its payload with
-// the task recorded and, when it is the same, returns that task and its
-// catalogue: the same handles.
-
-// maxRequestIDLen bounds a request_id.
-const maxRequestIDLen = 128
+// StartTask is idempotent through its request_id (AIP-155): see package
+// tasks, which derives the task id from the key and replays a start.
 
 // reasonIdempotencyKeyReused refuses a request_id reused with another
-// payload.
-const reasonIdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED"
-
-// startRetryWait bounds how long a retry waits for the first call to
-// finish compiling the catalogue.
-const startRetryWait = 30 * time.Second
-
-// startAbandoned is how long after its creation a task may still be
-// waiting for its catalogue: the first call's own work is bounded by
-// startRetryWait and its internal calls' deadlines, so a task with no
-// catalogue twice that long after it was recorded belongs to a start that
-// was interrupted (its replica killed, its store full) and a retry ends
-// it.
-const startAbandoned = 2 * startRetryWait
-
-var taskIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
-
-// idempotentTaskID is the task id for a request id: a digest, so it tells
-// nothing about the requester or key, and collides only when they match.
-func idempotentTaskID(requester, actor, requestID string) string {
-	h := sha256.New()
-	for _, p := range []string{"v0m3 StartTask", requester, actor, requestID} {
-		fmt.Fprintf(h, "%d:%s;", len(p), p)
-	}
-	return "task_" + strings.ToLower(taskIDEncoding.EncodeToString(h.Sum(nil)[:16]))
-}
-
-func checkRequestID(id string) error {
-	if len(id) > maxRequestIDLen || strings.ContainsFunc(id, func(r rune) bool { return r < 0x21 || r == 0x7f }) {
-		return apierror.InvalidArgument("REQUEST_ID_INVALID",
-			fmt.Sprintf("request_id must be at most %d printable characters without spaces, e.g. a UUID", maxRequestIDLen),
-			apierror.FieldViolation{Field: "request_id", Description: "at most 128 printable characters without spaces"})
-	}
-	return nil
-}
-
-// samePayload reports whether req asks for what task records: the
-// requester, actor, purpose, scopes (sources, artifacts, destinations),
-// evidence flag and profile. The
-// requester's groups are not payload: they come from the token, which a
-// retry may renew.
-func samePayload(req *orchestratorv1.StartTaskRequest, task *orchestratorv1.Task, requester *policyv1.Principal, actor string) bool {
-	profile := req.GetProfile()
-	if profile == "" {
-		profile = kindProfile(req.GetKind())
-	}
-	sameRefs := func(a, b []*orchestratorv1.SourceRef) bool {
-		return slices.EqualFunc(a, b, func(x, y *orchestratorv1.SourceRef) bool { return proto.Equal(x, y) })
-	}
-	return requester.GetId() == task.GetRequester().GetId() && actor == task.GetActor() &&
-		req.GetPurpose() == task.GetPurpose() && req.GetEvidencePresent() == task.GetEvidencePresent() &&
-		profile == task.GetProfile() && req.GetKind() == task.GetKind() &&
-		sameRefs(req.GetSourceScope(), task.GetSourceScope()) &&
-		sameRefs(req.GetArtifactScope(), task.GetArtifactScope()) &&
-		sameRefs(req.GetDestinationScope(), task.GetDestinationScope())
-}
+// payload, for a task (tasks.ReasonKeyReused) as for a tool request.
+const reasonIdempotencyKeyReused = tasks.ReasonKeyReused
 
 // replayStart answers a StartTask whose task already exists under its
-// request id: the same task and catalogue when the payload is the same.
+// request id: the same task and catalogue when the payload is the same
+// (see tasks.Service.Replay).
 func (s *Server) replayStart(ctx context.Context, req *orchestratorv1.StartTaskRequest, id string, requester *policyv1.Principal, actor string) (*orchestratorv1.StartTaskResponse, error) {
-	task, err := s.loadTask(ctx, id)
+	task, cat, err := s.tasks.Replay(ctx, req, id, requester, actor)
 	if err != nil {
 		return nil, err
 	}
-	if !samePayload(req, task, requester, actor) {
-		return nil, apierror.New(codes.AlreadyExists, reasonIdempotencyKeyReused,
-			fmt.Sprintf("request_id %q already started a task with another payload; use a new request_id for a new task", req.GetRequestId()),
-			map[string]string{"request_id": req.GetRequestId()})
-	}
-	deadline := time.Now().Add(startRetryWait)
-	for {
-		cat, err := s.st.GetCatalogue(ctx, id)
-		if err == nil {
-			s.log.DebugContext(ctx, "task start replayed", "task", id)
-			out := &orchestratorv1.StartTaskResponse{Task: task, Catalogue: cat}
-			if req.GetMcpAccess() {
-				// The first answer's token is not stored: a replay mints
-				// a fresh one for the same requester.
-				if out.McpEndpoint, err = s.mintMCPToken(ctx, task); err != nil {
-					return nil, err
-				}
-			}
-			return out, nil
-		}
-		if !errors.Is(err, store.ErrNotFound) {
-			return nil, s.internal(ctx, "get catalogue", err)
-		}
-		if task.GetState() == orchestratorv1.TaskState_TASK_STATE_ACTIVE && s.now().Sub(task.GetCreateTime().AsTime()) >= startAbandoned {
-			if task, err = s.endAbandonedStart(ctx, id); err != nil {
-				return nil, err
-			}
-			if task.GetState() == orchestratorv1.TaskState_TASK_STATE_ACTIVE {
-				continue // its catalogue arrived meanwhile
-			}
-		}
-		if task.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
-			return nil, apierror.New(codes.FailedPrecondition, "TASK_START_FAILED",
-				fmt.Sprintf("the task request_id %q started could not be given a catalogue and is %s (%s); use a new request_id to try again",
-					req.GetRequestId(), stateName(task.GetState()), task.GetCheckpoint()),
-				map[string]string{"request_id": req.GetRequestId(), "task_id": id})
-		}
-		if time.Now().After(deadline) {
-			return nil, apierror.New(codes.Unavailable, "TASK_STARTING",
-				fmt.Sprintf("the task request_id %q started is still compiling its catalogue; retry", req.GetRequestId()),
-				map[string]string{"request_id": req.GetRequestId(), "task_id": id})
-		}
-		select {
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if task, err = s.loadTask(ctx, id); err != nil {
+	out := &orchestratorv1.StartTaskResponse{Task: task, Catalogue: cat}
+	if req.GetMcpAccess() {
+		// The first answer's token is not stored: a replay mints a fresh
+		// one for the same requester.
+		if out.McpEndpoint, err = s.mintMCPToken(ctx, task); err != nil {
 			return nil, err
 		}
 	}
-}
-
-// endAbandonedStart cancels task id, still active without a catalogue
-// startAbandoned after it was recorded, and returns it as it then is. The
-// first call gave up storing the catalogue at startRetryWait (StartTask
-// bounds its work so), so the margin of startAbandoned covers a write in
-// flight when it gave up.
-func (s *Server) endAbandonedStart(ctx context.Context, id string) (*orchestratorv1.Task, error) {
-	const detail = "start interrupted before its catalogue was stored"
-	if _, err := s.st.GetCatalogue(ctx, id); err == nil {
-		return s.loadTask(ctx, id)
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return nil, s.internal(ctx, "get catalogue", err)
-	}
-	ended := false
-	task, err := s.st.UpdateTask(ctx, id, func(t *orchestratorv1.Task) error {
-		ended = t.GetState() == orchestratorv1.TaskState_TASK_STATE_ACTIVE
-		if ended {
-			t.State, t.Checkpoint, t.UpdateTime = orchestratorv1.TaskState_TASK_STATE_CANCELLED, detail, s.timestamp()
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, s.taskErr(ctx, id, err)
-	}
-	if ended {
-		s.log.InfoContext(ctx, "abandoned task start ended", "task", id)
-		s.tellStartStopped(ctx, id, detail)
-	}
-	return task, nil
+	return out, nil
 }

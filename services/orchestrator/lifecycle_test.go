@@ -30,7 +30,7 @@ func TestEndedRequestRefusesIllegalTransitions(t *testing.T) {
 	}
 	ctx := context.Background()
 	s := h.server
-	_, _ = s.refuse(ctx, r, nil, apierror.New(codes.FailedPrecondition, "LATE_REFUSAL", "a refusal decided on a stale read", nil))
+	_, _ = s.refuse(ctx, r, nil, apierror.New(codes.FailedPrecondition, "CAPABILITY_CHANGED", "a refusal decided on a stale read", nil))
 	att := &orchestratorv1.Attempt{Id: "att_late", IntentId: r.GetIntentId(), Number: 2, Outcome: adapterv1.Outcome_OUTCOME_UNKNOWN}
 	_, _ = s.fail(ctx, r, att)
 	got, err := s.st.GetRequest(ctx, r.GetId())

@@ -22,6 +22,7 @@ import (
 	evidencev1 "github.com/v0m3/v0m3/proto/v0m3/evidence/v1"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/tasks"
 )
 
 // DefaultAssetThreshold is the content size above which a retrieval's
@@ -101,7 +102,7 @@ func (s *Server) observe(ctx context.Context, task *orchestratorv1.Task, req *or
 		}
 		label := p.labels[uri]
 		if label == "" {
-			label = lastSegment(uri)
+			label = tasks.LastSegment(uri)
 		}
 		if err := r.attribute(uri, label, "the source the structured content names at "+prov.GetUriPointer()); err != nil {
 			return nil, err
@@ -110,7 +111,7 @@ func (s *Server) observe(ctx context.Context, task *orchestratorv1.Task, req *or
 		for _, it := range resp.GetItems() {
 			label := p.labels[it.GetUri()]
 			if label == "" {
-				label = lastSegment(it.GetUri())
+				label = tasks.LastSegment(it.GetUri())
 			}
 			c := r.candidate(it.GetUri(), it.GetText(), it.GetContentDigest(), it.GetMediaType(), itemSize(it), it.GetMetadata())
 			if err := r.record(c, it.GetText(), label, itemName(it), false); err != nil {
@@ -269,7 +270,7 @@ func (r *recorder) attribute(target, label, how string) error {
 		mine = append(mine, it)
 	}
 	if label == "" {
-		label = lastSegment(target)
+		label = tasks.LastSegment(target)
 	}
 	return r.join(mine, target, label, how, evidencev1.ObservationKind_OBSERVATION_KIND_SOURCE)
 }

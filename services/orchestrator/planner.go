@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -13,6 +12,7 @@ import (
 	"github.com/v0m3/v0m3/internal/paging"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/tasks"
 )
 
 // profileOf reads the task profile a StartTask request names, at its
@@ -26,7 +26,7 @@ func (s *Server) profileOf(ctx context.Context, req *orchestratorv1.StartTaskReq
 			return nil, apierror.InvalidArgument("UNKNOWN_TASK_KIND", fmt.Sprintf("kind %d is not a known task kind; set profile instead", kind),
 				apierror.FieldViolation{Field: "kind", Description: "unknown task kind; kind is deprecated, set profile"})
 		}
-		byKind := kindProfile(kind)
+		byKind := tasks.KindProfile(kind)
 		switch {
 		case name == "":
 			name = byKind
@@ -37,7 +37,7 @@ func (s *Server) profileOf(ctx context.Context, req *orchestratorv1.StartTaskReq
 		}
 	}
 	if name == "" {
-		return nil, apierror.InvalidArgument("MISSING_FIELD", "profile is required",
+		return nil, apierror.InvalidArgument("FIELD_REQUIRED", "profile is required",
 			apierror.FieldViolation{Field: "profile", Description: `set a task profile, e.g. "source_review"`})
 	}
 	p, err := s.deps.Registry.GetTaskProfile(ctx, &registryv1.GetTaskProfileRequest{Name: name})
@@ -111,21 +111,5 @@ func profilePurpose(p *registryv1.TaskProfile) string {
 	return p.GetName()
 }
 
-// purposeOf is the purpose policy evaluates for a task: the one fixed when
-// it started from its profile. A task started before profiles existed has
-// none recorded; its purpose is its kind's profile name, as it always was.
-func purposeOf(task *orchestratorv1.Task) string {
-	if p := task.GetPolicyPurpose(); p != "" {
-		return p
-	}
-	if task.GetProfile() != "" {
-		return task.GetProfile()
-	}
-	return kindProfile(task.GetKind())
-}
-
-// kindProfile is the profile a deprecated task kind names: the kind's name
-// in lower snake case, e.g. "source_review" for TASK_KIND_SOURCE_REVIEW.
-func kindProfile(kind orchestratorv1.TaskKind) string {
-	return strings.ToLower(strings.TrimPrefix(kind.String(), "TASK_KIND_"))
-}
+// purposeOf is the purpose policy evaluates for a task (see tasks.Purpose).
+func purposeOf(task *orchestratorv1.Task) string { return tasks.Purpose(task) }

@@ -185,10 +185,10 @@ func TestTaskStartedBeforeProfilesKeepsWorking(t *testing.T) {
 	if err := h.server.st.CreateTask(ctx, task); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.server.registerTask(ctx, task, nil); err != nil {
+	if err := h.server.tasks.RegisterWithPolicy(ctx, task, nil); err != nil {
 		t.Fatal(err)
 	}
-	cat, err := h.server.compileCatalogue(ctx, task)
+	cat, err := h.server.tasks.CompileCatalogue(ctx, task)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestStartTaskRefusesProfile(t *testing.T) {
 		field   string
 		message string
 	}{
-		{"neither profile nor kind", &orchestratorv1.StartTaskRequest{}, codes.InvalidArgument, "MISSING_FIELD", "profile", "profile is required"},
+		{"neither profile nor kind", &orchestratorv1.StartTaskRequest{}, codes.InvalidArgument, "FIELD_REQUIRED", "profile", "profile is required"},
 		{"kind and profile disagree",
 			withKind(&orchestratorv1.StartTaskRequest{Profile: "export"}, orchestratorv1.TaskKind_TASK_KIND_SOURCE_REVIEW),
 			codes.InvalidArgument, "PROFILE_KIND_MISMATCH", "kind", `names profile "source_review" but profile is "export"`},

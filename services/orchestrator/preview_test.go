@@ -110,7 +110,7 @@ func newPreviewHarnessOn(t *testing.T, st ostore.Store, configure ...func(*Deps)
 			return &adapterv1.ExecuteResponse{Outcome: adapterv1.Outcome_OUTCOME_OK, Stage: adapterv1.DeliveryStage_DELIVERY_STAGE_RESULT_OBSERVED,
 				StructuredContent: mustStruct(t, map[string]any{"request_id": key, "artifact_digest": a})}, nil
 		}
-		return nil, apierror.New(codes.NotFound, "TOOL_UNKNOWN", "no such tool", nil)
+		return nil, apierror.New(codes.NotFound, "REMOTE_TARGET_UNKNOWN", "no such tool", nil)
 	})
 	return h
 }

@@ -15,6 +15,7 @@ import (
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/tasks"
 )
 
 // RefreshHandles mints new handles for an active task's offered
@@ -56,7 +57,7 @@ func (s *Server) RefreshHandles(ctx context.Context, req *orchestratorv1.Refresh
 	}
 	stillEligible := map[string]bool{}
 	for _, ce := range el.GetCapabilities() {
-		if offerable(ce) && ce.GetMappingId() != "" {
+		if tasks.Offerable(ce) && ce.GetMappingId() != "" {
 			stillEligible[eligibleKey(ce.GetCapability(), ce.GetMappingId(), ce.GetMappingRevision())] = true
 		}
 	}
@@ -77,14 +78,14 @@ func (s *Server) RefreshHandles(ctx context.Context, req *orchestratorv1.Refresh
 			// the declared fields and schema stay, with no handle to pick.
 			scoped = &orchestratorv1.Task{Id: task.GetId(), Requester: task.GetRequester()}
 		}
-		if err := s.offerHandles(ctx, scoped, capb, oc); err != nil {
+		if err := s.tasks.OfferHandles(ctx, scoped, capb, oc); err != nil {
 			return nil, apierror.Propagate(err, "refresh handles")
 		}
 	}
 	if err := s.st.PutCatalogue(ctx, cat); err != nil {
 		return nil, s.internal(ctx, "persist catalogue", err)
 	}
-	detail := "handles refreshed: " + catalogueDetail(cat)
+	detail := "handles refreshed: " + tasks.CatalogueDetail(cat)
 	s.log.InfoContext(ctx, "handles refreshed", "task", task.GetId(), "policy_revision", cat.GetPolicyRevision())
 	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CATALOGUE_OFFERED, Detail: detail})
 	s.emit(ctx, task.GetId(), "", "catalogue.refreshed", detail)

@@ -4,6 +4,11 @@
 // server is the last step after every product decision, never the
 // definition of one.
 //
+// A task's life is package tasks: its state table, starting it (the
+// idempotent start, its catalogue), ending it and loading it; the
+// server's task methods delegate to a tasks.Service and give it back
+// what only the request side can do (see taskSide).
+//
 // One request's life is the table in package lifecycle, and each stage
 // of it has a file of its own: submit.go receives the candidate,
 // prepare.go decides it (checks, authorization, charge, or refusal),
@@ -47,6 +52,7 @@ import (
 	leases "github.com/v0m3/v0m3/services/orchestrator/lease"
 	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
 	"github.com/v0m3/v0m3/services/orchestrator/outbox"
+	"github.com/v0m3/v0m3/services/orchestrator/tasks"
 )
 
 // Deps are the services the orchestrator calls, through their gRPC clients.
@@ -158,6 +164,8 @@ type Server struct {
 	traces *tracesend.Sender
 	// watchPoll is how often a WatchTask stream reads the store unwoken.
 	watchPoll time.Duration
+	// tasks keeps the tasks' life: loading, ending, stopping a start.
+	tasks *tasks.Service
 	// actors keeps tasks as read to decide who may act on them (see
 	// openTaskToAct).
 	actors *lru.Cache[string, *orchestratorv1.Task]
@@ -194,6 +202,7 @@ func NewServer(st ostore.Store, deps Deps, log *slog.Logger) *Server {
 	if deps.Evidence != nil {
 		s.traces = tracesend.New(deps.Evidence)
 	}
+	s.tasks = tasks.New(tasks.Deps{Store: st, Requests: taskSide{s}, Reporter: taskSide{s}, Internal: s.internal, Policy: deps.Policy, Registry: deps.Registry, Now: now, Log: log})
 	s.actors, _ = lru.New[string, *orchestratorv1.Task](maxActorTasks) // fails only for a size below 1
 	if s.leaseTTL <= 0 {
 		s.leaseTTL = DefaultLeaseTTL
@@ -276,13 +285,13 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	}
 	id := ids.New("task")
 	if rid := req.GetRequestId(); rid != "" {
-		if err := checkRequestID(rid); err != nil {
+		if err := tasks.CheckRequestID(rid); err != nil {
 			return nil, err
 		}
-		id = idempotentTaskID(requester.GetId(), actor, rid)
-		if _, err := s.st.GetTask(ctx, id); err == nil {
+		id = tasks.IdempotentID(requester.GetId(), actor, rid)
+		if exists, err := s.tasks.Exists(ctx, id); exists {
 			return s.replayStart(ctx, req, id, requester, actor)
-		} else if !errors.Is(err, store.ErrNotFound) {
+		} else if err != nil {
 			return nil, s.internal(ctx, "load task", err)
 		}
 	}
@@ -314,14 +323,13 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		Profile:            profile.GetName(),
 		ProfileRevision:    profile.GetRevision(),
 		PolicyPurpose:      profilePurpose(profile),
-		State:              orchestratorv1.TaskState_TASK_STATE_ACTIVE,
 		Checkpoint:         "task started; nothing executed",
 		CreateTime:         now,
 		UpdateTime:         now,
 	}
 	//lint:ignore SA1019 a task records the deprecated kind as it was given.
 	task.Kind = req.GetKind()
-	if err := s.st.CreateTask(ctx, task); err != nil {
+	if err := s.tasks.Create(ctx, task); err != nil {
 		if req.GetRequestId() != "" && errors.Is(err, store.ErrExists) {
 			// Another call with the same request id created it first.
 			return s.replayStart(ctx, req, id, requester, actor)
@@ -331,9 +339,9 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	if err := s.failAt(ctx, FailPointTaskCreated); err != nil {
 		return nil, err
 	}
-	// The catalogue is stored within startRetryWait of the task, or not
-	// at all: past startAbandoned a retry ends a task still without one.
-	ctx, cancel := context.WithTimeout(ctx, startRetryWait)
+	// The catalogue is stored within StartRetryWait of the task, or not
+	// at all: past StartAbandoned a retry ends a task still without one.
+	ctx, cancel := context.WithTimeout(ctx, tasks.StartRetryWait)
 	defer cancel()
 	s.log.InfoContext(ctx, "task started", "task", task.GetId(), "profile", task.GetProfile(), "profile_revision", task.GetProfileRevision(), "requester", task.GetRequester().GetId(), "actor", actor, "needed", needed)
 	startedBy := task.GetRequester().GetId()
@@ -349,26 +357,10 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 	})
 	s.emit(ctx, task.GetId(), "", "task.started", "plan needs "+listOrNone(needed))
 
-	// Policy learns the task's requester and scopes before it is asked
-	// for any handle: it mints handles only within them.
-	var cat *orchestratorv1.OfferedCatalogue
-	err = s.registerTask(ctx, task, profile.GetDefaultBudget())
-	if err == nil {
-		cat, err = s.compileCatalogue(ctx, task)
-	}
+	cat, err := s.tasks.Offer(ctx, task, profile.GetDefaultBudget())
 	if err != nil {
-		s.stopStart(ctx, task, "catalogue could not be compiled: "+errorMessage(err))
-		return nil, apierror.Propagate(err, "compile catalogue")
+		return nil, err
 	}
-	if err := s.st.PutCatalogue(ctx, cat); err != nil {
-		s.stopStart(ctx, task, "catalogue could not be stored")
-		return nil, s.internal(ctx, "store the catalogue of task "+task.GetId()+" (the task was recorded and is stopped; a retry with the same request_id answers TASK_START_FAILED)", err)
-	}
-	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-		Kind:   evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_CATALOGUE_OFFERED,
-		Detail: catalogueDetail(cat),
-	})
-	s.emit(ctx, task.GetId(), "", "catalogue.offered", catalogueDetail(cat))
 	out := &orchestratorv1.StartTaskResponse{Task: task, Catalogue: cat}
 	if req.GetMcpAccess() {
 		if out.McpEndpoint, err = s.mintMCPToken(ctx, task); err != nil {
@@ -376,27 +368,6 @@ func (s *Server) StartTask(ctx context.Context, req *orchestratorv1.StartTaskReq
 		}
 	}
 	return out, nil
-}
-
-// stopStart stops a task that could not be given a catalogue: it cannot
-// do anything, so it is ended visibly rather than left active with
-// nothing offered. When even that write fails, a retry of its request id
-// ends it later (see replayStart).
-func (s *Server) stopStart(ctx context.Context, task *orchestratorv1.Task, detail string) {
-	if _, err := s.setTaskState(ctx, task.GetId(), orchestratorv1.TaskState_TASK_STATE_CANCELLED, detail); err != nil {
-		s.log.WarnContext(ctx, "stop a task whose start failed", "task", task.GetId(), "err", err)
-		return
-	}
-	s.tellStartStopped(ctx, task.GetId(), detail)
-}
-
-// tellStartStopped traces and emits that task id, whose start failed, was
-// stopped.
-func (s *Server) tellStartStopped(ctx context.Context, id, detail string) {
-	s.trace(ctx, id, &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task stopped: " + detail,
-	})
-	s.emit(ctx, id, "", "task.cancelled", detail)
 }
 
 // GetTask returns one task.
@@ -415,14 +386,7 @@ func (s *Server) GetCatalogue(ctx context.Context, req *orchestratorv1.GetCatalo
 	if _, err := s.openTask(ctx, req.GetTaskId(), authz.TaskRead); err != nil {
 		return nil, err
 	}
-	cat, err := s.st.GetCatalogue(ctx, req.GetTaskId())
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, apierror.New(codes.NotFound, "CATALOGUE_UNKNOWN", "task "+req.GetTaskId()+" has no offered catalogue", nil)
-	}
-	if err != nil {
-		return nil, s.internal(ctx, "get catalogue", err)
-	}
-	return cat, nil
+	return s.tasks.Catalogue(ctx, req.GetTaskId())
 }
 
 // GetRequest returns one candidate request with its attempts.
@@ -443,53 +407,7 @@ func (s *Server) CancelTask(ctx context.Context, req *orchestratorv1.CancelTaskR
 	if _, err := s.openTask(ctx, req.GetId(), taskWrite); err != nil {
 		return nil, err
 	}
-	task, detail, already, err := s.endTask(ctx, req.GetId(), orchestratorv1.TaskState_TASK_STATE_CANCELLED, "cancelled", req.GetReason())
-	if err != nil || already {
-		return task, err
-	}
-	s.announceEnd(ctx, task, "TASK_CANCELLED", "task.cancelled", detail)
-	return task, nil
-}
-
-// endTask moves an active task to the terminal state to, recording
-// "<verb>[: reason]" (detail) in its checkpoint. already reports that the
-// task was in that state (nothing changed); any other state is
-// TASK_NOT_ACTIVE.
-func (s *Server) endTask(ctx context.Context, id string, to orchestratorv1.TaskState, verb, reason string) (task *orchestratorv1.Task, detail string, already bool, err error) {
-	detail = verb
-	if reason != "" {
-		detail = verb + ": " + reason
-	}
-	task, err = s.st.UpdateTask(ctx, id, func(t *orchestratorv1.Task) error {
-		switch t.GetState() {
-		case to:
-			already = true
-			return nil
-		case orchestratorv1.TaskState_TASK_STATE_ACTIVE:
-		default:
-			return apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
-				fmt.Sprintf("task %s is %s and cannot be %s", t.GetId(), stateName(t.GetState()), verb),
-				map[string]string{"task_id": t.GetId(), "state": stateName(t.GetState())})
-		}
-		t.State = to
-		t.Checkpoint = detail + "; " + t.GetCheckpoint()
-		t.UpdateTime = s.timestamp()
-		return nil
-	})
-	if err != nil {
-		return nil, "", false, s.taskErr(ctx, id, err)
-	}
-	return task, detail, already, nil
-}
-
-// announceEnd refuses the ended task's requests still waiting (reason)
-// and records the end in its trace and task events.
-func (s *Server) announceEnd(ctx context.Context, task *orchestratorv1.Task, reason, event, detail string) {
-	s.refusePending(ctx, task.GetId(), reason, "task "+task.GetId()+" was "+detail)
-	s.trace(ctx, task.GetId(), &evidencev1.ProductEvent{
-		Kind: evidencev1.ProductEventKind_PRODUCT_EVENT_KIND_TASK_STATE, Detail: "task " + detail,
-	})
-	s.emit(ctx, task.GetId(), "", event, detail)
+	return s.tasks.Cancel(ctx, req.GetId(), req.GetReason())
 }
 
 // CompleteTask marks an active task completed; a completed task accepts
@@ -508,39 +426,7 @@ func (s *Server) CompleteTask(ctx context.Context, req *orchestratorv1.CompleteT
 	if err != nil {
 		return nil, err
 	}
-	if cur.GetState() == orchestratorv1.TaskState_TASK_STATE_COMPLETED {
-		return cur, nil
-	}
-	if err := s.noRequestInFlight(ctx, req.GetId()); err != nil {
-		return nil, err
-	}
-	task, detail, already, err := s.endTask(ctx, req.GetId(), orchestratorv1.TaskState_TASK_STATE_COMPLETED, "completed", req.GetReason())
-	if err != nil || already {
-		return task, err
-	}
-	// A submission that read the task as active before this update and
-	// recorded its request after the check above would act on a completed
-	// task. A submission reads the task again after recording its request
-	// (SubmitToolRequest), so it either sees the task completed or its
-	// request is seen here; then the task is active again and the caller
-	// told to wait.
-	if err := s.noRequestInFlight(ctx, req.GetId()); err != nil {
-		if _, rerr := s.st.UpdateTask(ctx, req.GetId(), func(t *orchestratorv1.Task) error {
-			if t.GetState() != orchestratorv1.TaskState_TASK_STATE_COMPLETED {
-				return errStateChanged
-			}
-			t.State = orchestratorv1.TaskState_TASK_STATE_ACTIVE
-			t.Checkpoint = strings.TrimPrefix(t.GetCheckpoint(), detail+"; ")
-			t.UpdateTime = s.timestamp()
-			return nil
-		}); rerr != nil {
-			s.log.WarnContext(ctx, "reopen a task completed under a new request", "task", req.GetId(), "err", rerr)
-		}
-		return nil, err
-	}
-	s.log.InfoContext(ctx, "task completed", "task", task.GetId())
-	s.announceEnd(ctx, task, "TASK_COMPLETED", "task.completed", detail)
-	return task, nil
+	return s.tasks.Complete(ctx, cur, req.GetReason())
 }
 
 // noRequestInFlight fails REQUESTS_IN_FLIGHT when a request of the task
@@ -613,31 +499,14 @@ func (s *Server) refusePending(ctx context.Context, taskID, reason, detail strin
 // errStateChanged aborts an update whose precondition no longer holds.
 var errStateChanged = errors.New("state changed concurrently")
 
-func (s *Server) setTaskState(ctx context.Context, id string, state orchestratorv1.TaskState, checkpoint string) (*orchestratorv1.Task, error) {
-	return s.st.UpdateTask(ctx, id, func(t *orchestratorv1.Task) error {
-		t.State = state
-		t.Checkpoint = checkpoint
-		t.UpdateTime = s.timestamp()
-		return nil
-	})
-}
-
+// loadTask returns task id, or TASK_UNKNOWN (see tasks.Service.Load).
 func (s *Server) loadTask(ctx context.Context, id string) (*orchestratorv1.Task, error) {
-	t, err := s.st.GetTask(ctx, id)
-	if err != nil {
-		return nil, s.taskErr(ctx, id, err)
-	}
-	return t, nil
+	return s.tasks.Load(ctx, id)
 }
 
+// taskErr is the error answered for err on task id (see tasks.Service.Err).
 func (s *Server) taskErr(ctx context.Context, id string, err error) error {
-	if errors.Is(err, store.ErrNotFound) {
-		return apierror.New(codes.NotFound, "TASK_UNKNOWN", "task "+id+" does not exist", nil)
-	}
-	if apierror.Reason(err) != "" {
-		return err
-	}
-	return s.internal(ctx, "load task", err)
+	return s.tasks.Err(ctx, id, err)
 }
 
 func (s *Server) loadRequest(ctx context.Context, id string) (*orchestratorv1.ToolRequest, error) {
@@ -658,11 +527,11 @@ func (s *Server) internal(ctx context.Context, what string, err error) error {
 		return err // a fenced write, logged (see fenced)
 	}
 	s.log.ErrorContext(ctx, what, "err", err)
-	return apierror.Store("STORAGE_FAILED", "the orchestrator could not "+what, err)
+	return apierror.Store("STORE_FAILURE", "the orchestrator could not "+what, err)
 }
 
 func missing(field string) error {
-	return apierror.InvalidArgument("MISSING_FIELD", field+" is required",
+	return apierror.InvalidArgument("FIELD_REQUIRED", field+" is required",
 		apierror.FieldViolation{Field: field, Description: "required"})
 }
 
@@ -673,11 +542,11 @@ func checkScope(field, what string, refs []*orchestratorv1.SourceRef) error {
 	for i, ref := range refs {
 		at := fmt.Sprintf("%s[%d].uri", field, i)
 		if ref.GetUri() == "" {
-			return apierror.InvalidArgument("MISSING_FIELD", at+" is required",
+			return apierror.InvalidArgument("FIELD_REQUIRED", at+" is required",
 				apierror.FieldViolation{Field: at, Description: "required"})
 		}
 		if seen[ref.GetUri()] {
-			return apierror.InvalidArgument("DUPLICATE_"+strings.ToUpper(what), fmt.Sprintf("%s lists the same %s twice", field, what),
+			return apierror.InvalidArgument("FIELD_INVALID", fmt.Sprintf("%s lists the same %s twice", field, what),
 				apierror.FieldViolation{Field: at, Description: "duplicate " + what})
 		}
 		seen[ref.GetUri()] = true

@@ -480,7 +480,7 @@ func TestFailedAttempts(t *testing.T) {
 		{
 			name: "adapter unreachable is an unknown, hence interrupted, read",
 			respond: func(*adapterv1.ExecuteRequest) (*adapterv1.ExecuteResponse, error) {
-				return nil, apierror.New(codes.Unavailable, "", "adapter restarting", nil)
+				return nil, apierror.New(codes.Unavailable, apierror.ReasonDependencyUnavailable, "adapter restarting", nil)
 			},
 			wantOutcome: adapterv1.Outcome_OUTCOME_INTERRUPTED, wantAttempts: 2,
 		},

@@ -59,7 +59,7 @@ func TestProductServiceCannotClaimGroups(t *testing.T) {
 		{"a group it may assert, then one it may not", writer, forAlice("authors", "approvers"), codes.PermissionDenied, "GROUP_NOT_VERIFIED", "on_behalf_of.groups[1]"},
 		{"a group beyond the user's token", identity.WithUserToken(writer, aliceToken), forAlice("authors", "platform"), codes.PermissionDenied, "GROUP_NOT_VERIFIED", "on_behalf_of.groups[1]"},
 		{"another user's token", identity.WithUserToken(writer, mint("approver@corp", "approvers")), forAlice(), codes.InvalidArgument, "USER_TOKEN_MISMATCH", "on_behalf_of.id"},
-		{"a user token without on_behalf_of", identity.WithUserToken(writer, aliceToken), &orchestratorv1.StartTaskRequest{Profile: "source_review"}, codes.InvalidArgument, "MISSING_FIELD", "on_behalf_of.id"},
+		{"a user token without on_behalf_of", identity.WithUserToken(writer, aliceToken), &orchestratorv1.StartTaskRequest{Profile: "source_review"}, codes.InvalidArgument, "FIELD_REQUIRED", "on_behalf_of.id"},
 		{"a person naming herself in groups she lacks", testkit.As(s, alice), forAlice("approvers"), codes.PermissionDenied, "GROUP_NOT_VERIFIED", "on_behalf_of.groups[0]"},
 	} {
 		_, err := s.Orchestrator.StartTask(tc.ctx, tc.req)

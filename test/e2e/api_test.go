@@ -392,8 +392,8 @@ func testStartTaskIdempotent(t *testing.T, s *suite.Suite) {
 		t.Errorf("two calls without a key = %v, %v (%v, %v); want two tasks", a.GetTask().GetId(), b.GetTask().GetId(), errA, errB)
 	}
 	for _, bad := range []string{"has space", string(make([]byte, 129))} {
-		if _, err := start(scenario.Alice, bad, "review"); !apierror.Is(err, codes.InvalidArgument, "REQUEST_ID_INVALID") {
-			t.Errorf("request id %q = %v, want REQUEST_ID_INVALID", bad, err)
+		if _, err := start(scenario.Alice, bad, "review"); !apierror.Is(err, codes.InvalidArgument, "FIELD_INVALID") {
+			t.Errorf("request id %q = %v, want FIELD_INVALID", bad, err)
 		}
 	}
 }

@@ -303,7 +303,7 @@ var refusalHints = map[string]string{
 	"UNKNOWN_ARGUMENT_FIELD":  "remove the fields the tool's input schema does not list and call again",
 	"HANDLE_REQUIRED":         "pick one of the handles the tool's input schema lists",
 	"HANDLE_KIND_MISMATCH":    "use a handle the tool's input schema lists for that field",
-	"MISSING_FIELD":           "add the required fields and call again",
+	"FIELD_REQUIRED":          "add the required fields and call again",
 	"HANDLE_UNKNOWN":          "use one of the handles the tool's input schema lists",
 	"HANDLE_EXPIRED":          "ask the person running the task to refresh its handles, then list tools again",
 	"HANDLE_TASK_MISMATCH":    "use one of the handles the tool's input schema lists",
