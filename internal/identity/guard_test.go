@@ -99,7 +99,7 @@ func TestGuardAdmitsOnlyTheTable(t *testing.T) {
 	}
 
 	// The adapter records snapshots; admitted, the handler answers.
-	_, err = g.asPeer(t, identity.Adapter, g.dev).RecordSnapshot(ctx, &registryv1.RecordSnapshotRequest{})
+	_, err = g.asPeer(t, identity.Adapter, g.dev).RecordSnapshot(ctx, &registryv1.RecordSnapshotRequest{Snapshot: &registryv1.DiscoverySnapshot{}})
 	if apierror.Code(err) != codes.Unimplemented {
 		t.Errorf("adapter RecordSnapshot: %v, want admitted (UNIMPLEMENTED from the handler)", err)
 	}
