@@ -123,7 +123,7 @@ vet: ## go vet every package.
 	@$(STEP) vet "go vet ./... (compiles every package: many minutes cold on 2 cores, under a minute warm)" $(GO) vet ./...
 
 fmt-check: ## Fail if any Go file needs gofmt.
-	@out="$$(gofmt -l cmd services internal suite demo test operator proto charts tools)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out="$$(gofmt -l cmd services internal suite demo test examples operator proto charts tools)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 staticcheck: tools ## staticcheck every package.
 	@$(STEP) staticcheck "staticcheck ./... (analyses every package: many minutes cold, a minute or two warm)" $(GO) tool staticcheck ./...
