@@ -80,7 +80,7 @@ where it went:
 
 next:
   make run                  serve the five services in one process, data in ./.v0m3-data, until Ctrl-C
-  scripts/walkthrough.sh    then, in a second terminal: this story one call at a time with the v0m3 CLI
+  scripts/walkthrough.sh    then, in a second terminal: this story one call at a time, as the people who take it
   README.md and docs/       how it works, the API and its errors, running it on Kubernetes
 `, dir, logPath, dir)
 }
