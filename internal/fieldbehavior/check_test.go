@@ -28,8 +28,8 @@ func TestCheckNamesEveryMissingField(t *testing.T) {
 		Limits:      &registryv1.Limits{MaxItems: 5},
 		ArgumentMap: []*registryv1.ArgumentBinding{{RemoteField: "q"}, {}},
 	})
-	if !apierror.Is(err, codes.InvalidArgument, fieldbehavior.ReasonFieldRequired) {
-		t.Fatalf("Check = %v; want INVALID_ARGUMENT %s", err, fieldbehavior.ReasonFieldRequired)
+	if !apierror.Is(err, codes.InvalidArgument, apierror.ReasonFieldRequired) {
+		t.Fatalf("Check = %v; want INVALID_ARGUMENT %s", err, apierror.ReasonFieldRequired)
 	}
 	want := []string{"argument_map[1].remote_field", "connection_id", "limits.max_response_bytes", "snapshot_id"}
 	if got := apierror.Fields(err); !slices.Equal(got, want) {

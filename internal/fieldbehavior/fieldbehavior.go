@@ -24,11 +24,6 @@ import (
 	"github.com/v0m3/v0m3/internal/apierror"
 )
 
-// ReasonFieldRequired is the ErrorInfo reason of a request missing a field
-// its contract marks REQUIRED. The ErrorInfo metadata "field" names the
-// first missing field's path; the BadRequest lists every one.
-const ReasonFieldRequired = "FIELD_REQUIRED"
-
 // UnaryServer clears a unary request's OUTPUT_ONLY fields and refuses it
 // if it misses a REQUIRED field, before the handler runs.
 func UnaryServer() grpc.UnaryServerInterceptor {
@@ -75,6 +70,8 @@ func (s *checkedStream) RecvMsg(m any) error {
 // of a oneof is never required itself (which member is set is the oneof's
 // choice), though the sub-message of a set member is checked. For a field without presence (a proto3 scalar, a list, a map)
 // missing means its zero value or no entries. Nil when nothing is missing.
+// The refusal's ErrorInfo metadata "field" names the first missing field's
+// path; its BadRequest lists every one.
 func Check(m proto.Message) error {
 	var missing []string
 	walk(m.ProtoReflect(), "", &missing)
@@ -89,7 +86,7 @@ func Check(m proto.Message) error {
 	if len(missing) > 1 {
 		msg = listed(missing) + " are required"
 	}
-	return apierror.WithMetadata(apierror.InvalidArgument(ReasonFieldRequired, msg, v...), "", "field", missing[0])
+	return apierror.WithMetadata(apierror.InvalidArgument(apierror.ReasonFieldRequired, msg, v...), "", "field", missing[0])
 }
 
 // listed joins names as a person would: "a", "a and b", "a, b and c".

@@ -97,8 +97,8 @@ func TestEveryRPCRefusesAMissingRequiredField(t *testing.T) {
 					req := proto.Clone(full1)
 					clearPath(t, req.ProtoReflect(), p)
 					err := call(cctx, conn, md, full, req)
-					if !apierror.Is(err, codes.InvalidArgument, fieldbehavior.ReasonFieldRequired) {
-						t.Errorf("%s without %s: %v; want INVALID_ARGUMENT %s", full, p, err, fieldbehavior.ReasonFieldRequired)
+					if !apierror.Is(err, codes.InvalidArgument, apierror.ReasonFieldRequired) {
+						t.Errorf("%s without %s: %v; want INVALID_ARGUMENT %s", full, p, err, apierror.ReasonFieldRequired)
 						continue
 					}
 					if got := apierror.Fields(err); !slices.Equal(got, []string{p}) {

@@ -39,11 +39,6 @@ var LimitCodes = map[string]bool{"RESPONSE_LIMIT_EXCEEDED": true, "ITEM_LIMIT_EX
 // failed.
 var storeReasons = map[string]bool{apierror.ReasonStoreFailure: true, apierror.ReasonStoreUnavailable: true, apierror.ReasonStoreFull: true}
 
-// isStoreReason reports whether reason says a service's store failed.
-func isStoreReason(reason string) bool {
-	return storeReasons[reason]
-}
-
 // UnaryServer is the interceptor every V0M3 server runs (outside the
 // access guard, so refusals are counted too): it counts the RPC, puts the
 // governed call's ids on the server span, and feeds the metrics the
@@ -56,7 +51,7 @@ func UnaryServer(service string) grpc.UnaryServerInterceptor {
 		reason := ""
 		if err != nil {
 			reason = apierror.Reason(err)
-			if isStoreReason(reason) {
+			if storeReasons[reason] {
 				StoreErrors.WithLabelValues(service).Inc()
 			}
 			switch method {

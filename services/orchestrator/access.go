@@ -50,14 +50,14 @@ func (s *Server) requesterOf(ctx context.Context, onBehalfOf *policyv1.Principal
 	user, hasUser := identity.OnBehalfOfFrom(ctx)
 	if onBehalfOf == nil {
 		if hasUser {
-			return nil, "", apierror.InvalidArgument("FIELD_REQUIRED",
+			return nil, "", apierror.InvalidArgument(apierror.ReasonFieldRequired,
 				"a user token ("+identity.UserTokenHeader+") was sent without on_behalf_of: set on_behalf_of.id to the user the task is for",
 				apierror.FieldViolation{Field: "on_behalf_of.id", Description: "required with a user token"})
 		}
 		return &policyv1.Principal{Id: c.ID, Groups: c.Groups}, "", nil
 	}
 	if onBehalfOf.GetId() == "" {
-		return nil, "", apierror.InvalidArgument("FIELD_REQUIRED", "on_behalf_of.id is required when on_behalf_of is set",
+		return nil, "", apierror.InvalidArgument(apierror.ReasonFieldRequired, "on_behalf_of.id is required when on_behalf_of is set",
 			apierror.FieldViolation{Field: "on_behalf_of.id", Description: "required"})
 	}
 	if err := identity.CheckPerson(onBehalfOf.GetId()); err != nil {

@@ -585,8 +585,4 @@ func listOrNone(xs []string) string {
 	return strings.Join(xs, ", ")
 }
 
-func stateName(st orchestratorv1.TaskState) string {
-	return strings.ToLower(strings.TrimPrefix(st.String(), "TASK_STATE_"))
-}
-
 func errorMessage(err error) string { return status.Convert(err).Message() }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/v0m3/v0m3/internal/apierror"
 	orchestratorv1 "github.com/v0m3/v0m3/proto/v0m3/orchestrator/v1"
+	"github.com/v0m3/v0m3/services/orchestrator/tasks"
 )
 
 // DefaultMCPTokenTTL is how long a task-scoped MCP token lasts when
@@ -70,8 +71,8 @@ func (s *Server) mintMCPToken(ctx context.Context, task *orchestratorv1.Task) (*
 	}
 	if task.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
 		return nil, apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
-			fmt.Sprintf("task %s is %s; it gets no MCP token", task.GetId(), stateName(task.GetState())),
-			map[string]string{"task_id": task.GetId(), "state": stateName(task.GetState())})
+			fmt.Sprintf("task %s is %s; it gets no MCP token", task.GetId(), tasks.Name(task.GetState())),
+			map[string]string{"task_id": task.GetId(), "state": tasks.Name(task.GetState())})
 	}
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
@@ -144,7 +145,7 @@ func (s *Server) verifyMCPToken(ctx context.Context, taskID, token string) (*orc
 		return nil, errTokenRefused{"minted for another requester"}
 	}
 	if task.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
-		return nil, errTokenRefused{"task " + stateName(task.GetState())}
+		return nil, errTokenRefused{"task " + tasks.Name(task.GetState())}
 	}
 	return task, nil
 }

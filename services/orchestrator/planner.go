@@ -37,7 +37,7 @@ func (s *Server) profileOf(ctx context.Context, req *orchestratorv1.StartTaskReq
 		}
 	}
 	if name == "" {
-		return nil, apierror.InvalidArgument("FIELD_REQUIRED", "profile is required",
+		return nil, apierror.InvalidArgument(apierror.ReasonFieldRequired, "profile is required",
 			apierror.FieldViolation{Field: "profile", Description: `set a task profile, e.g. "source_review"`})
 	}
 	p, err := s.deps.Registry.GetTaskProfile(ctx, &registryv1.GetTaskProfileRequest{Name: name})

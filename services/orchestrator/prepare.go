@@ -18,6 +18,7 @@ import (
 	policyv1 "github.com/v0m3/v0m3/proto/v0m3/policy/v1"
 	registryv1 "github.com/v0m3/v0m3/proto/v0m3/registry/v1"
 	"github.com/v0m3/v0m3/services/orchestrator/lifecycle"
+	"github.com/v0m3/v0m3/services/orchestrator/tasks"
 )
 
 // prepared is everything decided about a candidate request before anything
@@ -65,8 +66,8 @@ func (s *Server) prepare(ctx context.Context, task *orchestratorv1.Task, cat *or
 	// a. Only an active task may act.
 	if task.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
 		return p, apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
-			fmt.Sprintf("task %s is %s; it accepts no requests", task.GetId(), stateName(task.GetState())),
-			map[string]string{"task_id": task.GetId(), "state": stateName(task.GetState())})
+			fmt.Sprintf("task %s is %s; it accepts no requests", task.GetId(), tasks.Name(task.GetState())),
+			map[string]string{"task_id": task.GetId(), "state": tasks.Name(task.GetState())})
 	}
 
 	// b. Only what was offered to this task may be requested.

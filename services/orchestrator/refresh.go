@@ -39,7 +39,7 @@ func (s *Server) RefreshHandles(ctx context.Context, req *orchestratorv1.Refresh
 	}
 	if task.GetState() != orchestratorv1.TaskState_TASK_STATE_ACTIVE {
 		return nil, apierror.New(codes.FailedPrecondition, "TASK_NOT_ACTIVE",
-			fmt.Sprintf("task %s is %s; its handles are not refreshed", task.GetId(), stateName(task.GetState())),
+			fmt.Sprintf("task %s is %s; its handles are not refreshed", task.GetId(), tasks.Name(task.GetState())),
 			map[string]string{"task_id": task.GetId()})
 	}
 	old, err := s.st.GetCatalogue(ctx, task.GetId())

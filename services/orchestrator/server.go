@@ -527,11 +527,11 @@ func (s *Server) internal(ctx context.Context, what string, err error) error {
 		return err // a fenced write, logged (see fenced)
 	}
 	s.log.ErrorContext(ctx, what, "err", err)
-	return apierror.Store("STORE_FAILURE", "the orchestrator could not "+what, err)
+	return apierror.Store(apierror.ReasonStoreFailure, "the orchestrator could not "+what, err)
 }
 
 func missing(field string) error {
-	return apierror.InvalidArgument("FIELD_REQUIRED", field+" is required",
+	return apierror.InvalidArgument(apierror.ReasonFieldRequired, field+" is required",
 		apierror.FieldViolation{Field: field, Description: "required"})
 }
 
@@ -542,11 +542,11 @@ func checkScope(field, what string, refs []*orchestratorv1.SourceRef) error {
 	for i, ref := range refs {
 		at := fmt.Sprintf("%s[%d].uri", field, i)
 		if ref.GetUri() == "" {
-			return apierror.InvalidArgument("FIELD_REQUIRED", at+" is required",
+			return apierror.InvalidArgument(apierror.ReasonFieldRequired, at+" is required",
 				apierror.FieldViolation{Field: at, Description: "required"})
 		}
 		if seen[ref.GetUri()] {
-			return apierror.InvalidArgument("FIELD_INVALID", fmt.Sprintf("%s lists the same %s twice", field, what),
+			return apierror.InvalidArgument(apierror.ReasonFieldInvalid, fmt.Sprintf("%s lists the same %s twice", field, what),
 				apierror.FieldViolation{Field: at, Description: "duplicate " + what})
 		}
 		seen[ref.GetUri()] = true

@@ -373,7 +373,7 @@ func validateSettlement(in *orchestratorv1.SettleRequestRequest) error {
 				apierror.FieldViolation{Field: "settlement", Description: "evidence of an effect contradicts NOT_EXECUTED"})
 		}
 	default:
-		return apierror.InvalidArgument("FIELD_REQUIRED", "settlement is required: EXECUTED or NOT_EXECUTED",
+		return apierror.InvalidArgument(apierror.ReasonFieldRequired, "settlement is required: EXECUTED or NOT_EXECUTED",
 			apierror.FieldViolation{Field: "settlement", Description: "required"})
 	}
 	return nil

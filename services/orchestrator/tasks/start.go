@@ -63,7 +63,7 @@ func IdempotentID(requester, actor, requestID string) string {
 // characters (FIELD_INVALID).
 func CheckRequestID(id string) error {
 	if len(id) > maxRequestIDLen || strings.ContainsFunc(id, func(r rune) bool { return r < 0x21 || r == 0x7f }) {
-		return apierror.InvalidArgument("FIELD_INVALID",
+		return apierror.InvalidArgument(apierror.ReasonFieldInvalid,
 			fmt.Sprintf("request_id must be at most %d printable characters without spaces, e.g. a UUID", maxRequestIDLen),
 			apierror.FieldViolation{Field: "request_id", Description: "at most 128 printable characters without spaces"})
 	}
